@@ -1,1 +1,18 @@
-//! placeholder
+//! The fairgpu host.
+//!
+//! - [`host`]: create a region and serve its channels (rings, validation,
+//!   dispatch, failure isolation, waiting).
+//! - [`transport_ops`]: the transport's own no-op and bulk-copy opcodes.
+//! - [`bench`]: `fairgpu bench transport`.
+//! - [`demo`]: `fairgpu demo`.
+//!
+//! Invariants: a guest's bad request fails that request; a guest's corrupt
+//! ring fails that channel; nothing a guest writes can stop the server or
+//! touch another channel.
+
+pub mod bench;
+pub mod cli;
+pub mod commands;
+pub mod demo;
+pub mod host;
+pub mod transport_ops;

@@ -37,8 +37,14 @@ pub enum HandleError {
 
 #[derive(Debug)]
 enum Slot<T> {
-    Used { generation: u32, value: T },
-    Free { generation: u32, next_free: Option<usize> },
+    Used {
+        generation: u32,
+        value: T,
+    },
+    Free {
+        generation: u32,
+        next_free: Option<usize>,
+    },
 }
 
 /// A bounded table of objects addressed by [`Handle`]s.
@@ -53,7 +59,12 @@ pub struct HandleTable<T> {
 impl<T> HandleTable<T> {
     /// An empty table that will hold at most `max` objects.
     pub fn new(max: usize) -> Self {
-        HandleTable { slots: Vec::new(), free_head: None, len: 0, max: max.min(u32::MAX as usize - 1) }
+        HandleTable {
+            slots: Vec::new(),
+            free_head: None,
+            len: 0,
+            max: max.min(u32::MAX as usize - 1),
+        }
     }
 
     /// Number of live objects.
@@ -73,7 +84,11 @@ impl<T> HandleTable<T> {
         }
         self.len += 1;
         if let Some(i) = self.free_head {
-            let Slot::Free { generation, next_free } = self.slots[i] else {
+            let Slot::Free {
+                generation,
+                next_free,
+            } = self.slots[i]
+            else {
                 unreachable!("free list points at a used slot")
             };
             let generation = generation.wrapping_add(1).max(1);
@@ -81,13 +96,19 @@ impl<T> HandleTable<T> {
             self.slots[i] = Slot::Used { generation, value };
             return Ok(Handle::new(i as u32, generation));
         }
-        self.slots.push(Slot::Used { generation: 1, value });
+        self.slots.push(Slot::Used {
+            generation: 1,
+            value,
+        });
         Ok(Handle::new(self.slots.len() as u32 - 1, 1))
     }
 
     /// The object behind `h`.
     pub fn get(&self, h: Handle) -> Result<&T, HandleError> {
-        match h.parts().and_then(|(i, g)| self.slots.get(i).map(|s| (s, g))) {
+        match h
+            .parts()
+            .and_then(|(i, g)| self.slots.get(i).map(|s| (s, g)))
+        {
             Some((Slot::Used { generation, value }, g)) if *generation == g => Ok(value),
             _ => Err(HandleError::Invalid(h.0)),
         }
@@ -95,7 +116,10 @@ impl<T> HandleTable<T> {
 
     /// The object behind `h`, mutably.
     pub fn get_mut(&mut self, h: Handle) -> Result<&mut T, HandleError> {
-        match h.parts().and_then(|(i, g)| self.slots.get_mut(i).map(|s| (s, g))) {
+        match h
+            .parts()
+            .and_then(|(i, g)| self.slots.get_mut(i).map(|s| (s, g)))
+        {
             Some((Slot::Used { generation, value }, g)) if *generation == g => Ok(value),
             _ => Err(HandleError::Invalid(h.0)),
         }
@@ -105,7 +129,13 @@ impl<T> HandleTable<T> {
     pub fn remove(&mut self, h: Handle) -> Result<T, HandleError> {
         self.get(h)?;
         let (i, g) = h.parts().ok_or(HandleError::Invalid(h.0))?;
-        let old = std::mem::replace(&mut self.slots[i], Slot::Free { generation: g, next_free: self.free_head });
+        let old = std::mem::replace(
+            &mut self.slots[i],
+            Slot::Free {
+                generation: g,
+                next_free: self.free_head,
+            },
+        );
         self.free_head = Some(i);
         self.len -= 1;
         match old {
@@ -141,7 +171,11 @@ mod tests {
         assert_eq!(t.get(a), Ok(&"a"));
         assert_eq!(t.remove(a), Ok("a"));
         let b = t.insert("b").unwrap();
-        assert_eq!(t.get(a), Err(HandleError::Invalid(a.0)), "stale handle must not alias");
+        assert_eq!(
+            t.get(a),
+            Err(HandleError::Invalid(a.0)),
+            "stale handle must not alias"
+        );
         assert_eq!(t.get(b), Ok(&"b"));
         assert!(t.get(Handle::NULL).is_err());
         assert!(t.get(Handle(u64::MAX)).is_err());

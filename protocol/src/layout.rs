@@ -13,6 +13,7 @@
 //!
 //! ```text
 //! 0x000  owner        u64  (generation << 32 | pid); pid 0 = free. Guests CAS it.
+//! 0x008  guest_gen    u32  generation whose guest-owned indices are zeroed
 //! 0x040  host_gen     u32  generation the host has reset the channel for
 //! 0x044  host_state   u32  0 = serving, else a ChannelFailure code (host writes)
 //! 0x080  guest_sleeping u32  guest writes, host reads
@@ -57,6 +58,9 @@ pub const CHANNELS_OFF: usize = PAGE;
 
 /// Channel-relative offset of the owner word.
 pub const CH_OWNER: usize = 0x000;
+/// Channel-relative offset of the generation whose guest-side indices the
+/// claiming guest has zeroed (guest writes, Release; host reads, Acquire).
+pub const CH_GUEST_GEN: usize = 0x008;
 /// Channel-relative offset of the host's acknowledged generation.
 pub const CH_HOST_GEN: usize = 0x040;
 /// Channel-relative offset of the host's channel state.
@@ -208,8 +212,7 @@ impl Layout {
                 "must be a power of two in 8..=4096",
             ));
         }
-        if !(MIN_ARENA..=MAX_ARENA).contains(&cfg.arena_size)
-            || cfg.arena_size as usize % PAGE != 0
+        if !(MIN_ARENA..=MAX_ARENA).contains(&cfg.arena_size) || cfg.arena_size as usize % PAGE != 0
         {
             return Err(field(
                 "arena_size",
@@ -255,7 +258,11 @@ impl Layout {
             features: h.features,
         })?;
         if h.channel_stride as usize != layout.channel_stride {
-            return Err(field("channel_stride", h.channel_stride.into(), "disagrees with layout"));
+            return Err(field(
+                "channel_stride",
+                h.channel_stride.into(),
+                "disagrees with layout",
+            ));
         }
         if h.channels_offset != CHANNELS_OFF as u64 {
             return Err(field("channels_offset", h.channels_offset, "must be 4096"));
@@ -266,7 +273,10 @@ impl Layout {
         // A BAR may be larger than the region (rounded to a power of two);
         // it must never be smaller.
         if mapped < h.region_size {
-            return Err(LayoutError::SizeMismatch { mapped, needed: h.region_size });
+            return Err(LayoutError::SizeMismatch {
+                mapped,
+                needed: h.region_size,
+            });
         }
         Ok(layout)
     }
@@ -359,7 +369,10 @@ pub struct Owner {
 impl Owner {
     /// Unpacks an owner word.
     pub fn from_word(w: u64) -> Owner {
-        Owner { generation: (w >> 32) as u32, pid: w as u32 }
+        Owner {
+            generation: (w >> 32) as u32,
+            pid: w as u32,
+        }
     }
     /// Packs an owner word.
     pub fn word(self) -> u64 {
@@ -435,15 +448,69 @@ mod tests {
         let cases: Vec<(RegionHeader, &str)> = vec![
             (RegionHeader { magic: 1, ..good }, "magic"),
             (RegionHeader { version: 2, ..good }, "version"),
-            (RegionHeader { header_size: 128, ..good }, "header_size"),
-            (RegionHeader { channel_count: 0, ..good }, "channels"),
-            (RegionHeader { channel_count: 100_000, ..good }, "channels"),
-            (RegionHeader { ring_entries: 100, ..good }, "ring_entries"),
-            (RegionHeader { arena_size: 12345, ..good }, "arena_size"),
-            (RegionHeader { features: 1 << 40, ..good }, "features"),
-            (RegionHeader { channel_stride: 4096, ..good }, "channel_stride"),
-            (RegionHeader { channels_offset: 0, ..good }, "channels_offset"),
-            (RegionHeader { region_size: 1, ..good }, "region_size"),
+            (
+                RegionHeader {
+                    header_size: 128,
+                    ..good
+                },
+                "header_size",
+            ),
+            (
+                RegionHeader {
+                    channel_count: 0,
+                    ..good
+                },
+                "channels",
+            ),
+            (
+                RegionHeader {
+                    channel_count: 100_000,
+                    ..good
+                },
+                "channels",
+            ),
+            (
+                RegionHeader {
+                    ring_entries: 100,
+                    ..good
+                },
+                "ring_entries",
+            ),
+            (
+                RegionHeader {
+                    arena_size: 12345,
+                    ..good
+                },
+                "arena_size",
+            ),
+            (
+                RegionHeader {
+                    features: 1 << 40,
+                    ..good
+                },
+                "features",
+            ),
+            (
+                RegionHeader {
+                    channel_stride: 4096,
+                    ..good
+                },
+                "channel_stride",
+            ),
+            (
+                RegionHeader {
+                    channels_offset: 0,
+                    ..good
+                },
+                "channels_offset",
+            ),
+            (
+                RegionHeader {
+                    region_size: 1,
+                    ..good
+                },
+                "region_size",
+            ),
         ];
         for (h, what) in cases {
             assert!(Layout::from_header(&h, size).is_err(), "{what} accepted");
@@ -452,12 +519,18 @@ mod tests {
             Layout::from_header(&good, size - 1),
             Err(LayoutError::SizeMismatch { .. })
         ));
-        assert!(Layout::from_header(&good, size * 2).is_ok(), "larger BAR is fine");
+        assert!(
+            Layout::from_header(&good, size * 2).is_ok(),
+            "larger BAR is fine"
+        );
     }
 
     #[test]
     fn owner_word_round_trips() {
-        let o = Owner { generation: 7, pid: 4242 };
+        let o = Owner {
+            generation: 7,
+            pid: 4242,
+        };
         assert_eq!(Owner::from_word(o.word()), o);
         assert!(Owner::from_word(7 << 32).is_free());
     }

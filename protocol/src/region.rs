@@ -21,7 +21,9 @@ use crate::wire::{Pod, Request, Response};
 
 /// An access outside the mapping or misaligned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("region access at {off}+{len} (align {align}) outside mapping of {mapped} bytes or misaligned")]
+#[error(
+    "region access at {off}+{len} (align {align}) outside mapping of {mapped} bytes or misaligned"
+)]
 pub struct OutOfBounds {
     /// Offset asked for.
     pub off: usize,
@@ -44,7 +46,10 @@ pub struct RegionView {
 
 impl fmt::Debug for RegionView {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RegionView").field("base", &self.base).field("len", &self.len).finish()
+        f.debug_struct("RegionView")
+            .field("base", &self.base)
+            .field("len", &self.len)
+            .finish()
     }
 }
 
@@ -62,8 +67,16 @@ impl RegionView {
     /// at least 64 bytes, that stays mapped for as long as `keepalive` lives,
     /// and that this process accesses only through views (never through Rust
     /// references to its bytes).
-    pub unsafe fn new(base: NonNull<u8>, len: usize, keepalive: Arc<dyn Any + Send + Sync>) -> Self {
-        RegionView { base, len, _keepalive: keepalive }
+    pub unsafe fn new(
+        base: NonNull<u8>,
+        len: usize,
+        keepalive: Arc<dyn Any + Send + Sync>,
+    ) -> Self {
+        RegionView {
+            base,
+            len,
+            _keepalive: keepalive,
+        }
     }
 
     /// Mapped length in bytes.
@@ -79,7 +92,12 @@ impl RegionView {
     fn ptr(&self, off: usize, len: usize, align: usize) -> Result<*mut u8, OutOfBounds> {
         let end = off.checked_add(len);
         if end.is_none_or(|e| e > self.len) || off % align != 0 {
-            return Err(OutOfBounds { off, len, align, mapped: self.len });
+            return Err(OutOfBounds {
+                off,
+                len,
+                align,
+                mapped: self.len,
+            });
         }
         // SAFETY: off + len <= self.len, so the result stays inside the mapping.
         Ok(unsafe { self.base.as_ptr().add(off) })
@@ -185,26 +203,55 @@ impl<T: Pod> ShmRing<T> {
         view.atomic_u32(head)?;
         view.atomic_u32(tail)?;
         view.ptr(slots, entries as usize * DESC_SIZE, align_of::<T>())?;
-        Ok(ShmRing { view: view.clone(), head, tail, slots, entries, _t: std::marker::PhantomData })
+        Ok(ShmRing {
+            view: view.clone(),
+            head,
+            tail,
+            slots,
+            entries,
+            _t: std::marker::PhantomData,
+        })
     }
 
     fn word(&self, off: usize) -> &AtomicU32 {
         // Checked at construction; the view never shrinks.
-        self.view.atomic_u32(off).expect("ring index offset validated at construction")
+        self.view
+            .atomic_u32(off)
+            .expect("ring index offset validated at construction")
     }
 }
 
 impl ShmRing<Request> {
     /// The request ring of channel `ch`.
-    pub fn requests(view: &RegionView, layout: &Layout, ch: &ChannelOffsets) -> Result<Self, OutOfBounds> {
-        Self::new(view, ch.at(CH_REQ_HEAD), ch.at(CH_REQ_TAIL), ch.req_slots, layout.ring_entries())
+    pub fn requests(
+        view: &RegionView,
+        layout: &Layout,
+        ch: &ChannelOffsets,
+    ) -> Result<Self, OutOfBounds> {
+        Self::new(
+            view,
+            ch.at(CH_REQ_HEAD),
+            ch.at(CH_REQ_TAIL),
+            ch.req_slots,
+            layout.ring_entries(),
+        )
     }
 }
 
 impl ShmRing<Response> {
     /// The response ring of channel `ch`.
-    pub fn responses(view: &RegionView, layout: &Layout, ch: &ChannelOffsets) -> Result<Self, OutOfBounds> {
-        Self::new(view, ch.at(CH_RESP_HEAD), ch.at(CH_RESP_TAIL), ch.resp_slots, layout.ring_entries())
+    pub fn responses(
+        view: &RegionView,
+        layout: &Layout,
+        ch: &ChannelOffsets,
+    ) -> Result<Self, OutOfBounds> {
+        Self::new(
+            view,
+            ch.at(CH_RESP_HEAD),
+            ch.at(CH_RESP_TAIL),
+            ch.resp_slots,
+            layout.ring_entries(),
+        )
     }
 }
 
@@ -227,11 +274,15 @@ impl<T: Pod> RingMem for ShmRing<T> {
     }
     fn write_slot(&self, i: u32, v: &T) {
         let off = self.slots + (i & (self.entries - 1)) as usize * DESC_SIZE;
-        self.view.write_obj(off, v).expect("slot offset validated at construction")
+        self.view
+            .write_obj(off, v)
+            .expect("slot offset validated at construction")
     }
     fn read_slot(&self, i: u32) -> T {
         let off = self.slots + (i & (self.entries - 1)) as usize * DESC_SIZE;
-        self.view.read_obj(off).expect("slot offset validated at construction")
+        self.view
+            .read_obj(off)
+            .expect("slot offset validated at construction")
     }
 }
 

@@ -77,7 +77,11 @@ impl<M: RingMem> Producer<M> {
     /// Takes the producer role, starting at index `start` (the value both
     /// sides agreed on, normally 0 after a channel reset).
     pub fn new(mem: M, start: u32) -> Self {
-        Producer { mem, tail: start, head_cache: start }
+        Producer {
+            mem,
+            tail: start,
+            head_cache: start,
+        }
     }
 
     /// Our (authoritative) producer index.
@@ -92,7 +96,11 @@ impl<M: RingMem> Producer<M> {
         let head = self.mem.load_head(Ordering::Acquire);
         let used = self.tail.wrapping_sub(head);
         if used > self.mem.capacity() {
-            return Err(Corrupt { head, tail: self.tail, capacity: self.mem.capacity() });
+            return Err(Corrupt {
+                head,
+                tail: self.tail,
+                capacity: self.mem.capacity(),
+            });
         }
         self.head_cache = head;
         Ok(head)
@@ -103,6 +111,16 @@ impl<M: RingMem> Producer<M> {
         self.mem.capacity() - self.tail.wrapping_sub(self.head_cache)
     }
 
+    /// Whether one more descriptor fits, reloading the consumer's index
+    /// only when the cached one says the ring is full.
+    pub fn has_space(&mut self) -> Result<bool, Corrupt> {
+        if self.free_cached() > 0 {
+            return Ok(true);
+        }
+        self.refresh_head()?;
+        Ok(self.free_cached() > 0)
+    }
+
     /// Appends one descriptor.
     pub fn try_push(&mut self, v: &M::Slot) -> Result<(), PushError> {
         if self.tail.wrapping_sub(self.head_cache) >= self.mem.capacity() {
@@ -111,7 +129,8 @@ impl<M: RingMem> Producer<M> {
                 return Err(PushError::Full);
             }
         }
-        self.mem.write_slot(self.tail & (self.mem.capacity() - 1), v);
+        self.mem
+            .write_slot(self.tail & (self.mem.capacity() - 1), v);
         self.tail = self.tail.wrapping_add(1);
         // Release: publishes the slot written above; pairs with the
         // consumer's Acquire load of tail in `Consumer::peek`.
@@ -136,7 +155,11 @@ pub struct Consumer<M: RingMem> {
 impl<M: RingMem> Consumer<M> {
     /// Takes the consumer role, starting at index `start`.
     pub fn new(mem: M, start: u32) -> Self {
-        Consumer { mem, head: start, tail_cache: start }
+        Consumer {
+            mem,
+            head: start,
+            tail_cache: start,
+        }
     }
 
     /// Our (authoritative) consumer index.
@@ -151,7 +174,11 @@ impl<M: RingMem> Consumer<M> {
         let tail = self.mem.load_tail(Ordering::Acquire);
         let avail = tail.wrapping_sub(self.head);
         if avail > self.mem.capacity() {
-            return Err(Corrupt { head: self.head, tail, capacity: self.mem.capacity() });
+            return Err(Corrupt {
+                head: self.head,
+                tail,
+                capacity: self.mem.capacity(),
+            });
         }
         self.tail_cache = tail;
         Ok(avail)
@@ -164,12 +191,17 @@ impl<M: RingMem> Consumer<M> {
         if self.head == self.tail_cache && self.available()? == 0 {
             return Ok(None);
         }
-        Ok(Some(self.mem.read_slot(self.head & (self.mem.capacity() - 1))))
+        Ok(Some(
+            self.mem.read_slot(self.head & (self.mem.capacity() - 1)),
+        ))
     }
 
     /// Releases the slot returned by the last successful [`Consumer::peek`].
     pub fn advance(&mut self) {
-        debug_assert!(self.head != self.tail_cache, "advance without a peeked slot");
+        debug_assert!(
+            self.head != self.tail_cache,
+            "advance without a peeked slot"
+        );
         self.head = self.head.wrapping_add(1);
         // Release: our reads of the slot (and its arena data) happen before
         // the producer may reuse them; pairs with the Acquire load of head in
@@ -207,7 +239,9 @@ impl<T: Copy + Default> LocalRing<T> {
         LocalRing {
             head: 0.into(),
             tail: 0.into(),
-            slots: (0..capacity).map(|_| std::sync::Mutex::new(T::default())).collect(),
+            slots: (0..capacity)
+                .map(|_| std::sync::Mutex::new(T::default()))
+                .collect(),
         }
     }
 
@@ -239,10 +273,14 @@ impl<T: Copy> RingMem for &LocalRing<T> {
         self.tail.store(v, o)
     }
     fn write_slot(&self, i: u32, v: &T) {
-        *self.slots[i as usize].lock().unwrap_or_else(|e| e.into_inner()) = *v;
+        *self.slots[i as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = *v;
     }
     fn read_slot(&self, i: u32) -> T {
-        *self.slots[i as usize].lock().unwrap_or_else(|e| e.into_inner())
+        *self.slots[i as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 }
 

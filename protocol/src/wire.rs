@@ -97,7 +97,11 @@ unsafe impl Pod for Response {}
 impl Request {
     /// A request for `op` with the given arguments and no arena data.
     pub fn new(op: Opcode, args: [u64; REQUEST_ARGS]) -> Self {
-        Request { opcode: op as u16, args, ..Default::default() }
+        Request {
+            opcode: op as u16,
+            args,
+            ..Default::default()
+        }
     }
 
     /// Decodes a request from its 64 little-endian wire bytes.
@@ -145,8 +149,9 @@ impl Request {
         if self.flags & !REQ_KNOWN_FLAGS != 0 {
             return Err(RequestError::UnknownFlags { flags: self.flags });
         }
-        let op = Opcode::try_from(self.opcode)
-            .map_err(|_| RequestError::UnknownOpcode { opcode: self.opcode })?;
+        let op = Opcode::try_from(self.opcode).map_err(|_| RequestError::UnknownOpcode {
+            opcode: self.opcode,
+        })?;
         let end = self.arena_off.checked_add(self.arena_len);
         let arena = match end {
             Some(end) if end <= arena_size => self.arena_off..end,
@@ -297,22 +302,58 @@ mod tests {
         // SAFETY: Request is Pod of exactly DESC_SIZE bytes; reading its
         // bytes through a u8 pointer is always valid.
         let mem: [u8; DESC_SIZE] = unsafe { std::mem::transmute(r) };
-        assert_eq!(mem, b, "in-memory layout must equal the documented wire layout");
+        assert_eq!(
+            mem, b,
+            "in-memory layout must equal the documented wire layout"
+        );
     }
 
     #[test]
     fn validation_rejects_each_bad_field() {
-        let ok = Request { opcode: Opcode::Nop as u16, ..Default::default() };
+        let ok = Request {
+            opcode: Opcode::Nop as u16,
+            ..Default::default()
+        };
         assert!(ok.validate(1024).is_ok());
-        let bad_op = Request { opcode: 0x7fff, ..ok };
-        assert_eq!(bad_op.validate(1024), Err(RequestError::UnknownOpcode { opcode: 0x7fff }));
-        let bad_flags = Request { flags: 0x8000, ..ok };
-        assert!(matches!(bad_flags.validate(1024), Err(RequestError::UnknownFlags { .. })));
-        let past_end = Request { arena_off: 1000, arena_len: 25, ..ok };
-        assert!(matches!(past_end.validate(1024), Err(RequestError::ArenaOutOfRange { .. })));
-        let overflow = Request { arena_off: u32::MAX, arena_len: 2, ..ok };
-        assert!(matches!(overflow.validate(1024), Err(RequestError::ArenaOutOfRange { .. })));
-        let exact = Request { arena_off: 1000, arena_len: 24, ..ok };
+        let bad_op = Request {
+            opcode: 0x7fff,
+            ..ok
+        };
+        assert_eq!(
+            bad_op.validate(1024),
+            Err(RequestError::UnknownOpcode { opcode: 0x7fff })
+        );
+        let bad_flags = Request {
+            flags: 0x8000,
+            ..ok
+        };
+        assert!(matches!(
+            bad_flags.validate(1024),
+            Err(RequestError::UnknownFlags { .. })
+        ));
+        let past_end = Request {
+            arena_off: 1000,
+            arena_len: 25,
+            ..ok
+        };
+        assert!(matches!(
+            past_end.validate(1024),
+            Err(RequestError::ArenaOutOfRange { .. })
+        ));
+        let overflow = Request {
+            arena_off: u32::MAX,
+            arena_len: 2,
+            ..ok
+        };
+        assert!(matches!(
+            overflow.validate(1024),
+            Err(RequestError::ArenaOutOfRange { .. })
+        ));
+        let exact = Request {
+            arena_off: 1000,
+            arena_len: 24,
+            ..ok
+        };
         assert_eq!(exact.validate(1024).map(|v| v.arena), Ok(1000..1024));
     }
 

@@ -1,0 +1,152 @@
+//! The `fairgpu` command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// fairgpu shares one GPU among many virtual machines by API remoting: guest
+/// processes push CUDA driver calls into lock-free rings in shared memory and
+/// this host serves them.
+#[derive(Debug, Parser)]
+#[command(name = "fairgpu", version, propagate_version = true)]
+pub struct Cli {
+    /// Log filter (tracing syntax), e.g. "info" or "fairgpu=debug".
+    #[arg(long, global = true, default_value = "info", env = "FAIRGPU_LOG")]
+    pub log: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a host and several guest processes over a shared region and show
+    /// what flows through each channel, live.
+    Demo(DemoArgs),
+    /// Create a shared-memory region and serve it in the foreground (local
+    /// mode: guests find it through FAIRGPU_REGION=PATH). Stops cleanly on
+    /// SIGINT or SIGTERM and removes the region file.
+    ServeRegion(ServeRegionArgs),
+    /// Claim a channel of a running region as a guest would, measure the
+    /// round trip and check a bulk copy.
+    Ping(PingArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Internal: the echo peer of the Unix-socket baseline.
+    #[command(hide = true, name = "__socket-echo")]
+    SocketEcho {
+        /// Socket path to listen on.
+        #[arg(long)]
+        path: PathBuf,
+        /// CPU to pin to.
+        #[arg(long)]
+        cpu: Option<usize>,
+    },
+    /// Internal: a guest process of the demo.
+    #[command(hide = true, name = "__demo-guest")]
+    DemoGuest {
+        /// The region to use.
+        #[arg(long)]
+        region: PathBuf,
+        /// Workload: interactive, streaming or bulk.
+        #[arg(long)]
+        profile: String,
+        /// How long to run.
+        #[arg(long)]
+        seconds: f64,
+    },
+}
+
+/// Region shape and serving options.
+#[derive(Debug, Clone, Args)]
+pub struct ServeRegionArgs {
+    /// Where to create the region, e.g. /dev/shm/fairgpu-vm1.
+    #[arg(long)]
+    pub region: PathBuf,
+    /// Number of channels (guest processes served at once), 1..=256.
+    #[arg(long, default_value_t = 4)]
+    pub channels: u32,
+    /// Descriptors per ring: a power of two in 8..=4096.
+    #[arg(long, default_value_t = 256)]
+    pub ring_entries: u32,
+    /// Arena per channel in KiB: a multiple of 4 in 64..=262144.
+    #[arg(long, default_value_t = 4096)]
+    pub arena_kib: u32,
+    /// How long the host polls with nothing to do before it blocks, in µs.
+    #[arg(long, default_value_t = 200)]
+    pub spin_us: u64,
+    /// Pin the serving thread to this CPU.
+    #[arg(long)]
+    pub cpu: Option<usize>,
+}
+
+/// `fairgpu ping` options.
+#[derive(Debug, Clone, Args)]
+pub struct PingArgs {
+    /// The region (default: $FAIRGPU_REGION, else the first ivshmem device).
+    #[arg(long)]
+    pub region: Option<PathBuf>,
+    /// Number of round trips to time.
+    #[arg(long, default_value_t = 10_000)]
+    pub count: u32,
+}
+
+/// `fairgpu demo` options.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// How long the guests run, in seconds.
+    #[arg(long, default_value_t = 6.0)]
+    pub seconds: f64,
+}
+
+/// Benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Transport between two processes on this machine: synchronous round
+    /// trip (p50, p99), fire-and-forget submission rate, bulk arena
+    /// bandwidth, and the round trip over a Unix socket as a baseline.
+    Transport(TransportArgs),
+}
+
+/// `fairgpu bench transport` options.
+#[derive(Debug, Clone, Args)]
+pub struct TransportArgs {
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Timed synchronous round trips.
+    #[arg(long, default_value_t = 200_000)]
+    pub samples: u32,
+    /// Fire-and-forget calls to submit for the throughput figure.
+    #[arg(long, default_value_t = 4_000_000)]
+    pub async_calls: u64,
+    /// MiB to move in each direction for the bandwidth figures.
+    #[arg(long, default_value_t = 2048)]
+    pub bulk_mib: u64,
+    /// Do not pin the two processes to separate CPUs.
+    #[arg(long)]
+    pub no_pin: bool,
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "cpu index too large",
+        ));
+    }
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: cpu < CPU_SETSIZE (checked), so CPU_SET stays inside `set`.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t.
+    let r = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

@@ -1,0 +1,138 @@
+//! What each subcommand does.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use fairgpu_frontend::{Channel, GuestRegion, WaitConfig};
+use fairgpu_protocol::{Opcode, RegionConfig};
+
+use crate::cli::{pin_to_cpu, BenchCommand, Command, PingArgs, ServeRegionArgs};
+use crate::host::{HostRegion, ServeConfig, Server};
+use crate::transport_ops::TransportOps;
+
+/// Runs one subcommand.
+pub fn run(cmd: Command) -> anyhow::Result<()> {
+    match cmd {
+        Command::Demo(a) => crate::demo::run(&a),
+        Command::ServeRegion(a) => serve_region(&a),
+        Command::Ping(a) => ping(&a),
+        Command::Bench(BenchCommand::Transport(a)) => crate::bench::transport(&a),
+        Command::SocketEcho { path, cpu } => crate::bench::socket_echo(&path, cpu),
+        Command::DemoGuest {
+            region,
+            profile,
+            seconds,
+        } => crate::demo::guest(&region, &profile, seconds),
+    }
+}
+
+/// Flags that become true on SIGINT or SIGTERM.
+pub fn shutdown_flag() -> anyhow::Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, flag.clone()).context("installing signal handlers")?;
+    }
+    Ok(flag)
+}
+
+/// The region configuration the arguments ask for.
+pub fn region_config(a: &ServeRegionArgs) -> anyhow::Result<RegionConfig> {
+    let arena = a
+        .arena_kib
+        .checked_mul(1024)
+        .context("--arena-kib too large")?;
+    Ok(RegionConfig {
+        channels: a.channels,
+        ring_entries: a.ring_entries,
+        arena_size: arena,
+        ..Default::default()
+    })
+}
+
+fn serve_region(a: &ServeRegionArgs) -> anyhow::Result<()> {
+    let cfg = region_config(a)?;
+    let region = HostRegion::create(&a.region, &cfg)?;
+    if let Some(cpu) = a.cpu {
+        pin_to_cpu(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
+    }
+    tracing::info!(
+        region = %a.region.display(),
+        channels = cfg.channels,
+        ring_entries = cfg.ring_entries,
+        arena_bytes = cfg.arena_size,
+        size = region.layout().region_size(),
+        "serving region; guests use FAIRGPU_REGION={}",
+        a.region.display()
+    );
+    let shutdown = shutdown_flag()?;
+    let server = Server::new(
+        region,
+        TransportOps::default(),
+        ServeConfig {
+            spin: Duration::from_micros(a.spin_us),
+        },
+        shutdown,
+    );
+    server.run();
+    tracing::info!("shut down");
+    Ok(())
+}
+
+/// Opens a region, waiting up to `timeout` for its host to create it.
+pub fn open_region_wait(path: &Path, timeout: Duration) -> anyhow::Result<Arc<GuestRegion>> {
+    let start = Instant::now();
+    loop {
+        match GuestRegion::open(path) {
+            Ok(r) => return Ok(r),
+            Err(e) if start.elapsed() > timeout => {
+                return Err(e)
+                    .with_context(|| format!("waiting for the host to create {}", path.display()))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+fn ping(a: &PingArgs) -> anyhow::Result<()> {
+    let region = match &a.region {
+        Some(p) => GuestRegion::open(p)?,
+        None => GuestRegion::discover()?,
+    };
+    let mut ch = Channel::claim(region.clone(), WaitConfig::from_env())?;
+    println!(
+        "region {}: {} channels, claimed channel {}",
+        region.path().display(),
+        region.layout().channels(),
+        ch.index()
+    );
+    let mut samples = Vec::with_capacity(a.count as usize);
+    for i in 0..u64::from(a.count.max(1)) {
+        let t = Instant::now();
+        let r = ch.call(Opcode::Nop, [i, 0, 0, 0, 0])?;
+        samples.push(t.elapsed().as_nanos() as u64);
+        if r.vals[0] != i {
+            bail!("no-op {i} echoed {}", r.vals[0]);
+        }
+    }
+    samples.sort_unstable();
+    let data: Vec<u8> = (0..3 * ch.max_slice() as usize + 12345)
+        .map(|i| (i * 7 + 3) as u8)
+        .collect();
+    ch.send_bulk(Opcode::CopyIn, [0; 5], 0, &data)?;
+    let mut back = vec![0u8; data.len()];
+    ch.recv_bulk(Opcode::CopyOut, [0; 5], 0, &mut back)?;
+    if back != data {
+        bail!("bulk copy of {} bytes came back different", data.len());
+    }
+    println!(
+        "{} round trips: p50 {} ns, p99 {} ns; bulk copy of {} bytes verified",
+        samples.len(),
+        crate::bench::percentile(&samples, 50.0),
+        crate::bench::percentile(&samples, 99.0),
+        data.len()
+    );
+    Ok(())
+}

@@ -1,0 +1,615 @@
+//! The host side of the transport: create a region, serve every channel's
+//! request ring, dispatch by opcode, answer.
+//!
+//! One [`Server`] serves one region from one thread. Per channel it keeps the
+//! authoritative ring indices privately, copies each descriptor out once,
+//! validates it, executes it through a [`Handler`], and answers. A channel
+//! whose indices are corrupt is failed (its `host_state` says why, its guest
+//! is woken); the other channels and the server carry on.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fairgpu_frontend::channel::pid_alive;
+use fairgpu_frontend::futex;
+use fairgpu_frontend::map::Mapping;
+use fairgpu_protocol::layout::{
+    ChannelFailure, ChannelOffsets, Layout, Owner, RegionConfig, CH_GUEST_GEN, CH_GUEST_SLEEPING,
+    CH_GUEST_WAKE, CH_HOST_GEN, CH_HOST_STATE, CH_OWNER, CH_REQ_HEAD, CH_RESP_TAIL, DOORBELL_OFF,
+    FEATURE_LOCAL_OWNERS, HEARTBEAT_MS, HEARTBEAT_OFF, HOST_SLEEPING_OFF, MAGIC,
+};
+use fairgpu_protocol::region::{OutOfBounds, RegionView, RequestRing, ResponseRing};
+use fairgpu_protocol::ring::{Consumer, Producer, PushError};
+use fairgpu_protocol::wire::{ValidRequest, REQ_NEEDS_RESPONSE};
+use fairgpu_protocol::{Response, Status};
+
+/// Most requests served from one channel before moving to the next, so one
+/// busy guest cannot starve the others' rings.
+const BATCH: usize = 32;
+/// How often dead owners are looked for.
+const REAP_EVERY: Duration = Duration::from_millis(100);
+/// Longest single block before the loop re-checks shutdown and owners.
+const BLOCK_SLICE: Duration = Duration::from_millis(50);
+
+/// Why the host side could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The configuration asks for an invalid layout.
+    #[error("invalid region configuration")]
+    Layout(#[from] fairgpu_protocol::layout::LayoutError),
+    /// The region file could not be created or mapped.
+    #[error("cannot create region {path}")]
+    Create {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The mapping is smaller than the layout (cannot happen for files we create).
+    #[error("region mapping too small")]
+    Bounds(#[from] OutOfBounds),
+}
+
+/// A region this host created; the file is removed when it is dropped.
+#[derive(Debug)]
+pub struct HostRegion {
+    view: RegionView,
+    layout: Layout,
+    path: PathBuf,
+}
+
+impl HostRegion {
+    /// Creates the region file at `path`, writes the header (magic last) and
+    /// maps it.
+    pub fn create(path: &Path, cfg: &RegionConfig) -> Result<HostRegion, HostError> {
+        let layout = Layout::new(cfg)?;
+        let map =
+            Mapping::create(path, layout.region_size()).map_err(|source| HostError::Create {
+                path: path.to_owned(),
+                source,
+            })?;
+        let view = map.view();
+        let mut header = layout.header();
+        header.magic = 0;
+        view.write_obj(0, &header)?;
+        // Release: publishes every header field written above; pairs with
+        // the guest's Acquire load of the magic in GuestRegion::open.
+        view.atomic_u64(0)?.store(MAGIC, Ordering::Release);
+        Ok(HostRegion {
+            view,
+            layout,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The layout the host created (never re-read from the region).
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The region file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The whole region.
+    pub fn view(&self) -> &RegionView {
+        &self.view
+    }
+}
+
+impl Drop for HostRegion {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A request's arena slice, bounds-checked against the slice.
+#[derive(Debug)]
+pub struct ArenaSlice<'a> {
+    view: &'a RegionView,
+    base: usize,
+    len: usize,
+}
+
+impl ArenaSlice<'_> {
+    /// Slice length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the slice is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies the slice's bytes `off..off + dst.len()` into private memory.
+    pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<(), Status> {
+        self.check(off, dst.len())?;
+        self.view
+            .read_bytes(self.base + off, dst)
+            .map_err(|_| Status::INVALID_VALUE)
+    }
+
+    /// Writes `src` at `off` inside the slice.
+    pub fn write(&self, off: usize, src: &[u8]) -> Result<(), Status> {
+        self.check(off, src.len())?;
+        self.view
+            .write_bytes(self.base + off, src)
+            .map_err(|_| Status::INVALID_VALUE)
+    }
+
+    fn check(&self, off: usize, len: usize) -> Result<(), Status> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Status::INVALID_VALUE),
+        }
+    }
+}
+
+/// What a handler returns for a successful request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Answer {
+    /// Inline return values.
+    pub vals: [u64; 5],
+    /// Output bytes written into the request's arena slice.
+    pub out_len: u32,
+}
+
+/// Executes validated requests. The transport owns the rings; the handler
+/// owns whatever state the calls create (per channel).
+pub trait Handler {
+    /// Executes one request of channel `ch`.
+    fn handle(
+        &mut self,
+        ch: u32,
+        req: &ValidRequest,
+        arena: &ArenaSlice<'_>,
+    ) -> Result<Answer, Status>;
+    /// Channel `ch` changed owner or failed: free everything its previous
+    /// owner created.
+    fn reset(&mut self, ch: u32);
+}
+
+/// Per-channel counters, readable from other threads while serving.
+#[derive(Debug, Default)]
+pub struct ChannelStats {
+    /// Requests answered with a response.
+    pub sync_calls: AtomicU64,
+    /// Fire-and-forget requests executed.
+    pub async_calls: AtomicU64,
+    /// Requests that failed.
+    pub errors: AtomicU64,
+    /// Arena bytes carried by requests.
+    pub arena_bytes: AtomicU64,
+    /// Current owner pid (0: free).
+    pub owner_pid: AtomicU32,
+    /// 1 while the channel is failed.
+    pub failed: AtomicU32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Idle,
+    Serving,
+    Failed,
+}
+
+#[derive(Debug)]
+struct HostChannel {
+    index: u32,
+    offs: ChannelOffsets,
+    served_gen: u32,
+    state: State,
+    req: Consumer<RequestRing>,
+    resp: Producer<ResponseRing>,
+    deferred: Status,
+}
+
+/// How the server waits.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeConfig {
+    /// How long to poll with nothing to do before blocking.
+    pub spin: Duration,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            spin: Duration::from_micros(200),
+        }
+    }
+}
+
+/// Serves one region.
+#[derive(Debug)]
+pub struct Server<H: Handler> {
+    region: HostRegion,
+    channels: Vec<HostChannel>,
+    stats: Arc<[ChannelStats]>,
+    handler: H,
+    cfg: ServeConfig,
+    shutdown: Arc<AtomicBool>,
+    last_reap: Instant,
+}
+
+impl<H: Handler> Server<H> {
+    /// A server for `region`; it stops when `shutdown` becomes true.
+    pub fn new(
+        region: HostRegion,
+        handler: H,
+        cfg: ServeConfig,
+        shutdown: Arc<AtomicBool>,
+    ) -> Self {
+        let layout = *region.layout();
+        let view = region.view().clone();
+        let channels = (0..layout.channels())
+            .map(|index| {
+                let offs = layout.channel(index).expect("index < channels");
+                HostChannel {
+                    index,
+                    offs,
+                    served_gen: 0,
+                    state: State::Idle,
+                    req: Consumer::new(
+                        RequestRing::requests(&view, &layout, &offs).expect("layout"),
+                        0,
+                    ),
+                    resp: Producer::new(
+                        ResponseRing::responses(&view, &layout, &offs).expect("layout"),
+                        0,
+                    ),
+                    deferred: Status::SUCCESS,
+                }
+            })
+            .collect();
+        let stats = (0..layout.channels())
+            .map(|_| ChannelStats::default())
+            .collect();
+        Server {
+            region,
+            channels,
+            stats,
+            handler,
+            cfg,
+            shutdown,
+            last_reap: Instant::now(),
+        }
+    }
+
+    /// Counters of every channel, shareable with a monitoring thread.
+    pub fn stats(&self) -> Arc<[ChannelStats]> {
+        self.stats.clone()
+    }
+
+    /// The region being served.
+    pub fn region(&self) -> &HostRegion {
+        &self.region
+    }
+
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        self.region
+            .view()
+            .atomic_u32(off)
+            .expect("layout validated")
+    }
+
+    /// Serves until shutdown, then fails every live channel with
+    /// `HostShutdown` so that waiting guests return at once.
+    pub fn run(mut self) -> H {
+        let heartbeat = self.spawn_heartbeat();
+        let mut idle_since: Option<Instant> = None;
+        let mut idle_polls = 0u32;
+        while !self.shutdown.load(Ordering::Relaxed) {
+            if self.poll_all() {
+                idle_since = None;
+                idle_polls = 0;
+                continue;
+            }
+            idle_polls = idle_polls.wrapping_add(1);
+            if idle_polls % 64 != 0 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let now = Instant::now();
+            let since = *idle_since.get_or_insert(now);
+            if now.duration_since(self.last_reap) >= REAP_EVERY {
+                self.reap_dead_owners();
+            }
+            if now.duration_since(since) >= self.cfg.spin {
+                self.block();
+                idle_since = None;
+            }
+        }
+        for i in 0..self.channels.len() {
+            if self.channels[i].state == State::Serving {
+                self.fail(i, ChannelFailure::HostShutdown);
+            }
+        }
+        let _ = heartbeat.join();
+        self.handler
+    }
+
+    fn spawn_heartbeat(&self) -> std::thread::JoinHandle<()> {
+        let view = self.region.view().clone();
+        let stop = self.shutdown.clone();
+        std::thread::Builder::new()
+            .name("fairgpu-heartbeat".into())
+            .spawn(move || {
+                let hb = view.atomic_u64(HEARTBEAT_OFF).expect("layout validated");
+                while !stop.load(Ordering::Relaxed) {
+                    hb.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(HEARTBEAT_MS));
+                }
+            })
+            .expect("spawning the heartbeat thread")
+    }
+
+    /// Publishes "sleeping", re-checks every channel, then blocks on the
+    /// doorbell until a guest rings it or the block slice ends.
+    fn block(&mut self) {
+        let bell = self.u32_at(DOORBELL_OFF);
+        let seen = bell.load(Ordering::Acquire);
+        self.u32_at(HOST_SLEEPING_OFF).store(1, Ordering::Relaxed);
+        // SeqCst fence: Dekker pairing with the guest's fence between
+        // publishing its tail and reading host_sleeping (ring_doorbell).
+        fence(Ordering::SeqCst);
+        if !self.poll_all() {
+            futex::wait(self.u32_at(DOORBELL_OFF), seen, BLOCK_SLICE);
+        }
+        self.u32_at(HOST_SLEEPING_OFF).store(0, Ordering::Relaxed);
+    }
+
+    /// One pass over every channel; true if anything was done.
+    fn poll_all(&mut self) -> bool {
+        let mut did = false;
+        for i in 0..self.channels.len() {
+            did |= self.poll_channel(i);
+        }
+        did
+    }
+
+    fn poll_channel(&mut self, i: usize) -> bool {
+        let view = self.region.view().clone();
+        let offs = self.channels[i].offs;
+        let word = |rel| view.atomic_u32(offs.at(rel)).expect("layout validated");
+        // Acquire: pairs with the guest's claim/release CAS on the owner word.
+        let owner = Owner::from_word(
+            view.atomic_u64(offs.at(CH_OWNER))
+                .expect("layout validated")
+                .load(Ordering::Acquire),
+        );
+        let ch = &mut self.channels[i];
+        if owner.is_free() {
+            if ch.state != State::Idle {
+                ch.state = State::Idle;
+                self.stats[i].owner_pid.store(0, Ordering::Relaxed);
+                self.handler.reset(ch.index);
+            }
+            return false;
+        }
+        if owner.generation != ch.served_gen {
+            // Acquire: pairs with the guest's Release store of guest_gen after
+            // it zeroed req.tail and resp.head for this generation.
+            if word(CH_GUEST_GEN).load(Ordering::Acquire) != owner.generation {
+                return false;
+            }
+            self.reset_channel(i, owner);
+            return true;
+        }
+        if ch.state != State::Serving {
+            return false;
+        }
+        let mut did = false;
+        for _ in 0..BATCH {
+            match self.serve_one(i) {
+                Ok(true) => did = true,
+                Ok(false) => break,
+                Err(failure) => {
+                    self.fail(i, failure);
+                    return true;
+                }
+            }
+        }
+        if did {
+            self.wake_guest(i);
+        }
+        did
+    }
+
+    fn reset_channel(&mut self, i: usize, owner: Owner) {
+        let view = self.region.view().clone();
+        let ch = &mut self.channels[i];
+        let word = |rel| view.atomic_u32(ch.offs.at(rel)).expect("layout validated");
+        self.handler.reset(ch.index);
+        ch.req = Consumer::new(
+            RequestRing::requests(&view, self.region.layout(), &ch.offs).expect("layout"),
+            0,
+        );
+        ch.resp = Producer::new(
+            ResponseRing::responses(&view, self.region.layout(), &ch.offs).expect("layout"),
+            0,
+        );
+        word(CH_REQ_HEAD).store(0, Ordering::Relaxed);
+        word(CH_RESP_TAIL).store(0, Ordering::Relaxed);
+        word(CH_HOST_STATE).store(0, Ordering::Relaxed);
+        ch.deferred = Status::SUCCESS;
+        ch.served_gen = owner.generation;
+        ch.state = State::Serving;
+        // Release: publishes the zeroed host-side indices and state; pairs
+        // with the guest's Acquire load of host_gen in Channel::handshake.
+        word(CH_HOST_GEN).store(owner.generation, Ordering::Release);
+        let st = &self.stats[i];
+        st.owner_pid.store(owner.pid, Ordering::Relaxed);
+        st.failed.store(0, Ordering::Relaxed);
+        tracing::debug!(
+            channel = ch.index,
+            pid = owner.pid,
+            generation = owner.generation,
+            "channel claimed"
+        );
+        self.wake_guest(i);
+    }
+
+    /// Serves the oldest request of channel `i`; false if there was none (or
+    /// its response cannot be posted yet).
+    fn serve_one(&mut self, i: usize) -> Result<bool, ChannelFailure> {
+        let arena_size = self.region.layout().arena_size();
+        let ch = &mut self.channels[i];
+        let Some(desc) = ch
+            .req
+            .peek()
+            .map_err(|_| ChannelFailure::RequestRingCorrupt)?
+        else {
+            return Ok(false);
+        };
+        // From here on only the private copy `desc` is used.
+        let needs_response = desc.flags & REQ_NEEDS_RESPONSE != 0;
+        if needs_response
+            && !ch
+                .resp
+                .has_space()
+                .map_err(|_| ChannelFailure::ResponseRingCorrupt)?
+        {
+            return Ok(false); // the guest has not consumed its responses yet
+        }
+        let st = &self.stats[i];
+        let result = match desc.validate(arena_size) {
+            Ok(req) => {
+                let slice = ArenaSlice {
+                    view: self.region.view(),
+                    base: ch.offs.arena + req.arena.start as usize,
+                    len: req.arena.len(),
+                };
+                st.arena_bytes
+                    .fetch_add(req.arena.len() as u64, Ordering::Relaxed);
+                self.handler.handle(ch.index, &req, &slice)
+            }
+            Err(e) => {
+                rate_limited_warn(i, &e);
+                Err(e.status())
+            }
+        };
+        if result.is_err() {
+            st.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        if needs_response {
+            let (status, ans) = match result {
+                Ok(a) => (Status::SUCCESS, a),
+                Err(s) => (s, Answer::default()),
+            };
+            let resp = Response {
+                call_id: desc.call_id,
+                status: status.0,
+                deferred: std::mem::replace(&mut ch.deferred, Status::SUCCESS).0,
+                arena_off: desc.arena_off,
+                arena_len: ans.out_len.min(desc.arena_len),
+                vals: ans.vals,
+            };
+            match ch.resp.try_push(&resp) {
+                Ok(()) => {}
+                Err(PushError::Full) => unreachable!("space checked above"),
+                Err(PushError::Corrupt(_)) => return Err(ChannelFailure::ResponseRingCorrupt),
+            }
+            st.sync_calls.fetch_add(1, Ordering::Relaxed);
+        } else {
+            if let Err(s) = result {
+                if ch.deferred.is_success() {
+                    ch.deferred = s;
+                }
+            }
+            st.async_calls.fetch_add(1, Ordering::Relaxed);
+        }
+        ch.req.advance();
+        Ok(true)
+    }
+
+    fn fail(&mut self, i: usize, why: ChannelFailure) {
+        let ch = &mut self.channels[i];
+        ch.state = State::Failed;
+        let off = ch.offs.at(CH_HOST_STATE);
+        self.stats[i].failed.store(1, Ordering::Relaxed);
+        if why != ChannelFailure::HostShutdown {
+            tracing::warn!(channel = ch.index, generation = ch.served_gen, reason = %why, "channel failed");
+        }
+        // Release: pairs with the guest's Acquire load of host_state.
+        self.u32_at(off).store(why as u32, Ordering::Release);
+        self.wake_guest(i);
+    }
+
+    /// Wakes channel `i`'s guest if it published that it sleeps.
+    fn wake_guest(&self, i: usize) {
+        let offs = self.channels[i].offs;
+        // SeqCst fence: Dekker pairing with the guest's store of
+        // guest_sleeping, its SeqCst fence and its re-check of the rings.
+        fence(Ordering::SeqCst);
+        if self
+            .u32_at(offs.at(CH_GUEST_SLEEPING))
+            .load(Ordering::Relaxed)
+            != 0
+        {
+            let w = self.u32_at(offs.at(CH_GUEST_WAKE));
+            w.fetch_add(1, Ordering::Release);
+            futex::wake(w, 1);
+        }
+    }
+
+    /// Local mode only: frees channels whose owning process is gone.
+    fn reap_dead_owners(&mut self) {
+        self.last_reap = Instant::now();
+        if self.region.layout().features() & FEATURE_LOCAL_OWNERS == 0 {
+            return;
+        }
+        for i in 0..self.channels.len() {
+            let off = self.channels[i].offs.at(CH_OWNER);
+            let word = self
+                .region
+                .view()
+                .atomic_u64(off)
+                .expect("layout validated");
+            let w = word.load(Ordering::Acquire);
+            let owner = Owner::from_word(w);
+            if owner.is_free() || pid_alive(owner.pid) {
+                continue;
+            }
+            let free = Owner {
+                generation: owner.generation,
+                pid: 0,
+            };
+            // AcqRel CAS: only frees the exact dead claim we looked at; a
+            // guest that reclaimed it meanwhile wins.
+            if word
+                .compare_exchange(w, free.word(), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                tracing::info!(
+                    channel = i,
+                    pid = owner.pid,
+                    "owner died; channel reclaimed"
+                );
+                let ch = &mut self.channels[i];
+                ch.state = State::Idle;
+                self.stats[i].owner_pid.store(0, Ordering::Relaxed);
+                self.handler.reset(ch.index);
+            }
+        }
+    }
+}
+
+fn rate_limited_warn(ch: usize, e: &fairgpu_protocol::wire::RequestError) {
+    use std::sync::atomic::AtomicU64;
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if LAST.swap(now, Ordering::Relaxed) != now {
+        let n = SUPPRESSED.swap(0, Ordering::Relaxed);
+        tracing::warn!(channel = ch, error = %e, suppressed = n, "bad request refused");
+    } else {
+        SUPPRESSED.fetch_add(1, Ordering::Relaxed);
+    }
+}

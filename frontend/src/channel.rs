@@ -1,0 +1,631 @@
+//! A claimed channel: submit requests, wait for responses, move bulk data.
+
+use std::hint::spin_loop;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fairgpu_protocol::layout::{
+    ChannelFailure, ChannelOffsets, Owner, CH_GUEST_GEN, CH_GUEST_SLEEPING, CH_GUEST_WAKE,
+    CH_HOST_GEN, CH_HOST_STATE, CH_OWNER, CH_REQ_TAIL, CH_RESP_HEAD, DOORBELL_OFF, HEARTBEAT_OFF,
+    HOST_SLEEPING_OFF,
+};
+use fairgpu_protocol::limits::REQUEST_ARGS;
+use fairgpu_protocol::region::{RequestRing, ResponseRing};
+use fairgpu_protocol::ring::{Consumer, Producer, PushError};
+use fairgpu_protocol::wire::REQ_NEEDS_RESPONSE;
+use fairgpu_protocol::{Opcode, Request, Status};
+
+use crate::arena::ArenaAlloc;
+use crate::futex;
+use crate::region::GuestRegion;
+use crate::WaitConfig;
+
+/// How many bulk chunks may be in flight; each chunk is a quarter arena.
+const BULK_WINDOW: usize = 3;
+/// How long one block lasts before the waiter re-checks host liveness.
+const BLOCK_SLICE: Duration = Duration::from_millis(20);
+
+/// Why a call failed. Clone so a broken channel can repeat its cause.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The host executed the call and it failed.
+    #[error("call failed: {0}")]
+    Cuda(Status),
+    /// This call succeeded but an earlier fire-and-forget call failed.
+    #[error("an earlier asynchronous call failed: {0}")]
+    Deferred(Status),
+    /// The host stopped serving the channel.
+    #[error("channel {channel} failed: {reason}")]
+    ChannelFailed {
+        /// Channel index.
+        channel: u32,
+        /// The host's reason, or "unknown state N".
+        reason: String,
+    },
+    /// The host's heartbeat stopped.
+    #[error("host unresponsive: no heartbeat for {0:?}")]
+    HostGone(Duration),
+    /// The host broke the protocol (corrupt indices, wrong call id).
+    #[error("host protocol violation: {0}")]
+    Protocol(String),
+    /// The request cannot fit the arena or the ring.
+    #[error("{len} bytes do not fit one arena slice of {max} bytes")]
+    TooLarge {
+        /// Bytes asked for.
+        len: usize,
+        /// Largest slice.
+        max: u32,
+    },
+    /// A call that needs no in-flight responses was made with some pending.
+    #[error("{0} responses still pending")]
+    Busy(u32),
+}
+
+impl CallError {
+    /// The CUresult a driver call reports for this error: the one mapping
+    /// from transport errors to CUDA codes on the guest side.
+    pub fn status(&self) -> Status {
+        match self {
+            CallError::Cuda(s) | CallError::Deferred(s) => *s,
+            CallError::ChannelFailed { .. } | CallError::HostGone(_) | CallError::Protocol(_) => {
+                Status::DEINITIALIZED
+            }
+            CallError::TooLarge { .. } => Status::INVALID_VALUE,
+            CallError::Busy(_) => Status::UNKNOWN,
+        }
+    }
+
+    fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            CallError::ChannelFailed { .. } | CallError::HostGone(_) | CallError::Protocol(_)
+        )
+    }
+}
+
+/// What a successful call returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    /// Opcode-specific return values.
+    pub vals: [u64; 5],
+    /// Output bytes the host wrote into the arena slice.
+    pub data_len: u32,
+}
+
+/// A submitted request the guest will wait for.
+#[derive(Debug, Clone, Copy)]
+struct Ticket {
+    idx: u32,
+    call_id: u64,
+    arena_off: u32,
+}
+
+/// A channel this process owns. Dropping it releases the channel.
+#[derive(Debug)]
+pub struct Channel {
+    region: Arc<GuestRegion>,
+    index: u32,
+    generation: u32,
+    pid: u32,
+    offs: ChannelOffsets,
+    req: Producer<RequestRing>,
+    resp: Consumer<ResponseRing>,
+    arena: ArenaAlloc,
+    next_call: u64,
+    in_flight: u32,
+    vcpu: u32,
+    cfg: WaitConfig,
+    broken: Option<CallError>,
+    heartbeat: (u64, Instant),
+}
+
+impl Channel {
+    /// Claims a free channel (or one whose owner died) and waits for the
+    /// host to reset it for us.
+    pub fn claim(region: Arc<GuestRegion>, cfg: WaitConfig) -> Result<Channel, crate::OpenError> {
+        let layout = *region.layout();
+        let pid = std::process::id();
+        let view = region.view();
+        for index in 0..layout.channels() {
+            let offs = layout.channel(index).expect("index < channels");
+            let owner = view
+                .atomic_u64(offs.at(CH_OWNER))
+                .expect("layout validated");
+            // Acquire: pairs with the Release half of a previous owner's
+            // release (or claim) CAS, so its last index writes are visible.
+            let cur = Owner::from_word(owner.load(Ordering::Acquire));
+            if !(cur.is_free() || (cur.pid != pid && !pid_alive(cur.pid))) {
+                continue;
+            }
+            let generation = match cur.generation.wrapping_add(1) {
+                0 => 1,
+                g => g,
+            };
+            let mine = Owner { generation, pid };
+            // AcqRel: Acquire as above; Release orders nothing yet (the
+            // index resets below are published by guest_gen).
+            if owner
+                .compare_exchange(cur.word(), mine.word(), Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                continue;
+            }
+            return Self::handshake(region.clone(), index, offs, mine, cfg);
+        }
+        Err(crate::OpenError::NoFreeChannel(layout.channels()))
+    }
+
+    fn handshake(
+        region: Arc<GuestRegion>,
+        index: u32,
+        offs: ChannelOffsets,
+        owner: Owner,
+        cfg: WaitConfig,
+    ) -> Result<Channel, crate::OpenError> {
+        let view = region.view().clone();
+        let layout = *region.layout();
+        let word = |rel| view.atomic_u32(offs.at(rel)).expect("layout validated");
+        word(CH_REQ_TAIL).store(0, Ordering::Relaxed);
+        word(CH_RESP_HEAD).store(0, Ordering::Relaxed);
+        // Release: publishes the zeroed guest-side indices; pairs with the
+        // host's Acquire load of guest_gen before it resets the channel.
+        word(CH_GUEST_GEN).store(owner.generation, Ordering::Release);
+        let mut ch = Channel {
+            req: Producer::new(
+                RequestRing::requests(&view, &layout, &offs).expect("layout validated"),
+                0,
+            ),
+            resp: Consumer::new(
+                ResponseRing::responses(&view, &layout, &offs).expect("layout validated"),
+                0,
+            ),
+            arena: ArenaAlloc::new(layout.arena_size()),
+            region,
+            index,
+            generation: owner.generation,
+            pid: owner.pid,
+            offs,
+            next_call: 1,
+            in_flight: 0,
+            vcpu: 0,
+            cfg,
+            broken: None,
+            heartbeat: (0, Instant::now()),
+        };
+        ch.heartbeat = (
+            ch.region_u64(HEARTBEAT_OFF).load(Ordering::Relaxed),
+            Instant::now(),
+        );
+        ch.ring_doorbell();
+        let generation = owner.generation;
+        let res = ch.wait(|c| {
+            // Acquire: pairs with the host's Release store of host_gen after
+            // it zeroed its indices and state for this generation.
+            Ok((c.word(CH_HOST_GEN).load(Ordering::Acquire) == generation).then_some(()))
+        });
+        match res {
+            Ok(()) => Ok(ch),
+            Err(e) => {
+                ch.release_owner();
+                Err(crate::OpenError::Claim {
+                    channel: index,
+                    source: e,
+                })
+            }
+        }
+    }
+
+    /// This channel's index in the region.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The generation of this claim.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// Sets the vCPU (or thread) id stamped on requests.
+    pub fn set_vcpu(&mut self, vcpu: u32) {
+        self.vcpu = vcpu;
+    }
+
+    /// Largest arena slice one request can carry.
+    pub fn max_slice(&self) -> u32 {
+        self.arena.max_alloc()
+    }
+
+    fn word(&self, rel: usize) -> &AtomicU32 {
+        self.region
+            .view()
+            .atomic_u32(self.offs.at(rel))
+            .expect("layout validated")
+    }
+
+    fn region_u32(&self, off: usize) -> &AtomicU32 {
+        self.region
+            .view()
+            .atomic_u32(off)
+            .expect("layout validated")
+    }
+
+    fn region_u64(&self, off: usize) -> &AtomicU64 {
+        self.region
+            .view()
+            .atomic_u64(off)
+            .expect("layout validated")
+    }
+
+    /// A synchronous call without data.
+    pub fn call(&mut self, op: Opcode, args: [u64; REQUEST_ARGS]) -> Result<Reply, CallError> {
+        self.call_with(op, args, &[], &mut [])
+    }
+
+    /// A synchronous call: sends `input` in the arena, receives up to
+    /// `output.len()` bytes back. Both must fit one arena slice.
+    pub fn call_with(
+        &mut self,
+        op: Opcode,
+        args: [u64; REQUEST_ARGS],
+        input: &[u8],
+        output: &mut [u8],
+    ) -> Result<Reply, CallError> {
+        self.check_usable()?;
+        if self.in_flight != 0 {
+            return Err(CallError::Busy(self.in_flight));
+        }
+        let t = self.submit(op, args, input, output.len(), true)?;
+        self.complete(t, output)
+    }
+
+    /// A fire-and-forget call: returns once the request is in the ring. Its
+    /// error, if any, is reported by the next synchronous call.
+    pub fn call_async(
+        &mut self,
+        op: Opcode,
+        args: [u64; REQUEST_ARGS],
+        input: &[u8],
+    ) -> Result<(), CallError> {
+        self.check_usable()?;
+        self.submit(op, args, input, 0, false).map(|_| ())
+    }
+
+    /// Sends `data` with `op`, split into pipelined chunks: `args[offset_arg]`
+    /// is advanced by each chunk's offset. Every chunk but the last is
+    /// fire-and-forget; the last is synchronous, so the call returns once the
+    /// host has consumed everything, with any chunk's error.
+    pub fn send_bulk(
+        &mut self,
+        op: Opcode,
+        args: [u64; REQUEST_ARGS],
+        offset_arg: usize,
+        data: &[u8],
+    ) -> Result<Reply, CallError> {
+        let chunk = self.chunk_size();
+        let mut chunks = data.chunks(chunk).enumerate().peekable();
+        if data.is_empty() {
+            return self.call_with(op, args, &[], &mut []);
+        }
+        while let Some((i, piece)) = chunks.next() {
+            let mut a = args;
+            a[offset_arg] = a[offset_arg].wrapping_add((i * chunk) as u64);
+            if chunks.peek().is_none() {
+                return self.call_with(op, a, piece, &mut []);
+            }
+            self.call_async(op, a, piece)?;
+        }
+        unreachable!("non-empty data has a last chunk")
+    }
+
+    /// Receives `out.len()` bytes with `op`, split into chunks with up to
+    /// three in flight: `args[offset_arg]` is advanced by each chunk's offset.
+    pub fn recv_bulk(
+        &mut self,
+        op: Opcode,
+        args: [u64; REQUEST_ARGS],
+        offset_arg: usize,
+        out: &mut [u8],
+    ) -> Result<(), CallError> {
+        self.check_usable()?;
+        if self.in_flight != 0 {
+            return Err(CallError::Busy(self.in_flight));
+        }
+        let chunk = self.chunk_size();
+        let total = out.len().div_ceil(chunk);
+        let mut pending = std::collections::VecDeque::new();
+        let mut first_err = None;
+        let mut next = 0;
+        while next < total || !pending.is_empty() {
+            while next < total && pending.len() < BULK_WINDOW && first_err.is_none() {
+                let len = chunk.min(out.len() - next * chunk);
+                let mut a = args;
+                a[offset_arg] = a[offset_arg].wrapping_add((next * chunk) as u64);
+                pending.push_back((self.submit(op, a, &[], len, true)?, next));
+                next += 1;
+            }
+            let Some((t, i)) = pending.pop_front() else {
+                break;
+            };
+            let start = i * chunk;
+            let end = (start + chunk).min(out.len());
+            match self.complete(t, &mut out[start..end]) {
+                Ok(_) => {}
+                Err(e) if e.is_fatal() => return Err(e),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                    next = total; // submit no more; drain what is in flight
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn chunk_size(&self) -> usize {
+        (self.arena.max_alloc() / (BULK_WINDOW as u32 + 1)) as usize
+    }
+
+    fn check_usable(&self) -> Result<(), CallError> {
+        match &self.broken {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&mut self, e: CallError) -> CallError {
+        if e.is_fatal() {
+            self.broken = Some(e.clone());
+        }
+        e
+    }
+
+    /// Puts one request in the ring.
+    fn submit(
+        &mut self,
+        op: Opcode,
+        args: [u64; REQUEST_ARGS],
+        input: &[u8],
+        out_len: usize,
+        needs_response: bool,
+    ) -> Result<Ticket, CallError> {
+        let len = input.len().max(out_len);
+        if len > self.arena.max_alloc() as usize {
+            return Err(CallError::TooLarge {
+                len,
+                max: self.arena.max_alloc(),
+            });
+        }
+        let len = len as u32;
+        let idx = self.req.tail();
+        let off = match self.arena.alloc(len, idx, needs_response) {
+            Some(off) => off,
+            None => self.wait(|c| {
+                let head = c
+                    .req
+                    .refresh_head()
+                    .map_err(|e| CallError::Protocol(e.to_string()))?;
+                c.arena.reclaim(head);
+                Ok(c.arena.alloc(len, idx, needs_response))
+            })?,
+        };
+        if !input.is_empty() {
+            let base = self.offs.arena + off as usize;
+            self.region
+                .view()
+                .write_bytes(base, input)
+                .expect("arena slice within layout");
+        }
+        let call_id = self.next_call;
+        self.next_call += 1;
+        let req = Request {
+            opcode: op as u16,
+            flags: if needs_response {
+                REQ_NEEDS_RESPONSE
+            } else {
+                0
+            },
+            vcpu: self.vcpu,
+            call_id,
+            arena_off: off,
+            arena_len: len,
+            args,
+        };
+        match self.req.try_push(&req) {
+            Ok(()) => {}
+            Err(PushError::Full) => self.wait(|c| match c.req.try_push(&req) {
+                Ok(()) => Ok(Some(())),
+                Err(PushError::Full) => Ok(None),
+                Err(PushError::Corrupt(e)) => Err(CallError::Protocol(e.to_string())),
+            })?,
+            Err(PushError::Corrupt(e)) => return Err(self.fail(CallError::Protocol(e.to_string()))),
+        }
+        if needs_response {
+            self.in_flight += 1;
+        }
+        self.ring_doorbell();
+        Ok(Ticket {
+            idx,
+            call_id,
+            arena_off: off,
+        })
+    }
+
+    /// Waits for the response to `t` and copies its output.
+    fn complete(&mut self, t: Ticket, output: &mut [u8]) -> Result<Reply, CallError> {
+        let resp = self.wait(|c| c.resp.pop().map_err(|e| CallError::Protocol(e.to_string())))?;
+        self.in_flight -= 1;
+        let res = self.finish(t, resp, output);
+        self.arena.responded(t.idx);
+        self.arena
+            .reclaim(self.req.refresh_head().unwrap_or(self.req.tail()));
+        res
+    }
+
+    fn finish(
+        &mut self,
+        t: Ticket,
+        resp: fairgpu_protocol::Response,
+        output: &mut [u8],
+    ) -> Result<Reply, CallError> {
+        // Responses come in request order, so this must answer `t`.
+        if resp.call_id != t.call_id {
+            return Err(self.fail(CallError::Protocol(format!(
+                "response for call {} while waiting for call {}",
+                resp.call_id, t.call_id
+            ))));
+        }
+        let data_len = resp.arena_len.min(output.len() as u32);
+        if data_len > 0 {
+            let base = self.offs.arena + t.arena_off as usize;
+            self.region
+                .view()
+                .read_bytes(base, &mut output[..data_len as usize])
+                .expect("arena slice within layout");
+        }
+        if resp.status != 0 {
+            return Err(CallError::Cuda(Status(resp.status)));
+        }
+        if resp.deferred != 0 {
+            return Err(CallError::Deferred(Status(resp.deferred)));
+        }
+        Ok(Reply {
+            vals: resp.vals,
+            data_len,
+        })
+    }
+
+    /// Tells the host there is work, if it is asleep.
+    fn ring_doorbell(&self) {
+        // SeqCst fence: Dekker pairing with the host's store of host_sleeping
+        // followed by its own SeqCst fence and re-check of every channel:
+        // either it sees our new tail, or we see it sleeping and wake it.
+        fence(Ordering::SeqCst);
+        if self.region_u32(HOST_SLEEPING_OFF).load(Ordering::Relaxed) != 0 {
+            let bell = self.region_u32(DOORBELL_OFF);
+            // Release: orders nothing the host reads through the bell, but
+            // makes the futex value change visible before the wake.
+            bell.fetch_add(1, Ordering::Release);
+            futex::wake(bell, 1);
+        }
+    }
+
+    /// Hybrid wait: spin on `poll` for the configured budget, then block on
+    /// this channel's wake word, re-checking host state and heartbeat.
+    fn wait<T>(
+        &mut self,
+        mut poll: impl FnMut(&mut Self) -> Result<Option<T>, CallError>,
+    ) -> Result<T, CallError> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            match poll(self) {
+                Ok(Some(v)) => return Ok(v),
+                Ok(None) => {}
+                Err(e) => return Err(self.fail(e)),
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 128 != 0 || start.elapsed() < self.cfg.spin {
+                spin_loop();
+                if spins % 1024 == 0 {
+                    self.check_host_state()?;
+                }
+                continue;
+            }
+            self.check_host_state()?;
+            let wake = self.word(CH_GUEST_WAKE);
+            let seen = wake.load(Ordering::Acquire);
+            self.word(CH_GUEST_SLEEPING).store(1, Ordering::Relaxed);
+            // SeqCst fence: Dekker pairing with the host's fence between
+            // publishing a response (or head) and reading guest_sleeping.
+            fence(Ordering::SeqCst);
+            let again = poll(self);
+            if !matches!(again, Ok(None)) {
+                self.word(CH_GUEST_SLEEPING).store(0, Ordering::Relaxed);
+                match again {
+                    Ok(Some(v)) => return Ok(v),
+                    Err(e) => return Err(self.fail(e)),
+                    Ok(None) => unreachable!(),
+                }
+            }
+            futex::wait(self.word(CH_GUEST_WAKE), seen, BLOCK_SLICE);
+            self.word(CH_GUEST_SLEEPING).store(0, Ordering::Relaxed);
+            self.check_heartbeat()?;
+        }
+    }
+
+    fn check_host_state(&mut self) -> Result<(), CallError> {
+        let state = self.word(CH_HOST_STATE).load(Ordering::Acquire);
+        if state == 0 {
+            return Ok(());
+        }
+        let reason = ChannelFailure::from_state(state)
+            .map_or_else(|| format!("unknown state {state}"), |f| f.to_string());
+        Err(self.fail(CallError::ChannelFailed {
+            channel: self.index,
+            reason,
+        }))
+    }
+
+    fn check_heartbeat(&mut self) -> Result<(), CallError> {
+        let Some(limit) = self.cfg.host_timeout else {
+            return Ok(());
+        };
+        let hb = self.region_u64(HEARTBEAT_OFF).load(Ordering::Relaxed);
+        if hb != self.heartbeat.0 {
+            self.heartbeat = (hb, Instant::now());
+            return Ok(());
+        }
+        let quiet = self.heartbeat.1.elapsed();
+        if quiet > limit {
+            return Err(self.fail(CallError::HostGone(quiet)));
+        }
+        Ok(())
+    }
+
+    fn release_owner(&self) {
+        let owner = self
+            .region
+            .view()
+            .atomic_u64(self.offs.at(CH_OWNER))
+            .expect("layout validated");
+        let mine = Owner {
+            generation: self.generation,
+            pid: self.pid,
+        };
+        let free = Owner {
+            generation: self.generation,
+            pid: 0,
+        };
+        // Release: everything we did with the channel happens before the
+        // next claimant's Acquire of the owner word. A failed CAS means a
+        // reclaimer already took it; then it is not ours to free.
+        let _ = owner.compare_exchange(
+            mine.word(),
+            free.word(),
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        // Drain fire-and-forget requests so the host is idle on this channel
+        // before anyone else can claim it.
+        if self.broken.is_none() && self.in_flight == 0 && self.req.tail() != 0 {
+            let _ = self.call(Opcode::Nop, [0; REQUEST_ARGS]);
+        }
+        self.release_owner();
+    }
+}
+
+/// Whether process `pid` exists (in this process's pid namespace).
+pub fn pid_alive(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 performs only the existence and permission
+    // check; it sends nothing.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}

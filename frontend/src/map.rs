@@ -1,0 +1,138 @@
+//! Mapping a region into this process: a shm file (local mode), an ivshmem
+//! BAR2 through sysfs (in a VM), or a new file the host creates.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use fairgpu_protocol::region::RegionView;
+
+/// A `MAP_SHARED` mapping of a whole file, unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+    path: PathBuf,
+}
+
+// SAFETY: the mapping is a plain address range; every access to it goes
+// through `RegionView`, whose accesses are valid from any thread.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `Mapping` itself has no interior state.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps an existing file (or sysfs `resource2`) read-write, whole.
+    pub fn open(path: &Path) -> io::Result<Arc<Mapping>> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let len = file.metadata()?.len();
+        Self::map(&file, len, path)
+    }
+
+    /// Creates `path` (replacing a stale one) with `len` zero bytes and maps it.
+    /// The file is readable and writable by owner and group only.
+    pub fn create(path: &Path, len: usize) -> io::Result<Arc<Mapping>> {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o660)
+            .open(path)?;
+        file.set_len(len as u64)?;
+        Self::map(&file, len as u64, path)
+    }
+
+    fn map(file: &File, len: u64, path: &Path) -> io::Result<Arc<Mapping>> {
+        if len == 0 || len > fairgpu_protocol::limits::MAX_REGION {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "size {len} outside 1..={}",
+                    fairgpu_protocol::limits::MAX_REGION
+                ),
+            ));
+        }
+        let len = len as usize;
+        // SAFETY: a fresh MAP_SHARED mapping of an open file descriptor; the
+        // kernel picks the (page-aligned) address; nothing else aliases it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr =
+            NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(Arc::new(Mapping {
+            ptr,
+            len,
+            path: path.to_owned(),
+        }))
+    }
+
+    /// The mapped length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty (never true for a successful map).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The file this maps.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A bounds-checked view that keeps this mapping alive.
+    pub fn view(self: &Arc<Self>) -> RegionView {
+        // SAFETY: ptr..ptr+len is our page-aligned read-write mapping, kept
+        // alive by the Arc passed as keepalive; this crate never forms
+        // references to its bytes.
+        unsafe { RegionView::new(self.ptr, self.len, self.clone()) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we own this mapping and the last view holding it is gone.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// sysfs paths of the BAR2 (`resource2`) of every ivshmem PCI device
+/// (vendor 0x1af4, device 0x1110), in directory order.
+pub fn ivshmem_bars(sysfs_pci: &Path) -> Vec<PathBuf> {
+    let Ok(dir) = std::fs::read_dir(sysfs_pci) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = dir
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|d| {
+            let id = |f: &str| std::fs::read_to_string(d.join(f)).map(|s| s.trim().to_lowercase());
+            id("vendor").is_ok_and(|v| v == "0x1af4") && id("device").is_ok_and(|v| v == "0x1110")
+        })
+        .map(|d| d.join("resource2"))
+        .filter(|p| p.exists())
+        .collect();
+    out.sort();
+    out
+}
