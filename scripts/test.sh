@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The project's one test command: what CI runs and what the README tells
+# contributors to run. Expects rustup's stable toolchain; everything else it
+# needs it checks for, and says what is missing.
+#
+# Environment:
+#   CARGO_BUILD_JOBS          parallel rustc jobs (default: nproc)
+#   FAIRGPU_SKIP_FUZZ_CHECK   if set (to anything), skip checking fuzz/
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+step() {
+    printf '\n== %s ==\n' "$*"
+}
+
+die() {
+    printf 'error: %s\n' "$*" >&2
+    exit 1
+}
+
+# ---------------------------------------------------------------------------
+# System packages
+#
+# apt_install CMD[:PKG]...
+#   Installs, with apt-get, the package providing each command that is not on
+#   PATH (PKG defaults to CMD). Runs `apt-get update` at most once per run.
+#   Uses sudo only when not root. For tools that later steps need (QEMU,
+#   nvcc's host compiler, ...); e.g. `apt_install qemu-system-x86_64:qemu-system-x86`.
+# ---------------------------------------------------------------------------
+APT_UPDATED=0
+
+apt_install() {
+    local want=() spec cmd pkg
+    for spec in "$@"; do
+        cmd=${spec%%:*}
+        pkg=${spec#*:}
+        command -v "$cmd" >/dev/null 2>&1 || want+=("$pkg")
+    done
+    [[ ${#want[@]} -eq 0 ]] && return 0
+
+    command -v apt-get >/dev/null 2>&1 ||
+        die "missing packages ${want[*]} and no apt-get to install them with"
+    local sudo=()
+    if [[ $(id -u) -ne 0 ]]; then
+        command -v sudo >/dev/null 2>&1 ||
+            die "missing packages ${want[*]}; not root and no sudo to install them"
+        sudo=(sudo)
+    fi
+    if [[ $APT_UPDATED -eq 0 ]]; then
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+        APT_UPDATED=1
+    fi
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y --no-install-recommends "${want[@]}"
+}
+
+# ---------------------------------------------------------------------------
+# Toolchain
+# ---------------------------------------------------------------------------
+if ! command -v cargo >/dev/null 2>&1 && [[ -f "${CARGO_HOME:-$HOME/.cargo}/env" ]]; then
+    # rustup installs here but only login shells pick it up.
+    # shellcheck source=/dev/null
+    . "${CARGO_HOME:-$HOME/.cargo}/env"
+fi
+command -v cargo >/dev/null 2>&1 ||
+    die "cargo not found; install Rust with rustup (https://rustup.rs) and retry"
+command -v cc >/dev/null 2>&1 ||
+    die "no C compiler/linker (cc) found; rustc needs one to link (Debian: apt-get install gcc)"
+
+for component in rustfmt clippy; do
+    sub=${component/rustfmt/fmt}
+    if ! cargo "$sub" --version >/dev/null 2>&1; then
+        command -v rustup >/dev/null 2>&1 ||
+            die "cargo $sub is missing and rustup is not available to add $component"
+        step "rustup component add $component"
+        rustup component add "$component"
+    fi
+done
+
+export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-$(nproc)}"
+
+# ---------------------------------------------------------------------------
+# Gates
+# ---------------------------------------------------------------------------
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# Builds the `fairgpu` binary that the multi-process tests spawn.
+step "cargo build"
+cargo build --workspace --locked
+
+step "cargo test"
+cargo test --workspace --locked
+
+# loom explores every interleaving; release keeps it fast.
+step "loom model check of the ring"
+cargo test -p fairgpu-protocol --test ring_loom --release --locked
+
+if [[ -z "${FAIRGPU_SKIP_FUZZ_CHECK+set}" ]]; then
+    # fuzz/ is its own workspace, so the root fmt and check do not reach it.
+    # --no-default-features skips building libFuzzer (C++); see fuzz/README.md.
+    step "fuzz targets: fmt and check"
+    cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+    cargo check --manifest-path fuzz/Cargo.toml --no-default-features
+fi
+
+step "all checks passed"
