@@ -37,10 +37,18 @@ pub struct TransportReport {
     pub bulk_in_gb_s: f64,
     /// Host scratch → guest memory through the arena, GB/s.
     pub bulk_out_gb_s: f64,
-    /// 64-byte request and reply over a Unix stream socket, median, ns.
+    /// Synchronous no-op round trip when both sides block at once (spin
+    /// budget 0: futex wake each way), median, ns.
+    pub blocking_rtt_p50_ns: u64,
+    /// Same, 99th percentile, ns.
+    pub blocking_rtt_p99_ns: u64,
+    /// 64-byte request and reply over a Unix stream socket, both processes
+    /// on one CPU (the socket's best case: no cross-CPU wake-up), median, ns.
     pub socket_rtt_p50_ns: u64,
     /// Same, 99th percentile, ns.
     pub socket_rtt_p99_ns: u64,
+    /// Same with the peer on another CPU, median, ns.
+    pub socket_cross_cpu_rtt_p50_ns: u64,
     /// Whether the two processes were pinned to separate CPUs.
     pub pinned: bool,
     /// CPUs online.
@@ -111,8 +119,12 @@ pub fn transport(a: &TransportArgs) -> anyhow::Result<()> {
             r.bulk_in_gb_s, r.bulk_out_gb_s
         );
         println!(
-            "  unix socket (baseline) round trip   p50 {:>8} ns   p99 {:>8} ns",
-            r.socket_rtt_p50_ns, r.socket_rtt_p99_ns
+            "  blocking wake-ups  p50 {:>8} ns   p99 {:>8} ns   (spin budget 0 on both sides)",
+            r.blocking_rtt_p50_ns, r.blocking_rtt_p99_ns
+        );
+        println!(
+            "  unix socket        p50 {:>8} ns   p99 {:>8} ns   (baseline, one CPU; across CPUs p50 {} ns)",
+            r.socket_rtt_p50_ns, r.socket_rtt_p99_ns, r.socket_cross_cpu_rtt_p50_ns
         );
         println!(
             "  shared-memory round trip is {:.1}x faster than the socket",
@@ -203,7 +215,24 @@ pub fn measure(a: &TransportArgs) -> anyhow::Result<TransportReport> {
     drop(ch);
     drop(host);
 
-    let (socket_p50, socket_p99) = socket_baseline(a.samples.clamp(1, 100_000), pinned)?;
+    // The same round trip when neither side spins and both are asleep when
+    // the call starts: it pays a futex wake-up each way, which is what the
+    // spin budget exists to avoid.
+    let (host, mut ch) = start_host(pinned, Duration::ZERO)?;
+    let mut blocking = Vec::new();
+    for i in 0..u64::from(a.samples.clamp(1, 2_000)) {
+        std::thread::sleep(Duration::from_micros(300));
+        let t = Instant::now();
+        ch.call(Opcode::Nop, [i, 0, 0, 0, 0])?;
+        blocking.push(t.elapsed().as_nanos() as u64);
+    }
+    blocking.sort_unstable();
+    drop(ch);
+    drop(host);
+
+    let socket_samples = a.samples.clamp(1, 50_000);
+    let (socket_p50, socket_p99) = socket_baseline(socket_samples, Some(0))?;
+    let (cross_p50, _) = socket_baseline(socket_samples, if pinned { Some(1) } else { None })?;
     Ok(TransportReport {
         rtt_p50_ns: percentile(&samples, 50.0),
         rtt_p99_ns: percentile(&samples, 99.0),
@@ -212,22 +241,57 @@ pub fn measure(a: &TransportArgs) -> anyhow::Result<TransportReport> {
         async_calls_per_s: async_rate,
         bulk_in_gb_s: bulk_in,
         bulk_out_gb_s: bulk_out,
+        blocking_rtt_p50_ns: percentile(&blocking, 50.0),
+        blocking_rtt_p99_ns: percentile(&blocking, 99.0),
         socket_rtt_p50_ns: socket_p50,
         socket_rtt_p99_ns: socket_p99,
+        socket_cross_cpu_rtt_p50_ns: cross_p50,
         pinned,
         cpus: cpus(),
     })
 }
 
-fn socket_baseline(samples: u32, pinned: bool) -> anyhow::Result<(u64, u64)> {
+/// Starts `fairgpu serve-region` as the host process (on CPU 1 when
+/// pinned) with the given spin budget on both sides, and claims a channel.
+fn start_host(pinned: bool, spin: Duration) -> anyhow::Result<(Reaped, Channel)> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let region_path = PathBuf::from(format!("/dev/shm/fairgpu-bench-{}-{n}", std::process::id()));
+    let mut cmd = Command::new(self_exe()?);
+    cmd.args([
+        "serve-region",
+        "--channels",
+        "1",
+        "--log",
+        "warn",
+        "--spin-us",
+    ])
+    .arg(spin.as_micros().to_string())
+    .arg("--region")
+    .arg(&region_path)
+    .stdin(Stdio::null());
+    if pinned {
+        cmd.args(["--cpu", "1"]);
+    }
+    let host = Reaped(cmd.spawn().context("starting the host process")?);
+    let region = open_region_wait(&region_path, Duration::from_secs(10))?;
+    let cfg = WaitConfig {
+        spin,
+        host_timeout: Some(Duration::from_secs(10)),
+    };
+    Ok((host, Channel::claim(region, cfg)?))
+}
+
+/// Round trips over a Unix socket to an echo peer pinned to `peer_cpu`.
+fn socket_baseline(samples: u32, peer_cpu: Option<usize>) -> anyhow::Result<(u64, u64)> {
     let path = PathBuf::from(format!("/tmp/fairgpu-bench-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let mut cmd = Command::new(self_exe()?);
     cmd.args(["__socket-echo", "--log", "warn", "--path"])
         .arg(&path)
         .stdin(Stdio::null());
-    if pinned {
-        cmd.args(["--cpu", "1"]);
+    if let Some(cpu) = peer_cpu {
+        cmd.args(["--cpu", &cpu.to_string()]);
     }
     let _peer = Reaped(cmd.spawn().context("starting the socket echo peer")?);
     let start = Instant::now();
