@@ -539,7 +539,14 @@ impl Channel {
             // publishing a response (or head) and reading guest_sleeping.
             fence(Ordering::SeqCst);
             let again = poll(self);
-            if !matches!(again, Ok(None)) {
+            if matches!(again, Ok(None)) {
+                // A failure published just before our fence is seen here,
+                // not after the block.
+                if let Err(e) = self.check_host_state() {
+                    self.word(CH_GUEST_SLEEPING).store(0, Ordering::Relaxed);
+                    return Err(e);
+                }
+            } else {
                 self.word(CH_GUEST_SLEEPING).store(0, Ordering::Relaxed);
                 match again {
                     Ok(Some(v)) => return Ok(v),

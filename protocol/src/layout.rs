@@ -264,6 +264,9 @@ impl Layout {
                 "disagrees with layout",
             ));
         }
+        if h.reserved != 0 {
+            return Err(field("reserved", h.reserved, "must be zero"));
+        }
         if h.channels_offset != CHANNELS_OFF as u64 {
             return Err(field("channels_offset", h.channels_offset, "must be 4096"));
         }
