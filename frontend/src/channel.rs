@@ -118,6 +118,10 @@ pub struct Channel {
     cfg: WaitConfig,
     broken: Option<CallError>,
     heartbeat: (u64, Instant),
+    /// Whether the host has reset the channel for this generation. Until it
+    /// has, `host_state` still describes the previous owner's claim (a
+    /// channel failed for it stays failed until the host sees our claim).
+    host_reset: bool,
 }
 
 impl Channel {
@@ -192,6 +196,7 @@ impl Channel {
             cfg,
             broken: None,
             heartbeat: (0, Instant::now()),
+            host_reset: false,
         };
         ch.heartbeat = (
             ch.region_u64(HEARTBEAT_OFF).load(Ordering::Relaxed),
@@ -205,7 +210,10 @@ impl Channel {
             Ok((c.word(CH_HOST_GEN).load(Ordering::Acquire) == generation).then_some(()))
         });
         match res {
-            Ok(()) => Ok(ch),
+            Ok(()) => {
+                ch.host_reset = true;
+                Ok(ch)
+            }
             Err(e) => {
                 ch.release_owner();
                 Err(crate::OpenError::Claim {
@@ -561,6 +569,9 @@ impl Channel {
     }
 
     fn check_host_state(&mut self) -> Result<(), CallError> {
+        if !self.host_reset {
+            return Ok(());
+        }
         let state = self.word(CH_HOST_STATE).load(Ordering::Acquire);
         if state == 0 {
             return Ok(());

@@ -1,1 +1,530 @@
 //! Helpers for the multi-process integration tests.
+//!
+//! The tests run the real `fairgpu` binary as the host ([`HostProcess`]) and
+//! re-execute their own test binary as guest processes ([`GuestChild`]).
+//! Every wait here is bounded: a helper that runs out of time panics with
+//! what it was waiting for, so a broken transport fails a test instead of
+//! hanging it.
+//!
+//! The `fairgpu` binary must be built first (`cargo build -p fairgpu`);
+//! `scripts/test.sh` builds the workspace before it tests.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fairgpu_frontend::{Channel, GuestRegion, WaitConfig};
+
+/// How long a host may take to create its region.
+pub const HOST_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a host may take to exit after SIGTERM.
+pub const HOST_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Environment variable that tells a re-executed test binary which guest
+/// role to play; child tests return at once when it is absent.
+pub const CHILD_ROLE_ENV: &str = "FAIRGPU_TEST_CHILD";
+/// Environment variable naming the region a child guest uses.
+pub const CHILD_REGION_ENV: &str = "FAIRGPU_TEST_REGION";
+/// Environment variable carrying a child's seed (pattern, offsets).
+pub const CHILD_SEED_ENV: &str = "FAIRGPU_TEST_SEED";
+
+/// The waiting configuration every test uses.
+pub fn wait_config() -> WaitConfig {
+    WaitConfig {
+        spin: Duration::from_micros(50),
+        host_timeout: Some(Duration::from_secs(5)),
+    }
+}
+
+/// The `fairgpu` binary next to this test binary
+/// (`target/<profile>/deps/<test>` → `target/<profile>/fairgpu`).
+pub fn fairgpu_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("locating the test binary");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps");
+    let bin = profile_dir.join("fairgpu");
+    assert!(
+        bin.is_file(),
+        "{} not found: run `cargo build -p fairgpu` first (scripts/test.sh builds the workspace before testing)",
+        bin.display()
+    );
+    bin
+}
+
+/// A region path no other test (or test process) uses.
+pub fn unique_region_path(test: &str) -> PathBuf {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let name: String = test
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    PathBuf::from(format!(
+        "/dev/shm/fairgpu-test-{}-{n}-{name}",
+        std::process::id()
+    ))
+}
+
+/// Polls `f` every millisecond until it returns `Some`, for at most
+/// `timeout`; panics naming `what` when time runs out.
+pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() <= timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Runs `f` on its own thread and returns its result, failing the test if
+/// it takes longer than `timeout` (the thread is then left behind) and
+/// re-raising its panic if it panics.
+pub fn with_timeout<T: Send + 'static>(
+    what: &str,
+    timeout: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    let handle = std::thread::Builder::new()
+        .name(what.to_owned())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .expect("spawning a guarded thread");
+    match rx.recv_timeout(timeout) {
+        Ok(v) => v,
+        Err(RecvTimeoutError::Timeout) => panic!("{what} did not finish within {timeout:?}"),
+        Err(RecvTimeoutError::Disconnected) => match handle.join() {
+            Err(payload) => std::panic::resume_unwind(payload),
+            Ok(()) => unreachable!("the thread sends before it ends"),
+        },
+    }
+}
+
+/// `len` pseudo-random bytes determined by `seed` (xorshift64*).
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        out.extend_from_slice(&s.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Panics with the first differing offset unless `got == want`.
+pub fn assert_bytes_eq(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length differs");
+    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+        panic!(
+            "{what}: first difference at byte {i} of {}: got {:#04x}, want {:#04x}",
+            want.len(),
+            got[i],
+            want[i]
+        );
+    }
+}
+
+/// Sends `sig` to `pid`.
+///
+/// Callers pass only children they have not reaped yet, so the pid cannot
+/// have been reused by an unrelated process.
+fn send_signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) has no memory-safety preconditions; the pid is that of
+    // an unreaped child of ours (see above).
+    let r = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    assert_eq!(
+        r,
+        0,
+        "kill({pid}, {sig}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Drains a pipe into a shared string on a background thread.
+fn collect_output(r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+    let buf = Arc::new(Mutex::new(String::new()));
+    let sink = buf.clone();
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(r);
+        let mut line = String::new();
+        while matches!(r.read_line(&mut line), Ok(n) if n > 0) {
+            sink.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_str(&line);
+            line.clear();
+        }
+    });
+    buf
+}
+
+/// Forwards a pipe's lines to a channel on a background thread.
+fn line_channel(r: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits (bounded) for `child` to exit; `None` if it is still running.
+fn wait_child(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(2)),
+            Ok(None) => return None,
+            Err(e) => panic!("waiting for child {}: {e}", child.id()),
+        }
+    }
+}
+
+/// A `fairgpu serve-region` process serving a fresh region. Dropping it
+/// stops the host (SIGTERM, then SIGKILL after [`HOST_STOP_TIMEOUT`]) and
+/// removes the region file if the host left it behind.
+#[derive(Debug)]
+pub struct HostProcess {
+    child: Child,
+    path: PathBuf,
+    log: Arc<Mutex<String>>,
+    exited: Option<ExitStatus>,
+}
+
+impl HostProcess {
+    /// Starts a host with `channels` channels and waits until its region
+    /// can be opened.
+    pub fn start(test: &str, channels: u32) -> HostProcess {
+        Self::start_with(test, channels, &[])
+    }
+
+    /// As [`HostProcess::start`], with extra `serve-region` arguments.
+    pub fn start_with(test: &str, channels: u32, extra: &[&str]) -> HostProcess {
+        let path = unique_region_path(test);
+        let mut child = Command::new(fairgpu_bin())
+            .arg("serve-region")
+            .arg("--region")
+            .arg(&path)
+            .arg("--channels")
+            .arg(channels.to_string())
+            .args(["--log", "warn"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning fairgpu serve-region");
+        let log = collect_output(child.stderr.take().expect("piped stderr"));
+        let mut host = HostProcess {
+            child,
+            path,
+            log,
+            exited: None,
+        };
+        let start = Instant::now();
+        loop {
+            let err = match GuestRegion::open(&host.path) {
+                Ok(_) => return host,
+                Err(e) => e,
+            };
+            assert!(
+                host.is_alive(),
+                "host exited ({:?}) before creating its region; log:\n{}",
+                host.exited,
+                host.log()
+            );
+            assert!(
+                start.elapsed() < HOST_START_TIMEOUT,
+                "host did not create {} within {HOST_START_TIMEOUT:?}: {err}",
+                host.path.display()
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// The region file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The host's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Maps the region (a fresh mapping each time).
+    pub fn region(&self) -> Arc<GuestRegion> {
+        GuestRegion::open(&self.path).expect("opening the host's region")
+    }
+
+    /// Claims a channel with [`wait_config`].
+    pub fn claim(&self) -> Channel {
+        Channel::claim(self.region(), wait_config()).expect("claiming a channel")
+    }
+
+    /// Whether the host is still running (a stopped host counts as running).
+    pub fn is_alive(&mut self) -> bool {
+        if self.exited.is_some() {
+            return false;
+        }
+        match self.child.try_wait() {
+            Ok(None) => true,
+            Ok(Some(s)) => {
+                self.exited = Some(s);
+                false
+            }
+            Err(e) => panic!("waiting for the host: {e}"),
+        }
+    }
+
+    /// Sends `sig` to the host, which must not have exited.
+    pub fn signal(&mut self, sig: libc::c_int) {
+        assert!(self.is_alive(), "signalling a host that exited");
+        send_signal(self.pid(), sig);
+    }
+
+    /// Waits up to `timeout` for the host to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        if self.exited.is_none() {
+            self.exited = wait_child(&mut self.child, timeout);
+        }
+        self.exited
+    }
+
+    /// SIGKILLs the host and reaps it.
+    pub fn kill(&mut self) -> ExitStatus {
+        self.signal(libc::SIGKILL);
+        self.wait_exit(HOST_STOP_TIMEOUT)
+            .expect("a SIGKILLed host exits")
+    }
+
+    /// SIGTERMs the host and waits for it to exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        self.signal(libc::SIGTERM);
+        match self.wait_exit(HOST_STOP_TIMEOUT) {
+            Some(s) => s,
+            None => panic!(
+                "host did not exit within {HOST_STOP_TIMEOUT:?} of SIGTERM; log:\n{}",
+                self.log()
+            ),
+        }
+    }
+
+    /// Stops the host with SIGSTOP and waits until every thread of it has
+    /// stopped.
+    pub fn pause(&mut self) {
+        self.signal(libc::SIGSTOP);
+        let pid = self.pid() as libc::pid_t;
+        wait_until("the host to stop", HOST_STOP_TIMEOUT, || {
+            let mut status = 0;
+            // SAFETY: `status` is a valid out-pointer; WUNTRACED|WNOHANG only
+            // reports a stop (it reaps nothing while the child is alive).
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED | libc::WNOHANG) };
+            assert!(r >= 0, "waitpid: {}", std::io::Error::last_os_error());
+            assert!(
+                r == 0 || libc::WIFSTOPPED(status),
+                "host ended while being stopped (status {status:#x})"
+            );
+            (r == pid).then_some(())
+        });
+    }
+
+    /// Continues a host stopped by [`HostProcess::pause`].
+    pub fn resume(&mut self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// What the host has logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        if self.is_alive() {
+            send_signal(self.pid(), libc::SIGTERM);
+            // In case a failed test left it stopped.
+            send_signal(self.pid(), libc::SIGCONT);
+            if self.wait_exit(HOST_STOP_TIMEOUT).is_none() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
+        let _ = std::fs::remove_file(&self.path);
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of the host of {} ---\n{}",
+                self.path.display(),
+                self.log()
+            );
+        }
+    }
+}
+
+/// Whether this test binary was started as a child guest in `role`.
+pub fn is_child(role: &str) -> bool {
+    std::env::var(CHILD_ROLE_ENV).is_ok_and(|r| r == role)
+}
+
+/// This child's region and seed (panics outside a child).
+pub fn child_setup() -> (Arc<GuestRegion>, u64) {
+    let path = std::env::var_os(CHILD_REGION_ENV).expect("child started without a region");
+    let seed = std::env::var(CHILD_SEED_ENV)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let region = GuestRegion::open(Path::new(&path)).expect("child opening the region");
+    (region, seed)
+}
+
+/// Waits for a line from the parent on stdin (the parent's go-ahead).
+/// Returns `None` at end of input, e.g. when the parent died.
+pub fn child_read_line() -> Option<String> {
+    let mut line = String::new();
+    match std::io::stdin().read_line(&mut line) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => Some(line.trim_end().to_owned()),
+    }
+}
+
+/// This test binary, re-executed to run one test as a guest process. The
+/// child's stdout arrives line by line; its stderr is kept for failure
+/// messages. Dropping it SIGKILLs and reaps the child if still running.
+#[derive(Debug)]
+pub struct GuestChild {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+    stderr: Arc<Mutex<String>>,
+    exited: Option<ExitStatus>,
+}
+
+impl GuestChild {
+    /// Runs test `test` of this binary as a child in `role`, on `region`.
+    pub fn spawn(test: &str, role: &str, region: &Path, seed: u64) -> GuestChild {
+        let exe = std::env::current_exe().expect("locating the test binary");
+        let mut child = Command::new(exe)
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(CHILD_ROLE_ENV, role)
+            .env(CHILD_REGION_ENV, region)
+            .env(CHILD_SEED_ENV, seed.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning a child guest");
+        let lines = line_channel(child.stdout.take().expect("piped stdout"));
+        let stderr = collect_output(child.stderr.take().expect("piped stderr"));
+        GuestChild {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            seen: Vec::new(),
+            stderr,
+            exited: None,
+        }
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits (bounded) for a stdout line containing `marker` and returns
+    /// the rest of the line after it. Lines before it are skipped. (The
+    /// marker need not start the line: the test harness prints
+    /// `test NAME ... ` without a newline before the test's own output.)
+    pub fn expect_line(&mut self, marker: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if let Some(at) = line.find(marker) {
+                        return line[at + marker.len()..].to_owned();
+                    }
+                }
+                Err(e) => panic!(
+                    "child {} printed no line containing {marker:?} ({e:?}); stdout so far:\n{}\nstderr:\n{}",
+                    self.pid(),
+                    self.seen.join("\n"),
+                    self.stderr()
+                ),
+            }
+        }
+    }
+
+    /// Writes one line to the child's stdin.
+    pub fn send_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin still open");
+        writeln!(stdin, "{line}").expect("writing to a child");
+        stdin.flush().expect("flushing a child's stdin");
+    }
+
+    /// Waits (bounded) for the child to exit and checks that its test passed.
+    pub fn wait_success(&mut self, timeout: Duration) {
+        self.stdin = None;
+        let status = wait_child(&mut self.child, timeout);
+        self.exited = status;
+        match status {
+            Some(s) if s.success() => {}
+            other => panic!(
+                "child {} ended with {other:?} (None: still running after {timeout:?}); stderr:\n{}",
+                self.pid(),
+                self.stderr()
+            ),
+        }
+    }
+
+    /// SIGKILLs the child and reaps it, so that its pid is gone (a zombie
+    /// would still count as alive to the owner checks).
+    pub fn kill(&mut self) {
+        assert!(self.exited.is_none(), "child already exited");
+        send_signal(self.pid(), libc::SIGKILL);
+        self.exited = Some(self.child.wait().expect("reaping a killed child"));
+    }
+
+    /// What the child wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for GuestChild {
+    fn drop(&mut self) {
+        if self.exited.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
