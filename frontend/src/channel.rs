@@ -122,6 +122,9 @@ pub struct Channel {
     /// has, `host_state` still describes the previous owner's claim (a
     /// channel failed for it stays failed until the host sees our claim).
     host_reset: bool,
+    /// An asynchronous error reported alongside a failing call, held for
+    /// the next call.
+    deferred: Option<Status>,
 }
 
 impl Channel {
@@ -138,23 +141,28 @@ impl Channel {
                 .expect("layout validated");
             // Acquire: pairs with the Release half of a previous owner's
             // release (or claim) CAS, so its last index writes are visible.
-            let cur = Owner::from_word(owner.load(Ordering::Acquire));
-            if !(cur.is_free() || (cur.pid != pid && !pid_alive(cur.pid))) {
-                continue;
-            }
-            let generation = match cur.generation.wrapping_add(1) {
-                0 => 1,
-                g => g,
+            let mut seen = owner.load(Ordering::Acquire);
+            let mine = loop {
+                let cur = Owner::from_word(seen);
+                if !(cur.is_free() || (cur.pid != pid && !pid_alive(cur.pid))) {
+                    break None;
+                }
+                let generation = match cur.generation.wrapping_add(1) {
+                    0 => 1,
+                    g => g,
+                };
+                let mine = Owner { generation, pid };
+                // AcqRel: Acquire as above; Release orders nothing yet (the
+                // index resets are published by guest_gen). On failure,
+                // look again at what changed (the host may just have freed
+                // a dead owner's claim) instead of skipping the channel.
+                match owner.compare_exchange(seen, mine.word(), Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => break Some(mine),
+                    Err(now) => seen = now,
+                }
             };
-            let mine = Owner { generation, pid };
-            // AcqRel: Acquire as above; Release orders nothing yet (the
-            // index resets below are published by guest_gen).
-            if owner
-                .compare_exchange(cur.word(), mine.word(), Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
-                continue;
-            }
+            let Some(mine) = mine else { continue };
             return Self::handshake(region.clone(), index, offs, mine, cfg);
         }
         Err(crate::OpenError::NoFreeChannel(layout.channels()))
@@ -197,6 +205,7 @@ impl Channel {
             broken: None,
             heartbeat: (0, Instant::now()),
             host_reset: false,
+            deferred: None,
         };
         ch.heartbeat = (
             ch.region_u64(HEARTBEAT_OFF).load(Ordering::Relaxed),
@@ -491,10 +500,19 @@ impl Channel {
                 .expect("arena slice within layout");
         }
         if resp.status != 0 {
+            // Both failed: report this call's error now and keep the earlier
+            // asynchronous one for the next call, so neither is lost.
+            if resp.deferred != 0 && self.deferred.is_none() {
+                self.deferred = Some(Status(resp.deferred));
+            }
             return Err(CallError::Cuda(Status(resp.status)));
         }
-        if resp.deferred != 0 {
-            return Err(CallError::Deferred(Status(resp.deferred)));
+        if let Some(s) = self
+            .deferred
+            .take()
+            .or((resp.deferred != 0).then_some(Status(resp.deferred)))
+        {
+            return Err(CallError::Deferred(s));
         }
         Ok(Reply {
             vals: resp.vals,
@@ -645,5 +663,46 @@ pub fn pid_alive(pid: u32) -> bool {
     // SAFETY: kill with signal 0 performs only the existence and permission
     // check; it sends nothing.
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    if r != 0 {
+        return std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+    }
+    // A zombie has exited; only its exit status waits to be collected.
+    !is_zombie(pid)
+}
+
+fn is_zombie(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // Format: "pid (comm) S ..."; comm may contain spaces and parentheses,
+    // so the state is the first field after the last ')'.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state == "Z" || state == "X")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pid_liveness_treats_zombies_as_dead() {
+        assert!(pid_alive(std::process::id()));
+        assert!(!pid_alive(0));
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawning true");
+        let pid = child.id();
+        // Not reaped yet: once it exits it is a zombie.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pid_alive(pid) {
+            assert!(
+                Instant::now() < deadline,
+                "child {pid} still alive after 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.wait().expect("reaping");
+        assert!(!pid_alive(pid));
+    }
 }

@@ -209,6 +209,20 @@ fn fire_and_forget_errors_are_deferred_to_the_next_sync_call() {
     let mut back = vec![0u8; chunk];
     ch.recv_bulk(Opcode::CopyOut, [0; 5], 0, &mut back).unwrap();
     assert_bytes_eq(&back, &data[chunk..], "the chunk that succeeded");
+
+    // When the sync call fails too, it reports its own error and the
+    // earlier asynchronous one comes with the next call: neither is lost.
+    ch.call_async(Opcode::CopyIn, [past, 0, 0, 0, 0], &[1])
+        .unwrap();
+    assert_eq!(
+        ch.call_with(Opcode::CopyOut, [past, 0, 0, 0, 0], &[], &mut [0u8; 8]),
+        Err(CallError::Cuda(Status::INVALID_VALUE))
+    );
+    assert_eq!(
+        ch.call(Opcode::Nop, [9, 0, 0, 0, 0]),
+        Err(CallError::Deferred(Status::INVALID_VALUE))
+    );
+    assert_eq!(ch.call(Opcode::Nop, [10, 0, 0, 0, 0]).unwrap().vals[0], 10);
 }
 
 const GUESTS: usize = 3;
