@@ -93,12 +93,16 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo build"
 cargo build --workspace --locked
 
+# Every test run's output also goes to a log, summed up at the end.
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+
 step "cargo test"
-cargo test --workspace --locked
+cargo test --workspace --locked 2>&1 | tee -a "$results"
 
 # loom explores every interleaving; release keeps it fast.
 step "loom model check of the ring"
-cargo test -p fairgpu-protocol --test ring_loom --release --locked
+cargo test -p fairgpu-protocol --test ring_loom --release --locked 2>&1 | tee -a "$results"
 
 if [[ -z "${FAIRGPU_SKIP_FUZZ_CHECK+set}" ]]; then
     # fuzz/ is its own workspace, so the root fmt and check do not reach it.
@@ -109,3 +113,4 @@ if [[ -z "${FAIRGPU_SKIP_FUZZ_CHECK+set}" ]]; then
 fi
 
 step "all checks passed"
+awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$results"
