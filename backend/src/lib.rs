@@ -14,5 +14,6 @@ pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod demo;
+pub mod executor;
 pub mod host;
 pub mod transport_ops;

@@ -60,6 +60,7 @@ impl Handler for TransportOps {
                     })
                 }
             }
+            _ => Err(Status::NOT_SUPPORTED),
         }
     }
 

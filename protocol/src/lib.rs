@@ -21,6 +21,7 @@
 //! No I/O and no CUDA here: mapping lives in the frontend, serving in the
 //! backend.
 
+pub mod cuda;
 pub mod handle;
 pub mod layout;
 pub mod limits;

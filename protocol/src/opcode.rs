@@ -23,6 +23,76 @@ pub enum Opcode {
     /// Copies `arena_len` bytes of the scratch buffer from offset `args[0]`
     /// into the request's arena slice.
     CopyOut = 0x0003,
+
+    // CUDA driver API; arguments and results are documented in
+    // `crate::cuda` and docs/wire-protocol.md.
+    /// `cuDriverGetVersion` → `vals[0]`.
+    DriverGetVersion = 0x0100,
+    /// `cuDeviceGetCount` → `vals[0]`.
+    DeviceGetCount = 0x0101,
+    /// `cuDeviceGetAttribute(args[0] = attribute, args[1] = ordinal)` → `vals[0]` (i32).
+    DeviceGetAttribute = 0x0102,
+    /// `cuDeviceGetName(args[0] = ordinal)` → name bytes in the arena.
+    DeviceGetName = 0x0103,
+    /// `cuDeviceTotalMem(args[0] = ordinal)` → `vals[0]`, bounded by the VM's quota.
+    DeviceTotalMem = 0x0104,
+    /// `cuDeviceGetUuid(args[0] = ordinal)` → 16 bytes in `vals[0..2]`.
+    DeviceGetUuid = 0x0105,
+    /// `cuCtxSynchronize`.
+    CtxSynchronize = 0x0110,
+    /// `cuMemAlloc(args[0] = bytes)` → `vals[0]` = device pointer.
+    MemAlloc = 0x0120,
+    /// `cuMemFree(args[0] = device pointer)`.
+    MemFree = 0x0121,
+    /// `cuMemGetInfo` → `vals[0]` = free, `vals[1]` = total (quota view).
+    MemGetInfo = 0x0122,
+    /// `cuMemcpyHtoD(args[0] = dst, args[1] = stream)`, data in the arena.
+    MemcpyHtoD = 0x0123,
+    /// `cuMemcpyDtoH(args[0] = src, args[1] = stream)`, `arena_len` bytes back.
+    MemcpyDtoH = 0x0124,
+    /// `cuMemcpyDtoD(args[0] = dst, args[1] = src, args[2] = bytes, args[3] = stream)`.
+    MemcpyDtoD = 0x0125,
+    /// `cuMemsetD8(args[0] = dst, args[1] = value, args[2] = count, args[3] = stream)`.
+    MemsetD8 = 0x0126,
+    /// `cuMemsetD16`, arguments as `MemsetD8`.
+    MemsetD16 = 0x0127,
+    /// `cuMemsetD32`, arguments as `MemsetD8`.
+    MemsetD32 = 0x0128,
+    /// Stages part of a module image: `args[0]` = offset, `args[1]` = total
+    /// size; data in the arena. Offset 0 starts a new image.
+    ModuleStage = 0x0130,
+    /// Loads the staged image (`args[0]` = its size) → `vals[0]` = module.
+    ModuleLoad = 0x0131,
+    /// `cuModuleUnload(args[0] = module)`.
+    ModuleUnload = 0x0132,
+    /// `cuModuleGetFunction(args[0] = module)`, name in the arena →
+    /// `vals[0]` = function, `vals[1]` = parameter count, layout in the arena.
+    ModuleGetFunction = 0x0133,
+    /// `cuLaunchKernel(args[0] = function, args[1] = stream)`, arena:
+    /// [`crate::cuda::LaunchHeader`] then the packed parameters.
+    LaunchKernel = 0x0140,
+    /// `cuStreamCreate(args[0] = flags)` → `vals[0]` = stream.
+    StreamCreate = 0x0150,
+    /// `cuStreamDestroy(args[0] = stream)`.
+    StreamDestroy = 0x0151,
+    /// `cuStreamSynchronize(args[0] = stream)`.
+    StreamSynchronize = 0x0152,
+    /// `cuStreamQuery(args[0] = stream)`: SUCCESS or NOT_READY.
+    StreamQuery = 0x0153,
+    /// `cuStreamWaitEvent(args[0] = stream, args[1] = event)`.
+    StreamWaitEvent = 0x0154,
+    /// `cuEventCreate(args[0] = flags)` → `vals[0]` = event.
+    EventCreate = 0x0160,
+    /// `cuEventDestroy(args[0] = event)`.
+    EventDestroy = 0x0161,
+    /// `cuEventRecord(args[0] = event, args[1] = stream)`.
+    EventRecord = 0x0162,
+    /// `cuEventQuery(args[0] = event)`: SUCCESS or NOT_READY.
+    EventQuery = 0x0163,
+    /// `cuEventSynchronize(args[0] = event)`.
+    EventSynchronize = 0x0164,
+    /// `cuEventElapsedTime(args[0] = start, args[1] = end)` → `vals[0]` = f32 bits, ms.
+    EventElapsedTime = 0x0165,
 }
 
 /// The first opcode of the CUDA driver API range.
@@ -39,18 +109,53 @@ impl TryFrom<u16> for Opcode {
     type Error = UnknownOpcode;
 
     fn try_from(v: u16) -> Result<Self, Self::Error> {
-        Ok(match v {
-            0x0001 => Opcode::Nop,
-            0x0002 => Opcode::CopyIn,
-            0x0003 => Opcode::CopyOut,
-            other => return Err(UnknownOpcode(other)),
-        })
+        Opcode::ALL
+            .iter()
+            .copied()
+            .find(|op| *op as u16 == v)
+            .ok_or(UnknownOpcode(v))
     }
 }
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 3] = [Opcode::Nop, Opcode::CopyIn, Opcode::CopyOut];
+    pub const ALL: [Opcode; 35] = [
+        Opcode::Nop,
+        Opcode::CopyIn,
+        Opcode::CopyOut,
+        Opcode::DriverGetVersion,
+        Opcode::DeviceGetCount,
+        Opcode::DeviceGetAttribute,
+        Opcode::DeviceGetName,
+        Opcode::DeviceTotalMem,
+        Opcode::DeviceGetUuid,
+        Opcode::CtxSynchronize,
+        Opcode::MemAlloc,
+        Opcode::MemFree,
+        Opcode::MemGetInfo,
+        Opcode::MemcpyHtoD,
+        Opcode::MemcpyDtoH,
+        Opcode::MemcpyDtoD,
+        Opcode::MemsetD8,
+        Opcode::MemsetD16,
+        Opcode::MemsetD32,
+        Opcode::ModuleStage,
+        Opcode::ModuleLoad,
+        Opcode::ModuleUnload,
+        Opcode::ModuleGetFunction,
+        Opcode::LaunchKernel,
+        Opcode::StreamCreate,
+        Opcode::StreamDestroy,
+        Opcode::StreamSynchronize,
+        Opcode::StreamQuery,
+        Opcode::StreamWaitEvent,
+        Opcode::EventCreate,
+        Opcode::EventDestroy,
+        Opcode::EventRecord,
+        Opcode::EventQuery,
+        Opcode::EventSynchronize,
+        Opcode::EventElapsedTime,
+    ];
 }
 
 #[cfg(test)]
@@ -63,6 +168,13 @@ mod tests {
             assert_eq!(Opcode::try_from(op as u16), Ok(op));
         }
         assert_eq!(Opcode::try_from(0), Err(UnknownOpcode(0)));
-        assert_eq!(Opcode::try_from(CUDA_FIRST), Err(UnknownOpcode(CUDA_FIRST)));
+        assert_eq!(Opcode::try_from(0x7777), Err(UnknownOpcode(0x7777)));
+        for op in Opcode::ALL {
+            let v = op as u16;
+            assert!(
+                v < 0x0100 || (CUDA_FIRST..=CUDA_LAST).contains(&v),
+                "{op:?} outside its range"
+            );
+        }
     }
 }

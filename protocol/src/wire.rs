@@ -248,8 +248,22 @@ impl Status {
     pub const NOT_INITIALIZED: Status = Status(3);
     /// CUDA_ERROR_DEINITIALIZED: the host side of the channel went away.
     pub const DEINITIALIZED: Status = Status(4);
+    /// CUDA_ERROR_NO_DEVICE.
+    pub const NO_DEVICE: Status = Status(100);
+    /// CUDA_ERROR_INVALID_DEVICE.
+    pub const INVALID_DEVICE: Status = Status(101);
+    /// CUDA_ERROR_INVALID_IMAGE.
+    pub const INVALID_IMAGE: Status = Status(200);
+    /// CUDA_ERROR_INVALID_CONTEXT.
+    pub const INVALID_CONTEXT: Status = Status(201);
     /// CUDA_ERROR_INVALID_HANDLE.
     pub const INVALID_HANDLE: Status = Status(400);
+    /// CUDA_ERROR_NOT_FOUND.
+    pub const NOT_FOUND: Status = Status(500);
+    /// CUDA_ERROR_NOT_READY.
+    pub const NOT_READY: Status = Status(600);
+    /// CUDA_ERROR_LAUNCH_FAILED.
+    pub const LAUNCH_FAILED: Status = Status(719);
     /// CUDA_ERROR_ILLEGAL_ADDRESS.
     pub const ILLEGAL_ADDRESS: Status = Status(700);
     /// CUDA_ERROR_NOT_SUPPORTED.
@@ -271,7 +285,14 @@ impl std::fmt::Display for Status {
             Status::OUT_OF_MEMORY => "CUDA_ERROR_OUT_OF_MEMORY",
             Status::NOT_INITIALIZED => "CUDA_ERROR_NOT_INITIALIZED",
             Status::DEINITIALIZED => "CUDA_ERROR_DEINITIALIZED",
+            Status::NO_DEVICE => "CUDA_ERROR_NO_DEVICE",
+            Status::INVALID_DEVICE => "CUDA_ERROR_INVALID_DEVICE",
+            Status::INVALID_IMAGE => "CUDA_ERROR_INVALID_IMAGE",
+            Status::INVALID_CONTEXT => "CUDA_ERROR_INVALID_CONTEXT",
             Status::INVALID_HANDLE => "CUDA_ERROR_INVALID_HANDLE",
+            Status::NOT_FOUND => "CUDA_ERROR_NOT_FOUND",
+            Status::NOT_READY => "CUDA_ERROR_NOT_READY",
+            Status::LAUNCH_FAILED => "CUDA_ERROR_LAUNCH_FAILED",
             Status::ILLEGAL_ADDRESS => "CUDA_ERROR_ILLEGAL_ADDRESS",
             Status::NOT_SUPPORTED => "CUDA_ERROR_NOT_SUPPORTED",
             Status::UNKNOWN => "CUDA_ERROR_UNKNOWN",

@@ -1,0 +1,1 @@
+//! CudaExecutor: a real NVIDIA GPU through cudarc (being written).

@@ -1,0 +1,251 @@
+//! `GpuExecutor`: the only seam between request handling and a device.
+//!
+//! An executor drives one device for one worker process (one VM). Each guest
+//! channel gets its own context ([`GpuExecutor::create_context`]); every
+//! other call names the context it acts in. Identifiers an executor hands
+//! out ([`CtxId`], [`ModId`], [`FnId`], [`StreamId`], [`EventId`]) never
+//! reach the guest: the request layer maps them to opaque per-channel
+//! handles. Device pointers do reach the guest (kernels need real
+//! addresses), but the request layer checks every pointer and range against
+//! the channel's own allocations before calling the executor, so an executor
+//! may trust the ranges it is given.
+//!
+//! Implementations:
+//! - [`sim::SimGpu`]: the embedded default without a GPU.
+//! - [`cuda::CudaExecutor`]: a real NVIDIA GPU through cudarc.
+
+pub mod cuda;
+pub mod sim;
+
+use fairgpu_protocol::cuda::ParamInfo;
+use fairgpu_protocol::Status;
+
+/// A device address.
+pub type DevPtr = u64;
+
+macro_rules! ids {
+    ($($(#[$m:meta])* $name:ident),*) => {$(
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub u64);
+    )*};
+}
+
+ids!(
+    /// A context (one per guest channel).
+    CtxId,
+    /// A loaded module.
+    ModId,
+    /// A kernel of a loaded module.
+    FnId,
+    /// A stream.
+    StreamId,
+    /// An event.
+    EventId
+);
+
+/// CU_DEVICE_ATTRIBUTE values the request layer and tests refer to by name.
+pub mod attr {
+    /// CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK.
+    pub const MAX_THREADS_PER_BLOCK: i32 = 1;
+    /// CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT.
+    pub const MULTIPROCESSOR_COUNT: i32 = 16;
+    /// CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR.
+    pub const COMPUTE_CAPABILITY_MAJOR: i32 = 75;
+    /// CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR.
+    pub const COMPUTE_CAPABILITY_MINOR: i32 = 76;
+}
+
+/// What the guest learns about the device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceProps {
+    /// Marketing name, e.g. "NVIDIA H100 80GB HBM3" or "fairgpu SimGpu".
+    pub name: String,
+    /// Device memory in bytes (before any VM quota).
+    pub total_mem: u64,
+    /// Device UUID.
+    pub uuid: [u8; 16],
+    /// Driver version as `cuDriverGetVersion` reports it (e.g. 12090).
+    pub driver_version: i32,
+    /// `(CUdevice_attribute, value)` pairs; attributes not listed are
+    /// reported as unsupported.
+    pub attributes: Vec<(i32, i32)>,
+}
+
+impl DeviceProps {
+    /// The value of attribute `a`, if the device reports it.
+    pub fn attribute(&self, a: i32) -> Option<i32> {
+        self.attributes
+            .iter()
+            .find(|(k, _)| *k == a)
+            .map(|(_, v)| *v)
+    }
+}
+
+/// Launch geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Grid dimensions in blocks.
+    pub grid: [u32; 3],
+    /// Block dimensions in threads.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block in bytes.
+    pub shared_mem: u32,
+}
+
+/// Why an executor call failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ExecError {
+    /// A driver call returned an error.
+    #[error("{call} failed: {status}")]
+    Driver {
+        /// The driver function.
+        call: &'static str,
+        /// Its result.
+        status: Status,
+    },
+    /// No usable device (no libcuda, no GPU, init failed).
+    #[error("no usable GPU: {0}")]
+    NoDevice(String),
+    /// The device is out of memory.
+    #[error("out of device memory allocating {0} bytes")]
+    OutOfMemory(u64),
+    /// A module image the executor cannot load.
+    #[error("invalid module image: {0}")]
+    InvalidImage(String),
+    /// A kernel name not in the module.
+    #[error("no kernel named {0:?} in the module")]
+    NotFound(String),
+    /// SimGpu met a kernel its cost model does not cover.
+    #[error("SimGpu cannot emulate kernel {0:?} (add it to [sim] kernels in the configuration)")]
+    CannotEmulate(String),
+    /// An identifier or argument the executor does not know.
+    #[error("invalid {0}")]
+    Invalid(&'static str),
+    /// Queried work has not finished.
+    #[error("not ready")]
+    NotReady,
+}
+
+impl ExecError {
+    /// The CUresult the guest sees: the one mapping from executor errors to
+    /// CUDA codes on the host side.
+    pub fn status(&self) -> Status {
+        match self {
+            ExecError::Driver { status, .. } => *status,
+            ExecError::NoDevice(_) => Status::NO_DEVICE,
+            ExecError::OutOfMemory(_) => Status::OUT_OF_MEMORY,
+            ExecError::InvalidImage(_) => Status::INVALID_IMAGE,
+            ExecError::NotFound(_) => Status::NOT_FOUND,
+            ExecError::CannotEmulate(_) => Status::NOT_SUPPORTED,
+            ExecError::Invalid(_) => Status::INVALID_VALUE,
+            ExecError::NotReady => Status::NOT_READY,
+        }
+    }
+}
+
+/// Result of executor calls.
+pub type ExecResult<T> = Result<T, ExecError>;
+
+/// One device, driven for one VM. `None` as a stream means the NULL stream.
+pub trait GpuExecutor: Send {
+    /// The device's properties.
+    fn device(&self) -> &DeviceProps;
+    /// Device memory currently free on the device (all VMs together).
+    fn device_free_mem(&mut self) -> ExecResult<u64>;
+    /// Device time consumed by this executor's kernels so far, in ns.
+    fn gpu_time_ns(&mut self) -> u64;
+
+    /// Creates a context for one guest channel.
+    fn create_context(&mut self) -> ExecResult<CtxId>;
+    /// Destroys a context and everything in it (allocations, modules,
+    /// streams, events).
+    fn destroy_context(&mut self, ctx: CtxId);
+    /// Waits for all work of the context.
+    fn synchronize(&mut self, ctx: CtxId) -> ExecResult<()>;
+
+    /// Allocates `bytes` of device memory.
+    fn mem_alloc(&mut self, ctx: CtxId, bytes: u64) -> ExecResult<DevPtr>;
+    /// Frees an allocation made by `mem_alloc` in this context.
+    fn mem_free(&mut self, ctx: CtxId, ptr: DevPtr) -> ExecResult<()>;
+    /// Copies host bytes to the device.
+    fn memcpy_htod(
+        &mut self,
+        ctx: CtxId,
+        dst: DevPtr,
+        src: &[u8],
+        stream: Option<StreamId>,
+    ) -> ExecResult<()>;
+    /// Copies device bytes to the host; returns once `dst` holds them.
+    fn memcpy_dtoh(
+        &mut self,
+        ctx: CtxId,
+        dst: &mut [u8],
+        src: DevPtr,
+        stream: Option<StreamId>,
+    ) -> ExecResult<()>;
+    /// Copies between device ranges.
+    fn memcpy_dtod(
+        &mut self,
+        ctx: CtxId,
+        dst: DevPtr,
+        src: DevPtr,
+        bytes: u64,
+        stream: Option<StreamId>,
+    ) -> ExecResult<()>;
+    /// Sets `count` elements of `elem_size` (1, 2 or 4) bytes to `value`.
+    fn memset(
+        &mut self,
+        ctx: CtxId,
+        dst: DevPtr,
+        value: u32,
+        elem_size: u8,
+        count: u64,
+        stream: Option<StreamId>,
+    ) -> ExecResult<()>;
+
+    /// Loads a module from a fatbin, cubin or PTX image.
+    fn module_load(&mut self, ctx: CtxId, image: &[u8]) -> ExecResult<ModId>;
+    /// Unloads a module (its functions become invalid).
+    fn module_unload(&mut self, ctx: CtxId, module: ModId) -> ExecResult<()>;
+    /// Looks a kernel up by name; returns it and its parameter layout.
+    fn function(
+        &mut self,
+        ctx: CtxId,
+        module: ModId,
+        name: &str,
+    ) -> ExecResult<(FnId, Vec<ParamInfo>)>;
+    /// Launches a kernel with its packed parameter buffer.
+    fn launch(
+        &mut self,
+        ctx: CtxId,
+        f: FnId,
+        cfg: &LaunchConfig,
+        params: &[u8],
+        stream: Option<StreamId>,
+    ) -> ExecResult<()>;
+
+    /// Creates a stream.
+    fn stream_create(&mut self, ctx: CtxId, flags: u32) -> ExecResult<StreamId>;
+    /// Destroys a stream (pending work still completes).
+    fn stream_destroy(&mut self, ctx: CtxId, s: StreamId) -> ExecResult<()>;
+    /// Waits for the stream's work.
+    fn stream_synchronize(&mut self, ctx: CtxId, s: Option<StreamId>) -> ExecResult<()>;
+    /// Whether the stream's work is done (`Err(NotReady)` if not).
+    fn stream_query(&mut self, ctx: CtxId, s: Option<StreamId>) -> ExecResult<()>;
+    /// Makes later work on `s` wait for `e`.
+    fn stream_wait_event(&mut self, ctx: CtxId, s: Option<StreamId>, e: EventId) -> ExecResult<()>;
+
+    /// Creates an event.
+    fn event_create(&mut self, ctx: CtxId, flags: u32) -> ExecResult<EventId>;
+    /// Destroys an event.
+    fn event_destroy(&mut self, ctx: CtxId, e: EventId) -> ExecResult<()>;
+    /// Records an event on a stream.
+    fn event_record(&mut self, ctx: CtxId, e: EventId, s: Option<StreamId>) -> ExecResult<()>;
+    /// Whether the event has completed (`Err(NotReady)` if not).
+    fn event_query(&mut self, ctx: CtxId, e: EventId) -> ExecResult<()>;
+    /// Waits for the event.
+    fn event_synchronize(&mut self, ctx: CtxId, e: EventId) -> ExecResult<()>;
+    /// Milliseconds between two completed events.
+    fn event_elapsed_ms(&mut self, ctx: CtxId, start: EventId, end: EventId) -> ExecResult<f32>;
+}

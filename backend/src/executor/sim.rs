@@ -1,0 +1,1 @@
+//! SimGpu: a model of one non-preemptive GPU (being written).

@@ -1,0 +1,190 @@
+//! Wire conventions of the CUDA driver API opcodes (`0x0100..=0x0fff`).
+//!
+//! Handles (modules, functions, streams, events) are opaque
+//! [`crate::handle::Handle`] values, valid only on the channel that created
+//! them. Handle 0 as a stream is the NULL (legacy default) stream. Device
+//! pointers are the executor's addresses, checked by the host against the
+//! allocations of the same channel before any use.
+
+use crate::wire::Pod;
+
+/// Most bytes of one module image (fatbin, cubin or PTX).
+pub const MAX_MODULE_IMAGE: u64 = 256 * 1024 * 1024;
+/// Longest kernel name accepted.
+pub const MAX_NAME: usize = 4096;
+/// Most parameters a kernel may have.
+pub const MAX_PARAMS: usize = 1024;
+/// Most bytes of packed kernel parameters (CUDA 12.1+ allows 32764).
+pub const MAX_PARAM_BYTES: u32 = 32764;
+/// Most live objects of each kind (allocations, modules, functions,
+/// streams, events) one channel may hold.
+pub const MAX_OBJECTS: usize = 1 << 16;
+/// Longest device name returned.
+pub const MAX_DEVICE_NAME: usize = 256;
+
+/// CUDA_ERROR_NOT_READY, returned by queries of unfinished work.
+pub const NOT_READY: u32 = crate::wire::Status::NOT_READY.0;
+
+/// Launch geometry, at the start of a `LaunchKernel` request's arena slice.
+/// The packed parameters follow it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchHeader {
+    /// Grid dimensions in blocks.
+    pub grid: [u32; 3],
+    /// Block dimensions in threads.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, bytes.
+    pub shared_mem: u32,
+    /// Bytes of packed parameters following this header.
+    pub param_bytes: u32,
+}
+
+const _: () = assert!(size_of::<LaunchHeader>() == 32);
+// SAFETY: repr(C), eight u32 fields, no padding (size asserted); every bit
+// pattern is valid.
+unsafe impl Pod for LaunchHeader {}
+
+impl LaunchHeader {
+    /// Decodes a header from its 32 little-endian bytes.
+    pub fn from_bytes(b: &[u8; 32]) -> Self {
+        let w = |i: usize| u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
+        LaunchHeader {
+            grid: [w(0), w(1), w(2)],
+            block: [w(3), w(4), w(5)],
+            shared_mem: w(6),
+            param_bytes: w(7),
+        }
+    }
+
+    /// Encodes the header as 32 little-endian bytes.
+    pub fn to_bytes(&self) -> [u8; 32] {
+        let mut b = [0u8; 32];
+        let words = [
+            self.grid[0],
+            self.grid[1],
+            self.grid[2],
+            self.block[0],
+            self.block[1],
+            self.block[2],
+            self.shared_mem,
+            self.param_bytes,
+        ];
+        for (i, w) in words.iter().enumerate() {
+            b[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+
+    /// Checks the geometry: no zero dimension, at most 1024 threads per block.
+    pub fn validate(&self) -> Result<(), &'static str> {
+        if self.grid.contains(&0) || self.block.contains(&0) {
+            return Err("zero grid or block dimension");
+        }
+        let threads =
+            u64::from(self.block[0]) * u64::from(self.block[1]) * u64::from(self.block[2]);
+        if threads > 1024 {
+            return Err("more than 1024 threads per block");
+        }
+        if self.param_bytes > MAX_PARAM_BYTES {
+            return Err("parameter buffer larger than 32764 bytes");
+        }
+        Ok(())
+    }
+}
+
+/// One kernel parameter in the packed buffer: offset and size in bytes, as
+/// `cuFuncGetParamInfo` reports them. Sent as 8 little-endian bytes each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ParamInfo {
+    /// Byte offset in the packed parameter buffer.
+    pub offset: u32,
+    /// Size in bytes.
+    pub size: u32,
+}
+
+impl ParamInfo {
+    /// Encodes a layout for the wire.
+    pub fn encode_all(params: &[ParamInfo]) -> Vec<u8> {
+        params
+            .iter()
+            .flat_map(|p| [p.offset.to_le_bytes(), p.size.to_le_bytes()].concat())
+            .collect()
+    }
+
+    /// Decodes a layout from the wire; `None` if the bytes are not a whole
+    /// number of entries or exceed [`MAX_PARAMS`].
+    pub fn decode_all(b: &[u8]) -> Option<Vec<ParamInfo>> {
+        if b.len() % 8 != 0 || b.len() / 8 > MAX_PARAMS {
+            return None;
+        }
+        Some(
+            b.chunks_exact(8)
+                .map(|c| ParamInfo {
+                    offset: u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                    size: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+                })
+                .collect(),
+        )
+    }
+
+    /// Bytes the packed buffer needs for this layout.
+    pub fn packed_size(params: &[ParamInfo]) -> u64 {
+        params
+            .iter()
+            .map(|p| u64::from(p.offset) + u64::from(p.size))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_header_round_trips_and_validates() {
+        let h = LaunchHeader {
+            grid: [4, 2, 1],
+            block: [256, 1, 1],
+            shared_mem: 1024,
+            param_bytes: 24,
+        };
+        assert_eq!(LaunchHeader::from_bytes(&h.to_bytes()), h);
+        assert!(h.validate().is_ok());
+        assert!(LaunchHeader {
+            block: [1024, 2, 1],
+            ..h
+        }
+        .validate()
+        .is_err());
+        assert!(LaunchHeader {
+            grid: [0, 1, 1],
+            ..h
+        }
+        .validate()
+        .is_err());
+        assert!(LaunchHeader {
+            param_bytes: 40_000,
+            ..h
+        }
+        .validate()
+        .is_err());
+    }
+
+    #[test]
+    fn param_layout_round_trips() {
+        let p = vec![
+            ParamInfo { offset: 0, size: 8 },
+            ParamInfo { offset: 8, size: 4 },
+            ParamInfo {
+                offset: 16,
+                size: 16,
+            },
+        ];
+        let b = ParamInfo::encode_all(&p);
+        assert_eq!(ParamInfo::decode_all(&b), Some(p.clone()));
+        assert_eq!(ParamInfo::packed_size(&p), 32);
+        assert_eq!(ParamInfo::decode_all(&b[..5]), None);
+    }
+}
