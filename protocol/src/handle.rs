@@ -144,6 +144,18 @@ impl<T> HandleTable<T> {
         }
     }
 
+    /// Removes every object for which `keep` returns false.
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        for i in 0..self.slots.len() {
+            if let Slot::Used { generation, value } = &self.slots[i] {
+                if !keep(value) {
+                    let h = Handle::new(i as u32, *generation);
+                    let _ = self.remove(h);
+                }
+            }
+        }
+    }
+
     /// Removes every object, returning them (for teardown of a dead guest).
     pub fn drain(&mut self) -> Vec<T> {
         let mut out = Vec::with_capacity(self.len);
@@ -183,7 +195,11 @@ mod tests {
             t.insert("x").unwrap();
         }
         assert_eq!(t.insert("y"), Err(HandleError::Full(4)));
-        assert_eq!(t.drain().len(), 4);
+        t.retain(|v| *v != "x");
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.get(b), Ok(&"b"));
+        t.insert("z").unwrap();
+        assert_eq!(t.drain().len(), 2);
         assert!(t.is_empty());
     }
 
