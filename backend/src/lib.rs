@@ -13,6 +13,7 @@
 pub mod bench;
 pub mod cli;
 pub mod commands;
+pub mod cuda_ops;
 pub mod demo;
 pub mod executor;
 pub mod host;

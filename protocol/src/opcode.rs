@@ -65,7 +65,7 @@ pub enum Opcode {
     ModuleLoad = 0x0131,
     /// `cuModuleUnload(args[0] = module)`.
     ModuleUnload = 0x0132,
-    /// `cuModuleGetFunction(args[0] = module)`, name in the arena →
+    /// `cuModuleGetFunction(args[0] = module, args[1] = name length)`, name in the arena →
     /// `vals[0]` = function, `vals[1]` = parameter count, layout in the arena.
     ModuleGetFunction = 0x0133,
     /// `cuLaunchKernel(args[0] = function, args[1] = stream)`, arena:

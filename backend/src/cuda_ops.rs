@@ -1,0 +1,581 @@
+//! The CUDA driver API on the host: validates each CUDA request of a
+//! channel and executes it through a [`GpuExecutor`].
+//!
+//! One `CudaOps` serves one VM (one worker process). Each channel that makes
+//! a CUDA call gets its own executor context, created at its first call and
+//! destroyed when the channel is reset (owner released it, died, or a new
+//! generation claimed it), which frees its memory, modules, streams and
+//! events.
+//!
+//! Invariants:
+//! - every handle the guest sends is looked up in the channel's own tables
+//!   ([`HandleTable`]: index + generation); nothing of another channel or VM
+//!   is reachable;
+//! - every device pointer and length is checked to lie inside one of the
+//!   channel's own allocations before the executor sees it;
+//! - allocations count against the VM's device-memory quota, and memory
+//!   queries report the quota-bounded view;
+//! - sizes from the guest are bounded by the limits of `protocol::cuda`
+//!   before anything is allocated.
+
+use std::collections::BTreeMap;
+
+use fairgpu_protocol::cuda::{
+    LaunchHeader, ParamInfo, MAX_DEVICE_NAME, MAX_MODULE_IMAGE, MAX_NAME, MAX_OBJECTS,
+};
+use fairgpu_protocol::handle::{Handle, HandleTable};
+use fairgpu_protocol::wire::ValidRequest;
+use fairgpu_protocol::{Opcode, Status};
+use serde::Serialize;
+
+use crate::executor::{
+    CtxId, DevPtr, EventId, ExecError, FnId, GpuExecutor, LaunchConfig, ModId, StreamId,
+};
+use crate::host::{Answer, ArenaSlice, Handler};
+use crate::transport_ops::TransportOps;
+
+/// What a VM uses, for status and accounting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Device memory allocated by the VM's guests, bytes.
+    pub mem_used: u64,
+    /// The VM's device-memory quota, bytes.
+    pub mem_quota: u64,
+    /// Live contexts (guest processes that made CUDA calls).
+    pub contexts: u32,
+    /// Device time consumed by the VM's kernels, ns.
+    pub gpu_time_ns: u64,
+    /// Requests served.
+    pub calls: u64,
+}
+
+#[derive(Debug)]
+struct Function {
+    id: FnId,
+    module: Handle,
+    params: Vec<ParamInfo>,
+}
+
+/// One channel's CUDA state.
+#[derive(Debug)]
+struct Context {
+    ctx: CtxId,
+    /// Allocation base → size.
+    allocs: BTreeMap<DevPtr, u64>,
+    modules: HandleTable<ModId>,
+    functions: HandleTable<Function>,
+    streams: HandleTable<StreamId>,
+    events: HandleTable<EventId>,
+    /// A module image being staged, and the size announced for it.
+    staging: Vec<u8>,
+    staging_total: u64,
+}
+
+impl Context {
+    fn new(ctx: CtxId) -> Self {
+        Context {
+            ctx,
+            allocs: BTreeMap::new(),
+            modules: HandleTable::new(MAX_OBJECTS),
+            functions: HandleTable::new(MAX_OBJECTS),
+            streams: HandleTable::new(MAX_OBJECTS),
+            events: HandleTable::new(MAX_OBJECTS),
+            staging: Vec::new(),
+            staging_total: 0,
+        }
+    }
+
+    /// Checks that `ptr..ptr + len` lies inside one allocation.
+    fn check_range(&self, ptr: DevPtr, len: u64) -> Result<(), Status> {
+        let end = ptr.checked_add(len).ok_or(Status::INVALID_VALUE)?;
+        match self.allocs.range(..=ptr).next_back() {
+            Some((&base, &size)) if end <= base + size => Ok(()),
+            _ => Err(Status::INVALID_VALUE),
+        }
+    }
+
+    fn stream(&self, h: u64) -> Result<Option<StreamId>, Status> {
+        if h == 0 {
+            return Ok(None);
+        }
+        self.streams
+            .get(Handle(h))
+            .map(|s| Some(*s))
+            .map_err(|_| Status::INVALID_HANDLE)
+    }
+
+    fn event(&self, h: u64) -> Result<EventId, Status> {
+        self.events
+            .get(Handle(h))
+            .copied()
+            .map_err(|_| Status::INVALID_HANDLE)
+    }
+}
+
+/// The CUDA request handler of one VM.
+pub struct CudaOps {
+    exec: Box<dyn GpuExecutor>,
+    vm: String,
+    quota: u64,
+    mem_used: u64,
+    contexts: Vec<Option<Context>>,
+    transport: TransportOps,
+    buf: Vec<u8>,
+    calls: u64,
+}
+
+impl std::fmt::Debug for CudaOps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaOps")
+            .field("vm", &self.vm)
+            .field("quota", &self.quota)
+            .field("mem_used", &self.mem_used)
+            .finish_non_exhaustive()
+    }
+}
+
+fn exec_err(e: ExecError) -> Status {
+    e.status()
+}
+
+fn vals(v: &[u64]) -> Answer {
+    let mut a = Answer::default();
+    a.vals[..v.len()].copy_from_slice(v);
+    a
+}
+
+impl CudaOps {
+    /// A handler for VM `vm` whose guests may allocate `memory_quota` bytes.
+    pub fn new(exec: Box<dyn GpuExecutor>, vm: String, memory_quota: u64) -> CudaOps {
+        CudaOps {
+            exec,
+            vm,
+            quota: memory_quota,
+            mem_used: 0,
+            contexts: Vec::new(),
+            transport: TransportOps::default(),
+            buf: Vec::new(),
+            calls: 0,
+        }
+    }
+
+    /// What the VM uses now.
+    pub fn usage(&mut self) -> Usage {
+        Usage {
+            mem_used: self.mem_used,
+            mem_quota: self.quota,
+            contexts: self.contexts.iter().filter(|c| c.is_some()).count() as u32,
+            gpu_time_ns: self.exec.gpu_time_ns(),
+            calls: self.calls,
+        }
+    }
+
+    /// The executor, for callers that need device properties.
+    pub fn executor(&mut self) -> &mut dyn GpuExecutor {
+        self.exec.as_mut()
+    }
+
+    fn context(&mut self, ch: u32) -> Result<&mut Context, Status> {
+        let i = ch as usize;
+        if self.contexts.len() <= i {
+            self.contexts.resize_with(i + 1, || None);
+        }
+        if self.contexts[i].is_none() {
+            let ctx = self.exec.create_context().map_err(|e| {
+                tracing::warn!(vm = %self.vm, channel = ch, error = %e, "cannot create a context");
+                e.status()
+            })?;
+            self.contexts[i] = Some(Context::new(ctx));
+        }
+        Ok(self.contexts[i].as_mut().expect("created above"))
+    }
+
+    fn device_ordinal(arg: u64) -> Result<(), Status> {
+        if arg == 0 {
+            Ok(())
+        } else {
+            Err(Status::INVALID_DEVICE)
+        }
+    }
+
+    fn cuda(
+        &mut self,
+        ch: u32,
+        req: &ValidRequest,
+        arena: &ArenaSlice<'_>,
+    ) -> Result<Answer, Status> {
+        let a = req.args;
+        let props = self.exec.device();
+        match req.op {
+            Opcode::DriverGetVersion => return Ok(vals(&[props.driver_version as u64])),
+            Opcode::DeviceGetCount => return Ok(vals(&[1])),
+            Opcode::DeviceGetAttribute => {
+                Self::device_ordinal(a[1])?;
+                let attr = i32::try_from(a[0]).map_err(|_| Status::INVALID_VALUE)?;
+                let v = props.attribute(attr).ok_or(Status::INVALID_VALUE)?;
+                return Ok(vals(&[v as u32 as u64]));
+            }
+            Opcode::DeviceGetName => {
+                Self::device_ordinal(a[0])?;
+                let name = props.name.as_bytes();
+                let n = name.len().min(MAX_DEVICE_NAME).min(arena.len());
+                arena.write(0, &name[..n])?;
+                return Ok(Answer {
+                    vals: [n as u64, 0, 0, 0, 0],
+                    out_len: n as u32,
+                });
+            }
+            Opcode::DeviceTotalMem => {
+                Self::device_ordinal(a[0])?;
+                return Ok(vals(&[props.total_mem.min(self.quota)]));
+            }
+            Opcode::DeviceGetUuid => {
+                Self::device_ordinal(a[0])?;
+                let u = props.uuid;
+                let lo = u64::from_le_bytes(u[..8].try_into().expect("8 bytes"));
+                let hi = u64::from_le_bytes(u[8..].try_into().expect("8 bytes"));
+                return Ok(vals(&[lo, hi]));
+            }
+            Opcode::MemGetInfo => {
+                let total = props.total_mem.min(self.quota);
+                let device_free = self.exec.device_free_mem().map_err(exec_err)?;
+                let free = (self.quota.saturating_sub(self.mem_used)).min(device_free);
+                return Ok(vals(&[free, total]));
+            }
+            _ => {}
+        }
+        let quota = self.quota;
+        let mem_used = self.mem_used;
+        let cx = self.context(ch)?;
+        let ctx = cx.ctx;
+        match req.op {
+            Opcode::CtxSynchronize => self
+                .exec
+                .synchronize(ctx)
+                .map_err(exec_err)
+                .map(|_| Answer::default()),
+            Opcode::MemAlloc => {
+                let bytes = a[0];
+                if bytes == 0 {
+                    return Err(Status::INVALID_VALUE);
+                }
+                if mem_used.checked_add(bytes).is_none_or(|u| u > quota)
+                    || cx.allocs.len() >= MAX_OBJECTS
+                {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let ptr = self.exec.mem_alloc(ctx, bytes).map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                cx.allocs.insert(ptr, bytes);
+                self.mem_used += bytes;
+                Ok(vals(&[ptr]))
+            }
+            Opcode::MemFree => {
+                let size = cx.allocs.remove(&a[0]).ok_or(Status::INVALID_VALUE)?;
+                self.mem_used -= size;
+                self.exec
+                    .mem_free(ctx, a[0])
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
+            Opcode::MemcpyHtoD => {
+                let len = arena.len();
+                cx.check_range(a[0], len as u64)?;
+                let stream = cx.stream(a[1])?;
+                self.buf.resize(len, 0);
+                arena.read(0, &mut self.buf)?;
+                self.exec
+                    .memcpy_htod(ctx, a[0], &self.buf, stream)
+                    .map_err(exec_err)?;
+                Ok(Answer::default())
+            }
+            Opcode::MemcpyDtoH => {
+                let len = arena.len();
+                cx.check_range(a[0], len as u64)?;
+                let stream = cx.stream(a[1])?;
+                self.buf.resize(len, 0);
+                self.exec
+                    .memcpy_dtoh(ctx, &mut self.buf, a[0], stream)
+                    .map_err(exec_err)?;
+                arena.write(0, &self.buf)?;
+                Ok(Answer {
+                    vals: [0; 5],
+                    out_len: len as u32,
+                })
+            }
+            Opcode::MemcpyDtoD => {
+                cx.check_range(a[0], a[2])?;
+                cx.check_range(a[1], a[2])?;
+                let stream = cx.stream(a[3])?;
+                self.exec
+                    .memcpy_dtod(ctx, a[0], a[1], a[2], stream)
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
+            Opcode::MemsetD8 | Opcode::MemsetD16 | Opcode::MemsetD32 => {
+                let elem: u8 = match req.op {
+                    Opcode::MemsetD8 => 1,
+                    Opcode::MemsetD16 => 2,
+                    _ => 4,
+                };
+                let bytes = a[2]
+                    .checked_mul(u64::from(elem))
+                    .ok_or(Status::INVALID_VALUE)?;
+                cx.check_range(a[0], bytes)?;
+                if a[0] % u64::from(elem) != 0 {
+                    return Err(Status::INVALID_VALUE);
+                }
+                let stream = cx.stream(a[3])?;
+                self.exec
+                    .memset(ctx, a[0], a[1] as u32, elem, a[2], stream)
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
+            Opcode::ModuleStage => {
+                let (off, total) = (a[0], a[1]);
+                if total == 0 || total > MAX_MODULE_IMAGE {
+                    return Err(Status::INVALID_VALUE);
+                }
+                if off == 0 {
+                    cx.staging = Vec::new();
+                    cx.staging_total = total;
+                }
+                let end = off
+                    .checked_add(arena.len() as u64)
+                    .ok_or(Status::INVALID_VALUE)?;
+                if off != cx.staging.len() as u64 || total != cx.staging_total || end > total {
+                    return Err(Status::INVALID_VALUE);
+                }
+                let start = cx.staging.len();
+                cx.staging.resize(end as usize, 0);
+                arena.read(0, &mut cx.staging[start..])?;
+                Ok(Answer::default())
+            }
+            Opcode::ModuleLoad => {
+                if a[0] == 0 || a[0] != cx.staging.len() as u64 || a[0] != cx.staging_total {
+                    return Err(Status::INVALID_VALUE);
+                }
+                let image = std::mem::take(&mut cx.staging);
+                cx.staging_total = 0;
+                if cx.modules.len() >= MAX_OBJECTS {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let m = self.exec.module_load(ctx, &image).map_err(|e| {
+                    tracing::debug!(vm = %self.vm, channel = ch, error = %e, "module load refused");
+                    e.status()
+                })?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let h = cx.modules.insert(m).map_err(|_| Status::OUT_OF_MEMORY)?;
+                Ok(vals(&[h.0]))
+            }
+            Opcode::ModuleUnload => {
+                let h = Handle(a[0]);
+                let m = cx.modules.remove(h).map_err(|_| Status::INVALID_HANDLE)?;
+                cx.functions.retain(|f| f.module != h);
+                self.exec
+                    .module_unload(ctx, m)
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
+            Opcode::ModuleGetFunction => {
+                let h = Handle(a[0]);
+                let m = *cx.modules.get(h).map_err(|_| Status::INVALID_HANDLE)?;
+                let name_len = usize::try_from(a[1]).map_err(|_| Status::INVALID_VALUE)?;
+                if name_len == 0 || name_len > MAX_NAME || name_len > arena.len() {
+                    return Err(Status::INVALID_VALUE);
+                }
+                let mut name = vec![0u8; name_len];
+                arena.read(0, &mut name)?;
+                let name = String::from_utf8(name).map_err(|_| Status::INVALID_VALUE)?;
+                if name.contains('\0') {
+                    return Err(Status::INVALID_VALUE);
+                }
+                let (id, params) = self.exec.function(ctx, m, &name).map_err(exec_err)?;
+                let layout = ParamInfo::encode_all(&params);
+                if layout.len() > arena.len() {
+                    return Err(Status::INVALID_VALUE);
+                }
+                arena.write(0, &layout)?;
+                let n = params.len() as u64;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let f = cx
+                    .functions
+                    .insert(Function {
+                        id,
+                        module: h,
+                        params,
+                    })
+                    .map_err(|_| Status::OUT_OF_MEMORY)?;
+                Ok(Answer {
+                    vals: [f.0, n, 0, 0, 0],
+                    out_len: layout.len() as u32,
+                })
+            }
+            Opcode::LaunchKernel => {
+                let f = cx
+                    .functions
+                    .get(Handle(a[0]))
+                    .map_err(|_| Status::INVALID_HANDLE)?;
+                cx.modules
+                    .get(f.module)
+                    .map_err(|_| Status::INVALID_HANDLE)?;
+                let stream = cx.stream(a[1])?;
+                let mut hb = [0u8; 32];
+                arena.read(0, &mut hb)?;
+                let hdr = LaunchHeader::from_bytes(&hb);
+                hdr.validate().map_err(|_| Status::INVALID_VALUE)?;
+                let n = hdr.param_bytes as usize;
+                if 32 + n > arena.len() || (n as u64) < ParamInfo::packed_size(&f.params) {
+                    return Err(Status::INVALID_VALUE);
+                }
+                let id = f.id;
+                self.buf.resize(n, 0);
+                arena.read(32, &mut self.buf)?;
+                let cfg = LaunchConfig {
+                    grid: hdr.grid,
+                    block: hdr.block,
+                    shared_mem: hdr.shared_mem,
+                };
+                self.exec
+                    .launch(ctx, id, &cfg, &self.buf, stream)
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
+            Opcode::StreamCreate => {
+                let flags = u32::try_from(a[0]).map_err(|_| Status::INVALID_VALUE)?;
+                if cx.streams.len() >= MAX_OBJECTS {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let s = self.exec.stream_create(ctx, flags).map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                Ok(vals(&[cx
+                    .streams
+                    .insert(s)
+                    .map_err(|_| Status::OUT_OF_MEMORY)?
+                    .0]))
+            }
+            Opcode::StreamDestroy => {
+                let s = cx
+                    .streams
+                    .remove(Handle(a[0]))
+                    .map_err(|_| Status::INVALID_HANDLE)?;
+                self.exec
+                    .stream_destroy(ctx, s)
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
+            Opcode::StreamSynchronize => {
+                let s = cx.stream(a[0])?;
+                self.exec
+                    .stream_synchronize(ctx, s)
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
+            Opcode::StreamQuery => {
+                let s = cx.stream(a[0])?;
+                self.exec
+                    .stream_query(ctx, s)
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
+            Opcode::StreamWaitEvent => {
+                let s = cx.stream(a[0])?;
+                let e = cx.event(a[1])?;
+                self.exec
+                    .stream_wait_event(ctx, s, e)
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
+            Opcode::EventCreate => {
+                let flags = u32::try_from(a[0]).map_err(|_| Status::INVALID_VALUE)?;
+                if cx.events.len() >= MAX_OBJECTS {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let e = self.exec.event_create(ctx, flags).map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                Ok(vals(&[cx
+                    .events
+                    .insert(e)
+                    .map_err(|_| Status::OUT_OF_MEMORY)?
+                    .0]))
+            }
+            Opcode::EventDestroy => {
+                let e = cx
+                    .events
+                    .remove(Handle(a[0]))
+                    .map_err(|_| Status::INVALID_HANDLE)?;
+                self.exec
+                    .event_destroy(ctx, e)
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
+            Opcode::EventRecord => {
+                let e = cx.event(a[0])?;
+                let s = cx.stream(a[1])?;
+                self.exec
+                    .event_record(ctx, e, s)
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
+            Opcode::EventQuery => {
+                let e = cx.event(a[0])?;
+                self.exec
+                    .event_query(ctx, e)
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
+            Opcode::EventSynchronize => {
+                let e = cx.event(a[0])?;
+                self.exec
+                    .event_synchronize(ctx, e)
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
+            Opcode::EventElapsedTime => {
+                let start = cx.event(a[0])?;
+                let end = cx.event(a[1])?;
+                let ms = self
+                    .exec
+                    .event_elapsed_ms(ctx, start, end)
+                    .map_err(exec_err)?;
+                Ok(vals(&[u64::from(ms.to_bits())]))
+            }
+            // Handled before a context is needed, or by the transport.
+            Opcode::Nop
+            | Opcode::CopyIn
+            | Opcode::CopyOut
+            | Opcode::DriverGetVersion
+            | Opcode::DeviceGetCount
+            | Opcode::DeviceGetAttribute
+            | Opcode::DeviceGetName
+            | Opcode::DeviceTotalMem
+            | Opcode::DeviceGetUuid
+            | Opcode::MemGetInfo => unreachable!("dispatched earlier"),
+        }
+    }
+}
+
+impl Handler for CudaOps {
+    fn handle(
+        &mut self,
+        ch: u32,
+        req: &ValidRequest,
+        arena: &ArenaSlice<'_>,
+    ) -> Result<Answer, Status> {
+        self.calls += 1;
+        match req.op {
+            Opcode::Nop | Opcode::CopyIn | Opcode::CopyOut => self.transport.handle(ch, req, arena),
+            _ => self.cuda(ch, req, arena),
+        }
+    }
+
+    fn reset(&mut self, ch: u32) {
+        self.transport.reset(ch);
+        if let Some(cx) = self.contexts.get_mut(ch as usize).and_then(Option::take) {
+            let freed: u64 = cx.allocs.values().sum();
+            self.mem_used -= freed;
+            self.exec.destroy_context(cx.ctx);
+            tracing::debug!(vm = %self.vm, channel = ch, freed, "context destroyed");
+        }
+    }
+}
