@@ -17,6 +17,7 @@
 
 pub mod arena;
 pub mod channel;
+pub mod cuda;
 pub mod futex;
 pub mod map;
 pub mod region;

@@ -1,0 +1,335 @@
+//! A typed CUDA driver API client over a [`Channel`]: what the guest library
+//! calls, and what Rust tests and tools use directly.
+//!
+//! Synchronous driver calls map to synchronous requests. Calls the driver
+//! runs asynchronously (kernel launches, `*Async` copies and memsets, event
+//! records) are fire-and-forget: they return once queued and their errors
+//! surface at the next synchronous call, as on a real driver. Stream handle
+//! 0 is the NULL stream.
+
+use fairgpu_protocol::cuda::{LaunchHeader, ParamInfo, MAX_PARAMS};
+use fairgpu_protocol::limits::REQUEST_ARGS;
+use fairgpu_protocol::{Opcode, Status};
+
+use crate::channel::{CallError, Channel};
+
+/// A kernel found in a module: its handle and parameter layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kernel {
+    /// The function handle.
+    pub handle: u64,
+    /// Offset and size of each parameter in the packed buffer.
+    pub params: Vec<ParamInfo>,
+}
+
+impl Kernel {
+    /// Packs parameter values (each exactly its parameter's size) into the
+    /// buffer layout the host expects.
+    pub fn pack(&self, values: &[&[u8]]) -> Result<Vec<u8>, CallError> {
+        if values.len() != self.params.len() {
+            return Err(CallError::Cuda(Status::INVALID_VALUE));
+        }
+        let mut buf = vec![0u8; ParamInfo::packed_size(&self.params) as usize];
+        for (p, v) in self.params.iter().zip(values) {
+            if v.len() != p.size as usize {
+                return Err(CallError::Cuda(Status::INVALID_VALUE));
+            }
+            buf[p.offset as usize..(p.offset + p.size) as usize].copy_from_slice(v);
+        }
+        Ok(buf)
+    }
+}
+
+/// The CUDA driver API over one channel.
+#[derive(Debug)]
+pub struct Cuda {
+    ch: Channel,
+}
+
+fn args(v: &[u64]) -> [u64; REQUEST_ARGS] {
+    let mut a = [0; REQUEST_ARGS];
+    a[..v.len()].copy_from_slice(v);
+    a
+}
+
+impl Cuda {
+    /// Wraps a claimed channel.
+    pub fn new(ch: Channel) -> Self {
+        Cuda { ch }
+    }
+
+    /// The channel underneath.
+    pub fn channel(&mut self) -> &mut Channel {
+        &mut self.ch
+    }
+
+    fn call(&mut self, op: Opcode, a: &[u64]) -> Result<[u64; 5], CallError> {
+        self.ch.call(op, args(a)).map(|r| r.vals)
+    }
+
+    fn query(&mut self, op: Opcode, a: &[u64]) -> Result<bool, CallError> {
+        match self.call(op, a) {
+            Ok(_) => Ok(true),
+            Err(CallError::Cuda(Status::NOT_READY)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `cuDriverGetVersion`.
+    pub fn driver_version(&mut self) -> Result<i32, CallError> {
+        Ok(self.call(Opcode::DriverGetVersion, &[])?[0] as i32)
+    }
+
+    /// `cuDeviceGetCount`.
+    pub fn device_count(&mut self) -> Result<i32, CallError> {
+        Ok(self.call(Opcode::DeviceGetCount, &[])?[0] as i32)
+    }
+
+    /// `cuDeviceGetAttribute`.
+    pub fn device_attribute(&mut self, attr: i32, dev: i32) -> Result<i32, CallError> {
+        Ok(self.call(Opcode::DeviceGetAttribute, &[attr as u64, dev as u64])?[0] as i32)
+    }
+
+    /// `cuDeviceGetName`.
+    pub fn device_name(&mut self, dev: i32) -> Result<String, CallError> {
+        let mut buf = [0u8; fairgpu_protocol::cuda::MAX_DEVICE_NAME];
+        let r = self
+            .ch
+            .call_with(Opcode::DeviceGetName, args(&[dev as u64]), &[], &mut buf)?;
+        Ok(String::from_utf8_lossy(&buf[..r.data_len as usize]).into_owned())
+    }
+
+    /// `cuDeviceTotalMem` (bounded by the VM's quota).
+    pub fn device_total_mem(&mut self, dev: i32) -> Result<u64, CallError> {
+        Ok(self.call(Opcode::DeviceTotalMem, &[dev as u64])?[0])
+    }
+
+    /// `cuDeviceGetUuid`.
+    pub fn device_uuid(&mut self, dev: i32) -> Result<[u8; 16], CallError> {
+        let v = self.call(Opcode::DeviceGetUuid, &[dev as u64])?;
+        let mut u = [0u8; 16];
+        u[..8].copy_from_slice(&v[0].to_le_bytes());
+        u[8..].copy_from_slice(&v[1].to_le_bytes());
+        Ok(u)
+    }
+
+    /// `cuCtxSynchronize`.
+    pub fn ctx_synchronize(&mut self) -> Result<(), CallError> {
+        self.call(Opcode::CtxSynchronize, &[]).map(|_| ())
+    }
+
+    /// `cuMemAlloc`.
+    pub fn mem_alloc(&mut self, bytes: u64) -> Result<u64, CallError> {
+        Ok(self.call(Opcode::MemAlloc, &[bytes])?[0])
+    }
+
+    /// `cuMemFree`.
+    pub fn mem_free(&mut self, ptr: u64) -> Result<(), CallError> {
+        self.call(Opcode::MemFree, &[ptr]).map(|_| ())
+    }
+
+    /// `cuMemGetInfo` → (free, total).
+    pub fn mem_get_info(&mut self) -> Result<(u64, u64), CallError> {
+        let v = self.call(Opcode::MemGetInfo, &[])?;
+        Ok((v[0], v[1]))
+    }
+
+    /// `cuMemcpyHtoD`: returns once the host has consumed every byte.
+    pub fn memcpy_htod(&mut self, dst: u64, src: &[u8]) -> Result<(), CallError> {
+        self.ch
+            .send_bulk(Opcode::MemcpyHtoD, args(&[dst, 0]), 0, src)
+            .map(|_| ())
+    }
+
+    /// `cuMemcpyHtoDAsync`: queued in chunks; `src` may be reused at once.
+    pub fn memcpy_htod_async(
+        &mut self,
+        dst: u64,
+        src: &[u8],
+        stream: u64,
+    ) -> Result<(), CallError> {
+        let chunk = (self.ch.max_slice() / 4) as usize;
+        for (i, piece) in src.chunks(chunk).enumerate() {
+            let off = (i * chunk) as u64;
+            self.ch.call_async(
+                Opcode::MemcpyHtoD,
+                args(&[dst.wrapping_add(off), stream]),
+                piece,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// `cuMemcpyDtoH` (also what `cuMemcpyDtoHAsync` needs: the bytes come
+    /// back with the response).
+    pub fn memcpy_dtoh(&mut self, dst: &mut [u8], src: u64, stream: u64) -> Result<(), CallError> {
+        self.ch
+            .recv_bulk(Opcode::MemcpyDtoH, args(&[src, stream]), 0, dst)
+    }
+
+    /// `cuMemcpyDtoD`.
+    pub fn memcpy_dtod(&mut self, dst: u64, src: u64, bytes: u64) -> Result<(), CallError> {
+        self.call(Opcode::MemcpyDtoD, &[dst, src, bytes, 0])
+            .map(|_| ())
+    }
+
+    /// `cuMemcpyDtoDAsync`.
+    pub fn memcpy_dtod_async(
+        &mut self,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        stream: u64,
+    ) -> Result<(), CallError> {
+        self.ch
+            .call_async(Opcode::MemcpyDtoD, args(&[dst, src, bytes, stream]), &[])
+    }
+
+    fn memset_op(elem: u8) -> Result<Opcode, CallError> {
+        match elem {
+            1 => Ok(Opcode::MemsetD8),
+            2 => Ok(Opcode::MemsetD16),
+            4 => Ok(Opcode::MemsetD32),
+            _ => Err(CallError::Cuda(Status::INVALID_VALUE)),
+        }
+    }
+
+    /// `cuMemsetD8/D16/D32` (`elem` = 1, 2 or 4 bytes).
+    pub fn memset(&mut self, dst: u64, value: u32, elem: u8, count: u64) -> Result<(), CallError> {
+        self.call(Self::memset_op(elem)?, &[dst, u64::from(value), count, 0])
+            .map(|_| ())
+    }
+
+    /// `cuMemsetD8Async/D16Async/D32Async`.
+    pub fn memset_async(
+        &mut self,
+        dst: u64,
+        value: u32,
+        elem: u8,
+        count: u64,
+        stream: u64,
+    ) -> Result<(), CallError> {
+        let op = Self::memset_op(elem)?;
+        self.ch
+            .call_async(op, args(&[dst, u64::from(value), count, stream]), &[])
+    }
+
+    /// `cuModuleLoadData`: sends the image (fatbin, cubin or PTX) in chunks
+    /// and loads it.
+    pub fn module_load(&mut self, image: &[u8]) -> Result<u64, CallError> {
+        if image.is_empty() {
+            return Err(CallError::Cuda(Status::INVALID_VALUE));
+        }
+        self.ch.send_bulk(
+            Opcode::ModuleStage,
+            args(&[0, image.len() as u64]),
+            0,
+            image,
+        )?;
+        Ok(self.call(Opcode::ModuleLoad, &[image.len() as u64])?[0])
+    }
+
+    /// `cuModuleUnload`.
+    pub fn module_unload(&mut self, module: u64) -> Result<(), CallError> {
+        self.call(Opcode::ModuleUnload, &[module]).map(|_| ())
+    }
+
+    /// `cuModuleGetFunction`, with the kernel's parameter layout.
+    pub fn module_get_function(&mut self, module: u64, name: &str) -> Result<Kernel, CallError> {
+        let mut out = vec![0u8; MAX_PARAMS * 8];
+        let r = self.ch.call_with(
+            Opcode::ModuleGetFunction,
+            args(&[module, name.len() as u64]),
+            name.as_bytes(),
+            &mut out,
+        )?;
+        let params = ParamInfo::decode_all(&out[..r.data_len as usize])
+            .filter(|p| p.len() as u64 == r.vals[1])
+            .ok_or_else(|| CallError::Protocol("malformed parameter layout".into()))?;
+        Ok(Kernel {
+            handle: r.vals[0],
+            params,
+        })
+    }
+
+    /// `cuLaunchKernel` with a packed parameter buffer (fire-and-forget).
+    pub fn launch(
+        &mut self,
+        kernel: u64,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: u64,
+        params: &[u8],
+    ) -> Result<(), CallError> {
+        let hdr = LaunchHeader {
+            grid,
+            block,
+            shared_mem,
+            param_bytes: params.len() as u32,
+        };
+        let mut buf = Vec::with_capacity(32 + params.len());
+        buf.extend_from_slice(&hdr.to_bytes());
+        buf.extend_from_slice(params);
+        self.ch
+            .call_async(Opcode::LaunchKernel, args(&[kernel, stream]), &buf)
+    }
+
+    /// `cuStreamCreate`.
+    pub fn stream_create(&mut self, flags: u32) -> Result<u64, CallError> {
+        Ok(self.call(Opcode::StreamCreate, &[u64::from(flags)])?[0])
+    }
+
+    /// `cuStreamDestroy`.
+    pub fn stream_destroy(&mut self, s: u64) -> Result<(), CallError> {
+        self.call(Opcode::StreamDestroy, &[s]).map(|_| ())
+    }
+
+    /// `cuStreamSynchronize`.
+    pub fn stream_synchronize(&mut self, s: u64) -> Result<(), CallError> {
+        self.call(Opcode::StreamSynchronize, &[s]).map(|_| ())
+    }
+
+    /// `cuStreamQuery`: true when the stream's work is done.
+    pub fn stream_query(&mut self, s: u64) -> Result<bool, CallError> {
+        self.query(Opcode::StreamQuery, &[s])
+    }
+
+    /// `cuStreamWaitEvent` (fire-and-forget).
+    pub fn stream_wait_event(&mut self, s: u64, e: u64) -> Result<(), CallError> {
+        self.ch
+            .call_async(Opcode::StreamWaitEvent, args(&[s, e]), &[])
+    }
+
+    /// `cuEventCreate`.
+    pub fn event_create(&mut self, flags: u32) -> Result<u64, CallError> {
+        Ok(self.call(Opcode::EventCreate, &[u64::from(flags)])?[0])
+    }
+
+    /// `cuEventDestroy`.
+    pub fn event_destroy(&mut self, e: u64) -> Result<(), CallError> {
+        self.call(Opcode::EventDestroy, &[e]).map(|_| ())
+    }
+
+    /// `cuEventRecord` (fire-and-forget).
+    pub fn event_record(&mut self, e: u64, s: u64) -> Result<(), CallError> {
+        self.ch.call_async(Opcode::EventRecord, args(&[e, s]), &[])
+    }
+
+    /// `cuEventQuery`: true when the event has completed.
+    pub fn event_query(&mut self, e: u64) -> Result<bool, CallError> {
+        self.query(Opcode::EventQuery, &[e])
+    }
+
+    /// `cuEventSynchronize`.
+    pub fn event_synchronize(&mut self, e: u64) -> Result<(), CallError> {
+        self.call(Opcode::EventSynchronize, &[e]).map(|_| ())
+    }
+
+    /// `cuEventElapsedTime` in milliseconds.
+    pub fn event_elapsed_ms(&mut self, start: u64, end: u64) -> Result<f32, CallError> {
+        Ok(f32::from_bits(
+            self.call(Opcode::EventElapsedTime, &[start, end])?[0] as u32,
+        ))
+    }
+}
