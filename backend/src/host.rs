@@ -51,14 +51,35 @@ pub enum HostError {
     /// The mapping is smaller than the layout (cannot happen for files we create).
     #[error("region mapping too small")]
     Bounds(#[from] OutOfBounds),
+    /// An existing region file could not be mapped.
+    #[error("cannot map region {path}")]
+    Attach {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An existing region file is smaller than the configured layout.
+    #[error("region {path} has {mapped} bytes but the configured layout needs {needed}")]
+    TooSmall {
+        /// The file.
+        path: PathBuf,
+        /// Bytes mapped.
+        mapped: usize,
+        /// Bytes the layout needs.
+        needed: usize,
+    },
 }
 
-/// A region this host created; the file is removed when it is dropped.
+/// A region on the host side: created here (the file is removed when it is
+/// dropped) or attached to (the file is left alone).
 #[derive(Debug)]
 pub struct HostRegion {
     view: RegionView,
     layout: Layout,
     path: PathBuf,
+    owns_file: bool,
 }
 
 impl HostRegion {
@@ -82,7 +103,67 @@ impl HostRegion {
             view,
             layout,
             path: path.to_owned(),
+            owns_file: true,
         })
+    }
+
+    /// Maps a region another process created (a worker attaching to the
+    /// region its daemon created). The layout comes from `cfg`, the same
+    /// configuration the creator used; the header in the region is never
+    /// read, since a guest can write it. The file is not removed on drop.
+    pub fn attach(path: &Path, cfg: &RegionConfig) -> Result<HostRegion, HostError> {
+        let layout = Layout::new(cfg)?;
+        let map = Mapping::open(path).map_err(|source| HostError::Attach {
+            path: path.to_owned(),
+            source,
+        })?;
+        if map.len() < layout.region_size() {
+            return Err(HostError::TooSmall {
+                path: path.to_owned(),
+                mapped: map.len(),
+                needed: layout.region_size(),
+            });
+        }
+        Ok(HostRegion {
+            view: map.view(),
+            layout,
+            path: path.to_owned(),
+            owns_file: false,
+        })
+    }
+
+    /// Fails every established channel (claimed, and reset by a host for
+    /// its owner's generation) with `why` and wakes its guest, as
+    /// `Server::fail` does. For the daemon, after the worker serving this
+    /// region died: nothing else on the host side may be serving it.
+    /// Returns how many channels were failed.
+    pub fn fail_established(&self, why: ChannelFailure) -> u32 {
+        let mut failed = 0;
+        for index in 0..self.layout.channels() {
+            let offs = self.layout.channel(index).expect("index < channels");
+            let owner = Owner::from_word(
+                // Acquire: pairs with the guest's claim/release CAS.
+                self.view
+                    .atomic_u64(offs.at(CH_OWNER))
+                    .expect("layout validated")
+                    .load(Ordering::Acquire),
+            );
+            let word = |rel| {
+                self.view
+                    .atomic_u32(offs.at(rel))
+                    .expect("layout validated")
+            };
+            // Relaxed: host_gen is only ever written by the host side, and
+            // the writer (the dead worker) has been reaped.
+            if owner.is_free() || word(CH_HOST_GEN).load(Ordering::Relaxed) != owner.generation {
+                continue;
+            }
+            // Release: pairs with the guest's Acquire load of host_state.
+            word(CH_HOST_STATE).store(why as u32, Ordering::Release);
+            wake_channel_guest(&self.view, &offs);
+            failed += 1;
+        }
+        failed
     }
 
     /// The layout the host created (never re-read from the region).
@@ -103,7 +184,23 @@ impl HostRegion {
 
 impl Drop for HostRegion {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if self.owns_file {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Wakes the guest of the channel at `offs` if it published that it sleeps.
+fn wake_channel_guest(view: &RegionView, offs: &ChannelOffsets) {
+    let word = |rel| view.atomic_u32(offs.at(rel)).expect("layout validated");
+    // SeqCst fence: Dekker pairing with the guest's store of guest_sleeping,
+    // its SeqCst fence and its re-check of the rings and host_state.
+    fence(Ordering::SeqCst);
+    if word(CH_GUEST_SLEEPING).load(Ordering::Relaxed) != 0 {
+        let w = word(CH_GUEST_WAKE);
+        // Release: makes the futex value change visible before the wake.
+        w.fetch_add(1, Ordering::Release);
+        futex::wake(w, 1);
     }
 }
 
@@ -172,7 +269,13 @@ pub trait Handler {
     /// Channel `ch` changed owner or failed: free everything its previous
     /// owner created.
     fn reset(&mut self, ch: u32);
+    /// Called by [`Server::run`] about every [`TICK_EVERY`], busy or idle
+    /// (for publishing usage). Does nothing by default.
+    fn tick(&mut self) {}
 }
+
+/// How often [`Server::run`] calls [`Handler::tick`].
+pub const TICK_EVERY: Duration = Duration::from_millis(100);
 
 /// Per-channel counters, readable from other threads while serving.
 #[derive(Debug, Default)]
@@ -234,6 +337,7 @@ pub struct Server<H: Handler> {
     cfg: ServeConfig,
     shutdown: Arc<AtomicBool>,
     last_reap: Instant,
+    last_tick: Instant,
 }
 
 impl<H: Handler> Server<H> {
@@ -277,7 +381,69 @@ impl<H: Handler> Server<H> {
             cfg,
             shutdown,
             last_reap: Instant::now(),
+            last_tick: Instant::now(),
         }
+    }
+
+    /// A server for a region that an earlier server served and left behind
+    /// (the worker before this one crashed). Channels whose guest state died
+    /// with that server are not resumed: every channel whose owner is
+    /// claimed (and alive, where the host can tell) and whose `host_gen`
+    /// equals the owner's generation is failed with
+    /// [`ChannelFailure::WorkerCrashed`] until its guest releases it or a
+    /// new generation claims it. Claims still in their handshake are
+    /// completed as usual.
+    pub fn adopt(
+        region: HostRegion,
+        handler: H,
+        cfg: ServeConfig,
+        shutdown: Arc<AtomicBool>,
+    ) -> Self {
+        let mut server = Self::new(region, handler, cfg, shutdown);
+        let local = server.region.layout().features() & FEATURE_LOCAL_OWNERS != 0;
+        for i in 0..server.channels.len() {
+            let view = server.region.view().clone();
+            let offs = server.channels[i].offs;
+            let word = |rel| view.atomic_u32(offs.at(rel)).expect("layout validated");
+            // Acquire: pairs with the guest's claim/release CAS.
+            let owner = Owner::from_word(
+                view.atomic_u64(offs.at(CH_OWNER))
+                    .expect("layout validated")
+                    .load(Ordering::Acquire),
+            );
+            // Relaxed: host_gen is written only by the host side, and the
+            // previous writer is gone.
+            let host_gen = word(CH_HOST_GEN).load(Ordering::Relaxed);
+            if owner.is_free() || (local && !pid_alive(owner.pid)) || host_gen != owner.generation {
+                // Free, dead (reaped later) or mid-handshake: poll_channel
+                // handles these as usual.
+                continue;
+            }
+            let ch = &mut server.channels[i];
+            ch.served_gen = owner.generation;
+            ch.state = State::Failed;
+            let st = &server.stats[i];
+            st.owner_pid.store(owner.pid, Ordering::Relaxed);
+            st.failed.store(1, Ordering::Relaxed);
+            // Acquire: pairs with the Release store of whoever failed it.
+            if word(CH_HOST_STATE).load(Ordering::Acquire) == 0 {
+                // Release: pairs with the guest's Acquire load of host_state.
+                word(CH_HOST_STATE).store(ChannelFailure::WorkerCrashed as u32, Ordering::Release);
+            }
+            tracing::info!(
+                channel = i,
+                pid = owner.pid,
+                generation = owner.generation,
+                "channel's host state died with the previous worker; failed until re-claimed"
+            );
+            server.wake_guest(i);
+        }
+        server
+    }
+
+    /// The handler, e.g. to hand it [`Server::stats`] after construction.
+    pub fn handler_mut(&mut self) -> &mut H {
+        &mut self.handler
     }
 
     /// Counters of every channel, shareable with a monitoring thread.
@@ -303,10 +469,12 @@ impl<H: Handler> Server<H> {
         let heartbeat = self.spawn_heartbeat();
         let mut idle_since: Option<Instant> = None;
         let mut idle_polls = 0u32;
+        self.handler.tick();
         while !self.shutdown.load(Ordering::Relaxed) {
             if self.poll_all() {
                 idle_since = None;
                 idle_polls = 0;
+                self.maybe_tick(Instant::now());
                 continue;
             }
             idle_polls = idle_polls.wrapping_add(1);
@@ -315,6 +483,7 @@ impl<H: Handler> Server<H> {
                 continue;
             }
             let now = Instant::now();
+            self.maybe_tick(now);
             let since = *idle_since.get_or_insert(now);
             if now.duration_since(self.last_reap) >= REAP_EVERY {
                 self.reap_dead_owners();
@@ -330,7 +499,15 @@ impl<H: Handler> Server<H> {
             }
         }
         let _ = heartbeat.join();
+        self.handler.tick();
         self.handler
+    }
+
+    fn maybe_tick(&mut self, now: Instant) {
+        if now.duration_since(self.last_tick) >= TICK_EVERY {
+            self.last_tick = now;
+            self.handler.tick();
+        }
     }
 
     fn spawn_heartbeat(&self) -> std::thread::JoinHandle<()> {
@@ -542,19 +719,7 @@ impl<H: Handler> Server<H> {
 
     /// Wakes channel `i`'s guest if it published that it sleeps.
     fn wake_guest(&self, i: usize) {
-        let offs = self.channels[i].offs;
-        // SeqCst fence: Dekker pairing with the guest's store of
-        // guest_sleeping, its SeqCst fence and its re-check of the rings.
-        fence(Ordering::SeqCst);
-        if self
-            .u32_at(offs.at(CH_GUEST_SLEEPING))
-            .load(Ordering::Relaxed)
-            != 0
-        {
-            let w = self.u32_at(offs.at(CH_GUEST_WAKE));
-            w.fetch_add(1, Ordering::Release);
-            futex::wake(w, 1);
-        }
+        wake_channel_guest(self.region.view(), &self.channels[i].offs);
     }
 
     /// Local mode only: frees channels whose owning process is gone.
@@ -611,5 +776,219 @@ fn rate_limited_warn(ch: usize, e: &fairgpu_protocol::wire::RequestError) {
         tracing::warn!(channel = ch, error = %e, suppressed = n, "bad request refused");
     } else {
         SUPPRESSED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport_ops::TransportOps;
+
+    fn temp_region(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("fairgpu-host-test-{}-{name}", std::process::id()))
+    }
+
+    fn cfg() -> RegionConfig {
+        RegionConfig {
+            channels: 3,
+            ring_entries: 8,
+            arena_size: 64 * 1024,
+            ..Default::default()
+        }
+    }
+
+    /// Writes a channel's owner and host generation as a guest and a host
+    /// would have left them.
+    fn set_channel(r: &HostRegion, ch: u32, owner: Owner, host_gen: u32) {
+        let offs = r.layout().channel(ch).unwrap();
+        let v = r.view();
+        v.atomic_u64(offs.at(CH_OWNER))
+            .unwrap()
+            .store(owner.word(), Ordering::SeqCst);
+        v.atomic_u32(offs.at(CH_GUEST_GEN))
+            .unwrap()
+            .store(owner.generation, Ordering::SeqCst);
+        v.atomic_u32(offs.at(CH_HOST_GEN))
+            .unwrap()
+            .store(host_gen, Ordering::SeqCst);
+    }
+
+    fn host_state(r: &HostRegion, ch: u32) -> u32 {
+        let offs = r.layout().channel(ch).unwrap();
+        r.view()
+            .atomic_u32(offs.at(CH_HOST_STATE))
+            .unwrap()
+            .load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn attach_maps_without_owning_the_file() {
+        let path = temp_region("attach");
+        let created = HostRegion::create(&path, &cfg()).unwrap();
+        let attached = HostRegion::attach(&path, &cfg()).unwrap();
+        assert_eq!(attached.layout(), created.layout());
+        let bigger = RegionConfig {
+            channels: 4,
+            ..cfg()
+        };
+        assert!(matches!(
+            HostRegion::attach(&path, &bigger),
+            Err(HostError::TooSmall { .. })
+        ));
+        drop(attached);
+        assert!(path.exists(), "attaching leaves the file in place");
+        drop(created);
+        assert!(!path.exists(), "the creator removes it");
+        assert!(matches!(
+            HostRegion::attach(&path, &cfg()),
+            Err(HostError::Attach { .. })
+        ));
+    }
+
+    #[test]
+    fn only_established_channels_are_failed_after_a_crash() {
+        let path = temp_region("fail");
+        let region = HostRegion::create(&path, &cfg()).unwrap();
+        let me = std::process::id();
+        // 0: established; 1: claim in its handshake; 2: free.
+        set_channel(
+            &region,
+            0,
+            Owner {
+                generation: 3,
+                pid: me,
+            },
+            3,
+        );
+        set_channel(
+            &region,
+            1,
+            Owner {
+                generation: 5,
+                pid: me,
+            },
+            4,
+        );
+        assert_eq!(region.fail_established(ChannelFailure::WorkerCrashed), 1);
+        assert_eq!(host_state(&region, 0), ChannelFailure::WorkerCrashed as u32);
+        assert_eq!(host_state(&region, 1), 0);
+        assert_eq!(host_state(&region, 2), 0);
+    }
+
+    #[test]
+    fn an_adopting_server_fails_established_channels_until_reclaimed() {
+        let path = temp_region("adopt");
+        let region = HostRegion::create(&path, &cfg()).unwrap();
+        let me = std::process::id();
+        set_channel(
+            &region,
+            0,
+            Owner {
+                generation: 3,
+                pid: me,
+            },
+            3,
+        );
+        set_channel(
+            &region,
+            1,
+            Owner {
+                generation: 5,
+                pid: me,
+            },
+            4,
+        );
+        let attached = HostRegion::attach(&path, &cfg()).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = Server::adopt(
+            attached,
+            TransportOps::default(),
+            ServeConfig::default(),
+            stop.clone(),
+        );
+        let stats = server.stats();
+        assert_eq!(host_state(&region, 0), ChannelFailure::WorkerCrashed as u32);
+        assert_eq!(stats[0].failed.load(Ordering::Relaxed), 1);
+        assert_eq!(stats[0].owner_pid.load(Ordering::Relaxed), me);
+        assert_eq!(
+            host_state(&region, 1),
+            0,
+            "a handshake is completed, not failed"
+        );
+        let runner = std::thread::spawn(move || server.run());
+
+        // The handshake of channel 1 completes.
+        let gen_of = |ch: u32| {
+            let offs = region.layout().channel(ch).unwrap();
+            region
+                .view()
+                .atomic_u32(offs.at(CH_HOST_GEN))
+                .unwrap()
+                .load(Ordering::SeqCst)
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while gen_of(1) != 5 {
+            assert!(Instant::now() < deadline, "channel 1 was not reset");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Channel 0 stays failed until a new generation claims it.
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(host_state(&region, 0), ChannelFailure::WorkerCrashed as u32);
+        set_channel(
+            &region,
+            0,
+            Owner {
+                generation: 4,
+                pid: me,
+            },
+            3,
+        );
+        while gen_of(0) != 4 {
+            assert!(Instant::now() < deadline, "channel 0 was not reset");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(host_state(&region, 0), 0);
+        stop.store(true, Ordering::Relaxed);
+        runner.join().unwrap();
+    }
+
+    #[derive(Debug, Default)]
+    struct Ticking(Arc<AtomicU64>);
+
+    impl Handler for Ticking {
+        fn handle(
+            &mut self,
+            _: u32,
+            _: &ValidRequest,
+            _: &ArenaSlice<'_>,
+        ) -> Result<Answer, Status> {
+            Ok(Answer::default())
+        }
+        fn reset(&mut self, _: u32) {}
+        fn tick(&mut self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn an_idle_server_ticks() {
+        let path = temp_region("tick");
+        let region = HostRegion::create(&path, &cfg()).unwrap();
+        let ticks = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = Server::new(
+            region,
+            Ticking(ticks.clone()),
+            ServeConfig::default(),
+            stop.clone(),
+        );
+        let runner = std::thread::spawn(move || server.run());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ticks.load(Ordering::Relaxed) < 3 {
+            assert!(Instant::now() < deadline, "no ticks while idle");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stop.store(true, Ordering::Relaxed);
+        runner.join().unwrap();
     }
 }

@@ -13,8 +13,11 @@
 pub mod bench;
 pub mod cli;
 pub mod commands;
+pub mod control;
 pub mod cuda_ops;
 pub mod demo;
 pub mod executor;
 pub mod host;
+pub mod process;
+pub mod stats;
 pub mod transport_ops;

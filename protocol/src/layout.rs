@@ -397,6 +397,10 @@ pub enum ChannelFailure {
     ResponseRingCorrupt = 2,
     /// The host is shutting down.
     HostShutdown = 3,
+    /// The worker process serving the region died; the daemon failed every
+    /// established channel and restarts the worker. The channel's host-side
+    /// state (contexts, memory, handles) is gone: release and re-claim.
+    WorkerCrashed = 4,
 }
 
 impl ChannelFailure {
@@ -406,6 +410,7 @@ impl ChannelFailure {
             1 => Some(ChannelFailure::RequestRingCorrupt),
             2 => Some(ChannelFailure::ResponseRingCorrupt),
             3 => Some(ChannelFailure::HostShutdown),
+            4 => Some(ChannelFailure::WorkerCrashed),
             _ => None,
         }
     }
@@ -417,6 +422,7 @@ impl std::fmt::Display for ChannelFailure {
             ChannelFailure::RequestRingCorrupt => "request ring indices corrupt",
             ChannelFailure::ResponseRingCorrupt => "response ring indices corrupt",
             ChannelFailure::HostShutdown => "host shut down",
+            ChannelFailure::WorkerCrashed => "worker process crashed",
         })
     }
 }
@@ -526,6 +532,20 @@ mod tests {
             Layout::from_header(&good, size * 2).is_ok(),
             "larger BAR is fine"
         );
+    }
+
+    #[test]
+    fn channel_failures_round_trip_through_host_state() {
+        for f in [
+            ChannelFailure::RequestRingCorrupt,
+            ChannelFailure::ResponseRingCorrupt,
+            ChannelFailure::HostShutdown,
+            ChannelFailure::WorkerCrashed,
+        ] {
+            assert_eq!(ChannelFailure::from_state(f as u32), Some(f));
+        }
+        assert_eq!(ChannelFailure::from_state(0), None);
+        assert_eq!(ChannelFailure::from_state(5), None);
     }
 
     #[test]

@@ -1,0 +1,413 @@
+//! The daemon's control socket: a Unix stream socket carrying one JSON
+//! request per line and one JSON reply per line.
+//!
+//! ```text
+//! → {"cmd":"status"}
+//! ← {"ok":true,"status":{"daemon":{...},"vms":[{...},...]}}
+//! → {"cmd":"reboot"}
+//! ← {"ok":false,"error":"bad request: unknown variant `reboot`, ..."}
+//! ```
+//!
+//! A connection may carry any number of requests. A request line longer
+//! than [`MAX_REQUEST`] bytes gets an error reply and the connection is
+//! closed; a malformed request gets an error reply and the connection stays
+//! open. Nothing a client sends can stop the daemon. At most
+//! [`MAX_CLIENTS`] connections are served at once; idle ones are closed
+//! after [`IDLE_TIMEOUT`].
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::stats::WorkerState;
+
+/// Longest request line, in bytes.
+pub const MAX_REQUEST: usize = 64 * 1024;
+/// Most connections served at once.
+pub const MAX_CLIENTS: usize = 16;
+/// How long a connection may stay silent before it is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the accept loop looks at the shutdown flag.
+const ACCEPT_POLL: Duration = Duration::from_millis(20);
+
+/// A request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Request {
+    /// Every VM's worker, channels and usage. (A struct variant, so that
+    /// unknown fields are refused.)
+    Status {},
+}
+
+/// A reply: `ok` and the result, or `ok: false` and an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    /// Whether the request succeeded.
+    pub ok: bool,
+    /// Why it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The answer to `status`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+}
+
+impl Reply {
+    /// A failure reply.
+    pub fn error(why: impl Into<String>) -> Reply {
+        Reply {
+            ok: false,
+            error: Some(why.into()),
+            status: None,
+        }
+    }
+}
+
+/// The daemon's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// Daemon-wide facts.
+    pub daemon: DaemonStatus,
+    /// Every VM, in configuration order.
+    pub vms: Vec<VmStatus>,
+}
+
+/// Daemon-wide facts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DaemonStatus {
+    /// The daemon's process id.
+    pub pid: u32,
+    /// The executor the workers use: "sim" or "cuda".
+    pub executor: String,
+    /// Seconds since the daemon started.
+    pub uptime_s: f64,
+    /// The control socket.
+    pub control_socket: PathBuf,
+    /// The stats file.
+    pub stats_file: PathBuf,
+    /// The shared SimGpu device file, with the sim executor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sim_device: Option<PathBuf>,
+}
+
+/// One VM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmStatus {
+    /// Its name.
+    pub name: String,
+    /// Its weight.
+    pub weight: u32,
+    /// Its region file.
+    pub region: PathBuf,
+    /// The worker's process id (0: no worker running).
+    pub worker_pid: u32,
+    /// What the worker is doing.
+    pub state: WorkerState,
+    /// Restarts after unexpected worker exits.
+    pub restarts: u64,
+    /// Channels claimed by guests.
+    pub channels_used: u32,
+    /// Channels in the region.
+    pub channels_total: u32,
+    /// Device memory allocated, bytes.
+    pub mem_used: u64,
+    /// Device-memory quota, bytes.
+    pub mem_quota: u64,
+    /// Live device contexts.
+    pub contexts: u32,
+    /// Device time used, over every worker of the VM, ns.
+    pub gpu_time_ns: u64,
+    /// Requests served, over every worker of the VM.
+    pub calls: u64,
+}
+
+/// Why the control socket could not be set up or used.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// Another daemon answers on the socket.
+    #[error("another daemon is already listening on {0}")]
+    InUse(PathBuf),
+    /// Something that is not a socket is in the way.
+    #[error("{0} exists and is not a socket")]
+    NotASocket(PathBuf),
+    /// Creating, binding or connecting failed.
+    #[error("control socket {path}")]
+    Io {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The daemon's reply was not valid.
+    #[error("bad reply from the daemon: {0}")]
+    BadReply(String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ControlError + '_ {
+    move |source| ControlError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// A bound control socket; the socket file is removed when it is dropped.
+#[derive(Debug)]
+pub struct ControlServer {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl ControlServer {
+    /// Binds `path`, creating its directory (mode 0700) if needed. A stale
+    /// socket left by a dead daemon is replaced; a live one is an error.
+    pub fn bind(path: &Path) -> Result<ControlServer, ControlError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.exists() {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(io_err(path))?;
+            }
+        }
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if !m.file_type().is_socket() => {
+                return Err(ControlError::NotASocket(path.to_owned()))
+            }
+            Ok(_) => {
+                if UnixStream::connect(path).is_ok() {
+                    return Err(ControlError::InUse(path.to_owned()));
+                }
+                tracing::info!(socket = %path.display(), "replacing a stale control socket");
+                std::fs::remove_file(path).map_err(io_err(path))?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(path)(e)),
+        }
+        let listener = UnixListener::bind(path).map_err(io_err(path))?;
+        let server = ControlServer {
+            listener,
+            path: path.to_owned(),
+        };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+            .map_err(io_err(path))?;
+        server
+            .listener
+            .set_nonblocking(true)
+            .map_err(io_err(path))?;
+        Ok(server)
+    }
+
+    /// The socket file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Serves connections until `shutdown` becomes true, answering each
+    /// request with `handle`. Each connection gets its own thread.
+    pub fn run<F>(&self, shutdown: &AtomicBool, handle: F)
+    where
+        F: Fn(&Request) -> Reply + Send + Sync + 'static,
+    {
+        let handle = Arc::new(handle);
+        let clients = Arc::new(AtomicUsize::new(0));
+        while !shutdown.load(Ordering::Relaxed) {
+            let stream = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(ACCEPT_POLL);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "control socket accept failed");
+                    std::thread::sleep(ACCEPT_POLL);
+                    continue;
+                }
+            };
+            if clients.fetch_add(1, Ordering::Relaxed) >= MAX_CLIENTS {
+                clients.fetch_sub(1, Ordering::Relaxed);
+                let mut s = stream;
+                let _ = s.set_nonblocking(false);
+                let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                let _ = write_reply(&mut s, &Reply::error("too many control connections"));
+                continue;
+            }
+            let handle = handle.clone();
+            let clients = clients.clone();
+            let spawned = std::thread::Builder::new()
+                .name("fairgpu-control".into())
+                .spawn(move || {
+                    if let Err(e) = serve_client(stream, &*handle) {
+                        tracing::debug!(error = %e, "control connection ended");
+                    }
+                    clients.fetch_sub(1, Ordering::Relaxed);
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "cannot start a control connection thread");
+            }
+        }
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn write_reply(w: &mut impl Write, reply: &Reply) -> io::Result<()> {
+    let mut line = serde_json::to_vec(reply).map_err(io::Error::other)?;
+    line.push(b'\n');
+    w.write_all(&line)?;
+    w.flush()
+}
+
+/// Serves one connection until end of input, an oversized request, an
+/// idle timeout or an I/O error.
+fn serve_client(
+    stream: UnixStream,
+    handle: &(dyn Fn(&Request) -> Reply + Send + Sync),
+) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(IDLE_TIMEOUT))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader
+            .by_ref()
+            .take(MAX_REQUEST as u64 + 1)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Ok(());
+        }
+        if line.last() != Some(&b'\n') && line.len() > MAX_REQUEST {
+            write_reply(
+                &mut writer,
+                &Reply::error(format!("request longer than {MAX_REQUEST} bytes")),
+            )?;
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        let reply = match serde_json::from_str::<Request>(text) {
+            Ok(req) => handle(&req),
+            Err(e) => Reply::error(format!("bad request: {e}")),
+        };
+        write_reply(&mut writer, &reply)?;
+    }
+}
+
+/// Sends one request to the daemon at `path` and returns its reply.
+pub fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Reply, ControlError> {
+    let mut stream = UnixStream::connect(path).map_err(io_err(path))?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .map_err(io_err(path))?;
+    stream
+        .set_write_timeout(Some(timeout))
+        .map_err(io_err(path))?;
+    let mut line = serde_json::to_vec(req).map_err(|e| ControlError::BadReply(e.to_string()))?;
+    line.push(b'\n');
+    stream.write_all(&line).map_err(io_err(path))?;
+    let mut reader = BufReader::new(stream);
+    let mut reply = Vec::new();
+    reader
+        .by_ref()
+        .take(16 * 1024 * 1024)
+        .read_until(b'\n', &mut reply)
+        .map_err(io_err(path))?;
+    serde_json::from_slice(&reply).map_err(|e| ControlError::BadReply(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sock(name: &str) -> PathBuf {
+        std::env::temp_dir()
+            .join(format!("fairgpu-ctl-{}", std::process::id()))
+            .join(format!("{name}.sock"))
+    }
+
+    fn raw(path: &Path, bytes: &[u8]) -> String {
+        let mut s = UnixStream::connect(path).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(bytes).unwrap();
+        let mut out = String::new();
+        BufReader::new(s).read_line(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn requests_are_answered_and_garbage_is_refused() {
+        let path = sock("basic");
+        let server = ControlServer::bind(&path).unwrap();
+        assert!(matches!(
+            ControlServer::bind(&path),
+            Err(ControlError::InUse(_))
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let t = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                server.run(&stop, |r| match r {
+                    Request::Status {} => Reply::error("no status in this test"),
+                });
+                server
+            })
+        };
+        let r = request(&path, &Request::Status {}, Duration::from_secs(10)).unwrap();
+        assert_eq!(r.error.as_deref(), Some("no status in this test"));
+        for bad in [
+            &b"not json\n"[..],
+            b"{\"cmd\":\"reboot\"}\n",
+            b"{\"cmd\":\"status\",\"extra\":1}\n",
+            b"\xff\xfe\n",
+        ] {
+            let out = raw(&path, bad);
+            assert!(out.contains("bad request"), "{out}");
+        }
+        let mut huge = vec![b'x'; MAX_REQUEST + 10];
+        huge.push(b'\n');
+        assert!(raw(&path, &huge).contains("longer than"));
+        // The server still answers after all that.
+        assert!(request(&path, &Request::Status {}, Duration::from_secs(10)).is_ok());
+
+        stop.store(true, Ordering::Relaxed);
+        let server = t.join().unwrap();
+        drop(server);
+        assert!(!path.exists(), "the socket is removed on drop");
+    }
+
+    #[test]
+    fn a_stale_socket_is_replaced_and_a_file_is_not() {
+        let path = sock("stale");
+        drop(std::fs::remove_file(&path));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        {
+            let _stale = UnixListener::bind(&path).unwrap();
+        }
+        assert!(path.exists());
+        let s = ControlServer::bind(&path).unwrap();
+        drop(s);
+        std::fs::write(&path, b"x").unwrap();
+        assert!(matches!(
+            ControlServer::bind(&path),
+            Err(ControlError::NotASocket(_))
+        ));
+        std::fs::remove_file(&path).unwrap();
+    }
+}

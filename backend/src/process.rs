@@ -1,0 +1,42 @@
+//! Process control the daemon and its workers need: signals to child
+//! processes and the worker's parent-death signal. The only `unsafe` of
+//! the daemon lives here.
+
+use std::io;
+
+/// Sends `sig` to process `pid`.
+///
+/// Callers pass only children they have not reaped yet, so the pid cannot
+/// have been reused by an unrelated process.
+pub fn send_signal(pid: u32, sig: libc::c_int) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a process id"))?;
+    // SAFETY: kill(2) has no memory-safety preconditions; pid > 0 names one
+    // process (never a group), an unreaped child of ours (see above).
+    let r = unsafe { libc::kill(pid, sig) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Asks the kernel to send `sig` to this process when the thread that
+/// started it exits, and checks that `parent` (the expected parent pid) is
+/// still the parent, closing the race where it died before the request.
+pub fn die_with_parent(sig: libc::c_int, parent: u32) -> io::Result<()> {
+    let sig = libc::c_ulong::try_from(sig)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad signal number"))?;
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number by value and touches no
+    // memory of ours.
+    let r = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig, 0, 0, 0) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if std::os::unix::process::parent_id() != parent {
+        return Err(io::Error::other(format!("parent process {parent} is gone")));
+    }
+    Ok(())
+}
