@@ -1,1 +1,0 @@
-//! SimGpu: a model of one non-preemptive GPU (being written).

@@ -1,0 +1,323 @@
+//! The `[sim]` configuration and the kernel cost model it defines.
+
+use std::collections::HashMap;
+
+use fairgpu_protocol::cuda::{ParamInfo, MAX_NAME, MAX_PARAMS};
+use serde::{Deserialize, Serialize};
+
+use crate::executor::{ExecError, ExecResult};
+
+/// The kernel every SimGpu knows without configuration: it runs for as many
+/// nanoseconds as its first parameter (a u64) says.
+pub const SPIN_KERNEL: &str = "fairgpu_spin";
+/// Longest modelled kernel: a launch asking for more is refused, so one
+/// guest cannot book the shared device for hours with a single launch.
+pub const MAX_KERNEL_NS: u64 = 60 * 1_000_000_000;
+/// Longest device name (the protocol's limit).
+const MAX_DEVICE_NAME: usize = fairgpu_protocol::cuda::MAX_DEVICE_NAME;
+
+/// The device shape and cost model of SimGpu, the `[sim]` table of the
+/// configuration file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimConfig {
+    /// Device memory in bytes (default 16 GiB).
+    pub memory_bytes: u64,
+    /// Device name the guest sees.
+    pub name: String,
+    /// Multiprocessor count the guest sees.
+    pub sm_count: u32,
+    /// How long kernels take, by name.
+    pub kernels: Vec<KernelCost>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            memory_bytes: 16 << 30,
+            name: "fairgpu SimGpu".into(),
+            sm_count: 132,
+            kernels: Vec::new(),
+        }
+    }
+}
+
+/// The modelled duration of one kernel. Exactly one of `duration_us` and
+/// `duration_param` is set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelCost {
+    /// Entry name: exact (possibly mangled), or the base name of a simple
+    /// Itanium-mangled name (`spin` matches `_Z4spinm`).
+    pub name: String,
+    /// Fixed duration in microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_us: Option<f64>,
+    /// Index of the parameter holding the duration in nanoseconds, a
+    /// little-endian u64 (or u32 if the parameter has 4 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_param: Option<usize>,
+}
+
+impl SimConfig {
+    /// Checks the values serde cannot.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.memory_bytes == 0 {
+            return Err("sim.memory_bytes must be positive".into());
+        }
+        if self.name.is_empty() || self.name.len() > MAX_DEVICE_NAME {
+            return Err(format!(
+                "sim.name must have 1 to {MAX_DEVICE_NAME} bytes, has {}",
+                self.name.len()
+            ));
+        }
+        if self.sm_count == 0 || self.sm_count > i32::MAX as u32 {
+            return Err(format!(
+                "sim.sm_count must be in 1..={}, is {}",
+                i32::MAX,
+                self.sm_count
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for k in &self.kernels {
+            k.validate()?;
+            if !seen.insert(k.name.as_str()) {
+                return Err(format!("sim kernel {:?} is configured twice", k.name));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl KernelCost {
+    fn validate(&self) -> Result<(), String> {
+        let name = &self.name;
+        if name.is_empty() || name.len() > MAX_NAME {
+            return Err(format!(
+                "sim kernel names must have 1 to {MAX_NAME} bytes, {name:?} has {}",
+                name.len()
+            ));
+        }
+        match (self.duration_us, self.duration_param) {
+            (Some(_), Some(_)) => Err(format!(
+                "sim kernel {name:?}: set duration_us or duration_param, not both"
+            )),
+            (None, None) => Err(format!(
+                "sim kernel {name:?}: set duration_us (fixed) or duration_param (read from a parameter)"
+            )),
+            (Some(us), None) if !(0.0..=MAX_KERNEL_NS as f64 / 1e3).contains(&us) => {
+                Err(format!(
+                    "sim kernel {name:?}: duration_us must be in 0..={}, is {us}",
+                    MAX_KERNEL_NS / 1000
+                ))
+            }
+            (None, Some(p)) if p >= MAX_PARAMS => Err(format!(
+                "sim kernel {name:?}: duration_param must be below {MAX_PARAMS}, is {p}"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// How a kernel's duration is found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cost {
+    /// Fixed, in ns.
+    Fixed(u64),
+    /// Nanoseconds in parameter number `.0`.
+    Param(usize),
+}
+
+impl Cost {
+    /// The modelled duration of a launch with packed `params` laid out as
+    /// `layout` (the caller checked `params` covers the layout).
+    pub(crate) fn duration_ns(self, layout: &[ParamInfo], params: &[u8]) -> ExecResult<u64> {
+        let ns = match self {
+            Cost::Fixed(ns) => ns,
+            Cost::Param(i) => {
+                let p = layout.get(i).ok_or(ExecError::Invalid(
+                    "duration parameter index beyond the kernel's parameters",
+                ))?;
+                let at = p.offset as usize;
+                let bytes = params.get(at..at.saturating_add(p.size as usize)).ok_or(
+                    ExecError::Invalid(
+                        "parameter buffer shorter than the kernel's parameter layout",
+                    ),
+                )?;
+                match bytes.len() {
+                    8 => u64::from_le_bytes(bytes.try_into().unwrap_or([0; 8])),
+                    4 => u64::from(u32::from_le_bytes(bytes.try_into().unwrap_or([0; 4]))),
+                    _ => {
+                        return Err(ExecError::Invalid(
+                            "duration parameter is neither 4 nor 8 bytes",
+                        ))
+                    }
+                }
+            }
+        };
+        if ns > MAX_KERNEL_NS {
+            return Err(ExecError::Invalid("modelled kernel duration above 60 s"));
+        }
+        Ok(ns)
+    }
+}
+
+/// The configured costs, compiled for lookup.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CostModel {
+    by_name: HashMap<String, Cost>,
+}
+
+impl CostModel {
+    /// Compiles a validated configuration.
+    pub(crate) fn new(cfg: &SimConfig) -> CostModel {
+        let by_name = cfg
+            .kernels
+            .iter()
+            .map(|k| {
+                let cost = match (k.duration_us, k.duration_param) {
+                    (Some(us), _) => Cost::Fixed((us * 1e3).round() as u64),
+                    (None, p) => Cost::Param(p.unwrap_or(0)),
+                };
+                (k.name.clone(), cost)
+            })
+            .collect();
+        CostModel { by_name }
+    }
+
+    /// The cost of kernel `entry`: configured under its exact name, else
+    /// under its demangled base name, else the built-in spin kernel.
+    pub(crate) fn lookup(&self, entry: &str) -> Option<Cost> {
+        let base = base_name(entry);
+        self.by_name
+            .get(entry)
+            .or_else(|| base.and_then(|b| self.by_name.get(b)))
+            .copied()
+            .or_else(|| {
+                (entry == SPIN_KERNEL || base == Some(SPIN_KERNEL)).then_some(Cost::Param(0))
+            })
+    }
+}
+
+/// The base name of a simple Itanium-mangled name: `_Z4spinm` -> `spin`.
+/// Nested, templated and other names have none.
+pub(crate) fn base_name(mangled: &str) -> Option<&str> {
+    let rest = mangled.strip_prefix("_Z")?;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || rest.starts_with('0') {
+        return None;
+    }
+    let len: usize = rest[..digits].parse().ok()?;
+    rest.get(digits..digits.checked_add(len)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_round_trip_and_defaults() {
+        let cfg: SimConfig = toml::from_str(
+            r#"
+            memory_bytes = 1073741824
+            kernels = [
+              { name = "spin", duration_param = 0 },
+              { name = "_Z6vecAddPKfS0_Pfi", duration_us = 12.5 },
+            ]
+            "#,
+        )
+        .expect("parses");
+        assert_eq!(cfg.memory_bytes, 1 << 30);
+        assert_eq!(cfg.name, "fairgpu SimGpu");
+        assert_eq!(cfg.sm_count, 132);
+        assert!(cfg.validate().is_ok());
+        let again: SimConfig =
+            serde_json::from_str(&serde_json::to_string(&cfg).expect("serialises"))
+                .expect("parses");
+        assert_eq!(again, cfg);
+        assert!(toml::from_str::<SimConfig>("memory = 1").is_err());
+        assert!(toml::from_str::<SimConfig>("kernels = [{ name = \"k\", duration = 1 }]").is_err());
+    }
+
+    #[test]
+    fn validation_messages() {
+        let with = |k: KernelCost| SimConfig {
+            kernels: vec![k],
+            ..SimConfig::default()
+        };
+        let k = |us, p| KernelCost {
+            name: "k".into(),
+            duration_us: us,
+            duration_param: p,
+        };
+        assert!(with(k(Some(1.0), Some(0)))
+            .validate()
+            .is_err_and(|e| e.contains("not both")));
+        assert!(with(k(None, None))
+            .validate()
+            .is_err_and(|e| e.contains("set duration_us")));
+        assert!(with(k(Some(-1.0), None)).validate().is_err());
+        assert!(with(k(Some(f64::NAN), None)).validate().is_err());
+        assert!(with(k(None, Some(MAX_PARAMS))).validate().is_err());
+        let mut twice = with(k(Some(1.0), None));
+        twice.kernels.push(k(None, Some(1)));
+        assert!(twice.validate().is_err_and(|e| e.contains("twice")));
+        assert!(SimConfig {
+            memory_bytes: 0,
+            ..SimConfig::default()
+        }
+        .validate()
+        .is_err());
+        assert!(SimConfig::default().validate().is_ok());
+    }
+
+    #[test]
+    fn names_and_lookup() {
+        assert_eq!(base_name("_Z4spinm"), Some("spin"));
+        assert_eq!(base_name("_Z12fairgpu_spinm"), Some("fairgpu_spin"));
+        assert_eq!(base_name("_Z99x"), None);
+        assert_eq!(base_name("_ZN3foo3barEv"), None);
+        assert_eq!(base_name("_Z04spin"), None);
+        assert_eq!(base_name("spin"), None);
+        let m = CostModel::new(&SimConfig {
+            kernels: vec![
+                KernelCost {
+                    name: "spin".into(),
+                    duration_us: None,
+                    duration_param: Some(1),
+                },
+                KernelCost {
+                    name: "_Z3fixv".into(),
+                    duration_us: Some(2.5),
+                    duration_param: None,
+                },
+            ],
+            ..SimConfig::default()
+        });
+        assert_eq!(m.lookup("_Z4spinmm"), Some(Cost::Param(1)));
+        assert_eq!(m.lookup("spin"), Some(Cost::Param(1)));
+        assert_eq!(m.lookup("_Z3fixv"), Some(Cost::Fixed(2500)));
+        assert_eq!(m.lookup("fix"), None);
+        assert_eq!(m.lookup("_Z12fairgpu_spinm"), Some(Cost::Param(0)));
+        assert_eq!(m.lookup("fairgpu_spin"), Some(Cost::Param(0)));
+        assert_eq!(m.lookup("other"), None);
+    }
+
+    #[test]
+    fn durations_from_parameters() {
+        let layout = [
+            ParamInfo { offset: 0, size: 4 },
+            ParamInfo { offset: 8, size: 8 },
+        ];
+        let mut p = [0u8; 16];
+        p[0..4].copy_from_slice(&7u32.to_le_bytes());
+        p[8..16].copy_from_slice(&9_000u64.to_le_bytes());
+        assert_eq!(Cost::Param(0).duration_ns(&layout, &p), Ok(7));
+        assert_eq!(Cost::Param(1).duration_ns(&layout, &p), Ok(9_000));
+        assert!(Cost::Param(2).duration_ns(&layout, &p).is_err());
+        assert!(Cost::Param(1).duration_ns(&layout, &p[..12]).is_err());
+        p[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(Cost::Param(1).duration_ns(&layout, &p).is_err());
+        assert_eq!(Cost::Fixed(5).duration_ns(&[], &[]), Ok(5));
+    }
+}

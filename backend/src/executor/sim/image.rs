@@ -1,0 +1,745 @@
+//! Module images as SimGpu reads them: PTX text, and nvcc fatbins that
+//! carry uncompressed PTX.
+//!
+//! SimGpu does not execute kernels; from an image it needs only the kernels'
+//! names and parameter layouts, which the PTX `.entry` declarations give.
+//! Images are guest data: every read is bounds-checked, every count and size
+//! is capped before it is used, and nothing here panics or allocates in
+//! proportion to a size field the image states.
+//!
+//! Fatbin layout (little-endian), as public reverse-engineering describes
+//! it (cuobjdump, `cuda-fatbin-decompression`):
+//!
+//! ```text
+//! container: u32 magic 0xBA55ED50 | u16 version | u16 header size (16)
+//!            | u64 bytes of entries that follow the header
+//! entry:     u16 kind (1 PTX, 2 ELF) | u16 | u32 entry header size
+//!            | u64 payload size | u32 compressed size | ...
+//!            | u64 flags at 40 (0x2000: compressed) | ... (64 bytes or more)
+//!            then the payload, then the next entry
+//! ```
+//! Several containers may follow each other.
+
+use std::collections::HashSet;
+
+use fairgpu_protocol::cuda::{ParamInfo, MAX_MODULE_IMAGE, MAX_NAME, MAX_PARAMS, MAX_PARAM_BYTES};
+
+/// Most kernels one module may declare.
+pub const MAX_KERNELS: usize = 1 << 16;
+/// Magic of a fatbin container.
+pub const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+/// Magic of the `__fatBinC_Wrapper_t` host structure, which points at a
+/// fatbin through a guest address.
+const FATBIN_WRAPPER_MAGIC: u32 = 0x4662_43B1;
+const FATBIN_HEADER_LEN: usize = 16;
+/// Bytes of an entry header this parser reads (newer toolkits add more).
+const ENTRY_HEADER_MIN: u32 = 64;
+const ENTRY_KIND_PTX: u16 = 1;
+const ENTRY_KIND_ELF: u16 = 2;
+const ENTRY_KIND_ELF_ALT: u16 = 0x10;
+const FLAG_COMPRESSED: u64 = 0x2000;
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+/// Largest `.align` a parameter may ask for.
+const MAX_PARAM_ALIGN: u64 = 4096;
+
+/// A kernel a module declares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelDecl {
+    /// Entry name as in the image (possibly mangled).
+    pub name: String,
+    /// Parameter layout in the packed buffer.
+    pub params: Vec<ParamInfo>,
+}
+
+/// Why an image cannot be loaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImageError {
+    /// Zero bytes.
+    #[error("empty image")]
+    Empty,
+    /// Above the protocol's limit.
+    #[error("image of {len} bytes exceeds the limit of {max}")]
+    TooLarge {
+        /// Bytes given.
+        len: usize,
+        /// Limit.
+        max: u64,
+    },
+    /// An ELF cubin.
+    #[error("cubin (ELF) images are not supported by SimGpu; load the PTX instead")]
+    Cubin,
+    /// The host-side wrapper structure, not the fatbin it points to.
+    #[error("a fatbin wrapper (magic 0x466243b1) refers to its fatbin by address; pass the fatbin itself (magic 0xba55ed50)")]
+    FatbinWrapper,
+    /// Neither PTX text, a fatbin nor a cubin.
+    #[error("not PTX text (no .version or .entry), a fatbin or a cubin; first bytes {head:02x?}")]
+    Unknown {
+        /// Up to 8 leading bytes.
+        head: Vec<u8>,
+    },
+    /// A fatbin structure runs past the end of the image.
+    #[error("truncated fatbin: {what} at offset {off} needs {need} bytes, the image has {have}")]
+    Truncated {
+        /// The structure.
+        what: &'static str,
+        /// Its offset.
+        off: usize,
+        /// Bytes it needs from `off`.
+        need: u64,
+        /// Bytes the image has from `off`.
+        have: usize,
+    },
+    /// A fatbin header field with an impossible value.
+    #[error("malformed fatbin: {0}")]
+    Malformed(&'static str),
+    /// A fatbin without a PTX entry SimGpu can read.
+    #[error(
+        "fatbin has no uncompressed PTX entry ({compressed} compressed, {cubin} cubin, \
+         {unreadable} unreadable entries): compressed fatbin entries are not supported yet, \
+         and SimGpu cannot read cubin; load the PTX text, or build the fatbin with \
+         uncompressed PTX"
+    )]
+    NoPtx {
+        /// Compressed PTX entries.
+        compressed: usize,
+        /// ELF entries.
+        cubin: usize,
+        /// Entries that claim to be plain PTX but are not text.
+        unreadable: usize,
+    },
+    /// A `.entry` declaration this parser does not understand.
+    #[error("PTX .entry {kernel:?}: {reason}")]
+    Entry {
+        /// The kernel (or a prefix of the text where the name should be).
+        kernel: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// More kernels than a module may declare (65536).
+    #[error("module declares more than {MAX_KERNELS} kernels")]
+    TooManyKernels,
+}
+
+/// Parses a module image: PTX text or a fatbin with uncompressed PTX.
+pub fn parse_image(image: &[u8]) -> Result<Vec<KernelDecl>, ImageError> {
+    if image.is_empty() {
+        return Err(ImageError::Empty);
+    }
+    if image.len() as u64 > MAX_MODULE_IMAGE {
+        return Err(ImageError::TooLarge {
+            len: image.len(),
+            max: MAX_MODULE_IMAGE,
+        });
+    }
+    match le_u32(image, 0) {
+        Some(FATBIN_MAGIC) => return parse_fatbin(image),
+        Some(FATBIN_WRAPPER_MAGIC) => return Err(ImageError::FatbinWrapper),
+        _ => {}
+    }
+    if image.starts_with(b"\x7fELF") {
+        return Err(ImageError::Cubin);
+    }
+    match ptx_text(image) {
+        Some(text) => parse_ptx(text),
+        None => Err(ImageError::Unknown {
+            head: image[..image.len().min(8)].to_vec(),
+        }),
+    }
+}
+
+/// The text of a PTX image up to its first NUL, if it looks like PTX.
+fn ptx_text(image: &[u8]) -> Option<&[u8]> {
+    let end = image.iter().position(|&b| b == 0).unwrap_or(image.len());
+    let text = &image[..end];
+    (contains(text, b".version") || contains(text, b".entry")).then_some(text)
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+fn le_u16(b: &[u8], off: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(
+        b.get(off..off.checked_add(2)?)?.try_into().ok()?,
+    ))
+}
+
+fn le_u32(b: &[u8], off: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        b.get(off..off.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+fn le_u64(b: &[u8], off: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        b.get(off..off.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
+/// `off + len` as a checked in-image end, or the truncation error.
+fn span(image: &[u8], what: &'static str, off: usize, len: u64) -> Result<usize, ImageError> {
+    let have = image.len().saturating_sub(off);
+    usize::try_from(len)
+        .ok()
+        .and_then(|l| off.checked_add(l))
+        .filter(|&end| end <= image.len())
+        .ok_or(ImageError::Truncated {
+            what,
+            off,
+            need: len,
+            have,
+        })
+}
+
+/// Walks the containers and entries of a fatbin and parses its plain PTX.
+fn parse_fatbin(image: &[u8]) -> Result<Vec<KernelDecl>, ImageError> {
+    let mut kernels = Kernels::default();
+    let (mut ptx, mut compressed, mut cubin, mut unreadable) = (0usize, 0usize, 0usize, 0usize);
+    let mut pos = 0usize;
+    while le_u32(image, pos) == Some(FATBIN_MAGIC) {
+        span(image, "fatbin header", pos, FATBIN_HEADER_LEN as u64)?;
+        let header_len = le_u16(image, pos + 6).unwrap_or(0);
+        let entries_len = le_u64(image, pos + 8).unwrap_or(0);
+        if usize::from(header_len) < FATBIN_HEADER_LEN {
+            return Err(ImageError::Malformed(
+                "container header shorter than 16 bytes",
+            ));
+        }
+        let start = span(image, "fatbin header", pos, u64::from(header_len))?;
+        let end = span(image, "fatbin entries", start, entries_len)?;
+        let mut e = start;
+        while e < end {
+            let entry = &image[..end];
+            span(entry, "fatbin entry header", e, u64::from(ENTRY_HEADER_MIN))?;
+            let kind = le_u16(entry, e).unwrap_or(0);
+            let header = le_u32(entry, e + 4).unwrap_or(0);
+            let payload_len = le_u64(entry, e + 8).unwrap_or(0);
+            let compressed_len = le_u32(entry, e + 16).unwrap_or(0);
+            let flags = le_u64(entry, e + 40).unwrap_or(0);
+            if header < ENTRY_HEADER_MIN {
+                return Err(ImageError::Malformed("entry header shorter than 64 bytes"));
+            }
+            let data = span(entry, "fatbin entry header", e, u64::from(header))?;
+            let data_end = span(entry, "fatbin entry payload", data, payload_len)?;
+            let payload = &entry[data..data_end];
+            match kind {
+                ENTRY_KIND_PTX => {
+                    if flags & FLAG_COMPRESSED != 0
+                        || compressed_len != 0
+                        || payload.starts_with(&ZSTD_MAGIC)
+                    {
+                        compressed += 1;
+                    } else if let Some(text) = ptx_text(payload) {
+                        kernels.extend(parse_ptx(text)?)?;
+                        ptx += 1;
+                    } else {
+                        unreadable += 1;
+                    }
+                }
+                ENTRY_KIND_ELF | ENTRY_KIND_ELF_ALT => cubin += 1,
+                _ => {}
+            }
+            // Progress: the entry header is at least 64 bytes.
+            e = data_end;
+        }
+        pos = end;
+    }
+    if ptx == 0 {
+        return Err(ImageError::NoPtx {
+            compressed,
+            cubin,
+            unreadable,
+        });
+    }
+    Ok(kernels.list)
+}
+
+/// Kernels in declaration order; the first declaration of a name wins
+/// (fatbins repeat kernels for each architecture).
+#[derive(Default)]
+struct Kernels {
+    list: Vec<KernelDecl>,
+    names: HashSet<String>,
+}
+
+impl Kernels {
+    fn push(&mut self, k: KernelDecl) -> Result<(), ImageError> {
+        if self.names.contains(&k.name) {
+            return Ok(());
+        }
+        if self.list.len() >= MAX_KERNELS {
+            return Err(ImageError::TooManyKernels);
+        }
+        self.names.insert(k.name.clone());
+        self.list.push(k);
+        Ok(())
+    }
+
+    fn extend(&mut self, ks: Vec<KernelDecl>) -> Result<(), ImageError> {
+        ks.into_iter().try_for_each(|k| self.push(k))
+    }
+}
+
+/// A PTX token: a word (directive, identifier, number) or one other byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tok<'a> {
+    Word(&'a [u8]),
+    Punct(u8),
+}
+
+/// PTX tokens, skipping whitespace, comments and string literals.
+struct Lexer<'a> {
+    s: &'a [u8],
+    pos: usize,
+}
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'$' | b'%' | b'.')
+}
+
+impl<'a> Iterator for Lexer<'a> {
+    type Item = Tok<'a>;
+
+    fn next(&mut self) -> Option<Tok<'a>> {
+        let s = self.s;
+        loop {
+            let b = *s.get(self.pos)?;
+            let next = s.get(self.pos + 1).copied();
+            if b.is_ascii_whitespace() {
+                self.pos += 1;
+            } else if b == b'/' && next == Some(b'/') {
+                self.pos = s[self.pos..]
+                    .iter()
+                    .position(|&c| c == b'\n')
+                    .map_or(s.len(), |p| self.pos + p + 1);
+            } else if b == b'/' && next == Some(b'*') {
+                self.pos = s[self.pos + 2..]
+                    .windows(2)
+                    .position(|w| w == b"*/")
+                    .map_or(s.len(), |p| self.pos + 2 + p + 2);
+            } else if b == b'"' {
+                let mut i = self.pos + 1;
+                while i < s.len() && s[i] != b'"' {
+                    i += if s[i] == b'\\' { 2 } else { 1 };
+                }
+                self.pos = (i + 1).min(s.len());
+            } else if is_word_byte(b) {
+                let start = self.pos;
+                while self.pos < s.len() && is_word_byte(s[self.pos]) {
+                    self.pos += 1;
+                }
+                return Some(Tok::Word(&s[start..self.pos]));
+            } else {
+                self.pos += 1;
+                return Some(Tok::Punct(b));
+            }
+        }
+    }
+}
+
+fn lossy(w: &[u8]) -> String {
+    String::from_utf8_lossy(&w[..w.len().min(64)]).into_owned()
+}
+
+fn is_ident(w: &[u8]) -> bool {
+    w.first().is_some_and(|c| !c.is_ascii_digit() && *c != b'.') && !w.contains(&b'.')
+}
+
+fn number(w: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(w).ok()?;
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// Size in bytes of a PTX parameter type.
+fn type_size(w: &[u8]) -> Option<u32> {
+    Some(match w {
+        b".u8" | b".s8" | b".b8" => 1,
+        b".u16" | b".s16" | b".b16" | b".f16" | b".bf16" => 2,
+        b".u32" | b".s32" | b".b32" | b".f32" | b".f16x2" | b".bf16x2" => 4,
+        b".u64" | b".s64" | b".b64" | b".f64" | b".texref" | b".samplerref" | b".surfref" => 8,
+        b".b128" => 16,
+        _ => return None,
+    })
+}
+
+/// Parses every `.entry` of PTX text.
+pub fn parse_ptx(text: &[u8]) -> Result<Vec<KernelDecl>, ImageError> {
+    let mut kernels = Kernels::default();
+    let mut lx = Lexer { s: text, pos: 0 }.peekable();
+    while let Some(t) = lx.next() {
+        if t != Tok::Word(b".entry") {
+            continue;
+        }
+        let name = match lx.next() {
+            Some(Tok::Word(w)) if is_ident(w) && w.len() <= MAX_NAME => w,
+            other => {
+                return Err(ImageError::Entry {
+                    kernel: match other {
+                        Some(Tok::Word(w)) => lossy(w),
+                        _ => String::new(),
+                    },
+                    reason: "expected a kernel name".into(),
+                })
+            }
+        };
+        let kernel = String::from_utf8_lossy(name).into_owned();
+        let params = if lx.peek() == Some(&Tok::Punct(b'(')) {
+            lx.next();
+            parse_params(&mut lx).map_err(|reason| ImageError::Entry {
+                kernel: kernel.clone(),
+                reason,
+            })?
+        } else {
+            Vec::new()
+        };
+        kernels.push(KernelDecl {
+            name: kernel,
+            params,
+        })?;
+    }
+    Ok(kernels.list)
+}
+
+/// Parses `.param ... name[count]` declarations up to the closing `)`.
+fn parse_params<'a>(lx: &mut std::iter::Peekable<Lexer<'a>>) -> Result<Vec<ParamInfo>, String> {
+    let mut params = Vec::new();
+    let mut end = 0u64;
+    if lx.peek() == Some(&Tok::Punct(b')')) {
+        lx.next();
+        return Ok(params);
+    }
+    loop {
+        let k = params.len();
+        if k >= MAX_PARAMS {
+            return Err(format!("more than {MAX_PARAMS} parameters"));
+        }
+        if lx.next() != Some(Tok::Word(b".param")) {
+            return Err(format!("parameter {k}: expected .param"));
+        }
+        let (mut size, mut align, mut name, mut count) = (None, None, None, None);
+        let mut ptr = false;
+        let last = loop {
+            match lx.next() {
+                None => return Err("unterminated parameter list".into()),
+                Some(Tok::Punct(p @ (b',' | b')'))) => break p,
+                Some(Tok::Word(b".align")) => {
+                    let n = match lx.next() {
+                        Some(Tok::Word(w)) => number(w),
+                        _ => None,
+                    }
+                    .filter(|n| n.is_power_of_two() && *n <= MAX_PARAM_ALIGN)
+                    .ok_or_else(|| format!("parameter {k}: bad .align"))?;
+                    // After `.ptr`, `.align` is the pointee's alignment.
+                    if !ptr {
+                        align = Some(n);
+                    }
+                }
+                Some(Tok::Word(b".ptr")) => ptr = true,
+                Some(Tok::Word(b".global" | b".const" | b".local" | b".shared")) => {}
+                Some(Tok::Word(w)) if w.starts_with(b".") => match type_size(w) {
+                    Some(s) if size.is_none() => size = Some(s),
+                    _ => return Err(format!("parameter {k}: unexpected {}", lossy(w))),
+                },
+                Some(Tok::Word(w)) if is_ident(w) && name.is_none() => name = Some(w),
+                Some(Tok::Punct(b'[')) if name.is_some() && count.is_none() => {
+                    let n = match lx.next() {
+                        Some(Tok::Word(w)) => number(w),
+                        _ => None,
+                    }
+                    .filter(|n| (1..=u64::from(MAX_PARAM_BYTES)).contains(n));
+                    if n.is_none() || lx.next() != Some(Tok::Punct(b']')) {
+                        return Err(format!("parameter {k}: bad array size"));
+                    }
+                    count = n;
+                }
+                Some(Tok::Word(w)) => {
+                    return Err(format!("parameter {k}: unexpected {}", lossy(w)))
+                }
+                Some(Tok::Punct(p)) => {
+                    return Err(format!("parameter {k}: unexpected {:?}", char::from(p)))
+                }
+            }
+        };
+        let elem = size.ok_or_else(|| format!("parameter {k}: no type"))?;
+        if name.is_none() {
+            return Err(format!("parameter {k}: no name"));
+        }
+        let bytes = u64::from(elem) * count.unwrap_or(1);
+        let align = align.unwrap_or(u64::from(elem));
+        let offset = end.next_multiple_of(align);
+        end = offset + bytes;
+        if end > u64::from(MAX_PARAM_BYTES) {
+            return Err(format!("parameters take more than {MAX_PARAM_BYTES} bytes"));
+        }
+        params.push(ParamInfo {
+            offset: offset as u32,
+            size: bytes as u32,
+        });
+        if last == b')' {
+            return Ok(params);
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What nvcc 12 emits for `vecAdd(const float*, const float*, float*, int)`
+    /// and a kernel taking a 24-byte struct by value.
+    pub(crate) const VECADD_PTX: &str = r#"//
+// Generated by NVIDIA NVVM Compiler
+//
+// Compiler Build ID: CL-34097967
+// Cuda compilation tools, release 12.4, V12.4.131
+// Based on NVVM 7.0.1
+//
+
+.version 8.4
+.target sm_90
+.address_size 64
+
+	// .globl	_Z6vecAddPKfS0_Pfi
+.visible .entry _Z6vecAddPKfS0_Pfi(
+	.param .u64 _Z6vecAddPKfS0_Pfi_param_0,
+	.param .u64 _Z6vecAddPKfS0_Pfi_param_1,
+	.param .u64 _Z6vecAddPKfS0_Pfi_param_2,
+	.param .u32 _Z6vecAddPKfS0_Pfi_param_3
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<6>;
+	.reg .f32 	%f<4>;
+	.reg .b64 	%rd<11>;
+
+	ld.param.u64 	%rd1, [_Z6vecAddPKfS0_Pfi_param_0];
+	ld.param.u32 	%r2, [_Z6vecAddPKfS0_Pfi_param_3];
+	mov.u32 	%r3, %ctaid.x;
+	setp.ge.s32 	%p1, %r1, %r2;
+	@%p1 bra 	$L__BB0_2;
+	/* .entry inside a comment is not a kernel */
+$L__BB0_2:
+	ret;
+
+}
+	// .globl	_Z5applyc6ParamsPd
+.visible .entry _Z5applyc6ParamsPd(
+	.param .u8 _Z5applyc6ParamsPd_param_0,
+	.param .align 8 .b8 _Z5applyc6ParamsPd_param_1[24],
+	.param .u64 .ptr .global .align 1 _Z5applyc6ParamsPd_param_2
+)
+.maxntid 256, 1, 1
+{
+	ret;
+}
+.entry noparams
+{
+	ret;
+}
+"#;
+
+    pub(crate) fn vecadd_layout() -> Vec<ParamInfo> {
+        [(0, 8), (8, 8), (16, 8), (24, 4)]
+            .map(|(offset, size)| ParamInfo { offset, size })
+            .to_vec()
+    }
+
+    /// A fatbin with one container: an ELF entry, then `ptx` as a PTX entry
+    /// with `flags`.
+    pub(crate) fn fatbin(ptx: &[u8], flags: u64) -> Vec<u8> {
+        fn entry(kind: u16, payload: &[u8], flags: u64) -> Vec<u8> {
+            let padded = payload.len().next_multiple_of(8);
+            let mut e = vec![0u8; 64];
+            e[0..2].copy_from_slice(&kind.to_le_bytes());
+            e[2..4].copy_from_slice(&0x0101u16.to_le_bytes());
+            e[4..8].copy_from_slice(&64u32.to_le_bytes());
+            e[8..16].copy_from_slice(&(padded as u64).to_le_bytes());
+            e[28..32].copy_from_slice(&90u32.to_le_bytes());
+            e[40..48].copy_from_slice(&flags.to_le_bytes());
+            e.extend_from_slice(payload);
+            e.resize(64 + padded, 0);
+            e
+        }
+        let mut body = entry(ENTRY_KIND_ELF, b"\x7fELF\x02\x01\x01 not really", 0x11);
+        body.extend(entry(ENTRY_KIND_PTX, ptx, flags));
+        let mut f = Vec::new();
+        f.extend_from_slice(&FATBIN_MAGIC.to_le_bytes());
+        f.extend_from_slice(&1u16.to_le_bytes());
+        f.extend_from_slice(&16u16.to_le_bytes());
+        f.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        f.extend(body);
+        f
+    }
+
+    #[test]
+    fn nvcc_ptx_layouts() {
+        let ks = parse_image(VECADD_PTX.as_bytes()).expect("parses");
+        let names: Vec<_> = ks.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["_Z6vecAddPKfS0_Pfi", "_Z5applyc6ParamsPd", "noparams"]
+        );
+        assert_eq!(ks[0].params, vecadd_layout());
+        // u8 at 0; the struct aligned to 8; the pointer's .align 1 is the
+        // pointee's, so the pointer itself is 8-aligned after the struct.
+        assert_eq!(
+            ks[1].params,
+            [(0, 1), (8, 24), (32, 8)]
+                .map(|(offset, size)| ParamInfo { offset, size })
+                .to_vec()
+        );
+        assert!(ks[2].params.is_empty());
+
+        // NUL-terminated, as cuModuleLoadData receives it.
+        let mut z = VECADD_PTX.as_bytes().to_vec();
+        z.extend_from_slice(b"\0garbage after the terminator");
+        assert_eq!(parse_image(&z).expect("parses"), ks);
+    }
+
+    #[test]
+    fn scalar_sizes_and_alignment() {
+        let ptx = b".version 8.0\n.entry k(.param .u8 a, .param .f64 b, .param .u16 c, \
+                    .param .f32 d, .param .align 16 .b8 e[3], .param .s8 f)\n{ ret; }";
+        let ks = parse_ptx(ptx).expect("parses");
+        assert_eq!(
+            ks[0].params,
+            [(0, 1), (8, 8), (16, 2), (20, 4), (32, 3), (35, 1)]
+                .map(|(offset, size)| ParamInfo { offset, size })
+                .to_vec()
+        );
+    }
+
+    #[test]
+    fn bad_declarations_are_errors() {
+        for bad in [
+            &b".entry k(.param .u64)"[..],
+            b".entry k(.param a)",
+            b".entry k(.param .u32 a",
+            b".entry k(.param .zz a)",
+            b".entry k(.param .align 3 .b8 a[4])",
+            b".entry k(.param .b8 a[0])",
+            b".entry k(.param .b8 a[40000])",
+            b".entry (",
+            b".entry",
+        ] {
+            assert!(
+                matches!(parse_image(bad), Err(ImageError::Entry { .. })),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn fatbin_with_plain_ptx() {
+        let mut ptx = VECADD_PTX.as_bytes().to_vec();
+        ptx.push(0);
+        let f = fatbin(&ptx, 0x11);
+        let ks = parse_image(&f).expect("parses");
+        assert_eq!(ks, parse_ptx(VECADD_PTX.as_bytes()).expect("parses"));
+
+        // Two containers back to back (a whole .nv_fatbin section).
+        let mut two = f.clone();
+        two.extend(fatbin(b".version 8.0\n.entry other()\n{}\0", 0));
+        let ks = parse_image(&two).expect("parses");
+        assert_eq!(ks.last().map(|k| k.name.as_str()), Some("other"));
+    }
+
+    #[test]
+    fn compressed_or_cubin_only_fatbins_say_so() {
+        let f = fatbin(VECADD_PTX.as_bytes(), 0x11 | FLAG_COMPRESSED);
+        let e = parse_image(&f).expect_err("compressed");
+        assert!(matches!(
+            e,
+            ImageError::NoPtx {
+                compressed: 1,
+                cubin: 1,
+                unreadable: 0
+            }
+        ));
+        assert!(e
+            .to_string()
+            .contains("compressed fatbin entries are not supported yet"));
+        let f = fatbin(&[0x28, 0xB5, 0x2F, 0xFD, 1, 2, 3], 0);
+        assert!(matches!(
+            parse_image(&f),
+            Err(ImageError::NoPtx { compressed: 1, .. })
+        ));
+        let f = fatbin(b"\x01\x02binary", 0);
+        assert!(matches!(
+            parse_image(&f),
+            Err(ImageError::NoPtx { unreadable: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn truncated_and_foreign_images_are_rejected() {
+        let f = fatbin(VECADD_PTX.as_bytes(), 0);
+        for cut in [4, 15, 16, 40, 100, f.len() - 1] {
+            assert!(
+                matches!(parse_image(&f[..cut]), Err(ImageError::Truncated { .. })),
+                "cut at {cut}"
+            );
+        }
+        let mut huge = f.clone();
+        huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(matches!(
+            parse_image(&huge),
+            Err(ImageError::Truncated { .. })
+        ));
+        let mut short_entry = f.clone();
+        short_entry[16 + 4..16 + 8].copy_from_slice(&8u32.to_le_bytes());
+        assert!(matches!(
+            parse_image(&short_entry),
+            Err(ImageError::Malformed(_))
+        ));
+        assert_eq!(parse_image(b""), Err(ImageError::Empty));
+        assert_eq!(parse_image(b"\x7fELF\x02\x01\x01"), Err(ImageError::Cubin));
+        assert_eq!(
+            parse_image(&0x4662_43B1u32.to_le_bytes()),
+            Err(ImageError::FatbinWrapper)
+        );
+        assert!(matches!(
+            parse_image(b"hello world"),
+            Err(ImageError::Unknown { .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = parse_image(&bytes);
+        }
+
+        #[test]
+        fn corrupted_fatbins_never_panic(
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+            cut in any::<usize>(),
+        ) {
+            let mut f = fatbin(VECADD_PTX.as_bytes(), 0);
+            for (at, b) in edits {
+                let n = f.len();
+                f[at % n] = b;
+            }
+            let keep = cut % (f.len() + 1);
+            let _ = parse_image(&f[..keep]);
+        }
+
+        #[test]
+        fn mangled_ptx_never_panics(
+            at in any::<usize>(),
+            junk in proptest::collection::vec(any::<u8>(), 0..16),
+        ) {
+            let src = VECADD_PTX.as_bytes();
+            let at = at % (src.len() + 1);
+            let mut t = src[..at].to_vec();
+            t.extend(junk);
+            t.extend_from_slice(&src[at..]);
+            let _ = parse_image(&t);
+        }
+    }
+}

@@ -1,0 +1,1165 @@
+//! SimGpu: a model of one non-preemptive GPU shared by every worker on the
+//! host, with device memory in host RAM. The embedded default without a GPU:
+//! CI, the demo and the fairness experiments run on it.
+//!
+//! # The model
+//!
+//! - **Device time** advances only by modelled work. A kernel's duration
+//!   comes from the cost model ([`SimConfig::kernels`], plus the built-in
+//!   [`SPIN_KERNEL`]), never from how long anything took on the host. All
+//!   SimGpus of a host share one [`SimDevice`] timeline; a launch reserves
+//!   `[start, start + duration)` on it with `start = max(stream ready,
+//!   now, device busy-until)`, so kernels run one at a time, first launched
+//!   first served, across every process. Nothing preempts a kernel.
+//! - **Streams** each have a ready time: the end of their last kernel. A
+//!   launch starts no earlier than its stream is ready and makes the stream
+//!   ready at the kernel's end. The NULL stream is the legacy default stream:
+//!   an operation on it is ordered after the prior work of every blocking
+//!   stream of its context, and work on blocking streams is ordered after
+//!   it; streams created with `CU_STREAM_NON_BLOCKING` are not.
+//! - **Copies and memsets** change memory at once, when issued. Kernels never
+//!   touch memory, so this is indistinguishable from applying them in stream
+//!   order; they take no device time but are ordered (a copy to the host
+//!   returns when its stream reaches it, as does any copy on the NULL stream
+//!   from the host).
+//! - **Events** record the time their stream reaches them (`max(stream
+//!   ready, now)`); they complete when the device clock passes it. Elapsed
+//!   times between events are differences of modelled times, hence exact.
+//! - **Waiting** (synchronize, event and stream waits) sleeps until the
+//!   modelled time, which a kernel's modelled end bounds.
+//! - **Memory**: each allocation is a zeroed `Vec<u8>` at a synthetic,
+//!   256-byte-aligned device address. Addresses start at
+//!   `0x7000_0000_0000`, are never reused by an executor, and are separated
+//!   by a guard gap, so a stale or one-past-the-end pointer never aliases a
+//!   live allocation. All contexts of an executor together may hold at most
+//!   [`SimConfig::memory_bytes`].
+//! - **Modules** are PTX text or fatbins with uncompressed PTX; SimGpu reads
+//!   the kernels' names and parameter layouts from the `.entry`
+//!   declarations. A kernel the cost model does not cover still loads and
+//!   can be looked up; launching it fails with
+//!   [`ExecError::CannotEmulate`].
+//!
+//! # Invariants
+//!
+//! - The executor's [`GpuExecutor::gpu_time_ns`] is exactly the sum of the
+//!   modelled durations of its launches; device reservations are disjoint.
+//! - Every guest-derived value (image bytes, pointers, sizes, parameter
+//!   buffers) is checked; a bad one is an error, never a panic.
+
+mod config;
+mod device;
+mod image;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+
+use fairgpu_protocol::cuda::ParamInfo;
+
+pub use config::{KernelCost, SimConfig, MAX_KERNEL_NS, SPIN_KERNEL};
+pub use device::{SimDevice, DEVICE_FILE_LEN};
+pub use image::{parse_image, ImageError, KernelDecl};
+
+use self::config::{Cost, CostModel};
+use super::{
+    attr, CtxId, DevPtr, DeviceProps, EventId, ExecError, ExecResult, FnId, GpuExecutor,
+    LaunchConfig, ModId, StreamId,
+};
+
+/// First device address an executor hands out.
+const BASE_ADDR: u64 = 0x7000_0000_0000;
+/// Alignment of every allocation.
+const ALLOC_ALIGN: u64 = 256;
+/// Unused addresses after each allocation.
+const GUARD: u64 = 256;
+/// CU_STREAM_NON_BLOCKING.
+const STREAM_NON_BLOCKING: u32 = 0x1;
+/// CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS.
+const EVENT_FLAGS: u32 = 0x7;
+/// CU_EVENT_DISABLE_TIMING.
+const EVENT_DISABLE_TIMING: u32 = 0x2;
+/// Distinct kernel names the cannot-emulate warning is logged for.
+const WARN_NAMES_MAX: usize = 256;
+/// Driver version SimGpu reports.
+const DRIVER_VERSION: i32 = 12080;
+
+/// A launchable kernel.
+struct Function {
+    module: u64,
+    name: String,
+    params: Vec<ParamInfo>,
+    cost: Option<Cost>,
+}
+
+struct Stream {
+    /// Device time at which all work issued to the stream is done.
+    ready: u64,
+    /// Ordered with the NULL stream (not `CU_STREAM_NON_BLOCKING`).
+    blocking: bool,
+}
+
+struct Event {
+    flags: u32,
+    /// Device time the event completes; `None` until recorded.
+    time: Option<u64>,
+}
+
+/// One guest channel's objects.
+#[derive(Default)]
+struct Context {
+    /// Base address -> bytes.
+    allocs: BTreeMap<DevPtr, Vec<u8>>,
+    /// Module -> kernel name -> parameter layout.
+    modules: HashMap<u64, HashMap<String, Vec<ParamInfo>>>,
+    functions: HashMap<u64, Function>,
+    /// (module, kernel name) -> function, so a kernel has one handle.
+    function_ids: HashMap<(u64, String), u64>,
+    streams: HashMap<u64, Stream>,
+    /// Ready time of the NULL stream.
+    null_ready: u64,
+    events: HashMap<u64, Event>,
+}
+
+impl Context {
+    /// The allocation holding `[ptr, ptr + len)`: its base and the offset of
+    /// `ptr` in it.
+    fn locate(&self, ptr: DevPtr, len: u64) -> ExecResult<(DevPtr, usize)> {
+        let bad = ExecError::Invalid("device range outside the context's allocations");
+        let (&base, bytes) = self.allocs.range(..=ptr).next_back().ok_or(bad.clone())?;
+        let off = ptr - base;
+        match off.checked_add(len) {
+            Some(end) if end <= bytes.len() as u64 => Ok((base, off as usize)),
+            _ => Err(bad),
+        }
+    }
+
+    fn bytes(&self, ptr: DevPtr, len: usize) -> ExecResult<&[u8]> {
+        let (base, off) = self.locate(ptr, len as u64)?;
+        self.allocs
+            .get(&base)
+            .and_then(|b| b.get(off..off + len))
+            .ok_or(ExecError::Invalid("device range"))
+    }
+
+    fn bytes_mut(&mut self, ptr: DevPtr, len: usize) -> ExecResult<&mut [u8]> {
+        let (base, off) = self.locate(ptr, len as u64)?;
+        self.allocs
+            .get_mut(&base)
+            .and_then(|b| b.get_mut(off..off + len))
+            .ok_or(ExecError::Invalid("device range"))
+    }
+
+    fn stream(&self, s: StreamId) -> ExecResult<&Stream> {
+        self.streams.get(&s.0).ok_or(ExecError::Invalid("stream"))
+    }
+
+    /// When work issued now to `s` may start (no state change).
+    fn ready(&self, s: Option<StreamId>) -> ExecResult<u64> {
+        Ok(match s {
+            // Legacy default stream: after every blocking stream's work.
+            None => self
+                .streams
+                .values()
+                .filter(|st| st.blocking)
+                .map(|st| st.ready)
+                .fold(self.null_ready, u64::max),
+            Some(s) => {
+                let st = self.stream(s)?;
+                if st.blocking {
+                    st.ready.max(self.null_ready)
+                } else {
+                    st.ready
+                }
+            }
+        })
+    }
+
+    /// Issues an operation to `s`: returns when it may start and makes the
+    /// stream's later work follow it.
+    fn enqueue(&mut self, s: Option<StreamId>) -> ExecResult<u64> {
+        let t0 = self.ready(s)?;
+        self.set_ready(s, t0)?;
+        Ok(t0)
+    }
+
+    fn set_ready(&mut self, s: Option<StreamId>, t: u64) -> ExecResult<()> {
+        match s {
+            None => self.null_ready = t,
+            Some(s) => {
+                self.streams
+                    .get_mut(&s.0)
+                    .ok_or(ExecError::Invalid("stream"))?
+                    .ready = t
+            }
+        }
+        Ok(())
+    }
+
+    /// When all work of the context is done.
+    fn all_ready(&self) -> u64 {
+        self.streams
+            .values()
+            .map(|st| st.ready)
+            .fold(self.null_ready, u64::max)
+    }
+
+    fn event(&self, e: EventId) -> ExecResult<&Event> {
+        self.events.get(&e.0).ok_or(ExecError::Invalid("event"))
+    }
+
+    fn allocated(&self) -> u64 {
+        self.allocs.values().map(|b| b.len() as u64).sum()
+    }
+}
+
+/// The SimGpu executor of one worker. See the module documentation for the
+/// model.
+pub struct SimGpu {
+    props: DeviceProps,
+    memory_bytes: u64,
+    costs: CostModel,
+    device: SimDevice,
+    contexts: HashMap<u64, Context>,
+    next_id: u64,
+    next_addr: u64,
+    /// Bytes allocated across all contexts.
+    used: u64,
+    gpu_time_ns: u64,
+    warned: HashSet<String>,
+}
+
+impl fmt::Debug for SimGpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimGpu")
+            .field("name", &self.props.name)
+            .field("memory_bytes", &self.memory_bytes)
+            .field("used", &self.used)
+            .field("contexts", &self.contexts.len())
+            .field("gpu_time_ns", &self.gpu_time_ns)
+            .field("device", &self.device)
+            .finish()
+    }
+}
+
+/// A stable UUID from the device name (FNV-1a, version 8 "custom").
+fn uuid_from_name(name: &str) -> [u8; 16] {
+    let fnv = |seed: u64| {
+        name.bytes().fold(seed, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    let mut u = [0u8; 16];
+    u[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_be_bytes());
+    u[8..].copy_from_slice(&fnv(0x6c62_272e_07bb_0142).to_be_bytes());
+    u[6] = (u[6] & 0x0f) | 0x80;
+    u[8] = (u[8] & 0x3f) | 0x80;
+    u
+}
+
+/// CUdevice_attribute values of an H100-like device.
+fn attributes(sm_count: u32) -> Vec<(i32, i32)> {
+    let sm = i32::try_from(sm_count).unwrap_or(i32::MAX);
+    vec![
+        (attr::MAX_THREADS_PER_BLOCK, 1024),
+        (2, 1024),       // MAX_BLOCK_DIM_X
+        (3, 1024),       // MAX_BLOCK_DIM_Y
+        (4, 64),         // MAX_BLOCK_DIM_Z
+        (5, i32::MAX),   // MAX_GRID_DIM_X
+        (6, 65535),      // MAX_GRID_DIM_Y
+        (7, 65535),      // MAX_GRID_DIM_Z
+        (8, 49152),      // MAX_SHARED_MEMORY_PER_BLOCK
+        (9, 65536),      // TOTAL_CONSTANT_MEMORY
+        (10, 32),        // WARP_SIZE
+        (11, i32::MAX),  // MAX_PITCH
+        (12, 65536),     // MAX_REGISTERS_PER_BLOCK
+        (13, 1_980_000), // CLOCK_RATE (kHz)
+        (14, 512),       // TEXTURE_ALIGNMENT
+        (15, 1),         // GPU_OVERLAP
+        (attr::MULTIPROCESSOR_COUNT, sm),
+        (17, 0),          // KERNEL_EXEC_TIMEOUT
+        (18, 0),          // INTEGRATED
+        (19, 1),          // CAN_MAP_HOST_MEMORY
+        (20, 0),          // COMPUTE_MODE (default)
+        (31, 1),          // CONCURRENT_KERNELS
+        (32, 0),          // ECC_ENABLED
+        (33, 0),          // PCI_BUS_ID
+        (34, 0),          // PCI_DEVICE_ID
+        (36, 2_619_000),  // MEMORY_CLOCK_RATE (kHz)
+        (37, 5120),       // GLOBAL_MEMORY_BUS_WIDTH
+        (38, 52_428_800), // L2_CACHE_SIZE
+        (39, 2048),       // MAX_THREADS_PER_MULTIPROCESSOR
+        (40, 2),          // ASYNC_ENGINE_COUNT
+        (41, 1),          // UNIFIED_ADDRESSING
+        (50, 0),          // PCI_DOMAIN_ID
+        (attr::COMPUTE_CAPABILITY_MAJOR, 9),
+        (attr::COMPUTE_CAPABILITY_MINOR, 0),
+        (78, 1),       // STREAM_PRIORITIES_SUPPORTED
+        (81, 233_472), // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        (82, 65536),   // MAX_REGISTERS_PER_MULTIPROCESSOR
+        (83, 0),       // MANAGED_MEMORY
+        (84, 0),       // MULTI_GPU_BOARD
+        (97, 232_448), // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        (106, 32),     // MAX_BLOCKS_PER_MULTIPROCESSOR
+    ]
+}
+
+impl SimGpu {
+    /// An executor modelling the device `cfg` describes, on the shared
+    /// timeline `device`. Fails if `cfg` does not validate.
+    pub fn new(cfg: SimConfig, device: SimDevice) -> ExecResult<SimGpu> {
+        cfg.validate()
+            .map_err(|e| ExecError::NoDevice(format!("invalid [sim] configuration: {e}")))?;
+        Ok(SimGpu {
+            props: DeviceProps {
+                uuid: uuid_from_name(&cfg.name),
+                name: cfg.name.clone(),
+                total_mem: cfg.memory_bytes,
+                driver_version: DRIVER_VERSION,
+                attributes: attributes(cfg.sm_count),
+            },
+            memory_bytes: cfg.memory_bytes,
+            costs: CostModel::new(&cfg),
+            device,
+            contexts: HashMap::new(),
+            next_id: 1,
+            next_addr: BASE_ADDR,
+            used: 0,
+            gpu_time_ns: 0,
+            warned: HashSet::new(),
+        })
+    }
+
+    /// The shared device timeline this executor runs on.
+    pub fn sim_device(&self) -> &SimDevice {
+        &self.device
+    }
+
+    /// The device time an event was recorded at (`None` if never recorded);
+    /// for diagnostics and tests.
+    pub fn event_time_ns(&self, ctx: CtxId, e: EventId) -> ExecResult<Option<u64>> {
+        Ok(self.ctx(ctx)?.event(e)?.time)
+    }
+
+    fn id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn ctx(&self, ctx: CtxId) -> ExecResult<&Context> {
+        self.contexts
+            .get(&ctx.0)
+            .ok_or(ExecError::Invalid("context"))
+    }
+
+    fn ctx_mut(&mut self, ctx: CtxId) -> ExecResult<&mut Context> {
+        self.contexts
+            .get_mut(&ctx.0)
+            .ok_or(ExecError::Invalid("context"))
+    }
+
+    fn warn_cannot_emulate(&mut self, name: &str) {
+        if self.warned.len() < WARN_NAMES_MAX && self.warned.insert(name.to_owned()) {
+            tracing::warn!(
+                kernel = name,
+                "SimGpu cannot emulate this kernel; give it a duration in [sim] kernels"
+            );
+        }
+    }
+}
+
+fn usize_len(n: u64) -> ExecResult<usize> {
+    usize::try_from(n).map_err(|_| ExecError::Invalid("size"))
+}
+
+impl GpuExecutor for SimGpu {
+    fn device(&self) -> &DeviceProps {
+        &self.props
+    }
+
+    fn device_free_mem(&mut self) -> ExecResult<u64> {
+        Ok(self.memory_bytes.saturating_sub(self.used))
+    }
+
+    fn gpu_time_ns(&mut self) -> u64 {
+        self.gpu_time_ns
+    }
+
+    fn create_context(&mut self) -> ExecResult<CtxId> {
+        let id = self.id();
+        self.contexts.insert(id, Context::default());
+        Ok(CtxId(id))
+    }
+
+    fn destroy_context(&mut self, ctx: CtxId) {
+        if let Some(c) = self.contexts.remove(&ctx.0) {
+            self.used = self.used.saturating_sub(c.allocated());
+        }
+    }
+
+    fn synchronize(&mut self, ctx: CtxId) -> ExecResult<()> {
+        let t = self.ctx(ctx)?.all_ready();
+        self.device.wait_until(t);
+        Ok(())
+    }
+
+    fn mem_alloc(&mut self, ctx: CtxId, bytes: u64) -> ExecResult<DevPtr> {
+        self.ctx(ctx)?;
+        if bytes == 0 {
+            return Err(ExecError::Invalid("zero-byte allocation"));
+        }
+        if bytes > self.memory_bytes.saturating_sub(self.used) {
+            return Err(ExecError::OutOfMemory(bytes));
+        }
+        let len = usize::try_from(bytes).map_err(|_| ExecError::OutOfMemory(bytes))?;
+        let addr = self.next_addr;
+        let next = bytes
+            .checked_next_multiple_of(ALLOC_ALIGN)
+            .and_then(|b| b.checked_add(GUARD))
+            .and_then(|b| addr.checked_add(b))
+            .ok_or(ExecError::OutOfMemory(bytes))?;
+        // Probe before committing: `vec!` aborts the process if the host is
+        // out of memory, `try_reserve` reports it.
+        Vec::<u8>::new()
+            .try_reserve_exact(len)
+            .map_err(|_| ExecError::OutOfMemory(bytes))?;
+        let c = self.ctx_mut(ctx)?;
+        // Zeroed allocations come from the OS lazily: untouched device
+        // memory costs no host RAM.
+        c.allocs.insert(addr, vec![0u8; len]);
+        self.next_addr = next;
+        self.used += bytes;
+        Ok(addr)
+    }
+
+    fn mem_free(&mut self, ctx: CtxId, ptr: DevPtr) -> ExecResult<()> {
+        let c = self.ctx_mut(ctx)?;
+        let b = c.allocs.remove(&ptr).ok_or(ExecError::Invalid(
+            "pointer is not an allocation of this context",
+        ))?;
+        self.used = self.used.saturating_sub(b.len() as u64);
+        Ok(())
+    }
+
+    fn memcpy_htod(
+        &mut self,
+        ctx: CtxId,
+        dst: DevPtr,
+        src: &[u8],
+        stream: Option<StreamId>,
+    ) -> ExecResult<()> {
+        let c = self.ctx_mut(ctx)?;
+        c.bytes(dst, src.len())?;
+        let t0 = c.enqueue(stream)?;
+        c.bytes_mut(dst, src.len())?.copy_from_slice(src);
+        if stream.is_none() {
+            // Synchronous copy: returns once the NULL stream reached it.
+            self.device.wait_until(t0);
+        }
+        Ok(())
+    }
+
+    fn memcpy_dtoh(
+        &mut self,
+        ctx: CtxId,
+        dst: &mut [u8],
+        src: DevPtr,
+        stream: Option<StreamId>,
+    ) -> ExecResult<()> {
+        let c = self.ctx_mut(ctx)?;
+        c.bytes(src, dst.len())?;
+        let t0 = c.enqueue(stream)?;
+        dst.copy_from_slice(c.bytes(src, dst.len())?);
+        // The bytes are the guest's once its stream reaches the copy.
+        self.device.wait_until(t0);
+        Ok(())
+    }
+
+    fn memcpy_dtod(
+        &mut self,
+        ctx: CtxId,
+        dst: DevPtr,
+        src: DevPtr,
+        bytes: u64,
+        stream: Option<StreamId>,
+    ) -> ExecResult<()> {
+        let n = usize_len(bytes)?;
+        let c = self.ctx_mut(ctx)?;
+        let (sbase, soff) = c.locate(src, bytes)?;
+        let (dbase, doff) = c.locate(dst, bytes)?;
+        c.enqueue(stream)?;
+        if sbase == dbase {
+            if let Some(b) = c.allocs.get_mut(&sbase) {
+                // memmove semantics for overlapping ranges.
+                b.copy_within(soff..soff + n, doff);
+            }
+        } else if let Some(s) = c.allocs.remove(&sbase) {
+            if let Some(d) = c.allocs.get_mut(&dbase) {
+                d[doff..doff + n].copy_from_slice(&s[soff..soff + n]);
+            }
+            c.allocs.insert(sbase, s);
+        }
+        Ok(())
+    }
+
+    fn memset(
+        &mut self,
+        ctx: CtxId,
+        dst: DevPtr,
+        value: u32,
+        elem_size: u8,
+        count: u64,
+        stream: Option<StreamId>,
+    ) -> ExecResult<()> {
+        if !matches!(elem_size, 1 | 2 | 4) {
+            return Err(ExecError::Invalid("memset element size"));
+        }
+        if dst % u64::from(elem_size) != 0 {
+            return Err(ExecError::Invalid(
+                "memset destination not aligned to its element size",
+            ));
+        }
+        let bytes = count
+            .checked_mul(u64::from(elem_size))
+            .ok_or(ExecError::Invalid("memset size"))?;
+        let n = usize_len(bytes)?;
+        let c = self.ctx_mut(ctx)?;
+        c.bytes(dst, n)?;
+        c.enqueue(stream)?;
+        let out = c.bytes_mut(dst, n)?;
+        let pattern = value.to_le_bytes();
+        match elem_size {
+            1 => out.fill(pattern[0]),
+            k => {
+                let k = usize::from(k);
+                out.chunks_exact_mut(k)
+                    .for_each(|e| e.copy_from_slice(&pattern[..k]));
+            }
+        }
+        Ok(())
+    }
+
+    fn module_load(&mut self, ctx: CtxId, image: &[u8]) -> ExecResult<ModId> {
+        self.ctx(ctx)?;
+        let kernels = parse_image(image).map_err(|e| ExecError::InvalidImage(e.to_string()))?;
+        let id = self.id();
+        let module = kernels.into_iter().map(|k| (k.name, k.params)).collect();
+        self.ctx_mut(ctx)?.modules.insert(id, module);
+        Ok(ModId(id))
+    }
+
+    fn module_unload(&mut self, ctx: CtxId, module: ModId) -> ExecResult<()> {
+        let c = self.ctx_mut(ctx)?;
+        c.modules
+            .remove(&module.0)
+            .ok_or(ExecError::Invalid("module"))?;
+        c.functions.retain(|_, f| f.module != module.0);
+        c.function_ids.retain(|(m, _), _| *m != module.0);
+        Ok(())
+    }
+
+    fn function(
+        &mut self,
+        ctx: CtxId,
+        module: ModId,
+        name: &str,
+    ) -> ExecResult<(FnId, Vec<ParamInfo>)> {
+        let id = self.next_id;
+        let cost = self.costs.lookup(name);
+        let c = self.ctx_mut(ctx)?;
+        let params = c
+            .modules
+            .get(&module.0)
+            .ok_or(ExecError::Invalid("module"))?
+            .get(name)
+            .ok_or_else(|| ExecError::NotFound(name.to_owned()))?
+            .clone();
+        let key = (module.0, name.to_owned());
+        if let Some(&f) = c.function_ids.get(&key) {
+            return Ok((FnId(f), params));
+        }
+        c.function_ids.insert(key, id);
+        c.functions.insert(
+            id,
+            Function {
+                module: module.0,
+                name: name.to_owned(),
+                params: params.clone(),
+                cost,
+            },
+        );
+        self.next_id += 1;
+        Ok((FnId(id), params))
+    }
+
+    fn launch(
+        &mut self,
+        ctx: CtxId,
+        f: FnId,
+        cfg: &LaunchConfig,
+        params: &[u8],
+        stream: Option<StreamId>,
+    ) -> ExecResult<()> {
+        if cfg.grid.contains(&0) || cfg.block.contains(&0) {
+            return Err(ExecError::Invalid("zero grid or block dimension"));
+        }
+        let c = self.ctx_mut(ctx)?;
+        let func = c
+            .functions
+            .get(&f.0)
+            .ok_or(ExecError::Invalid("function"))?;
+        if (params.len() as u64) < ParamInfo::packed_size(&func.params) {
+            return Err(ExecError::Invalid(
+                "parameter buffer shorter than the kernel's parameter layout",
+            ));
+        }
+        let Some(cost) = func.cost else {
+            let name = func.name.clone();
+            self.warn_cannot_emulate(&name);
+            return Err(ExecError::CannotEmulate(name));
+        };
+        let duration = cost.duration_ns(&func.params, params)?;
+        let t0 = c.enqueue(stream)?;
+        let (_start, end) = self.device.reserve(t0, duration);
+        self.ctx_mut(ctx)?.set_ready(stream, end)?;
+        self.gpu_time_ns += duration;
+        Ok(())
+    }
+
+    fn stream_create(&mut self, ctx: CtxId, flags: u32) -> ExecResult<StreamId> {
+        if flags & !STREAM_NON_BLOCKING != 0 {
+            return Err(ExecError::Invalid("stream flags"));
+        }
+        let id = self.id();
+        self.ctx_mut(ctx)?.streams.insert(
+            id,
+            Stream {
+                ready: 0,
+                blocking: flags & STREAM_NON_BLOCKING == 0,
+            },
+        );
+        Ok(StreamId(id))
+    }
+
+    fn stream_destroy(&mut self, ctx: CtxId, s: StreamId) -> ExecResult<()> {
+        // Its reservations stay on the device timeline: pending work
+        // completes.
+        self.ctx_mut(ctx)?
+            .streams
+            .remove(&s.0)
+            .map(drop)
+            .ok_or(ExecError::Invalid("stream"))
+    }
+
+    fn stream_synchronize(&mut self, ctx: CtxId, s: Option<StreamId>) -> ExecResult<()> {
+        let t = self.ctx(ctx)?.ready(s)?;
+        self.device.wait_until(t);
+        Ok(())
+    }
+
+    fn stream_query(&mut self, ctx: CtxId, s: Option<StreamId>) -> ExecResult<()> {
+        let t = self.ctx(ctx)?.ready(s)?;
+        if self.device.now_ns() >= t {
+            Ok(())
+        } else {
+            Err(ExecError::NotReady)
+        }
+    }
+
+    fn stream_wait_event(&mut self, ctx: CtxId, s: Option<StreamId>, e: EventId) -> ExecResult<()> {
+        let c = self.ctx_mut(ctx)?;
+        let at = c.event(e)?.time;
+        let t0 = c.enqueue(s)?;
+        // An event never recorded is complete: nothing to wait for.
+        c.set_ready(s, t0.max(at.unwrap_or(0)))
+    }
+
+    fn event_create(&mut self, ctx: CtxId, flags: u32) -> ExecResult<EventId> {
+        if flags & !EVENT_FLAGS != 0 {
+            return Err(ExecError::Invalid("event flags"));
+        }
+        let id = self.id();
+        self.ctx_mut(ctx)?
+            .events
+            .insert(id, Event { flags, time: None });
+        Ok(EventId(id))
+    }
+
+    fn event_destroy(&mut self, ctx: CtxId, e: EventId) -> ExecResult<()> {
+        self.ctx_mut(ctx)?
+            .events
+            .remove(&e.0)
+            .map(drop)
+            .ok_or(ExecError::Invalid("event"))
+    }
+
+    fn event_record(&mut self, ctx: CtxId, e: EventId, s: Option<StreamId>) -> ExecResult<()> {
+        let now = self.device.now_ns();
+        let c = self.ctx_mut(ctx)?;
+        c.event(e)?;
+        // The stream reaches the event when its prior work is done, and not
+        // before the event is issued.
+        let t = c.enqueue(s)?.max(now);
+        if let Some(ev) = c.events.get_mut(&e.0) {
+            ev.time = Some(t);
+        }
+        Ok(())
+    }
+
+    fn event_query(&mut self, ctx: CtxId, e: EventId) -> ExecResult<()> {
+        match self.ctx(ctx)?.event(e)?.time {
+            Some(t) if self.device.now_ns() < t => Err(ExecError::NotReady),
+            _ => Ok(()),
+        }
+    }
+
+    fn event_synchronize(&mut self, ctx: CtxId, e: EventId) -> ExecResult<()> {
+        if let Some(t) = self.ctx(ctx)?.event(e)?.time {
+            self.device.wait_until(t);
+        }
+        Ok(())
+    }
+
+    fn event_elapsed_ms(&mut self, ctx: CtxId, start: EventId, end: EventId) -> ExecResult<f32> {
+        let c = self.ctx(ctx)?;
+        let (a, b) = (c.event(start)?, c.event(end)?);
+        if (a.flags | b.flags) & EVENT_DISABLE_TIMING != 0 {
+            return Err(ExecError::Invalid("event created with timing disabled"));
+        }
+        let (Some(ta), Some(tb)) = (a.time, b.time) else {
+            return Err(ExecError::Invalid("event not recorded"));
+        };
+        if self.device.now_ns() < ta.max(tb) {
+            return Err(ExecError::NotReady);
+        }
+        Ok(((i128::from(tb) - i128::from(ta)) as f64 / 1e6) as f32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::image::tests::{fatbin, vecadd_layout, VECADD_PTX};
+    use super::*;
+    use proptest::prelude::*;
+
+    const SPIN_PTX: &str = ".version 8.4\n.target sm_90\n.address_size 64\n\
+        .visible .entry _Z12fairgpu_spinm(\n\t.param .u64 _Z12fairgpu_spinm_param_0\n)\n{\n\tret;\n}\n";
+    const MS: u64 = 1_000_000;
+    const LC: LaunchConfig = LaunchConfig {
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        shared_mem: 0,
+    };
+
+    fn gpu(device: &SimDevice) -> SimGpu {
+        SimGpu::new(SimConfig::default(), device.clone()).expect("default config")
+    }
+
+    /// A context with the spin kernel loaded.
+    fn spin_ctx(g: &mut SimGpu) -> (CtxId, FnId) {
+        let ctx = g.create_context().expect("context");
+        let m = g.module_load(ctx, SPIN_PTX.as_bytes()).expect("load");
+        let (f, layout) = g.function(ctx, m, "_Z12fairgpu_spinm").expect("function");
+        assert_eq!(layout, [ParamInfo { offset: 0, size: 8 }]);
+        (ctx, f)
+    }
+
+    fn spin(g: &mut SimGpu, ctx: CtxId, f: FnId, ns: u64, s: Option<StreamId>) {
+        g.launch(ctx, f, &LC, &ns.to_le_bytes(), s).expect("launch");
+    }
+
+    #[test]
+    fn copies_at_odd_offsets_and_sizes() {
+        let mut g = gpu(&SimDevice::private());
+        let ctx = g.create_context().expect("context");
+        let a = g.mem_alloc(ctx, 1001).expect("alloc");
+        let b = g.mem_alloc(ctx, 37).expect("alloc");
+        assert_eq!(a % ALLOC_ALIGN, 0);
+        assert_eq!(b % ALLOC_ALIGN, 0);
+        assert!(b >= a + 1001 + GUARD);
+
+        let src: Vec<u8> = (1..=17).collect();
+        g.memcpy_htod(ctx, a + 3, &src, None).expect("htod");
+        let mut out = [0xffu8; 30];
+        g.memcpy_dtoh(ctx, &mut out, a + 1, None).expect("dtoh");
+        let mut want = [0u8; 30];
+        want[2..19].copy_from_slice(&src);
+        assert_eq!(out, want);
+
+        // Overlapping copy within one allocation behaves like memmove.
+        g.memcpy_dtod(ctx, a + 5, a + 3, 17, None).expect("dtod");
+        let mut out = [0u8; 24];
+        g.memcpy_dtoh(ctx, &mut out, a, None).expect("dtoh");
+        let mut want = [0u8; 24];
+        want[3..5].copy_from_slice(&src[..2]);
+        want[5..22].copy_from_slice(&src);
+        assert_eq!(out, want);
+
+        // Across allocations, ending exactly at the end of the destination.
+        g.memcpy_dtod(ctx, b + 20, a + 5, 17, None).expect("dtod");
+        let mut out = [0u8; 17];
+        g.memcpy_dtoh(ctx, &mut out, b + 20, None).expect("dtoh");
+        assert_eq!(out.as_slice(), src.as_slice());
+
+        // Memsets of every element size, odd counts.
+        g.memset(ctx, a + 1, 0xab, 1, 3, None).expect("memset8");
+        g.memset(ctx, a + 4, 0xbeef, 2, 3, None).expect("memset16");
+        g.memset(ctx, a + 12, 0x0102_0304, 4, 1, None)
+            .expect("memset32");
+        let mut out = [0u8; 17];
+        g.memcpy_dtoh(ctx, &mut out, a, None).expect("dtoh");
+        assert_eq!(
+            out,
+            [
+                0, 0xab, 0xab, 0xab, 0xef, 0xbe, 0xef, 0xbe, 0xef, 0xbe, src[5], src[6], 4, 3, 2,
+                1, src[11]
+            ]
+        );
+        assert_eq!(
+            g.memset(ctx, a + 1, 0, 2, 1, None),
+            Err(ExecError::Invalid(
+                "memset destination not aligned to its element size"
+            ))
+        );
+        assert!(g.memset(ctx, a, 0, 3, 1, None).is_err());
+        assert!(g.memset(ctx, a, 0, 4, u64::MAX, None).is_err());
+
+        // Bad ranges are errors, not panics.
+        let invalid = |r: ExecResult<()>| assert!(matches!(r, Err(ExecError::Invalid(_))), "{r:?}");
+        invalid(g.memcpy_htod(ctx, a + 1000, &[1, 2], None));
+        invalid(g.memcpy_htod(ctx, a + 1001 + 8, &[1], None));
+        invalid(g.memcpy_htod(ctx, a - 1, &[1], None));
+        invalid(g.memcpy_dtoh(ctx, &mut [0u8; 38], b, None));
+        invalid(g.memcpy_dtod(ctx, b, a, 38, None));
+        invalid(g.memcpy_dtod(ctx, b, a, u64::MAX, None));
+        invalid(g.memset(ctx, b + 36, 0, 1, 2, None));
+        invalid(g.memcpy_htod(ctx, u64::MAX, &[1], None));
+        // Another context's memory is not this context's.
+        let other = g.create_context().expect("context");
+        invalid(g.memcpy_htod(other, a, &[1], None));
+        invalid(g.mem_free(other, a));
+    }
+
+    #[test]
+    fn out_of_memory_and_accounting() {
+        let cfg = SimConfig {
+            memory_bytes: 1000,
+            ..SimConfig::default()
+        };
+        let mut g = SimGpu::new(cfg, SimDevice::private()).expect("gpu");
+        let c1 = g.create_context().expect("context");
+        let c2 = g.create_context().expect("context");
+        let a = g.mem_alloc(c1, 600).expect("alloc");
+        assert_eq!(g.device_free_mem(), Ok(400));
+        assert_eq!(g.mem_alloc(c2, 401), Err(ExecError::OutOfMemory(401)));
+        assert_eq!(
+            g.mem_alloc(c2, u64::MAX),
+            Err(ExecError::OutOfMemory(u64::MAX))
+        );
+        g.mem_alloc(c2, 400).expect("exactly the rest");
+        assert_eq!(g.device_free_mem(), Ok(0));
+        g.mem_free(c1, a).expect("free");
+        assert_eq!(g.device_free_mem(), Ok(600));
+        g.destroy_context(c2);
+        assert_eq!(g.device_free_mem(), Ok(1000));
+        assert!(g.mem_alloc(c1, 0).is_err());
+        assert!(g.mem_alloc(c2, 1).is_err());
+    }
+
+    #[test]
+    fn freed_pointers_are_stale_forever() {
+        let mut g = gpu(&SimDevice::private());
+        let ctx = g.create_context().expect("context");
+        let a = g.mem_alloc(ctx, 4096).expect("alloc");
+        g.mem_free(ctx, a).expect("free");
+        assert!(g.mem_free(ctx, a).is_err());
+        assert!(g.memcpy_htod(ctx, a, &[1], None).is_err());
+        assert!(g.memcpy_htod(ctx, a + 100, &[1], None).is_err());
+        // A new allocation of the same size gets a new address.
+        let b = g.mem_alloc(ctx, 4096).expect("alloc");
+        assert!(b > a + 4096);
+        assert!(g.memcpy_htod(ctx, a, &[1], None).is_err());
+        // Freeing by an interior pointer is refused.
+        assert!(g.mem_free(ctx, b + 8).is_err());
+    }
+
+    #[test]
+    fn modules_from_ptx_and_fatbin() {
+        let mut g = gpu(&SimDevice::private());
+        let ctx = g.create_context().expect("context");
+        for image in [
+            VECADD_PTX.as_bytes().to_vec(),
+            fatbin(VECADD_PTX.as_bytes(), 0),
+        ] {
+            let m = g.module_load(ctx, &image).expect("load");
+            let (f1, layout) = g.function(ctx, m, "_Z6vecAddPKfS0_Pfi").expect("function");
+            assert_eq!(layout, vecadd_layout());
+            let (f2, _) = g.function(ctx, m, "_Z6vecAddPKfS0_Pfi").expect("function");
+            assert_eq!(f1, f2);
+            let (_, layout) = g.function(ctx, m, "_Z5applyc6ParamsPd").expect("function");
+            assert_eq!(ParamInfo::packed_size(&layout), 40);
+            assert_eq!(
+                g.function(ctx, m, "vecAdd"),
+                Err(ExecError::NotFound("vecAdd".into()))
+            );
+            g.module_unload(ctx, m).expect("unload");
+            assert!(g.function(ctx, m, "_Z6vecAddPKfS0_Pfi").is_err());
+            assert!(g
+                .launch(ctx, f1, &LC, &[0; 28], None)
+                .is_err_and(|e| e == ExecError::Invalid("function")));
+        }
+        let compressed = fatbin(VECADD_PTX.as_bytes(), 0x2000);
+        let Err(ExecError::InvalidImage(msg)) = g.module_load(ctx, &compressed) else {
+            panic!("compressed fatbin loaded");
+        };
+        assert!(msg.contains("compressed fatbin entries are not supported yet"));
+        assert!(matches!(
+            g.module_load(ctx, b"MZ\x90\0"),
+            Err(ExecError::InvalidImage(_))
+        ));
+    }
+
+    #[test]
+    fn unknown_kernels_cannot_be_emulated_until_configured() {
+        let mut g = gpu(&SimDevice::private_virtual(0));
+        let ctx = g.create_context().expect("context");
+        let m = g.module_load(ctx, VECADD_PTX.as_bytes()).expect("load");
+        let (f, _) = g.function(ctx, m, "_Z6vecAddPKfS0_Pfi").expect("function");
+        let err = g.launch(ctx, f, &LC, &[0; 28], None);
+        assert_eq!(
+            err,
+            Err(ExecError::CannotEmulate("_Z6vecAddPKfS0_Pfi".into()))
+        );
+        assert_eq!(
+            err.unwrap_err().status(),
+            fairgpu_protocol::Status::NOT_SUPPORTED
+        );
+
+        let cfg = SimConfig {
+            kernels: vec![KernelCost {
+                name: "vecAdd".into(),
+                duration_us: Some(5.0),
+                duration_param: None,
+            }],
+            ..SimConfig::default()
+        };
+        let mut g = SimGpu::new(cfg, SimDevice::private_virtual(0)).expect("gpu");
+        let ctx = g.create_context().expect("context");
+        let m = g.module_load(ctx, VECADD_PTX.as_bytes()).expect("load");
+        let (f, _) = g.function(ctx, m, "_Z6vecAddPKfS0_Pfi").expect("function");
+        assert!(g.launch(ctx, f, &LC, &[0; 27], None).is_err());
+        g.launch(ctx, f, &LC, &[0; 28], None).expect("launch");
+        g.launch(ctx, f, &LC, &[0; 28], None).expect("launch");
+        assert_eq!(g.gpu_time_ns(), 10_000);
+    }
+
+    #[test]
+    fn two_executors_share_one_device() {
+        let dev = SimDevice::private_virtual(1_000);
+        let (mut a, mut b) = (gpu(&dev), gpu(&dev));
+        let (ca, fa) = spin_ctx(&mut a);
+        let (cb, fb) = spin_ctx(&mut b);
+        let mut kernels = Vec::new(); // (duration, event recorded after it)
+        for i in 0..6u64 {
+            let (g, ctx, f) = if i % 2 == 0 {
+                (&mut a, ca, fa)
+            } else {
+                (&mut b, cb, fb)
+            };
+            let d = (i + 1) * 100_000;
+            spin(g, ctx, f, d, None);
+            let e = g.event_create(ctx, 0).expect("event");
+            g.event_record(ctx, e, None).expect("record");
+            let end = g.event_time_ns(ctx, e).expect("event").expect("recorded");
+            kernels.push((end - d, end));
+        }
+        assert_eq!(a.gpu_time_ns(), 100_000 * (1 + 3 + 5));
+        assert_eq!(b.gpu_time_ns(), 100_000 * (2 + 4 + 6));
+        assert_eq!(dev.busy_total_ns(), 100_000 * 21);
+        // Kernels ran one at a time, in launch order, back to back.
+        assert_eq!(kernels[0].0, 1_000);
+        for w in kernels.windows(2) {
+            assert_eq!(w[0].1, w[1].0, "{kernels:?}");
+        }
+    }
+
+    #[test]
+    fn concurrent_workers_never_overlap_on_the_device() {
+        let dev = SimDevice::private();
+        let workers: Vec<_> = (0..2u64)
+            .map(|w| {
+                let dev = dev.clone();
+                std::thread::spawn(move || {
+                    let mut g = gpu(&dev);
+                    let (ctx, f) = spin_ctx(&mut g);
+                    let s = g.stream_create(ctx, 0).expect("stream");
+                    let mut out = Vec::new();
+                    for i in 0..20u64 {
+                        let d = 20_000 + 7_000 * ((w + i) % 5);
+                        spin(&mut g, ctx, f, d, Some(s));
+                        let e = g.event_create(ctx, 0).expect("event");
+                        g.event_record(ctx, e, Some(s)).expect("record");
+                        let end = g.event_time_ns(ctx, e).expect("event").expect("recorded");
+                        out.push((end - d, end));
+                    }
+                    g.synchronize(ctx).expect("sync");
+                    (out, g.gpu_time_ns())
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        let mut total = 0;
+        for w in workers {
+            let (k, t) = w.join().expect("worker");
+            assert_eq!(t, k.iter().map(|(s, e)| e - s).sum::<u64>());
+            total += t;
+            all.extend(k);
+        }
+        all.sort_unstable();
+        for w in all.windows(2) {
+            assert!(w[0].1 <= w[1].0, "{:?} overlaps {:?}", w[0], w[1]);
+        }
+        assert_eq!(dev.busy_total_ns(), total);
+    }
+
+    #[test]
+    fn events_measure_modelled_time_exactly() {
+        let mut g = gpu(&SimDevice::private_virtual(5 * MS));
+        let (ctx, f) = spin_ctx(&mut g);
+        let s = g.stream_create(ctx, 0).expect("stream");
+        let (e0, e1) = (
+            g.event_create(ctx, 0).expect("e"),
+            g.event_create(ctx, 0).expect("e"),
+        );
+        assert_eq!(
+            g.event_elapsed_ms(ctx, e0, e1),
+            Err(ExecError::Invalid("event not recorded"))
+        );
+        // Never recorded: complete.
+        assert_eq!(g.event_query(ctx, e0), Ok(()));
+        g.event_record(ctx, e0, Some(s)).expect("record");
+        spin(&mut g, ctx, f, 2 * MS, Some(s));
+        g.event_record(ctx, e1, Some(s)).expect("record");
+        assert_eq!(g.event_query(ctx, e1), Err(ExecError::NotReady));
+        assert_eq!(g.event_elapsed_ms(ctx, e0, e1), Err(ExecError::NotReady));
+        g.event_synchronize(ctx, e1).expect("sync");
+        assert_eq!(g.event_query(ctx, e1), Ok(()));
+        let ms = g.event_elapsed_ms(ctx, e0, e1).expect("elapsed");
+        assert!((ms - 2.0).abs() < 1e-3, "{ms}");
+        assert!((g.event_elapsed_ms(ctx, e1, e0).expect("elapsed") + 2.0).abs() < 1e-3);
+
+        let nt = g.event_create(ctx, EVENT_DISABLE_TIMING).expect("event");
+        g.event_record(ctx, nt, Some(s)).expect("record");
+        assert!(g.event_elapsed_ms(ctx, e0, nt).is_err());
+        assert!(g.event_create(ctx, 0x100).is_err());
+    }
+
+    #[test]
+    fn stream_query_and_synchronize() {
+        let dev = SimDevice::private_virtual(0);
+        let mut g = gpu(&dev);
+        let (ctx, f) = spin_ctx(&mut g);
+        let s = g.stream_create(ctx, 0).expect("stream");
+        assert_eq!(g.stream_query(ctx, Some(s)), Ok(()));
+        spin(&mut g, ctx, f, 3 * MS, Some(s));
+        assert_eq!(g.stream_query(ctx, Some(s)), Err(ExecError::NotReady));
+        assert_eq!(g.stream_query(ctx, None), Err(ExecError::NotReady));
+        g.stream_synchronize(ctx, Some(s)).expect("sync");
+        assert_eq!(dev.now_ns(), 3 * MS);
+        assert_eq!(g.stream_query(ctx, Some(s)), Ok(()));
+        assert!(g.stream_query(ctx, Some(StreamId(999))).is_err());
+        g.stream_destroy(ctx, s).expect("destroy");
+        assert!(g.stream_destroy(ctx, s).is_err());
+        assert!(g.stream_create(ctx, 0x4).is_err());
+    }
+
+    #[test]
+    fn synchronize_sleeps_on_the_real_clock() {
+        let mut g = gpu(&SimDevice::private());
+        let (ctx, f) = spin_ctx(&mut g);
+        let s = g.stream_create(ctx, 0).expect("stream");
+        let (e0, e1) = (
+            g.event_create(ctx, 0).expect("e"),
+            g.event_create(ctx, 0).expect("e"),
+        );
+        let t = std::time::Instant::now();
+        g.event_record(ctx, e0, Some(s)).expect("record");
+        spin(&mut g, ctx, f, 3 * MS, Some(s));
+        g.event_record(ctx, e1, Some(s)).expect("record");
+        g.stream_synchronize(ctx, Some(s)).expect("sync");
+        assert!(t.elapsed() >= std::time::Duration::from_millis(3));
+        assert_eq!(g.stream_query(ctx, Some(s)), Ok(()));
+        assert!(g.event_elapsed_ms(ctx, e0, e1).expect("elapsed") >= 3.0 - 1e-3);
+        assert_eq!(g.gpu_time_ns(), 3 * MS);
+    }
+
+    #[test]
+    fn null_stream_orders_with_blocking_streams_only() {
+        let mut g = gpu(&SimDevice::private_virtual(0));
+        let (ctx, f) = spin_ctx(&mut g);
+        let blocking = g.stream_create(ctx, 0).expect("stream");
+        let other = g.stream_create(ctx, 0).expect("stream");
+        let free = g.stream_create(ctx, STREAM_NON_BLOCKING).expect("stream");
+        let ev = |g: &mut SimGpu, s| {
+            let e = g.event_create(ctx, 0).expect("event");
+            g.event_record(ctx, e, s).expect("record");
+            g.event_time_ns(ctx, e).expect("event").expect("recorded")
+        };
+        spin(&mut g, ctx, f, MS, Some(blocking));
+        // A non-blocking stream does not wait for anything.
+        assert_eq!(ev(&mut g, Some(free)), 0);
+        // The NULL stream waits for the blocking stream's kernel...
+        assert_eq!(ev(&mut g, None), MS);
+        // ...and a blocking stream issued after the NULL stream waits for it.
+        assert_eq!(ev(&mut g, Some(other)), MS);
+        assert_eq!(ev(&mut g, Some(free)), 0);
+
+        // stream_wait_event raises a stream's ready time to the event's.
+        spin(&mut g, ctx, f, 2 * MS, Some(free));
+        let e = g.event_create(ctx, 0).expect("event");
+        g.event_record(ctx, e, Some(free)).expect("record");
+        let fresh = g.stream_create(ctx, STREAM_NON_BLOCKING).expect("stream");
+        assert_eq!(ev(&mut g, Some(fresh)), 0);
+        g.stream_wait_event(ctx, Some(fresh), e).expect("wait");
+        assert_eq!(ev(&mut g, Some(fresh)), 3 * MS);
+
+        g.synchronize(ctx).expect("sync");
+        assert_eq!(g.sim_device().now_ns(), 3 * MS);
+    }
+
+    #[test]
+    fn device_properties() {
+        let g = gpu(&SimDevice::private());
+        let p = g.device();
+        assert_eq!(p.name, "fairgpu SimGpu");
+        assert_eq!(p.total_mem, 16 << 30);
+        assert_eq!(p.driver_version, 12080);
+        assert_eq!(p.attribute(attr::MULTIPROCESSOR_COUNT), Some(132));
+        assert_eq!(p.attribute(attr::MAX_THREADS_PER_BLOCK), Some(1024));
+        assert_eq!(p.attribute(attr::COMPUTE_CAPABILITY_MAJOR), Some(9));
+        assert_eq!(p.attribute(5), Some(i32::MAX));
+        assert_eq!(p.attribute(83), Some(0));
+        assert_eq!(p.attribute(9999), None);
+        assert_eq!(p.uuid, uuid_from_name("fairgpu SimGpu"));
+        assert_ne!(p.uuid, uuid_from_name("fairgpu SimGpu 2"));
+        assert!(SimGpu::new(
+            SimConfig {
+                sm_count: 0,
+                ..SimConfig::default()
+            },
+            SimDevice::private()
+        )
+        .is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn module_load_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let mut g = gpu(&SimDevice::private());
+            let ctx = g.create_context().expect("context");
+            match g.module_load(ctx, &bytes) {
+                Ok(_) | Err(ExecError::InvalidImage(_)) => {}
+                Err(e) => prop_assert!(false, "unexpected {e:?}"),
+            }
+        }
+    }
+}
