@@ -1,1 +1,0 @@
-//! CudaExecutor: a real NVIDIA GPU through cudarc (being written).

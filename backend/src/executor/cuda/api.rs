@@ -1,0 +1,183 @@
+//! The driver entry points [`super::CudaExecutor`] calls, as a table of
+//! function pointers resolved from libcuda through cudarc's loader.
+//!
+//! Why a table instead of calling `cudarc::driver::sys::cu*` directly:
+//! - cudarc resolves each symbol on its first call and panics if it is
+//!   missing. Here every symbol is resolved once, at construction, and a
+//!   missing one is an error naming it.
+//! - cudarc declares `CUresult` and `CUdevice_attribute` as Rust enums. A
+//!   driver newer than the bindings can return a code the enum lacks, and
+//!   attribute numbers have gaps; either would be an invalid enum value
+//!   (undefined behaviour). The table declares both as plain integers.
+//! - The table is data, so the unit tests drive the executor against a fake
+//!   driver (`fake.rs`) on machines without a GPU.
+//!
+//! The prototypes are those of `cuda.h` (CUDA 12.x), as cudarc's bindings
+//! spell them, with `CUresult` as `c_uint` and `CUdevice_attribute` as
+//! `c_int` (both are 32-bit C enums).
+
+use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ushort, c_void};
+use std::sync::OnceLock;
+
+use cudarc::driver::sys::{
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream,
+};
+
+/// A `CUresult` as the integer the driver returns.
+pub(crate) type CuResult = c_uint;
+
+/// CUDA_SUCCESS.
+pub(crate) const CUDA_SUCCESS: CuResult = 0;
+/// CUDA_ERROR_INVALID_VALUE: also how `cuFuncGetParamInfo` says "no
+/// parameter with this index".
+pub(crate) const CUDA_ERROR_INVALID_VALUE: CuResult = 1;
+/// CUDA_ERROR_OUT_OF_MEMORY.
+pub(crate) const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
+/// CUDA_ERROR_NOT_FOUND: `cuModuleGetFunction` with an unknown name.
+pub(crate) const CUDA_ERROR_NOT_FOUND: CuResult = 500;
+/// CUDA_ERROR_NOT_READY: a query of unfinished work.
+pub(crate) const CUDA_ERROR_NOT_READY: CuResult = 600;
+
+/// A `CUuuid` out-parameter: 16 bytes.
+pub(crate) type UuidFn = unsafe extern "C" fn(*mut [u8; 16], CUdevice) -> CuResult;
+
+macro_rules! driver_api {
+    ($( $name:ident ( $($arg:ty),* ); )*) => {
+        /// libcuda entry points, one field per function, named as libcuda
+        /// exports them.
+        #[allow(non_snake_case)]
+        #[derive(Clone, Copy)]
+        pub(crate) struct Api {
+            $( pub(crate) $name: unsafe extern "C" fn($($arg),*) -> CuResult, )*
+            /// `cuDeviceGetUuid_v2`, or `cuDeviceGetUuid` on drivers
+            /// without it; `None` if neither exists.
+            pub(crate) device_get_uuid: Option<UuidFn>,
+        }
+
+        /// Loads libcuda and resolves every entry point, or says what is
+        /// missing. Never panics.
+        #[allow(non_snake_case)]
+        fn load_uncached() -> Result<Api, String> {
+            // SAFETY: `is_culib_present` dlopens each candidate library name
+            // and closes it again; libcuda's initialisers have no
+            // preconditions on the caller.
+            if !unsafe { cudarc::driver::sys::is_culib_present() } {
+                return Err(
+                    "libcuda.so not found (no NVIDIA driver on this host, or it is not on the loader path)"
+                        .to_string(),
+                );
+            }
+            let lib = std::panic::catch_unwind(|| {
+                // SAFETY: `culib` has no preconditions: it loads libcuda once
+                // into a static and panics if it cannot, which
+                // `catch_unwind` turns into an error here.
+                unsafe { cudarc::driver::sys::culib() }
+            })
+            .map_err(|_| "libcuda.so could not be loaded".to_string())?;
+            let mut missing: Vec<&str> = Vec::new();
+            $(
+                // SAFETY: `$name` is the libcuda function whose C prototype
+                // is the one declared for the field (cuda.h); the library
+                // stays loaded for the life of the process (cudarc keeps it
+                // in a static), so the pointer never dangles.
+                let $name = match unsafe {
+                    lib.get::<unsafe extern "C" fn($($arg),*) -> CuResult>(
+                        stringify!($name).as_bytes(),
+                    )
+                } {
+                    Ok(sym) => Some(*sym),
+                    Err(_) => {
+                        missing.push(stringify!($name));
+                        None
+                    }
+                };
+            )*
+            let mut device_get_uuid = None;
+            for name in ["cuDeviceGetUuid_v2", "cuDeviceGetUuid"] {
+                // SAFETY: both functions have the prototype
+                // `CUresult (CUuuid *uuid, CUdevice dev)`, and `CUuuid` is 16
+                // bytes; the library stays loaded (see above).
+                if let Ok(sym) = unsafe { lib.get::<UuidFn>(name.as_bytes()) } {
+                    device_get_uuid = Some(*sym);
+                    break;
+                }
+            }
+            match ($($name,)*) {
+                ($(Some($name),)*) => Ok(Api { $($name,)* device_get_uuid }),
+                _ => Err(format!(
+                    "libcuda lacks {} (an NVIDIA driver for CUDA 12.4 or newer is required)",
+                    missing.join(", ")
+                )),
+            }
+        }
+    };
+}
+
+impl Api {
+    /// The process-wide table, loaded on first use.
+    pub(crate) fn get() -> Result<&'static Api, String> {
+        static API: OnceLock<Result<Api, String>> = OnceLock::new();
+        API.get_or_init(load_uncached)
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+driver_api! {
+    cuInit(c_uint);
+    cuDriverGetVersion(*mut c_int);
+    cuDeviceGet(*mut CUdevice, c_int);
+    cuDeviceGetName(*mut c_char, c_int, CUdevice);
+    cuDeviceTotalMem_v2(*mut usize, CUdevice);
+    cuDeviceGetAttribute(*mut c_int, c_int, CUdevice);
+    cuDevicePrimaryCtxRetain(*mut CUcontext, CUdevice);
+    cuDevicePrimaryCtxRelease_v2(CUdevice);
+    cuCtxCreate_v2(*mut CUcontext, c_uint, CUdevice);
+    cuCtxDestroy_v2(CUcontext);
+    cuCtxPopCurrent_v2(*mut CUcontext);
+    cuCtxSetCurrent(CUcontext);
+    cuCtxSynchronize();
+    cuMemGetInfo_v2(*mut usize, *mut usize);
+    cuMemAlloc_v2(*mut CUdeviceptr, usize);
+    cuMemFree_v2(CUdeviceptr);
+    cuMemcpyHtoD_v2(CUdeviceptr, *const c_void, usize);
+    cuMemcpyHtoDAsync_v2(CUdeviceptr, *const c_void, usize, CUstream);
+    cuMemcpyDtoH_v2(*mut c_void, CUdeviceptr, usize);
+    cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr, usize, CUstream);
+    cuMemcpyDtoD_v2(CUdeviceptr, CUdeviceptr, usize);
+    cuMemcpyDtoDAsync_v2(CUdeviceptr, CUdeviceptr, usize, CUstream);
+    cuMemsetD8_v2(CUdeviceptr, c_uchar, usize);
+    cuMemsetD16_v2(CUdeviceptr, c_ushort, usize);
+    cuMemsetD32_v2(CUdeviceptr, c_uint, usize);
+    cuMemsetD8Async(CUdeviceptr, c_uchar, usize, CUstream);
+    cuMemsetD16Async(CUdeviceptr, c_ushort, usize, CUstream);
+    cuMemsetD32Async(CUdeviceptr, c_uint, usize, CUstream);
+    cuModuleLoadData(*mut CUmodule, *const c_void);
+    cuModuleUnload(CUmodule);
+    cuModuleGetFunction(*mut CUfunction, CUmodule, *const c_char);
+    cuFuncGetParamInfo(CUfunction, usize, *mut usize, *mut usize);
+    cuLaunchKernel(
+        CUfunction,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        CUstream,
+        *mut *mut c_void,
+        *mut *mut c_void
+    );
+    cuStreamCreate(*mut CUstream, c_uint);
+    cuStreamDestroy_v2(CUstream);
+    cuStreamSynchronize(CUstream);
+    cuStreamQuery(CUstream);
+    cuStreamWaitEvent(CUstream, CUevent, c_uint);
+    cuEventCreate(*mut CUevent, c_uint);
+    cuEventDestroy_v2(CUevent);
+    cuEventRecord(CUevent, CUstream);
+    cuEventQuery(CUevent);
+    cuEventSynchronize(CUevent);
+    cuEventElapsedTime(*mut f32, CUevent, CUevent);
+}
