@@ -64,8 +64,17 @@ pub fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// Kills and reaps a child process when dropped.
-struct Reaped(Child);
+/// Stops (SIGTERM, then SIGKILL after 3 s) and reaps a child process when
+/// dropped.
+#[derive(Debug)]
+pub struct Reaped(Child);
+
+impl Reaped {
+    /// Takes charge of `child`.
+    pub fn new(child: Child) -> Self {
+        Reaped(child)
+    }
+}
 
 impl Drop for Reaped {
     fn drop(&mut self) {
@@ -140,33 +149,8 @@ pub fn measure(a: &TransportArgs) -> anyhow::Result<TransportReport> {
     if pinned {
         pin_to_cpu(0).context("pinning the guest side to CPU 0")?;
     }
-    let tag = std::process::id();
-    let region_path = PathBuf::from(format!("/dev/shm/fairgpu-bench-{tag}"));
-    let mut host_cmd = Command::new(self_exe()?);
-    host_cmd
-        .args([
-            "serve-region",
-            "--channels",
-            "1",
-            "--spin-us",
-            "30000000",
-            "--log",
-            "warn",
-            "--region",
-        ])
-        .arg(&region_path)
-        .stdin(Stdio::null());
-    if pinned {
-        host_cmd.args(["--cpu", "1"]);
-    }
-    let host = Reaped(host_cmd.spawn().context("starting the host process")?);
-    let region = open_region_wait(&region_path, Duration::from_secs(10))?;
     // Spin for the whole run: this measures the polling path.
-    let cfg = WaitConfig {
-        spin: Duration::from_secs(30),
-        host_timeout: Some(Duration::from_secs(10)),
-    };
-    let mut ch = Channel::claim(region, cfg)?;
+    let (host, mut ch) = start_host(pinned, Duration::from_secs(30))?;
 
     // Synchronous round trip.
     for i in 0..20_000u64 {
