@@ -34,6 +34,17 @@ pub enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Run the daemon: create every VM's region, run one vGPU worker
+    /// process per VM and supervise it, answer the control socket.
+    #[command(long_about = SERVE_ABOUT)]
+    Serve(ServeArgs),
+    /// Show the running daemon's VMs: worker, channels, device memory, GPU
+    /// time, calls and restarts.
+    #[command(long_about = STATUS_ABOUT)]
+    Status(StatusArgs),
+    /// Internal: the vGPU worker of one VM, started by `fairgpu serve`.
+    #[command(hide = true)]
+    Worker(crate::worker::WorkerArgs),
     /// Internal: the echo peer of the Unix-socket baseline.
     #[command(hide = true, name = "__socket-echo")]
     SocketEcho {
@@ -57,6 +68,60 @@ pub enum Command {
         #[arg(long)]
         seconds: f64,
     },
+}
+
+const SERVE_ABOUT: &str = "\
+Run the fairgpu daemon in the foreground.
+
+The daemon reads a TOML configuration file (see examples/fairgpu.toml),
+creates every VM's shared-memory region, and runs one vGPU worker process per
+VM that serves the region's channels on the configured executor (SimGpu, or a
+real GPU through CUDA). A worker that exits unexpectedly is logged, every
+established channel of its VM is failed at once (the guests' pending calls
+return CUDA_ERROR_DEINITIALIZED), and it is restarted with a backoff of
+100 ms doubling up to 5 s.
+
+Guests of VM NAME use FAIRGPU_REGION=<its region path>. `fairgpu status`
+asks the daemon through its control socket.
+
+SIGTERM or SIGINT stops the workers, removes the regions, the stats and
+device files and the control socket, and exits 0.
+
+Use --check to validate the configuration and print what it resolves to
+without starting anything.";
+
+const STATUS_ABOUT: &str = "\
+Ask the running daemon for every VM's state and print it as a table: weight,
+worker pid and state, channels in use of the total, device memory used of the
+quota, GPU time used, calls served and worker restarts.
+
+The daemon is found through --socket, else the control_socket of --config's
+file, else the default socket ($XDG_RUNTIME_DIR/fairgpu/control.sock, or
+/tmp/fairgpu-<uid>/control.sock). --json prints the daemon's reply instead.";
+
+/// `fairgpu serve` options.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The configuration file (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Only validate the configuration and print it.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// `fairgpu status` options.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", conflicts_with = "config")]
+    pub socket: Option<PathBuf>,
+    /// The daemon's configuration file (for its control_socket).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the daemon's reply as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Region shape and serving options.

@@ -9,13 +9,24 @@ use anyhow::{bail, Context};
 use fairgpu_frontend::{Channel, GuestRegion, WaitConfig};
 use fairgpu_protocol::{Opcode, RegionConfig};
 
-use crate::cli::{pin_to_cpu, BenchCommand, Command, PingArgs, ServeRegionArgs};
+use crate::cli::{
+    pin_to_cpu, BenchCommand, Command, PingArgs, ServeArgs, ServeRegionArgs, StatusArgs,
+};
 use crate::host::{HostRegion, ServeConfig, Server};
 use crate::transport_ops::TransportOps;
 
 /// Runs one subcommand.
 pub fn run(cmd: Command) -> anyhow::Result<()> {
+    run_with_log(cmd, "info")
+}
+
+/// Runs one subcommand; `log` is the log filter in effect, which the
+/// daemon hands on to its workers.
+pub fn run_with_log(cmd: Command, log: &str) -> anyhow::Result<()> {
     match cmd {
+        Command::Serve(a) => serve(&a, log),
+        Command::Status(a) => status(&a),
+        Command::Worker(a) => crate::worker::run(&a),
         Command::Demo(a) => crate::demo::run(&a),
         Command::ServeRegion(a) => serve_region(&a),
         Command::Ping(a) => ping(&a),
@@ -134,5 +145,46 @@ fn ping(a: &PingArgs) -> anyhow::Result<()> {
         crate::bench::percentile(&samples, 99.0),
         data.len()
     );
+    Ok(())
+}
+
+fn serve(a: &ServeArgs, log: &str) -> anyhow::Result<()> {
+    if a.check {
+        let cfg = crate::config::Config::load(&a.config)?;
+        print!("{}", crate::config::describe(&cfg));
+        return Ok(());
+    }
+    crate::daemon::serve(&a.config, log)
+}
+
+fn status(a: &StatusArgs) -> anyhow::Result<()> {
+    let socket = match (&a.socket, &a.config) {
+        (Some(s), _) => s.clone(),
+        (None, Some(c)) => crate::config::Config::load(c)?.daemon.control_socket,
+        (None, None) => crate::config::default_control_socket(),
+    };
+    let reply = crate::control::request(
+        &socket,
+        &crate::control::Request::Status {},
+        Duration::from_secs(10),
+    )
+    .with_context(|| {
+        format!(
+            "asking the daemon at {} (is `fairgpu serve` running?)",
+            socket.display()
+        )
+    })?;
+    if !reply.ok {
+        bail!(
+            "the daemon refused: {}",
+            reply.error.as_deref().unwrap_or("no reason given")
+        );
+    }
+    let status = reply.status.context("the daemon's reply has no status")?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print!("{}", crate::control::render_table(&status));
+    }
     Ok(())
 }

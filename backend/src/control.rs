@@ -332,6 +332,85 @@ pub fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Reply, C
     serde_json::from_slice(&reply).map_err(|e| ControlError::BadReply(e.to_string()))
 }
 
+/// Lays `rows` out under `headers` in left-aligned columns separated by
+/// two spaces.
+pub fn format_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.zip(&widths).enumerate() {
+            if i > 0 {
+                l.push_str("  ");
+            }
+            l.push_str(&format!("{cell:<w$}"));
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&mut headers.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+/// GPU time for people: "0 s", "12.3 ms", "4.567 s".
+pub fn format_gpu_time(ns: u64) -> String {
+    match ns {
+        0 => "0 s".into(),
+        n if n < 1_000_000 => format!("{:.1} us", n as f64 / 1e3),
+        n if n < 1_000_000_000 => format!("{:.1} ms", n as f64 / 1e6),
+        n => format!("{:.3} s", n as f64 / 1e9),
+    }
+}
+
+/// The `fairgpu status` table.
+pub fn render_table(status: &Status) -> String {
+    use crate::config::format_size;
+    let d = &status.daemon;
+    let mut out = format!(
+        "daemon pid {}, executor {}, up {:.0} s, control socket {}\n\n",
+        d.pid,
+        d.executor,
+        d.uptime_s,
+        d.control_socket.display()
+    );
+    let rows: Vec<Vec<String>> = status
+        .vms
+        .iter()
+        .map(|v| {
+            vec![
+                v.name.clone(),
+                v.weight.to_string(),
+                if v.worker_pid == 0 {
+                    "-".into()
+                } else {
+                    v.worker_pid.to_string()
+                },
+                v.state.to_string(),
+                format!("{}/{}", v.channels_used, v.channels_total),
+                format!("{} / {}", format_size(v.mem_used), format_size(v.mem_quota)),
+                format_gpu_time(v.gpu_time_ns),
+                v.calls.to_string(),
+                v.restarts.to_string(),
+            ]
+        })
+        .collect();
+    out.push_str(&format_table(
+        &[
+            "VM", "WEIGHT", "PID", "STATE", "CHANNELS", "MEMORY", "GPU TIME", "CALLS", "RESTARTS",
+        ],
+        &rows,
+    ));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,6 +469,49 @@ mod tests {
         let server = t.join().unwrap();
         drop(server);
         assert!(!path.exists(), "the socket is removed on drop");
+    }
+
+    #[test]
+    fn the_status_table_has_a_row_per_vm() {
+        let vm = |name: &str, pid| VmStatus {
+            name: name.into(),
+            weight: 2,
+            region: PathBuf::from("/dev/shm/x"),
+            worker_pid: pid,
+            state: WorkerState::Running,
+            restarts: 1,
+            channels_used: 1,
+            channels_total: 4,
+            mem_used: 512 << 20,
+            mem_quota: 4 << 30,
+            contexts: 1,
+            gpu_time_ns: 1_500_000,
+            calls: 77,
+        };
+        let status = Status {
+            daemon: DaemonStatus {
+                pid: 1,
+                executor: "sim".into(),
+                uptime_s: 3.0,
+                control_socket: PathBuf::from("/tmp/c.sock"),
+                stats_file: PathBuf::from("/dev/shm/s"),
+                sim_device: None,
+            },
+            vms: vec![vm("vm1", 10), vm("a-much-longer-name", 0)],
+        };
+        let t = render_table(&status);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[2].starts_with("VM "), "{t}");
+        assert!(lines[3].contains("vm1") && lines[3].contains("1/4"), "{t}");
+        assert!(
+            lines[3].contains("512 MiB / 4 GiB") && lines[3].contains("1.5 ms"),
+            "{t}"
+        );
+        assert!(lines[4].contains(" - "), "no worker shows as -: {t}");
+        // Columns line up.
+        assert_eq!(lines[3].find("running"), lines[4].find("running"), "{t}");
+        let json = serde_json::to_string(&status).unwrap();
+        assert_eq!(serde_json::from_str::<Status>(&json).unwrap(), status);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! - [`transport_ops`]: the transport's own no-op and bulk-copy opcodes.
 //! - [`bench`]: `fairgpu bench transport`.
 //! - [`demo`]: `fairgpu demo`.
+//! - [`daemon`]: `fairgpu serve`, one supervised [`worker`] process per VM,
+//!   configured by [`config`], observed through [`stats`] and [`control`].
 //!
 //! Invariants: a guest's bad request fails that request; a guest's corrupt
 //! ring fails that channel; nothing a guest writes can stop the server or
@@ -13,11 +15,14 @@
 pub mod bench;
 pub mod cli;
 pub mod commands;
+pub mod config;
 pub mod control;
 pub mod cuda_ops;
+pub mod daemon;
 pub mod demo;
 pub mod executor;
 pub mod host;
 pub mod process;
 pub mod stats;
 pub mod transport_ops;
+pub mod worker;

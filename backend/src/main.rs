@@ -11,7 +11,7 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    match fairgpu::commands::run(cli.command) {
+    match fairgpu::commands::run_with_log(cli.command, &cli.log) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("fairgpu: {e:#}");

@@ -528,3 +528,211 @@ impl Drop for GuestChild {
         }
     }
 }
+
+/// Sends `sig` to a process that is not our child (e.g. a daemon's
+/// worker), which must exist.
+///
+/// Callers pass pids of processes they know to be alive (a worker the
+/// daemon has not reaped yet), so the pid cannot name an unrelated process.
+pub fn signal_process(pid: u32, sig: libc::c_int) {
+    send_signal(pid, sig);
+}
+
+/// Runs `cmd` to completion with stdin closed, killing it (and failing the
+/// test) after `timeout`.
+pub fn run_command(cmd: &mut Command, timeout: Duration) -> std::process::Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning a command");
+    let out = collect_output(child.stdout.take().expect("piped stdout"));
+    let err = collect_output(child.stderr.take().expect("piped stderr"));
+    let status = wait_child(&mut child, timeout);
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "{cmd:?} still running after {timeout:?}; stderr:\n{}",
+            err.lock().unwrap_or_else(|e| e.into_inner())
+        );
+    };
+    // The pipes close when the child exits; give the readers a moment.
+    let text = |b: &Arc<Mutex<String>>| {
+        let start = Instant::now();
+        loop {
+            // The reader thread holds the only other reference until EOF.
+            if Arc::strong_count(b) == 1 || start.elapsed() > Duration::from_secs(5) {
+                return b.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    std::process::Output {
+        status,
+        stdout: text(&out).into_bytes(),
+        stderr: text(&err).into_bytes(),
+    }
+}
+
+/// A directory of its own under the system temp dir, removed with its
+/// contents on drop. Paths in it are short enough for Unix sockets.
+#[derive(Debug)]
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// Creates a fresh directory named after `test`.
+    pub fn new(test: &str) -> TempDir {
+        let name = unique_region_path(test);
+        let name = name.file_name().expect("a file name");
+        let path = std::env::temp_dir().join(name);
+        std::fs::create_dir_all(&path).expect("creating a temp dir");
+        TempDir { path }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `name` inside the directory.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A `fairgpu serve` daemon. Dropping it stops the daemon (SIGTERM, then
+/// SIGKILL after [`DAEMON_STOP_TIMEOUT`]) and removes the files it was
+/// told about if the daemon left them behind.
+#[derive(Debug)]
+pub struct DaemonProcess {
+    child: Child,
+    socket: PathBuf,
+    leftovers: Vec<PathBuf>,
+    log: Arc<Mutex<String>>,
+    exited: Option<ExitStatus>,
+}
+
+/// How long a daemon may take to exit after SIGTERM (its workers get 5 s
+/// before it kills them).
+pub const DAEMON_STOP_TIMEOUT: Duration = Duration::from_secs(15);
+
+impl DaemonProcess {
+    /// Starts `fairgpu serve --config CONFIG` and waits until its control
+    /// socket at `socket` accepts connections. `leftovers` (regions) are
+    /// removed on drop should the daemon not remove them.
+    pub fn start(config: &Path, socket: &Path, leftovers: &[PathBuf]) -> DaemonProcess {
+        let mut child = Command::new(fairgpu_bin())
+            .arg("serve")
+            .arg("--config")
+            .arg(config)
+            .args(["--log", "info"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning fairgpu serve");
+        let log = collect_output(child.stderr.take().expect("piped stderr"));
+        let mut d = DaemonProcess {
+            child,
+            socket: socket.to_owned(),
+            leftovers: leftovers.to_vec(),
+            log,
+            exited: None,
+        };
+        let start = Instant::now();
+        while std::os::unix::net::UnixStream::connect(socket).is_err() {
+            assert!(
+                d.is_alive(),
+                "daemon exited ({:?}) before opening its control socket; log:\n{}",
+                d.exited,
+                d.log()
+            );
+            assert!(
+                start.elapsed() < HOST_START_TIMEOUT,
+                "daemon did not open {} within {HOST_START_TIMEOUT:?}; log:\n{}",
+                socket.display(),
+                d.log()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        d
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The control socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Whether the daemon is still running.
+    pub fn is_alive(&mut self) -> bool {
+        if self.exited.is_some() {
+            return false;
+        }
+        match self.child.try_wait() {
+            Ok(None) => true,
+            Ok(Some(s)) => {
+                self.exited = Some(s);
+                false
+            }
+            Err(e) => panic!("waiting for the daemon: {e}"),
+        }
+    }
+
+    /// SIGTERMs the daemon and waits for it to exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        assert!(self.is_alive(), "terminating a daemon that exited");
+        send_signal(self.pid(), libc::SIGTERM);
+        if self.exited.is_none() {
+            self.exited = wait_child(&mut self.child, DAEMON_STOP_TIMEOUT);
+        }
+        match self.exited {
+            Some(s) => s,
+            None => panic!(
+                "daemon did not exit within {DAEMON_STOP_TIMEOUT:?} of SIGTERM; log:\n{}",
+                self.log()
+            ),
+        }
+    }
+
+    /// What the daemon and its workers have logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        if self.is_alive() {
+            send_signal(self.pid(), libc::SIGTERM);
+            if wait_child(&mut self.child, DAEMON_STOP_TIMEOUT).is_none() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
+        for p in &self.leftovers {
+            let _ = std::fs::remove_file(p);
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of the daemon at {} ---\n{}",
+                self.socket.display(),
+                self.log()
+            );
+        }
+    }
+}

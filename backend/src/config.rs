@@ -1,0 +1,809 @@
+//! The daemon's configuration file (TOML): parsed with serde, refusing
+//! unknown keys, then validated into typed configuration. Every error names
+//! the file, the place (`[daemon]`, `[sim]`, or the VM) and the field.
+//!
+//! ```toml
+//! [daemon]
+//! control_socket = "/run/fairgpu/control.sock"
+//! executor = "auto"        # auto | sim | cuda
+//! gpu = 0
+//! state_dir = "/dev/shm"
+//! [sim]                    # the SimGpu cost model (executor::sim::SimConfig)
+//! [[vm]]
+//! name = "vm1"
+//! weight = 1
+//! memory = "4GiB"
+//! region = "/dev/shm/fairgpu-vm1"
+//! channels = 4
+//! ring_entries = 256
+//! arena = "4MiB"
+//! ```
+//!
+//! `examples/fairgpu.toml` is the complete, commented example.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use fairgpu_protocol::layout::{Layout, RegionConfig};
+use fairgpu_protocol::limits::{
+    MAX_ARENA, MAX_CHANNELS, MAX_RING_ENTRIES, MIN_ARENA, MIN_CHANNELS, MIN_RING_ENTRIES, PAGE,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::executor::sim::SimConfig;
+
+/// Smallest and largest VM weight.
+pub const WEIGHTS: std::ops::RangeInclusive<u32> = 1..=10_000;
+/// Longest VM name.
+pub const MAX_NAME_LEN: usize = 64;
+/// Most VMs one daemon serves.
+pub const MAX_VMS: usize = 1024;
+/// Longest Unix socket path (`sun_path` holds 108 bytes with the NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+/// Largest configuration file read.
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read configuration {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not have the expected shape
+    /// (unknown key, wrong type, missing field).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said, with the place in the file.
+        message: String,
+    },
+    /// A value is out of range or inconsistent with another.
+    #[error("{path}: {place}: {why}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Where: `[daemon]`, `[sim]`, `vm "NAME"` or `[[vm]] #N`.
+        place: String,
+        /// The field and what is wrong with it.
+        why: String,
+    },
+}
+
+/// Which executor the workers use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorChoice {
+    /// CUDA if a GPU is usable, else SimGpu.
+    #[default]
+    Auto,
+    /// SimGpu, the GPU model.
+    Sim,
+    /// A real NVIDIA GPU.
+    Cuda,
+}
+
+impl fmt::Display for ExecutorChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ExecutorChoice::Auto => "auto",
+            ExecutorChoice::Sim => "sim",
+            ExecutorChoice::Cuda => "cuda",
+        })
+    }
+}
+
+/// A size: bytes as an integer, or a string with a unit ("4GiB", "512 MiB",
+/// "1G"). K, M, G, T and KiB, MiB, GiB, TiB are powers of 1024; KB, MB, GB,
+/// TB powers of 1000; B or no unit means bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum SizeSpec {
+    Int(i128),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for SizeSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = SizeSpec;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size: a number of bytes or a string such as \"4GiB\"")
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<SizeSpec, E> {
+                Ok(SizeSpec::Int(v.into()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<SizeSpec, E> {
+                Ok(SizeSpec::Int(v.into()))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<SizeSpec, E> {
+                Ok(SizeSpec::Text(v.to_owned()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl SizeSpec {
+    fn bytes(&self) -> Result<u64, String> {
+        match self {
+            SizeSpec::Int(v) => u64::try_from(*v).map_err(|_| "not a size in bytes".to_owned()),
+            SizeSpec::Text(t) => parse_size(t),
+        }
+    }
+}
+
+impl fmt::Display for SizeSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SizeSpec::Int(v) => write!(f, "{v}"),
+            SizeSpec::Text(t) => write!(f, "{t:?}"),
+        }
+    }
+}
+
+/// Parses a human size ("4GiB", "512 MiB", "1G", "4096"); see [`SizeSpec`]
+/// for the units.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() {
+        return Err(
+            "not a size (expected a whole number with an optional unit, e.g. \"4GiB\")".into(),
+        );
+    }
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "T" | "TiB" => 1 << 40,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} (use B, K/KiB, M/MiB, G/GiB, T/TiB, or KB, MB, GB, TB)"
+            ))
+        }
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| "too large".to_owned())
+}
+
+/// Formats bytes for people: "0 B", "512 MiB", "1.5 GiB".
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut unit = 0;
+    let mut v = bytes as f64;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 || v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[unit])
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    daemon: RawDaemon,
+    #[serde(default)]
+    sim: SimConfig,
+    #[serde(default)]
+    vm: Vec<RawVm>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDaemon {
+    control_socket: Option<PathBuf>,
+    #[serde(default)]
+    executor: ExecutorChoice,
+    #[serde(default)]
+    gpu: i64,
+    state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVm {
+    name: String,
+    #[serde(default = "default_weight")]
+    weight: i64,
+    memory: SizeSpec,
+    region: PathBuf,
+    #[serde(default = "default_channels")]
+    channels: i64,
+    ring_entries: Option<i64>,
+    arena: Option<SizeSpec>,
+}
+
+fn default_weight() -> i64 {
+    1
+}
+
+fn default_channels() -> i64 {
+    RegionConfig::default().channels.into()
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Daemon-wide settings.
+    pub daemon: DaemonConfig,
+    /// The SimGpu cost model.
+    pub sim: SimConfig,
+    /// The VMs, in file order (which is also their stats slot order).
+    pub vms: Vec<VmConfig>,
+    /// A hash of the file's bytes: a worker refuses to start from a file
+    /// other than the one its daemon read.
+    pub fingerprint: u64,
+}
+
+/// `[daemon]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonConfig {
+    /// Where the control socket listens.
+    pub control_socket: PathBuf,
+    /// Which executor workers use.
+    pub executor: ExecutorChoice,
+    /// CUDA device ordinal.
+    pub gpu: u32,
+    /// Where the SimGpu device file and the stats file live.
+    pub state_dir: PathBuf,
+}
+
+/// One `[[vm]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmConfig {
+    /// Unique name (log lines and status carry it).
+    pub name: String,
+    /// Share of the GPU relative to the other VMs (used by the scheduler).
+    pub weight: u32,
+    /// Device-memory quota in bytes.
+    pub memory: u64,
+    /// The region file.
+    pub region_path: PathBuf,
+    /// The region's shape.
+    pub region: RegionConfig,
+}
+
+/// The control socket used when the file names none:
+/// `$XDG_RUNTIME_DIR/fairgpu/control.sock`, else
+/// `/tmp/fairgpu-<uid>/control.sock`.
+pub fn default_control_socket() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir.join("fairgpu").join("control.sock"),
+        _ => {
+            // The owner of /proc/self is this process's effective uid.
+            use std::os::unix::fs::MetadataExt;
+            let dir = match std::fs::metadata("/proc/self") {
+                Ok(m) => format!("/tmp/fairgpu-{}", m.uid()),
+                Err(_) => "/tmp/fairgpu".to_owned(),
+            };
+            PathBuf::from(dir).join("control.sock")
+        }
+    }
+}
+
+/// FNV-1a over the file's bytes: stable across processes and builds.
+fn fingerprint(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let read = |source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let len = std::fs::metadata(path).map_err(read)?.len();
+        if len > MAX_CONFIG_BYTES {
+            return Err(ConfigError::Invalid {
+                path: path.to_owned(),
+                place: "file".into(),
+                why: format!("{len} bytes; at most {MAX_CONFIG_BYTES} are read"),
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(read)?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses and validates configuration text; `path` is only used in
+    /// error messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: describe_parse_error(text, &e),
+        })?;
+        let invalid = |place: String, why: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            place,
+            why,
+        };
+        let daemon = validate_daemon(raw.daemon).map_err(|why| invalid("[daemon]".into(), why))?;
+        raw.sim
+            .validate()
+            .map_err(|why| invalid("[sim]".into(), why))?;
+        if raw.vm.is_empty() {
+            return Err(invalid(
+                "file".into(),
+                "no [[vm]] tables: at least one VM is needed".into(),
+            ));
+        }
+        if raw.vm.len() > MAX_VMS {
+            return Err(invalid(
+                "file".into(),
+                format!("{} VMs; at most {MAX_VMS}", raw.vm.len()),
+            ));
+        }
+        let mut vms: Vec<VmConfig> = Vec::with_capacity(raw.vm.len());
+        for (i, rv) in raw.vm.into_iter().enumerate() {
+            let n = i + 1;
+            check_name(&rv.name).map_err(|why| invalid(format!("[[vm]] #{n}"), why))?;
+            let place = format!("vm {:?}", rv.name);
+            if let Some(j) = vms.iter().position(|v| v.name == rv.name) {
+                return Err(invalid(
+                    format!("{place} (the {} [[vm]])", ordinal(n)),
+                    format!(
+                        "name {:?} is already used by the {} [[vm]]; VM names must be unique",
+                        rv.name,
+                        ordinal(j + 1)
+                    ),
+                ));
+            }
+            let vm = validate_vm(rv).map_err(|why| invalid(place.clone(), why))?;
+            if let Some(other) = vms.iter().find(|v| v.region_path == vm.region_path) {
+                return Err(invalid(
+                    place,
+                    format!(
+                        "region {} is also the region of vm {:?}; every VM needs its own region file",
+                        vm.region_path.display(),
+                        other.name
+                    ),
+                ));
+            }
+            if vm.region_path == daemon.control_socket {
+                return Err(invalid(
+                    place,
+                    format!(
+                        "region {} is the daemon's control socket",
+                        vm.region_path.display()
+                    ),
+                ));
+            }
+            vms.push(vm);
+        }
+        Ok(Config {
+            daemon,
+            sim: raw.sim,
+            vms,
+            fingerprint: fingerprint(text.as_bytes()),
+        })
+    }
+
+    /// The VM named `name` and its index (its stats slot).
+    pub fn vm(&self, name: &str) -> Option<(usize, &VmConfig)> {
+        self.vms.iter().enumerate().find(|(_, v)| v.name == name)
+    }
+}
+
+fn validate_daemon(raw: RawDaemon) -> Result<DaemonConfig, String> {
+    let control_socket = raw.control_socket.unwrap_or_else(default_control_socket);
+    if !control_socket.is_absolute() {
+        return Err(format!(
+            "control_socket = {:?} must be an absolute path",
+            control_socket.display().to_string()
+        ));
+    }
+    if control_socket.as_os_str().len() > MAX_SOCKET_PATH {
+        return Err(format!(
+            "control_socket = {:?} is longer than {MAX_SOCKET_PATH} bytes (a Unix socket path limit)",
+            control_socket.display().to_string()
+        ));
+    }
+    let gpu = u32::try_from(raw.gpu)
+        .ok()
+        .filter(|g| *g < 1024)
+        .ok_or_else(|| format!("gpu = {} is not a CUDA device ordinal (0..1024)", raw.gpu))?;
+    let state_dir = raw.state_dir.unwrap_or_else(|| PathBuf::from("/dev/shm"));
+    if !state_dir.is_absolute() {
+        return Err(format!(
+            "state_dir = {:?} must be an absolute path",
+            state_dir.display().to_string()
+        ));
+    }
+    Ok(DaemonConfig {
+        control_socket,
+        executor: raw.executor,
+        gpu,
+        state_dir,
+    })
+}
+
+fn check_name(name: &str) -> Result<(), String> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if name.is_empty() || name.len() > MAX_NAME_LEN || !name.chars().all(ok_char) {
+        return Err(format!(
+            "name = {name:?} is invalid: use 1 to {MAX_NAME_LEN} letters, digits, '-', '_' or '.'"
+        ));
+    }
+    Ok(())
+}
+
+fn validate_vm(raw: RawVm) -> Result<VmConfig, String> {
+    let weight = u32::try_from(raw.weight)
+        .ok()
+        .filter(|w| WEIGHTS.contains(w))
+        .ok_or_else(|| {
+            format!(
+                "weight = {} is outside {}..={}",
+                raw.weight,
+                WEIGHTS.start(),
+                WEIGHTS.end()
+            )
+        })?;
+    let memory = raw
+        .memory
+        .bytes()
+        .map_err(|e| format!("memory = {}: {e}", raw.memory))?;
+    if memory == 0 {
+        return Err(format!("memory = {} must be more than 0 bytes", raw.memory));
+    }
+    if !raw.region.is_absolute() {
+        return Err(format!(
+            "region = {:?} must be an absolute path",
+            raw.region.display().to_string()
+        ));
+    }
+    let channels = u32::try_from(raw.channels)
+        .ok()
+        .filter(|c| (MIN_CHANNELS..=MAX_CHANNELS).contains(c))
+        .ok_or_else(|| {
+            format!(
+                "channels = {} is outside {MIN_CHANNELS}..={MAX_CHANNELS}",
+                raw.channels
+            )
+        })?;
+    let defaults = RegionConfig::default();
+    let ring_entries = match raw.ring_entries {
+        None => defaults.ring_entries,
+        Some(r) => u32::try_from(r)
+            .ok()
+            .filter(|r| (MIN_RING_ENTRIES..=MAX_RING_ENTRIES).contains(r) && r.is_power_of_two())
+            .ok_or_else(|| {
+                format!(
+                    "ring_entries = {r} must be a power of two in {MIN_RING_ENTRIES}..={MAX_RING_ENTRIES}"
+                )
+            })?,
+    };
+    let arena_size = match &raw.arena {
+        None => defaults.arena_size,
+        Some(spec) => {
+            let bytes = spec.bytes().map_err(|e| format!("arena = {spec}: {e}"))?;
+            u32::try_from(bytes)
+                .ok()
+                .filter(|b| (MIN_ARENA..=MAX_ARENA).contains(b) && *b as usize % PAGE == 0)
+                .ok_or_else(|| {
+                    format!(
+                        "arena = {spec} ({bytes} bytes) must be a multiple of 4 KiB in {}..={}",
+                        format_size(MIN_ARENA.into()),
+                        format_size(MAX_ARENA.into())
+                    )
+                })?
+        }
+    };
+    let region = RegionConfig {
+        channels,
+        ring_entries,
+        arena_size,
+        ..defaults
+    };
+    Layout::new(&region).map_err(|e| format!("the region's shape is invalid: {e}"))?;
+    Ok(VmConfig {
+        name: raw.name,
+        weight,
+        memory,
+        region_path: raw.region,
+        region,
+    })
+}
+
+/// What a configuration resolves to, for `fairgpu serve --check`.
+pub fn describe(cfg: &Config) -> String {
+    let d = &cfg.daemon;
+    let mut out = format!(
+        "configuration OK: {} VMs, executor {}, gpu {}, control socket {}, state dir {}\n\n",
+        cfg.vms.len(),
+        d.executor,
+        d.gpu,
+        d.control_socket.display(),
+        d.state_dir.display()
+    );
+    let rows: Vec<Vec<String>> = cfg
+        .vms
+        .iter()
+        .map(|v| {
+            let size = Layout::new(&v.region).map_or(0, |l| l.region_size() as u64);
+            vec![
+                v.name.clone(),
+                v.weight.to_string(),
+                format_size(v.memory),
+                v.region.channels.to_string(),
+                v.region.ring_entries.to_string(),
+                format_size(v.region.arena_size.into()),
+                format!("{} ({})", v.region_path.display(), format_size(size)),
+            ]
+        })
+        .collect();
+    out.push_str(&crate::control::format_table(
+        &[
+            "VM", "WEIGHT", "MEMORY", "CHANNELS", "RING", "ARENA", "REGION",
+        ],
+        &rows,
+    ));
+    out
+}
+
+/// The parser's message, prefixed with the VM it is about when the error
+/// lies inside a `[[vm]]` table.
+fn describe_parse_error(text: &str, e: &toml::de::Error) -> String {
+    let msg = e.to_string();
+    let msg = msg.trim_end();
+    let Some(span) = e.span() else {
+        return msg.to_owned();
+    };
+    let Some(index) = vm_table_at(text, span.start) else {
+        return msg.to_owned();
+    };
+    // The untyped parse succeeds for unknown keys and wrong types, so it can
+    // say which VM the table is.
+    let name = text.parse::<toml::Table>().ok().and_then(|t| {
+        t.get("vm")?
+            .as_array()?
+            .get(index)?
+            .get("name")?
+            .as_str()
+            .map(str::to_owned)
+    });
+    match name {
+        Some(name) => format!("in vm {name:?} (the {} [[vm]]): {msg}", ordinal(index + 1)),
+        None => format!("in the {} [[vm]]: {msg}", ordinal(index + 1)),
+    }
+}
+
+/// Which `[[vm]]` table (0-based) the byte `offset` lies in, if any.
+fn vm_table_at(text: &str, offset: usize) -> Option<usize> {
+    let mut seen = 0usize;
+    let mut current = None;
+    let mut pos = 0;
+    for line in text.split_inclusive('\n') {
+        if pos > offset {
+            break;
+        }
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix("[[") {
+            let name = rest.split("]]").next().unwrap_or("").trim();
+            current = (name == "vm").then_some(seen);
+            if name == "vm" {
+                seen += 1;
+            }
+        } else if t.starts_with('[') {
+            current = None;
+        }
+        pos += line.len();
+    }
+    current
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../../examples/fairgpu.toml");
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("test.toml"))
+    }
+
+    fn err(text: &str) -> String {
+        match parse(text) {
+            Ok(c) => panic!("accepted: {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    const ONE_VM: &str = r#"
+[daemon]
+control_socket = "/tmp/x/control.sock"
+[[vm]]
+name = "vm1"
+memory = "1GiB"
+region = "/dev/shm/fairgpu-vm1"
+"#;
+
+    #[test]
+    fn the_example_parses() {
+        let c = Config::parse(EXAMPLE, Path::new("examples/fairgpu.toml")).unwrap();
+        assert!(c.vms.len() >= 2, "the example has several VMs");
+        assert_eq!(c.daemon.executor, ExecutorChoice::Sim);
+        for v in &c.vms {
+            Layout::new(&v.region).unwrap();
+        }
+    }
+
+    #[test]
+    fn defaults_fill_what_is_left_out() {
+        let c = parse(ONE_VM).unwrap();
+        let v = &c.vms[0];
+        assert_eq!((v.weight, v.memory), (1, 1 << 30));
+        assert_eq!(v.region, RegionConfig::default());
+        assert_eq!(c.daemon.executor, ExecutorChoice::Auto);
+        assert_eq!(c.daemon.gpu, 0);
+        assert_eq!(c.daemon.state_dir, Path::new("/dev/shm"));
+        assert_eq!(c.vm("vm1").map(|(i, _)| i), Some(0));
+        assert!(c.vm("vm2").is_none());
+        let text = ONE_VM.replace("[daemon]\ncontrol_socket = \"/tmp/x/control.sock\"\n", "");
+        assert!(parse(&text).unwrap().daemon.control_socket.is_absolute());
+    }
+
+    #[test]
+    fn sizes() {
+        for (t, v) in [
+            ("4GiB", 4 << 30),
+            ("512MiB", 512 << 20),
+            ("512 MiB", 512 << 20),
+            ("1G", 1 << 30),
+            ("64K", 64 << 10),
+            ("1GB", 1_000_000_000),
+            ("4096", 4096),
+            ("7B", 7),
+        ] {
+            assert_eq!(parse_size(t), Ok(v), "{t}");
+        }
+        for t in [
+            "",
+            "GiB",
+            "4 XB",
+            "1.5GiB",
+            "-1",
+            "99999999999999999999",
+            "20000000T",
+        ] {
+            assert!(parse_size(t).is_err(), "{t} accepted");
+        }
+        assert_eq!(format_size(0), "0 B");
+        assert_eq!(format_size(512 << 20), "512 MiB");
+        assert_eq!(format_size(3 << 29), "1.5 GiB");
+    }
+
+    #[test]
+    fn errors_name_the_place_and_field() {
+        let unknown = err(&ONE_VM.replace("memory =", "colour = \"red\"\nmemory ="));
+        assert!(
+            unknown.contains("colour") && unknown.contains("vm \"vm1\""),
+            "{unknown}"
+        );
+        let unknown_daemon = err(&ONE_VM.replace("[daemon]", "[daemon]\nthreads = 4"));
+        assert!(unknown_daemon.contains("threads"), "{unknown_daemon}");
+        let unknown_table = err(&format!("{ONE_VM}\n[extra]\n"));
+        assert!(unknown_table.contains("extra"), "{unknown_table}");
+
+        let dup = err(&format!(
+            "{ONE_VM}\n[[vm]]\nname = \"vm1\"\nmemory = 1\nregion = \"/dev/shm/other\"\n"
+        ));
+        assert!(
+            dup.contains("vm \"vm1\"") && dup.contains("unique"),
+            "{dup}"
+        );
+        let dup_region = err(&format!(
+            "{ONE_VM}\n[[vm]]\nname = \"vm2\"\nmemory = 1\nregion = \"/dev/shm//fairgpu-vm1\"\n"
+        ));
+        assert!(
+            dup_region.contains("vm \"vm2\"") && dup_region.contains("also the region"),
+            "{dup_region}"
+        );
+
+        for (from, to, want) in [
+            ("memory = \"1GiB\"", "memory = \"1 GB2\"", "memory"),
+            ("memory = \"1GiB\"", "memory = 0", "memory"),
+            ("memory = \"1GiB\"", "memory = -5", "memory"),
+            ("name = \"vm1\"", "name = \"vm1\"\nweight = 0", "weight = 0"),
+            (
+                "name = \"vm1\"",
+                "name = \"vm1\"\nweight = 10001",
+                "weight = 10001",
+            ),
+            (
+                "name = \"vm1\"",
+                "name = \"vm1\"\nchannels = 0",
+                "channels = 0",
+            ),
+            (
+                "name = \"vm1\"",
+                "name = \"vm1\"\nchannels = 257",
+                "channels = 257",
+            ),
+            (
+                "name = \"vm1\"",
+                "name = \"vm1\"\nring_entries = 100",
+                "ring_entries",
+            ),
+            (
+                "name = \"vm1\"",
+                "name = \"vm1\"\narena = \"12345\"",
+                "arena",
+            ),
+            (
+                "name = \"vm1\"",
+                "name = \"vm1\"\narena = \"1GiB\"",
+                "arena",
+            ),
+            ("name = \"vm1\"", "name = \"a b\"", "name = \"a b\""),
+            ("/dev/shm/fairgpu-vm1", "fairgpu-vm1", "absolute"),
+            ("/tmp/x/control.sock", "x.sock", "control_socket"),
+            ("[daemon]", "[daemon]\ngpu = -1", "gpu = -1"),
+            ("[daemon]", "[daemon]\nexecutor = \"gpu\"", "executor"),
+            ("[daemon]", "[daemon]\nstate_dir = \"shm\"", "state_dir"),
+        ] {
+            let text = ONE_VM.replace(from, to);
+            assert_ne!(text, ONE_VM, "{from}");
+            let e = err(&text);
+            assert!(e.contains(want), "{to}: {e}");
+        }
+        assert!(err("[daemon]\n").contains("at least one VM"));
+        assert!(err("this is not toml").contains("test.toml"));
+        let missing = err(&ONE_VM.replace("memory = \"1GiB\"\n", ""));
+        assert!(missing.contains("memory"), "{missing}");
+        let long = format!("/tmp/{}/c.sock", "d".repeat(120));
+        assert!(err(&ONE_VM.replace("/tmp/x/control.sock", &long)).contains("107"));
+    }
+
+    #[test]
+    fn the_vm_of_a_parse_error_is_found() {
+        let text = "[daemon]\n[[vm]]\nname = \"a\"\n[[vm]]\nname = \"b\"\nbad = 1\n[sim]\n";
+        let off = text.find("bad").unwrap();
+        assert_eq!(vm_table_at(text, off), Some(1));
+        assert_eq!(vm_table_at(text, text.find("[sim]").unwrap() + 2), None);
+        assert_eq!(vm_table_at(text, 3), None);
+    }
+
+    #[test]
+    fn the_fingerprint_follows_the_bytes() {
+        let a = parse(ONE_VM).unwrap().fingerprint;
+        assert_eq!(a, parse(ONE_VM).unwrap().fingerprint);
+        assert_ne!(
+            a,
+            parse(&format!("{ONE_VM}\n# edited\n")).unwrap().fingerprint
+        );
+    }
+}

@@ -1,0 +1,421 @@
+//! `fairgpu serve`: the daemon. It owns every VM's region, the shared
+//! SimGpu device file and the stats file, runs one worker process per VM
+//! and supervises it, and answers the control socket.
+//!
+//! Supervision: a worker that exits while the daemon is not shutting down
+//! is logged with its VM and exit status; every established channel of its
+//! region is failed at once with [`ChannelFailure::WorkerCrashed`] (so a
+//! guest blocked in a call returns an error instead of waiting for the
+//! heartbeat timeout); the worker is restarted after a backoff that starts
+//! at [`BACKOFF_MIN`] and doubles up to [`BACKOFF_MAX`] (reset once a worker
+//! has run for [`STABLE_AFTER`]).
+//!
+//! Shutdown (SIGTERM or SIGINT): workers get SIGTERM (they fail their
+//! channels with `HostShutdown`), then SIGKILL after [`STOP_TIMEOUT`]; the
+//! daemon removes the regions, the stats and device files and the control
+//! socket, and exits 0.
+//!
+//! Invariants: the daemon writes a region only after reaping the worker
+//! that served it, so it never races a live worker on the host's words; the
+//! files it creates are removed on every exit path that unwinds.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use fairgpu_protocol::layout::ChannelFailure;
+
+use crate::config::{Config, ExecutorChoice, VmConfig};
+use crate::control::{ControlServer, DaemonStatus, Reply, Request, Status, VmStatus};
+use crate::host::HostRegion;
+use crate::stats::{Field, Slot, StatsFile, WorkerState};
+
+/// First restart delay after a crash.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Longest restart delay.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// A worker that ran this long before exiting is restarted after
+/// [`BACKOFF_MIN`] again.
+pub const STABLE_AFTER: Duration = Duration::from_secs(10);
+/// How long workers get to exit after SIGTERM before SIGKILL.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the supervisor looks at its workers and the shutdown flag.
+const SUPERVISE_EVERY: Duration = Duration::from_millis(20);
+
+/// Removes a file when dropped.
+#[derive(Debug)]
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// One VM as the daemon runs it.
+#[derive(Debug)]
+struct Vm {
+    cfg: VmConfig,
+    region: HostRegion,
+    slot: Slot,
+    worker: Option<Child>,
+    started: Instant,
+    backoff: Duration,
+    restart_at: Option<Instant>,
+}
+
+/// What a worker needs to be started.
+#[derive(Debug)]
+struct WorkerLaunch {
+    exe: PathBuf,
+    config: PathBuf,
+    fingerprint: String,
+    executor: ExecutorChoice,
+    stats: PathBuf,
+    sim_device: Option<PathBuf>,
+    log: String,
+}
+
+impl WorkerLaunch {
+    fn spawn(&self, vm: &VmConfig) -> std::io::Result<Child> {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("worker")
+            .arg("--config")
+            .arg(&self.config)
+            .args(["--vm", &vm.name, "--fingerprint", &self.fingerprint])
+            .args(["--executor", &self.executor.to_string()])
+            .arg("--stats")
+            .arg(&self.stats)
+            .args(["--daemon-pid", &std::process::id().to_string()])
+            .args(["--log", &self.log])
+            .stdin(Stdio::null())
+            // Its own process group: a terminal's Ctrl-C reaches only the
+            // daemon, which then stops the workers in order.
+            .process_group(0);
+        if let Some(p) = &self.sim_device {
+            cmd.arg("--sim-device").arg(p);
+        }
+        cmd.spawn()
+    }
+}
+
+impl Vm {
+    fn start(&mut self, launch: &WorkerLaunch) {
+        self.restart_at = None;
+        self.started = Instant::now();
+        // Before the spawn: the worker stores `Running` itself once it
+        // serves, which must not be overwritten.
+        self.slot.set_state(WorkerState::Starting);
+        self.slot.set(Field::StartedMs, crate::stats::unix_ms());
+        match launch.spawn(&self.cfg) {
+            Ok(child) => {
+                tracing::info!(vm = %self.cfg.name, pid = child.id(), "worker started");
+                self.slot.set(Field::Pid, child.id().into());
+                self.worker = Some(child);
+            }
+            Err(e) => {
+                tracing::error!(vm = %self.cfg.name, error = %e, "cannot start the worker");
+                self.schedule_restart();
+            }
+        }
+    }
+
+    fn schedule_restart(&mut self) {
+        if self.started.elapsed() >= STABLE_AFTER {
+            self.backoff = BACKOFF_MIN;
+        }
+        let delay = self.backoff;
+        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+        self.restart_at = Some(Instant::now() + delay);
+        self.slot.set_state(WorkerState::Restarting);
+        tracing::info!(vm = %self.cfg.name, delay_ms = delay.as_millis() as u64, "restarting the worker after a delay");
+    }
+
+    /// The worker exited while it should have been serving.
+    fn worker_exited(&mut self, pid: u32, status: ExitStatus) {
+        self.worker = None;
+        self.slot.worker_gone();
+        let failed = self.region.fail_established(ChannelFailure::WorkerCrashed);
+        tracing::error!(
+            vm = %self.cfg.name,
+            pid,
+            status = %status,
+            channels_failed = failed,
+            "worker exited unexpectedly; its guests' channels were failed"
+        );
+        self.schedule_restart();
+    }
+
+    /// One supervision step.
+    fn supervise(&mut self, launch: &WorkerLaunch) {
+        if let Some(child) = &mut self.worker {
+            match child.try_wait() {
+                Ok(None) => {}
+                Ok(Some(status)) => {
+                    let pid = child.id();
+                    self.worker_exited(pid, status);
+                }
+                Err(e) => {
+                    tracing::warn!(vm = %self.cfg.name, error = %e, "cannot check the worker")
+                }
+            }
+        } else if self.restart_at.is_some_and(|at| Instant::now() >= at) {
+            self.slot.add(Field::Restarts, 1);
+            self.start(launch);
+        }
+    }
+}
+
+/// Answers control requests from the stats file and the configuration.
+#[derive(Debug)]
+struct StatusSource {
+    daemon: DaemonStatus,
+    vms: Vec<(String, u32, PathBuf)>,
+    stats: Arc<StatsFile>,
+    started: Instant,
+}
+
+impl StatusSource {
+    fn status(&self) -> Status {
+        let vms = self
+            .vms
+            .iter()
+            .enumerate()
+            .map(|(i, (name, weight, region))| {
+                let s = self.stats.slot(i).expect("one slot per VM").snapshot();
+                VmStatus {
+                    name: name.clone(),
+                    weight: *weight,
+                    region: region.clone(),
+                    worker_pid: s.pid,
+                    state: s.state,
+                    restarts: s.restarts,
+                    channels_used: s.channels_used,
+                    channels_total: s.channels_total,
+                    mem_used: s.mem_used,
+                    mem_quota: s.mem_quota,
+                    contexts: s.contexts,
+                    gpu_time_ns: s.gpu_time_ns,
+                    calls: s.calls,
+                }
+            })
+            .collect();
+        Status {
+            daemon: DaemonStatus {
+                uptime_s: self.started.elapsed().as_secs_f64(),
+                ..self.daemon.clone()
+            },
+            vms,
+        }
+    }
+
+    fn handle(&self, req: &Request) -> Reply {
+        match req {
+            Request::Status {} => Reply {
+                ok: true,
+                error: None,
+                status: Some(self.status()),
+            },
+        }
+    }
+}
+
+/// Chooses the executor: `auto` becomes `cuda` if a GPU is usable, else
+/// `sim`; `cuda` without a usable GPU is an error.
+fn resolve_executor(cfg: &Config) -> anyhow::Result<ExecutorChoice> {
+    let gpu = cfg.daemon.gpu;
+    match cfg.daemon.executor {
+        ExecutorChoice::Sim => Ok(ExecutorChoice::Sim),
+        ExecutorChoice::Cuda => match probe_cuda(gpu) {
+            Ok(()) => Ok(ExecutorChoice::Cuda),
+            Err(e) => bail!("executor = \"cuda\", but CUDA device {gpu} is not usable: {e}"),
+        },
+        ExecutorChoice::Auto => match probe_cuda(gpu) {
+            Ok(()) => {
+                tracing::info!(gpu, "CUDA device usable; workers use it");
+                Ok(ExecutorChoice::Cuda)
+            }
+            Err(e) => {
+                tracing::info!(reason = %e, "no usable GPU; workers use SimGpu");
+                Ok(ExecutorChoice::Sim)
+            }
+        },
+    }
+}
+
+/// Whether CUDA device `gpu` can be opened (the executor is dropped again).
+fn probe_cuda(gpu: u32) -> Result<(), crate::executor::ExecError> {
+    crate::executor::cuda::CudaExecutor::new(gpu as usize).map(drop)
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
+    let shutdown = crate::commands::shutdown_flag()?;
+    let cfg = Config::load(config_path)?;
+    let config_path = std::fs::canonicalize(config_path)
+        .with_context(|| format!("resolving {}", config_path.display()))?;
+    let executor = resolve_executor(&cfg)?;
+
+    // Bind first: a second daemon on the same socket stops here, before it
+    // touches any region.
+    let control = ControlServer::bind(&cfg.daemon.control_socket)?;
+    let state_dir = &cfg.daemon.state_dir;
+    std::fs::create_dir_all(state_dir)
+        .with_context(|| format!("creating state_dir {}", state_dir.display()))?;
+    let pid = std::process::id();
+    let stats_path = state_dir.join(format!("fairgpu-{pid}.stats"));
+    let stats = Arc::new(StatsFile::create(&stats_path, cfg.vms.len())?);
+
+    let mut sim_guard = None;
+    let sim_device = if executor == ExecutorChoice::Sim {
+        let path = state_dir.join(format!("fairgpu-{pid}.simgpu"));
+        sim_guard = Some(RemoveOnDrop(path.clone()));
+        crate::executor::sim::SimDevice::create(&path)
+            .with_context(|| format!("creating the SimGpu device file {}", path.display()))?;
+        Some(path)
+    } else {
+        None
+    };
+
+    let mut vms = Vec::with_capacity(cfg.vms.len());
+    for (i, v) in cfg.vms.iter().enumerate() {
+        if v.region_path.exists() {
+            tracing::warn!(vm = %v.name, region = %v.region_path.display(), "replacing an existing file at the region path");
+        }
+        let region = HostRegion::create(&v.region_path, &v.region)
+            .with_context(|| format!("vm {:?}: creating its region", v.name))?;
+        let slot = stats.slot(i).expect("one slot per VM");
+        slot.set(Field::ChannelsTotal, v.region.channels.into());
+        slot.set(Field::MemQuota, v.memory);
+        tracing::info!(
+            vm = %v.name,
+            weight = v.weight,
+            memory = %crate::config::format_size(v.memory),
+            region = %v.region_path.display(),
+            channels = v.region.channels,
+            "region created; guests use FAIRGPU_REGION={}",
+            v.region_path.display()
+        );
+        vms.push(Vm {
+            cfg: v.clone(),
+            region,
+            slot,
+            worker: None,
+            started: Instant::now(),
+            backoff: BACKOFF_MIN,
+            restart_at: None,
+        });
+    }
+
+    let launch = WorkerLaunch {
+        exe: std::env::current_exe().context("locating the fairgpu binary")?,
+        config: config_path.clone(),
+        fingerprint: format!("{:016x}", cfg.fingerprint),
+        executor,
+        stats: stats_path.clone(),
+        sim_device: sim_device.clone(),
+        log: log.to_owned(),
+    };
+    let source = StatusSource {
+        daemon: DaemonStatus {
+            pid,
+            executor: executor.to_string(),
+            uptime_s: 0.0,
+            control_socket: control.path().to_owned(),
+            stats_file: stats_path,
+            sim_device,
+        },
+        vms: cfg
+            .vms
+            .iter()
+            .map(|v| (v.name.clone(), v.weight, v.region_path.clone()))
+            .collect(),
+        stats: stats.clone(),
+        started: Instant::now(),
+    };
+    let control_thread = {
+        let shutdown = shutdown.clone();
+        std::thread::Builder::new()
+            .name("fairgpu-control-accept".into())
+            .spawn(move || {
+                control.run(&shutdown, move |req| source.handle(req));
+                drop(control);
+            })
+            .context("starting the control socket thread")?
+    };
+    tracing::info!(
+        config = %config_path.display(),
+        executor = %executor,
+        vms = vms.len(),
+        control_socket = %cfg.daemon.control_socket.display(),
+        "daemon started"
+    );
+
+    for vm in &mut vms {
+        vm.start(&launch);
+    }
+    while !shutdown.load(Ordering::Relaxed) {
+        for vm in &mut vms {
+            vm.supervise(&launch);
+        }
+        std::thread::sleep(SUPERVISE_EVERY);
+    }
+
+    tracing::info!("shutting down");
+    stop_workers(&mut vms);
+    // The accept loop sees the flag within its poll interval.
+    shutdown.store(true, Ordering::Relaxed);
+    let _ = control_thread.join();
+    drop(vms);
+    drop(stats);
+    drop(sim_guard);
+    tracing::info!("shut down");
+    Ok(())
+}
+
+/// SIGTERM every worker, wait up to [`STOP_TIMEOUT`], SIGKILL the rest.
+fn stop_workers(vms: &mut [Vm]) {
+    for vm in vms.iter_mut() {
+        vm.restart_at = None;
+        vm.slot.set_state(WorkerState::Stopping);
+        if let Some(child) = &vm.worker {
+            if let Err(e) = crate::process::send_signal(child.id(), libc::SIGTERM) {
+                tracing::warn!(vm = %vm.cfg.name, error = %e, "cannot signal the worker");
+            }
+        }
+    }
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    loop {
+        let mut running = 0;
+        for vm in vms.iter_mut() {
+            if let Some(child) = &mut vm.worker {
+                match child.try_wait() {
+                    Ok(Some(status)) => {
+                        tracing::debug!(vm = %vm.cfg.name, status = %status, "worker stopped");
+                        vm.worker = None;
+                    }
+                    Ok(None) => running += 1,
+                    Err(_) => vm.worker = None,
+                }
+            }
+        }
+        if running == 0 || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for vm in vms.iter_mut() {
+        if let Some(mut child) = vm.worker.take() {
+            tracing::warn!(vm = %vm.cfg.name, pid = child.id(), "worker did not stop within {STOP_TIMEOUT:?}; killing it");
+            let _ = child.kill();
+            let _ = child.wait();
+            vm.region.fail_established(ChannelFailure::HostShutdown);
+        }
+        vm.slot.worker_gone();
+        vm.slot.set_state(WorkerState::Stopped);
+    }
+}

@@ -1,0 +1,164 @@
+//! The vGPU worker: one process per VM, started and supervised by the
+//! daemon (`fairgpu worker`, a hidden subcommand).
+//!
+//! It re-reads the daemon's configuration file (refusing one that changed
+//! since the daemon read it), attaches to the VM's region (created by the
+//! daemon; never re-created or removed here), builds the executor the
+//! daemon chose, and serves the region with a [`Server`] whose handler is
+//! [`CudaOps`]. About every 100 ms it publishes the VM's usage into its
+//! slot of the daemon's stats file.
+//!
+//! A restarted worker adopts the region ([`Server::adopt`]): channels whose
+//! host-side state died with the previous worker stay failed until their
+//! guests claim them again.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+
+use crate::config::{Config, ExecutorChoice, VmConfig};
+use crate::cuda_ops::CudaOps;
+use crate::executor::GpuExecutor;
+use crate::host::{Answer, ArenaSlice, ChannelStats, Handler, HostRegion, ServeConfig, Server};
+use crate::stats::{Field, Slot, StatsFile, WorkerState};
+
+/// What the daemon tells a worker.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerArgs {
+    /// The daemon's configuration file.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// The VM to serve.
+    #[arg(long)]
+    pub vm: String,
+    /// The configuration's fingerprint as the daemon read it (hex).
+    #[arg(long)]
+    pub fingerprint: String,
+    /// The executor the daemon resolved: sim or cuda.
+    #[arg(long)]
+    pub executor: ExecutorChoice,
+    /// The daemon's stats file.
+    #[arg(long)]
+    pub stats: PathBuf,
+    /// The shared SimGpu device file (with --executor sim).
+    #[arg(long)]
+    pub sim_device: Option<PathBuf>,
+    /// The daemon's pid: the worker exits when its daemon does.
+    #[arg(long)]
+    pub daemon_pid: u32,
+}
+
+/// The worker's request handler: the CUDA driver API, which also serves
+/// the transport opcodes. Swapping the handler is this one function.
+fn handler_for(executor: Box<dyn GpuExecutor>, vm: &VmConfig) -> CudaOps {
+    CudaOps::new(executor, vm.name.clone(), vm.memory)
+}
+
+/// Builds the executor the daemon chose.
+fn executor_for(args: &WorkerArgs, cfg: &Config) -> anyhow::Result<Box<dyn GpuExecutor>> {
+    match args.executor {
+        ExecutorChoice::Sim => {
+            let path = args
+                .sim_device
+                .as_deref()
+                .context("--executor sim needs --sim-device")?;
+            let device = crate::executor::sim::SimDevice::open(path)
+                .with_context(|| format!("opening the SimGpu device {}", path.display()))?;
+            let gpu = crate::executor::sim::SimGpu::new(cfg.sim.clone(), device)
+                .context("starting SimGpu")?;
+            Ok(Box::new(gpu))
+        }
+        ExecutorChoice::Cuda => {
+            let gpu = crate::executor::cuda::CudaExecutor::new(cfg.daemon.gpu as usize)
+                .with_context(|| format!("opening CUDA device {}", cfg.daemon.gpu))?;
+            Ok(Box::new(gpu))
+        }
+        ExecutorChoice::Auto => bail!("the daemon passes a resolved executor (sim or cuda)"),
+    }
+}
+
+/// Runs a worker until SIGTERM/SIGINT (or its daemon's death).
+pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
+    let span = tracing::info_span!("worker", vm = %args.vm);
+    let _entered = span.enter();
+    crate::process::die_with_parent(libc::SIGTERM, args.daemon_pid)
+        .context("tying the worker's life to its daemon")?;
+    let shutdown = crate::commands::shutdown_flag()?;
+    let cfg = Config::load(&args.config)?;
+    if format!("{:016x}", cfg.fingerprint) != args.fingerprint {
+        bail!(
+            "{} changed since the daemon read it; restart the daemon to apply the change",
+            args.config.display()
+        );
+    }
+    let (index, vm) = cfg
+        .vm(&args.vm)
+        .with_context(|| format!("no vm {:?} in {}", args.vm, args.config.display()))?;
+    let stats = StatsFile::open(&args.stats, cfg.vms.len())?;
+    let slot = stats.slot(index).context("stats slot")?;
+    let region = HostRegion::attach(&vm.region_path, &vm.region)?;
+    let executor = executor_for(args, &cfg)?;
+    let handler = Publisher {
+        ops: handler_for(executor, vm),
+        slot: slot.clone(),
+        channels: None,
+    };
+    let mut server = Server::adopt(region, handler, ServeConfig::default(), shutdown);
+    let channels = server.stats();
+    server.handler_mut().channels = Some(channels);
+    slot.set_state(WorkerState::Running);
+    tracing::info!(
+        region = %vm.region_path.display(),
+        executor = %args.executor,
+        "serving"
+    );
+    let publisher = server.run();
+    drop(publisher);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Wraps the handler and publishes usage on every tick.
+#[derive(Debug)]
+struct Publisher {
+    ops: CudaOps,
+    slot: Slot,
+    channels: Option<Arc<[ChannelStats]>>,
+}
+
+impl Handler for Publisher {
+    fn handle(
+        &mut self,
+        ch: u32,
+        req: &fairgpu_protocol::wire::ValidRequest,
+        arena: &ArenaSlice<'_>,
+    ) -> Result<Answer, fairgpu_protocol::Status> {
+        self.ops.handle(ch, req, arena)
+    }
+
+    fn reset(&mut self, ch: u32) {
+        self.ops.reset(ch);
+    }
+
+    fn tick(&mut self) {
+        self.ops.tick();
+        let u = self.ops.usage();
+        let s = &self.slot;
+        s.set(Field::MemUsed, u.mem_used);
+        s.set(Field::MemQuota, u.mem_quota);
+        s.set(Field::Contexts, u.contexts.into());
+        s.set(Field::GpuTimeNs, u.gpu_time_ns);
+        s.set(Field::Calls, u.calls);
+        if let Some(ch) = &self.channels {
+            // Relaxed: a monitoring count, ordered with nothing.
+            let used = ch
+                .iter()
+                .filter(|c| c.owner_pid.load(Ordering::Relaxed) != 0)
+                .count();
+            s.set(Field::ChannelsUsed, used as u64);
+        }
+        s.add(Field::Ticks, 1);
+    }
+}

@@ -1,0 +1,402 @@
+//! `fairgpu serve`: configuration errors, two VMs on SimGpu served by their
+//! own workers, `fairgpu status`, a killed worker (its guests fail at once,
+//! it is restarted, the other VM is untouched) and a clean SIGTERM.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fairgpu::control::{Request, Status, VmStatus};
+use fairgpu::stats::WorkerState;
+use fairgpu_frontend::cuda::Cuda;
+use fairgpu_frontend::{CallError, Channel, GuestRegion, WaitConfig};
+use fairgpu_protocol::layout::ChannelFailure;
+use fairgpu_protocol::Opcode;
+use fairgpu_tests::{
+    fairgpu_bin, run_command, signal_process, unique_region_path, wait_config, wait_until,
+    with_timeout, DaemonProcess, TempDir,
+};
+
+/// Generous bound on anything the daemon or a guest should do promptly.
+const GUARD: Duration = Duration::from_secs(20);
+/// How long a `fairgpu` command may run.
+const CLI_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A daemon's configuration written into its own temp dir.
+struct Setup {
+    dir: TempDir,
+    config: PathBuf,
+    socket: PathBuf,
+    regions: Vec<PathBuf>,
+}
+
+impl Setup {
+    /// Two or more VMs on SimGpu: `(name, weight, channels)`.
+    fn new(test: &str, vms: &[(&str, u32, u32)]) -> Setup {
+        let dir = TempDir::new(test);
+        let socket = dir.join("control.sock");
+        let mut text = format!(
+            "[daemon]\ncontrol_socket = {:?}\nexecutor = \"sim\"\nstate_dir = {:?}\n\n\
+             [sim]\nmemory_bytes = 1073741824\nname = \"daemon-test SimGpu\"\n\n",
+            socket.display().to_string(),
+            dir.path().display().to_string()
+        );
+        let mut regions = Vec::new();
+        for (name, weight, channels) in vms {
+            let region = unique_region_path(&format!("{test}-{name}"));
+            text.push_str(&format!(
+                "[[vm]]\nname = {name:?}\nweight = {weight}\nmemory = \"64MiB\"\n\
+                 region = {:?}\nchannels = {channels}\nring_entries = 64\narena = \"256KiB\"\n\n",
+                region.display().to_string()
+            ));
+            regions.push(region);
+        }
+        let config = dir.join("fairgpu.toml");
+        std::fs::write(&config, text).expect("writing the configuration");
+        Setup {
+            dir,
+            config,
+            socket,
+            regions,
+        }
+    }
+
+    fn start(&self) -> DaemonProcess {
+        let d = DaemonProcess::start(&self.config, &self.socket, &self.regions);
+        wait_for_status(&d, "every worker to run", |s| {
+            s.vms
+                .iter()
+                .all(|v| v.state == WorkerState::Running && v.worker_pid != 0)
+        });
+        d
+    }
+}
+
+fn status(d: &DaemonProcess) -> Status {
+    let reply = fairgpu::control::request(d.socket(), &Request::Status {}, GUARD)
+        .unwrap_or_else(|e| panic!("status request: {e}; log:\n{}", d.log()));
+    assert!(reply.ok, "status refused: {:?}", reply.error);
+    reply.status.expect("a status")
+}
+
+/// Polls the daemon's status until `f` accepts it (bounded).
+fn wait_for_status(d: &DaemonProcess, what: &str, f: impl Fn(&Status) -> bool) -> Status {
+    let mut last = None;
+    let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_until(what, GUARD, || {
+            let s = status(d);
+            let ok = f(&s);
+            last = Some(s.clone());
+            ok.then_some(s)
+        })
+    }));
+    match found {
+        Ok(s) => s,
+        Err(_) => panic!(
+            "timed out waiting for {what}; last status: {last:#?}\nlog:\n{}",
+            d.log()
+        ),
+    }
+}
+
+fn vm<'a>(s: &'a Status, name: &str) -> &'a VmStatus {
+    s.vms
+        .iter()
+        .find(|v| v.name == name)
+        .unwrap_or_else(|| panic!("no vm {name} in {s:#?}"))
+}
+
+fn claim(region: &Path, cfg: WaitConfig) -> Channel {
+    let r = GuestRegion::open(region).expect("opening a VM's region");
+    Channel::claim(r, cfg).expect("claiming a channel")
+}
+
+fn nop(ch: &mut Channel, v: u64) {
+    let r = ch.call(Opcode::Nop, [v, 0, 0, 0, 0]).expect("a no-op call");
+    assert_eq!(r.vals[0], v);
+}
+
+fn fairgpu(args: &[&str]) -> std::process::Output {
+    run_command(Command::new(fairgpu_bin()).args(args), CLI_TIMEOUT)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn configuration_errors_fail_serve_with_a_message_naming_the_problem() {
+    let dir = TempDir::new("daemon_config_errors");
+    let good = format!(
+        "[daemon]\ncontrol_socket = {:?}\nexecutor = \"sim\"\n\
+         [[vm]]\nname = \"vm1\"\nmemory = \"1GiB\"\nregion = \"/dev/shm/fairgpu-never-created-1\"\n",
+        dir.join("c.sock").display().to_string()
+    );
+    let second =
+        "[[vm]]\nname = \"vm1\"\nmemory = 1\nregion = \"/dev/shm/fairgpu-never-created-2\"\n";
+    let cases: Vec<(String, &[&str])> = vec![
+        (
+            good.replace("memory = \"1GiB\"", "memory = \"1GiB\"\ncolour = \"red\""),
+            &["colour", "vm1"],
+        ),
+        (format!("{good}{second}"), &["vm1", "unique"]),
+        (
+            good.replace("\"1GiB\"", "\"12 parsecs\""),
+            &["vm1", "memory", "parsecs"],
+        ),
+        (
+            good.replace("name = \"vm1\"", "name = \"vm1\"\nweight = 0"),
+            &["vm1", "weight = 0"],
+        ),
+        (
+            good.replace("name = \"vm1\"", "name = \"vm1\"\nchannels = 300"),
+            &["vm1", "channels = 300"],
+        ),
+        (
+            good.replace("\"sim\"", "\"quantum\""),
+            &["executor", "quantum"],
+        ),
+    ];
+    for (i, (cfg, want)) in cases.iter().enumerate() {
+        let path = dir.join(&format!("bad{i}.toml"));
+        std::fs::write(&path, cfg).unwrap();
+        let out = fairgpu(&["serve", "--config", path.to_str().unwrap()]);
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "case {i} accepted:\n{cfg}");
+        for w in *want {
+            assert!(err.contains(w), "case {i}: {w:?} missing from: {err}");
+        }
+        assert!(
+            err.contains(&format!("bad{i}.toml")),
+            "names the file: {err}"
+        );
+    }
+    assert!(!dir.join("c.sock").exists(), "nothing was started");
+
+    let missing = fairgpu(&["serve", "--config", "/nonexistent/fairgpu.toml"]);
+    assert!(!missing.status.success());
+    assert!(text(&missing.stderr).contains("/nonexistent/fairgpu.toml"));
+
+    // The shipped example is valid.
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/fairgpu.toml");
+    let out = fairgpu(&["serve", "--check", "--config", example]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("configuration OK") && stdout.contains("vm1"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn two_vms_serve_their_guests_and_status_shows_them() {
+    let setup = Setup::new("daemon_two_vms", &[("alpha", 2, 2), ("beta", 1, 3)]);
+    let d = setup.start();
+    let (ra, rb) = (&setup.regions[0], &setup.regions[1]);
+
+    let mut a = claim(ra, wait_config());
+    let mut b1 = claim(rb, wait_config());
+    let b2 = claim(rb, wait_config());
+    for i in 0..100 {
+        nop(&mut a, i);
+        nop(&mut b1, i + 1000);
+    }
+    // CUDA calls go to the VM's worker and count against its quota.
+    let mut cuda = Cuda::new(b2);
+    assert_eq!(cuda.device_name(0).unwrap(), "daemon-test SimGpu");
+    let ptr = cuda.mem_alloc(1 << 20).unwrap();
+    assert_ne!(ptr, 0);
+
+    let s = wait_for_status(&d, "channels and memory to be published", |s| {
+        let (va, vb) = (vm(s, "alpha"), vm(s, "beta"));
+        va.channels_used == 1 && vb.channels_used == 2 && vb.mem_used == 1 << 20
+    });
+    let (va, vb) = (vm(&s, "alpha"), vm(&s, "beta"));
+    assert_eq!((va.weight, va.channels_total), (2, 2));
+    assert_eq!((vb.weight, vb.channels_total), (1, 3));
+    assert_eq!((va.mem_quota, vb.mem_quota), (64 << 20, 64 << 20));
+    assert_eq!(vb.contexts, 1);
+    assert_eq!(va.restarts + vb.restarts, 0);
+    assert_ne!(va.worker_pid, vb.worker_pid, "one worker per VM");
+    assert_eq!(s.daemon.executor, "sim");
+    assert_eq!(s.daemon.pid, d.pid());
+
+    // The command line shows the same, as JSON and as a table, found
+    // through --socket or through the configuration file.
+    let socket = setup.socket.to_str().unwrap();
+    let out = fairgpu(&["status", "--json", "--socket", socket]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: Status = serde_json::from_slice(&out.stdout).expect("status --json is JSON");
+    assert_eq!(vm(&json, "alpha").channels_used, 1);
+    assert_eq!(vm(&json, "beta").channels_used, 2);
+    assert_eq!(vm(&json, "beta").worker_pid, vb.worker_pid);
+    let out = fairgpu(&["status", "--config", setup.config.to_str().unwrap()]);
+    let table = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(table.contains("CHANNELS"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("alpha") && l.contains("1/2")),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("beta") && l.contains("2/3") && l.contains("1 MiB / 64 MiB")),
+        "{table}"
+    );
+
+    // Releasing a channel shows too.
+    drop(a);
+    wait_for_status(&d, "alpha's channel to be released", |s| {
+        vm(s, "alpha").channels_used == 0
+    });
+}
+
+#[test]
+fn a_killed_worker_fails_its_guests_and_is_restarted_without_touching_the_other_vm() {
+    let setup = Setup::new(
+        "daemon_worker_crash",
+        &[("victim", 1, 2), ("bystander", 1, 2)],
+    );
+    let d = setup.start();
+    let before = status(&d);
+    let victim_pid = vm(&before, "victim").worker_pid;
+    let bystander_pid = vm(&before, "bystander").worker_pid;
+
+    // The bystander's guest calls throughout.
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let bystander = {
+        let (stop, calls) = (stop.clone(), calls.clone());
+        let region = setup.regions[1].clone();
+        std::thread::spawn(move || {
+            let mut ch = claim(&region, wait_config());
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let r = ch.call(Opcode::Nop, [i, 0, 0, 0, 0]).map(|r| r.vals[0]);
+                assert_eq!(r, Ok(i), "bystander call {i}");
+                calls.fetch_add(1, Ordering::Relaxed);
+                i += 1;
+            }
+        })
+    };
+
+    // The victim's guest waits for a heartbeat far longer than the test
+    // allows, so only the daemon's failure report can end its call.
+    let patient = WaitConfig {
+        host_timeout: Some(Duration::from_secs(600)),
+        ..wait_config()
+    };
+    let mut victim = claim(&setup.regions[0], patient);
+    nop(&mut victim, 1);
+
+    // Freeze the worker so the next call stays pending, then kill it.
+    signal_process(victim_pid, libc::SIGSTOP);
+    let pending = std::thread::spawn(move || {
+        let r = victim.call(Opcode::Nop, [2, 0, 0, 0, 0]);
+        (victim, r)
+    });
+    signal_process(victim_pid, libc::SIGKILL);
+    let (mut victim, res) = with_timeout("the pending call to fail", GUARD, move || {
+        pending.join().expect("the pending call's thread")
+    });
+    let crashed = CallError::ChannelFailed {
+        channel: victim.index(),
+        reason: ChannelFailure::WorkerCrashed.to_string(),
+    };
+    assert_eq!(res.map(|r| r.vals[0]), Err(crashed.clone()));
+    assert_eq!(victim.call(Opcode::Nop, [3, 0, 0, 0, 0]), Err(crashed));
+
+    // The daemon restarts the worker.
+    let after = wait_for_status(&d, "the victim's worker to be restarted", |s| {
+        let v = vm(s, "victim");
+        v.restarts == 1
+            && v.state == WorkerState::Running
+            && v.worker_pid != 0
+            && v.worker_pid != victim_pid
+    });
+    assert!(
+        d.log().contains("victim") && d.log().contains("exited unexpectedly"),
+        "the crash is logged with the VM's name:\n{}",
+        d.log()
+    );
+
+    // The new worker does not resume the broken claim, but a fresh claim
+    // works; releasing the broken one frees its channel.
+    let mut fresh = claim(&setup.regions[0], wait_config());
+    assert_ne!(
+        fresh.index(),
+        victim.index(),
+        "the broken claim still holds its channel"
+    );
+    nop(&mut fresh, 4);
+    drop(victim);
+    drop(fresh);
+    let mut again = claim(&setup.regions[0], wait_config());
+    nop(&mut again, 5);
+
+    // The bystander never noticed.
+    let seen = calls.load(Ordering::Relaxed);
+    wait_until("the bystander to keep calling", GUARD, || {
+        (calls.load(Ordering::Relaxed) > seen + 10).then_some(())
+    });
+    stop.store(true, Ordering::Relaxed);
+    with_timeout("the bystander to stop", GUARD, move || {
+        bystander
+            .join()
+            .expect("the bystander's calls all succeeded")
+    });
+    let b = vm(&after, "bystander");
+    assert_eq!((b.restarts, b.worker_pid), (0, bystander_pid));
+    assert_eq!(vm(&status(&d), "bystander").worker_pid, bystander_pid);
+}
+
+#[test]
+fn sigterm_stops_the_daemon_and_removes_its_files() {
+    let setup = Setup::new("daemon_sigterm", &[("one", 1, 1), ("two", 1, 1)]);
+    let mut d = setup.start();
+    let mut ch = claim(&setup.regions[0], wait_config());
+    let index = ch.index();
+    nop(&mut ch, 1);
+    let s = status(&d);
+    let sim_device = s.daemon.sim_device.clone().expect("a SimGpu device file");
+    assert!(s.daemon.stats_file.exists() && sim_device.exists());
+    for r in &setup.regions {
+        assert!(r.exists());
+    }
+
+    let exit = d.terminate();
+    assert!(exit.success(), "daemon exit status after SIGTERM: {exit}");
+    for r in &setup.regions {
+        assert!(!r.exists(), "{} left behind", r.display());
+    }
+    assert!(!setup.socket.exists(), "control socket left behind");
+    assert!(!s.daemon.stats_file.exists(), "stats file left behind");
+    assert!(!sim_device.exists(), "SimGpu device file left behind");
+    let left: Vec<_> = std::fs::read_dir(setup.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("fairgpu.toml")]);
+
+    // The guest learns that the host shut down.
+    let res = with_timeout("a call after shutdown", GUARD, move || {
+        ch.call(Opcode::Nop, [2, 0, 0, 0, 0])
+    });
+    assert_eq!(
+        res,
+        Err(CallError::ChannelFailed {
+            channel: index,
+            reason: ChannelFailure::HostShutdown.to_string(),
+        })
+    );
+
+    // `fairgpu status` says clearly that no daemon answers.
+    let out = fairgpu(&["status", "--socket", setup.socket.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("is `fairgpu serve` running?"));
+}
