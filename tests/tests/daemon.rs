@@ -24,6 +24,12 @@ const GUARD: Duration = Duration::from_secs(20);
 /// How long a `fairgpu` command may run.
 const CLI_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// fairgpu's own kernels; SimGpu models `fairgpu_spin(ns)` as `ns` of
+/// device time.
+const SPIN_PTX: &str = include_str!("../../backend/kernels/fairgpu.ptx");
+/// How long the spin kernel runs.
+const SPIN_NS: u64 = 2_000_000;
+
 /// A daemon's configuration written into its own temp dir.
 struct Setup {
     dir: TempDir,
@@ -208,11 +214,23 @@ fn two_vms_serve_their_guests_and_status_shows_them() {
     assert_eq!(cuda.device_name(0).unwrap(), "daemon-test SimGpu");
     let ptr = cuda.mem_alloc(1 << 20).unwrap();
     assert_ne!(ptr, 0);
+    // GPU time is modelled by SimGpu and charged to the VM that used it.
+    let module = cuda.module_load(SPIN_PTX.as_bytes()).unwrap();
+    let spin = cuda.module_get_function(module, "fairgpu_spin").unwrap();
+    let params = spin.pack(&[&SPIN_NS.to_le_bytes()]).unwrap();
+    cuda.launch(spin.handle, [1, 1, 1], [1, 1, 1], 0, 0, &params)
+        .unwrap();
+    cuda.ctx_synchronize().unwrap();
 
-    let s = wait_for_status(&d, "channels and memory to be published", |s| {
+    let s = wait_for_status(&d, "channels, memory and GPU time to be published", |s| {
         let (va, vb) = (vm(s, "alpha"), vm(s, "beta"));
-        va.channels_used == 1 && vb.channels_used == 2 && vb.mem_used == 1 << 20
+        va.channels_used == 1
+            && vb.channels_used == 2
+            && vb.mem_used == 1 << 20
+            && vb.gpu_time_ns >= SPIN_NS
     });
+    assert_eq!(vm(&s, "alpha").gpu_time_ns, 0, "alpha ran no kernel");
+    assert!(vm(&s, "alpha").calls >= 100 && vm(&s, "beta").calls >= 100);
     let (va, vb) = (vm(&s, "alpha"), vm(&s, "beta"));
     assert_eq!((va.weight, va.channels_total), (2, 2));
     assert_eq!((vb.weight, vb.channels_total), (1, 3));
