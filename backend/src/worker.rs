@@ -79,10 +79,15 @@ fn executor_for(args: &WorkerArgs, cfg: &Config) -> anyhow::Result<Box<dyn GpuEx
     }
 }
 
-/// Runs a worker until SIGTERM/SIGINT (or its daemon's death).
+/// Runs a worker until SIGTERM/SIGINT (or its daemon's death). Errors
+/// name the VM.
 pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
     let span = tracing::info_span!("worker", vm = %args.vm);
     let _entered = span.enter();
+    serve(args).with_context(|| format!("worker of vm {:?}", args.vm))
+}
+
+fn serve(args: &WorkerArgs) -> anyhow::Result<()> {
     crate::process::die_with_parent(libc::SIGTERM, args.daemon_pid)
         .context("tying the worker's life to its daemon")?;
     let shutdown = crate::commands::shutdown_flag()?;

@@ -267,6 +267,18 @@ fn two_vms_serve_their_guests_and_status_shows_them() {
         "{table}"
     );
 
+    // A second daemon on the same control socket refuses to start and
+    // leaves the first one's regions alone.
+    let out = fairgpu(&["serve", "--config", setup.config.to_str().unwrap()]);
+    assert!(!out.status.success(), "a second daemon started");
+    assert!(
+        text(&out.stderr).contains("already listening"),
+        "{}",
+        text(&out.stderr)
+    );
+    nop(&mut a, 7);
+    assert_eq!(vm(&status(&d), "alpha").worker_pid, va.worker_pid);
+
     // Releasing a channel shows too.
     drop(a);
     wait_for_status(&d, "alpha's channel to be released", |s| {
