@@ -34,6 +34,16 @@ pub enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// End-to-end check of the GPU path: start the daemon with one VM, load
+    /// fairgpu's PTX kernels as a guest, launch them and check the results
+    /// against the CPU, time a kernel with events, show the accounting.
+    /// Exits non-zero if a check fails. `scripts/gpu-check.sh` runs it.
+    GpuCheck {
+        /// Executor for the check: cuda (a real GPU), sim (SimGpu, which
+        /// skips the result check of kernels it cannot execute) or auto.
+        #[arg(long, default_value = "cuda", value_parser = ["cuda", "sim", "auto"])]
+        executor: String,
+    },
     /// Run the daemon: create every VM's region, run one vGPU worker
     /// process per VM and supervise it, answer the control socket.
     #[command(long_about = SERVE_ABOUT)]

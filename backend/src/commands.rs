@@ -30,6 +30,7 @@ pub fn run_with_log(cmd: Command, log: &str) -> anyhow::Result<()> {
         Command::Demo(a) => crate::demo::run(&a),
         Command::ServeRegion(a) => serve_region(&a),
         Command::Ping(a) => ping(&a),
+        Command::GpuCheck { executor } => crate::gpu_check::run(&executor),
         Command::Bench(BenchCommand::Transport(a)) => crate::bench::transport(&a),
         Command::SocketEcho { path, cpu } => crate::bench::socket_echo(&path, cpu),
         Command::DemoGuest {

@@ -21,6 +21,7 @@ pub mod cuda_ops;
 pub mod daemon;
 pub mod demo;
 pub mod executor;
+pub mod gpu_check;
 pub mod host;
 pub mod process;
 pub mod stats;
