@@ -33,7 +33,7 @@ const FATBIN_ENTRY_HEADER_MIN: usize = 16;
 
 /// Checks `image` and returns the bytes to hand to `cuModuleLoadData`:
 /// the image itself, or for PTX without a terminating NUL a copy with one.
-pub(crate) fn prepare_image(image: &[u8]) -> Result<Cow<'_, [u8]>, String> {
+pub fn prepare_image(image: &[u8]) -> Result<Cow<'_, [u8]>, String> {
     if image.is_empty() {
         return Err("empty module image".to_string());
     }

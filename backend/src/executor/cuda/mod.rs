@@ -67,6 +67,8 @@ mod api;
 mod fake;
 mod image;
 
+pub use image::prepare_image;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{c_int, c_uint, c_void, CStr, CString};
 use std::ptr;
