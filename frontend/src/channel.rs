@@ -99,6 +99,8 @@ struct Ticket {
     idx: u32,
     call_id: u64,
     arena_off: u32,
+    /// Fire-and-forget requests submitted before this one.
+    async_before: u64,
 }
 
 /// A channel this process owns. Dropping it releases the channel.
@@ -125,6 +127,11 @@ pub struct Channel {
     /// An asynchronous error reported alongside a failing call, held for
     /// the next call.
     deferred: Option<Status>,
+    /// Fire-and-forget requests submitted so far.
+    async_sent: u64,
+    /// Fire-and-forget requests whose errors a received response covered
+    /// (the host reports them with its next response).
+    async_covered: u64,
 }
 
 impl Channel {
@@ -206,6 +213,8 @@ impl Channel {
             heartbeat: (0, Instant::now()),
             host_reset: false,
             deferred: None,
+            async_sent: 0,
+            async_covered: 0,
         };
         ch.heartbeat = (
             ch.region_u64(HEARTBEAT_OFF).load(Ordering::Relaxed),
@@ -288,12 +297,25 @@ impl Channel {
         input: &[u8],
         output: &mut [u8],
     ) -> Result<Reply, CallError> {
+        self.sync_call(op, args, input, output, false)
+    }
+
+    /// [`Channel::call_with`]; with `owns_deferred`, a fire-and-forget
+    /// failure reported with the response is this call's own error.
+    fn sync_call(
+        &mut self,
+        op: Opcode,
+        args: [u64; REQUEST_ARGS],
+        input: &[u8],
+        output: &mut [u8],
+        owns_deferred: bool,
+    ) -> Result<Reply, CallError> {
         self.check_usable()?;
         if self.in_flight != 0 {
             return Err(CallError::Busy(self.in_flight));
         }
         let t = self.submit(op, args, input, output.len(), true)?;
-        self.complete(t, output)
+        self.complete(t, output, owns_deferred)
     }
 
     /// A fire-and-forget call: returns once the request is in the ring. Its
@@ -311,7 +333,10 @@ impl Channel {
     /// Sends `data` with `op`, split into pipelined chunks: `args[offset_arg]`
     /// is advanced by each chunk's offset. Every chunk but the last is
     /// fire-and-forget; the last is synchronous, so the call returns once the
-    /// host has consumed everything, with any chunk's error.
+    /// host has consumed everything, with the first chunk's error as this
+    /// call's error (`CallError::Cuda`). An earlier fire-and-forget call's
+    /// error is reported as `CallError::Deferred`, or held for the next call
+    /// if this one fails too.
     pub fn send_bulk(
         &mut self,
         op: Opcode,
@@ -320,19 +345,33 @@ impl Channel {
         data: &[u8],
     ) -> Result<Reply, CallError> {
         let chunk = self.chunk_size();
-        let mut chunks = data.chunks(chunk).enumerate().peekable();
-        if data.is_empty() {
-            return self.call_with(op, args, &[], &mut []);
+        if data.len() <= chunk {
+            return self.call_with(op, args, data, &mut []);
         }
+        self.check_usable()?;
+        if self.in_flight != 0 {
+            return Err(CallError::Busy(self.in_flight));
+        }
+        // The host reports only the first fire-and-forget failure since its
+        // previous response. Collect earlier calls' failures first, so that
+        // one reported with the last chunk is a chunk's: this call's own.
+        if self.async_sent != self.async_covered {
+            match self.call(Opcode::Nop, [0; REQUEST_ARGS]) {
+                Ok(_) => {}
+                Err(CallError::Deferred(s)) => self.deferred = Some(s),
+                Err(e) => return Err(e),
+            }
+        }
+        let mut chunks = data.chunks(chunk).enumerate().peekable();
         while let Some((i, piece)) = chunks.next() {
             let mut a = args;
             a[offset_arg] = a[offset_arg].wrapping_add((i * chunk) as u64);
             if chunks.peek().is_none() {
-                return self.call_with(op, a, piece, &mut []);
+                return self.sync_call(op, a, piece, &mut [], true);
             }
             self.call_async(op, a, piece)?;
         }
-        unreachable!("non-empty data has a last chunk")
+        unreachable!("data longer than a chunk has a last chunk")
     }
 
     /// Receives `out.len()` bytes with `op`, split into chunks with up to
@@ -366,7 +405,7 @@ impl Channel {
             };
             let start = i * chunk;
             let end = (start + chunk).min(out.len());
-            match self.complete(t, &mut out[start..end]) {
+            match self.complete(t, &mut out[start..end], false) {
                 Ok(_) => {}
                 Err(e) if e.is_fatal() => return Err(e),
                 Err(e) => {
@@ -456,21 +495,39 @@ impl Channel {
             })?,
             Err(PushError::Corrupt(e)) => return Err(self.fail(CallError::Protocol(e.to_string()))),
         }
+        let async_before = self.async_sent;
         if needs_response {
             self.in_flight += 1;
+        } else {
+            self.async_sent += 1;
         }
         self.ring_doorbell();
         Ok(Ticket {
             idx,
             call_id,
             arena_off: off,
+            async_before,
         })
     }
 
-    /// Waits for the response to `t` and copies its output.
-    fn complete(&mut self, t: Ticket, output: &mut [u8]) -> Result<Reply, CallError> {
-        let resp = self.wait(|c| c.resp.pop().map_err(|e| CallError::Protocol(e.to_string())))?;
+    /// Waits for the response to `t` and copies its output. With
+    /// `owns_deferred`, a fire-and-forget failure the response reports is
+    /// this call's own error.
+    fn complete(
+        &mut self,
+        t: Ticket,
+        output: &mut [u8],
+        owns_deferred: bool,
+    ) -> Result<Reply, CallError> {
+        let mut resp =
+            self.wait(|c| c.resp.pop().map_err(|e| CallError::Protocol(e.to_string())))?;
         self.in_flight -= 1;
+        self.async_covered = self.async_covered.max(t.async_before);
+        if owns_deferred && resp.deferred != 0 {
+            // The first failure: an earlier chunk's, before this one's.
+            resp.status = resp.deferred;
+            resp.deferred = 0;
+        }
         let res = self.finish(t, resp, output);
         self.arena.responded(t.idx);
         self.arena

@@ -195,17 +195,19 @@ fn fire_and_forget_errors_are_deferred_to_the_next_sync_call() {
     );
     assert_eq!(ch.call(Opcode::Nop, [8, 0, 0, 0, 0]).unwrap().vals[0], 8);
 
-    // A failing bulk chunk surfaces from send_bulk's final sync call. The
-    // chunk offsets advance with wrapping arithmetic, so starting one chunk
-    // below 2^64 makes the first (fire-and-forget) chunk overflow and the
-    // second, final one land at offset 0.
+    // A failing bulk chunk surfaces from send_bulk's final sync call, as
+    // that call's own error (not an earlier call's). The chunk offsets
+    // advance with wrapping arithmetic, so starting one chunk below 2^64
+    // makes the first (fire-and-forget) chunk overflow and the second,
+    // final one land at offset 0.
     let chunk = ch.max_slice() as usize / 4;
     let data = pattern(2 * chunk, 9);
     let start = 0u64.wrapping_sub(chunk as u64);
     assert_eq!(
         ch.send_bulk(Opcode::CopyIn, [start, 0, 0, 0, 0], 0, &data),
-        Err(CallError::Deferred(Status::INVALID_VALUE))
+        Err(CallError::Cuda(Status::INVALID_VALUE))
     );
+    assert_eq!(ch.call(Opcode::Nop, [1, 0, 0, 0, 0]).unwrap().vals[0], 1);
     let mut back = vec![0u8; chunk];
     ch.recv_bulk(Opcode::CopyOut, [0; 5], 0, &mut back).unwrap();
     assert_bytes_eq(&back, &data[chunk..], "the chunk that succeeded");
