@@ -722,11 +722,17 @@ impl GpuExecutor for SimGpu {
     fn event_elapsed_ms(&mut self, ctx: CtxId, start: EventId, end: EventId) -> ExecResult<f32> {
         let c = self.ctx(ctx)?;
         let (a, b) = (c.event(start)?, c.event(end)?);
+        // As the driver: an event without timing, or never recorded, is an
+        // invalid handle for cuEventElapsedTime.
+        let no_timing = ExecError::Driver {
+            call: "cuEventElapsedTime",
+            status: fairgpu_protocol::Status::INVALID_HANDLE,
+        };
         if (a.flags | b.flags) & EVENT_DISABLE_TIMING != 0 {
-            return Err(ExecError::Invalid("event created with timing disabled"));
+            return Err(no_timing);
         }
         let (Some(ta), Some(tb)) = (a.time, b.time) else {
-            return Err(ExecError::Invalid("event not recorded"));
+            return Err(no_timing);
         };
         if self.device.now_ns() < ta.max(tb) {
             return Err(ExecError::NotReady);
@@ -1030,10 +1036,11 @@ mod tests {
             g.event_create(ctx, 0).expect("e"),
             g.event_create(ctx, 0).expect("e"),
         );
-        assert_eq!(
-            g.event_elapsed_ms(ctx, e0, e1),
-            Err(ExecError::Invalid("event not recorded"))
-        );
+        let no_timing = Err(ExecError::Driver {
+            call: "cuEventElapsedTime",
+            status: fairgpu_protocol::Status::INVALID_HANDLE,
+        });
+        assert_eq!(g.event_elapsed_ms(ctx, e0, e1), no_timing);
         // Never recorded: complete.
         assert_eq!(g.event_query(ctx, e0), Ok(()));
         g.event_record(ctx, e0, Some(s)).expect("record");
@@ -1049,7 +1056,7 @@ mod tests {
 
         let nt = g.event_create(ctx, EVENT_DISABLE_TIMING).expect("event");
         g.event_record(ctx, nt, Some(s)).expect("record");
-        assert!(g.event_elapsed_ms(ctx, e0, nt).is_err());
+        assert_eq!(g.event_elapsed_ms(ctx, e0, nt), no_timing);
         assert!(g.event_create(ctx, 0x100).is_err());
     }
 
