@@ -6,6 +6,10 @@
 //! what it was waiting for, so a broken transport fails a test instead of
 //! hanging it.
 //!
+//! [`Setup`] writes a `fairgpu serve` configuration on SimGpu and starts the
+//! daemon ([`DaemonProcess`]); [`status`] and [`wait_for_status`] read what
+//! it publishes on its control socket.
+//!
 //! The `fairgpu` binary must be built first (`cargo build -p fairgpu`);
 //! `scripts/test.sh` builds the workspace before it tests.
 
@@ -17,6 +21,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fairgpu::control::{Request, Status, VmStatus};
+use fairgpu::stats::WorkerState;
 use fairgpu_frontend::{Channel, GuestRegion, WaitConfig};
 
 /// How long a host may take to create its region.
@@ -735,4 +741,121 @@ impl Drop for DaemonProcess {
             );
         }
     }
+}
+
+/// How long a daemon's published status may take to show what a test
+/// expects (workers publish about every 100 ms).
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(20);
+/// The `[sim]` table of a [`Setup::new`] daemon.
+pub const DEFAULT_SIM: &str = "memory_bytes = 1073741824\nname = \"daemon-test SimGpu\"\n";
+/// Each VM's device-memory quota in a [`Setup`] daemon.
+pub const VM_QUOTA: u64 = 64 << 20;
+/// Each VM's arena in a [`Setup`] daemon: small, so that bulk copies span
+/// many chunks.
+pub const VM_ARENA: u64 = 256 << 10;
+
+/// A `fairgpu serve` configuration on SimGpu, written into its own temp
+/// dir: every VM has a [`VM_QUOTA`] quota, 64 ring entries and a
+/// [`VM_ARENA`] arena.
+#[derive(Debug)]
+pub struct Setup {
+    /// The temp dir holding the configuration, socket and state files.
+    pub dir: TempDir,
+    /// The configuration file.
+    pub config: PathBuf,
+    /// The control socket.
+    pub socket: PathBuf,
+    /// Each VM's region, in configuration order.
+    pub regions: Vec<PathBuf>,
+}
+
+impl Setup {
+    /// VMs `(name, weight, channels)` on a SimGpu with [`DEFAULT_SIM`].
+    pub fn new(test: &str, vms: &[(&str, u32, u32)]) -> Setup {
+        Self::with_sim(test, DEFAULT_SIM, vms)
+    }
+
+    /// VMs `(name, weight, channels)` on a SimGpu whose `[sim]` table has
+    /// the lines `sim`.
+    pub fn with_sim(test: &str, sim: &str, vms: &[(&str, u32, u32)]) -> Setup {
+        let dir = TempDir::new(test);
+        let socket = dir.join("control.sock");
+        let mut text = format!(
+            "[daemon]\ncontrol_socket = {:?}\nexecutor = \"sim\"\nstate_dir = {:?}\n\n[sim]\n{sim}\n",
+            socket.display().to_string(),
+            dir.path().display().to_string()
+        );
+        let mut regions = Vec::new();
+        for (name, weight, channels) in vms {
+            let region = unique_region_path(&format!("{test}-{name}"));
+            text.push_str(&format!(
+                "[[vm]]\nname = {name:?}\nweight = {weight}\nmemory = {VM_QUOTA}\n\
+                 region = {:?}\nchannels = {channels}\nring_entries = 64\narena = {VM_ARENA}\n\n",
+                region.display().to_string()
+            ));
+            regions.push(region);
+        }
+        let config = dir.join("fairgpu.toml");
+        std::fs::write(&config, text).expect("writing the configuration");
+        Setup {
+            dir,
+            config,
+            socket,
+            regions,
+        }
+    }
+
+    /// Starts the daemon and waits until every worker runs.
+    pub fn start(&self) -> DaemonProcess {
+        let d = DaemonProcess::start(&self.config, &self.socket, &self.regions);
+        wait_for_status(&d, "every worker to run", |s| {
+            s.vms
+                .iter()
+                .all(|v| v.state == WorkerState::Running && v.worker_pid != 0)
+        });
+        d
+    }
+}
+
+/// The daemon's status, through its control socket.
+pub fn status(d: &DaemonProcess) -> Status {
+    let reply = fairgpu::control::request(d.socket(), &Request::Status {}, STATUS_TIMEOUT)
+        .unwrap_or_else(|e| panic!("status request: {e}; log:\n{}", d.log()));
+    assert!(reply.ok, "status refused: {:?}", reply.error);
+    reply.status.expect("a status")
+}
+
+/// Polls the daemon's status until `f` accepts it (for at most
+/// [`STATUS_TIMEOUT`]); panics with the last status and the daemon's log.
+pub fn wait_for_status(d: &DaemonProcess, what: &str, f: impl Fn(&Status) -> bool) -> Status {
+    let mut last = None;
+    let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_until(what, STATUS_TIMEOUT, || {
+            let s = status(d);
+            let ok = f(&s);
+            last = Some(s.clone());
+            ok.then_some(s)
+        })
+    }));
+    match found {
+        Ok(s) => s,
+        Err(_) => panic!(
+            "timed out waiting for {what}; last status: {last:#?}\nlog:\n{}",
+            d.log()
+        ),
+    }
+}
+
+/// VM `name` in a status.
+pub fn vm<'a>(s: &'a Status, name: &str) -> &'a VmStatus {
+    s.vms
+        .iter()
+        .find(|v| v.name == name)
+        .unwrap_or_else(|| panic!("no vm {name} in {s:#?}"))
+}
+
+/// Claims a channel of the region at `region`.
+pub fn claim(region: &Path, cfg: WaitConfig) -> Channel {
+    let r = GuestRegion::open(region).expect("opening a VM's region");
+    Channel::claim(r, cfg).expect("claiming a channel")
 }

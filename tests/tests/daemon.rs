@@ -2,21 +2,20 @@
 //! own workers, `fairgpu status`, a killed worker (its guests fail at once,
 //! it is restarted, the other VM is untouched) and a clean SIGTERM.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fairgpu::control::{Request, Status, VmStatus};
+use fairgpu::control::Status;
 use fairgpu::stats::WorkerState;
 use fairgpu_frontend::cuda::Cuda;
-use fairgpu_frontend::{CallError, Channel, GuestRegion, WaitConfig};
+use fairgpu_frontend::{CallError, Channel, WaitConfig};
 use fairgpu_protocol::layout::ChannelFailure;
 use fairgpu_protocol::Opcode;
 use fairgpu_tests::{
-    fairgpu_bin, run_command, signal_process, unique_region_path, wait_config, wait_until,
-    with_timeout, DaemonProcess, TempDir,
+    claim, fairgpu_bin, run_command, signal_process, status, vm, wait_config, wait_for_status,
+    wait_until, with_timeout, Setup, TempDir,
 };
 
 /// Generous bound on anything the daemon or a guest should do promptly.
@@ -29,95 +28,6 @@ const CLI_TIMEOUT: Duration = Duration::from_secs(30);
 const SPIN_PTX: &str = include_str!("../../backend/kernels/fairgpu.ptx");
 /// How long the spin kernel runs.
 const SPIN_NS: u64 = 2_000_000;
-
-/// A daemon's configuration written into its own temp dir.
-struct Setup {
-    dir: TempDir,
-    config: PathBuf,
-    socket: PathBuf,
-    regions: Vec<PathBuf>,
-}
-
-impl Setup {
-    /// Two or more VMs on SimGpu: `(name, weight, channels)`.
-    fn new(test: &str, vms: &[(&str, u32, u32)]) -> Setup {
-        let dir = TempDir::new(test);
-        let socket = dir.join("control.sock");
-        let mut text = format!(
-            "[daemon]\ncontrol_socket = {:?}\nexecutor = \"sim\"\nstate_dir = {:?}\n\n\
-             [sim]\nmemory_bytes = 1073741824\nname = \"daemon-test SimGpu\"\n\n",
-            socket.display().to_string(),
-            dir.path().display().to_string()
-        );
-        let mut regions = Vec::new();
-        for (name, weight, channels) in vms {
-            let region = unique_region_path(&format!("{test}-{name}"));
-            text.push_str(&format!(
-                "[[vm]]\nname = {name:?}\nweight = {weight}\nmemory = \"64MiB\"\n\
-                 region = {:?}\nchannels = {channels}\nring_entries = 64\narena = \"256KiB\"\n\n",
-                region.display().to_string()
-            ));
-            regions.push(region);
-        }
-        let config = dir.join("fairgpu.toml");
-        std::fs::write(&config, text).expect("writing the configuration");
-        Setup {
-            dir,
-            config,
-            socket,
-            regions,
-        }
-    }
-
-    fn start(&self) -> DaemonProcess {
-        let d = DaemonProcess::start(&self.config, &self.socket, &self.regions);
-        wait_for_status(&d, "every worker to run", |s| {
-            s.vms
-                .iter()
-                .all(|v| v.state == WorkerState::Running && v.worker_pid != 0)
-        });
-        d
-    }
-}
-
-fn status(d: &DaemonProcess) -> Status {
-    let reply = fairgpu::control::request(d.socket(), &Request::Status {}, GUARD)
-        .unwrap_or_else(|e| panic!("status request: {e}; log:\n{}", d.log()));
-    assert!(reply.ok, "status refused: {:?}", reply.error);
-    reply.status.expect("a status")
-}
-
-/// Polls the daemon's status until `f` accepts it (bounded).
-fn wait_for_status(d: &DaemonProcess, what: &str, f: impl Fn(&Status) -> bool) -> Status {
-    let mut last = None;
-    let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        wait_until(what, GUARD, || {
-            let s = status(d);
-            let ok = f(&s);
-            last = Some(s.clone());
-            ok.then_some(s)
-        })
-    }));
-    match found {
-        Ok(s) => s,
-        Err(_) => panic!(
-            "timed out waiting for {what}; last status: {last:#?}\nlog:\n{}",
-            d.log()
-        ),
-    }
-}
-
-fn vm<'a>(s: &'a Status, name: &str) -> &'a VmStatus {
-    s.vms
-        .iter()
-        .find(|v| v.name == name)
-        .unwrap_or_else(|| panic!("no vm {name} in {s:#?}"))
-}
-
-fn claim(region: &Path, cfg: WaitConfig) -> Channel {
-    let r = GuestRegion::open(region).expect("opening a VM's region");
-    Channel::claim(r, cfg).expect("claiming a channel")
-}
 
 fn nop(ch: &mut Channel, v: u64) {
     let r = ch.call(Opcode::Nop, [v, 0, 0, 0, 0]).expect("a no-op call");

@@ -1,0 +1,887 @@
+//! The CUDA driver API end to end: guests (this process and child
+//! processes) call through the typed client [`Cuda`] into a `fairgpu serve`
+//! daemon whose workers execute on SimGpu. Two VMs per daemon, 64 MiB
+//! quotas and 256 KiB arenas, so that copies span many chunks.
+//!
+//! SimGpu keeps device memory in host RAM with exact copy semantics, so
+//! every copy and memset is checked byte for byte against a model kept
+//! here. Kernels have no functional effect; `fairgpu_spin(ns)` occupies
+//! `ns` of modelled device time, so elapsed times read through events are
+//! exact model arithmetic, not wall-clock measurements.
+
+use std::io::BufRead;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fairgpu::executor::attr;
+use fairgpu_frontend::cuda::Cuda;
+use fairgpu_frontend::CallError;
+use fairgpu_protocol::cuda::ParamInfo;
+use fairgpu_protocol::Status;
+use fairgpu_tests::{
+    assert_bytes_eq, child_setup, claim, fairgpu_bin, is_child, pattern, run_command, status, vm,
+    wait_config, wait_for_status, DaemonProcess, GuestChild, Setup, VM_ARENA, VM_QUOTA,
+};
+
+/// The device the daemons of this file model.
+const SIM_NAME: &str = "cuda-test SimGpu";
+/// Its multiprocessor count.
+const SM_COUNT: i32 = 24;
+/// fairgpu's own kernels: `fairgpu_axpy` (SimGpu cannot execute it) and
+/// `fairgpu_spin(ns)` (modelled as `ns` of device time).
+const KERNELS_PTX: &str = include_str!("../../backend/kernels/fairgpu.ptx");
+/// One millisecond of device time, in ns.
+const MS: u64 = 1_000_000;
+/// Bound on a child guest's start-up and on its work.
+const CHILD_TIMEOUT: Duration = Duration::from_secs(30);
+/// A handle no channel ever issued (index 0xdeadbeef - 1, generation 0).
+const FORGED: u64 = 0xdead_beef;
+/// The launch geometry of every kernel here (SimGpu ignores it).
+const ONE: [u32; 3] = [1, 1, 1];
+
+fn refused(s: Status) -> CallError {
+    CallError::Cuda(s)
+}
+
+fn deferred(s: Status) -> CallError {
+    CallError::Deferred(s)
+}
+
+/// A daemon with two VMs, `vm1` and `vm2`, of three channels each. Fields
+/// drop in order: the daemon stops before its temp dir goes.
+struct Rig {
+    d: DaemonProcess,
+    setup: Setup,
+}
+
+impl Rig {
+    fn start(test: &str) -> Rig {
+        // 1 GiB of device memory, more than any VM's quota.
+        let sim = format!(
+            "memory_bytes = {}\nname = {SIM_NAME:?}\nsm_count = {SM_COUNT}\n",
+            1u64 << 30
+        );
+        let setup = Setup::with_sim(test, &sim, &[("vm1", 1, 3), ("vm2", 1, 3)]);
+        Rig {
+            d: setup.start(),
+            setup,
+        }
+    }
+
+    /// VM `i`'s region (0: vm1, 1: vm2).
+    fn region(&self, i: usize) -> &Path {
+        &self.setup.regions[i]
+    }
+
+    /// A new guest of VM `i` on a channel of its own.
+    fn cuda(&self, i: usize) -> Cuda {
+        Cuda::new(claim(self.region(i), wait_config()))
+    }
+}
+
+/// `fairgpu_spin` of `module`, with its layout checked.
+fn spin_kernel(cu: &mut Cuda, module: u64) -> fairgpu_frontend::cuda::Kernel {
+    let k = cu.module_get_function(module, "fairgpu_spin").unwrap();
+    assert_eq!(k.params, [ParamInfo { offset: 0, size: 8 }]);
+    k
+}
+
+/// Queues `fairgpu_spin(ns)` on `stream`.
+fn spin(cu: &mut Cuda, kernel: u64, ns: u64, stream: u64) {
+    cu.launch(kernel, ONE, ONE, 0, stream, &ns.to_le_bytes())
+        .unwrap();
+}
+
+/// Panics unless the call failed with `want` itself (not deferred).
+#[track_caller]
+fn assert_refused<T: std::fmt::Debug>(r: Result<T, CallError>, want: Status) {
+    match r {
+        Err(CallError::Cuda(s)) if s == want => {}
+        other => panic!("expected Err(Cuda({want:?})), got {other:?}"),
+    }
+}
+
+/// Reads `len` bytes at `ptr` back.
+fn read(cu: &mut Cuda, ptr: u64, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    cu.memcpy_dtoh(&mut out, ptr, 0)
+        .unwrap_or_else(|e| panic!("reading {len} bytes at {ptr:#x}: {e}"));
+    out
+}
+
+/// Checks that the channel still serves: a fresh pattern round-trips
+/// through `scratch` (at least 64 bytes) and no error is pending.
+#[track_caller]
+fn still_works(cu: &mut Cuda, scratch: u64, seed: u64) {
+    let data = pattern(64, seed);
+    cu.memcpy_htod(scratch, &data)
+        .expect("a copy after an error");
+    assert_bytes_eq(&read(cu, scratch, 64), &data, "a copy after an error");
+    assert_eq!(cu.ctx_synchronize(), Ok(()), "no error left pending");
+}
+
+#[test]
+fn device_queries_describe_the_configured_device_bounded_by_the_vm_quota() {
+    let rig = Rig::start("cuda_device_queries");
+    let mut cu = rig.cuda(0);
+    assert_eq!(cu.device_count(), Ok(1));
+    assert_eq!(cu.device_name(0).unwrap(), SIM_NAME);
+    assert_eq!(
+        cu.device_attribute(attr::COMPUTE_CAPABILITY_MAJOR, 0),
+        Ok(9)
+    );
+    assert_eq!(
+        cu.device_attribute(attr::COMPUTE_CAPABILITY_MINOR, 0),
+        Ok(0)
+    );
+    assert_eq!(
+        cu.device_attribute(attr::MULTIPROCESSOR_COUNT, 0),
+        Ok(SM_COUNT)
+    );
+    assert_eq!(
+        cu.device_attribute(attr::MAX_THREADS_PER_BLOCK, 0),
+        Ok(1024)
+    );
+    assert_eq!(
+        cu.device_attribute(9999, 0),
+        Err(refused(Status::INVALID_VALUE)),
+        "an attribute the device does not report"
+    );
+    // 1 GiB of device memory, 64 MiB of quota: the VM sees the quota.
+    assert_eq!(cu.device_total_mem(0), Ok(VM_QUOTA));
+    assert!(cu.driver_version().unwrap() > 0);
+    let uuid = cu.device_uuid(0).unwrap();
+    assert_ne!(uuid, [0; 16]);
+    assert_eq!(cu.device_uuid(0), Ok(uuid), "the uuid is stable");
+    // Ordinal 1 (and -1) name no device.
+    for dev in [1, -1] {
+        let bad = Status::INVALID_DEVICE;
+        assert_refused(cu.device_name(dev), bad);
+        assert_refused(cu.device_total_mem(dev), bad);
+        assert_refused(cu.device_uuid(dev), bad);
+        assert_refused(cu.device_attribute(attr::MULTIPROCESSOR_COUNT, dev), bad);
+    }
+
+    // Free memory is the quota minus what the VM's guests allocated.
+    assert_eq!(cu.mem_get_info(), Ok((VM_QUOTA, VM_QUOTA)));
+    let sizes = [1 << 20, 3, (5 << 20) + 1];
+    let ptrs: Vec<u64> = sizes.iter().map(|&n| cu.mem_alloc(n).unwrap()).collect();
+    let used: u64 = sizes.iter().sum();
+    assert_eq!(cu.mem_get_info(), Ok((VM_QUOTA - used, VM_QUOTA)));
+    // Another guest of the same VM sees the same quota; one of the other
+    // VM sees its own, untouched, and the same device.
+    let mut sibling = rig.cuda(0);
+    assert_eq!(sibling.mem_get_info(), Ok((VM_QUOTA - used, VM_QUOTA)));
+    let mut other = rig.cuda(1);
+    assert_eq!(other.mem_get_info(), Ok((VM_QUOTA, VM_QUOTA)));
+    assert_eq!(other.device_uuid(0), Ok(uuid));
+    assert_eq!(other.device_name(0).unwrap(), SIM_NAME);
+    cu.mem_free(ptrs[1]).unwrap();
+    assert_eq!(cu.mem_get_info(), Ok((VM_QUOTA - used + 3, VM_QUOTA)));
+    drop(sibling);
+    drop(other);
+
+    // A device smaller than the quota bounds what the VM sees.
+    let small = Setup::with_sim(
+        "cuda_device_smaller_than_quota",
+        "memory_bytes = 50331648\nname = \"small SimGpu\"\n",
+        &[("small", 1, 1)],
+    );
+    let d = small.start();
+    let mut cu = Cuda::new(claim(&small.regions[0], wait_config()));
+    assert_eq!(cu.device_total_mem(0), Ok(48 << 20));
+    assert_eq!(cu.mem_get_info(), Ok((48 << 20, 48 << 20)));
+    let p = cu.mem_alloc(48 << 20).unwrap();
+    assert_eq!(cu.mem_get_info(), Ok((0, 48 << 20)));
+    assert_eq!(cu.mem_alloc(1), Err(refused(Status::OUT_OF_MEMORY)));
+    cu.mem_free(p).unwrap();
+    drop(cu);
+    drop(d);
+}
+
+/// A guest's device memory and the bytes it should hold.
+struct Mirror {
+    ptr: u64,
+    bytes: Vec<u8>,
+}
+
+impl Mirror {
+    /// Allocates `len` bytes and fills them with a pattern.
+    fn new(cu: &mut Cuda, len: usize, seed: u64) -> Mirror {
+        let ptr = cu.mem_alloc(len as u64).unwrap();
+        let bytes = pattern(len, seed);
+        cu.memcpy_htod(ptr, &bytes).unwrap();
+        Mirror { ptr, bytes }
+    }
+
+    fn write(&mut self, cu: &mut Cuda, off: usize, data: &[u8]) {
+        cu.memcpy_htod(self.ptr + off as u64, data)
+            .unwrap_or_else(|e| panic!("writing {} bytes at +{off}: {e}", data.len()));
+        self.bytes[off..off + data.len()].copy_from_slice(data);
+    }
+
+    /// Checks `[from, to)` against the model.
+    #[track_caller]
+    fn check(&self, cu: &mut Cuda, from: usize, to: usize, what: &str) {
+        let got = read(cu, self.ptr + from as u64, to - from);
+        assert_bytes_eq(&got, &self.bytes[from..to], what);
+    }
+
+    /// Checks everything.
+    #[track_caller]
+    fn check_all(&self, cu: &mut Cuda, what: &str) {
+        self.check(cu, 0, self.bytes.len(), what);
+    }
+}
+
+#[test]
+fn copies_are_byte_exact_in_every_direction_at_odd_offsets_and_sizes() {
+    let rig = Rig::start("cuda_copies");
+    let mut cu = rig.cuda(0);
+    // The frontend moves bulk data in quarter-arena chunks.
+    let arena = cu.channel().max_slice() as usize;
+    assert_eq!(arena as u64, VM_ARENA);
+    let chunk = arena / 4;
+
+    let mut big = Mirror::new(&mut cu, 8 << 20, 1);
+    let mut sizes = vec![1, 3, 4095, 65537, 3 * chunk + 1, (3 << 20) + 5];
+    for boundary in [chunk, arena] {
+        sizes.extend([boundary - 1, boundary, boundary + 1]);
+    }
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut seed = 100;
+    for &n in &sizes {
+        // At the base, inside the allocation at odd offsets, and ending
+        // exactly at its end.
+        for off in [0, 1, 4097, big.bytes.len() - n] {
+            seed += 1;
+            big.write(&mut cu, off, &pattern(n, seed));
+            let (from, to) = (off.saturating_sub(1), (off + n + 1).min(big.bytes.len()));
+            big.check(&mut cu, off, off + n, &format!("{n} bytes at +{off}"));
+            big.check(&mut cu, from, to, &format!("around {n} bytes at +{off}"));
+        }
+    }
+    big.check_all(&mut cu, "the whole allocation after every copy");
+
+    // Device to device: between allocations, within one, overlapping both
+    // ways. SimGpu gives overlapping copies memmove semantics (the CUDA
+    // driver leaves them undefined).
+    let mut small = Mirror::new(&mut cu, (1 << 20) + 3, 2);
+    let dtod = |cu: &mut Cuda, dst: &mut Mirror, doff: usize, src: &Mirror, soff: usize, n| {
+        cu.memcpy_dtod(dst.ptr + doff as u64, src.ptr + soff as u64, n as u64)
+            .unwrap_or_else(|e| panic!("dtod {n} bytes +{soff} -> +{doff}: {e}"));
+        let data = src.bytes[soff..soff + n].to_vec();
+        dst.bytes[doff..doff + n].copy_from_slice(&data);
+    };
+    dtod(&mut cu, &mut small, 5, &big, 4097, 300_001);
+    let end = small.bytes.len();
+    dtod(&mut cu, &mut small, end - 65537, &big, 1, 65537);
+    small.check_all(&mut cu, "dtod between allocations");
+    let mut within = |cu: &mut Cuda, doff: usize, soff: usize, n: usize| {
+        cu.memcpy_dtod(big.ptr + doff as u64, big.ptr + soff as u64, n as u64)
+            .unwrap_or_else(|e| panic!("dtod {n} bytes +{soff} -> +{doff} within: {e}"));
+        big.bytes.copy_within(soff..soff + n, doff);
+    };
+    within(&mut cu, (6 << 20) + 1, 17, 100_003);
+    within(&mut cu, 1001, 1000, 200_000); // overlapping, forwards
+    within(&mut cu, 3000, 3333, 150_000); // overlapping, backwards
+    big.check_all(&mut cu, "dtod within one allocation");
+
+    // Asynchronous copies on a stream, visible after synchronizing it.
+    let s = cu.stream_create(0).unwrap();
+    let mut data = pattern((1 << 20) + 7, 3);
+    cu.memcpy_htod_async(big.ptr + 3, &data, s).unwrap();
+    big.bytes[3..3 + data.len()].copy_from_slice(&data);
+    data.fill(0); // the source may be reused at once
+    cu.memcpy_dtod_async(small.ptr + 1, big.ptr + 3, 4099, s)
+        .unwrap();
+    let copied = big.bytes[3..3 + 4099].to_vec();
+    small.bytes[1..1 + 4099].copy_from_slice(&copied);
+    cu.memset_async(big.ptr + 4, 0x5a, 1, 9, s).unwrap();
+    big.bytes[4..13].fill(0x5a);
+    cu.stream_synchronize(s).unwrap();
+    let mut back = vec![0u8; big.bytes.len()];
+    cu.memcpy_dtoh(&mut back, big.ptr, s).unwrap();
+    assert_bytes_eq(&back, &big.bytes, "async copies on a stream");
+    small.check_all(&mut cu, "async dtod on a stream");
+
+    // Memsets of each element size, the last ending at the allocation's
+    // end; a misaligned or overlong one is refused and writes nothing.
+    let mut m = Mirror::new(&mut cu, 4100, 4);
+    cu.memset(m.ptr + 1, 0xa5, 1, 4099).unwrap();
+    m.bytes[1..].fill(0xa5);
+    m.check_all(&mut cu, "memset D8 to the end");
+    cu.memset(m.ptr + 6, 0xbeef, 2, 2047).unwrap();
+    for e in m.bytes[6..].chunks_exact_mut(2) {
+        e.copy_from_slice(&0xbeef_u16.to_le_bytes());
+    }
+    m.check_all(&mut cu, "memset D16 to the end");
+    for (at, v, n) in [(8, 0xdead_beef_u32, 3), (4080, 0x0102_0304, 5)] {
+        cu.memset(m.ptr + at as u64, v, 4, n as u64).unwrap();
+        for e in m.bytes[at..at + 4 * n].chunks_exact_mut(4) {
+            e.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    m.check_all(&mut cu, "memset D32");
+    let bad = Err(refused(Status::INVALID_VALUE));
+    assert_eq!(cu.memset(m.ptr + 2, 7, 4, 1), bad, "misaligned D32");
+    assert_eq!(cu.memset(m.ptr + 1, 7, 2, 1), bad, "misaligned D16");
+    assert_eq!(
+        cu.memset(m.ptr + 4084, 7, 4, 5),
+        bad,
+        "D32 one past the end"
+    );
+    assert_eq!(
+        cu.memset(m.ptr + 4098, 7, 2, 2),
+        bad,
+        "D16 one past the end"
+    );
+    assert_eq!(cu.memset(m.ptr, 7, 1, 4101), bad, "D8 one past the end");
+    m.check_all(&mut cu, "refused memsets wrote nothing");
+}
+
+/// Child side of the isolation checks: a guest of the other VM copying
+/// byte-exact patterns in a loop until told to stop, then reporting how
+/// many round trips it made.
+#[test]
+fn child_copier() {
+    if !is_child("copier") {
+        return;
+    }
+    let (region, seed) = child_setup();
+    let mut cu = Cuda::new(fairgpu_frontend::Channel::claim(region, wait_config()).unwrap());
+    let len = 1 << 20;
+    let ptr = cu.mem_alloc(len as u64).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            // Any line, or the end of input (the parent died), stops us.
+            let _ = std::io::stdin().lock().lines().next();
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+    let mut n = 0u64;
+    let start = std::time::Instant::now();
+    while !stop.load(Ordering::Relaxed) && start.elapsed() < CHILD_TIMEOUT {
+        let size = 1 + (n as usize * 7919) % (200 << 10);
+        let off = (n as usize * 131) % (len - size);
+        let data = pattern(size, seed + n);
+        cu.memcpy_htod(ptr + off as u64, &data).unwrap();
+        let mut back = vec![0u8; size];
+        cu.memcpy_dtoh(&mut back, ptr + off as u64, 0).unwrap();
+        assert_bytes_eq(&back, &data, &format!("copier round trip {n}"));
+        n += 1;
+        if n == 1 {
+            println!("copier ready");
+        }
+    }
+    cu.ctx_synchronize().unwrap();
+    println!("copier done {n}");
+}
+
+#[test]
+fn bad_pointers_and_forged_handles_fail_cleanly_without_disturbing_anyone() {
+    let rig = Rig::start("cuda_errors");
+    let mut copier = GuestChild::spawn("child_copier", "copier", rig.region(1), 7);
+    copier.expect_line("copier ready", CHILD_TIMEOUT);
+    let mut cu = rig.cuda(0);
+    let scratch = cu.mem_alloc(4096).unwrap();
+    let inval = refused(Status::INVALID_VALUE);
+
+    // Out of range: refused, and nothing around is written.
+    let p = Mirror::new(&mut cu, 4096, 11);
+    let end = p.ptr + 4096;
+    assert_eq!(cu.memcpy_htod(end - 10, &[0xee; 20]), Err(inval.clone()));
+    let mut out = [0u8; 20];
+    assert_eq!(cu.memcpy_dtoh(&mut out, end - 10, 0), Err(inval.clone()));
+    assert_eq!(cu.memcpy_dtod(end - 10, p.ptr, 20), Err(inval.clone()));
+    assert_eq!(cu.memcpy_dtod(p.ptr, end - 10, 20), Err(inval.clone()));
+    assert_eq!(cu.memset(end - 10, 0xee, 1, 20), Err(inval.clone()));
+    assert_eq!(cu.memcpy_htod(end, &[1]), Err(inval.clone()), "one past");
+    assert_eq!(cu.memcpy_htod(p.ptr - 1, &[1]), Err(inval.clone()));
+    p.check_all(&mut cu, "refused copies wrote nothing");
+    still_works(&mut cu, scratch, 1);
+
+    // A multi-chunk copy running past the end: its own chunk errors are
+    // this call's error, not a deferred error for the next call. (Chunks
+    // before the end may have been written: the host sees one chunk at a
+    // time.)
+    let q = cu.mem_alloc(200 << 10).unwrap();
+    assert_eq!(
+        cu.memcpy_htod(q, &pattern(300 << 10, 12)),
+        Err(inval.clone())
+    );
+    still_works(&mut cu, scratch, 2);
+    let mut out = vec![0u8; 300 << 10];
+    assert_eq!(cu.memcpy_dtoh(&mut out, q, 0), Err(inval.clone()));
+    still_works(&mut cu, scratch, 3);
+    // The same with fire-and-forget calls queued before: their errors stay
+    // theirs, reported when this copy succeeds or held for the next call
+    // when it fails.
+    let m = cu.module_load(KERNELS_PTX.as_bytes()).unwrap();
+    let k = spin_kernel(&mut cu, m);
+    spin(&mut cu, k.handle, 1000, 0);
+    assert_eq!(
+        cu.memcpy_htod(q, &pattern(300 << 10, 12)),
+        Err(inval.clone())
+    );
+    still_works(&mut cu, scratch, 31);
+    let forged_launch = |cu: &mut Cuda| {
+        cu.launch(FORGED, ONE, ONE, 0, 0, &MS.to_le_bytes())
+            .unwrap()
+    };
+    forged_launch(&mut cu);
+    let data = pattern(150 << 10, 14);
+    assert_eq!(
+        cu.memcpy_htod(q, &data),
+        Err(deferred(Status::INVALID_HANDLE))
+    );
+    assert_bytes_eq(
+        &read(&mut cu, q, data.len()),
+        &data,
+        "a copy after a failed launch",
+    );
+    still_works(&mut cu, scratch, 32);
+    forged_launch(&mut cu);
+    cu.memset_async(q, 0, 1, 1, 0).unwrap();
+    assert_eq!(
+        cu.memcpy_htod(q, &pattern(300 << 10, 15)),
+        Err(inval.clone())
+    );
+    assert_eq!(cu.ctx_synchronize(), Err(deferred(Status::INVALID_HANDLE)));
+    still_works(&mut cu, scratch, 33);
+
+    // Pointers never allocated, in a guard gap, freed, interior.
+    for never in [0, 0x1234, 0x7000_dead_0000, end + 100] {
+        assert_eq!(cu.memcpy_htod(never, &[1, 2, 3]), Err(inval.clone()));
+        assert_eq!(cu.memcpy_dtoh(&mut [0; 3], never, 0), Err(inval.clone()));
+        assert_eq!(cu.memset(never, 0, 1, 3), Err(inval.clone()));
+        assert_eq!(cu.mem_free(never), Err(inval.clone()));
+    }
+    let r = cu.mem_alloc(1000).unwrap();
+    cu.mem_free(r).unwrap();
+    assert_eq!(cu.memcpy_htod(r, &[1]), Err(inval.clone()), "freed pointer");
+    assert_eq!(cu.memcpy_dtod(scratch, r, 1), Err(inval.clone()));
+    assert_eq!(cu.mem_free(r), Err(inval.clone()), "double free");
+    assert_eq!(cu.mem_free(p.ptr + 1), Err(inval.clone()), "interior");
+    p.check_all(&mut cu, "an interior free leaves the allocation alone");
+    still_works(&mut cu, scratch, 4);
+
+    // Forged handles.
+    let s = cu.stream_create(0).unwrap();
+    let e = cu.event_create(0).unwrap();
+    // Never issued, the NULL handle, and a live handle's slot with another
+    // generation.
+    for forged in [FORGED, 0, m | (0x7 << 32)] {
+        let bad = Status::INVALID_HANDLE;
+        assert_refused(cu.module_get_function(forged, "fairgpu_spin"), bad);
+        assert_refused(cu.module_unload(forged), bad);
+        assert_refused(cu.event_query(forged), bad);
+        assert_refused(cu.event_synchronize(forged), bad);
+        assert_refused(cu.event_elapsed_ms(forged, e), bad);
+        assert_refused(cu.event_elapsed_ms(e, forged), bad);
+        assert_refused(cu.event_destroy(forged), bad);
+        if forged != 0 {
+            // Stream 0 is the NULL stream, a valid one.
+            assert_refused(cu.stream_synchronize(forged), bad);
+            assert_refused(cu.stream_query(forged), bad);
+            assert_refused(cu.stream_destroy(forged), bad);
+            assert_refused(cu.memcpy_dtoh(&mut [0; 8], scratch, forged), bad);
+            cu.memcpy_dtod_async(scratch, scratch, 8, forged).unwrap();
+            assert_eq!(cu.ctx_synchronize(), Err(deferred(bad)));
+        }
+        // Fire-and-forget calls report at the next synchronizing call.
+        cu.launch(forged, ONE, ONE, 0, 0, &MS.to_le_bytes())
+            .unwrap();
+        assert_eq!(cu.ctx_synchronize(), Err(deferred(bad)));
+        cu.event_record(forged, 0).unwrap();
+        assert_eq!(cu.ctx_synchronize(), Err(deferred(bad)));
+        cu.event_record(e, forged).unwrap();
+        let expect = if forged == 0 {
+            Ok(())
+        } else {
+            Err(deferred(bad))
+        };
+        assert_eq!(cu.ctx_synchronize(), expect);
+        still_works(&mut cu, scratch, 5);
+    }
+
+    // Handles are per channel: channel B of the same VM and a channel of
+    // the other VM cannot reach channel A's objects. (Each channel numbers
+    // its own objects, so B refuses A's handles only while it has no live
+    // object in the same slot; below, B holds none.)
+    let s2 = cu.stream_create(0).unwrap();
+    let e2 = cu.event_create(0).unwrap();
+    let mut b = rig.cuda(0);
+    let mut c = rig.cuda(1);
+    for other in [&mut b, &mut c] {
+        let bad = Status::INVALID_HANDLE;
+        assert_refused(other.module_get_function(m, "fairgpu_spin"), bad);
+        assert_refused(other.module_unload(m), bad);
+        assert_refused(other.stream_synchronize(s2), bad);
+        assert_refused(other.stream_destroy(s), bad);
+        assert_refused(other.event_query(e2), bad);
+        assert_refused(other.event_destroy(e), bad);
+        other
+            .launch(k.handle, ONE, ONE, 0, 0, &MS.to_le_bytes())
+            .unwrap();
+        assert_eq!(other.ctx_synchronize(), Err(deferred(bad)));
+    }
+    // The same handle value on another channel names that channel's own
+    // object: destroying B's stream leaves A's alone.
+    let sb = b.stream_create(0).unwrap();
+    assert_eq!(sb, s, "channels number their objects alike");
+    b.stream_destroy(sb).unwrap();
+    assert_refused(b.stream_synchronize(sb), Status::INVALID_HANDLE);
+    assert_eq!(cu.stream_query(s), Ok(true), "A's stream survives");
+    let eb = b.event_create(0).unwrap();
+    assert_eq!(eb, e);
+    b.event_destroy(eb).unwrap();
+    assert_refused(b.event_query(eb), Status::INVALID_HANDLE);
+    assert_eq!(cu.event_query(e), Ok(true), "A's event survives");
+    still_works(&mut cu, scratch, 6);
+
+    // A parameter buffer shorter than the kernel's layout: the launch is
+    // queued, its error surfaces at the next synchronizing call.
+    cu.launch(k.handle, ONE, ONE, 0, s, &[0; 4]).unwrap();
+    assert_eq!(cu.ctx_synchronize(), Err(deferred(Status::INVALID_VALUE)));
+    still_works(&mut cu, scratch, 7);
+
+    // Images that are not modules, single-chunk and staged in many chunks.
+    for len in [3000, 200 << 10] {
+        assert_eq!(
+            cu.module_load(&pattern(len, 13)),
+            Err(refused(Status::INVALID_IMAGE)),
+            "{len} bytes of garbage"
+        );
+        still_works(&mut cu, scratch, 8);
+    }
+    assert_eq!(
+        cu.module_get_function(m, "no_such_kernel"),
+        Err(refused(Status::NOT_FOUND))
+    );
+    still_works(&mut cu, scratch, 9);
+
+    // A kernel in the module that SimGpu cannot execute loads and is
+    // found, but its launch fails.
+    let axpy = cu.module_get_function(m, "fairgpu_axpy").unwrap();
+    let layout =
+        [(0, 8), (8, 8), (16, 4), (20, 4)].map(|(offset, size)| ParamInfo { offset, size });
+    assert_eq!(axpy.params, layout);
+    let params = axpy
+        .pack(&[
+            &scratch.to_le_bytes(),
+            &scratch.to_le_bytes(),
+            &2.0f32.to_le_bytes(),
+            &16u32.to_le_bytes(),
+        ])
+        .unwrap();
+    cu.launch(axpy.handle, ONE, [32, 1, 1], 0, 0, &params)
+        .unwrap();
+    assert_eq!(cu.ctx_synchronize(), Err(deferred(Status::NOT_SUPPORTED)));
+    still_works(&mut cu, scratch, 10);
+
+    // After all that, the module still works and so does the other VM.
+    spin(&mut cu, k.handle, MS, s);
+    cu.stream_synchronize(s).unwrap();
+    copier.send_line("stop");
+    let n: u64 = copier
+        .expect_line("copier done ", CHILD_TIMEOUT)
+        .parse()
+        .expect("a count");
+    assert!(n > 0);
+    copier.wait_success(CHILD_TIMEOUT);
+    let st = status(&rig.d);
+    assert_eq!((vm(&st, "vm1").restarts, vm(&st, "vm2").restarts), (0, 0));
+}
+
+#[test]
+fn the_quota_is_shared_by_a_vm_s_channels_and_independent_of_other_vms() {
+    let rig = Rig::start("cuda_quota");
+    let mut a = rig.cuda(0);
+    let oom = Err(refused(Status::OUT_OF_MEMORY));
+    assert_eq!(a.mem_alloc(0), Err(refused(Status::INVALID_VALUE)));
+    assert_eq!(a.mem_alloc(u64::MAX), oom);
+    assert_eq!(a.mem_alloc(VM_QUOTA + 1), oom);
+
+    // Up to the quota exactly, then not one byte more.
+    let half = a.mem_alloc(VM_QUOTA / 2).unwrap();
+    let quarter = a.mem_alloc(VM_QUOTA / 4).unwrap();
+    let _rest = a.mem_alloc(VM_QUOTA / 4 - 4096).unwrap();
+    let last = a.mem_alloc(4096).unwrap();
+    assert_eq!(a.mem_get_info(), Ok((0, VM_QUOTA)));
+    assert_eq!(a.mem_alloc(1), oom);
+    // The memory is usable at both ends.
+    for (ptr, len) in [(half, VM_QUOTA / 2), (last, 4096)] {
+        let data = pattern(4096, ptr);
+        a.memcpy_htod(ptr + len - 4096, &data).unwrap();
+        assert_bytes_eq(&read(&mut a, ptr + len - 4096, 4096), &data, "tail");
+    }
+
+    // Another channel of the VM shares the quota; the other VM has its own.
+    let mut b = rig.cuda(0);
+    assert_eq!(b.mem_alloc(1), oom);
+    assert_eq!(b.mem_get_info(), Ok((0, VM_QUOTA)));
+    let mut c = rig.cuda(1);
+    let all = c.mem_alloc(VM_QUOTA).unwrap();
+    assert_eq!(c.mem_alloc(1), oom);
+    let s = wait_for_status(&rig.d, "both VMs' memory to be published", |s| {
+        vm(s, "vm1").mem_used == VM_QUOTA && vm(s, "vm2").mem_used == VM_QUOTA
+    });
+    assert_eq!((vm(&s, "vm1").contexts, vm(&s, "vm2").contexts), (2, 1));
+
+    // Freeing makes room again, for whichever channel asks first.
+    a.mem_free(last).unwrap();
+    assert_eq!(b.mem_alloc(4097), oom);
+    let bs = b.mem_alloc(4096).unwrap();
+    assert_eq!(a.mem_alloc(1), oom);
+    a.mem_free(quarter).unwrap();
+    let again = a.mem_alloc(VM_QUOTA / 4).unwrap();
+    assert_eq!(a.mem_alloc(1), oom);
+    // Refusals leave the channel working.
+    still_works(&mut a, again, 1);
+    still_works(&mut b, bs, 2);
+
+    // Releasing a channel frees its memory for the others.
+    drop(b);
+    wait_for_status(&rig.d, "vm1's released memory to be freed", |s| {
+        vm(s, "vm1").mem_used == VM_QUOTA - 4096 && vm(s, "vm1").contexts == 1
+    });
+    a.mem_alloc(4096).unwrap();
+    c.mem_free(all).unwrap();
+    assert_eq!(c.mem_get_info(), Ok((VM_QUOTA, VM_QUOTA)));
+    assert_eq!(a.mem_get_info(), Ok((0, VM_QUOTA)));
+}
+
+#[test]
+fn streams_and_events_order_kernels_on_the_modelled_device_timeline() {
+    let rig = Rig::start("cuda_streams");
+    let mut cu = rig.cuda(0);
+    let m = cu.module_load(KERNELS_PTX.as_bytes()).unwrap();
+    let k = spin_kernel(&mut cu, m).handle;
+    let s = cu.stream_create(0).unwrap();
+    let ev = |cu: &mut Cuda| cu.event_create(0).unwrap();
+    let (e0, e1) = (ev(&mut cu), ev(&mut cu));
+    assert_eq!(
+        cu.event_query(e1),
+        Ok(true),
+        "an unrecorded event is complete"
+    );
+
+    // One kernel between two events.
+    cu.event_record(e0, s).unwrap();
+    spin(&mut cu, k, 2 * MS, s);
+    cu.event_record(e1, s).unwrap();
+    let _ = cu.event_query(e1).unwrap(); // may or may not be done yet
+    cu.event_synchronize(e1).unwrap();
+    assert_eq!(cu.event_query(e1), Ok(true));
+    let ms = cu.event_elapsed_ms(e0, e1).unwrap();
+    assert!(ms >= 2.0, "elapsed {ms} ms around a 2 ms kernel");
+
+    // Kernels of one stream run one after the other.
+    let (e2, e3) = (ev(&mut cu), ev(&mut cu));
+    cu.event_record(e2, s).unwrap();
+    spin(&mut cu, k, 2 * MS, s);
+    spin(&mut cu, k, 3 * MS, s);
+    cu.event_record(e3, s).unwrap();
+    cu.stream_synchronize(s).unwrap();
+    assert_eq!(cu.stream_query(s), Ok(true));
+    let ms = cu.event_elapsed_ms(e2, e3).unwrap();
+    assert!(ms >= 5.0, "elapsed {ms} ms around 2 + 3 ms of kernels");
+
+    // stream_wait_event: stream b's later work follows stream a's kernel.
+    // (b is non-blocking, so nothing else orders it after a.)
+    let a = cu.stream_create(0).unwrap();
+    let b = cu.stream_create(1).unwrap();
+    let (a0, a1, b1) = (ev(&mut cu), ev(&mut cu), ev(&mut cu));
+    cu.event_record(a0, a).unwrap();
+    spin(&mut cu, k, 4 * MS, a);
+    cu.event_record(a1, a).unwrap();
+    cu.stream_wait_event(b, a1).unwrap();
+    cu.event_record(b1, b).unwrap();
+    cu.event_synchronize(b1).unwrap();
+    let ms = cu.event_elapsed_ms(a0, b1).unwrap();
+    assert!(ms >= 4.0, "b's event {ms} ms after a's start, a ran 4 ms");
+    assert_eq!(cu.stream_query(a), Ok(true));
+    assert_eq!(cu.stream_query(b), Ok(true));
+
+    // The NULL stream waits for blocking streams' work.
+    let (n0, n1) = (ev(&mut cu), ev(&mut cu));
+    cu.event_record(n0, a).unwrap();
+    spin(&mut cu, k, 2 * MS, a);
+    cu.event_record(n1, 0).unwrap();
+    cu.ctx_synchronize().unwrap();
+    assert_eq!(cu.stream_query(0), Ok(true));
+    let ms = cu.event_elapsed_ms(n0, n1).unwrap();
+    assert!(ms >= 2.0, "the NULL stream's event {ms} ms after a's start");
+
+    // No elapsed time without timing or a record: as the driver says, an
+    // invalid handle.
+    let quiet = cu.event_create(0x2).unwrap(); // CU_EVENT_DISABLE_TIMING
+    cu.event_record(quiet, s).unwrap();
+    cu.event_synchronize(quiet).unwrap();
+    assert_refused(cu.event_elapsed_ms(e0, quiet), Status::INVALID_HANDLE);
+    let never = ev(&mut cu);
+    assert_refused(cu.event_elapsed_ms(e0, never), Status::INVALID_HANDLE);
+    assert_refused(cu.event_elapsed_ms(never, e0), Status::INVALID_HANDLE);
+
+    // Destroyed streams and events are gone.
+    cu.stream_destroy(b).unwrap();
+    let gone = Status::INVALID_HANDLE;
+    assert_refused(cu.stream_synchronize(b), gone);
+    assert_refused(cu.stream_query(b), gone);
+    assert_refused(cu.stream_destroy(b), gone);
+    cu.launch(k, ONE, ONE, 0, b, &MS.to_le_bytes()).unwrap();
+    assert_eq!(cu.ctx_synchronize(), Err(deferred(gone)));
+    cu.event_destroy(e1).unwrap();
+    assert_refused(cu.event_query(e1), gone);
+    assert_refused(cu.event_synchronize(e1), gone);
+    assert_refused(cu.event_elapsed_ms(e0, e1), gone);
+    assert_refused(cu.event_destroy(e1), gone);
+    cu.event_record(e1, s).unwrap();
+    assert_eq!(cu.ctx_synchronize(), Err(deferred(gone)));
+    // An unloaded module takes its functions with it.
+    cu.module_unload(m).unwrap();
+    assert_refused(cu.module_get_function(m, "fairgpu_spin"), gone);
+    cu.launch(k, ONE, ONE, 0, s, &MS.to_le_bytes()).unwrap();
+    assert_eq!(cu.ctx_synchronize(), Err(deferred(Status::INVALID_HANDLE)));
+    assert_eq!(cu.stream_query(s), Ok(true));
+    assert_eq!(cu.ctx_synchronize(), Ok(()));
+}
+
+/// Bytes a killed guest holds.
+const HELD: u64 = 48 << 20;
+
+/// Child side of the kill test: a guest holding memory, a module, streams
+/// and events, which prints `holder ready` and waits to be killed.
+#[test]
+fn child_holder() {
+    if !is_child("holder") {
+        return;
+    }
+    let (region, seed) = child_setup();
+    let mut cu = Cuda::new(fairgpu_frontend::Channel::claim(region, wait_config()).unwrap());
+    let p = cu.mem_alloc(HELD).unwrap();
+    cu.memcpy_htod(p + HELD - (1 << 20), &pattern(1 << 20, seed))
+        .unwrap();
+    let m = cu.module_load(KERNELS_PTX.as_bytes()).unwrap();
+    let k = spin_kernel(&mut cu, m).handle;
+    let s = cu.stream_create(0).unwrap();
+    let _s2 = cu.stream_create(1).unwrap();
+    let e = cu.event_create(0).unwrap();
+    spin(&mut cu, k, MS, s);
+    cu.event_record(e, s).unwrap();
+    cu.event_synchronize(e).unwrap();
+    println!("holder ready");
+    // Killed here; a parent that died closes our stdin.
+    let _ = fairgpu_tests::child_read_line();
+}
+
+#[test]
+fn a_killed_guest_s_context_is_destroyed_and_its_memory_returned() {
+    let rig = Rig::start("cuda_kill");
+    // A guest of ours on the same VM, with a context of its own.
+    let mut mine = rig.cuda(0);
+    mine.ctx_synchronize().unwrap();
+    let mut holder = GuestChild::spawn("child_holder", "holder", rig.region(0), 21);
+    holder.expect_line("holder ready", CHILD_TIMEOUT);
+    wait_for_status(&rig.d, "the holder's memory to be published", |s| {
+        let v = vm(s, "vm1");
+        v.mem_used == HELD && v.channels_used == 2 && v.contexts == 2
+    });
+    assert_eq!(
+        mine.mem_alloc(VM_QUOTA - HELD + 1),
+        Err(refused(Status::OUT_OF_MEMORY))
+    );
+
+    holder.kill();
+    let s = wait_for_status(&rig.d, "the dead guest's context to be destroyed", |s| {
+        let v = vm(s, "vm1");
+        v.mem_used == 0 && v.channels_used == 1 && v.contexts == 1
+    });
+    assert_eq!(vm(&s, "vm1").restarts, 0, "the worker survived");
+
+    // The whole quota is free again, for us and for a new guest.
+    let p = mine.mem_alloc(VM_QUOTA).unwrap();
+    still_works(&mut mine, p, 1);
+    mine.mem_free(p).unwrap();
+    let mut fresh = rig.cuda(0);
+    let p = fresh.mem_alloc(VM_QUOTA).unwrap();
+    still_works(&mut fresh, p, 2);
+}
+
+/// Kernels the spinner runs, and how long each takes.
+const SPINS: u64 = 6;
+const SPIN_NS: u64 = 1_500_000;
+
+/// Child side of the accounting test: runs [`SPINS`] spin kernels, checks
+/// their modelled time through events and prints `spinner done`.
+#[test]
+fn child_spinner() {
+    if !is_child("spinner") {
+        return;
+    }
+    let (region, _) = child_setup();
+    let mut cu = Cuda::new(fairgpu_frontend::Channel::claim(region, wait_config()).unwrap());
+    let m = cu.module_load(KERNELS_PTX.as_bytes()).unwrap();
+    let k = spin_kernel(&mut cu, m).handle;
+    let s = cu.stream_create(0).unwrap();
+    let (e0, e1) = (cu.event_create(0).unwrap(), cu.event_create(0).unwrap());
+    cu.event_record(e0, s).unwrap();
+    for _ in 0..SPINS {
+        spin(&mut cu, k, SPIN_NS, s);
+    }
+    cu.event_record(e1, s).unwrap();
+    cu.stream_synchronize(s).unwrap();
+    let ms = cu.event_elapsed_ms(e0, e1).unwrap();
+    assert!(ms >= (SPINS * SPIN_NS) as f32 / 1e6, "elapsed {ms} ms");
+    println!("spinner done");
+}
+
+#[test]
+fn gpu_time_is_charged_to_the_vm_whose_kernels_ran() {
+    let rig = Rig::start("cuda_gpu_time");
+    let mut spinner = GuestChild::spawn("child_spinner", "spinner", rig.region(0), 0);
+    spinner.expect_line("spinner done", CHILD_TIMEOUT);
+    spinner.wait_success(CHILD_TIMEOUT);
+    // SimGpu's accounting is the exact sum of the modelled durations.
+    let want = SPINS * SPIN_NS;
+    let s = wait_for_status(&rig.d, "vm1's GPU time to be published", |s| {
+        vm(s, "vm1").gpu_time_ns >= want
+    });
+    assert_eq!(vm(&s, "vm1").gpu_time_ns, want);
+    assert_eq!(vm(&s, "vm2").gpu_time_ns, 0);
+
+    // A kernel of vm2 is charged to vm2 alone.
+    let mut cu = rig.cuda(1);
+    let m = cu.module_load(KERNELS_PTX.as_bytes()).unwrap();
+    let k = spin_kernel(&mut cu, m).handle;
+    spin(&mut cu, k, 2 * MS, 0);
+    cu.ctx_synchronize().unwrap();
+    let s = wait_for_status(&rig.d, "vm2's GPU time to be published", |s| {
+        vm(s, "vm2").gpu_time_ns >= 2 * MS
+    });
+    assert_eq!(vm(&s, "vm2").gpu_time_ns, 2 * MS);
+    assert_eq!(vm(&s, "vm1").gpu_time_ns, want);
+}
+
+#[test]
+fn gpu_check_passes_on_simgpu() {
+    let out = run_command(
+        Command::new(fairgpu_bin()).args(["gpu-check", "--executor", "sim"]),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "gpu-check failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+}
