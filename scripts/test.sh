@@ -6,6 +6,8 @@
 # Environment:
 #   CARGO_BUILD_JOBS          parallel rustc jobs (default: nproc)
 #   FAIRGPU_SKIP_FUZZ_CHECK   if set (to anything), skip checking fuzz/
+#   FAIRGPU_CUDA_PREFIX       where the CUDA toolchain is installed (default:
+#                             target/cuda-toolchain)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -92,6 +94,16 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # Builds the `fairgpu` binary that the multi-process tests spawn.
 step "cargo build"
 cargo build --workspace --locked
+
+# nvcc 13 and NVIDIA's libcudart 12.9 and 13, from PyPI wheels (no GPU
+# needed), for the real CUDA programs tests/tests/cuda_programs.rs builds and
+# runs against the guest library. A fresh install takes seconds and about
+# 270 MB under target/; later runs find it in place.
+step "CUDA toolchain"
+python3 -m pip --version >/dev/null 2>&1 || apt_install python3:python3 pip3:python3-pip
+apt_install gcc:gcc g++:g++
+export FAIRGPU_CUDA_PREFIX="${FAIRGPU_CUDA_PREFIX:-$PWD/target/cuda-toolchain}"
+scripts/cuda-toolchain.sh >/dev/null
 
 # Every test run's output also goes to a log, summed up at the end.
 results=$(mktemp)

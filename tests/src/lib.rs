@@ -859,3 +859,42 @@ pub fn claim(region: &Path, cfg: WaitConfig) -> Channel {
     let r = GuestRegion::open(region).expect("opening a VM's region");
     Channel::claim(r, cfg).expect("claiming a channel")
 }
+
+/// A directory holding the guest library under the names the loader is
+/// asked for, `libcuda.so.1` and `libcuda.so`, for `LD_LIBRARY_PATH`:
+/// `target/<profile>/guest-lib/`, with symlinks to `target/<profile>/libcuda.so`,
+/// the library `cargo build -p fairgpu-guest` builds. Panics if it has not
+/// been built.
+pub fn guest_lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("locating the test binary");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps");
+    let lib = profile_dir.join("libcuda.so");
+    assert!(
+        lib.is_file(),
+        "{} not found: run `cargo build -p fairgpu-guest` first (scripts/test.sh builds the workspace before testing)",
+        lib.display()
+    );
+    let dir = profile_dir.join("guest-lib");
+    std::fs::create_dir_all(&dir).expect("creating target/<profile>/guest-lib");
+    let target = Path::new("../libcuda.so");
+    for name in ["libcuda.so.1", "libcuda.so"] {
+        let link = dir.join(name);
+        if std::fs::read_link(&link).is_ok_and(|t| t == target) {
+            continue;
+        }
+        // Tests run in parallel: make the link under a name of our own and
+        // rename it into place, which replaces atomically.
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.{}.{n}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(target, &tmp)
+            .unwrap_or_else(|e| panic!("linking {}: {e}", tmp.display()));
+        std::fs::rename(&tmp, &link)
+            .unwrap_or_else(|e| panic!("renaming {} to {}: {e}", tmp.display(), link.display()));
+    }
+    dir
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Installs the CUDA toolchain the CUDA test programs (tests/cuda/) are built
+# with, from NVIDIA's PyPI wheels, into a project-local prefix. Needs no GPU
+# and no NVIDIA driver. Idempotent: pinned versions already present are not
+# downloaded again.
+#
+#   cu13/   nvcc 13 (nvidia-cuda-nvcc, -crt, nvidia-nvvm) and the CUDA 13
+#           runtime (nvidia-cuda-runtime): libcudart.so.13, 13.x headers
+#   cu12/   the CUDA 12.9 runtime (nvidia-cuda-runtime-cu12): libcudart.so.12,
+#           libcudart_static.a, 12.9 headers (cuda.h, cuda_runtime.h, ...)
+#   env.sh  the variables below, written last: its presence means the
+#           install is complete
+#
+# Prints, on stdout, the environment to use (`eval "$(scripts/cuda-toolchain.sh)"`):
+#   FAIRGPU_CUDA_PREFIX  the prefix
+#   CUDA_NVCC            nvcc 13
+#   CUDA12_INCLUDE       12.9 headers      CUDA12_LIB  libcudart.so.12, libcudart_static.a
+#   CUDA13_INCLUDE       13.x headers      CUDA13_LIB  libcudart.so.13
+#
+# nvcc needs a host C++ compiler (g++) to compile.
+#
+# Environment:
+#   FAIRGPU_CUDA_PREFIX  install prefix (default: target/cuda-toolchain in the
+#                        repository)
+#   PYTHON               the Python with pip to install with (default: python3)
+set -euo pipefail
+
+# The CUDA 13 wheels must all be of one release: nvcc runs the crt and nvvm
+# of its own release. 13.0 is the oldest CUDA 13; cudart 13.0 is what the
+# guest library must satisfy at the least.
+CUDA13_VERSION=13.0.88
+CUDA12_RUNTIME_VERSION=12.9.79
+
+CUDA13_WHEELS=(
+    "nvidia-cuda-nvcc==$CUDA13_VERSION"
+    "nvidia-cuda-crt==$CUDA13_VERSION"
+    "nvidia-nvvm==$CUDA13_VERSION"
+    "nvidia-cuda-runtime==$CUDA13_VERSION"
+)
+CUDA12_WHEELS=("nvidia-cuda-runtime-cu12==$CUDA12_RUNTIME_VERSION")
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+prefix=${FAIRGPU_CUDA_PREFIX:-$repo/target/cuda-toolchain}
+python=${PYTHON:-python3}
+
+say() {
+    printf 'cuda-toolchain: %s\n' "$*" >&2
+}
+
+die() {
+    printf 'cuda-toolchain: error: %s\n' "$*" >&2
+    exit 1
+}
+
+command -v "$python" >/dev/null 2>&1 ||
+    die "$python not found; install Python 3 with pip (Debian: apt-get install python3 python3-pip)"
+"$python" -m pip --version >/dev/null 2>&1 ||
+    die "$python has no pip; install it (Debian: apt-get install python3-pip)"
+
+mkdir -p "$prefix"
+prefix=$(cd "$prefix" && pwd)
+
+# The stamp of a target dir: the pinned requirements it holds, one a line.
+stamp_of() {
+    printf '%s\n' "$@"
+}
+
+# install DIR WHEEL...: installs the wheels into DIR unless DIR's stamp says
+# they are there. A partial or different install is removed first, so a
+# changed pin never mixes two releases.
+install() {
+    local dir=$1
+    shift
+    local stamp="$dir/.fairgpu-installed"
+    if [[ -f $stamp && $(cat "$stamp") == "$(stamp_of "$@")" ]]; then
+        say "$(basename "$dir"): $* already installed"
+        return 0
+    fi
+    rm -rf "$dir"
+    say "$(basename "$dir"): installing $*"
+    # --target installs outside any environment (and so is allowed where
+    # the system Python is externally managed); --only-binary: wheels only.
+    PIP_ROOT_USER_ACTION=ignore "$python" -m pip install --quiet \
+        --disable-pip-version-check --no-input --only-binary=:all: \
+        --target "$dir" "$@" >&2 ||
+        die "pip could not install $* into $dir"
+    stamp_of "$@" >"$stamp"
+}
+
+rm -f "$prefix/env.sh"
+install "$prefix/cu13" "${CUDA13_WHEELS[@]}"
+install "$prefix/cu12" "${CUDA12_WHEELS[@]}"
+
+cu13="$prefix/cu13/nvidia/cu13"
+cu12="$prefix/cu12/nvidia/cuda_runtime"
+nvcc="$cu13/bin/nvcc"
+for f in "$nvcc" "$cu13/include/cuda_runtime.h" "$cu13/lib/libcudart.so.13" \
+    "$cu12/include/cuda.h" "$cu12/include/cuda_runtime.h" \
+    "$cu12/lib/libcudart.so.12" "$cu12/lib/libcudart_static.a"; do
+    [[ -e $f ]] || die "$f missing after the install; remove $prefix and retry"
+done
+version=$("$nvcc" --version) || die "$nvcc does not run"
+[[ $version == *"V$CUDA13_VERSION"* ]] ||
+    die "$nvcc is not release $CUDA13_VERSION: $version"
+
+# `-lcudart` needs an unversioned name; the wheels ship only the soname.
+ln -sfn libcudart.so.12 "$cu12/lib/libcudart.so"
+ln -sfn libcudart.so.13 "$cu13/lib/libcudart.so"
+
+env_text=$(
+    cat <<EOF
+export FAIRGPU_CUDA_PREFIX='$prefix'
+export CUDA_NVCC='$nvcc'
+export CUDA12_INCLUDE='$cu12/include'
+export CUDA12_LIB='$cu12/lib'
+export CUDA13_INCLUDE='$cu13/include'
+export CUDA13_LIB='$cu13/lib'
+EOF
+)
+printf '%s\n' "$env_text" >"$prefix/env.sh.tmp"
+mv "$prefix/env.sh.tmp" "$prefix/env.sh"
+command -v g++ >/dev/null 2>&1 || say "warning: no g++ on PATH; nvcc needs it to compile"
+say "ready: nvcc $CUDA13_VERSION, cudart $CUDA12_RUNTIME_VERSION and $CUDA13_VERSION in $prefix ($(du -sh "$prefix" | cut -f1))"
+printf '%s\n' "$env_text"

@@ -1,0 +1,398 @@
+/*
+ * The CUDA driver API used directly, as programs that skip the runtime do.
+ * libcuda.so.1 is opened with dlopen and every entry point taken with dlsym
+ * under the name cuda.h binds (cuMemAlloc is cuMemAlloc_v2), so this builds
+ * with no libcuda at all and runs against whichever one the loader finds.
+ *
+ * Covers: cuInit, the device queries, the primary context, a context of
+ * its own (cuCtxCreate), cuModuleLoadData from PTX text, cuModuleGetFunction,
+ * cuLaunchKernel with kernelParams and with an `extra` packed buffer,
+ * event timing around launches, memory allocation, copies and memsets.
+ *
+ * Kernel durations are SimGpu's modelled ones (configuration: "spin" and
+ * "mixed" take their duration from parameter 0 and 9), so event times show
+ * that the parameters arrived intact, by either launch form. Prints
+ * "GPU_NS <total>" for the test to compare with the VM's GPU time.
+ * Environment: as the runtime programs (tests/cuda/common.h).
+ */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PROGRAM "driver_api"
+
+static void fail(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void fail(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL %s: ", PROGRAM);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    fflush(stdout);
+    exit(1);
+}
+
+/* Entry points, declared with cuda.h's own prototypes. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define DRIVER_CALLS(X)                                                                       \
+    X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuDeviceGetCount) X(cuDeviceGet)      \
+    X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDeviceGetAttribute)                            \
+    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)               \
+    X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuCtxCreate) X(cuCtxDestroy) X(cuCtxPushCurrent)   \
+    X(cuCtxPopCurrent) X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload)              \
+    X(cuModuleGetFunction) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo)       \
+    X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuMemsetD32)              \
+    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)              \
+    X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)
+
+#define DECLARE(fn) static __typeof__(fn)* p_##fn;
+DRIVER_CALLS(DECLARE)
+
+static const char* err_name(CUresult r) {
+    const char* s = NULL;
+    if (p_cuGetErrorName == NULL || p_cuGetErrorName(r, &s) != CUDA_SUCCESS || s == NULL)
+        return "?";
+    return s;
+}
+
+#define CHECK(call)                                                                           \
+    do {                                                                                      \
+        CUresult r_ = (call);                                                                 \
+        if (r_ != CUDA_SUCCESS)                                                               \
+            fail("line %d: %s returned %d %s", __LINE__, #call, (int)r_, err_name(r_));       \
+    } while (0)
+
+#define EXPECT(cond, fmt, ...)                                                                \
+    do {                                                                                      \
+        if (!(cond)) fail("line %d: " fmt, __LINE__, ##__VA_ARGS__);                          \
+    } while (0)
+
+static void load_driver(void) {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        printf("NODRIVER %s: dlopen(libcuda.so.1): %s\n", PROGRAM, dlerror());
+        exit(3);
+    }
+#define LOAD(fn)                                                                              \
+    p_##fn = (__typeof__(fn)*)dlsym(lib, STR(fn));                                            \
+    if (p_##fn == NULL) fail("libcuda.so.1 lacks %s", STR(fn));
+    DRIVER_CALLS(LOAD)
+}
+
+/*
+ * spin(u64 ns): busy-waits ns nanoseconds of %globaltimer.
+ * mixed(...): the parameters of tests/cuda/launch_args.cu's kernels;
+ * its body does nothing.
+ */
+static const char PTX[] =
+    ".version 7.0\n"
+    ".target sm_70\n"
+    ".address_size 64\n"
+    "\n"
+    ".visible .entry spin(\n"
+    "\t.param .u64 spin_param_0\n"
+    ")\n"
+    "{\n"
+    "\t.reg .pred %p<2>;\n"
+    "\t.reg .b64 %rd<5>;\n"
+    "\tld.param.u64 %rd1, [spin_param_0];\n"
+    "\tmov.u64 %rd2, %globaltimer;\n"
+    "$L__spin:\n"
+    "\tmov.u64 %rd3, %globaltimer;\n"
+    "\tsub.s64 %rd4, %rd3, %rd2;\n"
+    "\tsetp.lt.u64 %p1, %rd4, %rd1;\n"
+    "\t@%p1 bra $L__spin;\n"
+    "\tret;\n"
+    "}\n"
+    "\n"
+    ".visible .entry mixed(\n"
+    "\t.param .u64 mixed_param_0,\n"
+    "\t.param .u8 mixed_param_1,\n"
+    "\t.param .u16 mixed_param_2,\n"
+    "\t.param .u32 mixed_param_3,\n"
+    "\t.param .f64 mixed_param_4,\n"
+    "\t.param .align 8 .b8 mixed_param_5[24],\n"
+    "\t.param .u64 mixed_param_6,\n"
+    "\t.param .align 1 .b8 mixed_param_7[3],\n"
+    "\t.param .align 4 .b8 mixed_param_8[8],\n"
+    "\t.param .u64 mixed_param_9\n"
+    ")\n"
+    "{\n"
+    "\tret;\n"
+    "}\n";
+
+/* mixed's packed parameters (the layout of launch_args.cu's Packed). */
+struct S24 {
+    unsigned long long a, b;
+    unsigned int c;
+    unsigned short d;
+    unsigned char e, f;
+};
+struct S3 {
+    unsigned char x, y, z;
+};
+struct Mix8 {
+    unsigned char a, b;
+    unsigned short c;
+    unsigned int d;
+};
+struct Packed {
+    CUdeviceptr out;
+    char c;
+    short s;
+    int i;
+    double d;
+    struct S24 big;
+    const void* p;
+    struct S3 tri;
+    struct Mix8 m;
+    unsigned long long ns;
+};
+_Static_assert(offsetof(struct Packed, tri) == 56 && offsetof(struct Packed, m) == 60 &&
+                   offsetof(struct Packed, ns) == 72 && sizeof(struct Packed) == 80,
+               "parameter layout");
+
+static const unsigned long long MS = 1000000ull;
+static unsigned long long gpu_ns = 0;
+
+static int sim_timing(void) {
+    const char* v = getenv("FAIRGPU_SIM_TIMING");
+    return v == NULL || *v == '\0' || strcmp(v, "0") != 0;
+}
+
+static void fill_pattern(unsigned char* p, size_t len, uint64_t seed) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull | 1;
+    for (size_t i = 0; i < len; i++) {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        p[i] = (unsigned char)((s * 0x2545f4914f6cdd1dull) >> 56);
+    }
+}
+
+static void device_queries(CUdevice* dev) {
+    int version = 0, count = 0;
+    CHECK(p_cuDriverGetVersion(&version));
+    EXPECT(version >= 12000, "cuDriverGetVersion: %d", version);
+    CHECK(p_cuDeviceGetCount(&count));
+    EXPECT(count == 1, "cuDeviceGetCount: %d", count);
+    CHECK(p_cuDeviceGet(dev, 0));
+    char name[256] = {0};
+    CHECK(p_cuDeviceGetName(name, sizeof name, *dev));
+    EXPECT(name[0] != '\0', "empty device name");
+    size_t total = 0;
+    CHECK(p_cuDeviceTotalMem(&total, *dev));
+    EXPECT(total > 0, "cuDeviceTotalMem: 0");
+    int warp = 0, major = 0;
+    CHECK(p_cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, *dev));
+    EXPECT(warp == 32, "warp size %d", warp);
+    CHECK(p_cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, *dev));
+    EXPECT(major >= 7, "compute capability major %d", major);
+    CUdevice bad;
+    EXPECT(p_cuDeviceGet(&bad, 1) == CUDA_ERROR_INVALID_DEVICE, "cuDeviceGet(1) succeeded");
+    printf("DEVICE %s, %zu bytes, driver %d\n", name, total, version);
+}
+
+static void memory(void) {
+    enum { N = 100003 };
+    static unsigned char in[N], out[N];
+    fill_pattern(in, N, 11);
+    CUdeviceptr a = 0, b = 0;
+    CHECK(p_cuMemAlloc(&a, N + 8));
+    CHECK(p_cuMemAlloc(&b, N + 8));
+    EXPECT(a != 0 && b != 0 && a != b, "cuMemAlloc: %llx, %llx", (unsigned long long)a,
+           (unsigned long long)b);
+    CHECK(p_cuMemcpyHtoD(a + 3, in, N));
+    CHECK(p_cuMemcpyDtoD(b + 5, a + 3, N));
+    CHECK(p_cuMemcpyDtoH(out, b + 5, N));
+    EXPECT(memcmp(in, out, N) == 0, "HtoD, DtoD, DtoH round trip differs");
+    CHECK(p_cuMemsetD8(b + 5, 0x7e, 17));
+    CHECK(p_cuMemsetD32(b + 24, 0x01020304u, 4));
+    CHECK(p_cuMemcpyDtoH(out, b, 48));
+    for (int k = 5; k < 22; k++) EXPECT(out[k] == 0x7e, "cuMemsetD8: byte %d is %#x", k, out[k]);
+    for (int k = 24; k < 40; k++)
+        EXPECT(out[k] == 4 - (k % 4), "cuMemsetD32: byte %d is %#x", k, out[k]);
+    size_t free_b = 0, total_b = 0;
+    CHECK(p_cuMemGetInfo(&free_b, &total_b));
+    EXPECT(free_b <= total_b && total_b > 0, "cuMemGetInfo: %zu of %zu", free_b, total_b);
+    CHECK(p_cuMemFree(a));
+    CHECK(p_cuMemFree(b));
+    EXPECT(p_cuMemFree(a) != CUDA_SUCCESS, "a second cuMemFree succeeded");
+}
+
+static struct Packed packed(CUdeviceptr out, unsigned long long ns) {
+    struct Packed a;
+    memset(&a, 0, sizeof a);
+    a.out = out;
+    a.c = (char)0xa5;
+    a.s = (short)0xbeef;
+    a.i = 1100000;
+    unsigned long long dbits = 1200000;
+    memcpy(&a.d, &dbits, 8);
+    a.big.a = 0x0102030405060708ull;
+    a.big.b = 0xf1f2f3f4f5f6f7f8ull;
+    a.big.c = 0xcafebabeu;
+    a.big.d = 0xd00d;
+    a.big.e = 0xe1;
+    a.big.f = 0xf2;
+    a.p = (const void*)(uintptr_t)1300000;
+    a.tri.x = 0x31;
+    a.tri.y = 0x32;
+    a.tri.z = 0x33;
+    a.m.a = 0x91;
+    a.m.b = 0x61;
+    a.m.c = 0x15;
+    a.ns = ns;
+    return a;
+}
+
+/* Launches through both forms, each between two events. */
+static int launches(CUfunction spin, CUfunction mixed, CUstream s, CUevent* ev,
+                    unsigned long long head, unsigned long long* want) {
+    int n = 0;
+    unsigned long long h = head;
+    void* head_args[] = {&h};
+    CHECK(p_cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, s, head_args, NULL));
+    gpu_ns += head;
+    CHECK(p_cuEventRecord(ev[0], s));
+
+    /* spin, kernelParams */
+    unsigned long long ns1 = 2 * MS + 345678;
+    void* args1[] = {&ns1};
+    CHECK(p_cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, s, args1, NULL));
+    want[n++] = ns1;
+    CHECK(p_cuEventRecord(ev[n], s));
+
+    /* spin, extra */
+    unsigned long long ns2 = 1 * MS + 987654;
+    size_t size2 = sizeof ns2;
+    void* extra2[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &ns2, CU_LAUNCH_PARAM_BUFFER_SIZE, &size2,
+                      CU_LAUNCH_PARAM_END};
+    CHECK(p_cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, s, NULL, extra2));
+    want[n++] = ns2;
+    CHECK(p_cuEventRecord(ev[n], s));
+
+    /* mixed, kernelParams: one pointer per parameter */
+    struct Packed a = packed(0, 1 * MS + 111111);
+    void* args3[] = {&a.out, &a.c, &a.s, &a.i, &a.d, &a.big, &a.p, &a.tri, &a.m, &a.ns};
+    CHECK(p_cuLaunchKernel(mixed, 1, 1, 1, 32, 1, 1, 0, s, args3, NULL));
+    want[n++] = a.ns;
+    CHECK(p_cuEventRecord(ev[n], s));
+
+    /* mixed, extra: the packed buffer */
+    struct Packed b = packed(0, 1 * MS + 222222);
+    size_t size4 = sizeof b;
+    void* extra4[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &b, CU_LAUNCH_PARAM_BUFFER_SIZE, &size4,
+                      CU_LAUNCH_PARAM_END};
+    CHECK(p_cuLaunchKernel(mixed, 2, 1, 1, 64, 1, 1, 0, s, NULL, extra4));
+    want[n++] = b.ns;
+    CHECK(p_cuEventRecord(ev[n], s));
+    printf("ARGS mixed ");
+    for (size_t k = 0; k < sizeof b; k++) printf("%02x", ((unsigned char*)&b)[k]);
+    printf("\n");
+
+    for (int k = 0; k < n; k++) gpu_ns += want[k];
+    return n;
+}
+
+static void kernels(void) {
+    CUmodule mod;
+    CHECK(p_cuModuleLoadData(&mod, PTX));
+    CUfunction spin, mixed, missing;
+    CHECK(p_cuModuleGetFunction(&spin, mod, "spin"));
+    CHECK(p_cuModuleGetFunction(&mixed, mod, "mixed"));
+    EXPECT(p_cuModuleGetFunction(&missing, mod, "no_such_kernel") == CUDA_ERROR_NOT_FOUND,
+           "cuModuleGetFunction of a missing kernel did not say NOT_FOUND");
+
+    CUstream s;
+    CHECK(p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUevent ev[8];
+    for (int k = 0; k < 8; k++) CHECK(p_cuEventCreate(&ev[k], CU_EVENT_DEFAULT));
+    for (int attempt = 0;; attempt++) {
+        unsigned long long want[8];
+        /* A head start keeps the stream busy while the launches are issued,
+         * so the events measure the kernels only. */
+        int n = launches(spin, mixed, s, ev, (200 * MS) << (2 * attempt), want);
+        CHECK(p_cuEventSynchronize(ev[n]));
+        int exact = 1;
+        for (int k = 0; k < n; k++) {
+            float ms = -1;
+            CHECK(p_cuEventElapsedTime(&ms, ev[k], ev[k + 1]));
+            double w = (double)want[k] / 1e6;
+            printf("TIME launch %d %.6f ms, modelled %.6f ms\n", k, ms, w);
+            EXPECT(ms >= w - 1e-3, "launch %d: %.6f ms, want %.6f ms", k, ms, w);
+            if (ms > w + 1e-3) exact = 0;
+        }
+        if (exact || !sim_timing()) break;
+        EXPECT(attempt < 2, "the kernels' times are not their modelled durations");
+    }
+    CHECK(p_cuCtxSynchronize());
+    for (int k = 0; k < 8; k++) CHECK(p_cuEventDestroy(ev[k]));
+    CHECK(p_cuStreamDestroy(s));
+    CHECK(p_cuModuleUnload(mod));
+}
+
+/* A context of its own, beside the primary one. */
+static void own_context(CUdevice dev, CUcontext primary) {
+    CUcontext ctx = NULL, cur = NULL;
+    CHECK(p_cuCtxCreate(&ctx, 0, dev));
+    CHECK(p_cuCtxGetCurrent(&cur));
+    EXPECT(cur == ctx, "cuCtxCreate did not make its context current");
+    CUcontext popped = NULL;
+    CHECK(p_cuCtxPushCurrent(primary));
+    CHECK(p_cuCtxGetCurrent(&cur));
+    EXPECT(cur == primary, "cuCtxPushCurrent did not make the primary context current");
+    CHECK(p_cuCtxPopCurrent(&popped));
+    EXPECT(popped == primary, "cuCtxPopCurrent returned another context");
+    CHECK(p_cuCtxGetCurrent(&cur));
+    EXPECT(cur == ctx, "cuCtxPopCurrent did not restore the created context");
+    unsigned char in[4099], out[4099];
+    fill_pattern(in, sizeof in, 3);
+    CUdeviceptr d;
+    CHECK(p_cuMemAlloc(&d, sizeof in));
+    CHECK(p_cuMemcpyHtoD(d, in, sizeof in));
+    CHECK(p_cuMemcpyDtoH(out, d, sizeof out));
+    EXPECT(memcmp(in, out, sizeof in) == 0, "round trip in an own context differs");
+    CHECK(p_cuMemFree(d));
+    CHECK(p_cuCtxDestroy(ctx));
+    CHECK(p_cuCtxSetCurrent(primary));
+}
+
+int main(void) {
+    load_driver();
+    CUresult r = p_cuInit(0);
+    if (r == CUDA_ERROR_NO_DEVICE || r == CUDA_ERROR_NOT_INITIALIZED) {
+        printf("NODRIVER %s: cuInit returned %d %s\n", PROGRAM, (int)r, err_name(r));
+        return 3;
+    }
+    CHECK(r);
+    CUdevice dev;
+    device_queries(&dev);
+
+    CUcontext ctx = NULL, cur = NULL;
+    CHECK(p_cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(p_cuCtxSetCurrent(ctx));
+    CHECK(p_cuCtxGetCurrent(&cur));
+    EXPECT(cur == ctx, "cuCtxGetCurrent is not the context just set");
+    CUdevice d2 = -1;
+    CHECK(p_cuCtxGetDevice(&d2));
+    EXPECT(d2 == dev, "cuCtxGetDevice: %d", d2);
+
+    memory();
+    kernels();
+    own_context(dev, ctx);
+
+    CHECK(p_cuCtxSynchronize());
+    CHECK(p_cuDevicePrimaryCtxRelease(dev));
+    printf("GPU_NS %llu\n", gpu_ns);
+    printf("PASS %s\n", PROGRAM);
+    return 0;
+}

@@ -1,0 +1,400 @@
+//! Real CUDA programs (`tests/cuda/`), unmodified: compiled with NVIDIA's
+//! nvcc 13 and linked against NVIDIA's libcudart 12.9 (shared and static)
+//! and 13 (shared), plus a C program on the driver API. They run against
+//! the guest library as `libcuda.so.1` (`LD_LIBRARY_PATH`) and a `fairgpu
+//! serve` daemon on SimGpu, one VM per build variant. Each program checks
+//! itself and prints `PASS <name>`; the test also compares what a program
+//! reports (device properties, memory totals, modelled GPU time) with the
+//! daemon's configuration and status.
+//!
+//! The toolchain comes from `scripts/cuda-toolchain.sh` (PyPI wheels, no
+//! GPU needed), found through `FAIRGPU_CUDA_PREFIX` (default
+//! `target/cuda-toolchain`). Without it these tests fail, unless
+//! `FAIRGPU_ALLOW_NO_CUDA=1`, which makes them skip with a message.
+//! `tests/cuda/build.sh` builds the programs once per run into
+//! `target/<profile>/cuda-programs/`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use fairgpu_tests::{
+    guest_lib_dir, run_command, vm, wait_for_status, DaemonProcess, Setup, VM_QUOTA,
+};
+
+/// The builds of each runtime program.
+const VARIANTS: [&str; 3] = ["cu12", "cu12static", "cu13"];
+/// The VM the driver-API program uses.
+const DRIVER_VM: &str = "driver";
+/// How long one program may run.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long building all programs may take (about 20 s on two cores).
+const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
+/// The device the programs must see.
+const SIM_NAME: &str = "fairgpu cuda-programs SimGpu";
+const SIM_SM_COUNT: u32 = 46;
+/// The `[sim]` table: every kernel the programs launch, with the parameter
+/// its modelled duration comes from (see tests/cuda/launch_args.cu for why
+/// five kernels of one signature read five different parameters).
+const SIM: &str = r#"memory_bytes = 1073741824
+name = "fairgpu cuda-programs SimGpu"
+sm_count = 46
+kernels = [
+  { name = "spin", duration_param = 0 },
+  { name = "args_i", duration_param = 3 },
+  { name = "args_d", duration_param = 4 },
+  { name = "args_p", duration_param = 6 },
+  { name = "args_m", duration_param = 8 },
+  { name = "args_n", duration_param = 9 },
+  { name = "_ZN2fg6nestedEPhiy", duration_param = 2 },
+  { name = "_Z4tmplIfEvPhT_y", duration_param = 2 },
+  { name = "big_params", duration_param = 2 },
+  { name = "mixed", duration_param = 9 },
+]
+"#;
+/// Guest channels per VM: the threaded programs may claim several.
+const CHANNELS: u32 = 8;
+
+/// `target/<profile>`, from this test binary's path.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("locating the test binary");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps")
+        .to_owned()
+}
+
+fn toolchain_prefix() -> PathBuf {
+    match std::env::var_os("FAIRGPU_CUDA_PREFIX") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/cuda-toolchain"),
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The directory of built programs; `None` if the toolchain is missing and
+/// `FAIRGPU_ALLOW_NO_CUDA=1`. Builds once per test binary.
+fn programs() -> Option<&'static Path> {
+    static BUILT: OnceLock<Result<Option<PathBuf>, String>> = OnceLock::new();
+    match BUILT.get_or_init(build_programs) {
+        Ok(dir) => dir.as_deref(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn build_programs() -> Result<Option<PathBuf>, String> {
+    let prefix = toolchain_prefix();
+    if !prefix.join("env.sh").is_file() {
+        if std::env::var("FAIRGPU_ALLOW_NO_CUDA").is_ok_and(|v| v == "1") {
+            eprintln!("SKIPPED: CUDA toolchain not installed (run scripts/cuda-toolchain.sh)");
+            return Ok(None);
+        }
+        return Err(format!(
+            "CUDA toolchain not installed in {}: run scripts/cuda-toolchain.sh \
+             (or set FAIRGPU_ALLOW_NO_CUDA=1 to skip the CUDA program tests)",
+            prefix.display()
+        ));
+    }
+    let out = profile_dir().join("cuda-programs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda/build.sh");
+    let built = run_command(
+        Command::new("bash")
+            .arg(&script)
+            .arg(&out)
+            .env("FAIRGPU_CUDA_PREFIX", &prefix),
+        BUILD_TIMEOUT,
+    );
+    if !built.status.success() {
+        return Err(format!(
+            "tests/cuda/build.sh failed ({}):\n{}{}",
+            built.status,
+            text(&built.stdout),
+            text(&built.stderr)
+        ));
+    }
+    Ok(Some(out))
+}
+
+/// A daemon on SimGpu with one VM per runtime variant and one for the
+/// driver-API program.
+struct Sim {
+    setup: Setup,
+    daemon: DaemonProcess,
+}
+
+impl Sim {
+    fn start(test: &str) -> Sim {
+        let mut vms: Vec<(&str, u32, u32)> = VARIANTS.iter().map(|v| (*v, 1, CHANNELS)).collect();
+        vms.push((DRIVER_VM, 1, CHANNELS));
+        let setup = Setup::with_sim(test, SIM, &vms);
+        let daemon = setup.start();
+        Sim { setup, daemon }
+    }
+
+    fn region(&self, vm_name: &str) -> &Path {
+        let i = VARIANTS
+            .iter()
+            .position(|v| *v == vm_name)
+            .unwrap_or(VARIANTS.len());
+        &self.setup.regions[i]
+    }
+
+    /// Runs `program` as a guest of VM `vm_name` with the guest library,
+    /// checks that it passed, and waits until the VM has reclaimed what it
+    /// used. Returns its stdout.
+    fn run(&self, program: &Path, vm_name: &str) -> String {
+        let name = program
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("a program name");
+        let out = run_command(
+            Command::new(program)
+                .env("LD_LIBRARY_PATH", guest_lib_dir())
+                .env("FAIRGPU_REGION", self.region(vm_name)),
+            RUN_TIMEOUT,
+        );
+        let stdout = text(&out.stdout);
+        let base = name.split('-').next().unwrap_or(name);
+        if !out.status.success() || !stdout.contains(&format!("PASS {base}\n")) {
+            panic!(
+                "{name} ({}) did not pass{}\n--- stdout ---\n{stdout}--- stderr ---\n{}\n--- daemon ---\n{}",
+                out.status,
+                if out.status.code() == Some(3) {
+                    " (exit 3: libcudart or the program found no usable libcuda.so.1)"
+                } else {
+                    ""
+                },
+                text(&out.stderr),
+                self.daemon.log()
+            );
+        }
+        // The process is gone: its channel and memory are released.
+        wait_for_status(
+            &self.daemon,
+            &format!("vm {vm_name} to release what {name} used"),
+            |s| {
+                let v = vm(s, vm_name);
+                v.channels_used == 0 && v.mem_used == 0
+            },
+        );
+        stdout
+    }
+
+    /// Checks that the VM's GPU time is the modelled time the program
+    /// reports (`GPU_NS` line).
+    fn check_gpu_time(&self, vm_name: &str, stdout: &str, program: &str) {
+        let want: u64 = lines(stdout, "GPU_NS ")
+            .first()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{program} printed no GPU_NS line:\n{stdout}"));
+        assert!(want > 0, "{program}: GPU_NS 0");
+        let s = wait_for_status(
+            &self.daemon,
+            &format!("vm {vm_name} to publish {want} ns of GPU time"),
+            |s| vm(s, vm_name).gpu_time_ns >= want,
+        );
+        assert_eq!(
+            vm(&s, vm_name).gpu_time_ns,
+            want,
+            "{program}: the VM's GPU time is not the sum of its kernels' modelled durations"
+        );
+    }
+}
+
+/// The rest of every stdout line starting with `prefix`.
+fn lines<'a>(stdout: &'a str, prefix: &str) -> Vec<&'a str> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .collect()
+}
+
+/// Runs the three variants of runtime program `name`, each on its own VM,
+/// one after the other (so that no other kernel shares the modelled device
+/// while one measures), and returns their stdouts. `None`: skipped.
+fn run_variants(test: &str, name: &str) -> Option<(Sim, Vec<(String, String)>)> {
+    let dir = programs()?;
+    guest_lib_dir();
+    let sim = Sim::start(test);
+    let outs = VARIANTS
+        .iter()
+        .map(|v| {
+            let stdout = sim.run(&dir.join(format!("{name}-{v}")), v);
+            ((*v).to_owned(), stdout)
+        })
+        .collect();
+    Some((sim, outs))
+}
+
+#[test]
+fn device_query_sees_the_configured_device() {
+    let Some((_sim, outs)) = run_variants("cuda_device_query", "device_query") else {
+        return;
+    };
+    for (variant, stdout) in outs {
+        let props: HashMap<&str, &str> = lines(&stdout, "PROP ")
+            .into_iter()
+            .filter_map(|l| l.split_once('='))
+            .collect();
+        let want = [
+            ("name", SIM_NAME.to_owned()),
+            ("major", "9".to_owned()),
+            ("minor", "0".to_owned()),
+            ("multiProcessorCount", SIM_SM_COUNT.to_string()),
+            // The VM's quota, below the device's memory.
+            ("totalGlobalMem", VM_QUOTA.to_string()),
+            ("warpSize", "32".to_owned()),
+            ("maxThreadsPerBlock", "1024".to_owned()),
+        ];
+        for (key, value) in want {
+            assert_eq!(
+                props.get(key).copied(),
+                Some(value.as_str()),
+                "device_query-{variant}: PROP {key}; stdout:\n{stdout}"
+            );
+        }
+    }
+}
+
+#[test]
+fn memory_copies_memsets_and_the_quota() {
+    let Some((_sim, outs)) = run_variants("cuda_memory", "memory") else {
+        return;
+    };
+    for (variant, stdout) in outs {
+        let info = lines(&stdout, "MEMINFO ");
+        let total = info
+            .first()
+            .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("total=")))
+            .unwrap_or_else(|| panic!("memory-{variant} printed no MEMINFO total:\n{stdout}"));
+        assert_eq!(
+            total,
+            VM_QUOTA.to_string(),
+            "memory-{variant}: cudaMemGetInfo's total is not the VM's quota"
+        );
+    }
+}
+
+#[test]
+fn streams_events_and_host_threads() {
+    let Some((sim, outs)) = run_variants("cuda_streams", "streams_events") else {
+        return;
+    };
+    for (variant, stdout) in outs {
+        sim.check_gpu_time(
+            variant.as_str(),
+            &stdout,
+            &format!("streams_events-{variant}"),
+        );
+    }
+}
+
+#[test]
+fn launch_parameters_reach_the_host_exactly() {
+    let Some((sim, outs)) = run_variants("cuda_launch_args", "launch_args") else {
+        return;
+    };
+    for (variant, stdout) in outs {
+        let program = format!("launch_args-{variant}");
+        sim.check_gpu_time(variant.as_str(), &stdout, &program);
+        // The buffers the program passed, as it laid them out: 80 bytes
+        // for the args_* kernels (the offsets its static_asserts pin).
+        let args = lines(&stdout, "ARGS ");
+        assert!(args.len() >= 6, "{program}: ARGS lines missing:\n{stdout}");
+        for a in args {
+            let (kernel, hex) = a.split_once(' ').expect("ARGS <kernel> <hex>");
+            assert!(
+                hex.len() == 160 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+                "{program}: ARGS {kernel}: not 80 bytes of hex: {hex}"
+            );
+        }
+    }
+}
+
+#[test]
+fn errors_are_codes_and_the_context_survives() {
+    let Some((_sim, outs)) = run_variants("cuda_errors", "errors") else {
+        return;
+    };
+    for (variant, stdout) in outs {
+        for note in lines(&stdout, "NOTE ") {
+            eprintln!("errors-{variant}: {note}");
+        }
+    }
+}
+
+#[test]
+fn driver_api_program_loads_ptx_and_launches_both_ways() {
+    let Some(dir) = programs() else {
+        return;
+    };
+    guest_lib_dir();
+    let sim = Sim::start("cuda_driver_api");
+    let stdout = sim.run(&dir.join("driver_api"), DRIVER_VM);
+    sim.check_gpu_time(DRIVER_VM, &stdout, "driver_api");
+}
+
+/// Without any libcuda.so.1, every program reports that there is no driver
+/// (exit 3, "NODRIVER"): libcudart answers cudaErrorInsufficientDriver.
+/// Skipped where the system has a libcuda.so.1 of its own.
+#[test]
+fn without_a_driver_every_program_says_so() {
+    let Some(dir) = programs() else {
+        return;
+    };
+    let run = |name: &str| -> Output {
+        run_command(
+            Command::new(dir.join(name))
+                .env_remove("LD_LIBRARY_PATH")
+                .env_remove("LD_PRELOAD")
+                .env_remove("FAIRGPU_REGION"),
+            RUN_TIMEOUT,
+        )
+    };
+    let probe = run("driver_api");
+    if probe.status.code() != Some(3) {
+        eprintln!(
+            "SKIPPED: this system has a libcuda.so.1 of its own (driver_api: {}):\n{}",
+            probe.status,
+            text(&probe.stdout)
+        );
+        return;
+    }
+    let mut names = vec!["driver_api".to_owned()];
+    for p in [
+        "device_query",
+        "memory",
+        "streams_events",
+        "launch_args",
+        "errors",
+    ] {
+        names.extend(VARIANTS.iter().map(|v| format!("{p}-{v}")));
+    }
+    for name in names {
+        let out = run(&name);
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{name} without a driver: {}\n{stdout}{}",
+            out.status,
+            text(&out.stderr)
+        );
+        let base = name.split('-').next().unwrap_or(&name);
+        assert!(
+            stdout.starts_with(&format!("NODRIVER {base}: ")),
+            "{name}: {stdout}"
+        );
+        if name != "driver_api" {
+            assert!(
+                stdout.contains("35 cudaErrorInsufficientDriver"),
+                "{name}: libcudart without libcuda.so.1 should say cudaErrorInsufficientDriver: {stdout}"
+            );
+        }
+    }
+}
