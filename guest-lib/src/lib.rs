@@ -1,5 +1,81 @@
-//! The guest library: a drop-in `libcuda.so.1` that forwards the CUDA driver
-//! API over [`fairgpu_frontend`](../fairgpu_frontend/index.html).
+//! fairgpu's guest library: a drop-in `libcuda.so.1`.
 //!
-//! Not built yet: this crate reserves its place in the workspace. The
-//! transport it will sit on is complete in `fairgpu-frontend`.
+//! Applications (and NVIDIA's libcudart, static or shared, 12.x and 13.x)
+//! load this library as the CUDA driver. It exports every `cu*` symbol of the
+//! driver ABI, generated from one declaration list (`api/driver_api.tsv`):
+//! the implemented ones forward to the fairgpu host over the frontend's
+//! channel; the rest return CUDA_ERROR_NOT_SUPPORTED and log their name once.
+//!
+//! Invariants:
+//! - no panic crosses the C ABI: every exported function runs its body
+//!   through [`ffi`], which turns a panic into CUDA_ERROR_UNKNOWN;
+//! - the host never sees guest pointers; the guest never sees host
+//!   pointers: modules, functions and libraries are guest-side objects that
+//!   hold the host's opaque handles;
+//! - device attributes and kernel parameter layouts are asked of the host
+//!   once and cached here.
+//!
+//! Environment: `FAIRGPU_REGION` (local mode; else the ivshmem device),
+//! `FAIRGPU_GUEST_LOG` (`0` silences the once-per-name log of unsupported
+//! calls), plus the frontend's `FAIRGPU_SPIN_US`, `FAIRGPU_HOST_TIMEOUT_MS`.
+
+#![allow(non_snake_case)]
+// The exported functions are the C ABI of the CUDA driver: they receive raw
+// pointers by contract and check them for null before use; marking them
+// `unsafe` would change nothing for their C callers.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+// Blocks that read an argument array and write the caller's out-pointers
+// hold several raw-pointer operations under one `// SAFETY:` argument.
+#![allow(clippy::multiple_unsafe_ops_per_block)]
+
+pub mod types;
+
+mod context;
+mod device;
+mod driver;
+pub mod export_tables;
+mod integrity;
+mod launch;
+mod md2;
+mod memory;
+mod module;
+mod proc_address;
+mod state;
+mod stream;
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use types::{err, CUresult};
+
+/// The generated stubs and the `cuGetProcAddress` table.
+pub mod generated {
+    include!(concat!(env!("OUT_DIR"), "/driver_api.rs"));
+}
+
+/// Runs an exported function's body: a panic becomes CUDA_ERROR_UNKNOWN
+/// instead of unwinding into C.
+pub(crate) fn ffi(f: impl FnOnce() -> CUresult) -> CUresult {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(err::UNKNOWN)
+}
+
+/// Like [`ffi`] for bodies that use `?` on `Result<(), CUresult>`.
+pub(crate) fn ffi_result(f: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
+    ffi(|| match f() {
+        Ok(()) => err::SUCCESS,
+        Err(e) => e,
+    })
+}
+
+/// What every unimplemented entry point does.
+pub(crate) fn unsupported(name: &'static str) -> CUresult {
+    static SEEN: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    let first = SEEN
+        .lock()
+        .map(|mut s| s.get_or_insert_with(HashSet::new).insert(name))
+        .unwrap_or(false);
+    if first && std::env::var_os("FAIRGPU_GUEST_LOG").is_none_or(|v| v != "0") {
+        eprintln!("fairgpu guest-lib: {name} is not supported (CUDA_ERROR_NOT_SUPPORTED)");
+    }
+    err::NOT_SUPPORTED
+}

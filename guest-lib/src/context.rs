@@ -1,0 +1,432 @@
+//! Contexts, guest side.
+//!
+//! One guest process holds one channel, which is one context on the host.
+//! The primary context and any context `cuCtxCreate` makes are guest-side
+//! objects that all name that channel; what differs per thread is which one
+//! is current (a per-thread stack, as in the driver).
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use crate::types::{err, CUcontext, CUdevice, CUresult};
+use crate::{ffi, ffi_result, state};
+
+/// A context object.
+#[derive(Debug)]
+pub struct GuestContext {
+    flags: AtomicU32,
+    retained: AtomicU32,
+}
+
+static PRIMARY: GuestContext = GuestContext {
+    flags: AtomicU32::new(0),
+    retained: AtomicU32::new(0),
+};
+static CREATED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static STACK: RefCell<Vec<CUcontext>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The primary context's handle.
+pub fn primary() -> CUcontext {
+    &PRIMARY as *const GuestContext as *mut c_void
+}
+
+fn valid(ctx: CUcontext) -> bool {
+    ctx == primary()
+        || CREATED
+            .lock()
+            .map(|v| v.contains(&(ctx as usize)))
+            .unwrap_or(false)
+}
+
+fn object(ctx: CUcontext) -> &'static GuestContext {
+    if ctx == primary() {
+        return &PRIMARY;
+    }
+    // SAFETY: `valid(ctx)` was checked by every caller; created contexts are
+    // leaked boxes that live for the rest of the process.
+    unsafe { &*(ctx as *const GuestContext) }
+}
+
+/// The calling thread's current context (null if none).
+pub fn current() -> CUcontext {
+    STACK.with(|s| s.borrow().last().copied().unwrap_or(std::ptr::null_mut()))
+}
+
+/// Fails with INVALID_CONTEXT unless the thread has a current context.
+pub fn require_current() -> Result<(), CUresult> {
+    state::device()?;
+    if current().is_null() {
+        Err(err::INVALID_CONTEXT)
+    } else {
+        Ok(())
+    }
+}
+
+fn check_device(dev: CUdevice) -> Result<(), CUresult> {
+    state::device()?;
+    if dev == 0 {
+        Ok(())
+    } else {
+        Err(err::INVALID_DEVICE)
+    }
+}
+
+/// Writes `v` through an out-pointer, refusing null.
+///
+/// # Safety
+/// `p` must be null or valid for a write of `T`.
+pub unsafe fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
+    if p.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: non-null, and valid for writes per this function's contract.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+/// `cuDevicePrimaryCtxRetain`.
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+    ffi_result(|| {
+        check_device(dev)?;
+        PRIMARY.retained.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: caller passes a writable CUcontext slot (checked for null).
+        unsafe { out(pctx, primary()) }
+    })
+}
+
+fn primary_release(dev: CUdevice) -> CUresult {
+    ffi_result(|| {
+        check_device(dev)?;
+        let before = PRIMARY
+            .retained
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if before == Ok(1) {
+            crate::export_tables::context_destroyed(primary());
+        }
+        Ok(())
+    })
+}
+
+/// `cuDevicePrimaryCtxRelease` (legacy ABI).
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
+    primary_release(dev)
+}
+
+/// `cuDevicePrimaryCtxRelease_v2`.
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
+    primary_release(dev)
+}
+
+fn primary_set_flags(dev: CUdevice, flags: u32) -> CUresult {
+    ffi_result(|| {
+        check_device(dev)?;
+        PRIMARY.flags.store(flags, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+/// `cuDevicePrimaryCtxSetFlags` (legacy ABI).
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxSetFlags(dev: CUdevice, flags: u32) -> CUresult {
+    primary_set_flags(dev, flags)
+}
+
+/// `cuDevicePrimaryCtxSetFlags_v2`.
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: u32) -> CUresult {
+    primary_set_flags(dev, flags)
+}
+
+/// `cuDevicePrimaryCtxGetState`.
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxGetState(
+    dev: CUdevice,
+    flags: *mut u32,
+    active: *mut i32,
+) -> CUresult {
+    ffi_result(|| {
+        check_device(dev)?;
+        // SAFETY: caller passes writable slots (checked for null).
+        unsafe {
+            out(flags, PRIMARY.flags.load(Ordering::Relaxed))?;
+            out(
+                active,
+                i32::from(PRIMARY.retained.load(Ordering::Relaxed) > 0),
+            )
+        }
+    })
+}
+
+fn primary_reset(dev: CUdevice) -> CUresult {
+    ffi_result(|| {
+        check_device(dev)?;
+        crate::export_tables::context_destroyed(primary());
+        Ok(())
+    })
+}
+
+/// `cuDevicePrimaryCtxReset` (legacy ABI).
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
+    primary_reset(dev)
+}
+
+/// `cuDevicePrimaryCtxReset_v2`.
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
+    primary_reset(dev)
+}
+
+/// `cuCtxGetCurrent`.
+#[no_mangle]
+pub extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(pctx, current()) }
+    })
+}
+
+/// `cuCtxSetCurrent`: replaces the top of the thread's stack (null pops it).
+#[no_mangle]
+pub extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if !ctx.is_null() && !valid(ctx) {
+            return Err(err::INVALID_CONTEXT);
+        }
+        STACK.with(|s| {
+            let mut s = s.borrow_mut();
+            s.pop();
+            if !ctx.is_null() {
+                s.push(ctx);
+            }
+        });
+        Ok(())
+    })
+}
+
+/// `cuCtxPushCurrent_v2`.
+#[no_mangle]
+pub extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if !valid(ctx) {
+            return Err(err::INVALID_CONTEXT);
+        }
+        STACK.with(|s| s.borrow_mut().push(ctx));
+        Ok(())
+    })
+}
+
+/// `cuCtxPopCurrent_v2`.
+#[no_mangle]
+pub extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        let top = STACK
+            .with(|s| s.borrow_mut().pop())
+            .ok_or(err::INVALID_CONTEXT)?;
+        if !pctx.is_null() {
+            // SAFETY: non-null slot provided by the caller.
+            unsafe { out(pctx, top)? };
+        }
+        Ok(())
+    })
+}
+
+fn ctx_create(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> CUresult {
+    ffi_result(|| {
+        check_device(dev)?;
+        let obj = Box::leak(Box::new(GuestContext {
+            flags: AtomicU32::new(flags),
+            retained: AtomicU32::new(1),
+        }));
+        let ctx = obj as *mut GuestContext as *mut c_void;
+        CREATED.lock().map_err(|_| err::UNKNOWN)?.push(ctx as usize);
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(pctx, ctx)? };
+        STACK.with(|s| s.borrow_mut().push(ctx));
+        Ok(())
+    })
+}
+
+/// `cuCtxCreate_v2`: a new context object on this process's channel.
+#[no_mangle]
+pub extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> CUresult {
+    ctx_create(pctx, flags, dev)
+}
+
+/// `cuCtxCreate_v3` (execution-affinity parameters are ignored).
+#[no_mangle]
+pub extern "C" fn cuCtxCreate_v3(
+    pctx: *mut CUcontext,
+    _params: *mut c_void,
+    _n: i32,
+    flags: u32,
+    dev: CUdevice,
+) -> CUresult {
+    ctx_create(pctx, flags, dev)
+}
+
+/// `cuCtxCreate_v4` (creation parameters are ignored).
+#[no_mangle]
+pub extern "C" fn cuCtxCreate_v4(
+    pctx: *mut CUcontext,
+    _params: *mut c_void,
+    flags: u32,
+    dev: CUdevice,
+) -> CUresult {
+    ctx_create(pctx, flags, dev)
+}
+
+/// `cuCtxDestroy_v2`: unbinds the context from this thread.
+#[no_mangle]
+pub extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if !valid(ctx) {
+            return Err(err::INVALID_CONTEXT);
+        }
+        STACK.with(|s| s.borrow_mut().retain(|c| *c != ctx));
+        crate::export_tables::context_destroyed(ctx);
+        Ok(())
+    })
+}
+
+fn ctx_get_device(dev: *mut CUdevice) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(dev, 0) }
+    })
+}
+
+/// `cuCtxGetDevice`.
+#[no_mangle]
+pub extern "C" fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult {
+    ctx_get_device(dev)
+}
+
+/// `cuCtxGetDevice_v2` (CUDA 13: names the context).
+#[no_mangle]
+pub extern "C" fn cuCtxGetDevice_v2(dev: *mut CUdevice, _ctx: CUcontext) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(dev, 0) }
+    })
+}
+
+/// `cuCtxGetFlags`.
+#[no_mangle]
+pub extern "C" fn cuCtxGetFlags(flags: *mut u32) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let f = object(current()).flags.load(Ordering::Relaxed);
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(flags, f) }
+    })
+}
+
+/// `cuCtxSetFlags`.
+#[no_mangle]
+pub extern "C" fn cuCtxSetFlags(flags: u32) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        object(current()).flags.store(flags, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+/// `cuCtxGetApiVersion`.
+#[no_mangle]
+pub extern "C" fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut u32) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if !ctx.is_null() && !valid(ctx) {
+            return Err(err::INVALID_CONTEXT);
+        }
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(version, 3020) }
+    })
+}
+
+/// `cuCtxGetStreamPriorityRange`: no stream priorities (0, 0).
+#[no_mangle]
+pub extern "C" fn cuCtxGetStreamPriorityRange(least: *mut i32, greatest: *mut i32) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        // SAFETY: null slots are allowed by the API; non-null ones are writable.
+        unsafe {
+            if !least.is_null() {
+                out(least, 0)?;
+            }
+            if !greatest.is_null() {
+                out(greatest, 0)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+static LIMITS: Mutex<[usize; 8]> = Mutex::new([1024, 1 << 20, 8 << 20, 2, 2048, 4, 128, 0]);
+
+/// `cuCtxGetLimit`: the values last set (or defaults).
+#[no_mangle]
+pub extern "C" fn cuCtxGetLimit(value: *mut usize, limit: u32) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let v = *LIMITS
+            .lock()
+            .map_err(|_| err::UNKNOWN)?
+            .get(limit as usize)
+            .ok_or(err::INVALID_VALUE)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(value, v) }
+    })
+}
+
+/// `cuCtxSetLimit`: remembered, not enforced.
+#[no_mangle]
+pub extern "C" fn cuCtxSetLimit(limit: u32, value: usize) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        *LIMITS
+            .lock()
+            .map_err(|_| err::UNKNOWN)?
+            .get_mut(limit as usize)
+            .ok_or(err::INVALID_VALUE)? = value;
+        Ok(())
+    })
+}
+
+fn synchronize() -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        state::with(|cu| cu.ctx_synchronize())
+    })
+}
+
+/// `cuCtxSynchronize`.
+#[no_mangle]
+pub extern "C" fn cuCtxSynchronize() -> CUresult {
+    synchronize()
+}
+
+/// `cuCtxSynchronize_v2` (CUDA 13: names the context).
+#[no_mangle]
+pub extern "C" fn cuCtxSynchronize_v2(_ctx: CUcontext) -> CUresult {
+    ffi(|| match state::device() {
+        Ok(_) => ffi_result(|| state::with(|cu| cu.ctx_synchronize())),
+        Err(e) => e,
+    })
+}

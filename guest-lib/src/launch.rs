@@ -1,0 +1,253 @@
+//! Kernel launches: the arguments are packed here, in the guest, with the
+//! parameter layout cached at function lookup, and sent fire-and-forget.
+
+use std::ffi::c_void;
+
+use fairgpu_protocol::cuda::ParamInfo;
+
+use crate::context::{out, require_current};
+use crate::ffi_result;
+use crate::module::{function_ref, GuestFunction};
+use crate::state;
+use crate::stream::stream_handle;
+use crate::types::{err, CUfunction, CUresult, CUstream};
+
+/// `CU_LAUNCH_PARAM_END`.
+const PARAM_END: usize = 0x00;
+/// `CU_LAUNCH_PARAM_BUFFER_POINTER`.
+const PARAM_BUFFER_POINTER: usize = 0x01;
+/// `CU_LAUNCH_PARAM_BUFFER_SIZE`.
+const PARAM_BUFFER_SIZE: usize = 0x02;
+/// Most `extra` entries looked at before giving up on a missing END.
+const MAX_EXTRA: usize = 64;
+
+/// Packs the arguments of a launch into the layout's buffer.
+///
+/// # Safety
+/// `params` (if non-null) must hold one pointer per parameter, each to a
+/// value of that parameter's size; `extra` (if non-null) must be a
+/// `CU_LAUNCH_PARAM_END`-terminated list as the driver API defines it.
+unsafe fn pack(
+    f: &GuestFunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> Result<Vec<u8>, CUresult> {
+    let size = ParamInfo::packed_size(&f.params) as usize;
+    if !params.is_null() {
+        let mut buf = vec![0u8; size];
+        for (i, p) in f.params.iter().enumerate() {
+            // SAFETY: the caller's array has one pointer per parameter.
+            let src = unsafe { *params.add(i) };
+            if src.is_null() {
+                return Err(err::INVALID_VALUE);
+            }
+            let (o, n) = (p.offset as usize, p.size as usize);
+            // SAFETY: `src` points at a value of the parameter's size.
+            buf[o..o + n]
+                .copy_from_slice(unsafe { std::slice::from_raw_parts(src.cast::<u8>(), n) });
+        }
+        return Ok(buf);
+    }
+    if extra.is_null() {
+        return if size == 0 {
+            Ok(Vec::new())
+        } else {
+            Err(err::INVALID_VALUE)
+        };
+    }
+    let (mut buffer, mut len): (*const u8, Option<usize>) = (std::ptr::null(), None);
+    let mut i = 0;
+    loop {
+        if i >= 2 * MAX_EXTRA {
+            return Err(err::INVALID_VALUE);
+        }
+        // SAFETY: the list is END-terminated; we read key/value pairs.
+        let key = unsafe { *extra.add(i) } as usize;
+        if key == PARAM_END {
+            break;
+        }
+        // SAFETY: every key but END is followed by its value.
+        let value = unsafe { *extra.add(i + 1) };
+        match key {
+            PARAM_BUFFER_POINTER => buffer = value.cast::<u8>(),
+            // SAFETY: the size entry points at a size_t.
+            PARAM_BUFFER_SIZE if !value.is_null() => len = Some(unsafe { *value.cast::<usize>() }),
+            _ => return Err(err::INVALID_VALUE),
+        }
+        i += 2;
+    }
+    let len = len.ok_or(err::INVALID_VALUE)?;
+    if buffer.is_null() || len < size || len > fairgpu_protocol::cuda::MAX_PARAM_BYTES as usize {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: the buffer holds `len` bytes per the API.
+    Ok(unsafe { std::slice::from_raw_parts(buffer, len) }.to_vec())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    f: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    s: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let func = function_ref(f)?;
+        // SAFETY: the arguments come straight from the application's launch.
+        let buf = unsafe { pack(func, params, extra)? };
+        let stream = stream_handle(s);
+        state::with(|cu| cu.launch(func.host, grid, block, shared, stream, &buf))
+    })
+}
+
+/// `cuLaunchKernel` (also given `CUkernel`s by CUDA 13's libcudart).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn cuLaunchKernel(
+    f: CUfunction,
+    gx: u32,
+    gy: u32,
+    gz: u32,
+    bx: u32,
+    by: u32,
+    bz: u32,
+    shared: u32,
+    s: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    launch(f, [gx, gy, gz], [bx, by, bz], shared, s, params, extra)
+}
+
+/// `cuLaunchKernel_ptsz`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn cuLaunchKernel_ptsz(
+    f: CUfunction,
+    gx: u32,
+    gy: u32,
+    gz: u32,
+    bx: u32,
+    by: u32,
+    bz: u32,
+    shared: u32,
+    s: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    launch(f, [gx, gy, gz], [bx, by, bz], shared, s, params, extra)
+}
+
+/// `cuLaunchCooperativeKernel`: launched like any kernel.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn cuLaunchCooperativeKernel(
+    f: CUfunction,
+    gx: u32,
+    gy: u32,
+    gz: u32,
+    bx: u32,
+    by: u32,
+    bz: u32,
+    shared: u32,
+    s: CUstream,
+    params: *mut *mut c_void,
+) -> CUresult {
+    launch(
+        f,
+        [gx, gy, gz],
+        [bx, by, bz],
+        shared,
+        s,
+        params,
+        std::ptr::null_mut(),
+    )
+}
+
+/// `CUlaunchConfig`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct LaunchConfig {
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    stream: CUstream,
+    attrs: *mut c_void,
+    num_attrs: u32,
+}
+
+fn launch_ex(
+    config: *const LaunchConfig,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    if config.is_null() {
+        return err::INVALID_VALUE;
+    }
+    // SAFETY: non-null; the caller passes a CUlaunchConfig (attributes such
+    // as clusters are not modelled and are ignored).
+    let c = unsafe { &*config };
+    launch(f, c.grid, c.block, c.shared, c.stream, params, extra)
+}
+
+/// `cuLaunchKernelEx`.
+#[no_mangle]
+pub extern "C" fn cuLaunchKernelEx(
+    config: *const LaunchConfig,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    launch_ex(config, f, params, extra)
+}
+
+/// `cuLaunchKernelEx_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuLaunchKernelEx_ptsz(
+    config: *const LaunchConfig,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    launch_ex(config, f, params, extra)
+}
+
+fn occupancy(n: *mut i32, f: CUfunction, block: i32) -> CUresult {
+    ffi_result(|| {
+        function_ref(f)?;
+        if block <= 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let per_sm = state::device()?.attribute(39)?.max(block);
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(n, (per_sm / block).max(1)) }
+    })
+}
+
+/// `cuOccupancyMaxActiveBlocksPerMultiprocessor`: by thread count only.
+#[no_mangle]
+pub extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
+    n: *mut i32,
+    f: CUfunction,
+    block: i32,
+    _smem: usize,
+) -> CUresult {
+    occupancy(n, f, block)
+}
+
+/// `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`.
+#[no_mangle]
+pub extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    n: *mut i32,
+    f: CUfunction,
+    block: i32,
+    _smem: usize,
+    _flags: u32,
+) -> CUresult {
+    occupancy(n, f, block)
+}

@@ -1,0 +1,476 @@
+//! Memory: allocation, copies of every kind, memset, page-locked host
+//! memory, pointer attributes.
+//!
+//! The guest keeps its own map of the device allocations it made, so that
+//! unified-addressing calls (`cuMemcpy`, `cuPointerGetAttribute`) can tell a
+//! device pointer from a host one without asking the host. Page-locked host
+//! memory is ordinary memory of this process: there is no DMA across the
+//! channel, so "pinning" changes nothing but is tracked for attributes.
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use crate::context::{out, require_current};
+use crate::state;
+use crate::stream::stream_handle;
+use crate::types::{err, CUdeviceptr, CUresult, CUstream};
+use crate::{context, ffi_result};
+
+static DEVICE: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+static HOST: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+
+fn find(map: &Mutex<BTreeMap<u64, u64>>, ptr: u64) -> Option<(u64, u64)> {
+    let m = map.lock().ok()?;
+    let (&base, &size) = m.range(..=ptr).next_back()?;
+    (ptr < base + size.max(1)).then_some((base, size))
+}
+
+fn find_host(ptr: usize) -> Option<(usize, usize)> {
+    let m = HOST.lock().ok()?;
+    let (&base, &size) = m.range(..=ptr).next_back()?;
+    (ptr < base + size.max(1)).then_some((base, size))
+}
+
+/// Whether `ptr` lies in a device allocation of this process.
+pub fn is_device(ptr: u64) -> bool {
+    find(&DEVICE, ptr).is_some()
+}
+
+fn slice<'a>(p: *const c_void, n: usize) -> Result<&'a [u8], CUresult> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: the caller of the driver function guarantees `p` points at `n`
+    // readable bytes of host memory for the duration of the call.
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) })
+}
+
+fn slice_mut<'a>(p: *mut c_void, n: usize) -> Result<&'a mut [u8], CUresult> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: the caller guarantees `p` points at `n` writable bytes of host
+    // memory, not aliased by anything we hold, for the duration of the call.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), n) })
+}
+
+fn alloc(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if size == 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let p = state::with(|cu| cu.mem_alloc(size as u64))?;
+        DEVICE
+            .lock()
+            .map_err(|_| err::UNKNOWN)?
+            .insert(p, size as u64);
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(dptr, p) }
+    })
+}
+
+/// `cuMemAlloc_v2`.
+#[no_mangle]
+pub extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
+    alloc(dptr, size)
+}
+
+/// `cuMemAllocPitch_v2`: rows padded to 256 bytes.
+#[no_mangle]
+pub extern "C" fn cuMemAllocPitch_v2(
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    _elem: u32,
+) -> CUresult {
+    ffi_result(|| {
+        let p = width
+            .checked_next_multiple_of(256)
+            .ok_or(err::INVALID_VALUE)?;
+        let total = p.checked_mul(height).ok_or(err::INVALID_VALUE)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(pitch, p)? };
+        match alloc(dptr, total) {
+            err::SUCCESS => Ok(()),
+            e => Err(e),
+        }
+    })
+}
+
+/// `cuMemFree_v2`.
+#[no_mangle]
+pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if dptr == 0 {
+            return Ok(());
+        }
+        state::with(|cu| cu.mem_free(dptr))?;
+        DEVICE.lock().map_err(|_| err::UNKNOWN)?.remove(&dptr);
+        Ok(())
+    })
+}
+
+/// `cuMemGetInfo_v2`: the VM's quota-bounded view.
+#[no_mangle]
+pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let (f, t) = state::with(|cu| cu.mem_get_info())?;
+        // SAFETY: caller passes writable slots (checked for null).
+        unsafe {
+            out(free, f as usize)?;
+            out(total, t as usize)
+        }
+    })
+}
+
+/// `cuMemGetAddressRange_v2`.
+#[no_mangle]
+pub extern "C" fn cuMemGetAddressRange_v2(
+    base: *mut CUdeviceptr,
+    size: *mut usize,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        let (b, s) = find(&DEVICE, dptr).ok_or(err::NOT_FOUND)?;
+        // SAFETY: either slot may be null per the API; non-null ones are writable.
+        unsafe {
+            if !base.is_null() {
+                out(base, b)?;
+            }
+            if !size.is_null() {
+                out(size, s as usize)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+fn htod(dst: CUdeviceptr, src: *const c_void, n: usize, stream: Option<CUstream>) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let data = slice(src, n)?;
+        match stream {
+            None => state::with(|cu| cu.memcpy_htod(dst, data)),
+            Some(s) => {
+                let s = stream_handle(s);
+                state::with(|cu| cu.memcpy_htod_async(dst, data, s))
+            }
+        }
+    })
+}
+
+fn dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize, stream: CUstream) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let out = slice_mut(dst, n)?;
+        let s = stream_handle(stream);
+        // Also for the async form: the bytes come back with the response.
+        state::with(|cu| cu.memcpy_dtoh(out, src, s))
+    })
+}
+
+fn dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: Option<CUstream>) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        match stream {
+            None => state::with(|cu| cu.memcpy_dtod(dst, src, n as u64)),
+            Some(s) => {
+                let s = stream_handle(s);
+                state::with(|cu| cu.memcpy_dtod_async(dst, src, n as u64, s))
+            }
+        }
+    })
+}
+
+/// Copies with unified addressing: the kind follows from which side is a
+/// device allocation of this process.
+fn any(dst: u64, src: u64, n: usize, stream: Option<CUstream>) -> CUresult {
+    match (is_device(dst), is_device(src)) {
+        (true, true) => dtod(dst, src, n, stream),
+        (true, false) => htod(dst, src as *const c_void, n, stream),
+        (false, true) => dtoh(
+            dst as *mut c_void,
+            src,
+            n,
+            stream.unwrap_or(std::ptr::null_mut()),
+        ),
+        (false, false) => ffi_result(|| {
+            require_current()?;
+            let from = slice(src as *const c_void, n)?.to_vec();
+            slice_mut(dst as *mut c_void, n)?.copy_from_slice(&from);
+            Ok(())
+        }),
+    }
+}
+
+macro_rules! export {
+    ($($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),*) => $body:expr;)*) => {$(
+        $(#[$m])*
+        #[no_mangle]
+        pub extern "C" fn $name($($a: $t),*) -> CUresult { $body }
+    )*};
+}
+
+export! {
+    /// `cuMemcpyHtoD_v2`.
+    fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize) => htod(dst, src, n, None);
+    /// `cuMemcpyHtoD_v2_ptds`.
+    fn cuMemcpyHtoD_v2_ptds(dst: CUdeviceptr, src: *const c_void, n: usize) => htod(dst, src, n, None);
+    /// `cuMemcpyHtoDAsync_v2`.
+    fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) => htod(dst, src, n, Some(s));
+    /// `cuMemcpyHtoDAsync_v2_ptsz`.
+    fn cuMemcpyHtoDAsync_v2_ptsz(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) => htod(dst, src, n, Some(s));
+    /// `cuMemcpyDtoH_v2`.
+    fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) => dtoh(dst, src, n, std::ptr::null_mut());
+    /// `cuMemcpyDtoH_v2_ptds`.
+    fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CUdeviceptr, n: usize) => dtoh(dst, src, n, std::ptr::null_mut());
+    /// `cuMemcpyDtoHAsync_v2`.
+    fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) => dtoh(dst, src, n, s);
+    /// `cuMemcpyDtoHAsync_v2_ptsz`.
+    fn cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) => dtoh(dst, src, n, s);
+    /// `cuMemcpyDtoD_v2`.
+    fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => dtod(dst, src, n, None);
+    /// `cuMemcpyDtoD_v2_ptds`.
+    fn cuMemcpyDtoD_v2_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => dtod(dst, src, n, None);
+    /// `cuMemcpyDtoDAsync_v2`.
+    fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => dtod(dst, src, n, Some(s));
+    /// `cuMemcpyDtoDAsync_v2_ptsz`.
+    fn cuMemcpyDtoDAsync_v2_ptsz(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => dtod(dst, src, n, Some(s));
+    /// `cuMemcpy` (unified addressing).
+    fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => any(dst, src, n, None);
+    /// `cuMemcpy_ptds`.
+    fn cuMemcpy_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => any(dst, src, n, None);
+    /// `cuMemcpyAsync` (unified addressing).
+    fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => any(dst, src, n, Some(s));
+    /// `cuMemcpyAsync_ptsz`.
+    fn cuMemcpyAsync_ptsz(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => any(dst, src, n, Some(s));
+    /// `cuMemsetD8_v2`.
+    fn cuMemsetD8_v2(dst: CUdeviceptr, v: u8, n: usize) => memset(dst, v.into(), 1, n, None);
+    /// `cuMemsetD8_v2_ptds`.
+    fn cuMemsetD8_v2_ptds(dst: CUdeviceptr, v: u8, n: usize) => memset(dst, v.into(), 1, n, None);
+    /// `cuMemsetD16_v2`.
+    fn cuMemsetD16_v2(dst: CUdeviceptr, v: u16, n: usize) => memset(dst, v.into(), 2, n, None);
+    /// `cuMemsetD16_v2_ptds`.
+    fn cuMemsetD16_v2_ptds(dst: CUdeviceptr, v: u16, n: usize) => memset(dst, v.into(), 2, n, None);
+    /// `cuMemsetD32_v2`.
+    fn cuMemsetD32_v2(dst: CUdeviceptr, v: u32, n: usize) => memset(dst, v, 4, n, None);
+    /// `cuMemsetD32_v2_ptds`.
+    fn cuMemsetD32_v2_ptds(dst: CUdeviceptr, v: u32, n: usize) => memset(dst, v, 4, n, None);
+    /// `cuMemsetD8Async`.
+    fn cuMemsetD8Async(dst: CUdeviceptr, v: u8, n: usize, s: CUstream) => memset(dst, v.into(), 1, n, Some(s));
+    /// `cuMemsetD8Async_ptsz`.
+    fn cuMemsetD8Async_ptsz(dst: CUdeviceptr, v: u8, n: usize, s: CUstream) => memset(dst, v.into(), 1, n, Some(s));
+    /// `cuMemsetD16Async`.
+    fn cuMemsetD16Async(dst: CUdeviceptr, v: u16, n: usize, s: CUstream) => memset(dst, v.into(), 2, n, Some(s));
+    /// `cuMemsetD16Async_ptsz`.
+    fn cuMemsetD16Async_ptsz(dst: CUdeviceptr, v: u16, n: usize, s: CUstream) => memset(dst, v.into(), 2, n, Some(s));
+    /// `cuMemsetD32Async`.
+    fn cuMemsetD32Async(dst: CUdeviceptr, v: u32, n: usize, s: CUstream) => memset(dst, v, 4, n, Some(s));
+    /// `cuMemsetD32Async_ptsz`.
+    fn cuMemsetD32Async_ptsz(dst: CUdeviceptr, v: u32, n: usize, s: CUstream) => memset(dst, v, 4, n, Some(s));
+}
+
+fn memset(dst: CUdeviceptr, value: u32, elem: u8, n: usize, stream: Option<CUstream>) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        match stream {
+            None => state::with(|cu| cu.memset(dst, value, elem, n as u64)),
+            Some(s) => {
+                let s = stream_handle(s);
+                state::with(|cu| cu.memset_async(dst, value, elem, n as u64, s))
+            }
+        }
+    })
+}
+
+fn host_alloc(pp: *mut *mut c_void, size: usize) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if size == 0 || pp.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: posix_memalign writes a fresh allocation into `p`.
+        if unsafe { libc::posix_memalign(&mut p, 4096, size) } != 0 {
+            return Err(err::OUT_OF_MEMORY);
+        }
+        HOST.lock()
+            .map_err(|_| err::UNKNOWN)?
+            .insert(p as usize, size);
+        // SAFETY: `pp` is non-null (checked) and writable per the API.
+        unsafe { out(pp, p) }
+    })
+}
+
+/// `cuMemAllocHost_v2`: page-aligned memory of this process.
+#[no_mangle]
+pub extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> CUresult {
+    host_alloc(pp, size)
+}
+
+/// `cuMemHostAlloc`: as `cuMemAllocHost`; flags are accepted and ignored.
+#[no_mangle]
+pub extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, _flags: u32) -> CUresult {
+    host_alloc(pp, size)
+}
+
+/// `cuMemFreeHost`.
+#[no_mangle]
+pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        let removed = HOST.lock().map_err(|_| err::UNKNOWN)?.remove(&(p as usize));
+        if removed.is_none() {
+            return Err(err::INVALID_VALUE);
+        }
+        // SAFETY: `p` came from posix_memalign in host_alloc and is freed once.
+        unsafe { libc::free(p) };
+        Ok(())
+    })
+}
+
+/// `cuMemHostRegister_v2`: nothing to pin across a channel; recorded.
+#[no_mangle]
+pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, _flags: u32) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if p.is_null() || size == 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        HOST.lock()
+            .map_err(|_| err::UNKNOWN)?
+            .insert(p as usize, size);
+        Ok(())
+    })
+}
+
+/// `cuMemHostUnregister`.
+#[no_mangle]
+pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        HOST.lock()
+            .map_err(|_| err::UNKNOWN)?
+            .remove(&(p as usize))
+            .map(|_| ())
+            .ok_or(err::INVALID_VALUE)
+    })
+}
+
+const ATTR_CONTEXT: i32 = 1;
+const ATTR_MEMORY_TYPE: i32 = 2;
+const ATTR_DEVICE_POINTER: i32 = 3;
+const ATTR_HOST_POINTER: i32 = 4;
+const ATTR_IS_MANAGED: i32 = 8;
+const ATTR_DEVICE_ORDINAL: i32 = 9;
+const ATTR_RANGE_START: i32 = 11;
+const ATTR_RANGE_SIZE: i32 = 12;
+const ATTR_MAPPED: i32 = 13;
+const MEMORYTYPE_HOST: u32 = 1;
+const MEMORYTYPE_DEVICE: u32 = 2;
+
+/// Writes one pointer attribute; `Ok(false)` if `ptr` is unknown memory.
+///
+/// # Safety
+/// `data` must be writable for the attribute's type.
+unsafe fn pointer_attribute(
+    data: *mut c_void,
+    attr: i32,
+    ptr: CUdeviceptr,
+) -> Result<bool, CUresult> {
+    let dev = find(&DEVICE, ptr);
+    let host = find_host(ptr as usize);
+    let known = dev.is_some() || host.is_some();
+    let (base, size) = dev
+        .or(host.map(|(b, s)| (b as u64, s as u64)))
+        .unwrap_or((0, 0));
+    // SAFETY: per this function's contract `data` is writable for the type
+    // each attribute documents (pointer-sized, u32 or i32).
+    unsafe {
+        match attr {
+            ATTR_CONTEXT => out(
+                data.cast::<*mut c_void>(),
+                if known {
+                    context::primary()
+                } else {
+                    std::ptr::null_mut()
+                },
+            )?,
+            ATTR_MEMORY_TYPE => out(
+                data.cast::<u32>(),
+                match (dev.is_some(), host.is_some()) {
+                    (true, _) => MEMORYTYPE_DEVICE,
+                    (_, true) => MEMORYTYPE_HOST,
+                    _ => 0,
+                },
+            )?,
+            ATTR_DEVICE_POINTER => out(data.cast::<u64>(), if dev.is_some() { ptr } else { 0 })?,
+            ATTR_HOST_POINTER => out(data.cast::<u64>(), if host.is_some() { ptr } else { 0 })?,
+            ATTR_IS_MANAGED | ATTR_MAPPED => out(data.cast::<u32>(), 0)?,
+            ATTR_DEVICE_ORDINAL => out(data.cast::<i32>(), if known { 0 } else { -2 })?,
+            ATTR_RANGE_START => out(data.cast::<u64>(), base)?,
+            ATTR_RANGE_SIZE => out(data.cast::<usize>(), size as usize)?,
+            _ => return Err(err::INVALID_VALUE),
+        }
+    }
+    Ok(known)
+}
+
+/// `cuPointerGetAttribute`: INVALID_VALUE for memory this process did not
+/// get from the driver.
+#[no_mangle]
+pub extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attr: i32,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if data.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        // SAFETY: `data` is non-null and writable for the attribute per the API.
+        match unsafe { pointer_attribute(data, attr, ptr) }? {
+            true => Ok(()),
+            false => Err(err::INVALID_VALUE),
+        }
+    })
+}
+
+/// `cuPointerGetAttributes`: unknown memory reads as unregistered (type 0).
+#[no_mangle]
+pub extern "C" fn cuPointerGetAttributes(
+    n: u32,
+    attrs: *const i32,
+    data: *mut *mut c_void,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if n > 0 && (attrs.is_null() || data.is_null()) {
+            return Err(err::INVALID_VALUE);
+        }
+        for i in 0..n as usize {
+            // SAFETY: the caller passes arrays of `n` attributes and data slots.
+            let (a, d) = unsafe { (*attrs.add(i), *data.add(i)) };
+            if d.is_null() {
+                continue;
+            }
+            // SAFETY: each data slot is writable for its attribute per the API.
+            unsafe { pointer_attribute(d, a, ptr)? };
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,499 @@
+//! Modules, libraries, functions and kernels, guest side.
+//!
+//! A module is loaded on the host from the image bytes (fatbin, cubin or
+//! PTX), read here from the application's memory: images come without a
+//! length, so it is taken from the image's own header, bounded by
+//! `protocol::cuda::MAX_MODULE_IMAGE`. Functions are looked up on the host
+//! once per (module, name); the object returned caches the handle and the
+//! parameter layout that launches need. A `CUkernel` is the same object as
+//! its `CUfunction`, so CUDA 13's libcudart may pass either to
+//! `cuLaunchKernel`.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::sync::Mutex;
+
+use fairgpu_protocol::cuda::{ParamInfo, MAX_MODULE_IMAGE};
+
+use crate::context::{out, require_current};
+use crate::ffi_result;
+use crate::state;
+use crate::types::{err, CUdevice, CUfunction, CUkernel, CUlibrary, CUmodule, CUresult};
+
+/// A loaded module.
+#[derive(Debug)]
+pub struct GuestModule {
+    host: u64,
+    functions: Mutex<HashMap<String, usize>>,
+}
+
+/// A kernel of a loaded module.
+#[derive(Debug)]
+pub struct GuestFunction {
+    /// The host's function handle.
+    pub host: u64,
+    /// Parameter layout.
+    pub params: Vec<ParamInfo>,
+    name: CString,
+    module: usize,
+}
+
+#[derive(Debug)]
+struct GuestLibrary {
+    module: usize,
+}
+
+static MODULES: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+static FUNCTIONS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+static LIBRARIES: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
+fn register(set: &Mutex<Option<HashSet<usize>>>, p: usize) {
+    if let Ok(mut s) = set.lock() {
+        s.get_or_insert_with(HashSet::new).insert(p);
+    }
+}
+
+fn known(set: &Mutex<Option<HashSet<usize>>>, p: usize) -> bool {
+    set.lock()
+        .map(|s| s.as_ref().is_some_and(|s| s.contains(&p)))
+        .unwrap_or(false)
+}
+
+fn forget(set: &Mutex<Option<HashSet<usize>>>, p: usize) -> bool {
+    set.lock()
+        .map(|mut s| s.get_or_insert_with(HashSet::new).remove(&p))
+        .unwrap_or(false)
+}
+
+fn module_ref(m: CUmodule) -> Result<&'static GuestModule, CUresult> {
+    if !known(&MODULES, m as usize) {
+        return Err(err::INVALID_HANDLE);
+    }
+    // SAFETY: registered modules are live boxes until unloaded.
+    Ok(unsafe { &*(m as *const GuestModule) })
+}
+
+/// The function behind a `CUfunction` or `CUkernel`.
+pub fn function_ref(f: CUfunction) -> Result<&'static GuestFunction, CUresult> {
+    if !known(&FUNCTIONS, f as usize) {
+        return Err(err::INVALID_HANDLE);
+    }
+    // SAFETY: registered functions are live boxes until their module unloads.
+    Ok(unsafe { &*(f as *const GuestFunction) })
+}
+
+const FATBIN_WRAPPER_MAGIC: u32 = 0x4662_43b1;
+const FATBIN_MAGIC: u32 = 0xba55_ed50;
+
+/// Reads `n` bytes at `p`.
+///
+/// # Safety
+/// `p` must point at `n` readable bytes.
+unsafe fn bytes<'a>(p: *const u8, n: usize) -> &'a [u8] {
+    // SAFETY: per this function's contract.
+    unsafe { std::slice::from_raw_parts(p, n) }
+}
+
+/// The image bytes at `image`, sized from their own header.
+///
+/// # Safety
+/// `image` must point at a fatbin wrapper, a fatbin, an ELF cubin or a
+/// NUL-terminated PTX string, as the driver API requires.
+unsafe fn image_bytes<'a>(image: *const c_void) -> Result<&'a [u8], CUresult> {
+    if image.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    let p = image.cast::<u8>();
+    // SAFETY: every image kind starts with at least 4 readable bytes.
+    let magic = u32::from_le_bytes(
+        unsafe { bytes(p, 4) }
+            .try_into()
+            .map_err(|_| err::INVALID_IMAGE)?,
+    );
+    let limit = MAX_MODULE_IMAGE as usize;
+    match magic {
+        FATBIN_WRAPPER_MAGIC => {
+            // struct { int magic; int version; const void *data; void *filename; }
+            // SAFETY: the wrapper is 24 bytes; `data` is at offset 8.
+            let data = unsafe { p.add(8).cast::<*const c_void>().read_unaligned() };
+            // SAFETY: the wrapper points at the fatbin it wraps.
+            unsafe { image_bytes(data) }
+        }
+        FATBIN_MAGIC => {
+            // u32 magic, u16 version, u16 header size, u64 size of the rest.
+            // SAFETY: a fatbin header is 16 bytes.
+            let h = unsafe { bytes(p, 16) };
+            let header = u16::from_le_bytes([h[6], h[7]]) as usize;
+            let rest =
+                u64::from_le_bytes(h[8..16].try_into().map_err(|_| err::INVALID_IMAGE)?) as usize;
+            let total = header
+                .checked_add(rest)
+                .filter(|t| *t <= limit && *t >= 16)
+                .ok_or(err::INVALID_IMAGE)?;
+            // SAFETY: the header declares `total` bytes of fatbin.
+            Ok(unsafe { bytes(p, total) })
+        }
+        0x464c_457f => {
+            // ELF64: the image ends at the later of the section and program
+            // header tables.
+            // SAFETY: an ELF64 header is 64 bytes.
+            let h = unsafe { bytes(p, 64) };
+            let u64_at =
+                |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().unwrap_or([0; 8])) as usize;
+            let u16_at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]) as usize;
+            let sh_end = u64_at(0x28).saturating_add(u16_at(0x3a).saturating_mul(u16_at(0x3c)));
+            let ph_end = u64_at(0x20).saturating_add(u16_at(0x36).saturating_mul(u16_at(0x38)));
+            let total = sh_end.max(ph_end).max(64);
+            if total > limit {
+                return Err(err::INVALID_IMAGE);
+            }
+            // SAFETY: the ELF headers declare `total` bytes of image.
+            Ok(unsafe { bytes(p, total) })
+        }
+        _ => {
+            // PTX text, NUL-terminated.
+            // SAFETY: PTX images are C strings per the API.
+            let n = unsafe { libc::strnlen(p.cast::<c_char>(), limit) };
+            if n == limit {
+                return Err(err::INVALID_IMAGE);
+            }
+            // SAFETY: `n` bytes precede the terminating NUL.
+            Ok(unsafe { bytes(p, n) })
+        }
+    }
+}
+
+/// Loads a module from an image the application passed.
+pub fn load(image: *const c_void) -> Result<*mut GuestModule, CUresult> {
+    require_current()?;
+    // SAFETY: `image` is what the application passed as a module image.
+    let data = unsafe { image_bytes(image)? };
+    let host = state::with(|cu| cu.module_load(data))?;
+    let m = Box::into_raw(Box::new(GuestModule {
+        host,
+        functions: Mutex::new(HashMap::new()),
+    }));
+    register(&MODULES, m as usize);
+    Ok(m)
+}
+
+fn unload(m: CUmodule) -> Result<(), CUresult> {
+    require_current()?;
+    let module = module_ref(m)?;
+    state::with(|cu| cu.module_unload(module.host))?;
+    forget(&MODULES, m as usize);
+    for f in module.functions.lock().map_err(|_| err::UNKNOWN)?.values() {
+        if forget(&FUNCTIONS, *f) {
+            // SAFETY: functions are boxes owned by their module, freed once here.
+            drop(unsafe { Box::from_raw(*f as *mut GuestFunction) });
+        }
+    }
+    // SAFETY: the module was registered (checked) and is freed once.
+    drop(unsafe { Box::from_raw(m as *mut GuestModule) });
+    Ok(())
+}
+
+fn get_function(m: CUmodule, name: *const c_char) -> Result<*mut GuestFunction, CUresult> {
+    require_current()?;
+    let module = module_ref(m)?;
+    if name.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: the name is a C string per the API.
+    let name = unsafe { CStr::from_ptr(name) };
+    let key = name.to_str().map_err(|_| err::INVALID_VALUE)?.to_owned();
+    let mut cache = module.functions.lock().map_err(|_| err::UNKNOWN)?;
+    if let Some(f) = cache.get(&key) {
+        return Ok(*f as *mut GuestFunction);
+    }
+    let k = state::with(|cu| cu.module_get_function(module.host, &key))?;
+    let f = Box::into_raw(Box::new(GuestFunction {
+        host: k.handle,
+        params: k.params,
+        name: name.to_owned(),
+        module: m as usize,
+    }));
+    cache.insert(key, f as usize);
+    register(&FUNCTIONS, f as usize);
+    Ok(f)
+}
+
+/// `cuModuleLoadData`.
+#[no_mangle]
+pub extern "C" fn cuModuleLoadData(pm: *mut CUmodule, image: *const c_void) -> CUresult {
+    ffi_result(|| {
+        let m = load(image)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(pm, m.cast()) }
+    })
+}
+
+/// `cuModuleLoadDataEx`: JIT options are accepted and ignored.
+#[no_mangle]
+pub extern "C" fn cuModuleLoadDataEx(
+    pm: *mut CUmodule,
+    image: *const c_void,
+    _n: u32,
+    _o: *mut c_void,
+    _v: *mut *mut c_void,
+) -> CUresult {
+    cuModuleLoadData(pm, image)
+}
+
+/// `cuModuleLoadFatBinary`.
+#[no_mangle]
+pub extern "C" fn cuModuleLoadFatBinary(pm: *mut CUmodule, image: *const c_void) -> CUresult {
+    cuModuleLoadData(pm, image)
+}
+
+/// `cuModuleUnload`.
+#[no_mangle]
+pub extern "C" fn cuModuleUnload(m: CUmodule) -> CUresult {
+    ffi_result(|| unload(m))
+}
+
+/// `cuModuleGetFunction`.
+#[no_mangle]
+pub extern "C" fn cuModuleGetFunction(
+    pf: *mut CUfunction,
+    m: CUmodule,
+    name: *const c_char,
+) -> CUresult {
+    ffi_result(|| {
+        let f = get_function(m, name)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(pf, f.cast()) }
+    })
+}
+
+/// `cuModuleGetLoadingMode`: lazy, as libcudart expects of current drivers.
+#[no_mangle]
+pub extern "C" fn cuModuleGetLoadingMode(mode: *mut u32) -> CUresult {
+    // SAFETY: caller passes a writable slot (checked for null).
+    ffi_result(|| unsafe { out(mode, 2) })
+}
+
+/// `cuLibraryLoadData`: a library is a module; options are ignored.
+#[no_mangle]
+pub extern "C" fn cuLibraryLoadData(
+    pl: *mut CUlibrary,
+    code: *const c_void,
+    _jit_opts: *mut c_void,
+    _jit_vals: *mut *mut c_void,
+    _n_jit: u32,
+    _lib_opts: *mut c_void,
+    _lib_vals: *mut *mut c_void,
+    _n_lib: u32,
+) -> CUresult {
+    ffi_result(|| {
+        if pl.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let m = load(code)?;
+        let l = Box::into_raw(Box::new(GuestLibrary { module: m as usize }));
+        register(&LIBRARIES, l as usize);
+        // SAFETY: non-null slot provided by the caller.
+        unsafe { out(pl, l.cast()) }
+    })
+}
+
+fn library_ref(l: CUlibrary) -> Result<&'static GuestLibrary, CUresult> {
+    if !known(&LIBRARIES, l as usize) {
+        return Err(err::INVALID_HANDLE);
+    }
+    // SAFETY: registered libraries are live boxes until unloaded.
+    Ok(unsafe { &*(l as *const GuestLibrary) })
+}
+
+/// `cuLibraryGetModule`.
+#[no_mangle]
+pub extern "C" fn cuLibraryGetModule(pm: *mut CUmodule, l: CUlibrary) -> CUresult {
+    ffi_result(|| {
+        let lib = library_ref(l)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(pm, lib.module as CUmodule) }
+    })
+}
+
+/// `cuLibraryGetKernel`: the kernel is the module's function object.
+#[no_mangle]
+pub extern "C" fn cuLibraryGetKernel(
+    pk: *mut CUkernel,
+    l: CUlibrary,
+    name: *const c_char,
+) -> CUresult {
+    ffi_result(|| {
+        let lib = library_ref(l)?;
+        let f = get_function(lib.module as CUmodule, name)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(pk, f.cast()) }
+    })
+}
+
+/// `cuLibraryUnload`.
+#[no_mangle]
+pub extern "C" fn cuLibraryUnload(l: CUlibrary) -> CUresult {
+    ffi_result(|| {
+        let lib = library_ref(l)?;
+        unload(lib.module as CUmodule)?;
+        forget(&LIBRARIES, l as usize);
+        // SAFETY: the library was registered (checked) and is freed once.
+        drop(unsafe { Box::from_raw(l as *mut GuestLibrary) });
+        Ok(())
+    })
+}
+
+/// `cuKernelGetFunction`: the same object.
+#[no_mangle]
+pub extern "C" fn cuKernelGetFunction(pf: *mut CUfunction, k: CUkernel) -> CUresult {
+    ffi_result(|| {
+        function_ref(k)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(pf, k) }
+    })
+}
+
+/// Function attributes as a driver reports them for a typical kernel.
+fn attribute(a: i32) -> Result<i32, CUresult> {
+    let info = state::device()?;
+    let cc = info.attribute(75)? * 10 + info.attribute(76)?;
+    Ok(match a {
+        0 => 1024,               // MAX_THREADS_PER_BLOCK
+        1..=3 => 0,              // static shared, const, local bytes
+        4 => 32,                 // NUM_REGS
+        5 | 6 => cc,             // PTX_VERSION, BINARY_VERSION
+        7 => 0,                  // CACHE_MODE_CA
+        8 => info.attribute(8)?, // MAX_DYNAMIC_SHARED_SIZE_BYTES
+        9 => -1,                 // PREFERRED_SHARED_MEMORY_CARVEOUT
+        10..=20 => 0,
+        _ => return Err(err::INVALID_VALUE),
+    })
+}
+
+/// `cuFuncGetAttribute`.
+#[no_mangle]
+pub extern "C" fn cuFuncGetAttribute(v: *mut i32, a: i32, f: CUfunction) -> CUresult {
+    ffi_result(|| {
+        function_ref(f)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(v, attribute(a)?) }
+    })
+}
+
+/// `cuKernelGetAttribute`.
+#[no_mangle]
+pub extern "C" fn cuKernelGetAttribute(
+    v: *mut i32,
+    a: i32,
+    k: CUkernel,
+    _dev: CUdevice,
+) -> CUresult {
+    cuFuncGetAttribute(v, a, k)
+}
+
+/// `cuFuncSetAttribute`: accepted (limits are the executor's business).
+#[no_mangle]
+pub extern "C" fn cuFuncSetAttribute(f: CUfunction, _a: i32, _v: i32) -> CUresult {
+    ffi_result(|| function_ref(f).map(|_| ()))
+}
+
+/// `cuKernelSetAttribute`.
+#[no_mangle]
+pub extern "C" fn cuKernelSetAttribute(_a: i32, _v: i32, k: CUkernel, _dev: CUdevice) -> CUresult {
+    ffi_result(|| function_ref(k).map(|_| ()))
+}
+
+/// `cuFuncSetCacheConfig`: accepted.
+#[no_mangle]
+pub extern "C" fn cuFuncSetCacheConfig(f: CUfunction, _c: u32) -> CUresult {
+    ffi_result(|| function_ref(f).map(|_| ()))
+}
+
+/// `cuKernelSetCacheConfig`: accepted.
+#[no_mangle]
+pub extern "C" fn cuKernelSetCacheConfig(k: CUkernel, _c: u32, _dev: CUdevice) -> CUresult {
+    ffi_result(|| function_ref(k).map(|_| ()))
+}
+
+fn param_info(f: CUfunction, index: usize, offset: *mut usize, size: *mut usize) -> CUresult {
+    ffi_result(|| {
+        let p = *function_ref(f)?
+            .params
+            .get(index)
+            .ok_or(err::INVALID_VALUE)?;
+        // SAFETY: null slots are allowed; non-null ones are writable.
+        unsafe {
+            if !offset.is_null() {
+                out(offset, p.offset as usize)?;
+            }
+            if !size.is_null() {
+                out(size, p.size as usize)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `cuFuncGetParamInfo`: from the layout cached at lookup.
+#[no_mangle]
+pub extern "C" fn cuFuncGetParamInfo(
+    f: CUfunction,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> CUresult {
+    param_info(f, index, offset, size)
+}
+
+/// `cuKernelGetParamInfo`.
+#[no_mangle]
+pub extern "C" fn cuKernelGetParamInfo(
+    k: CUkernel,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> CUresult {
+    param_info(k, index, offset, size)
+}
+
+/// `cuFuncGetName`.
+#[no_mangle]
+pub extern "C" fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) -> CUresult {
+    ffi_result(|| {
+        let func = function_ref(f)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(name, func.name.as_ptr()) }
+    })
+}
+
+/// `cuKernelGetName`.
+#[no_mangle]
+pub extern "C" fn cuKernelGetName(name: *mut *const c_char, k: CUkernel) -> CUresult {
+    cuFuncGetName(name, k)
+}
+
+/// `cuFuncGetModule`.
+#[no_mangle]
+pub extern "C" fn cuFuncGetModule(pm: *mut CUmodule, f: CUfunction) -> CUresult {
+    ffi_result(|| {
+        let func = function_ref(f)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(pm, func.module as CUmodule) }
+    })
+}
+
+/// `cuFuncIsLoaded`: functions are loaded when looked up.
+#[no_mangle]
+pub extern "C" fn cuFuncIsLoaded(state: *mut u32, f: CUfunction) -> CUresult {
+    ffi_result(|| {
+        function_ref(f)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(state, 1) }
+    })
+}
+
+/// `cuFuncLoad`.
+#[no_mangle]
+pub extern "C" fn cuFuncLoad(f: CUfunction) -> CUresult {
+    ffi_result(|| function_ref(f).map(|_| ()))
+}

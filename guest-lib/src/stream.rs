@@ -1,0 +1,364 @@
+//! Streams and events. Their handles are the host's opaque handles carried
+//! as pointer-sized values; the NULL stream and the special
+//! `CU_STREAM_LEGACY`/`CU_STREAM_PER_THREAD` handles all name the host's
+//! NULL stream.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use crate::context::{self, out, require_current};
+use crate::ffi_result;
+use crate::state;
+use crate::types::{err, CUcontext, CUevent, CUresult, CUstream};
+
+/// `CU_STREAM_LEGACY`.
+const STREAM_LEGACY: usize = 0x1;
+/// `CU_STREAM_PER_THREAD`.
+const STREAM_PER_THREAD: usize = 0x2;
+
+static FLAGS: Mutex<Option<HashMap<u64, u32>>> = Mutex::new(None);
+
+/// The host handle a `CUstream` names (0: the NULL stream).
+pub fn stream_handle(s: CUstream) -> u64 {
+    match s as usize {
+        0 | STREAM_LEGACY | STREAM_PER_THREAD => 0,
+        h => h as u64,
+    }
+}
+
+fn create(ps: *mut CUstream, flags: u32) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if ps.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let h = state::with(|cu| cu.stream_create(flags))?;
+        if let Ok(mut m) = FLAGS.lock() {
+            m.get_or_insert_with(HashMap::new).insert(h, flags);
+        }
+        // SAFETY: non-null slot provided by the caller.
+        unsafe { out(ps, h as usize as CUstream) }
+    })
+}
+
+/// `cuStreamCreate`.
+#[no_mangle]
+pub extern "C" fn cuStreamCreate(ps: *mut CUstream, flags: u32) -> CUresult {
+    create(ps, flags)
+}
+
+/// `cuStreamCreateWithPriority` (priorities are not modelled).
+#[no_mangle]
+pub extern "C" fn cuStreamCreateWithPriority(
+    ps: *mut CUstream,
+    flags: u32,
+    _priority: i32,
+) -> CUresult {
+    create(ps, flags)
+}
+
+/// `cuStreamDestroy_v2`.
+#[no_mangle]
+pub extern "C" fn cuStreamDestroy_v2(s: CUstream) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let h = stream_handle(s);
+        if h == 0 {
+            return Err(err::INVALID_HANDLE);
+        }
+        state::with(|cu| cu.stream_destroy(h))?;
+        if let Ok(mut m) = FLAGS.lock() {
+            m.get_or_insert_with(HashMap::new).remove(&h);
+        }
+        Ok(())
+    })
+}
+
+fn synchronize(s: CUstream) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        state::with(|cu| cu.stream_synchronize(stream_handle(s)))
+    })
+}
+
+fn query(s: CUstream) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        match state::with(|cu| cu.stream_query(stream_handle(s)))? {
+            true => Ok(()),
+            false => Err(fairgpu_protocol::Status::NOT_READY.0),
+        }
+    })
+}
+
+fn wait_event(s: CUstream, e: CUevent) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        state::with(|cu| cu.stream_wait_event(stream_handle(s), e as u64))
+    })
+}
+
+/// `cuStreamSynchronize`.
+#[no_mangle]
+pub extern "C" fn cuStreamSynchronize(s: CUstream) -> CUresult {
+    synchronize(s)
+}
+/// `cuStreamSynchronize_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamSynchronize_ptsz(s: CUstream) -> CUresult {
+    synchronize(s)
+}
+/// `cuStreamQuery`.
+#[no_mangle]
+pub extern "C" fn cuStreamQuery(s: CUstream) -> CUresult {
+    query(s)
+}
+/// `cuStreamQuery_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamQuery_ptsz(s: CUstream) -> CUresult {
+    query(s)
+}
+/// `cuStreamWaitEvent`.
+#[no_mangle]
+pub extern "C" fn cuStreamWaitEvent(s: CUstream, e: CUevent, _flags: u32) -> CUresult {
+    wait_event(s, e)
+}
+/// `cuStreamWaitEvent_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamWaitEvent_ptsz(s: CUstream, e: CUevent, _flags: u32) -> CUresult {
+    wait_event(s, e)
+}
+
+/// `cuStreamGetFlags`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetFlags(s: CUstream, flags: *mut u32) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let h = stream_handle(s);
+        let f = FLAGS
+            .lock()
+            .ok()
+            .and_then(|m| m.as_ref().and_then(|m| m.get(&h).copied()))
+            .unwrap_or(0);
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(flags, f) }
+    })
+}
+
+/// `cuStreamGetPriority`: always 0.
+#[no_mangle]
+pub extern "C" fn cuStreamGetPriority(_s: CUstream, priority: *mut i32) -> CUresult {
+    // SAFETY: caller passes a writable slot (checked for null).
+    ffi_result(|| unsafe { out(priority, 0) })
+}
+
+/// `cuStreamGetCtx`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetCtx(_s: CUstream, pctx: *mut CUcontext) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(pctx, context::primary()) }
+    })
+}
+
+fn not_capturing(status: *mut u32) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(status, 0) }
+    })
+}
+
+/// `cuStreamIsCapturing`: graphs are not supported, nothing is captured.
+#[no_mangle]
+pub extern "C" fn cuStreamIsCapturing(_s: CUstream, status: *mut u32) -> CUresult {
+    not_capturing(status)
+}
+/// `cuStreamIsCapturing_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamIsCapturing_ptsz(_s: CUstream, status: *mut u32) -> CUresult {
+    not_capturing(status)
+}
+/// `cuStreamGetCaptureInfo_v2`: not capturing (other outputs untouched).
+#[no_mangle]
+pub extern "C" fn cuStreamGetCaptureInfo_v2(_s: CUstream, status: *mut u32) -> CUresult {
+    not_capturing(status)
+}
+/// `cuStreamGetCaptureInfo_v2_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetCaptureInfo_v2_ptsz(_s: CUstream, status: *mut u32) -> CUresult {
+    not_capturing(status)
+}
+/// `cuStreamGetCaptureInfo_v3`: not capturing.
+#[no_mangle]
+pub extern "C" fn cuStreamGetCaptureInfo_v3(_s: CUstream, status: *mut u32) -> CUresult {
+    not_capturing(status)
+}
+/// `cuStreamGetCaptureInfo_v3_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetCaptureInfo_v3_ptsz(_s: CUstream, status: *mut u32) -> CUresult {
+    not_capturing(status)
+}
+
+/// `cuThreadExchangeStreamCaptureMode`: nothing is captured; keeps the mode.
+#[no_mangle]
+pub extern "C" fn cuThreadExchangeStreamCaptureMode(_mode: *mut u32) -> CUresult {
+    ffi_result(|| state::device().map(|_| ()))
+}
+
+type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
+type StreamCallback = Option<unsafe extern "C" fn(CUstream, CUresult, *mut c_void)>;
+
+fn host_func(s: CUstream, f: HostFn, data: *mut c_void) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let f = f.ok_or(err::INVALID_VALUE)?;
+        // The function runs once the stream's earlier work is done: here,
+        // after synchronizing it, on the calling thread.
+        state::with(|cu| cu.stream_synchronize(stream_handle(s)))?;
+        // SAFETY: calling the application's callback with its own data, as
+        // the API contract says.
+        unsafe { f(data) };
+        Ok(())
+    })
+}
+
+/// `cuLaunchHostFunc`.
+#[no_mangle]
+pub extern "C" fn cuLaunchHostFunc(s: CUstream, f: HostFn, data: *mut c_void) -> CUresult {
+    host_func(s, f, data)
+}
+/// `cuLaunchHostFunc_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuLaunchHostFunc_ptsz(s: CUstream, f: HostFn, data: *mut c_void) -> CUresult {
+    host_func(s, f, data)
+}
+
+fn add_callback(s: CUstream, cb: StreamCallback, data: *mut c_void) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let cb = cb.ok_or(err::INVALID_VALUE)?;
+        let status = match state::with(|cu| cu.stream_synchronize(stream_handle(s))) {
+            Ok(()) => err::SUCCESS,
+            Err(e) => e,
+        };
+        // SAFETY: the application's callback with its own arguments.
+        unsafe { cb(s, status, data) };
+        Ok(())
+    })
+}
+
+/// `cuStreamAddCallback`.
+#[no_mangle]
+pub extern "C" fn cuStreamAddCallback(
+    s: CUstream,
+    cb: StreamCallback,
+    data: *mut c_void,
+    _flags: u32,
+) -> CUresult {
+    add_callback(s, cb, data)
+}
+/// `cuStreamAddCallback_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamAddCallback_ptsz(
+    s: CUstream,
+    cb: StreamCallback,
+    data: *mut c_void,
+    _flags: u32,
+) -> CUresult {
+    add_callback(s, cb, data)
+}
+
+/// `cuEventCreate`.
+#[no_mangle]
+pub extern "C" fn cuEventCreate(pe: *mut CUevent, flags: u32) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if pe.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let h = state::with(|cu| cu.event_create(flags))?;
+        // SAFETY: non-null slot provided by the caller.
+        unsafe { out(pe, h as usize as CUevent) }
+    })
+}
+
+/// `cuEventDestroy_v2`.
+#[no_mangle]
+pub extern "C" fn cuEventDestroy_v2(e: CUevent) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        state::with(|cu| cu.event_destroy(e as u64))
+    })
+}
+
+fn record(e: CUevent, s: CUstream) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        state::with(|cu| cu.event_record(e as u64, stream_handle(s)))
+    })
+}
+
+/// `cuEventRecord`.
+#[no_mangle]
+pub extern "C" fn cuEventRecord(e: CUevent, s: CUstream) -> CUresult {
+    record(e, s)
+}
+/// `cuEventRecord_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuEventRecord_ptsz(e: CUevent, s: CUstream) -> CUresult {
+    record(e, s)
+}
+/// `cuEventRecordWithFlags`.
+#[no_mangle]
+pub extern "C" fn cuEventRecordWithFlags(e: CUevent, s: CUstream, _flags: u32) -> CUresult {
+    record(e, s)
+}
+/// `cuEventRecordWithFlags_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuEventRecordWithFlags_ptsz(e: CUevent, s: CUstream, _flags: u32) -> CUresult {
+    record(e, s)
+}
+
+/// `cuEventQuery`.
+#[no_mangle]
+pub extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        match state::with(|cu| cu.event_query(e as u64))? {
+            true => Ok(()),
+            false => Err(fairgpu_protocol::Status::NOT_READY.0),
+        }
+    })
+}
+
+/// `cuEventSynchronize`.
+#[no_mangle]
+pub extern "C" fn cuEventSynchronize(e: CUevent) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        state::with(|cu| cu.event_synchronize(e as u64))
+    })
+}
+
+fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let v = state::with(|cu| cu.event_elapsed_ms(start as u64, end as u64))?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(ms, v) }
+    })
+}
+
+/// `cuEventElapsedTime`.
+#[no_mangle]
+pub extern "C" fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
+    elapsed(ms, start, end)
+}
+/// `cuEventElapsedTime_v2`.
+#[no_mangle]
+pub extern "C" fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
+    elapsed(ms, start, end)
+}
