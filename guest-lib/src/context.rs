@@ -54,7 +54,11 @@ fn object(ctx: CUcontext) -> &'static GuestContext {
 
 /// The calling thread's current context (null if none).
 pub fn current() -> CUcontext {
-    STACK.with(|s| s.borrow().last().copied().unwrap_or(std::ptr::null_mut()))
+    // During thread or process teardown (libcudart's exit handlers) the
+    // stack may already be gone: no context is current then.
+    STACK
+        .try_with(|s| s.borrow().last().copied().unwrap_or(std::ptr::null_mut()))
+        .unwrap_or(std::ptr::null_mut())
 }
 
 /// Fails with INVALID_CONTEXT unless the thread has a current context.
@@ -203,7 +207,7 @@ pub extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
         if !ctx.is_null() && !valid(ctx) {
             return Err(err::INVALID_CONTEXT);
         }
-        STACK.with(|s| {
+        let _ = STACK.try_with(|s| {
             let mut s = s.borrow_mut();
             s.pop();
             if !ctx.is_null() {
@@ -222,7 +226,7 @@ pub extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
         if !valid(ctx) {
             return Err(err::INVALID_CONTEXT);
         }
-        STACK.with(|s| s.borrow_mut().push(ctx));
+        let _ = STACK.try_with(|s| s.borrow_mut().push(ctx));
         Ok(())
     })
 }
@@ -254,7 +258,7 @@ fn ctx_create(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> CUresult {
         CREATED.lock().map_err(|_| err::UNKNOWN)?.push(ctx as usize);
         // SAFETY: caller passes a writable slot (checked for null).
         unsafe { out(pctx, ctx)? };
-        STACK.with(|s| s.borrow_mut().push(ctx));
+        let _ = STACK.try_with(|s| s.borrow_mut().push(ctx));
         Ok(())
     })
 }
@@ -296,7 +300,7 @@ pub extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
         if !valid(ctx) {
             return Err(err::INVALID_CONTEXT);
         }
-        STACK.with(|s| s.borrow_mut().retain(|c| *c != ctx));
+        let _ = STACK.try_with(|s| s.borrow_mut().retain(|c| *c != ctx));
         crate::export_tables::context_destroyed(ctx);
         Ok(())
     })

@@ -84,6 +84,30 @@ unsafe fn pack(
     Ok(unsafe { std::slice::from_raw_parts(buffer, len) }.to_vec())
 }
 
+/// Refuses, at once as the driver does, a launch the device cannot run:
+/// zero or oversized dimensions, too many threads, too much shared memory.
+fn check_geometry(grid: [u32; 3], block: [u32; 3], shared: u32) -> Result<(), CUresult> {
+    let d = state::device()?;
+    let limit = |a: i32| d.attribute(a).map(|v| u64::try_from(v).unwrap_or(0));
+    let (max_block, max_grid) = (
+        [limit(2)?, limit(3)?, limit(4)?],
+        [limit(5)?, limit(6)?, limit(7)?],
+    );
+    let threads: u64 = block.iter().map(|&b| u64::from(b)).product();
+    let ok = (0..3).all(|i| {
+        grid[i] > 0
+            && block[i] > 0
+            && u64::from(block[i]) <= max_block[i]
+            && u64::from(grid[i]) <= max_grid[i]
+    }) && threads <= limit(1)?
+        && u64::from(shared) <= limit(97)?.max(limit(8)?);
+    if ok {
+        Ok(())
+    } else {
+        Err(err::INVALID_VALUE)
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn launch(
     f: CUfunction,
@@ -96,6 +120,7 @@ fn launch(
 ) -> CUresult {
     ffi_result(|| {
         require_current()?;
+        check_geometry(grid, block, shared)?;
         let func = function_ref(f)?;
         // SAFETY: the arguments come straight from the application's launch.
         let buf = unsafe { pack(func, params, extra)? };

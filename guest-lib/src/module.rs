@@ -163,9 +163,10 @@ unsafe fn image_bytes<'a>(image: *const c_void) -> Result<&'a [u8], CUresult> {
     }
 }
 
-/// Loads a module from an image the application passed.
+/// Loads a module from an image the application passed. Needs no current
+/// context: CUDA 13's libcudart loads libraries before it binds one.
 pub fn load(image: *const c_void) -> Result<*mut GuestModule, CUresult> {
-    require_current()?;
+    state::device()?;
     // SAFETY: `image` is what the application passed as a module image.
     let data = unsafe { image_bytes(image)? };
     let host = state::with(|cu| cu.module_load(data))?;
@@ -178,7 +179,7 @@ pub fn load(image: *const c_void) -> Result<*mut GuestModule, CUresult> {
 }
 
 fn unload(m: CUmodule) -> Result<(), CUresult> {
-    require_current()?;
+    state::device()?;
     let module = module_ref(m)?;
     state::with(|cu| cu.module_unload(module.host))?;
     forget(&MODULES, m as usize);
@@ -194,7 +195,7 @@ fn unload(m: CUmodule) -> Result<(), CUresult> {
 }
 
 fn get_function(m: CUmodule, name: *const c_char) -> Result<*mut GuestFunction, CUresult> {
-    require_current()?;
+    state::device()?;
     let module = module_ref(m)?;
     if name.is_null() {
         return Err(err::INVALID_VALUE);
@@ -222,6 +223,7 @@ fn get_function(m: CUmodule, name: *const c_char) -> Result<*mut GuestFunction, 
 #[no_mangle]
 pub extern "C" fn cuModuleLoadData(pm: *mut CUmodule, image: *const c_void) -> CUresult {
     ffi_result(|| {
+        require_current()?;
         let m = load(image)?;
         // SAFETY: caller passes a writable slot (checked for null).
         unsafe { out(pm, m.cast()) }

@@ -176,7 +176,11 @@ mod tests {
     fn every_table_symbol_is_exported_by_the_library() {
         // The cdylib sits next to the test binary's deps/ folder.
         let exe = std::env::current_exe().unwrap();
-        let lib = exe.parent().and_then(|d| d.parent()).unwrap().join("libcuda.so");
+        let lib = exe
+            .parent()
+            .and_then(|d| d.parent())
+            .unwrap()
+            .join("libcuda.so");
         assert!(lib.is_file(), "{} not built", lib.display());
         let path = CString::new(lib.to_str().unwrap()).unwrap();
         // SAFETY: loading our own cdylib; its initializers do nothing.
@@ -188,6 +192,9 @@ mod tests {
             let p = unsafe { libc::dlsym(h, c.as_ptr()) };
             assert!(!p.is_null(), "{sym} is not exported");
         }
-        assert!(crate::generated::IMPLEMENTED.len() > 100, "implemented entry points missing from the scan");
+        assert!(
+            crate::generated::IMPLEMENTED.len() > 100,
+            "implemented entry points missing from the scan"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Module images as SimGpu reads them: PTX text, and nvcc fatbins that
-//! carry uncompressed PTX.
+//! carry PTX, plain or compressed (LZ4, or zstd as CUDA 13's nvcc emits by
+//! default).
 //!
 //! SimGpu does not execute kernels; from an image it needs only the kernels'
 //! names and parameter layouts, which the PTX `.entry` declarations give.
@@ -14,8 +15,9 @@
 //! container: u32 magic 0xBA55ED50 | u16 version | u16 header size (16)
 //!            | u64 bytes of entries that follow the header
 //! entry:     u16 kind (1 PTX, 2 ELF) | u16 | u32 entry header size
-//!            | u64 payload size | u32 compressed size | ...
-//!            | u64 flags at 40 (0x2000: compressed) | ... (64 bytes or more)
+//!            | u64 payload size | u32 compressed size at 16 | ...
+//!            | u64 flags at 40 (0x2000: LZ4, 0x8000: zstd) | ...
+//!            | u64 uncompressed size at 56 | ... (64 bytes or more)
 //!            then the payload, then the next entry
 //! ```
 //! Several containers may follow each other.
@@ -38,6 +40,10 @@ const ENTRY_KIND_PTX: u16 = 1;
 const ENTRY_KIND_ELF: u16 = 2;
 const ENTRY_KIND_ELF_ALT: u16 = 0x10;
 const FLAG_COMPRESSED: u64 = 0x2000;
+/// Entry flag: the payload is a zstd frame (nvcc 13 by default).
+const FLAG_ZSTD: u64 = 0x8000;
+/// Largest decompressed PTX entry accepted.
+const MAX_PTX: u64 = 64 * 1024 * 1024;
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 /// Largest `.align` a parameter may ask for.
 const MAX_PARAM_ALIGN: u64 = 4096;
@@ -95,7 +101,7 @@ pub enum ImageError {
     /// A fatbin without a PTX entry SimGpu can read.
     #[error(
         "fatbin has no uncompressed PTX entry ({compressed} compressed, {cubin} cubin, \
-         {unreadable} unreadable entries): compressed fatbin entries are not supported yet, \
+         {unreadable} unreadable entries): no PTX entry could be read or decompressed, \
          and SimGpu cannot read cubin; load the PTX text, or build the fatbin with \
          uncompressed PTX"
     )]
@@ -148,6 +154,24 @@ pub fn parse_image(image: &[u8]) -> Result<Vec<KernelDecl>, ImageError> {
 }
 
 /// The text of a PTX image up to its first NUL, if it looks like PTX.
+/// Decompresses a compressed PTX entry: a zstd frame, or an LZ4 block of
+/// `compressed_len` bytes. `None` if it is malformed or would exceed
+/// [`MAX_PTX`].
+fn decompress(payload: &[u8], compressed_len: u32, size: u64, zstd: bool) -> Option<Vec<u8>> {
+    use std::io::Read;
+    if size == 0 || size > MAX_PTX {
+        return None;
+    }
+    if zstd {
+        let mut out = Vec::new();
+        let dec = ruzstd::decoding::StreamingDecoder::new(payload).ok()?;
+        dec.take(size).read_to_end(&mut out).ok()?;
+        return (out.len() as u64 == size).then_some(out);
+    }
+    let input = payload.get(..compressed_len as usize)?;
+    lz4_flex::block::decompress(input, size as usize).ok()
+}
+
 fn ptx_text(image: &[u8]) -> Option<&[u8]> {
     let end = image.iter().position(|&b| b == 0).unwrap_or(image.len());
     let text = &image[..end];
@@ -224,11 +248,19 @@ fn parse_fatbin(image: &[u8]) -> Result<Vec<KernelDecl>, ImageError> {
             let payload = &entry[data..data_end];
             match kind {
                 ENTRY_KIND_PTX => {
-                    if flags & FLAG_COMPRESSED != 0
-                        || compressed_len != 0
-                        || payload.starts_with(&ZSTD_MAGIC)
-                    {
-                        compressed += 1;
+                    let zstd = flags & FLAG_ZSTD != 0 || payload.starts_with(&ZSTD_MAGIC);
+                    if zstd || flags & FLAG_COMPRESSED != 0 {
+                        let size = le_u64(entry, e + 56).unwrap_or(0);
+                        match decompress(payload, compressed_len, size, zstd) {
+                            Some(plain) => match ptx_text(&plain) {
+                                Some(text) => {
+                                    kernels.extend(parse_ptx(text)?)?;
+                                    ptx += 1;
+                                }
+                                None => unreadable += 1,
+                            },
+                            None => compressed += 1,
+                        }
                     } else if let Some(text) = ptx_text(payload) {
                         kernels.extend(parse_ptx(text)?)?;
                         ptx += 1;
@@ -663,7 +695,7 @@ $L__BB0_2:
         ));
         assert!(e
             .to_string()
-            .contains("compressed fatbin entries are not supported yet"));
+            .contains("no PTX entry could be read or decompressed"));
         let f = fatbin(&[0x28, 0xB5, 0x2F, 0xFD, 1, 2, 3], 0);
         assert!(matches!(
             parse_image(&f),
@@ -741,5 +773,20 @@ $L__BB0_2:
             t.extend_from_slice(&src[at..]);
             let _ = parse_image(&t);
         }
+    }
+
+    #[test]
+    fn nvcc13_zstd_fatbin_yields_its_kernels() {
+        // The .nv_fatbin section of tests/cuda/streams_events.cu as nvcc 13
+        // builds it by default: an sm_75 cubin and zstd-compressed PTX.
+        let fatbin = include_bytes!("../../../tests/fixtures/spin-nvcc13-zstd.fatbin");
+        let kernels = parse_image(fatbin).expect("parses");
+        let spin = kernels
+            .iter()
+            .find(|k| k.name == "_Z4spiny")
+            .expect("_Z4spiny present");
+        assert_eq!(spin.params, vec![ParamInfo { offset: 0, size: 8 }]);
+        // Truncating the compressed payload is refused, not a panic.
+        assert!(parse_image(&fatbin[..fatbin.len() - 40]).is_err());
     }
 }
