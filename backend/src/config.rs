@@ -512,7 +512,9 @@ fn validate_vm(raw: RawVm) -> Result<VmConfig, String> {
             let bytes = spec.bytes().map_err(|e| format!("arena = {spec}: {e}"))?;
             u32::try_from(bytes)
                 .ok()
-                .filter(|b| (MIN_ARENA..=MAX_ARENA).contains(b) && *b as usize % PAGE == 0)
+                .filter(|b| {
+                    (MIN_ARENA..=MAX_ARENA).contains(b) && (*b as usize).is_multiple_of(PAGE)
+                })
                 .ok_or_else(|| {
                     format!(
                         "arena = {spec} ({bytes} bytes) must be a multiple of 4 KiB in {}..={}",

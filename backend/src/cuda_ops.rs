@@ -322,7 +322,7 @@ impl CudaOps {
                     .checked_mul(u64::from(elem))
                     .ok_or(Status::INVALID_VALUE)?;
                 cx.check_range(a[0], bytes)?;
-                if a[0] % u64::from(elem) != 0 {
+                if !a[0].is_multiple_of(u64::from(elem)) {
                     return Err(Status::INVALID_VALUE);
                 }
                 let stream = cx.stream(a[3])?;

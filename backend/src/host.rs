@@ -478,7 +478,7 @@ impl<H: Handler> Server<H> {
                 continue;
             }
             idle_polls = idle_polls.wrapping_add(1);
-            if idle_polls % 64 != 0 {
+            if !idle_polls.is_multiple_of(64) {
                 std::hint::spin_loop();
                 continue;
             }

@@ -38,7 +38,7 @@ pub const SLOT_SIZE: usize = SLOT_FIELDS * 8;
 /// Most slots a stats file may hold (one per VM).
 pub const MAX_SLOTS: usize = 4096;
 
-const _: () = assert!((Field::Reserved as usize) <= SLOT_FIELDS && SLOTS_OFF % 8 == 0);
+const _: () = assert!((Field::Reserved as usize) <= SLOT_FIELDS && SLOTS_OFF.is_multiple_of(8));
 
 /// The counters of a slot, by index.
 #[repr(usize)]

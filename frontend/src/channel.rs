@@ -607,9 +607,9 @@ impl Channel {
                 Err(e) => return Err(self.fail(e)),
             }
             spins = spins.wrapping_add(1);
-            if spins % 128 != 0 || start.elapsed() < self.cfg.spin {
+            if !spins.is_multiple_of(128) || start.elapsed() < self.cfg.spin {
                 spin_loop();
-                if spins % 1024 == 0 {
+                if spins.is_multiple_of(1024) {
                     self.check_host_state()?;
                 }
                 continue;

@@ -115,7 +115,7 @@ impl ParamInfo {
     /// Decodes a layout from the wire; `None` if the bytes are not a whole
     /// number of entries or exceed [`MAX_PARAMS`].
     pub fn decode_all(b: &[u8]) -> Option<Vec<ParamInfo>> {
-        if b.len() % 8 != 0 || b.len() / 8 > MAX_PARAMS {
+        if !b.len().is_multiple_of(8) || b.len() / 8 > MAX_PARAMS {
             return None;
         }
         Some(

@@ -112,7 +112,7 @@ pub struct RegionHeader {
 const _: () = assert!(std::mem::size_of::<RegionHeader>() == 64);
 const _: () = assert!(std::mem::offset_of!(RegionHeader, channel_count) == 32);
 const _: () = assert!(std::mem::offset_of!(RegionHeader, channels_offset) == 48);
-const _: () = assert!(CH_SLOTS % CACHE_LINE == 0 && HEARTBEAT_OFF + 8 <= CHANNELS_OFF);
+const _: () = assert!(CH_SLOTS.is_multiple_of(CACHE_LINE) && HEARTBEAT_OFF + 8 <= CHANNELS_OFF);
 
 // SAFETY: repr(C), fields u64,u32,u32,u64,u64,u32,u32,u32,u32,u64,u64 with no
 // padding (size asserted to 64); any bit pattern is a valid value.
@@ -212,7 +212,8 @@ impl Layout {
                 "must be a power of two in 8..=4096",
             ));
         }
-        if !(MIN_ARENA..=MAX_ARENA).contains(&cfg.arena_size) || cfg.arena_size as usize % PAGE != 0
+        if !(MIN_ARENA..=MAX_ARENA).contains(&cfg.arena_size)
+            || !(cfg.arena_size as usize).is_multiple_of(PAGE)
         {
             return Err(field(
                 "arena_size",

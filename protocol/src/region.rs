@@ -91,7 +91,7 @@ impl RegionView {
 
     fn ptr(&self, off: usize, len: usize, align: usize) -> Result<*mut u8, OutOfBounds> {
         let end = off.checked_add(len);
-        if end.is_none_or(|e| e > self.len) || off % align != 0 {
+        if end.is_none_or(|e| e > self.len) || !off.is_multiple_of(align) {
             return Err(OutOfBounds {
                 off,
                 len,

@@ -65,13 +65,19 @@ run() {
     fi
 }
 
-deps=("$here/common.h" "$here/build.sh" "$prefix/env.sh")
+# The flags are part of every object: a change rebuilds them.
+mkdir -p "$out/obj"
+flags_stamp="$out/obj/nvcc-flags"
+flags_now="$CUDA_NVCC ${extra[*]}"
+if [[ ! -f $flags_stamp || $(cat "$flags_stamp") != "$flags_now" ]]; then
+    printf '%s\n' "$flags_now" >"$flags_stamp"
+fi
+deps=("$here/common.h" "$here/build.sh" "$prefix/env.sh" "$flags_stamp")
 for src in "$here"/*.cu; do
     name=$(basename "$src" .cu)
     for v in 12 13; do
         if [[ $v == 12 ]]; then inc=$CUDA12_INCLUDE; else inc=$CUDA13_INCLUDE; fi
         obj="$out/obj/$name-cu$v.o"
-        mkdir -p "$out/obj"
         if stale "$obj" "$src" "${deps[@]}"; then
             run "$CUDA_NVCC" -std=c++17 -O1 -I"$inc" "${extra[@]}" -c "$src" -o "$obj.tmp"
             mv "$obj.tmp" "$obj"

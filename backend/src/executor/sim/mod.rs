@@ -513,7 +513,7 @@ impl GpuExecutor for SimGpu {
         if !matches!(elem_size, 1 | 2 | 4) {
             return Err(ExecError::Invalid("memset element size"));
         }
-        if dst % u64::from(elem_size) != 0 {
+        if !dst.is_multiple_of(u64::from(elem_size)) {
             return Err(ExecError::Invalid(
                 "memset destination not aligned to its element size",
             ));
