@@ -637,11 +637,23 @@ impl DaemonProcess {
     /// socket at `socket` accepts connections. `leftovers` (regions) are
     /// removed on drop should the daemon not remove them.
     pub fn start(config: &Path, socket: &Path, leftovers: &[PathBuf]) -> DaemonProcess {
+        Self::start_with_env(config, socket, leftovers, &[])
+    }
+
+    /// [`DaemonProcess::start`] with extra environment for the daemon and
+    /// its workers.
+    pub fn start_with_env(
+        config: &Path,
+        socket: &Path,
+        leftovers: &[PathBuf],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> DaemonProcess {
         let mut child = Command::new(fairgpu_bin())
             .arg("serve")
             .arg("--config")
             .arg(config)
             .args(["--log", "info"])
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -778,10 +790,16 @@ impl Setup {
     /// VMs `(name, weight, channels)` on a SimGpu whose `[sim]` table has
     /// the lines `sim`.
     pub fn with_sim(test: &str, sim: &str, vms: &[(&str, u32, u32)]) -> Setup {
+        Self::with_executor(test, "sim", sim, vms)
+    }
+
+    /// VMs `(name, weight, channels)` on executor `executor` ("sim" or
+    /// "cuda"), with the `[sim]` lines `sim`.
+    pub fn with_executor(test: &str, executor: &str, sim: &str, vms: &[(&str, u32, u32)]) -> Setup {
         let dir = TempDir::new(test);
         let socket = dir.join("control.sock");
         let mut text = format!(
-            "[daemon]\ncontrol_socket = {:?}\nexecutor = \"sim\"\nstate_dir = {:?}\n\n[sim]\n{sim}\n",
+            "[daemon]\ncontrol_socket = {:?}\nexecutor = {executor:?}\nstate_dir = {:?}\n\n[sim]\n{sim}\n",
             socket.display().to_string(),
             dir.path().display().to_string()
         );
@@ -807,7 +825,12 @@ impl Setup {
 
     /// Starts the daemon and waits until every worker runs.
     pub fn start(&self) -> DaemonProcess {
-        let d = DaemonProcess::start(&self.config, &self.socket, &self.regions);
+        self.start_with_env(&[])
+    }
+
+    /// [`Setup::start`] with extra environment for the daemon and workers.
+    pub fn start_with_env(&self, env: &[(&str, &std::ffi::OsStr)]) -> DaemonProcess {
+        let d = DaemonProcess::start_with_env(&self.config, &self.socket, &self.regions, env);
         wait_for_status(&d, "every worker to run", |s| {
             s.vms
                 .iter()

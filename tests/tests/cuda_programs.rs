@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use fairgpu_tests::{
-    guest_lib_dir, run_command, vm, wait_for_status, DaemonProcess, Setup, VM_QUOTA,
+    guest_lib_dir, run_command, status, vm, wait_for_status, DaemonProcess, Setup, VM_QUOTA,
 };
 
 /// The builds of each runtime program.
@@ -394,6 +394,65 @@ fn without_a_driver_every_program_says_so() {
             assert!(
                 stdout.contains("35 cudaErrorInsufficientDriver"),
                 "{name}: libcudart without libcuda.so.1 should say cudaErrorInsufficientDriver: {stdout}"
+            );
+        }
+    }
+}
+
+/// The same programs through two hops: a daemon whose workers use
+/// CudaExecutor (the real-GPU executor, on cudarc), with the guest library
+/// as the `libcuda.so.1` it loads, forwarding to a second daemon on SimGpu.
+/// This runs CudaExecutor's code path on every CI run, without a GPU.
+#[test]
+fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
+    let Some(dir) = programs() else {
+        return;
+    };
+    let lib = guest_lib_dir();
+    let backend = Setup::with_sim("cuda_two_hop_backend", SIM, &[("backend", 1, CHANNELS)]);
+    let backend_daemon = backend.start();
+    let mut vms: Vec<(&str, u32, u32)> = VARIANTS.iter().map(|v| (*v, 1, CHANNELS)).collect();
+    vms.push((DRIVER_VM, 1, CHANNELS));
+    let setup = Setup::with_executor("cuda_two_hop", "cuda", SIM, &vms);
+    let daemon = setup.start_with_env(&[
+        ("FAIRGPU_REGION", backend.regions[0].as_os_str()),
+        ("LD_LIBRARY_PATH", lib.as_os_str()),
+    ]);
+    let front = Sim { setup, daemon };
+    assert_eq!(status(&front.daemon).daemon.executor, "cuda");
+
+    let backend_time = || vm(&status(&backend_daemon), "backend").gpu_time_ns;
+    let mut runs: Vec<(String, &str)> = Vec::new();
+    for p in ["device_query", "memory", "streams_events", "launch_args"] {
+        for v in VARIANTS {
+            runs.push((format!("{p}-{v}"), v));
+        }
+    }
+    runs.push(("driver_api".to_owned(), DRIVER_VM));
+    for (program, vm_name) in runs {
+        let before = backend_time();
+        let stdout = front.run(&dir.join(&program), vm_name);
+        if program.starts_with("device_query") {
+            assert!(
+                stdout.contains(&format!("PROP name={SIM_NAME}\n")),
+                "{program}: the device behind two hops is not the backend's SimGpu:\n{stdout}"
+            );
+        }
+        // The modelled time of the program's kernels is charged, exactly,
+        // on the backend SimGpu.
+        if let Some(want) = lines(&stdout, "GPU_NS ")
+            .first()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            let s = wait_for_status(
+                &backend_daemon,
+                &format!("{program}'s GPU time on the backend"),
+                |s| vm(s, "backend").gpu_time_ns >= before + want,
+            );
+            assert_eq!(
+                vm(&s, "backend").gpu_time_ns - before,
+                want,
+                "{program}: backend GPU time"
             );
         }
     }
