@@ -145,7 +145,8 @@ pub fn transport(a: &TransportArgs) -> anyhow::Result<()> {
 
 /// Runs every measurement.
 pub fn measure(a: &TransportArgs) -> anyhow::Result<TransportReport> {
-    let pinned = !a.no_pin && cpus() >= 2;
+    let cpus = cpus();
+    let pinned = !a.no_pin && cpus >= 2;
     if pinned {
         pin_to_cpu(0).context("pinning the guest side to CPU 0")?;
     }
@@ -231,7 +232,7 @@ pub fn measure(a: &TransportArgs) -> anyhow::Result<TransportReport> {
         socket_rtt_p99_ns: socket_p99,
         socket_cross_cpu_rtt_p50_ns: cross_p50,
         pinned,
-        cpus: cpus(),
+        cpus,
     })
 }
 
