@@ -18,10 +18,11 @@
 //! - sizes from the guest are bounded by the limits of `protocol::cuda`
 //!   before anything is allocated.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use fairgpu_protocol::cuda::{
-    LaunchHeader, ParamInfo, MAX_DEVICE_NAME, MAX_MODULE_IMAGE, MAX_NAME, MAX_OBJECTS,
+    image_hash, LaunchHeader, ParamInfo, MAX_DEVICE_NAME, MAX_IMAGE_CACHE, MAX_MODULE_IMAGE,
+    MAX_NAME, MAX_OBJECTS,
 };
 use fairgpu_protocol::handle::{Handle, HandleTable};
 use fairgpu_protocol::wire::ValidRequest;
@@ -112,6 +113,39 @@ impl Context {
     }
 }
 
+/// Module images this VM loaded, by hash, so that a process loading the
+/// same fatbin (every process of a CUDA application does) sends it once.
+/// Bounded by [`MAX_IMAGE_CACHE`] bytes, oldest evicted first.
+#[derive(Debug, Default)]
+struct ImageCache {
+    images: VecDeque<([u64; 2], std::sync::Arc<[u8]>)>,
+    bytes: u64,
+}
+
+impl ImageCache {
+    fn get(&self, hash: [u64; 2], size: u64) -> Option<std::sync::Arc<[u8]>> {
+        self.images
+            .iter()
+            .find(|(h, i)| *h == hash && i.len() as u64 == size)
+            .map(|(_, i)| i.clone())
+    }
+
+    fn insert(&mut self, image: std::sync::Arc<[u8]>) {
+        let hash = image_hash(&image);
+        if image.len() as u64 > MAX_IMAGE_CACHE || self.get(hash, image.len() as u64).is_some() {
+            return;
+        }
+        self.bytes += image.len() as u64;
+        self.images.push_back((hash, image));
+        while self.bytes > MAX_IMAGE_CACHE {
+            let Some((_, old)) = self.images.pop_front() else {
+                break;
+            };
+            self.bytes -= old.len() as u64;
+        }
+    }
+}
+
 /// The CUDA request handler of one VM.
 pub struct CudaOps {
     exec: Box<dyn GpuExecutor>,
@@ -122,6 +156,7 @@ pub struct CudaOps {
     transport: TransportOps,
     buf: Vec<u8>,
     calls: u64,
+    images: ImageCache,
 }
 
 impl std::fmt::Debug for CudaOps {
@@ -156,6 +191,7 @@ impl CudaOps {
             transport: TransportOps::default(),
             buf: Vec::new(),
             calls: 0,
+            images: ImageCache::default(),
         }
     }
 
@@ -188,6 +224,22 @@ impl CudaOps {
             self.contexts[i] = Some(Context::new(ctx));
         }
         Ok(self.contexts[i].as_mut().expect("created above"))
+    }
+
+    /// Loads `image` into channel `ch`'s context; returns the module handle.
+    fn load_module(&mut self, ch: u32, ctx: CtxId, image: &[u8]) -> Result<u64, Status> {
+        let full = self.contexts[ch as usize]
+            .as_ref()
+            .is_none_or(|cx| cx.modules.len() >= MAX_OBJECTS);
+        if full {
+            return Err(Status::OUT_OF_MEMORY);
+        }
+        let m = self.exec.module_load(ctx, image).map_err(|e| {
+            tracing::debug!(vm = %self.vm, channel = ch, error = %e, "module load refused");
+            e.status()
+        })?;
+        let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+        Ok(cx.modules.insert(m).map_err(|_| Status::OUT_OF_MEMORY)?.0)
     }
 
     fn device_ordinal(arg: u64) -> Result<(), Status> {
@@ -355,18 +407,18 @@ impl CudaOps {
                 if a[0] == 0 || a[0] != cx.staging.len() as u64 || a[0] != cx.staging_total {
                     return Err(Status::INVALID_VALUE);
                 }
-                let image = std::mem::take(&mut cx.staging);
+                let image: std::sync::Arc<[u8]> = std::mem::take(&mut cx.staging).into();
                 cx.staging_total = 0;
-                if cx.modules.len() >= MAX_OBJECTS {
-                    return Err(Status::OUT_OF_MEMORY);
-                }
-                let m = self.exec.module_load(ctx, &image).map_err(|e| {
-                    tracing::debug!(vm = %self.vm, channel = ch, error = %e, "module load refused");
-                    e.status()
-                })?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
-                let h = cx.modules.insert(m).map_err(|_| Status::OUT_OF_MEMORY)?;
-                Ok(vals(&[h.0]))
+                let h = self.load_module(ch, ctx, &image)?;
+                self.images.insert(image);
+                Ok(vals(&[h]))
+            }
+            Opcode::ModuleLoadCached => {
+                let image = self
+                    .images
+                    .get([a[0], a[1]], a[2])
+                    .ok_or(Status::NOT_FOUND)?;
+                Ok(vals(&[self.load_module(ch, ctx, &image)?]))
             }
             Opcode::ModuleUnload => {
                 let h = Handle(a[0]);

@@ -214,11 +214,17 @@ impl Cuda {
             .call_async(op, args(&[dst, u64::from(value), count, stream]), &[])
     }
 
-    /// `cuModuleLoadData`: sends the image (fatbin, cubin or PTX) in chunks
-    /// and loads it.
+    /// `cuModuleLoadData`: loads the image (fatbin, cubin or PTX) from the
+    /// host's per-VM cache if it holds it, else sends it in chunks.
     pub fn module_load(&mut self, image: &[u8]) -> Result<u64, CallError> {
         if image.is_empty() {
             return Err(CallError::Cuda(Status::INVALID_VALUE));
+        }
+        let [lo, hi] = fairgpu_protocol::cuda::image_hash(image);
+        match self.call(Opcode::ModuleLoadCached, &[lo, hi, image.len() as u64]) {
+            Ok(v) => return Ok(v[0]),
+            Err(CallError::Cuda(Status::NOT_FOUND)) => {}
+            Err(e) => return Err(e),
         }
         self.ch.send_bulk(
             Opcode::ModuleStage,

@@ -22,6 +22,22 @@ pub const MAX_OBJECTS: usize = 1 << 16;
 /// Longest device name returned.
 pub const MAX_DEVICE_NAME: usize = 256;
 
+/// Most image bytes a host keeps cached per VM (oldest evicted first).
+pub const MAX_IMAGE_CACHE: u64 = 256 * 1024 * 1024;
+
+/// The name of a module image in the host's per-VM image cache: 128-bit
+/// FNV-1a over the bytes. Not cryptographic: the cache is per VM, so a
+/// collision could only hand a VM one of its own images; the size is
+/// checked too.
+pub fn image_hash(bytes: &[u8]) -> [u64; 2] {
+    const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
+    let h = bytes
+        .iter()
+        .fold(OFFSET, |h, &b| (h ^ u128::from(b)).wrapping_mul(PRIME));
+    [h as u64, (h >> 64) as u64]
+}
+
 /// CUDA_ERROR_NOT_READY, returned by queries of unfinished work.
 pub const NOT_READY: u32 = crate::wire::Status::NOT_READY.0;
 
@@ -170,6 +186,21 @@ mod tests {
         }
         .validate()
         .is_err());
+    }
+
+    #[test]
+    fn image_hash_is_fnv1a_128() {
+        // FNV-1a 128 of the empty input is the offset basis; of "a" a
+        // published test value.
+        assert_eq!(
+            image_hash(b""),
+            [0x62b8_2175_6295_c58d, 0x6c62_272e_07bb_0142]
+        );
+        assert_eq!(
+            image_hash(b"a"),
+            [0x7891_2b70_4e4a_8964, 0xd228_cb69_6f1a_8caf]
+        );
+        assert_ne!(image_hash(b"ab"), image_hash(b"ba"));
     }
 
     #[test]

@@ -68,6 +68,10 @@ pub enum Opcode {
     /// `cuModuleGetFunction(args[0] = module, args[1] = name length)`, name in the arena →
     /// `vals[0]` = function, `vals[1]` = parameter count, layout in the arena.
     ModuleGetFunction = 0x0133,
+    /// Loads an image the host already holds for this VM, named by its
+    /// [`crate::cuda::image_hash`] (`args[0]`, `args[1]`) and size
+    /// (`args[2]`) → `vals[0]` = module; `NOT_FOUND` if not cached.
+    ModuleLoadCached = 0x0134,
     /// `cuLaunchKernel(args[0] = function, args[1] = stream)`, arena:
     /// [`crate::cuda::LaunchHeader`] then the packed parameters.
     LaunchKernel = 0x0140,
@@ -119,7 +123,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 35] = [
+    pub const ALL: [Opcode; 36] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -143,6 +147,7 @@ impl Opcode {
         Opcode::ModuleLoad,
         Opcode::ModuleUnload,
         Opcode::ModuleGetFunction,
+        Opcode::ModuleLoadCached,
         Opcode::LaunchKernel,
         Opcode::StreamCreate,
         Opcode::StreamDestroy,

@@ -885,3 +885,55 @@ fn gpu_check_passes_on_simgpu() {
     );
     assert!(stdout.contains("all checks passed"), "{stdout}");
 }
+
+/// Requests served for vm1 once the worker has published them.
+fn settled_calls(rig: &Rig, at_least: u64) -> u64 {
+    let s = wait_for_status(&rig.d, "vm1's call count to be published", |s| {
+        vm(s, "vm1").calls >= at_least
+    });
+    // Publication is periodic: read again after two more periods.
+    std::thread::sleep(Duration::from_millis(250));
+    let again = vm(&status(&rig.d), "vm1").calls;
+    assert!(again >= vm(&s, "vm1").calls);
+    again
+}
+
+#[test]
+fn a_module_image_crosses_the_channel_once_per_vm() {
+    let rig = Rig::start("cuda_image_cache");
+    // A 1 MiB image: many arena chunks when it is sent.
+    let mut image = KERNELS_PTX.to_owned();
+    while image.len() < 1 << 20 {
+        image.push_str("// padding to make the image span many arena chunks\n");
+    }
+    let mut a = rig.cuda(0);
+    let before = settled_calls(&rig, 0);
+    let m1 = a.module_load(image.as_bytes()).unwrap();
+    let first = settled_calls(&rig, before + 3) - before;
+    assert!(
+        first > 10,
+        "the first load sent the image in chunks ({first} requests)"
+    );
+
+    // Another process of the same VM loads the same image: one request.
+    let mut b = rig.cuda(0);
+    let m2 = b.module_load(image.as_bytes()).unwrap();
+    let second = settled_calls(&rig, before + first + 1) - before - first;
+    assert_eq!(second, 1, "the cached image was sent again");
+    // Both modules work.
+    spin_kernel(&mut a, m1);
+    spin_kernel(&mut b, m2);
+
+    // A different image of the same size is not taken for it.
+    let other = image.replacen("padding", "Padding", 1);
+    assert_eq!(other.len(), image.len());
+    let m3 = b.module_load(other.as_bytes()).unwrap();
+    spin_kernel(&mut b, m3);
+
+    // The cache is per VM: vm2 sends the image itself.
+    let mut c = rig.cuda(1);
+    let m4 = c.module_load(image.as_bytes()).unwrap();
+    spin_kernel(&mut c, m4);
+    let s = wait_for_status(&rig.d, "vm2's calls", |s| vm(s, "vm2").calls >= first);
+    assert!(vm(&s, "vm2").calls >= first, "vm2 used vm1's cached image");
+}
