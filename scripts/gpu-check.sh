@@ -5,13 +5,20 @@
 #   scripts/gpu-check.sh [ARGS...]
 #
 # Runs `fairgpu gpu-check ARGS...` (a worker with the CUDA executor loads a
-# PTX kernel, launches it and checks the results) and exits with its status.
-# On a host without an NVIDIA GPU it says so and exits 0.
+# PTX kernel, launches it and checks the results). Then, if the CUDA test
+# programs were built and carried here (tests/cuda/build.sh output), runs
+# each of them natively and through the guest library against a daemon on
+# the GPU, checking kernel results too (FAIRGPU_CHECK_RESULTS=1), and, if
+# CuPy is installed, a small CuPy computation both ways. Exits non-zero if
+# anything failed. On a host without an NVIDIA GPU it says so and exits 0.
 #
 # Environment:
 #   FAIRGPU_BIN        the fairgpu binary (default: target/release/fairgpu
 #                      beside this script's repository)
 #   GPU_CHECK_TIMEOUT  seconds before the check is stopped (default 300)
+#   FAIRGPU_GUEST_LIB  the guest library (default target/release/libcuda.so)
+#   FAIRGPU_PROGRAMS   built test programs (default: the first of
+#                      target/release/cuda-programs, target/debug/cuda-programs)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -46,6 +53,90 @@ status=0
 "${run[@]}" || status=$?
 elapsed=$((SECONDS - start))
 
+# ---- the test programs and CuPy, natively and through fairgpu ----
+guest_lib="${FAIRGPU_GUEST_LIB:-$root/target/release/libcuda.so}"
+programs="${FAIRGPU_PROGRAMS:-}"
+if [[ -z "$programs" ]]; then
+    for d in "$root/target/release/cuda-programs" "$root/target/debug/cuda-programs"; do
+        [[ -d "$d" ]] && { programs="$d"; break; }
+    done
+fi
+prefix="${FAIRGPU_CUDA_PREFIX:-$root/target/cuda-toolchain}"
+cudart_path="$prefix/cu12/nvidia/cuda_runtime/lib:$prefix/cu13/nvidia/cu13/lib"
+results=()
+failures=0
+
+note() {
+    results+=("$1")
+    [[ "$1" == *FAIL* ]] && failures=$((failures + 1))
+    return 0
+}
+
+if [[ -f "$guest_lib" ]] && { [[ -n "$programs" ]] || python3 -c 'import cupy' >/dev/null 2>&1; }; then
+    work="$(mktemp -d)"
+    daemon_pid=""
+    cleanup() {
+        [[ -n "$daemon_pid" ]] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
+        rm -rf "$work"
+    }
+    trap cleanup EXIT
+    ln -s "$guest_lib" "$work/libcuda.so.1"
+    ln -s "$guest_lib" "$work/libcuda.so"
+    region="/dev/shm/fairgpu-gpu-check-$$"
+    cat >"$work/fairgpu.toml" <<EOT
+[daemon]
+control_socket = "$work/control.sock"
+executor = "cuda"
+state_dir = "$work"
+
+[[vm]]
+name = "check"
+weight = 1
+memory = "8GiB"
+region = "$region"
+channels = 8
+EOT
+    "$bin" serve --config "$work/fairgpu.toml" --log warn &
+    daemon_pid=$!
+    for _ in $(seq 100); do [[ -e "$region" ]] && break; sleep 0.1; done
+
+    both_ways() { # NAME COMMAND...
+        local name="$1"; shift
+        local native fair
+        native=0; env LD_LIBRARY_PATH="$cudart_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+            FAIRGPU_CHECK_RESULTS=1 FAIRGPU_SIM_TIMING=0 timeout 120 "$@" >"$work/native.out" 2>&1 || native=$?
+        fair=0; env LD_LIBRARY_PATH="$work:$cudart_path" FAIRGPU_REGION="$region" \
+            FAIRGPU_CHECK_RESULTS=1 FAIRGPU_SIM_TIMING=0 timeout 120 "$@" >"$work/fair.out" 2>&1 || fair=$?
+        if [[ $native -eq 0 && $fair -eq 0 ]]; then
+            note "ok    $name (native and through fairgpu)"
+        elif [[ $native -ne 0 && $fair -ne 0 ]]; then
+            note "FAIL  $name fails natively too (native $native, fairgpu $fair): $(tail -n 1 "$work/native.out")"
+        else
+            note "FAIL  $name: native exit $native, fairgpu exit $fair: $(tail -n 1 "$work/fair.out")"
+        fi
+    }
+
+    if [[ -n "$programs" ]]; then
+        for p in "$programs"/*; do
+            [[ -f "$p" && -x "$p" ]] || continue
+            both_ways "$(basename "$p")" "$p"
+        done
+    fi
+    if python3 -c 'import cupy' >/dev/null 2>&1; then
+        cat >"$work/cupy_check.py" <<'EOT'
+import cupy as cp, numpy as np
+x = np.arange(1 << 20, dtype=np.float32)
+y = cp.asarray(x) * 2.0 + 1.0
+got = cp.asnumpy(y)
+assert np.array_equal(got, x * 2.0 + 1.0), "CuPy result differs from NumPy"
+s = float(cp.sum(cp.asarray(x)))
+assert abs(s - float(x.sum(dtype=np.float64))) / s < 1e-5
+print("PASS cupy")
+EOT
+        both_ways cupy python3 "$work/cupy_check.py"
+    fi
+fi
+
 echo "---- gpu-check report ----"
 echo "binary:  $bin"
 echo "driver:  $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 || echo unknown)"
@@ -56,5 +147,9 @@ elif [[ $status -eq 124 ]]; then
     echo "result:  FAIL (timed out after ${limit}s)"
 else
     echo "result:  FAIL (exit status $status)"
+fi
+for r in "${results[@]}"; do echo "  $r"; done
+if [[ $status -eq 0 && $failures -gt 0 ]]; then
+    status=1
 fi
 exit "$status"
