@@ -457,3 +457,31 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
         }
     }
 }
+
+/// The guest library also works through `LD_PRELOAD` (no library path):
+/// the preloaded object satisfies libcudart's `dlopen("libcuda.so.1")`.
+#[test]
+fn the_guest_library_works_through_ld_preload() {
+    let Some(dir) = programs() else {
+        return;
+    };
+    let lib = guest_lib_dir();
+    let sim = Sim::start("cuda_preload");
+    for v in VARIANTS {
+        let name = format!("memory-{v}");
+        let out = run_command(
+            Command::new(dir.join(&name))
+                .env_remove("LD_LIBRARY_PATH")
+                .env("LD_PRELOAD", lib.join("libcuda.so.1"))
+                .env("FAIRGPU_REGION", sim.region(v)),
+            RUN_TIMEOUT,
+        );
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("PASS memory\n"),
+            "{name} with LD_PRELOAD ({}):\n{stdout}{}",
+            out.status,
+            text(&out.stderr)
+        );
+    }
+}
