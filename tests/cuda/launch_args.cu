@@ -93,6 +93,9 @@ __global__ void args_d(ARGS_PARAMS) { record(out, c, s, i, d, big, p, tri, m, ns
 __global__ void args_p(ARGS_PARAMS) { record(out, c, s, i, d, big, p, tri, m, ns); }
 __global__ void args_m(ARGS_PARAMS) { record(out, c, s, i, d, big, p, tri, m, ns); }
 __global__ void args_n(ARGS_PARAMS) { record(out, c, s, i, d, big, p, tri, m, ns); }
+// Configured with `duration_hash`: its modelled duration is derived from
+// every byte of its parameter buffer (see fnv1a64 below).
+__global__ void args_h(ARGS_PARAMS) { record(out, c, s, i, d, big, p, tri, m, ns); }
 
 namespace fg {
 // _ZN2fg6nestedEPhiy: duration in parameter 2.
@@ -161,6 +164,18 @@ static void print_args(const char* name, const void* buf, size_t len) {
 
 static unsigned long long gpu_ns = 0;
 
+// What SimGpu's `duration_hash` cost gives a kernel whose packed parameter
+// buffer is `buf`: 100 us + FNV-1a 64 of every byte, modulo 1 ms. Equal
+// times prove the host received exactly these bytes, padding included.
+static unsigned long long hashed_ns(const void* buf, size_t len) {
+    unsigned long long h = 0xcbf29ce484222325ull;
+    for (size_t k = 0; k < len; k++) {
+        h ^= ((const unsigned char*)buf)[k];
+        h *= 0x100000001b3ull;
+    }
+    return 100000ull + h % 1000000ull;
+}
+
 // Launches every kernel once on `s`, each between two events; returns the
 // launches in order.
 static std::vector<Launch> launch_all(cudaStream_t s, cudaEvent_t* ev, unsigned char* out_base) {
@@ -190,6 +205,26 @@ static std::vector<Launch> launch_all(cudaStream_t s, cudaEvent_t* ev, unsigned 
         print_args(k.name, &a, sizeof a);
         l.push_back({k.name, ns, std::vector<unsigned char>((unsigned char*)&a,
                                                             (unsigned char*)&a + sizeof a),
+                     o});
+        mark();
+    }
+
+    // Every byte at once: the modelled duration is a hash of the buffer.
+    for (int variant = 0; variant < 2; variant++) {
+        unsigned char* o = out();
+        Packed a = packed(o);
+        a.ns = 0x0123456789abcdefull + variant;
+        if (variant == 0) {
+            args_h<<<1, 1, 0, s>>>(a.out, a.c, a.s, a.i, a.d, a.big, a.p, a.tri, a.m, a.ns);
+            CHECK(cudaGetLastError());
+        } else {
+            void* argv[] = {&a.out, &a.c, &a.s, &a.i, &a.d, &a.big, &a.p, &a.tri, &a.m, &a.ns};
+            CHECK(cudaLaunchKernel((const void*)args_h, dim3(1), dim3(1), argv, 0, s));
+        }
+        print_args("args_h", &a, sizeof a);
+        l.push_back({variant == 0 ? "args_h (all bytes)" : "args_h (all bytes, cudaLaunchKernel)",
+                     hashed_ns(&a, sizeof a),
+                     std::vector<unsigned char>((unsigned char*)&a, (unsigned char*)&a + sizeof a),
                      o});
         mark();
     }

@@ -42,8 +42,8 @@ impl Default for SimConfig {
     }
 }
 
-/// The modelled duration of one kernel. Exactly one of `duration_us` and
-/// `duration_param` is set.
+/// The modelled duration of one kernel. Exactly one of `duration_us`,
+/// `duration_param` and `duration_hash` is set.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KernelCost {
@@ -57,6 +57,24 @@ pub struct KernelCost {
     /// little-endian u64 (or u32 if the parameter has 4 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_param: Option<usize>,
+    /// Duration derived from every byte of the packed parameter buffer:
+    /// [`HASH_BASE_NS`] + FNV-1a 64 of the bytes modulo [`HASH_SPAN_NS`].
+    /// A program that computes the same over the arguments it passed can
+    /// check, through event timing, that the host received exactly them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub duration_hash: bool,
+}
+
+/// Shortest duration of a `duration_hash` kernel, ns.
+pub const HASH_BASE_NS: u64 = 100_000;
+/// Range of `duration_hash` durations above the base, ns.
+pub const HASH_SPAN_NS: u64 = 1_000_000;
+
+/// FNV-1a 64 of `bytes`.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 impl SimConfig {
@@ -98,12 +116,16 @@ impl KernelCost {
                 name.len()
             ));
         }
+        let set = usize::from(self.duration_us.is_some())
+            + usize::from(self.duration_param.is_some())
+            + usize::from(self.duration_hash);
         match (self.duration_us, self.duration_param) {
-            (Some(_), Some(_)) => Err(format!(
-                "sim kernel {name:?}: set duration_us or duration_param, not both"
+            _ if set > 1 => Err(format!(
+                "sim kernel {name:?}: set only one of duration_us, duration_param and duration_hash"
             )),
-            (None, None) => Err(format!(
-                "sim kernel {name:?}: set duration_us (fixed) or duration_param (read from a parameter)"
+            (None, None) if !self.duration_hash => Err(format!(
+                "sim kernel {name:?}: set duration_us (fixed), duration_param (read from a parameter) \
+                 or duration_hash (from all parameter bytes)"
             )),
             (Some(us), None) if !(0.0..=MAX_KERNEL_NS as f64 / 1e3).contains(&us) => {
                 Err(format!(
@@ -126,6 +148,8 @@ pub(crate) enum Cost {
     Fixed(u64),
     /// Nanoseconds in parameter number `.0`.
     Param(usize),
+    /// From a hash of the whole parameter buffer.
+    Hash,
 }
 
 impl Cost {
@@ -134,6 +158,13 @@ impl Cost {
     pub(crate) fn duration_ns(self, layout: &[ParamInfo], params: &[u8]) -> ExecResult<u64> {
         let ns = match self {
             Cost::Fixed(ns) => ns,
+            Cost::Hash => {
+                let len = ParamInfo::packed_size(layout) as usize;
+                let bytes = params.get(..len).ok_or(ExecError::Invalid(
+                    "parameter buffer shorter than the kernel's parameter layout",
+                ))?;
+                HASH_BASE_NS + fnv1a64(bytes) % HASH_SPAN_NS
+            }
             Cost::Param(i) => {
                 let p = layout.get(i).ok_or(ExecError::Invalid(
                     "duration parameter index beyond the kernel's parameters",
@@ -176,6 +207,7 @@ impl CostModel {
             .iter()
             .map(|k| {
                 let cost = match (k.duration_us, k.duration_param) {
+                    _ if k.duration_hash => Cost::Hash,
                     (Some(us), _) => Cost::Fixed((us * 1e3).round() as u64),
                     (None, p) => Cost::Param(p.unwrap_or(0)),
                 };
@@ -249,10 +281,11 @@ mod tests {
             name: "k".into(),
             duration_us: us,
             duration_param: p,
+            duration_hash: false,
         };
         assert!(with(k(Some(1.0), Some(0)))
             .validate()
-            .is_err_and(|e| e.contains("not both")));
+            .is_err_and(|e| e.contains("set only one of")));
         assert!(with(k(None, None))
             .validate()
             .is_err_and(|e| e.contains("set duration_us")));
@@ -285,11 +318,13 @@ mod tests {
                     name: "spin".into(),
                     duration_us: None,
                     duration_param: Some(1),
+                    duration_hash: false,
                 },
                 KernelCost {
                     name: "_Z3fixv".into(),
                     duration_us: Some(2.5),
                     duration_param: None,
+                    duration_hash: false,
                 },
             ],
             ..SimConfig::default()
@@ -301,6 +336,28 @@ mod tests {
         assert_eq!(m.lookup("_Z12fairgpu_spinm"), Some(Cost::Param(0)));
         assert_eq!(m.lookup("fairgpu_spin"), Some(Cost::Param(0)));
         assert_eq!(m.lookup("other"), None);
+    }
+
+    #[test]
+    fn durations_from_every_parameter_byte() {
+        let layout = [
+            ParamInfo { offset: 0, size: 8 },
+            ParamInfo { offset: 8, size: 4 },
+        ];
+        let mut params = [7u8; 12];
+        let ns = Cost::Hash.duration_ns(&layout, &params).unwrap();
+        assert_eq!(ns, HASH_BASE_NS + fnv1a64(&params) % HASH_SPAN_NS);
+        assert!((HASH_BASE_NS..HASH_BASE_NS + HASH_SPAN_NS).contains(&ns));
+        params[11] = 8;
+        assert_ne!(
+            Cost::Hash.duration_ns(&layout, &params).unwrap(),
+            ns,
+            "one byte changes it"
+        );
+        assert!(Cost::Hash.duration_ns(&layout, &params[..11]).is_err());
+        // FNV-1a 64 reference values.
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
     }
 
     #[test]

@@ -945,6 +945,7 @@ mod tests {
                 name: "vecAdd".into(),
                 duration_us: Some(5.0),
                 duration_param: None,
+                duration_hash: false,
             }],
             ..SimConfig::default()
         };
