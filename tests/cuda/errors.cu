@@ -3,9 +3,9 @@
 // run, calls the device may not support (managed memory, graphs), invalid
 // handles, and the cudaGetLastError / cudaPeekAtLastError semantics.
 //
-// A sticky error (one that poisons the context, like an illegal address
-// in a kernel) needs a kernel that runs; SimGpu runs none, so it is not
-// tested here.
+// Last, a sticky error: a kernel that faults (on SimGpu, one configured
+// with `fault = true`, which models an illegal address) poisons the
+// context, and every later call reports it.
 #define PROGRAM "errors"
 #include "common.h"
 
@@ -152,6 +152,19 @@ static void optional_features() {
     still_usable("optional features");
 }
 
+// Configured as faulting on SimGpu; on a GPU it really writes through a
+// null pointer.
+__global__ void fault_kernel(int* p) { *p = 1; }
+
+static void sticky_error() {
+    fault_kernel<<<1, 1>>>(nullptr);
+    CHECK(cudaGetLastError());  // the launch itself is accepted
+    EXPECT_ERR(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+    void* p = nullptr;
+    EXPECT_ERR(cudaMalloc(&p, 64), cudaErrorIllegalAddress);
+    EXPECT_ERR(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+}
+
 int main() {
     int count = 0;
     first_call(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
@@ -162,6 +175,7 @@ int main() {
     bad_handles();
     optional_features();
     CHECK(cudaDeviceSynchronize());
+    sticky_error();
     pass();
     return 0;
 }

@@ -49,6 +49,7 @@ kernels = [
   { name = "args_m", duration_param = 8 },
   { name = "args_n", duration_param = 9 },
   { name = "args_h", duration_hash = true },
+  { name = "fault_kernel", fault = true },
   { name = "_ZN2fg6nestedEPhiy", duration_param = 2 },
   { name = "_Z4tmplIfEvPhT_y", duration_param = 2 },
   { name = "big_params", duration_param = 2 },

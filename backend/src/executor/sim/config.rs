@@ -63,6 +63,11 @@ pub struct KernelCost {
     /// check, through event timing, that the host received exactly them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub duration_hash: bool,
+    /// The kernel faults, as one that dereferences a bad address on a GPU:
+    /// its launch fails with CUDA_ERROR_ILLEGAL_ADDRESS and the error is
+    /// sticky, failing every later call of that context.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fault: bool,
 }
 
 /// Shortest duration of a `duration_hash` kernel, ns.
@@ -118,12 +123,13 @@ impl KernelCost {
         }
         let set = usize::from(self.duration_us.is_some())
             + usize::from(self.duration_param.is_some())
-            + usize::from(self.duration_hash);
+            + usize::from(self.duration_hash)
+            + usize::from(self.fault);
         match (self.duration_us, self.duration_param) {
             _ if set > 1 => Err(format!(
-                "sim kernel {name:?}: set only one of duration_us, duration_param and duration_hash"
+                "sim kernel {name:?}: set only one of duration_us, duration_param, duration_hash and fault"
             )),
-            (None, None) if !self.duration_hash => Err(format!(
+            (None, None) if !self.duration_hash && !self.fault => Err(format!(
                 "sim kernel {name:?}: set duration_us (fixed), duration_param (read from a parameter) \
                  or duration_hash (from all parameter bytes)"
             )),
@@ -150,6 +156,8 @@ pub(crate) enum Cost {
     Param(usize),
     /// From a hash of the whole parameter buffer.
     Hash,
+    /// The kernel faults (sticky CUDA_ERROR_ILLEGAL_ADDRESS).
+    Fault,
 }
 
 impl Cost {
@@ -158,6 +166,7 @@ impl Cost {
     pub(crate) fn duration_ns(self, layout: &[ParamInfo], params: &[u8]) -> ExecResult<u64> {
         let ns = match self {
             Cost::Fixed(ns) => ns,
+            Cost::Fault => 0,
             Cost::Hash => {
                 let len = ParamInfo::packed_size(layout) as usize;
                 let bytes = params.get(..len).ok_or(ExecError::Invalid(
@@ -208,6 +217,7 @@ impl CostModel {
             .map(|k| {
                 let cost = match (k.duration_us, k.duration_param) {
                     _ if k.duration_hash => Cost::Hash,
+                    _ if k.fault => Cost::Fault,
                     (Some(us), _) => Cost::Fixed((us * 1e3).round() as u64),
                     (None, p) => Cost::Param(p.unwrap_or(0)),
                 };
@@ -282,6 +292,7 @@ mod tests {
             duration_us: us,
             duration_param: p,
             duration_hash: false,
+            fault: false,
         };
         assert!(with(k(Some(1.0), Some(0)))
             .validate()
@@ -319,12 +330,14 @@ mod tests {
                     duration_us: None,
                     duration_param: Some(1),
                     duration_hash: false,
+                    fault: false,
                 },
                 KernelCost {
                     name: "_Z3fixv".into(),
                     duration_us: Some(2.5),
                     duration_param: None,
                     duration_hash: false,
+                    fault: false,
                 },
             ],
             ..SimConfig::default()

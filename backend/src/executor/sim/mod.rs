@@ -117,6 +117,8 @@ struct Context {
     /// Ready time of the NULL stream.
     null_ready: u64,
     events: HashMap<u64, Event>,
+    /// Set by a faulting kernel: every later call of the context fails.
+    sticky: Option<ExecError>,
 }
 
 impl Context {
@@ -346,15 +348,25 @@ impl SimGpu {
     }
 
     fn ctx(&self, ctx: CtxId) -> ExecResult<&Context> {
-        self.contexts
+        let c = self
+            .contexts
             .get(&ctx.0)
-            .ok_or(ExecError::Invalid("context"))
+            .ok_or(ExecError::Invalid("context"))?;
+        match &c.sticky {
+            Some(e) => Err(e.clone()),
+            None => Ok(c),
+        }
     }
 
     fn ctx_mut(&mut self, ctx: CtxId) -> ExecResult<&mut Context> {
-        self.contexts
+        let c = self
+            .contexts
             .get_mut(&ctx.0)
-            .ok_or(ExecError::Invalid("context"))
+            .ok_or(ExecError::Invalid("context"))?;
+        match &c.sticky {
+            Some(e) => Err(e.clone()),
+            None => Ok(c),
+        }
     }
 
     fn warn_cannot_emulate(&mut self, name: &str) {
@@ -617,6 +629,14 @@ impl GpuExecutor for SimGpu {
             self.warn_cannot_emulate(&name);
             return Err(ExecError::CannotEmulate(name));
         };
+        if cost == Cost::Fault {
+            let e = ExecError::Driver {
+                call: "cuLaunchKernel",
+                status: fairgpu_protocol::Status::ILLEGAL_ADDRESS,
+            };
+            c.sticky = Some(e.clone());
+            return Err(e);
+        }
         let duration = cost.duration_ns(&func.params, params)?;
         let t0 = c.enqueue(stream)?;
         let (_start, end) = self.device.reserve(t0, duration);
@@ -946,6 +966,7 @@ mod tests {
                 duration_us: Some(5.0),
                 duration_param: None,
                 duration_hash: false,
+                fault: false,
             }],
             ..SimConfig::default()
         };
@@ -1169,5 +1190,42 @@ mod tests {
                 Err(e) => prop_assert!(false, "unexpected {e:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_faulting_kernel_poisons_its_context_only() {
+        let cfg = SimConfig {
+            kernels: vec![KernelCost {
+                name: "fault".into(),
+                duration_us: None,
+                duration_param: None,
+                duration_hash: false,
+                fault: true,
+            }],
+            ..SimConfig::default()
+        };
+        let mut g = SimGpu::new(cfg, SimDevice::private()).expect("sim");
+        let (a, b) = (g.create_context().unwrap(), g.create_context().unwrap());
+        let ptx = ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry fault(\n.param .u64 p\n)\n{\nret;\n}\n";
+        let m = g.module_load(a, ptx.as_bytes()).unwrap();
+        let (f, _) = g.function(a, m, "fault").unwrap();
+        let lc = LaunchConfig {
+            grid: [1; 3],
+            block: [1; 3],
+            shared_mem: 0,
+        };
+        let illegal = |r: ExecResult<()>| {
+            r.is_err_and(|e| e.status() == fairgpu_protocol::Status::ILLEGAL_ADDRESS)
+        };
+        assert!(illegal(g.launch(a, f, &lc, &[0; 8], None)));
+        assert!(illegal(g.synchronize(a)), "sticky");
+        assert!(g
+            .mem_alloc(a, 64)
+            .is_err_and(|e| e.status() == fairgpu_protocol::Status::ILLEGAL_ADDRESS));
+        // Another context is untouched, and destroying the bad one works.
+        let p = g.mem_alloc(b, 64).expect("other context works");
+        g.memset(b, p, 7, 1, 64, None).expect("memset");
+        g.destroy_context(a);
+        g.synchronize(b).expect("still fine");
     }
 }
