@@ -65,6 +65,10 @@ pub enum Command {
         #[arg(long)]
         cpu: Option<usize>,
     },
+    /// Internal: a closed-loop CUDA workload (FairGV Table 3 profiles,
+    /// Throttle, custom) through libcuda.so.1; prints a JSON report.
+    #[command(hide = true, name = "__workload")]
+    Workload(crate::workload::WorkloadArgs),
     /// Internal: a guest process of the demo.
     #[command(hide = true, name = "__demo-guest")]
     DemoGuest {

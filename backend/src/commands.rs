@@ -27,6 +27,7 @@ pub fn run_with_log(cmd: Command, log: &str) -> anyhow::Result<()> {
         Command::Serve(a) => serve(&a, log),
         Command::Status(a) => status(&a),
         Command::Worker(a) => crate::worker::run(&a),
+        Command::Workload(a) => crate::workload::run(&a),
         Command::Demo(a) => crate::demo::run(&a),
         Command::ServeRegion(a) => serve_region(&a),
         Command::Ping(a) => ping(&a),

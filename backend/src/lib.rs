@@ -5,6 +5,8 @@
 //! - [`transport_ops`]: the transport's own no-op and bulk-copy opcodes.
 //! - [`bench`]: `fairgpu bench transport`.
 //! - [`demo`]: `fairgpu demo`.
+//! - [`workload`]: `fairgpu __workload`, a CUDA workload generator that
+//!   loads `libcuda.so.1` as CUDA programs do.
 //! - [`daemon`]: `fairgpu serve`, one supervised [`worker`] process per VM,
 //!   configured by [`config`], observed through [`stats`] and [`control`].
 //!
@@ -27,3 +29,4 @@ pub mod process;
 pub mod stats;
 pub mod transport_ops;
 pub mod worker;
+pub mod workload;
