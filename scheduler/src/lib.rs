@@ -1,4 +1,78 @@
-//! GPU scheduling policies: FairGV fair queuing and the baselines, as pure
-//! logic behind one trait with an injectable clock.
+//! GPU scheduling policies: FairGV's fair queuing and the baselines it is
+//! evaluated against, as pure logic behind one trait.
 //!
-//! Not built yet: this crate reserves its place in the workspace.
+//! - [`policy`]: the [`Policy`] trait and the protocol a driver follows
+//!   (`add`, `wake`, `pick` → [`Grant`], `release` with measured usage,
+//!   `block`), plus [`VgpuId`], [`VgpuStats`] and the errors.
+//! - [`fair_queuing`]: [`FairQueuing`], FairGV (start/finish tags, virtual
+//!   time, hybrid spinning, GPU-centric co-scheduling).
+//! - [`credit`]: [`Credit`] in its Credit-poll, Credit-hs and Strict
+//!   co-scheduling (Pegasus) variants.
+//! - [`interactivity`]: the sliding-window CPU–GPU interactivity detector.
+//! - [`config`]: validated slice and interactivity settings.
+//! - [`time`]: [`Nanos`], the [`Clock`] trait and [`ManualClock`].
+//!
+//! No I/O, no threads, no clock reads: every decision is a function of the
+//! calls made and the instants passed in, so the daemon can drive a policy
+//! from its scheduler thread and a simulator can replay it deterministically.
+//!
+//! Invariants every policy upholds:
+//! - at most one grant is outstanding; `pick` returns `None` while it is, and
+//!   otherwise returns `Some` whenever a vGPU is runnable (work conserving);
+//! - every nanosecond a holder reports at release is charged to that holder,
+//!   overruns beyond the slice included;
+//! - a blocked vGPU is never picked;
+//! - time never goes back inside a policy (an earlier `now` counts as the
+//!   latest seen);
+//! - calls that break the protocol (unknown ids, releasing a grant not held,
+//!   blocking while holding, weights outside 1..=10000) fail with a
+//!   [`SchedError`] and leave every vGPU's state and charges as they were.
+//!
+//! [`FairQueuing`] adds: the virtual time `V` never decreases; every runnable
+//! or running vGPU's start tag is at least `V`; a vGPU that wakes gets
+//! `S = max(S, V)`, so sleeping earns no GPU time.
+//!
+//! # Driving a policy
+//!
+//! ```
+//! use fairgpu_scheduler::{Clock, FairQueuing, ManualClock, Nanos, Policy, VgpuId};
+//!
+//! let clock = ManualClock::new(Nanos::ZERO);
+//! let mut policy = FairQueuing::default();
+//! policy.add(VgpuId(1), 1)?;
+//! policy.add(VgpuId(2), 3)?;
+//! // Requests arrived in both rings.
+//! policy.wake(VgpuId(1), clock.now())?;
+//! policy.wake(VgpuId(2), clock.now())?;
+//! let grant = policy.pick(clock.now()).expect("two vGPUs are runnable");
+//! assert_eq!(grant.slice, Nanos::from_millis(6));
+//! // The holder issues work until its measured usage reaches the slice; its
+//! // last kernel overran a little, which is charged too.
+//! let used = Nanos::from_micros(6_150);
+//! clock.advance(used);
+//! policy.release(grant.id, used, clock.now())?;
+//! // The other vGPU is next; its ring turns out empty after the spin budget.
+//! let next = policy.pick(clock.now()).expect("one vGPU is runnable");
+//! assert_ne!(next.id, grant.id);
+//! policy.release(next.id, Nanos::ZERO, clock.now())?;
+//! policy.block(next.id, clock.now())?;
+//! assert_eq!(policy.pick(clock.now()).map(|g| g.id), Some(grant.id));
+//! # Ok::<(), fairgpu_scheduler::SchedError>(())
+//! ```
+
+pub mod config;
+pub mod credit;
+pub mod fair_queuing;
+pub mod interactivity;
+pub mod policy;
+pub mod time;
+
+pub use config::{ConfigError, InteractivityConfig, SliceConfig};
+pub use credit::{Credit, CreditConfig, CreditVariant};
+pub use fair_queuing::{FairQueuing, FairQueuingConfig};
+pub use interactivity::InteractivityDetector;
+pub use policy::{
+    CoschedReply, CreditPriority, ExecutionMode, Grant, IdleBehaviour, Policy, PolicyKind,
+    SchedError, Standing, UnknownPolicy, VgpuId, VgpuState, VgpuStats, VirtualTime, WEIGHTS,
+};
+pub use time::{Clock, ManualClock, Nanos};

@@ -1,0 +1,449 @@
+//! The one seam between a GPU scheduling policy and whoever drives it: the
+//! [`Policy`] trait, the values it exchanges, and its errors.
+//!
+//! # The protocol
+//!
+//! A driver (the daemon's scheduler thread, or a simulator) owns one policy
+//! and tells it what happens, always with the current instant `now`:
+//!
+//! 1. [`Policy::add`] registers a vGPU. It starts *blocked*: it has no work.
+//! 2. [`Policy::wake`] when a blocked vGPU gets work (a request arrived in its
+//!    ring).
+//! 3. [`Policy::pick`] when nobody holds the GPU: the policy answers with a
+//!    [`Grant`] — who runs and for how long — or `None` when nobody is
+//!    runnable. Exactly one grant is outstanding at a time; `pick` answers
+//!    `None` while one is.
+//! 4. [`Policy::release`] when the holder gives the GPU back, with the GPU
+//!    time it used (measured, see [`ExecutionMode`]). Overruns beyond the slice
+//!    are charged in full. The holder becomes runnable again.
+//! 5. [`Policy::block`] when a vGPU that does not hold the GPU has nothing to
+//!    issue (after its spin budget). A holder with nothing to issue first
+//!    releases, then blocks.
+//!
+//! The states are therefore `Blocked --wake--> Runnable --pick--> Running
+//! --release--> Runnable --block--> Blocked`. `wake` of a runnable or running
+//! vGPU and `block` of a blocked one do nothing.
+
+use std::fmt;
+use std::ops::RangeInclusive;
+use std::str::FromStr;
+
+use crate::time::Nanos;
+
+/// Names one vGPU (one VM's GPU context on the host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VgpuId(pub u32);
+
+impl fmt::Display for VgpuId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "vgpu{}", self.0)
+    }
+}
+
+/// Weights a policy accepts (the daemon's configuration uses the same range).
+pub const WEIGHTS: RangeInclusive<u32> = 1..=10_000;
+
+/// The GPU for one vGPU, for a while.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// Who holds the GPU.
+    pub id: VgpuId,
+    /// How much GPU time it may use before it must release (it may overrun by
+    /// the kernel in flight on a non-preemptive GPU).
+    pub slice: Nanos,
+    /// GPU-centric co-scheduling: the holder is CPU–GPU interactive, so the
+    /// CPU coordinator should wake its VM's waiting vCPU now (FairGV
+    /// Algorithms 3 and 4).
+    pub wake_vcpu: bool,
+    /// The holder differs from the previous holder (a vGPU context switch).
+    pub switched: bool,
+}
+
+/// Where a vGPU stands in the protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VgpuState {
+    /// Has nothing to issue; not considered by `pick`.
+    Blocked,
+    /// Has work and waits for the GPU.
+    Runnable,
+    /// Holds the GPU.
+    Running,
+}
+
+/// Fair-queuing virtual time: weighted GPU nanoseconds in fixed point,
+/// [`VirtualTime::FRAC_BITS`] fraction bits. Running `L` nanoseconds at
+/// weight `w` advances a start tag by `L / w` weighted nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VirtualTime(pub u128);
+
+impl VirtualTime {
+    /// Fraction bits: 2^-32 weighted nanoseconds is the rounding unit, so the
+    /// truncation in `L / w` loses less than that per charge. The integer part
+    /// has 96 bits, which no realistic uptime reaches.
+    pub const FRAC_BITS: u32 = 32;
+
+    /// Zero.
+    pub const ZERO: VirtualTime = VirtualTime(0);
+
+    /// The virtual time `used / weight` adds. `weight` must not be zero.
+    pub fn charge(used: Nanos, weight: u32) -> VirtualTime {
+        debug_assert!(weight > 0);
+        VirtualTime((u128::from(used.0) << Self::FRAC_BITS) / u128::from(weight.max(1)))
+    }
+
+    /// `self + rhs`, saturating.
+    pub fn saturating_add(self, rhs: VirtualTime) -> VirtualTime {
+        VirtualTime(self.0.saturating_add(rhs.0))
+    }
+
+    /// In weighted nanoseconds, for display.
+    pub fn as_weighted_nanos(self) -> f64 {
+        self.0 as f64 / (1u64 << Self::FRAC_BITS) as f64
+    }
+}
+
+impl fmt::Display for VirtualTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.3}wns", self.as_weighted_nanos())
+    }
+}
+
+/// A Credit-scheduler priority class (Xen credit1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CreditPriority {
+    /// Credit ≥ 0: runs before every `Over` vGPU.
+    Under,
+    /// Credit < 0: runs only when no `Under` vGPU is runnable.
+    Over,
+}
+
+/// A vGPU's policy-specific standing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// Fair queuing's tags. After a release `start == finish`.
+    Fair {
+        /// Start tag S.
+        start: VirtualTime,
+        /// Finish tag F computed at the last release.
+        finish: VirtualTime,
+    },
+    /// Credit's account.
+    Credit {
+        /// Credit in GPU nanoseconds (negative when overdrawn).
+        credit: i64,
+        /// Priority class derived from the credit's sign.
+        priority: CreditPriority,
+        /// Whether it earns credit at the next accounting period.
+        active: bool,
+    },
+}
+
+/// A snapshot of one vGPU, for status output and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VgpuStats {
+    /// The vGPU.
+    pub id: VgpuId,
+    /// Its weight.
+    pub weight: u32,
+    /// Its state.
+    pub state: VgpuState,
+    /// All GPU time charged to it.
+    pub charged: Nanos,
+    /// How many grants it received.
+    pub grants: u64,
+    /// Tags or credit.
+    pub standing: Standing,
+}
+
+/// What a holder does when it finds nothing to issue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleBehaviour {
+    /// Hybrid spinning (FairGV section 3.2.2): spin for the spin budget, then
+    /// release the grant and block; a new request wakes it.
+    Block,
+    /// Continuous polling: keep the grant and poll the ring until the slice's
+    /// wall-clock time is over, then release, reporting what the
+    /// [`ExecutionMode`] says. The GPU idles meanwhile. `block` leaves such a
+    /// vGPU runnable.
+    Poll,
+}
+
+/// How the holder runs during its grant and what it reports at release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecutionMode {
+    /// FairGV's collaborative scheduling (section 3.3.2): the holder measures
+    /// the GPU time of what it issues (synchronising after requests, or
+    /// sampling), releases once its usage reaches the slice, waits for its last
+    /// request to finish, and reports the measured GPU time. Nothing of the
+    /// holder's is left on the GPU after the release.
+    Collaborative,
+    /// Simple time sharing (the baselines of section 5.3): the grant is a
+    /// wall-clock lease of one slice. The holder submits asynchronously with no
+    /// interposition and reports the wall-clock time it held the lease, the
+    /// only usage such a scheduler knows. Work it queued on the device keeps
+    /// running into the next holder's lease.
+    TimeShared,
+}
+
+/// A policy's answer to a CPU-centric co-scheduling request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoschedReply {
+    /// The policy does not take requests from the CPU scheduler (or the target
+    /// has nothing to run, or already holds the GPU).
+    Ignored,
+    /// The fairness condition failed: the current holder keeps the GPU.
+    Keep,
+    /// The fairness condition holds: the driver revokes `preempt`'s grant (if
+    /// any; it releases with what it used, after its in-flight kernel on a
+    /// non-preemptive GPU), and the next `pick` grants the target.
+    Switch {
+        /// The holder to revoke.
+        preempt: Option<VgpuId>,
+    },
+}
+
+/// A call the protocol does not allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchedError {
+    /// No vGPU with this id.
+    #[error("{id} is not registered")]
+    Unknown {
+        /// The id.
+        id: VgpuId,
+    },
+    /// The id is taken.
+    #[error("{id} is already registered")]
+    Duplicate {
+        /// The id.
+        id: VgpuId,
+    },
+    /// A weight outside [`WEIGHTS`].
+    #[error("weight {weight} is outside 1..=10000")]
+    Weight {
+        /// The weight.
+        weight: u32,
+    },
+    /// `release` by a vGPU that holds no grant.
+    #[error("{id} released a grant it does not hold")]
+    NotHolder {
+        /// The vGPU.
+        id: VgpuId,
+    },
+    /// `block` by the holder: it must release (with its usage) first.
+    #[error("{id} holds the GPU and must release it before blocking")]
+    Holding {
+        /// The vGPU.
+        id: VgpuId,
+    },
+}
+
+/// Checks a weight against [`WEIGHTS`].
+pub(crate) fn check_weight(weight: u32) -> Result<u32, SchedError> {
+    if WEIGHTS.contains(&weight) {
+        Ok(weight)
+    } else {
+        Err(SchedError::Weight { weight })
+    }
+}
+
+/// A GPU scheduling policy: pure decisions, no I/O, no clock of its own.
+///
+/// Every time-bearing call takes `now` from the driver's clock; an instant
+/// earlier than one already seen counts as that one.
+pub trait Policy: fmt::Debug + Send {
+    /// Which policy this is.
+    fn kind(&self) -> PolicyKind;
+
+    /// What a holder with nothing to issue must do under this policy.
+    fn idle_behaviour(&self) -> IdleBehaviour;
+
+    /// How a holder runs and what it reports at release.
+    fn execution_mode(&self) -> ExecutionMode;
+
+    /// Registers `id` with `weight`, blocked.
+    fn add(&mut self, id: VgpuId, weight: u32) -> Result<(), SchedError>;
+
+    /// Forgets `id`. If it held the GPU the grant ends uncharged (its worker
+    /// is gone; a driver that can still measure should release first).
+    fn remove(&mut self, id: VgpuId) -> Result<(), SchedError>;
+
+    /// Changes `id`'s weight. It takes effect for charging from now on: usage
+    /// already charged is not re-weighted, so the shares converge to the new
+    /// ratio from the next release on.
+    fn set_weight(&mut self, id: VgpuId, weight: u32) -> Result<(), SchedError>;
+
+    /// `id` has work (it was blocked or idle). Does nothing if it is runnable
+    /// or running.
+    fn wake(&mut self, id: VgpuId, now: Nanos) -> Result<(), SchedError>;
+
+    /// `id` has nothing to issue after its spin budget and yields. Fails for
+    /// the holder, which must release first.
+    fn block(&mut self, id: VgpuId, now: Nanos) -> Result<(), SchedError>;
+
+    /// Who gets the GPU next and for how long. `None` when a grant is
+    /// outstanding or nobody is runnable; never `None` otherwise (work
+    /// conserving).
+    fn pick(&mut self, now: Nanos) -> Option<Grant>;
+
+    /// The holder `id` gives the GPU back, having used `used` GPU time, all of
+    /// which is charged to it (overruns included). It stays runnable.
+    fn release(&mut self, id: VgpuId, used: Nanos, now: Nanos) -> Result<(), SchedError>;
+
+    /// `id` issued a synchronous call: feeds the interactivity detector.
+    fn record_sync_call(&mut self, id: VgpuId, now: Nanos) -> Result<(), SchedError>;
+
+    /// Whether `id` is CPU–GPU interactive at `now` (false for unknown ids).
+    fn is_interactive(&self, id: VgpuId, now: Nanos) -> bool;
+
+    /// A CPU-centric co-scheduling request: the CPU scheduler is about to run
+    /// the vCPU of `id`'s VM (Pegasus Algorithm 1). Only
+    /// [`PolicyKind::StrictCoSchedule`] acts on it.
+    fn cosched_request(&mut self, id: VgpuId, now: Nanos) -> Result<CoschedReply, SchedError>;
+
+    /// The vGPU holding the outstanding grant.
+    fn holder(&self) -> Option<VgpuId>;
+
+    /// Registered vGPUs in ascending order.
+    fn ids(&self) -> Vec<VgpuId>;
+
+    /// A snapshot of `id`.
+    fn stats(&self, id: VgpuId) -> Option<VgpuStats>;
+}
+
+/// The policies this crate implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PolicyKind {
+    /// FairGV: fair queuing, hybrid spinning, GPU-centric co-scheduling.
+    FairQueuing,
+    /// Xen-style Credit with continuous polling.
+    CreditPoll,
+    /// Xen-style Credit with hybrid spinning.
+    CreditHybridSpin,
+    /// Pegasus: Credit with CPU-centric strict co-scheduling.
+    StrictCoSchedule,
+}
+
+impl PolicyKind {
+    /// Every policy, in a stable order.
+    pub const ALL: [PolicyKind; 4] = [
+        PolicyKind::FairQueuing,
+        PolicyKind::CreditPoll,
+        PolicyKind::CreditHybridSpin,
+        PolicyKind::StrictCoSchedule,
+    ];
+
+    /// The name used in configuration and status output.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PolicyKind::FairQueuing => "fair-queuing",
+            PolicyKind::CreditPoll => "credit-poll",
+            PolicyKind::CreditHybridSpin => "credit-hs",
+            PolicyKind::StrictCoSchedule => "strict-cosched",
+        }
+    }
+
+    /// A policy of this kind with the paper's default settings.
+    pub fn build(self) -> Box<dyn Policy> {
+        use crate::credit::{Credit, CreditConfig};
+        use crate::fair_queuing::FairQueuing;
+        match self {
+            PolicyKind::FairQueuing => Box::new(FairQueuing::default()),
+            PolicyKind::CreditPoll => Box::new(Credit::poll(CreditConfig::default())),
+            PolicyKind::CreditHybridSpin => Box::new(Credit::hybrid_spin(CreditConfig::default())),
+            PolicyKind::StrictCoSchedule => {
+                Box::new(Credit::strict_coschedule(CreditConfig::default()))
+            }
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A policy name that is none of [`PolicyKind::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown scheduling policy {name:?} (expected fair-queuing, credit-poll, credit-hs or strict-cosched)")]
+pub struct UnknownPolicy {
+    /// What was given.
+    pub name: String,
+}
+
+impl FromStr for PolicyKind {
+    type Err = UnknownPolicy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PolicyKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| UnknownPolicy { name: s.to_owned() })
+    }
+}
+
+/// The latest instant a policy has seen: makes its notion of time monotonic.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Monotonic(Nanos);
+
+impl Monotonic {
+    /// `now`, or the latest instant seen if that is later.
+    pub(crate) fn observe(&mut self, now: Nanos) -> Nanos {
+        self.0 = self.0.max(now);
+        self.0
+    }
+
+    /// The latest instant seen.
+    pub(crate) fn get(&self) -> Nanos {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_round_trip_by_name() {
+        for k in PolicyKind::ALL {
+            assert_eq!(k.name().parse::<PolicyKind>(), Ok(k));
+            assert_eq!(k.build().kind(), k);
+        }
+        let e = "cfs".parse::<PolicyKind>().unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("unknown scheduling policy \"cfs\""));
+    }
+
+    #[test]
+    fn virtual_time_charge_is_fixed_point() {
+        // 10 ms at weight 2 is 5 ms of virtual time (FairGV Fig. 4).
+        let v = VirtualTime::charge(Nanos::from_millis(10), 2);
+        assert_eq!(v.0 >> VirtualTime::FRAC_BITS, 5_000_000);
+        assert_eq!(v.0 & ((1 << VirtualTime::FRAC_BITS) - 1), 0);
+        // 1 ns at weight 3 keeps a third in the fraction.
+        let third = VirtualTime::charge(Nanos(1), 3);
+        assert!((third.as_weighted_nanos() - 1.0 / 3.0).abs() < 1e-9);
+        assert_eq!(VirtualTime::charge(Nanos(7), 1).to_string(), "7.000wns");
+    }
+
+    #[test]
+    fn weights_and_errors() {
+        assert_eq!(check_weight(1), Ok(1));
+        assert_eq!(check_weight(10_000), Ok(10_000));
+        assert_eq!(
+            check_weight(0).unwrap_err().to_string(),
+            "weight 0 is outside 1..=10000"
+        );
+        assert!(check_weight(10_001).is_err());
+        assert_eq!(VgpuId(3).to_string(), "vgpu3");
+    }
+
+    #[test]
+    fn monotonic_never_goes_back() {
+        let mut m = Monotonic::default();
+        assert_eq!(m.observe(Nanos(5)), Nanos(5));
+        assert_eq!(m.observe(Nanos(3)), Nanos(5));
+        assert_eq!(m.get(), Nanos(5));
+    }
+}

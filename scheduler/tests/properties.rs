@@ -1,0 +1,355 @@
+//! Property tests: fair queuing's virtual-time invariants and lag bound over
+//! random weights, kernel sizes and demands, and the driver protocol of every
+//! policy over random call sequences.
+
+#[allow(dead_code)]
+mod sim;
+
+use std::collections::BTreeSet;
+
+use fairgpu_scheduler::{
+    Credit, CreditConfig, ExecutionMode, FairQueuing, IdleBehaviour, Nanos, Policy, SchedError,
+    SliceConfig, Standing, VgpuId, VgpuState, VirtualTime,
+};
+use proptest::prelude::*;
+use sim::{run, Demand, Setup, Vgpu};
+
+fn start_tag(p: &FairQueuing, id: VgpuId) -> VirtualTime {
+    match p.stats(id).map(|s| s.standing) {
+        Some(Standing::Fair { start, .. }) => start,
+        other => panic!("unexpected standing {other:?}"),
+    }
+}
+
+/// V never decreases; every active vGPU's start tag is ≥ V; while any is
+/// active, V is the smallest active start tag.
+fn check_virtual_time(p: &FairQueuing, prev: &mut VirtualTime) -> Result<(), TestCaseError> {
+    let v = p.virtual_time();
+    prop_assert!(v >= *prev, "V went back from {} to {}", prev, v);
+    *prev = v;
+    let active: Vec<VirtualTime> = p
+        .ids()
+        .into_iter()
+        .filter(|&id| {
+            matches!(
+                p.stats(id).map(|s| s.state),
+                Some(VgpuState::Runnable | VgpuState::Running)
+            )
+        })
+        .map(|id| start_tag(p, id))
+        .collect();
+    for s in &active {
+        prop_assert!(*s >= v, "start tag {} below V {}", s, v);
+    }
+    if let Some(min) = active.iter().min() {
+        prop_assert_eq!(*min, v);
+    }
+    Ok(())
+}
+
+fn demand() -> impl Strategy<Value = Demand> {
+    prop_oneof![
+        Just(Demand::Always),
+        (1u64..30_000, 1u64..60_000, 0u64..90_000).prop_map(|(on, off, phase)| {
+            Demand::Periodic {
+                on: Nanos::from_micros(on),
+                off: Nanos::from_micros(off),
+                phase: Nanos::from_micros(phase),
+            }
+        }),
+        (0u64..200_000, 1u64..200_000).prop_map(|(from, len)| {
+            let from = Nanos::from_micros(from);
+            Demand::Windows(vec![(from, from + Nanos::from_micros(len))])
+        }),
+    ]
+}
+
+fn weight() -> impl Strategy<Value = u32> {
+    prop_oneof![1u32..=8, 1u32..=10_000]
+}
+
+fn vgpu() -> impl Strategy<Value = Vgpu> {
+    (weight(), 10u64..=20_000, demand()).prop_map(|(weight, kernel, demand)| Vgpu {
+        weight,
+        kernel: Nanos::from_micros(kernel),
+        demand,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Random weights, kernel sizes (10 µs – 20 ms) and demands (busy,
+    /// periodically sleeping, one burst), 300 ms: the virtual-time
+    /// invariants hold after every step, and each vGPU is charged exactly the
+    /// GPU time its kernels got.
+    #[test]
+    fn fair_queuing_virtual_time_invariants(vgpus in prop::collection::vec(vgpu(), 1..=5)) {
+        let setup = Setup::new(vgpus, Nanos::from_millis(300));
+        let mut p = FairQueuing::default();
+        let mut prev = VirtualTime::ZERO;
+        let mut failure = None;
+        let trace = run(&mut p, &setup, &mut |p: &FairQueuing, _| {
+            if failure.is_none() {
+                failure = check_virtual_time(p, &mut prev).err();
+            }
+        });
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        for (i, _) in setup.vgpus.iter().enumerate() {
+            let charged = p.stats(VgpuId(i as u32)).unwrap().charged;
+            prop_assert_eq!(charged, trace.gpu_time(i, Nanos::ZERO, Nanos::MAX));
+        }
+    }
+
+    /// Always-busy vGPUs with random weights and kernel sizes, 300 ms: at every
+    /// release, any two vGPUs' weighted service differs by at most their
+    /// largest grants' weighted sizes (start-time fair queuing's bound,
+    /// |W_i/w_i − W_j/w_j| ≤ L_i/w_i + L_j/w_j, with L = slice + one kernel).
+    #[test]
+    fn fair_queuing_lag_is_bounded(
+        spec in prop::collection::vec((weight(), 10u64..=20_000), 2..=6)
+    ) {
+        let vgpus: Vec<Vgpu> = spec
+            .iter()
+            .map(|&(w, k)| Vgpu::busy(w, Nanos::from_micros(k)))
+            .collect();
+        let setup = Setup::new(vgpus.clone(), Nanos::from_millis(300));
+        let slice = SliceConfig::NON_PREEMPTIVE.as_nanos() as f64;
+        let mut failure = None;
+        run(&mut FairQueuing::default(), &setup, &mut |p: &FairQueuing, _| {
+            let served: Vec<f64> = vgpus
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let c = p.stats(VgpuId(i as u32)).unwrap().charged.as_nanos() as f64;
+                    c / f64::from(v.weight)
+                })
+                .collect();
+            for i in 0..vgpus.len() {
+                for j in 0..vgpus.len() {
+                    let bound = (slice + vgpus[i].kernel.as_nanos() as f64)
+                        / f64::from(vgpus[i].weight)
+                        + (slice + vgpus[j].kernel.as_nanos() as f64) / f64::from(vgpus[j].weight);
+                    let lag = (served[i] - served[j]).abs();
+                    if lag > bound * (1.0 + 1e-9) && failure.is_none() {
+                        failure = Some(format!("lag {lag} between {i} and {j} exceeds {bound}"));
+                    }
+                }
+            }
+        });
+        prop_assert!(failure.is_none(), "{}", failure.unwrap_or_default());
+    }
+}
+
+/// A call a driver might make.
+#[derive(Debug, Clone)]
+enum Op {
+    Add(u32, u32),
+    Remove(u32),
+    SetWeight(u32, u32),
+    Wake(u32),
+    Block(u32),
+    Pick,
+    Release(u64),
+    ReleaseBy(u32, u64),
+    Sync(u32),
+    Cosched(u32),
+    Advance(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let id = 0u32..6;
+    let w = prop_oneof![0u32..=12, Just(10_000), Just(10_001)];
+    prop_oneof![
+        1 => (id.clone(), w.clone()).prop_map(|(i, w)| Op::Add(i, w)),
+        1 => id.clone().prop_map(Op::Remove),
+        1 => (id.clone(), w).prop_map(|(i, w)| Op::SetWeight(i, w)),
+        3 => id.clone().prop_map(Op::Wake),
+        2 => id.clone().prop_map(Op::Block),
+        4 => Just(Op::Pick),
+        4 => (0u64..40_000).prop_map(Op::Release),
+        1 => (id.clone(), 0u64..10_000).prop_map(|(i, u)| Op::ReleaseBy(i, u)),
+        1 => id.clone().prop_map(Op::Sync),
+        1 => id.prop_map(Op::Cosched),
+        3 => (0u64..50_000).prop_map(Op::Advance),
+    ]
+}
+
+/// State, charge and grant count of every vGPU: what a failed call must not
+/// change.
+fn snapshot(p: &dyn Policy) -> Vec<(VgpuId, u32, VgpuState, Nanos, u64)> {
+    p.ids()
+        .into_iter()
+        .filter_map(|id| p.stats(id))
+        .map(|s| (s.id, s.weight, s.state, s.charged, s.grants))
+        .collect()
+}
+
+/// Applies `ops` to `p`, checking the protocol after each; `extra` checks
+/// policy-specific invariants.
+fn check_protocol<P: Policy>(
+    p: &mut P,
+    ops: &[Op],
+    mut extra: impl FnMut(&P) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    let mut now = Nanos::ZERO;
+    for op in ops {
+        let ids: BTreeSet<VgpuId> = p.ids().into_iter().collect();
+        let holder = p.holder();
+        let runnable: BTreeSet<VgpuId> = ids
+            .iter()
+            .copied()
+            .filter(|&id| p.stats(id).unwrap().state == VgpuState::Runnable)
+            .collect();
+        let before = snapshot(p);
+        let result: Result<(), SchedError> = match *op {
+            Op::Add(i, w) => {
+                let r = p.add(VgpuId(i), w);
+                let valid = (1..=10_000).contains(&w) && !ids.contains(&VgpuId(i));
+                prop_assert_eq!(r.is_ok(), valid);
+                if valid {
+                    prop_assert_eq!(p.stats(VgpuId(i)).unwrap().state, VgpuState::Blocked);
+                }
+                r
+            }
+            Op::Remove(i) => {
+                let r = p.remove(VgpuId(i));
+                prop_assert_eq!(r.is_ok(), ids.contains(&VgpuId(i)));
+                prop_assert!(!p.ids().contains(&VgpuId(i)));
+                if holder == Some(VgpuId(i)) {
+                    prop_assert_eq!(p.holder(), None);
+                }
+                r
+            }
+            Op::SetWeight(i, w) => {
+                let r = p.set_weight(VgpuId(i), w);
+                let valid = (1..=10_000).contains(&w) && ids.contains(&VgpuId(i));
+                prop_assert_eq!(r.is_ok(), valid);
+                r
+            }
+            Op::Wake(i) => {
+                let r = p.wake(VgpuId(i), now);
+                prop_assert_eq!(r.is_ok(), ids.contains(&VgpuId(i)));
+                if r.is_ok() {
+                    let s = p.stats(VgpuId(i)).unwrap().state;
+                    prop_assert!(s != VgpuState::Blocked);
+                }
+                r
+            }
+            Op::Block(i) => {
+                let id = VgpuId(i);
+                let r = p.block(id, now);
+                if holder == Some(id) {
+                    prop_assert_eq!(r.clone(), Err(SchedError::Holding { id }));
+                } else if ids.contains(&id) {
+                    prop_assert!(r.is_ok());
+                    let s = p.stats(id).unwrap().state;
+                    match p.idle_behaviour() {
+                        IdleBehaviour::Block => prop_assert_eq!(s, VgpuState::Blocked),
+                        IdleBehaviour::Poll => {
+                            let was = before.iter().find(|b| b.0 == id).unwrap().2;
+                            prop_assert_eq!(s, was);
+                        }
+                    }
+                } else {
+                    prop_assert!(r.is_err());
+                }
+                r
+            }
+            Op::Pick => {
+                let g = p.pick(now);
+                // Work conserving, one grant at a time.
+                prop_assert_eq!(g.is_some(), holder.is_none() && !runnable.is_empty());
+                if let Some(g) = g {
+                    prop_assert!(runnable.contains(&g.id));
+                    prop_assert_eq!(p.holder(), Some(g.id));
+                    prop_assert_eq!(p.stats(g.id).unwrap().state, VgpuState::Running);
+                    prop_assert_eq!(g.slice, SliceConfig::NON_PREEMPTIVE);
+                }
+                Ok(())
+            }
+            Op::Release(us) => match holder {
+                Some(h) => {
+                    let used = Nanos::from_micros(us);
+                    let charged = p.stats(h).unwrap().charged;
+                    now += used;
+                    let r = p.release(h, used, now);
+                    prop_assert!(r.is_ok());
+                    let s = p.stats(h).unwrap();
+                    prop_assert_eq!(s.state, VgpuState::Runnable);
+                    prop_assert_eq!(s.charged, charged + used);
+                    prop_assert_eq!(p.holder(), None);
+                    r
+                }
+                None => Ok(()),
+            },
+            Op::ReleaseBy(i, us) => {
+                let id = VgpuId(i);
+                if holder == Some(id) {
+                    Ok(())
+                } else {
+                    let r = p.release(id, Nanos::from_micros(us), now);
+                    prop_assert!(r.is_err());
+                    r
+                }
+            }
+            Op::Sync(i) => {
+                let r = p.record_sync_call(VgpuId(i), now);
+                prop_assert_eq!(r.is_ok(), ids.contains(&VgpuId(i)));
+                r
+            }
+            Op::Cosched(i) => p.cosched_request(VgpuId(i), now).map(|_| ()),
+            Op::Advance(us) => {
+                now += Nanos::from_micros(us);
+                Ok(())
+            }
+        };
+        if result.is_err() {
+            prop_assert_eq!(snapshot(p), before, "a failed {:?} changed something", op);
+        }
+        if let Some(h) = p.holder() {
+            prop_assert_eq!(p.stats(h).map(|s| s.state), Some(VgpuState::Running));
+        }
+        extra(p)?;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Random call sequences against fair queuing: the protocol holds and so
+    /// do the virtual-time invariants, whatever the driver does.
+    #[test]
+    fn fair_queuing_protocol(ops in prop::collection::vec(op(), 1..200)) {
+        let mut prev = VirtualTime::ZERO;
+        check_protocol(&mut FairQueuing::default(), &ops, |p| check_virtual_time(p, &mut prev))?;
+    }
+
+    /// Random call sequences against every Credit variant (both execution
+    /// modes): the protocol holds, and credits stay within Xen's bounds.
+    #[test]
+    fn credit_protocol(ops in prop::collection::vec(op(), 1..200), collaborative in any::<bool>()) {
+        let mode = if collaborative {
+            ExecutionMode::Collaborative
+        } else {
+            ExecutionMode::TimeShared
+        };
+        let cfg = CreditConfig::default().with_mode(mode);
+        for mut p in [Credit::poll(cfg), Credit::hybrid_spin(cfg), Credit::strict_coschedule(cfg)] {
+            check_protocol(&mut p, &ops, |p| {
+                prop_assert_eq!(p.execution_mode(), mode);
+                for id in p.ids() {
+                    let Some(Standing::Credit { credit, .. }) = p.stats(id).map(|s| s.standing) else {
+                        return Err(TestCaseError::fail("not a credit standing"));
+                    };
+                    // Above: at most one period (halved when it passes it).
+                    prop_assert!(credit <= 30_000_000, "credit {}", credit);
+                }
+                Ok(())
+            })?;
+        }
+    }
+}
