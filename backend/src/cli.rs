@@ -21,8 +21,9 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a host and several guest processes over a shared region and show
-    /// what flows through each channel, live.
+    /// The daemon with four VMs of different weights running different
+    /// CUDA workloads (through fairgpu's libcuda.so.1), and a live table of
+    /// each VM's target and measured share of the GPU; then a summary.
     Demo(DemoArgs),
     /// Create a shared-memory region and serve it in the foreground (local
     /// mode: guests find it through FAIRGPU_REGION=PATH). Stops cleanly on
@@ -52,6 +53,10 @@ pub enum Command {
     /// time, calls and restarts.
     #[command(long_about = STATUS_ABOUT)]
     Status(StatusArgs),
+    /// The running daemon's VMs live: weight, target and measured share of
+    /// the GPU (last interval and since start), kernels per second, and
+    /// the Min-Max Ratio so far. Refreshes until Ctrl-C.
+    Top(crate::top::TopArgs),
     /// Internal: the vGPU worker of one VM, started by `fairgpu serve`.
     #[command(hide = true)]
     Worker(crate::worker::WorkerArgs),
@@ -69,19 +74,6 @@ pub enum Command {
     /// Throttle, custom) through libcuda.so.1; prints a JSON report.
     #[command(hide = true, name = "__workload")]
     Workload(crate::workload::WorkloadArgs),
-    /// Internal: a guest process of the demo.
-    #[command(hide = true, name = "__demo-guest")]
-    DemoGuest {
-        /// The region to use.
-        #[arg(long)]
-        region: PathBuf,
-        /// Workload: interactive, streaming or bulk.
-        #[arg(long)]
-        profile: String,
-        /// How long to run.
-        #[arg(long)]
-        seconds: f64,
-    },
 }
 
 const SERVE_ABOUT: &str = "\
@@ -176,8 +168,11 @@ pub struct PingArgs {
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
     /// How long the guests run, in seconds.
-    #[arg(long, default_value_t = 6.0)]
+    #[arg(long, default_value_t = 15.0)]
     pub seconds: f64,
+    /// Where the daemon runs kernels: sim (SimGpu) or cuda (a GPU host).
+    #[arg(long, value_enum, default_value_t = crate::fairness::harness::Device::Sim)]
+    pub device: crate::fairness::harness::Device,
 }
 
 /// Benchmarks.
@@ -187,6 +182,13 @@ pub enum BenchCommand {
     /// trip (p50, p99), fire-and-forget submission rate, bulk arena
     /// bandwidth, and the round trip over a Unix socket as a baseline.
     Transport(TransportArgs),
+    /// FairGV's fairness experiments (Figs. 8-11) on the daemon: per
+    /// experiment and policy, the daemon with one VM per workload
+    /// (workloads are real driver-API clients through libcuda.so.1), each
+    /// VM's device-time share from the daemon's accounting, the Min-Max
+    /// Ratio, the aggregated overhead and the utilization. Writes
+    /// results.json and fairness.svg into --out.
+    Fairness(crate::fairness::FairnessArgs),
 }
 
 /// `fairgpu bench transport` options.

@@ -26,6 +26,7 @@ pub fn run_with_log(cmd: Command, log: &str) -> anyhow::Result<()> {
     match cmd {
         Command::Serve(a) => serve(&a, log),
         Command::Status(a) => status(&a),
+        Command::Top(a) => crate::top::run(&a),
         Command::Worker(a) => crate::worker::run(&a),
         Command::Workload(a) => crate::workload::run(&a),
         Command::Demo(a) => crate::demo::run(&a),
@@ -33,12 +34,8 @@ pub fn run_with_log(cmd: Command, log: &str) -> anyhow::Result<()> {
         Command::Ping(a) => ping(&a),
         Command::GpuCheck { executor } => crate::gpu_check::run(&executor),
         Command::Bench(BenchCommand::Transport(a)) => crate::bench::transport(&a),
+        Command::Bench(BenchCommand::Fairness(a)) => crate::fairness::bench(&a),
         Command::SocketEcho { path, cpu } => crate::bench::socket_echo(&path, cpu),
-        Command::DemoGuest {
-            region,
-            profile,
-            seconds,
-        } => crate::demo::guest(&region, &profile, seconds),
     }
 }
 

@@ -1,223 +1,208 @@
-//! `fairgpu demo`: a host serving one region and three guest processes with
-//! different workloads, with a live per-channel table and a summary.
+//! `fairgpu demo`: the daemon with four VMs of different weights, each
+//! running a different CUDA workload, and a live table of how the GPU is
+//! shared among them.
 //!
-//! What it shows today is the transport: every call really crosses the
-//! shared region between processes, bulk data is checked byte for byte.
-//! Scheduling among guests comes with the scheduler.
+//! The daemon runs on SimGpu (or the GPU with `--device cuda`). Each VM's
+//! guest is a `fairgpu __workload` process that loads fairgpu's guest
+//! library as `libcuda.so.1`, exactly as an unmodified CUDA program would;
+//! if the library has not been built (a fresh clone), the guests use
+//! fairgpu's Rust client instead: the same protocol and the same kernels,
+//! without the C ABI. The demo asks the daemon for the FairGV policy; a
+//! daemon without a scheduler runs the VMs first come, first served, and
+//! the demo says so.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
-use fairgpu_frontend::{Channel, WaitConfig};
-use fairgpu_protocol::{Opcode, RegionConfig};
-use serde::{Deserialize, Serialize};
+use anyhow::Context;
 
 use crate::cli::DemoArgs;
-use crate::commands::{open_region_wait, shutdown_flag};
-use crate::host::{HostRegion, ServeConfig, Server};
-use crate::transport_ops::TransportOps;
+use crate::fairness::harness::{self, PolicySupport, Session, SessionConfig, VmSpec, WorkloadSpec};
+use crate::fairness::metrics;
+use crate::fairness::observe::Observer;
+use crate::workload::ClientKind;
 
-const PROFILES: [(&str, &str); 3] = [
-    ("interactive", "synchronous no-ops back to back"),
-    (
-        "streaming",
-        "bursts of 256 fire-and-forget calls, then one synchronous call",
-    ),
-    ("bulk", "4 MiB copied in and back out, verified"),
+/// The demo's VMs: weight and workload profile (FairGV Table 3).
+const VMS: [(&str, u32, &str); 4] = [
+    ("vm1", 1, "MM"),
+    ("vm2", 2, "HS"),
+    ("vm3", 3, "BS"),
+    ("vm4", 2, "CFD"),
 ];
-
-/// What one demo guest reports when it ends.
-#[derive(Debug, Serialize, Deserialize)]
-struct GuestSummary {
-    profile: String,
-    channel: u32,
-    calls: u64,
-    bytes: u64,
-    p50_ns: u64,
-    p99_ns: u64,
-}
+/// The policy the demo asks for.
+const POLICY: &str = "fairgv";
 
 /// Runs the demo.
 pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
-    if !(a.seconds > 0.0 && a.seconds <= 3600.0) {
-        bail!("--seconds must be in (0, 3600]");
+    if !(a.seconds >= 1.0 && a.seconds <= 3600.0) {
+        anyhow::bail!("--seconds must be in [1, 3600]");
     }
-    let path = PathBuf::from(format!("/dev/shm/fairgpu-demo-{}", std::process::id()));
-    let region = HostRegion::create(&path, &RegionConfig::default())?;
-    let shutdown = shutdown_flag()?;
-    let server = Server::new(
-        region,
-        TransportOps::default(),
-        ServeConfig::default(),
-        shutdown.clone(),
-    );
-    let stats = server.stats();
-    let host = std::thread::Builder::new()
-        .name("fairgpu-host".into())
-        .spawn(move || server.run())?;
-
+    let client = match harness::guest_library() {
+        Ok(_) => ClientKind::Libcuda,
+        Err(_) => {
+            println!(
+                "fairgpu's guest library is not built (cargo build --release -p fairgpu-guest): \
+                 the guests use fairgpu's Rust client instead (same protocol, same kernels)"
+            );
+            ClientKind::Rust
+        }
+    };
+    let policy = match harness::policy_support(POLICY) {
+        Ok(PolicySupport::Key) => Some(POLICY.to_owned()),
+        Ok(PolicySupport::NoKey) | Err(_) => None,
+    };
+    let vms: Vec<VmSpec> = VMS
+        .iter()
+        .map(|(name, weight, profile)| VmSpec {
+            name: (*name).into(),
+            weight: *weight,
+            workload: WorkloadSpec::profile(profile),
+        })
+        .collect();
+    let kernel_ns: Vec<Option<u64>> = vms.iter().map(|v| v.workload.kernel_ns()).collect();
     println!(
-        "fairgpu demo: one host, {} guest processes, region {}",
-        PROFILES.len(),
-        path.display()
+        "fairgpu demo: {} VMs share one {} through the daemon; guests use {}",
+        vms.len(),
+        match a.device {
+            harness::Device::Sim => "SimGpu (a model of a non-preemptive GPU)",
+            harness::Device::Cuda => "GPU",
+        },
+        match client {
+            ClientKind::Libcuda => "fairgpu's libcuda.so.1",
+            ClientKind::Rust => "fairgpu's Rust client",
+        }
     );
-    for (name, what) in PROFILES {
-        println!("  {name:<12} {what}");
+    match &policy {
+        Some(p) => println!("scheduler: {p} (weighted fair queuing of GPU time)"),
+        None => println!(
+            "no scheduler yet: the daemon does not accept policy {POLICY}; the VMs share the \
+             GPU first come, first served (policy none), whatever their weights"
+        ),
     }
-    let exe = std::env::current_exe()?;
-    let mut guests = Vec::new();
-    for (name, _) in PROFILES {
-        let child = Command::new(&exe)
-            .args([
-                "__demo-guest",
-                "--log",
-                "warn",
-                "--profile",
-                name,
-                "--seconds",
-            ])
-            .arg(a.seconds.to_string())
-            .arg("--region")
-            .arg(&path)
-            .stdout(Stdio::piped())
-            .stdin(Stdio::null())
-            .spawn()
-            .context("starting a demo guest")?;
-        guests.push(child);
+    for v in &vms {
+        let p = crate::workload::table3(&v.workload.profile);
+        println!(
+            "  {} weight {}: {} ({})",
+            v.name,
+            v.weight,
+            v.workload.profile,
+            p.map_or(String::new(), |p| format!(
+                "{}, {} us kernels, {} sync calls per 10 ms",
+                p.about, p.kernel_us, p.sync_per_10ms
+            ))
+        );
     }
+    println!();
 
-    println!(
-        "\n{:>5} {:>8} {:>12} {:>12} {:>10} {:>7}",
-        "time", "channel", "sync/s", "async/s", "MB/s", "errors"
-    );
+    let stop = crate::commands::shutdown_flag()?;
+    let mut session = Session::start(SessionConfig {
+        label: "demo".into(),
+        device: a.device,
+        policy: policy.clone(),
+        vms: vms.clone(),
+        client,
+    })?;
+    let obs = Observer::start(session.socket(), Duration::from_millis(10))?;
+    obs.wait_for(Duration::from_secs(30), |s| {
+        s.vms.len() == vms.len() && s.vms.iter().all(|v| v.state == "running")
+    })
+    .map_err(|e| anyhow::anyhow!("the workers did not start: {e}\n{}", session.daemon_log()))?;
+    session.spawn_workloads(a.seconds + 1.5)?;
+    let since = obs.now();
     let start = Instant::now();
-    let mut prev: Vec<(u64, u64, u64)> = vec![(0, 0, 0); stats.len()];
-    let mut last = start;
-    while guests
-        .iter_mut()
-        .any(|g| g.try_wait().ok().flatten().is_none())
-        && !shutdown.load(Ordering::Relaxed)
-    {
-        std::thread::sleep(Duration::from_millis(50));
-        if last.elapsed() < Duration::from_secs(1) {
+    let terminal = std::io::stdout().is_terminal();
+    let mut stdout = std::io::stdout();
+    let mut next = start + Duration::from_secs(1);
+    let mut last_view = None;
+    // Relaxed: a stop request, ordered with nothing else.
+    while !stop.load(Ordering::Relaxed) && start.elapsed().as_secs_f64() < a.seconds + 0.05 {
+        if let Some(why) = session.failed_workload() {
+            anyhow::bail!("{why}");
+        }
+        if Instant::now() < next {
+            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(50)));
             continue;
         }
-        let dt = last.elapsed().as_secs_f64();
-        last = Instant::now();
-        for (i, s) in stats.iter().enumerate() {
-            let now = (
-                s.sync_calls.load(Ordering::Relaxed),
-                s.async_calls.load(Ordering::Relaxed),
-                s.arena_bytes.load(Ordering::Relaxed),
-            );
-            let (ds, da, db) = (now.0 - prev[i].0, now.1 - prev[i].1, now.2 - prev[i].2);
-            prev[i] = now;
-            if s.owner_pid.load(Ordering::Relaxed) == 0 && ds + da == 0 {
-                continue;
-            }
-            println!(
-                "{:>4.0}s {:>8} {:>12.0} {:>12.0} {:>10.1} {:>7}",
-                start.elapsed().as_secs_f64(),
-                i,
-                ds as f64 / dt,
-                da as f64 / dt,
-                db as f64 / dt / 1e6,
-                s.errors.load(Ordering::Relaxed)
-            );
-        }
+        next += Duration::from_secs(1);
+        let v = crate::top::view(&obs.snapshot(), since, obs.now(), 1.0, &kernel_ns);
+        let head = format!(
+            "fairgpu demo: {:.0} s of {:.0} s, policy {}{}\n\n",
+            start.elapsed().as_secs_f64(),
+            a.seconds,
+            policy.as_deref().unwrap_or("none"),
+            if terminal { " (Ctrl-C stops)" } else { "" }
+        );
+        crate::top::show(
+            &mut stdout,
+            terminal,
+            &format!("{head}{}", crate::top::render(&v, 1.0)),
+        )?;
+        last_view = Some(v);
     }
+    let end = obs.now();
+    drop(obs);
+    let reports = session.finish_workloads(Duration::from_secs(30));
+    drop(session);
+    let v = last_view.context("the demo ended before its first refresh")?;
 
-    println!("\nsummary (measured by each guest):");
-    println!(
-        "{:<12} {:>8} {:>12} {:>10} {:>12} {:>12}",
-        "profile", "channel", "calls", "MB moved", "p50 call", "p99 call"
+    println!("\nsummary over {:.1} s:", end - since);
+    let weights: Vec<f64> = v.rows.iter().map(|r| f64::from(r.weight)).collect();
+    let measured: Vec<f64> = v.rows.iter().map(|r| r.share_total).collect();
+    let f = metrics::evaluate(
+        &weights
+            .iter()
+            .zip(&measured)
+            .map(|(&weight, &m)| metrics::VmShare {
+                weight,
+                demand: 1.0,
+                measured: m,
+            })
+            .collect::<Vec<_>>(),
     );
-    let mut failed = 0;
-    for mut g in guests {
-        let out = g.stdout.take().context("guest stdout")?;
-        let line = BufReader::new(out)
-            .lines()
-            .map_while(Result::ok)
-            .last()
-            .unwrap_or_default();
-        let status = g.wait()?;
-        match serde_json::from_str::<GuestSummary>(&line) {
-            Ok(s) if status.success() => println!(
-                "{:<12} {:>8} {:>12} {:>10.1} {:>9} ns {:>9} ns",
-                s.profile,
-                s.channel,
-                s.calls,
-                s.bytes as f64 / 1e6,
-                s.p50_ns,
-                s.p99_ns
-            ),
-            _ => {
-                failed += 1;
-                println!("a guest failed ({status})");
-            }
+    let rows: Vec<Vec<String>> = v
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let rep = reports.get(i).and_then(|r| r.as_ref().ok());
+            vec![
+                r.name.clone(),
+                r.weight.to_string(),
+                vms[i].workload.profile.clone(),
+                format!("{:.1}%", f.ideal[i] * 100.0),
+                format!("{:.1}%", r.share_total * 100.0),
+                format!("{:.2}", f.normalized[i]),
+                rep.map_or("-".into(), |r| r.kernels.to_string()),
+                rep.filter(|r| r.sync_calls > 0)
+                    .map_or("-".into(), |r| format!("{:.0} us", r.sync_latency_us.p99)),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        crate::control::format_table(
+            &["VM", "WEIGHT", "WORKLOAD", "TARGET", "SHARE", "X", "KERNELS", "SYNC P99"],
+            &rows
+        )
+    );
+    println!(
+        "Min-Max Ratio {:.3} (1 = every VM got exactly its weighted share), device busy {:.1}%",
+        f.mmr,
+        f.utilization * 100.0
+    );
+    if policy.is_none() {
+        println!(
+            "without a scheduler the device serves kernels in arrival order: the VMs that queue \
+             more work get more of it, whatever their weights"
+        );
+    }
+    let failed: Vec<&String> = reports.iter().filter_map(|r| r.as_ref().err()).collect();
+    if !failed.is_empty() && !stop.load(Ordering::Relaxed) {
+        for e in &failed {
+            eprintln!("{e}");
         }
+        anyhow::bail!("{} guest(s) failed", failed.len());
     }
-    shutdown.store(true, Ordering::Relaxed);
-    let _ = host.join();
-    if failed > 0 {
-        bail!("{failed} guest(s) failed");
-    }
-    Ok(())
-}
-
-/// One demo guest: runs `profile` for `seconds`, prints a JSON summary.
-pub fn guest(region: &Path, profile: &str, seconds: f64) -> anyhow::Result<()> {
-    let region = open_region_wait(region, Duration::from_secs(10))?;
-    let mut ch = Channel::claim(region, WaitConfig::from_env())?;
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    let mut lat = Vec::new();
-    let (mut calls, mut bytes) = (0u64, 0u64);
-    let data: Vec<u8> = (0..4usize << 20).map(|i| (i % 251) as u8).collect();
-    let mut back = vec![0u8; data.len()];
-    while Instant::now() < deadline {
-        let t = Instant::now();
-        match profile {
-            "interactive" => {
-                let r = ch.call(Opcode::Nop, [calls, 0, 0, 0, 0])?;
-                if r.vals[0] != calls {
-                    bail!("no-op echoed the wrong value");
-                }
-                calls += 1;
-            }
-            "streaming" => {
-                for i in 0..256 {
-                    ch.call_async(Opcode::Nop, [i, 0, 0, 0, 0], &[])?;
-                }
-                ch.call(Opcode::Nop, [0; 5])?;
-                calls += 257;
-            }
-            "bulk" => {
-                ch.send_bulk(Opcode::CopyIn, [0; 5], 0, &data)?;
-                ch.recv_bulk(Opcode::CopyOut, [0; 5], 0, &mut back)?;
-                if back != data {
-                    bail!("bulk data came back different");
-                }
-                back.fill(0);
-                bytes += 2 * data.len() as u64;
-                calls += 2;
-            }
-            other => bail!("unknown profile {other:?}"),
-        }
-        lat.push(t.elapsed().as_nanos() as u64);
-    }
-    lat.sort_unstable();
-    let s = GuestSummary {
-        profile: profile.to_owned(),
-        channel: ch.index(),
-        calls,
-        bytes,
-        p50_ns: crate::bench::percentile(&lat, 50.0),
-        p99_ns: crate::bench::percentile(&lat, 99.0),
-    };
-    println!("{}", serde_json::to_string(&s)?);
     Ok(())
 }

@@ -5,6 +5,8 @@
 //! - [`transport_ops`]: the transport's own no-op and bulk-copy opcodes.
 //! - [`bench`]: `fairgpu bench transport`.
 //! - [`demo`]: `fairgpu demo`.
+//! - [`fairness`]: `fairgpu bench fairness`, FairGV's fairness experiments.
+//! - [`top`]: `fairgpu top`, a running daemon's GPU shares, live.
 //! - [`workload`]: `fairgpu __workload`, a CUDA workload generator that
 //!   loads `libcuda.so.1` as CUDA programs do.
 //! - [`daemon`]: `fairgpu serve`, one supervised [`worker`] process per VM,
@@ -23,10 +25,12 @@ pub mod cuda_ops;
 pub mod daemon;
 pub mod demo;
 pub mod executor;
+pub mod fairness;
 pub mod gpu_check;
 pub mod host;
 pub mod process;
 pub mod stats;
+pub mod top;
 pub mod transport_ops;
 pub mod worker;
 pub mod workload;

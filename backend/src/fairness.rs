@@ -1,0 +1,936 @@
+//! `fairgpu bench fairness`: FairGV's fairness experiments (Figs. 8–11) on
+//! the daemon, with real CUDA driver-API clients as the VMs' workloads.
+//!
+//! For each experiment, case and policy the harness writes a daemon
+//! configuration, starts `fairgpu serve` (SimGpu by default, or the GPU),
+//! starts one [`workload`](crate::workload) process per VM through
+//! `libcuda.so.1`, lets them warm up, and measures every VM's device-time
+//! rate over a window from the daemon's own accounting (`gpu_time_ns` in
+//! its status, read by an [`observe::Observer`]). [`metrics`] turns the
+//! rates into normalized throughputs, the Min-Max Ratio, the aggregated
+//! overhead and the utilization; tables go to the terminal, everything to
+//! `results.json`, and a chart to `fairness.svg`.
+//!
+//! A policy this build's daemon does not accept is reported as rejected
+//! (with the configuration parser's message) and skipped; `none` (no
+//! scheduler: every worker issues freely, the device runs kernels first
+//! come first served) always runs.
+
+pub mod harness;
+pub mod metrics;
+pub mod observe;
+pub mod svg;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::workload::ClientKind;
+use harness::{Device, PolicySupport, Session, SessionConfig, VmSpec, WorkloadSpec};
+use metrics::VmShare;
+
+/// Every policy, in the order tables and charts show them.
+pub const POLICIES: [&str; 5] = ["fairgv", "credit-poll", "credit-hs", "strict", "none"];
+/// Every experiment.
+pub const EXPERIMENTS: [&str; 4] = ["fig8", "fig9", "fig10", "fig11"];
+/// Background kernel sizes of Fig. 11, µs.
+pub const FIG11_SIZES_US: [f64; 5] = [21.0, 100.0, 400.0, 800.0, 1605.0];
+/// Throttle's kernel in Fig. 10: MM's size (the paper's co-runner is MM
+/// with sleeps).
+pub const FIG10_KERNEL_US: f64 = 207.0;
+/// How often the observer reads the daemon's status.
+const OBSERVE_EVERY: Duration = Duration::from_millis(5);
+
+/// `fairgpu bench fairness` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FairnessArgs {
+    /// Which experiment: fig8 (3 VMs, weights 1:2:3; MM, HS, BS, SRD1),
+    /// fig9 (6 VMs, weights 1:2:2:3:3:4; BS, SRD1), fig10 (utilization with
+    /// a non-saturating co-runner), fig11 (background kernel size sweep), or
+    /// all.
+    #[arg(long, default_value = "all", value_parser = ["fig8", "fig9", "fig10", "fig11", "all"])]
+    pub experiment: String,
+    /// Which scheduling policy: fairgv, credit-poll, credit-hs, strict, none
+    /// (no scheduler) or all.
+    #[arg(long, default_value = "all", value_parser = ["fairgv", "credit-poll", "credit-hs", "strict", "none", "all"])]
+    pub policy: String,
+    /// Where the daemon runs kernels: sim (SimGpu) or cuda (needs a GPU
+    /// host).
+    #[arg(long, value_enum, default_value_t = Device::Sim)]
+    pub device: Device,
+    /// A few seconds per run instead of ~20 s.
+    #[arg(long)]
+    pub quick: bool,
+    /// Measurement window per run, seconds (default 2 with --quick, else 20).
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Print the results as JSON on stdout (tables go to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Directory for results.json and fairness.svg.
+    #[arg(long, value_name = "DIR", default_value = "target/fairness")]
+    pub out: PathBuf,
+    /// How the workloads reach the GPU: libcuda (fairgpu's guest library as
+    /// libcuda.so.1) or rust (fairgpu's Rust client).
+    #[arg(long, value_enum, default_value_t = ClientKind::Libcuda)]
+    pub client: ClientKind,
+}
+
+/// One run: an experiment's case with its VMs.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// The experiment.
+    pub experiment: &'static str,
+    /// The case's label within it ("MM", "sleep 50%", "MM vs 400us").
+    pub label: String,
+    /// The VMs.
+    pub vms: Vec<VmSpec>,
+    /// Each VM's demand (1.0: saturating).
+    pub demands: Vec<f64>,
+}
+
+fn vm(name: &str, weight: u32, w: WorkloadSpec) -> VmSpec {
+    VmSpec {
+        name: name.to_owned(),
+        weight,
+        workload: w,
+    }
+}
+
+fn same_workload(experiment: &'static str, weights: &[u32], profile: &str) -> Case {
+    let vms: Vec<VmSpec> = weights
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| vm(&format!("vm{}", i + 1), w, WorkloadSpec::profile(profile)))
+        .collect();
+    Case {
+        experiment,
+        label: profile.to_owned(),
+        demands: vec![1.0; vms.len()],
+        vms,
+    }
+}
+
+/// The cases of `experiment`.
+pub fn cases(experiment: &str, quick: bool) -> Vec<Case> {
+    match experiment {
+        "fig8" => ["MM", "HS", "BS", "SRD1"]
+            .iter()
+            .map(|p| same_workload("fig8", &[1, 2, 3], p))
+            .collect(),
+        "fig9" => ["BS", "SRD1"]
+            .iter()
+            .map(|p| same_workload("fig9", &[1, 2, 2, 3, 3, 4], p))
+            .collect(),
+        "fig10" => {
+            let ratios: &[f64] = if quick {
+                &[0.5, 0.8]
+            } else {
+                &[0.5, 0.6, 0.7, 0.8]
+            };
+            ratios
+                .iter()
+                .map(|&r| Case {
+                    experiment: "fig10",
+                    label: format!("sleep {:.0}%", r * 100.0),
+                    vms: vec![
+                        vm("bs", 1, WorkloadSpec::profile("BS")),
+                        vm(
+                            "throttle",
+                            1,
+                            WorkloadSpec {
+                                profile: "Throttle".into(),
+                                kernel_us: Some(FIG10_KERNEL_US),
+                                sleep_ratio: r,
+                            },
+                        ),
+                    ],
+                    demands: vec![1.0, 1.0 - r],
+                })
+                .collect()
+        }
+        "fig11" => ["MM", "HS"]
+            .iter()
+            .flat_map(|fg| {
+                FIG11_SIZES_US.iter().map(move |&k| Case {
+                    experiment: "fig11",
+                    label: format!("{fg} vs {k}us"),
+                    vms: vec![
+                        vm("fg", 1, WorkloadSpec::profile(fg)),
+                        vm(
+                            "bg",
+                            1,
+                            WorkloadSpec {
+                                profile: "MM".into(),
+                                kernel_us: Some(k),
+                                sleep_ratio: 0.0,
+                            },
+                        ),
+                    ],
+                    demands: vec![1.0, 1.0],
+                })
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// One VM's measured part of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VmResult {
+    /// Its name.
+    pub name: String,
+    /// Its weight.
+    pub weight: u32,
+    /// What it ran.
+    pub workload: WorkloadSpec,
+    /// Its demand (1.0: saturating).
+    pub demand: f64,
+    /// Measured device-time share of the window, `T_i`.
+    pub share: f64,
+    /// Ideal share, `O_i`.
+    pub ideal_share: f64,
+    /// Normalized throughput `x_i = T_i / O_i`.
+    pub x: f64,
+    /// Kernels per second in the window.
+    pub kernels_per_s: f64,
+    /// Kernels its workload completed over its whole run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_kernels: Option<u64>,
+    /// Median latency of its synchronous calls over its run, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_p50_us: Option<f64>,
+    /// 99th-percentile latency of its synchronous calls, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_p99_us: Option<f64>,
+}
+
+/// What happened to a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Measured.
+    Ok,
+    /// The daemon does not accept the policy.
+    Rejected,
+    /// Something failed (see the error).
+    Failed,
+}
+
+/// One (experiment, case, policy) run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// The experiment.
+    pub experiment: String,
+    /// The case.
+    pub case: String,
+    /// The policy asked for.
+    pub policy: String,
+    /// What happened.
+    pub status: RunStatus,
+    /// Why it did not run or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The policy the daemon reported, if it reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon_policy: Option<String>,
+    /// Measurement window, s.
+    pub window_s: f64,
+    /// Per VM.
+    pub vms: Vec<VmResult>,
+    /// Min-Max Ratio.
+    pub mmr: f64,
+    /// Aggregated overhead.
+    pub overhead: f64,
+    /// Device utilization, `Σ T_i`.
+    pub utilization: f64,
+    /// Ideal utilization, `Σ O_i`.
+    pub ideal_utilization: f64,
+    /// Utilization without work conservation (each VM keeps its slices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub non_work_conserving_utilization: Option<f64>,
+}
+
+impl RunResult {
+    fn empty(case: &Case, policy: &str, status: RunStatus, error: String, window_s: f64) -> Self {
+        RunResult {
+            experiment: case.experiment.to_owned(),
+            case: case.label.clone(),
+            policy: policy.to_owned(),
+            status,
+            error: Some(error),
+            daemon_policy: None,
+            window_s,
+            vms: Vec::new(),
+            mmr: 0.0,
+            overhead: 0.0,
+            utilization: 0.0,
+            ideal_utilization: 0.0,
+            non_work_conserving_utilization: None,
+        }
+    }
+}
+
+/// The whole result file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    /// The command that produced it.
+    pub command: String,
+    /// sim or cuda.
+    pub device: Device,
+    /// libcuda or rust.
+    pub client: ClientKind,
+    /// Whether --quick was given.
+    pub quick: bool,
+    /// Measurement window per run, s.
+    pub window_s: f64,
+    /// Warm-up before each window, s.
+    pub warmup_s: f64,
+    /// CPUs of this host.
+    pub host_cpus: usize,
+    /// Per policy: "ok", or why the daemon rejects it.
+    pub policies: Vec<PolicyNote>,
+    /// Every run.
+    pub runs: Vec<RunResult>,
+}
+
+/// Whether a policy could run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyNote {
+    /// The policy.
+    pub policy: String,
+    /// Whether the daemon accepts it.
+    pub accepted: bool,
+    /// The parser's message when it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Timing of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Warm-up before the window.
+    pub warmup: Duration,
+    /// The measurement window.
+    pub window: Duration,
+}
+
+/// Sleeps `d`, or less if `stop` becomes true.
+fn sleep_unless(stop: &AtomicBool, d: Duration) -> bool {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        // Relaxed: a stop request, ordered with nothing else.
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(20)));
+    }
+    !stop.load(Ordering::Relaxed)
+}
+
+/// Measures one case under `policy` (whose key the daemon takes as `key`).
+pub fn measure(
+    case: &Case,
+    policy: &str,
+    key: &PolicySupport,
+    device: Device,
+    client: ClientKind,
+    timing: Timing,
+    stop: &AtomicBool,
+) -> RunResult {
+    let window_s = timing.window.as_secs_f64();
+    match measure_inner(case, policy, key, device, client, timing, stop) {
+        Ok(r) => r,
+        Err(e) => RunResult::empty(case, policy, RunStatus::Failed, format!("{e:#}"), window_s),
+    }
+}
+
+fn measure_inner(
+    case: &Case,
+    policy: &str,
+    key: &PolicySupport,
+    device: Device,
+    client: ClientKind,
+    timing: Timing,
+    stop: &AtomicBool,
+) -> anyhow::Result<RunResult> {
+    let mut session = Session::start(SessionConfig {
+        label: format!("{}-{policy}", case.experiment),
+        device,
+        policy: match key {
+            PolicySupport::Key => Some(policy.to_owned()),
+            PolicySupport::NoKey => None,
+        },
+        vms: case.vms.clone(),
+        client,
+    })?;
+    let obs = observe::Observer::start(session.socket(), OBSERVE_EVERY)?;
+    let n = case.vms.len();
+    obs.wait_for(Duration::from_secs(30), |s| {
+        s.vms.len() == n && s.vms.iter().all(|v| v.state == "running")
+    })
+    .map_err(|e| anyhow::anyhow!("the workers did not start: {e}\n{}", session.daemon_log()))?;
+    // The workloads run through warm-up, the window and a tail that covers
+    // their start-up and the observation of the window's end.
+    let tail = 2.0;
+    let run_s = timing.warmup.as_secs_f64() + timing.window.as_secs_f64() + tail;
+    session.spawn_workloads(run_s)?;
+    let started = Instant::now();
+    loop {
+        let snap = obs.snapshot();
+        let all = snap
+            .last
+            .as_ref()
+            .is_some_and(|s| s.vms.len() == n && s.vms.iter().all(|v| v.gpu_time_ns > 0));
+        if all {
+            break;
+        }
+        if let Some(why) = session.failed_workload() {
+            anyhow::bail!("{why}");
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            anyhow::bail!(
+                "the workloads did not start using the GPU within 30 s\n{}",
+                session.daemon_log()
+            );
+        }
+        if !sleep_unless(stop, Duration::from_millis(10)) {
+            anyhow::bail!("interrupted");
+        }
+    }
+    if !sleep_unless(stop, timing.warmup) {
+        anyhow::bail!("interrupted");
+    }
+    let from = obs.now();
+    if !sleep_unless(stop, timing.window) {
+        anyhow::bail!("interrupted");
+    }
+    let to = obs.now();
+    // One more publication of every worker after the window's end.
+    std::thread::sleep(Duration::from_millis(250));
+    let snap = obs.snapshot();
+    let daemon_policy = snap.last.as_ref().and_then(|s| s.policy());
+    let kernel_tracks = snap.kernels.clone();
+    drop(obs);
+    let reports = session.finish_workloads(Duration::from_secs_f64(tail + 30.0));
+    drop(session);
+
+    let mut shares = Vec::with_capacity(n);
+    for (i, v) in case.vms.iter().enumerate() {
+        let rate = snap
+            .gpu
+            .get(i)
+            .and_then(|t| t.rate(from, to))
+            .with_context(|| format!("no device time seen for {}", v.name))?;
+        shares.push(VmShare {
+            weight: f64::from(v.weight),
+            demand: case.demands[i],
+            measured: rate / 1e9,
+        });
+    }
+    if let Some(Err(e)) = reports.iter().find(|r| r.is_err()) {
+        anyhow::bail!("{e}");
+    }
+    let f = metrics::evaluate(&shares);
+    let vms = case
+        .vms
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let report = reports.get(i).and_then(|r| r.as_ref().ok());
+            let counted = kernel_tracks
+                .get(i)
+                .filter(|t| t.points.len() > 1)
+                .and_then(|t| t.rate(from, to));
+            let kernel_ns = v.workload.kernel_ns().unwrap_or(1).max(1);
+            VmResult {
+                name: v.name.clone(),
+                weight: v.weight,
+                workload: v.workload.clone(),
+                demand: case.demands[i],
+                share: shares[i].measured,
+                ideal_share: f.ideal[i],
+                x: f.normalized[i],
+                kernels_per_s: counted.unwrap_or(shares[i].measured * 1e9 / kernel_ns as f64),
+                workload_kernels: report.map(|r| r.kernels),
+                sync_p50_us: report
+                    .filter(|r| r.sync_calls > 0)
+                    .map(|r| r.sync_latency_us.p50),
+                sync_p99_us: report
+                    .filter(|r| r.sync_calls > 0)
+                    .map(|r| r.sync_latency_us.p99),
+            }
+        })
+        .collect();
+    let weights: Vec<f64> = shares.iter().map(|s| s.weight).collect();
+    Ok(RunResult {
+        experiment: case.experiment.to_owned(),
+        case: case.label.clone(),
+        policy: policy.to_owned(),
+        status: RunStatus::Ok,
+        error: None,
+        daemon_policy,
+        window_s: to - from,
+        vms,
+        mmr: f.mmr,
+        overhead: f.overhead,
+        utilization: f.utilization,
+        ideal_utilization: f.ideal_utilization,
+        non_work_conserving_utilization: (case.experiment == "fig10")
+            .then(|| metrics::non_work_conserving_utilization(&weights, &case.demands)),
+    })
+}
+
+/// What each experiment is, for table headings.
+pub fn describe(experiment: &str) -> &'static str {
+    match experiment {
+        "fig8" => "FairGV Fig. 8: 3 VMs, weights 1:2:3, all running the same workload",
+        "fig9" => "FairGV Fig. 9: 6 VMs, weights 1:2:2:3:3:4, all running the same workload",
+        "fig10" => {
+            "FairGV Fig. 10: BS beside a non-saturating Throttle (207 us kernels, sleeping), equal weights"
+        }
+        "fig11" => {
+            "FairGV Fig. 11: MM or HS beside a background MM whose kernel size is swept, equal weights"
+        }
+        _ => "",
+    }
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.1}%", v * 100.0)
+}
+
+fn opt_us(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.0} us"))
+}
+
+/// The table of one experiment under one policy.
+pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
+    let mut out = format!("{} — policy {policy}\n", describe(experiment));
+    if let Some(r) = runs.iter().find(|r| r.status == RunStatus::Rejected) {
+        out.push_str(&format!(
+            "  not run: the daemon rejected policy {policy}: {}\n",
+            r.error.as_deref().unwrap_or("")
+        ));
+        return out;
+    }
+    let mut rows = Vec::new();
+    for r in runs {
+        if r.status != RunStatus::Ok {
+            rows.push(vec![
+                r.case.clone(),
+                "FAILED".into(),
+                r.error
+                    .as_deref()
+                    .unwrap_or("")
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .into(),
+            ]);
+            continue;
+        }
+        for v in &r.vms {
+            rows.push(vec![
+                r.case.clone(),
+                v.name.clone(),
+                v.weight.to_string(),
+                v.workload.describe(),
+                pct(v.ideal_share),
+                pct(v.share),
+                format!("{:.2}", v.x),
+                format!("{:.0}", v.kernels_per_s),
+                opt_us(v.sync_p50_us),
+                opt_us(v.sync_p99_us),
+            ]);
+        }
+    }
+    out.push_str(&crate::control::format_table(
+        &[
+            "CASE",
+            "VM",
+            "WEIGHT",
+            "WORKLOAD",
+            "IDEAL",
+            "SHARE",
+            "X",
+            "KERNELS/S",
+            "SYNC P50",
+            "SYNC P99",
+        ],
+        &rows,
+    ));
+    let summary: Vec<Vec<String>> = runs
+        .iter()
+        .filter(|r| r.status == RunStatus::Ok)
+        .map(|r| {
+            vec![
+                r.case.clone(),
+                format!("{:.3}", r.mmr),
+                format!("{:.3}", r.overhead),
+                pct(r.utilization),
+                r.non_work_conserving_utilization.map_or("-".into(), pct),
+            ]
+        })
+        .collect();
+    if !summary.is_empty() {
+        out.push('\n');
+        out.push_str(&crate::control::format_table(
+            &["CASE", "MMR", "OVERHEAD", "UTILIZATION", "NON-WC REF"],
+            &summary,
+        ));
+    }
+    out
+}
+
+/// The chart of `results`.
+pub fn chart(results: &Results) -> String {
+    let policies: Vec<String> = POLICIES
+        .iter()
+        .filter(|p| results.runs.iter().any(|r| r.policy == **p))
+        .map(|p| (*p).to_owned())
+        .collect();
+    let value = |exp: &str, case: &str, policy: &str, f: &dyn Fn(&RunResult) -> f64| {
+        results
+            .runs
+            .iter()
+            .find(|r| {
+                r.experiment == exp
+                    && r.case == case
+                    && r.policy == policy
+                    && r.status == RunStatus::Ok
+            })
+            .map(f)
+    };
+    let cases_of = |exp: &str| {
+        let mut v: Vec<String> = Vec::new();
+        for r in results.runs.iter().filter(|r| r.experiment == exp) {
+            if !v.contains(&r.case) {
+                v.push(r.case.clone());
+            }
+        }
+        v
+    };
+    let mut panels = Vec::new();
+    for exp in ["fig8", "fig9", "fig10"] {
+        let groups = cases_of(exp);
+        if groups.is_empty() {
+            continue;
+        }
+        let fig10 = exp == "fig10";
+        let metric: &dyn Fn(&RunResult) -> f64 = if fig10 {
+            &|r| r.utilization
+        } else {
+            &|r| r.mmr
+        };
+        let series = policies
+            .iter()
+            .map(|p| svg::Series {
+                name: p.clone(),
+                values: groups.iter().map(|c| value(exp, c, p, metric)).collect(),
+            })
+            .collect();
+        let reference = fig10.then(|| {
+            (
+                "non-work-conserving".to_owned(),
+                groups
+                    .iter()
+                    .map(|c| {
+                        results
+                            .runs
+                            .iter()
+                            .find(|r| r.experiment == exp && &r.case == c)
+                            .and_then(|r| r.non_work_conserving_utilization)
+                    })
+                    .collect(),
+            )
+        });
+        panels.push(svg::Panel::Bars(svg::Bars {
+            title: describe(exp).to_owned(),
+            y_label: if fig10 {
+                "GPU utilization"
+            } else {
+                "Min-Max Ratio"
+            }
+            .into(),
+            y_max: 1.0,
+            groups,
+            series,
+            reference,
+        }));
+    }
+    for fg in ["MM", "HS"] {
+        let cases: Vec<String> = cases_of("fig11")
+            .into_iter()
+            .filter(|c| c.starts_with(&format!("{fg} vs ")))
+            .collect();
+        if cases.is_empty() {
+            continue;
+        }
+        panels.push(svg::Panel::Lines(svg::Lines {
+            title: format!("FairGV Fig. 11: {fg} beside a background MM of growing kernel size"),
+            y_label: "Min-Max Ratio".into(),
+            x_label: "background kernel size".into(),
+            y_max: 1.0,
+            xs: cases
+                .iter()
+                .map(|c| c.trim_start_matches(&format!("{fg} vs ")).to_owned())
+                .collect(),
+            series: policies
+                .iter()
+                .map(|p| svg::Series {
+                    name: p.clone(),
+                    values: cases
+                        .iter()
+                        .map(|c| value("fig11", c, p, &|r| r.mmr))
+                        .collect(),
+                })
+                .collect(),
+        }));
+    }
+    let rejected: Vec<&str> = results
+        .policies
+        .iter()
+        .filter(|p| !p.accepted)
+        .map(|p| p.policy.as_str())
+        .collect();
+    let mut note = format!(
+        "{} device, {} s windows{}",
+        match results.device {
+            Device::Sim => "SimGpu",
+            Device::Cuda => "CUDA",
+        },
+        results.window_s,
+        if results.quick { " (--quick)" } else { "" }
+    );
+    if !rejected.is_empty() {
+        note.push_str(&format!(
+            "; not accepted by this daemon: {}",
+            rejected.join(", ")
+        ));
+    }
+    svg::render("fairgpu: FairGV fairness experiments", &note, &panels)
+}
+
+/// Runs `fairgpu bench fairness`.
+pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
+    let experiments: Vec<&str> = if a.experiment == "all" {
+        EXPERIMENTS.to_vec()
+    } else {
+        vec![a.experiment.as_str()]
+    };
+    let policies: Vec<&str> = if a.policy == "all" {
+        POLICIES.to_vec()
+    } else {
+        vec![a.policy.as_str()]
+    };
+    let window = a.seconds.unwrap_or(if a.quick { 2.0 } else { 20.0 });
+    if !(0.2..=3600.0).contains(&window) {
+        anyhow::bail!("--seconds must be in [0.2, 3600]");
+    }
+    let timing = Timing {
+        warmup: Duration::from_secs_f64(if a.quick { 0.5 } else { 2.0 }),
+        window: Duration::from_secs_f64(window),
+    };
+    if a.client == ClientKind::Libcuda {
+        harness::guest_library()?;
+    }
+    let stop = crate::commands::shutdown_flag()?;
+    // Tables go to stdout, or to stderr when stdout carries the JSON.
+    let mut say: Box<dyn std::io::Write> = if a.json {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
+    let mut notes = Vec::new();
+    let mut support = Vec::new();
+    for p in &policies {
+        let s = harness::policy_support(p);
+        if let Err(e) = &s {
+            writeln!(say, "policy {p}: the daemon rejects it: {e}")?;
+        }
+        notes.push(PolicyNote {
+            policy: (*p).to_owned(),
+            accepted: s.is_ok(),
+            error: s.as_ref().err().cloned(),
+        });
+        support.push(s);
+    }
+    let mut runs = Vec::new();
+    'all: for exp in &experiments {
+        for (p, s) in policies.iter().zip(&support) {
+            let mut these = Vec::new();
+            for case in cases(exp, a.quick) {
+                if stop.load(Ordering::Relaxed) {
+                    break 'all;
+                }
+                let r = match s {
+                    Err(e) => RunResult::empty(&case, p, RunStatus::Rejected, e.clone(), window),
+                    Ok(key) => {
+                        write!(say, "{exp} {} policy {p} ... ", case.label)?;
+                        say.flush()?;
+                        let r = measure(&case, p, key, a.device, a.client, timing, &stop);
+                        match r.status {
+                            RunStatus::Ok => writeln!(
+                                say,
+                                "MMR {:.3}, overhead {:.3}, utilization {}",
+                                r.mmr,
+                                r.overhead,
+                                pct(r.utilization)
+                            )?,
+                            _ => writeln!(say, "failed: {}", r.error.as_deref().unwrap_or(""))?,
+                        }
+                        r
+                    }
+                };
+                these.push(r);
+            }
+            let refs: Vec<&RunResult> = these.iter().collect();
+            writeln!(say, "\n{}", table(exp, p, &refs))?;
+            runs.extend(these);
+        }
+    }
+    let results = Results {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        device: a.device,
+        client: a.client,
+        quick: a.quick,
+        window_s: window,
+        warmup_s: timing.warmup.as_secs_f64(),
+        host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        policies: notes,
+        runs,
+    };
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let json = serde_json::to_string_pretty(&results)?;
+    let json_path = a.out.join("results.json");
+    std::fs::write(&json_path, format!("{json}\n"))
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    let svg_path = a.out.join("fairness.svg");
+    std::fs::write(&svg_path, chart(&results))
+        .with_context(|| format!("writing {}", svg_path.display()))?;
+    writeln!(
+        say,
+        "wrote {} and {}",
+        json_path.display(),
+        svg_path.display()
+    )?;
+    if a.json {
+        println!("{json}");
+    }
+    if stop.load(Ordering::Relaxed) {
+        anyhow::bail!("interrupted");
+    }
+    let failed = results
+        .runs
+        .iter()
+        .filter(|r| r.status == RunStatus::Failed)
+        .count();
+    if failed > 0 {
+        anyhow::bail!("{failed} run(s) failed");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_experiments_match_the_paper() {
+        let f8 = cases("fig8", true);
+        assert_eq!(
+            f8.iter().map(|c| c.label.as_str()).collect::<Vec<_>>(),
+            ["MM", "HS", "BS", "SRD1"]
+        );
+        assert!(f8
+            .iter()
+            .all(|c| c.vms.iter().map(|v| v.weight).eq([1, 2, 3])));
+        let f9 = cases("fig9", false);
+        assert_eq!(f9.len(), 2);
+        assert!(f9[0].vms.iter().map(|v| v.weight).eq([1, 2, 2, 3, 3, 4]));
+        let f10 = cases("fig10", false);
+        assert_eq!(f10.len(), 4);
+        assert_eq!(f10[3].demands, vec![1.0, 1.0 - 0.8]);
+        let f11 = cases("fig11", true);
+        assert_eq!(f11.len(), 10);
+        assert_eq!(f11[4].vms[1].workload.kernel_us, Some(1605.0));
+        assert!(cases("nope", true).is_empty());
+    }
+
+    fn run(exp: &str, case: &str, policy: &str, mmr: f64) -> RunResult {
+        RunResult {
+            experiment: exp.into(),
+            case: case.into(),
+            policy: policy.into(),
+            status: RunStatus::Ok,
+            error: None,
+            daemon_policy: None,
+            window_s: 2.0,
+            vms: vec![VmResult {
+                name: "vm1".into(),
+                weight: 1,
+                workload: WorkloadSpec::profile("MM"),
+                demand: 1.0,
+                share: 0.5,
+                ideal_share: 0.5,
+                x: 1.0,
+                kernels_per_s: 100.0,
+                workload_kernels: Some(10),
+                sync_p50_us: None,
+                sync_p99_us: Some(12.0),
+            }],
+            mmr,
+            overhead: 1.0,
+            utilization: 0.9,
+            ideal_utilization: 1.0,
+            non_work_conserving_utilization: (exp == "fig10").then_some(0.6),
+        }
+    }
+
+    #[test]
+    fn tables_and_charts() {
+        let mut runs = vec![
+            run("fig8", "MM", "none", 0.4),
+            run("fig10", "sleep 50%", "none", 1.0),
+            run("fig11", "MM vs 21us", "none", 0.9),
+            run("fig11", "HS vs 21us", "none", 0.8),
+        ];
+        let mut rejected = run("fig8", "MM", "fairgv", 0.0);
+        rejected.status = RunStatus::Rejected;
+        rejected.error = Some("no scheduler".into());
+        runs.push(rejected.clone());
+        let t = table("fig8", "none", &[&runs[0]]);
+        assert!(
+            t.contains("MMR") && t.contains("0.400") && t.contains("12 us"),
+            "{t}"
+        );
+        let t = table("fig8", "fairgv", &[&rejected]);
+        assert!(t.contains("rejected policy fairgv: no scheduler"), "{t}");
+        let results = Results {
+            command: "fairgpu bench fairness".into(),
+            device: Device::Sim,
+            client: ClientKind::Libcuda,
+            quick: true,
+            window_s: 2.0,
+            warmup_s: 0.5,
+            host_cpus: 2,
+            policies: vec![PolicyNote {
+                policy: "fairgv".into(),
+                accepted: false,
+                error: Some("no scheduler".into()),
+            }],
+            runs,
+        };
+        let svg = chart(&results);
+        assert_eq!(svg::check_well_formed(&svg), Ok("svg".to_owned()));
+        assert!(svg.contains("Fig. 11: MM") && svg.contains("Fig. 11: HS"));
+        assert!(svg.contains("non-work-conserving"));
+        let json = serde_json::to_string(&results).unwrap();
+        assert_eq!(serde_json::from_str::<Results>(&json).unwrap(), results);
+    }
+}
