@@ -1,4 +1,34 @@
-//! QEMU integration: the ivshmem server protocol, memfd regions, eventfds,
-//! QEMU command lines, libvirt XML and the QMP client.
+//! fairgpu's QEMU integration: an ivshmem server, shared memory for it,
+//! QEMU command lines and libvirt XML for a VM's fairgpu device, and a QMP
+//! client.
 //!
-//! Not built yet: this crate reserves its place in the workspace.
+//! - [`IvshmemServer`] speaks QEMU's ivshmem server protocol (version 0) on
+//!   a unix socket to `ivshmem-doorbell` devices: it hands out the shared
+//!   memory ([`SharedMemory`]: a sealed memfd or a region file) and one
+//!   eventfd per (peer, vector). The host is peer [`HOST_PEER_ID`]: guests
+//!   ring it through BAR0's Doorbell register ([`Event::Doorbell`]) and it
+//!   interrupts guests through [`Interrupter`].
+//! - [`qemu_args`] and [`libvirt_xml`] turn a validated [`VmSpec`] into the
+//!   `ivshmem-plain` or `ivshmem-doorbell` device of a VM.
+//! - [`Qmp`] reads each vCPU's host thread id (`query-cpus-fast`).
+//!
+//! Invariants: all `unsafe` lives in the private `sys` module (memfd,
+//! eventfd, `SCM_RIGHTS`, poll); the server is bounded (peers, vectors,
+//! send timeout) and a misbehaving client only loses its own connection;
+//! every QMP read is bounded in time and size; BAR sizes are powers of two.
+
+mod sys;
+
+pub mod client;
+pub mod cmdline;
+pub mod qmp;
+pub mod server;
+pub mod shm;
+
+pub use cmdline::{libvirt_xml, qemu_args, Device, SpecError, VmSpec};
+pub use qmp::{Qmp, QmpError, VcpuThread};
+pub use server::{
+    Event, InterruptError, Interrupter, IvshmemServer, ServerConfig, ServerError, HOST_PEER_ID,
+};
+pub use shm::{bar_size, grow_to_bar_size, SharedMemory, ShmError};
+pub use sys::EventFd;

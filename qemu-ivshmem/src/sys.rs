@@ -1,0 +1,356 @@
+//! Every system call of this crate that needs `unsafe`: memfd creation and
+//! sealing, eventfds, and passing file descriptors over unix sockets with
+//! `SCM_RIGHTS`. Each function is safe to call; the unsafe blocks inside
+//! only hand the kernel pointers to live, correctly sized local buffers.
+
+use std::ffi::CString;
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+/// Creates an anonymous memory file (`memfd_create`) with sealing allowed.
+pub fn memfd_create(name: &str) -> io::Result<OwnedFd> {
+    let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `name` is a NUL-terminated string that outlives the call; the
+    // flags are valid for memfd_create.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: memfd_create returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds `F_SEAL_*` seals to a memfd.
+pub fn add_seals(fd: BorrowedFd<'_>, seals: libc::c_int) -> io::Result<()> {
+    // SAFETY: F_ADD_SEALS takes an int argument and touches no memory.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The seals a file carries (0 for files that cannot be sealed).
+pub fn get_seals(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
+    // SAFETY: F_GET_SEALS takes no argument and touches no memory.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        // Files outside tmpfs/hugetlbfs cannot be sealed: EINVAL.
+        if e.raw_os_error() == Some(libc::EINVAL) {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(r)
+}
+
+/// An eventfd: a kernel counter that is readable while non-zero.
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    /// A new non-blocking, close-on-exec eventfd with counter 0.
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: eventfd takes two integers and touches no memory.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: eventfd returned a new descriptor that nothing else owns.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Wraps a descriptor received from a peer. Nothing checks that it is an
+    /// eventfd; reads and writes on anything else simply fail.
+    pub fn from_owned(fd: OwnedFd) -> EventFd {
+        EventFd(fd)
+    }
+
+    /// Adds 1 to the counter, waking whoever polls it. A counter already at
+    /// its maximum (the peer never reads) counts as signalled.
+    pub fn signal(&self) -> io::Result<()> {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live local u64.
+        let r = unsafe {
+            libc::write(
+                self.0.as_raw_fd(),
+                (&one as *const u64).cast(),
+                size_of::<u64>(),
+            )
+        };
+        if r == size_of::<u64>() as isize {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::WouldBlock {
+            return Ok(());
+        }
+        Err(e)
+    }
+
+    /// Reads and clears the counter: `Some(n)` if it was signalled `n` times,
+    /// `None` if it was 0.
+    pub fn take(&self) -> io::Result<Option<u64>> {
+        let mut v: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a live local u64.
+        let r = unsafe {
+            libc::read(
+                self.0.as_raw_fd(),
+                (&mut v as *mut u64).cast(),
+                size_of::<u64>(),
+            )
+        };
+        if r == size_of::<u64>() as isize {
+            return Ok(Some(v));
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::WouldBlock {
+            return Ok(None);
+        }
+        Err(e)
+    }
+}
+
+impl AsFd for EventFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// Bytes of control buffer one descriptor's control message takes.
+// SAFETY: CMSG_SPACE is pure arithmetic on its argument.
+const FD_SPACE: usize = unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) } as usize;
+/// The `cmsg_len` of one descriptor's control message.
+// SAFETY: CMSG_LEN is pure arithmetic on its argument.
+const FD_LEN: usize = unsafe { libc::CMSG_LEN(size_of::<RawFd>() as u32) } as usize;
+/// The `cmsg_len` of a control message with no data.
+// SAFETY: CMSG_LEN is pure arithmetic on its argument.
+const EMPTY_LEN: usize = unsafe { libc::CMSG_LEN(0) } as usize;
+const _: () = assert!(FD_SPACE <= size_of::<CmsgBuf>());
+
+/// Room for a control message with a few descriptors.
+#[repr(C)]
+union CmsgBuf {
+    _align: libc::cmsghdr,
+    bytes: [u8; 64],
+}
+
+/// Sends one little-endian i64, with `fd` attached by `SCM_RIGHTS` if
+/// given, as a single `sendmsg`. A short write is an error: on a stream
+/// socket the peer would otherwise see a torn message.
+pub fn send_i64(sock: &UnixStream, value: i64, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+    let bytes = value.to_le_bytes();
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: an all-zero msghdr and control buffer are valid values.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    let mut cbuf = CmsgBuf { bytes: [0; 64] };
+    if let Some(fd) = fd {
+        msg.msg_control = (&mut cbuf as *mut CmsgBuf).cast();
+        msg.msg_controllen = FD_SPACE as _;
+        // SAFETY: msg_control points at `cbuf`, aligned for cmsghdr and at
+        // least FD_SPACE bytes long, so the first header is non-null and
+        // lies inside it.
+        let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        let header = libc::cmsghdr {
+            cmsg_len: FD_LEN as _,
+            cmsg_level: libc::SOL_SOCKET,
+            cmsg_type: libc::SCM_RIGHTS,
+        };
+        // SAFETY: `cmsg` points at the start of `cbuf`, valid for a header.
+        unsafe { cmsg.write(header) };
+        // SAFETY: the data of the header at `cmsg` starts inside `cbuf`.
+        let data = unsafe { libc::CMSG_DATA(cmsg) }.cast::<RawFd>();
+        // SAFETY: FD_LEN bytes from `cmsg` lie inside `cbuf`, so the int
+        // after the header does; CMSG_DATA need not be aligned for it.
+        unsafe { data.write_unaligned(fd.as_raw_fd()) };
+    }
+    loop {
+        // SAFETY: `msg` points at `iov`, `bytes` and `cbuf`, all alive for
+        // the call; MSG_NOSIGNAL turns a closed peer into EPIPE, not SIGPIPE.
+        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if r == bytes.len() as isize {
+            return Ok(());
+        }
+        if r >= 0 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "short sendmsg"));
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// What [`recv_i64`] read.
+#[derive(Debug)]
+pub enum Received {
+    /// One message, with the descriptor that came with it, if any.
+    Message(i64, Option<OwnedFd>),
+    /// The peer closed the connection at a message boundary.
+    Closed,
+}
+
+/// Receives one little-endian i64 and the descriptor attached to it, if
+/// any. Extra descriptors in the same control message are closed. Honours
+/// the socket's read timeout (`WouldBlock`/`TimedOut` errors).
+pub fn recv_i64(sock: &UnixStream) -> io::Result<Received> {
+    let mut bytes = [0u8; 8];
+    let mut got = 0usize;
+    let mut fd: Option<OwnedFd> = None;
+    while got < bytes.len() {
+        let mut iov = libc::iovec {
+            iov_base: bytes[got..].as_mut_ptr().cast(),
+            iov_len: bytes.len() - got,
+        };
+        let mut cbuf = CmsgBuf { bytes: [0; 64] };
+        // SAFETY: an all-zero msghdr is a valid value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = (&mut cbuf as *mut CmsgBuf).cast();
+        msg.msg_controllen = size_of::<CmsgBuf>() as _;
+        // SAFETY: `msg` points at `iov` (inside `bytes`) and `cbuf`, alive
+        // for the call; MSG_CMSG_CLOEXEC marks received descriptors CLOEXEC.
+        let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        for received in take_fds(&msg) {
+            // Keep the first descriptor of the message; drop (close) others.
+            if fd.is_none() {
+                fd = Some(received);
+            }
+        }
+        if r == 0 {
+            if got == 0 && fd.is_none() {
+                return Ok(Received::Closed);
+            }
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed inside a message",
+            ));
+        }
+        got += r as usize;
+    }
+    Ok(Received::Message(i64::from_le_bytes(bytes), fd))
+}
+
+/// Takes ownership of every descriptor in `msg`'s `SCM_RIGHTS` messages.
+fn take_fds(msg: &libc::msghdr) -> Vec<OwnedFd> {
+    let mut out = Vec::new();
+    // SAFETY: `msg` was filled by recvmsg; CMSG_FIRSTHDR/NXTHDR walk only
+    // within msg_control..msg_control+msg_controllen, which the kernel
+    // wrote, and return null at its end.
+    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(msg) };
+    while !cmsg.is_null() {
+        // SAFETY: `cmsg` is a non-null header inside the control buffer.
+        let header = unsafe { cmsg.read_unaligned() };
+        let (level, kind, len) = (
+            header.cmsg_level,
+            header.cmsg_type,
+            header.cmsg_len as usize,
+        );
+        if level == libc::SOL_SOCKET && kind == libc::SCM_RIGHTS {
+            let n = len.saturating_sub(EMPTY_LEN) / size_of::<RawFd>();
+            // SAFETY: the data of the header at `cmsg` starts inside the
+            // control buffer.
+            let data = unsafe { libc::CMSG_DATA(cmsg) }.cast::<RawFd>();
+            for i in 0..n {
+                // SAFETY: the kernel wrote `n` descriptors after the header,
+                // inside the control buffer; they may be unaligned.
+                let raw = unsafe { data.wrapping_add(i).read_unaligned() };
+                if raw >= 0 {
+                    // SAFETY: SCM_RIGHTS installed `raw` in this process for
+                    // us; nothing else owns it.
+                    out.push(unsafe { OwnedFd::from_raw_fd(raw) });
+                }
+            }
+        }
+        // SAFETY: as for CMSG_FIRSTHDR; returns null past the end.
+        cmsg = unsafe { libc::CMSG_NXTHDR(msg, cmsg) };
+    }
+    out
+}
+
+/// Waits until one of `fds` is readable (or hung up) or `timeout_ms`
+/// passes; returns, per descriptor, whether it needs attention.
+pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `pfds` is a live array of `pfds.len()` pollfd structures.
+    let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(vec![false; fds.len()]);
+        }
+        return Err(e);
+    }
+    Ok(pfds.iter().map(|p| p.revents != 0).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eventfd_counts_signals() {
+        let e = EventFd::new().unwrap();
+        assert_eq!(e.take().unwrap(), None);
+        e.signal().unwrap();
+        e.signal().unwrap();
+        assert_eq!(e.take().unwrap(), Some(2));
+        assert_eq!(e.take().unwrap(), None);
+    }
+
+    #[test]
+    fn messages_carry_descriptors() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let e = EventFd::new().unwrap();
+        send_i64(&a, -1, Some(e.as_fd())).unwrap();
+        send_i64(&a, 7, None).unwrap();
+        match recv_i64(&b).unwrap() {
+            Received::Message(-1, Some(fd)) => {
+                // The received descriptor is the same eventfd.
+                let got = EventFd::from_owned(fd);
+                e.signal().unwrap();
+                assert_eq!(got.take().unwrap(), Some(1));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(recv_i64(&b).unwrap(), Received::Message(7, None)));
+        drop(a);
+        assert!(matches!(recv_i64(&b).unwrap(), Received::Closed));
+    }
+
+    #[test]
+    fn memfd_seals() {
+        let fd = memfd_create("fairgpu-test").unwrap();
+        let f = std::fs::File::from(fd);
+        f.set_len(8192).unwrap();
+        add_seals(f.as_fd(), libc::F_SEAL_SHRINK | libc::F_SEAL_GROW).unwrap();
+        assert!(f.set_len(4096).is_err(), "shrinking a sealed memfd");
+        assert!(f.set_len(16384).is_err(), "growing a sealed memfd");
+        let seals = get_seals(f.as_fd()).unwrap();
+        assert_eq!(seals & libc::F_SEAL_SHRINK, libc::F_SEAL_SHRINK);
+    }
+}
