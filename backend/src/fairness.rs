@@ -78,6 +78,11 @@ pub struct FairnessArgs {
     /// libcuda.so.1) or rust (fairgpu's Rust client).
     #[arg(long, value_enum, default_value_t = ClientKind::Libcuda)]
     pub client: ClientKind,
+    /// Skip the standalone runs (each workload alone, no scheduler) that
+    /// give the paper's overhead against running alone and the demand of
+    /// non-saturating VMs.
+    #[arg(long)]
+    pub no_baseline: bool,
 }
 
 /// One run: an experiment's case with its VMs.
@@ -201,6 +206,9 @@ pub struct VmResult {
     /// Kernels its workload completed over its whole run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload_kernels: Option<u64>,
+    /// Device utilization of its workload running alone (no scheduler).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alone: Option<f64>,
     /// Median latency of its synchronous calls over its run, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_p50_us: Option<f64>,
@@ -253,6 +261,12 @@ pub struct RunResult {
     /// Utilization without work conservation (each VM keeps its slices).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub non_work_conserving_utilization: Option<f64>,
+    /// FairGV's aggregated overhead against running alone: each VM's
+    /// weighted share of its standalone throughput, summed, over the
+    /// measured aggregated throughput (below 1: co-running VMs filled each
+    /// other's gaps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead_vs_alone: Option<f64>,
 }
 
 impl RunResult {
@@ -271,6 +285,66 @@ impl RunResult {
             utilization: 0.0,
             ideal_utilization: 0.0,
             non_work_conserving_utilization: None,
+            overhead_vs_alone: None,
+        }
+    }
+
+    /// Adds what the standalone runs in `alone` say: each VM's standalone
+    /// utilization and the overhead against running alone.
+    pub fn annotate(&mut self, alone: &[Baseline]) {
+        let find = |w: &WorkloadSpec| {
+            alone
+                .iter()
+                .find(|b| &b.workload == w)
+                .map(|b| b.utilization)
+        };
+        for v in &mut self.vms {
+            v.alone = find(&v.workload);
+        }
+        let total_w: f64 = self.vms.iter().map(|v| f64::from(v.weight)).sum();
+        let ideal: Option<f64> = self
+            .vms
+            .iter()
+            .map(|v| v.alone.map(|a| f64::from(v.weight) / total_w * a))
+            .sum();
+        if self.status == RunStatus::Ok && total_w > 0.0 {
+            self.overhead_vs_alone =
+                ideal.map(|i| metrics::aggregated_overhead(i, self.utilization));
+        }
+    }
+}
+
+/// A workload measured alone on the device, without a scheduler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Baseline {
+    /// The workload.
+    pub workload: WorkloadSpec,
+    /// Device utilization it reached.
+    pub utilization: f64,
+    /// Kernels per second.
+    pub kernels_per_s: f64,
+}
+
+impl Case {
+    /// A VM that sleeps demands what it used alone (1 - its sleep ratio
+    /// where it was not measured).
+    pub fn apply_baselines(&mut self, alone: &[Baseline]) {
+        for (i, v) in self.vms.iter().enumerate() {
+            if v.workload.sleep_ratio > 0.0 {
+                if let Some(b) = alone.iter().find(|b| b.workload == v.workload) {
+                    self.demands[i] = b.utilization.clamp(0.0, 1.0);
+                }
+            }
+        }
+    }
+
+    /// The workload alone.
+    fn alone(w: &WorkloadSpec) -> Case {
+        Case {
+            experiment: "alone",
+            label: w.describe(),
+            vms: vec![vm("vm1", 1, w.clone())],
+            demands: vec![1.0],
         }
     }
 }
@@ -294,6 +368,9 @@ pub struct Results {
     pub host_cpus: usize,
     /// Per policy: "ok", or why the daemon rejects it.
     pub policies: Vec<PolicyNote>,
+    /// Every workload alone, without a scheduler.
+    #[serde(default)]
+    pub baselines: Vec<Baseline>,
     /// Every run.
     pub runs: Vec<RunResult>,
 }
@@ -370,10 +447,16 @@ fn measure_inner(
     })?;
     let obs = observe::Observer::start(session.socket(), OBSERVE_EVERY)?;
     let n = case.vms.len();
-    obs.wait_for(Duration::from_secs(30), |s| {
-        s.vms.len() == n && s.vms.iter().all(|v| v.state == "running")
-    })
-    .map_err(|e| anyhow::anyhow!("the workers did not start: {e}\n{}", session.daemon_log()))?;
+    let first = obs
+        .wait_for(Duration::from_secs(30), |s| {
+            s.vms.len() == n && s.vms.iter().all(|v| v.state == "running")
+        })
+        .map_err(|e| anyhow::anyhow!("the workers did not start: {e}\n{}", session.daemon_log()))?;
+    if let Some(running) = first.policy() {
+        if running != policy {
+            anyhow::bail!("asked for policy {policy}, the daemon runs {running}");
+        }
+    }
     // The workloads run through warm-up, the window and a tail that covers
     // their start-up and the observation of the window's end.
     let tail = 2.0;
@@ -413,7 +496,7 @@ fn measure_inner(
     // One more publication of every worker after the window's end.
     std::thread::sleep(Duration::from_millis(250));
     let snap = obs.snapshot();
-    let daemon_policy = snap.last.as_ref().and_then(|s| s.policy());
+    let daemon_policy = first.policy();
     let kernel_tracks = snap.kernels.clone();
     drop(obs);
     let reports = session.finish_workloads(Duration::from_secs_f64(tail + 30.0));
@@ -457,6 +540,7 @@ fn measure_inner(
                 x: f.normalized[i],
                 kernels_per_s: counted.unwrap_or(shares[i].measured * 1e9 / kernel_ns as f64),
                 workload_kernels: report.map(|r| r.kernels),
+                alone: None,
                 sync_p50_us: report
                     .filter(|r| r.sync_calls > 0)
                     .map(|r| r.sync_latency_us.p50),
@@ -482,6 +566,7 @@ fn measure_inner(
         ideal_utilization: f.ideal_utilization,
         non_work_conserving_utilization: (case.experiment == "fig10")
             .then(|| metrics::non_work_conserving_utilization(&weights, &case.demands)),
+        overhead_vs_alone: None,
     })
 }
 
@@ -543,11 +628,21 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
                 pct(v.ideal_share),
                 pct(v.share),
                 format!("{:.2}", v.x),
+                v.alone.map_or("-".into(), pct),
                 format!("{:.0}", v.kernels_per_s),
                 opt_us(v.sync_p50_us),
                 opt_us(v.sync_p99_us),
             ]);
         }
+    }
+    if policy != "none"
+        && runs
+            .iter()
+            .any(|r| r.status == RunStatus::Ok && r.daemon_policy.is_none())
+    {
+        out.push_str(&format!(
+            "  note: the daemon accepted policy {policy} but does not report the policy it runs\n"
+        ));
     }
     out.push_str(&crate::control::format_table(
         &[
@@ -558,6 +653,7 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
             "IDEAL",
             "SHARE",
             "X",
+            "ALONE",
             "KERNELS/S",
             "SYNC P50",
             "SYNC P99",
@@ -572,6 +668,8 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
                 r.case.clone(),
                 format!("{:.3}", r.mmr),
                 format!("{:.3}", r.overhead),
+                r.overhead_vs_alone
+                    .map_or("-".into(), |o| format!("{o:.3}")),
                 pct(r.utilization),
                 r.non_work_conserving_utilization.map_or("-".into(), pct),
             ]
@@ -580,7 +678,14 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
     if !summary.is_empty() {
         out.push('\n');
         out.push_str(&crate::control::format_table(
-            &["CASE", "MMR", "OVERHEAD", "UTILIZATION", "NON-WC REF"],
+            &[
+                "CASE",
+                "MMR",
+                "OVERHEAD",
+                "VS ALONE",
+                "UTILIZATION",
+                "NON-WC REF",
+            ],
             &summary,
         ));
     }
@@ -760,20 +865,52 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
         });
         support.push(s);
     }
+    let mut baselines: Vec<Baseline> = Vec::new();
+    if !a.no_baseline && support.iter().any(|s| s.is_ok()) {
+        let none = harness::policy_support("none").map_err(|e| anyhow::anyhow!(e))?;
+        for exp in &experiments {
+            for case in cases(exp, a.quick) {
+                for v in &case.vms {
+                    if stop.load(Ordering::Relaxed)
+                        || baselines.iter().any(|b| b.workload == v.workload)
+                    {
+                        continue;
+                    }
+                    write!(say, "baseline: {} alone ... ", v.workload.describe())?;
+                    say.flush()?;
+                    let alone = Case::alone(&v.workload);
+                    let r = measure(&alone, "none", &none, a.device, a.client, timing, &stop);
+                    match (r.status, r.vms.first()) {
+                        (RunStatus::Ok, Some(vm)) => {
+                            writeln!(say, "utilization {}", pct(r.utilization))?;
+                            baselines.push(Baseline {
+                                workload: v.workload.clone(),
+                                utilization: r.utilization,
+                                kernels_per_s: vm.kernels_per_s,
+                            });
+                        }
+                        _ => writeln!(say, "failed: {}", r.error.as_deref().unwrap_or(""))?,
+                    }
+                }
+            }
+        }
+    }
     let mut runs = Vec::new();
     'all: for exp in &experiments {
         for (p, s) in policies.iter().zip(&support) {
             let mut these = Vec::new();
-            for case in cases(exp, a.quick) {
+            for mut case in cases(exp, a.quick) {
                 if stop.load(Ordering::Relaxed) {
                     break 'all;
                 }
+                case.apply_baselines(&baselines);
                 let r = match s {
                     Err(e) => RunResult::empty(&case, p, RunStatus::Rejected, e.clone(), window),
                     Ok(key) => {
                         write!(say, "{exp} {} policy {p} ... ", case.label)?;
                         say.flush()?;
-                        let r = measure(&case, p, key, a.device, a.client, timing, &stop);
+                        let mut r = measure(&case, p, key, a.device, a.client, timing, &stop);
+                        r.annotate(&baselines);
                         match r.status {
                             RunStatus::Ok => writeln!(
                                 say,
@@ -803,6 +940,7 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
         warmup_s: timing.warmup.as_secs_f64(),
         host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         policies: notes,
+        baselines,
         runs,
     };
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
@@ -881,6 +1019,7 @@ mod tests {
                 x: 1.0,
                 kernels_per_s: 100.0,
                 workload_kernels: Some(10),
+                alone: Some(0.5),
                 sync_p50_us: None,
                 sync_p99_us: Some(12.0),
             }],
@@ -889,7 +1028,39 @@ mod tests {
             utilization: 0.9,
             ideal_utilization: 1.0,
             non_work_conserving_utilization: (exp == "fig10").then_some(0.6),
+            overhead_vs_alone: None,
         }
+    }
+
+    #[test]
+    fn baselines_set_demands_and_the_overhead_against_alone() {
+        let mut c = cases("fig10", true).remove(0);
+        let throttle = c.vms[1].workload.clone();
+        let alone = vec![
+            Baseline {
+                workload: throttle,
+                utilization: 0.45,
+                kernels_per_s: 2000.0,
+            },
+            Baseline {
+                workload: WorkloadSpec::profile("MM"),
+                utilization: 0.95,
+                kernels_per_s: 4500.0,
+            },
+        ];
+        assert_eq!(c.demands, vec![1.0, 0.5]);
+        c.apply_baselines(&alone);
+        assert_eq!(c.demands, vec![1.0, 0.45], "only the sleeping VM changes");
+        let mut r = run("fig8", "MM", "none", 0.4);
+        r.vms[0].alone = None;
+        r.annotate(&alone);
+        assert_eq!(r.vms[0].alone, Some(0.95));
+        let o = r.overhead_vs_alone.unwrap();
+        assert!((o - 0.95 / 0.9).abs() < 1e-12, "{o}");
+        let mut missing = run("fig8", "HS", "none", 0.4);
+        missing.vms[0].workload = WorkloadSpec::profile("HS");
+        missing.annotate(&alone);
+        assert_eq!(missing.overhead_vs_alone, None);
     }
 
     #[test]
@@ -919,6 +1090,11 @@ mod tests {
             window_s: 2.0,
             warmup_s: 0.5,
             host_cpus: 2,
+            baselines: vec![Baseline {
+                workload: WorkloadSpec::profile("MM"),
+                utilization: 0.95,
+                kernels_per_s: 4500.0,
+            }],
             policies: vec![PolicyNote {
                 policy: "fairgv".into(),
                 accepted: false,
