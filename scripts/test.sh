@@ -95,6 +95,20 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo build"
 cargo build --workspace --locked
 
+# ---------------------------------------------------------------------------
+# QEMU
+#
+# A real guest for tests/tests/qemu_guest.rs and qemu-ivshmem/tests/qemu.rs:
+# QEMU from apt, and a Debian cloud kernel + busybox initramfs holding the
+# `fairgpu` just built (scripts/guest-image.sh; from Debian packages, cached
+# in target/guest-image: about 5 s to build, under 3 s when up to date).
+# With FAIRGPU_REQUIRE_QEMU set those tests fail instead of skipping.
+# ---------------------------------------------------------------------------
+step "QEMU"
+apt_install qemu-system-x86_64:qemu-system-x86
+scripts/guest-image.sh target/guest-image target/debug/fairgpu
+export FAIRGPU_REQUIRE_QEMU=1
+
 # nvcc 13 and NVIDIA's libcudart 12.9 and 13, from PyPI wheels (no GPU
 # needed), for the real CUDA programs tests/tests/cuda_programs.rs builds and
 # runs against the guest library. A fresh install takes seconds and about
