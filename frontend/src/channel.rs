@@ -25,6 +25,24 @@ use crate::WaitConfig;
 const BULK_WINDOW: usize = 3;
 /// How long one block lasts before the waiter re-checks host liveness.
 const BLOCK_SLICE: Duration = Duration::from_millis(20);
+/// First sleep of the backoff used where the futex cannot block (a VM's
+/// ivshmem BAR): doubled after each sleep of one wait, up to the maximum.
+const BACKOFF_MIN: Duration = Duration::from_micros(20);
+/// Longest sleep of that backoff: bounds how late a waiter notices a
+/// response when nothing can interrupt it.
+const BACKOFF_MAX: Duration = Duration::from_millis(1);
+
+/// How a channel blocks once its spin budget is spent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitMode {
+    /// On the channel's `guest_wake` futex, woken by the host (local mode).
+    Futex,
+    /// Sleeping with a bounded exponential backoff, re-checking after each
+    /// sleep: the kernel refused to block on the region (in a VM the region
+    /// is a PFN-mapped BAR and FUTEX_WAIT fails with EFAULT; the host's
+    /// wake could not cross the VM boundary anyway).
+    SleepBackoff,
+}
 
 /// Why a call failed. Clone so a broken channel can repeat its cause.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -132,6 +150,9 @@ pub struct Channel {
     /// Fire-and-forget requests whose errors a received response covered
     /// (the host reports them with its next response).
     async_covered: u64,
+    /// How this channel blocks; switches once from `Futex` to
+    /// `SleepBackoff` when the kernel refuses the futex.
+    mode: WaitMode,
 }
 
 impl Channel {
@@ -215,6 +236,7 @@ impl Channel {
             deferred: None,
             async_sent: 0,
             async_covered: 0,
+            mode: WaitMode::Futex,
         };
         ch.heartbeat = (
             ch.region_u64(HEARTBEAT_OFF).load(Ordering::Relaxed),
@@ -255,6 +277,11 @@ impl Channel {
     /// Sets the vCPU (or thread) id stamped on requests.
     pub fn set_vcpu(&mut self, vcpu: u32) {
         self.vcpu = vcpu;
+    }
+
+    /// How this channel blocks after spinning.
+    pub fn wait_mode(&self) -> WaitMode {
+        self.mode
     }
 
     /// Largest arena slice one request can carry.
@@ -594,12 +621,15 @@ impl Channel {
 
     /// Hybrid wait: spin on `poll` for the configured budget, then block on
     /// this channel's wake word, re-checking host state and heartbeat.
+    /// Where the futex cannot block (see [`WaitMode::SleepBackoff`]), sleep
+    /// with a bounded backoff instead.
     fn wait<T>(
         &mut self,
         mut poll: impl FnMut(&mut Self) -> Result<Option<T>, CallError>,
     ) -> Result<T, CallError> {
         let start = Instant::now();
         let mut spins = 0u32;
+        let mut nap = BACKOFF_MIN;
         loop {
             match poll(self) {
                 Ok(Some(v)) => return Ok(v),
@@ -615,6 +645,14 @@ impl Channel {
                 continue;
             }
             self.check_host_state()?;
+            if self.mode == WaitMode::SleepBackoff {
+                // Nothing can wake us early, so guest_sleeping stays 0: the
+                // host need not try. Poll again after the nap.
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(BACKOFF_MAX);
+                self.check_heartbeat()?;
+                continue;
+            }
             let wake = self.word(CH_GUEST_WAKE);
             let seen = wake.load(Ordering::Acquire);
             self.word(CH_GUEST_SLEEPING).store(1, Ordering::Relaxed);
@@ -637,7 +675,10 @@ impl Channel {
                     Ok(None) => unreachable!(),
                 }
             }
-            futex::wait(self.word(CH_GUEST_WAKE), seen, BLOCK_SLICE);
+            if futex::try_wait(self.word(CH_GUEST_WAKE), seen, BLOCK_SLICE).is_err() {
+                // Returned at once without blocking: from now on, sleep.
+                self.mode = WaitMode::SleepBackoff;
+            }
             self.word(CH_GUEST_SLEEPING).store(0, Ordering::Relaxed);
             self.check_heartbeat()?;
         }

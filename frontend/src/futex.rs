@@ -28,6 +28,40 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     };
 }
 
+/// Why the kernel cannot block on a word at all.
+#[derive(Debug, thiserror::Error)]
+#[error("FUTEX_WAIT is not usable on this mapping")]
+pub struct Unsupported(#[source] pub std::io::Error);
+
+/// As [`wait`], but tells a word the kernel cannot block on (`EFAULT` on a
+/// PFN-mapped ivshmem BAR, `ENOSYS` without futexes) from the outcomes that
+/// mean "re-check" (woken, `EAGAIN`, `ETIMEDOUT`, `EINTR`).
+pub fn try_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> Result<(), Unsupported> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: as in `wait`: `word` is a valid, aligned u32 for the call,
+    // FUTEX_WAIT only reads it, and `ts` outlives the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN | libc::ETIMEDOUT | libc::EINTR) => Ok(()),
+        _ => Err(Unsupported(e)),
+    }
+}
+
 /// Wakes up to `n` waiters on `word`.
 pub fn wake(word: &AtomicU32, n: i32) {
     // SAFETY: `word` is a valid, aligned u32; FUTEX_WAKE does not access it.

@@ -25,7 +25,7 @@ pub mod region;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use channel::{CallError, Channel, Reply};
+pub use channel::{CallError, Channel, Reply, WaitMode};
 pub use region::{GuestRegion, REGION_ENV};
 
 /// How a guest waits for the host.
