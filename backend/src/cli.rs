@@ -53,6 +53,9 @@ pub enum Command {
     /// time, calls and restarts.
     #[command(long_about = STATUS_ABOUT)]
     Status(StatusArgs),
+    /// Change a VM's weight (its share of the GPU) while the daemon runs.
+    #[command(long_about = SET_WEIGHT_ABOUT)]
+    SetWeight(SetWeightArgs),
     /// The running daemon's VMs live: weight, target and measured share of
     /// the GPU (last interval and since start), kernels per second, and
     /// the Min-Max Ratio so far. Refreshes until Ctrl-C.
@@ -114,6 +117,32 @@ pub struct ServeArgs {
     /// Only validate the configuration and print it.
     #[arg(long)]
     pub check: bool,
+}
+
+const SET_WEIGHT_ABOUT: &str = "\
+Change a VM's weight while the daemon runs. The scheduler charges the GPU
+time a VM uses divided by its weight, so from now on the VM's share of a
+busy GPU follows the new ratio; time already charged is not re-weighted.
+Weights are 1..=10000. A daemon running with policy = \"none\" has no
+scheduler and refuses.
+
+The daemon is found as for `fairgpu status`: --socket, else the
+control_socket of --config's file, else the default socket.";
+
+/// `fairgpu set-weight` options.
+#[derive(Debug, Clone, Args)]
+pub struct SetWeightArgs {
+    /// The VM's name.
+    pub vm: String,
+    /// Its new weight, 1..=10000.
+    #[arg(value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub weight: u32,
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", conflicts_with = "config")]
+    pub socket: Option<PathBuf>,
+    /// The daemon's configuration file (for its control_socket).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 /// `fairgpu status` options.

@@ -26,6 +26,7 @@ pub fn run_with_log(cmd: Command, log: &str) -> anyhow::Result<()> {
     match cmd {
         Command::Serve(a) => serve(&a, log),
         Command::Status(a) => status(&a),
+        Command::SetWeight(a) => set_weight(&a),
         Command::Top(a) => crate::top::run(&a),
         Command::Worker(a) => crate::worker::run(&a),
         Command::Workload(a) => crate::workload::run(&a),
@@ -156,12 +157,43 @@ fn serve(a: &ServeArgs, log: &str) -> anyhow::Result<()> {
     crate::daemon::serve(&a.config, log)
 }
 
-fn status(a: &StatusArgs) -> anyhow::Result<()> {
-    let socket = match (&a.socket, &a.config) {
-        (Some(s), _) => s.clone(),
+/// The daemon's control socket: `socket`, else `config`'s, else the default.
+fn control_socket(
+    socket: Option<&Path>,
+    config: Option<&Path>,
+) -> anyhow::Result<std::path::PathBuf> {
+    Ok(match (socket, config) {
+        (Some(s), _) => s.to_owned(),
         (None, Some(c)) => crate::config::Config::load(c)?.daemon.control_socket,
         (None, None) => crate::config::default_control_socket(),
+    })
+}
+
+fn set_weight(a: &crate::cli::SetWeightArgs) -> anyhow::Result<()> {
+    let socket = control_socket(a.socket.as_deref(), a.config.as_deref())?;
+    let req = crate::control::Request::SetWeight {
+        vm: a.vm.clone(),
+        weight: a.weight,
     };
+    let reply =
+        crate::control::request(&socket, &req, Duration::from_secs(10)).with_context(|| {
+            format!(
+                "asking the daemon at {} (is `fairgpu serve` running?)",
+                socket.display()
+            )
+        })?;
+    if !reply.ok {
+        bail!(
+            "the daemon refused: {}",
+            reply.error.as_deref().unwrap_or("no reason given")
+        );
+    }
+    println!("vm {} now has weight {}", a.vm, a.weight);
+    Ok(())
+}
+
+fn status(a: &StatusArgs) -> anyhow::Result<()> {
+    let socket = control_socket(a.socket.as_deref(), a.config.as_deref())?;
     let reply = crate::control::request(
         &socket,
         &crate::control::Request::Status {},

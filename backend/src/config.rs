@@ -8,6 +8,10 @@
 //! executor = "auto"        # auto | sim | cuda
 //! gpu = 0
 //! state_dir = "/dev/shm"
+//! policy = "fairgv"        # fairgv | credit-poll | credit-hs | strict | none
+//! slice_ms = 6.0
+//! accounting = "sampled"   # sampled | every | events | none
+//! spin_us = 100
 //! [sim]                    # the SimGpu cost model (executor::sim::SimConfig)
 //! [[vm]]
 //! name = "vm1"
@@ -28,6 +32,7 @@ use fairgpu_protocol::layout::{Layout, RegionConfig};
 use fairgpu_protocol::limits::{
     MAX_ARENA, MAX_CHANNELS, MAX_RING_ENTRIES, MIN_ARENA, MIN_CHANNELS, MIN_RING_ENTRIES, PAGE,
 };
+use fairgpu_scheduler::{PolicyKind, SliceConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::executor::sim::SimConfig;
@@ -217,6 +222,10 @@ struct RawDaemon {
     #[serde(default)]
     gpu: i64,
     state_dir: Option<PathBuf>,
+    policy: Option<String>,
+    slice_ms: Option<f64>,
+    accounting: Option<String>,
+    spin_us: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -266,6 +275,178 @@ pub struct DaemonConfig {
     pub gpu: u32,
     /// Where the SimGpu device file and the stats file live.
     pub state_dir: PathBuf,
+    /// GPU scheduling.
+    pub sched: SchedConfig,
+}
+
+/// Longest hybrid-spin budget accepted, in µs.
+pub const MAX_SPIN_US: u64 = 100_000;
+
+/// The scheduling settings of `[daemon]`: which policy grants the GPU, how
+/// long a grant lasts, how a worker measures what its VM used, and how long
+/// it spins on an empty ring before it yields the grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedConfig {
+    /// The policy; `None` runs no scheduler (`policy = "none"`): workers
+    /// issue GPU work as it arrives.
+    pub policy: Option<PolicyKind>,
+    /// The time slice of one grant.
+    pub slice: SliceConfig,
+    /// How a holder measures its GPU time.
+    pub accounting: Accounting,
+    /// Hybrid spinning: how long a holder with nothing to issue keeps the
+    /// grant before it yields it and is marked blocked.
+    pub spin: std::time::Duration,
+}
+
+impl Default for SchedConfig {
+    /// FairGV with a 6 ms slice, sampled accounting, a 100 µs spin budget.
+    fn default() -> Self {
+        SchedConfig {
+            policy: Some(PolicyKind::FairQueuing),
+            slice: SliceConfig::default(),
+            accounting: Accounting::Sampled,
+            spin: std::time::Duration::from_micros(100),
+        }
+    }
+}
+
+impl SchedConfig {
+    /// The policy's name as the configuration and status spell it.
+    pub fn policy_name(&self) -> &'static str {
+        policy_name(self.policy)
+    }
+}
+
+/// How the GPU holder measures the GPU time it used (FairGV section 3.3.1,
+/// and LoGA's events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accounting {
+    /// FairGV: synchronise after each of the first five requests of a
+    /// grant, predict how many more fit in the slice, issue those,
+    /// synchronise after the last.
+    Sampled,
+    /// Synchronise after every request (the costly baseline).
+    Every,
+    /// Executor events around every request, read without blocking.
+    Events,
+    /// No measurement: the grant is a wall-clock lease of one slice and its
+    /// length is what is charged (`accounting = "none"`).
+    WallClock,
+}
+
+impl Accounting {
+    /// Every mode, in a stable order.
+    pub const ALL: [Accounting; 4] = [
+        Accounting::Sampled,
+        Accounting::Every,
+        Accounting::Events,
+        Accounting::WallClock,
+    ];
+
+    /// The name in the configuration.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Accounting::Sampled => "sampled",
+            Accounting::Every => "every",
+            Accounting::Events => "events",
+            Accounting::WallClock => "none",
+        }
+    }
+}
+
+impl fmt::Display for Accounting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Accounting {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Accounting::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                format!("accounting = {s:?} is unknown (expected \"sampled\", \"every\", \"events\" or \"none\")")
+            })
+    }
+}
+
+/// The configuration's name of a policy: `fairgv`, `credit-poll`,
+/// `credit-hs`, `strict`, or `none` for no scheduler.
+pub const fn policy_name(policy: Option<PolicyKind>) -> &'static str {
+    match policy {
+        None => "none",
+        Some(PolicyKind::FairQueuing) => "fairgv",
+        Some(PolicyKind::CreditPoll) => "credit-poll",
+        Some(PolicyKind::CreditHybridSpin) => "credit-hs",
+        Some(PolicyKind::StrictCoSchedule) => "strict",
+    }
+}
+
+/// Parses a policy name: the configuration's (`fairgv`, `credit-poll`,
+/// `credit-hs`, `strict`, `none`) or the scheduler crate's
+/// (`fair-queuing`, `strict-cosched`). `Ok(None)` is `none`.
+pub fn parse_policy(name: &str) -> Result<Option<PolicyKind>, String> {
+    match name {
+        "none" => Ok(None),
+        "fairgv" => Ok(Some(PolicyKind::FairQueuing)),
+        "strict" => Ok(Some(PolicyKind::StrictCoSchedule)),
+        other => other.parse::<PolicyKind>().map(Some).map_err(|_| {
+            format!(
+                "policy = {other:?} is unknown (expected \"fairgv\", \"credit-poll\", \"credit-hs\", \"strict\" or \"none\"; \"fair-queuing\" and \"strict-cosched\" are accepted too)"
+            )
+        }),
+    }
+}
+
+fn validate_sched(raw: &RawDaemon) -> Result<SchedConfig, String> {
+    let defaults = SchedConfig::default();
+    let policy = match &raw.policy {
+        None => defaults.policy,
+        Some(p) => parse_policy(p)?,
+    };
+    let slice = match raw.slice_ms {
+        None => defaults.slice,
+        Some(ms) => {
+            let (min, max) = (SliceConfig::MIN, SliceConfig::MAX);
+            let out_of_range = || {
+                format!(
+                    "slice_ms = {ms} is outside {}..={} (6 suits GPUs that cannot preempt kernels, 30 preemptive ones)",
+                    min.as_nanos() as f64 / 1e6,
+                    max.as_nanos() as f64 / 1e6
+                )
+            };
+            if !ms.is_finite() || ms <= 0.0 {
+                return Err(out_of_range());
+            }
+            let ns = (ms * 1e6).round();
+            if ns > u64::MAX as f64 {
+                return Err(out_of_range());
+            }
+            SliceConfig::new(fairgpu_scheduler::Nanos(ns as u64)).map_err(|_| out_of_range())?
+        }
+    };
+    let accounting = match &raw.accounting {
+        None => defaults.accounting,
+        Some(a) => a.parse()?,
+    };
+    let spin = match raw.spin_us {
+        None => defaults.spin,
+        Some(us) => u64::try_from(us)
+            .ok()
+            .filter(|us| *us <= MAX_SPIN_US)
+            .map(std::time::Duration::from_micros)
+            .ok_or_else(|| format!("spin_us = {us} is outside 0..={MAX_SPIN_US}"))?,
+    };
+    Ok(SchedConfig {
+        policy,
+        slice,
+        accounting,
+        spin,
+    })
 }
 
 /// One `[[vm]]`.
@@ -418,6 +599,7 @@ impl Config {
 }
 
 fn validate_daemon(raw: RawDaemon) -> Result<DaemonConfig, String> {
+    let sched = validate_sched(&raw)?;
     let control_socket = raw.control_socket.unwrap_or_else(default_control_socket);
     if !control_socket.is_absolute() {
         return Err(format!(
@@ -447,6 +629,7 @@ fn validate_daemon(raw: RawDaemon) -> Result<DaemonConfig, String> {
         executor: raw.executor,
         gpu,
         state_dir,
+        sched,
     })
 }
 
@@ -544,13 +727,23 @@ fn validate_vm(raw: RawVm) -> Result<VmConfig, String> {
 pub fn describe(cfg: &Config) -> String {
     let d = &cfg.daemon;
     let mut out = format!(
-        "configuration OK: {} VMs, executor {}, gpu {}, control socket {}, state dir {}\n\n",
+        "configuration OK: {} VMs, executor {}, gpu {}, control socket {}, state dir {}\n",
         cfg.vms.len(),
         d.executor,
         d.gpu,
         d.control_socket.display(),
         d.state_dir.display()
     );
+    out.push_str(&match d.sched.policy {
+        None => "scheduling: none (workers issue GPU work as it arrives)\n\n".to_owned(),
+        Some(_) => format!(
+            "scheduling: policy {}, slice {}, accounting {}, spin {} us\n\n",
+            d.sched.policy_name(),
+            d.sched.slice.slice(),
+            d.sched.accounting,
+            d.sched.spin.as_micros()
+        ),
+    });
     let rows: Vec<Vec<String>> = cfg
         .vms
         .iter()
@@ -658,6 +851,7 @@ region = "/dev/shm/fairgpu-vm1"
         let c = Config::parse(EXAMPLE, Path::new("examples/fairgpu.toml")).unwrap();
         assert!(c.vms.len() >= 2, "the example has several VMs");
         assert_eq!(c.daemon.executor, ExecutorChoice::Sim);
+        assert_eq!(c.daemon.sched.policy, Some(PolicyKind::FairQueuing));
         for v in &c.vms {
             Layout::new(&v.region).unwrap();
         }
@@ -788,6 +982,74 @@ region = "/dev/shm/fairgpu-vm1"
         assert!(missing.contains("memory"), "{missing}");
         let long = format!("/tmp/{}/c.sock", "d".repeat(120));
         assert!(err(&ONE_VM.replace("/tmp/x/control.sock", &long)).contains("107"));
+    }
+
+    #[test]
+    fn scheduling_keys() {
+        let d = parse(ONE_VM).unwrap().daemon.sched;
+        assert_eq!(d, SchedConfig::default());
+        assert_eq!(d.policy, Some(PolicyKind::FairQueuing));
+        assert_eq!(d.slice.slice(), fairgpu_scheduler::Nanos::from_millis(6));
+        assert_eq!(d.accounting, Accounting::Sampled);
+        assert_eq!(d.spin, std::time::Duration::from_micros(100));
+        assert_eq!(d.policy_name(), "fairgv");
+        let with = |lines: &str| {
+            parse(&ONE_VM.replace("[daemon]", &format!("[daemon]\n{lines}")))
+                .map(|c| c.daemon.sched)
+        };
+        for (name, kind) in [
+            ("fairgv", Some(PolicyKind::FairQueuing)),
+            ("fair-queuing", Some(PolicyKind::FairQueuing)),
+            ("credit-poll", Some(PolicyKind::CreditPoll)),
+            ("credit-hs", Some(PolicyKind::CreditHybridSpin)),
+            ("strict", Some(PolicyKind::StrictCoSchedule)),
+            ("strict-cosched", Some(PolicyKind::StrictCoSchedule)),
+            ("none", None),
+        ] {
+            let c = with(&format!("policy = {name:?}")).unwrap();
+            assert_eq!(c.policy, kind, "{name}");
+            // Names round-trip through the canonical spelling.
+            assert_eq!(parse_policy(policy_name(kind)), Ok(kind));
+        }
+        for a in Accounting::ALL {
+            let c = with(&format!("accounting = {:?}", a.name())).unwrap();
+            assert_eq!(c.accounting, a);
+        }
+        let c = with("slice_ms = 30\nspin_us = 0").unwrap();
+        assert_eq!(c.slice.slice(), fairgpu_scheduler::Nanos::from_millis(30));
+        assert_eq!(c.spin, std::time::Duration::ZERO);
+        let c = with("slice_ms = 0.5").unwrap();
+        assert_eq!(c.slice.slice(), fairgpu_scheduler::Nanos::from_micros(500));
+    }
+
+    #[test]
+    fn scheduling_errors_name_the_key_and_the_choices() {
+        for (line, want) in [
+            ("policy = \"cfs\"", "policy = \"cfs\" is unknown"),
+            ("policy = \"FairGV\"", "\"fairgv\", \"credit-poll\""),
+            (
+                "accounting = \"sometimes\"",
+                "accounting = \"sometimes\" is unknown",
+            ),
+            (
+                "accounting = \"sometimes\"",
+                "\"sampled\", \"every\", \"events\" or \"none\"",
+            ),
+            ("slice_ms = 0", "slice_ms = 0 is outside 0.1..=10000"),
+            ("slice_ms = -6", "slice_ms = -6"),
+            ("slice_ms = 20000", "slice_ms = 20000"),
+            ("slice_ms = nan", "slice_ms = NaN"),
+            ("spin_us = -1", "spin_us = -1 is outside 0..=100000"),
+            ("spin_us = 100001", "spin_us = 100001"),
+            ("policy = 3", "policy"),
+            ("slice_ms = \"6\"", "slice_ms"),
+        ] {
+            let e = err(&ONE_VM.replace("[daemon]", &format!("[daemon]\n{line}")));
+            assert!(e.contains(want), "{line}: {e}");
+            assert!(e.contains("test.toml"), "{line}: {e}");
+        }
+        let e = err(&ONE_VM.replace("[daemon]", "[daemon]\nslice = 6"));
+        assert!(e.contains("unknown field `slice`"), "{e}");
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! ```text
 //! → {"cmd":"status"}
 //! ← {"ok":true,"status":{"daemon":{...},"vms":[{...},...]}}
+//! → {"cmd":"set-weight","vm":"vm1","weight":3}
+//! ← {"ok":true}
 //! → {"cmd":"reboot"}
 //! ← {"ok":false,"error":"bad request: unknown variant `reboot`, ..."}
 //! ```
@@ -43,6 +45,15 @@ pub enum Request {
     /// Every VM's worker, channels and usage. (A struct variant, so that
     /// unknown fields are refused.)
     Status {},
+    /// Changes a VM's weight while the daemon runs (1..=10000); it applies
+    /// to the GPU time charged from then on.
+    #[serde(alias = "set_weight")]
+    SetWeight {
+        /// The VM's name.
+        vm: String,
+        /// Its new weight.
+        weight: u32,
+    },
 }
 
 /// A reply: `ok` and the result, or `ok: false` and an error.
@@ -94,6 +105,24 @@ pub struct DaemonStatus {
     /// The shared SimGpu device file, with the sim executor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sim_device: Option<PathBuf>,
+    /// The scheduling policy: "fairgv", "credit-poll", "credit-hs",
+    /// "strict", or "none" (no scheduler).
+    #[serde(default = "no_policy")]
+    pub policy: String,
+    /// The time slice, ms (with a policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slice_ms: Option<f64>,
+    /// How holders measure their GPU time: "sampled", "every", "events" or
+    /// "none" (with a policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accounting: Option<String>,
+    /// The VM holding the GPU now, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+}
+
+fn no_policy() -> String {
+    "none".into()
 }
 
 /// One VM.
@@ -125,6 +154,28 @@ pub struct VmStatus {
     pub gpu_time_ns: u64,
     /// Requests served, over every worker of the VM.
     pub calls: u64,
+    /// Kernel launches served, over every worker of the VM.
+    #[serde(default)]
+    pub kernels: u64,
+    /// The scheduler's view, with a policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sched: Option<VmSchedStatus>,
+}
+
+/// One VM as the GPU scheduler sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmSchedStatus {
+    /// "blocked" (nothing to issue), "runnable" (waits for the GPU) or
+    /// "running" (holds the grant).
+    pub state: String,
+    /// GPU time the policy charged, ns (the holders' measurements).
+    pub charged_ns: u64,
+    /// Grants received.
+    pub grants: u64,
+    /// Grants that woke the VM's vCPUs (GPU-centric co-scheduling).
+    pub cosched_wakes: u64,
+    /// Grants held past the slice plus the grace.
+    pub overruns: u64,
 }
 
 /// Why the control socket could not be set up or used.
@@ -374,18 +425,29 @@ pub fn format_gpu_time(ns: u64) -> String {
 pub fn render_table(status: &Status) -> String {
     use crate::config::format_size;
     let d = &status.daemon;
+    let sched = match (&d.slice_ms, &d.accounting) {
+        (Some(slice), Some(acct)) => format!(
+            "policy {} (slice {slice} ms, accounting {acct}{})",
+            d.policy,
+            d.holder
+                .as_deref()
+                .map_or_else(String::new, |h| format!(", holder {h}"))
+        ),
+        _ => format!("policy {}", d.policy),
+    };
     let mut out = format!(
-        "daemon pid {}, executor {}, up {:.0} s, control socket {}\n\n",
+        "daemon pid {}, executor {}, {sched}, up {:.0} s, control socket {}\n\n",
         d.pid,
         d.executor,
         d.uptime_s,
         d.control_socket.display()
     );
+    let scheduled = status.vms.iter().any(|v| v.sched.is_some());
     let rows: Vec<Vec<String>> = status
         .vms
         .iter()
         .map(|v| {
-            vec![
+            let mut row = vec![
                 v.name.clone(),
                 v.weight.to_string(),
                 if v.worker_pid == 0 {
@@ -397,17 +459,31 @@ pub fn render_table(status: &Status) -> String {
                 format!("{}/{}", v.channels_used, v.channels_total),
                 format!("{} / {}", format_size(v.mem_used), format_size(v.mem_quota)),
                 format_gpu_time(v.gpu_time_ns),
+                v.kernels.to_string(),
                 v.calls.to_string(),
                 v.restarts.to_string(),
-            ]
+            ];
+            if scheduled {
+                match &v.sched {
+                    Some(s) => row.extend([
+                        s.state.clone(),
+                        format_gpu_time(s.charged_ns),
+                        s.grants.to_string(),
+                    ]),
+                    None => row.extend(["-".into(), "-".into(), "-".into()]),
+                }
+            }
+            row
         })
         .collect();
-    out.push_str(&format_table(
-        &[
-            "VM", "WEIGHT", "PID", "STATE", "CHANNELS", "MEMORY", "GPU TIME", "CALLS", "RESTARTS",
-        ],
-        &rows,
-    ));
+    let mut headers = vec![
+        "VM", "WEIGHT", "PID", "STATE", "CHANNELS", "MEMORY", "GPU TIME", "KERNELS", "CALLS",
+        "RESTARTS",
+    ];
+    if scheduled {
+        headers.extend(["GPU", "CHARGED", "GRANTS"]);
+    }
+    out.push_str(&format_table(&headers, &rows));
     out
 }
 
@@ -444,6 +520,7 @@ mod tests {
             std::thread::spawn(move || {
                 server.run(&stop, |r| match r {
                     Request::Status {} => Reply::error("no status in this test"),
+                    Request::SetWeight { vm, weight } => Reply::error(format!("{vm} {weight}")),
                 });
                 server
             })
@@ -464,6 +541,26 @@ mod tests {
         assert!(raw(&path, &huge).contains("longer than"));
         // The server still answers after all that.
         assert!(request(&path, &Request::Status {}, Duration::from_secs(10)).is_ok());
+        let set = Request::SetWeight {
+            vm: "vm1".into(),
+            weight: 3,
+        };
+        let r = request(&path, &set, Duration::from_secs(10)).unwrap();
+        assert_eq!(r.error.as_deref(), Some("vm1 3"));
+        for (line, want) in [
+            (
+                &b"{\"cmd\":\"set_weight\",\"vm\":\"a\",\"weight\":2}\n"[..],
+                "a 2",
+            ),
+            (
+                b"{\"cmd\":\"set-weight\",\"vm\":\"a\",\"weight\":-1}\n",
+                "bad request",
+            ),
+            (b"{\"cmd\":\"set-weight\",\"vm\":\"a\"}\n", "bad request"),
+        ] {
+            let out = raw(&path, line);
+            assert!(out.contains(want), "{out}");
+        }
 
         stop.store(true, Ordering::Relaxed);
         let server = t.join().unwrap();
@@ -487,6 +584,14 @@ mod tests {
             contexts: 1,
             gpu_time_ns: 1_500_000,
             calls: 77,
+            kernels: 12,
+            sched: (pid != 0).then(|| VmSchedStatus {
+                state: "runnable".into(),
+                charged_ns: 1_400_000,
+                grants: 5,
+                cosched_wakes: 0,
+                overruns: 0,
+            }),
         };
         let status = Status {
             daemon: DaemonStatus {
@@ -496,10 +601,23 @@ mod tests {
                 control_socket: PathBuf::from("/tmp/c.sock"),
                 stats_file: PathBuf::from("/dev/shm/s"),
                 sim_device: None,
+                policy: "fairgv".into(),
+                slice_ms: Some(6.0),
+                accounting: Some("sampled".into()),
+                holder: Some("vm1".into()),
             },
             vms: vec![vm("vm1", 10), vm("a-much-longer-name", 0)],
         };
         let t = render_table(&status);
+        assert!(
+            t.lines()
+                .next()
+                .unwrap()
+                .contains("policy fairgv (slice 6 ms, accounting sampled, holder vm1)"),
+            "{t}"
+        );
+        assert!(t.contains("KERNELS") && t.contains("CHARGED"), "{t}");
+        assert!(t.lines().nth(3).unwrap().contains("runnable"), "{t}");
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[2].starts_with("VM "), "{t}");
         assert!(lines[3].contains("vm1") && lines[3].contains("1/4"), "{t}");

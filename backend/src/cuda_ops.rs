@@ -29,6 +29,7 @@ use fairgpu_protocol::wire::ValidRequest;
 use fairgpu_protocol::{Opcode, Status};
 use serde::Serialize;
 
+use crate::accounting::{Mark, Meter};
 use crate::executor::{
     CtxId, DevPtr, EventId, ExecError, FnId, GpuExecutor, LaunchConfig, ModId, StreamId,
 };
@@ -48,6 +49,8 @@ pub struct Usage {
     pub gpu_time_ns: u64,
     /// Requests served.
     pub calls: u64,
+    /// Kernel launches served (accepted by the executor).
+    pub kernels: u64,
 }
 
 #[derive(Debug)]
@@ -70,6 +73,9 @@ struct Context {
     /// A module image being staged, and the size announced for it.
     staging: Vec<u8>,
     staging_total: u64,
+    /// Accounting events ready for reuse, and how many exist.
+    acct_free: Vec<EventId>,
+    acct_events: usize,
 }
 
 impl Context {
@@ -83,6 +89,8 @@ impl Context {
             events: HandleTable::new(MAX_OBJECTS),
             staging: Vec::new(),
             staging_total: 0,
+            acct_free: Vec::new(),
+            acct_events: 0,
         }
     }
 
@@ -156,6 +164,7 @@ pub struct CudaOps {
     transport: TransportOps,
     buf: Vec<u8>,
     calls: u64,
+    kernels: u64,
     images: ImageCache,
 }
 
@@ -191,6 +200,7 @@ impl CudaOps {
             transport: TransportOps::default(),
             buf: Vec::new(),
             calls: 0,
+            kernels: 0,
             images: ImageCache::default(),
         }
     }
@@ -203,6 +213,7 @@ impl CudaOps {
             contexts: self.contexts.iter().filter(|c| c.is_some()).count() as u32,
             gpu_time_ns: self.exec.gpu_time_ns(),
             calls: self.calls,
+            kernels: self.kernels,
         }
     }
 
@@ -615,10 +626,14 @@ impl Handler for CudaOps {
         arena: &ArenaSlice<'_>,
     ) -> Result<Answer, Status> {
         self.calls += 1;
-        match req.op {
+        let result = match req.op {
             Opcode::Nop | Opcode::CopyIn | Opcode::CopyOut => self.transport.handle(ch, req, arena),
             _ => self.cuda(ch, req, arena),
+        };
+        if req.op == Opcode::LaunchKernel && result.is_ok() {
+            self.kernels += 1;
         }
+        result
     }
 
     fn reset(&mut self, ch: u32) {
@@ -628,6 +643,86 @@ impl Handler for CudaOps {
             self.mem_used -= freed;
             self.exec.destroy_context(cx.ctx);
             tracing::debug!(vm = %self.vm, channel = ch, freed, "context destroyed");
+        }
+    }
+}
+
+/// Most accounting events one channel's context holds.
+const MAX_ACCT_EVENTS: usize = 1024;
+
+impl CudaOps {
+    /// The live context of channel `ch` that `m` was recorded in.
+    fn mark_ctx(&mut self, m: Mark) -> Option<&mut Context> {
+        self.contexts
+            .get_mut(m.ch as usize)?
+            .as_mut()
+            .filter(|cx| cx.ctx == m.ctx)
+    }
+}
+
+impl Meter for CudaOps {
+    fn sync_channel(&mut self, ch: u32) {
+        if let Some(Some(cx)) = self.contexts.get(ch as usize) {
+            let _ = self.exec.synchronize(cx.ctx);
+        }
+    }
+
+    fn mark(&mut self, ch: u32, req: &ValidRequest) -> Option<Mark> {
+        let a = req.args;
+        let handle = match req.op {
+            Opcode::LaunchKernel
+            | Opcode::MemcpyHtoD
+            | Opcode::MemcpyDtoH
+            | Opcode::EventRecord => a[1],
+            Opcode::MemcpyDtoD | Opcode::MemsetD8 | Opcode::MemsetD16 | Opcode::MemsetD32 => a[3],
+            Opcode::StreamWaitEvent | Opcode::StreamSynchronize => a[0],
+            // Context-wide or stream-less: the NULL stream orders after the
+            // context's blocking streams.
+            _ => 0,
+        };
+        let cx = self.contexts.get_mut(ch as usize)?.as_mut()?;
+        let stream = cx.stream(handle).ok()?;
+        let event = match cx.acct_free.pop() {
+            Some(e) => e,
+            None if cx.acct_events < MAX_ACCT_EVENTS => {
+                let e = self.exec.event_create(cx.ctx, 0).ok()?;
+                cx.acct_events += 1;
+                e
+            }
+            None => return None,
+        };
+        if self.exec.event_record(cx.ctx, event, stream).is_err() {
+            cx.acct_free.push(event);
+            return None;
+        }
+        Some(Mark {
+            ch,
+            ctx: cx.ctx,
+            event,
+        })
+    }
+
+    fn mark_done(&mut self, m: Mark) -> Option<bool> {
+        let ctx = self.mark_ctx(m)?.ctx;
+        match self.exec.event_query(ctx, m.event) {
+            Ok(()) => Some(true),
+            Err(ExecError::NotReady) => Some(false),
+            Err(_) => None,
+        }
+    }
+
+    fn mark_elapsed_ns(&mut self, a: Mark, b: Mark) -> Option<i64> {
+        if a.ch != b.ch || a.ctx != b.ctx {
+            return None;
+        }
+        let ctx = self.mark_ctx(a)?.ctx;
+        let ms = self.exec.event_elapsed_ms(ctx, a.event, b.event).ok()?;
+        Some((f64::from(ms) * 1e6).round() as i64)
+    }
+
+    fn unmark(&mut self, m: Mark) {
+        if let Some(cx) = self.mark_ctx(m) {
+            cx.acct_free.push(m.event);
         }
     }
 }

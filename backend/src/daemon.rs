@@ -1,6 +1,7 @@
 //! `fairgpu serve`: the daemon. It owns every VM's region, the shared
-//! SimGpu device file and the stats file, runs one worker process per VM
-//! and supervises it, and answers the control socket.
+//! SimGpu device file, the stats file and (with a scheduling policy) the
+//! grant file, runs one worker process per VM and supervises it, runs the
+//! GPU scheduler thread ([`crate::sched`]), and answers the control socket.
 //!
 //! Supervision: a worker that exits while the daemon is not shutting down
 //! is logged with its VM and exit status; every established channel of its
@@ -28,9 +29,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use fairgpu_protocol::layout::ChannelFailure;
 
-use crate::config::{Config, ExecutorChoice, VmConfig};
-use crate::control::{ControlServer, DaemonStatus, Reply, Request, Status, VmStatus};
+use crate::config::{Config, ExecutorChoice, VmConfig, WEIGHTS};
+use crate::control::{
+    ControlServer, DaemonStatus, Reply, Request, Status, VmSchedStatus, VmStatus,
+};
+use crate::grants::GrantFile;
 use crate::host::HostRegion;
+use crate::sched::{LocalCoordinator, SchedHandle, Scheduler};
 use crate::stats::{Field, Slot, StatsFile, WorkerState};
 
 /// First restart delay after a crash.
@@ -58,6 +63,7 @@ impl Drop for RemoveOnDrop {
 /// One VM as the daemon runs it.
 #[derive(Debug)]
 struct Vm {
+    index: usize,
     cfg: VmConfig,
     region: HostRegion,
     slot: Slot,
@@ -76,7 +82,9 @@ struct WorkerLaunch {
     executor: ExecutorChoice,
     stats: PathBuf,
     sim_device: Option<PathBuf>,
+    grants: Option<PathBuf>,
     log: String,
+    sched: Option<SchedHandle>,
 }
 
 impl WorkerLaunch {
@@ -99,6 +107,9 @@ impl WorkerLaunch {
         if let Some(p) = &self.sim_device {
             cmd.arg("--sim-device").arg(p);
         }
+        if let Some(p) = &self.grants {
+            cmd.arg("--grants").arg(p);
+        }
         cmd.spawn()
     }
 }
@@ -116,6 +127,9 @@ impl Vm {
                 tracing::info!(vm = %self.cfg.name, pid = child.id(), "worker started");
                 self.slot.set(Field::Pid, child.id().into());
                 self.worker = Some(child);
+                if let Some(s) = &launch.sched {
+                    s.worker_started(self.index);
+                }
             }
             Err(e) => {
                 tracing::error!(vm = %self.cfg.name, error = %e, "cannot start the worker");
@@ -136,9 +150,12 @@ impl Vm {
     }
 
     /// The worker exited while it should have been serving.
-    fn worker_exited(&mut self, pid: u32, status: ExitStatus) {
+    fn worker_exited(&mut self, pid: u32, status: ExitStatus, launch: &WorkerLaunch) {
         self.worker = None;
         self.slot.worker_gone();
+        if let Some(s) = &launch.sched {
+            s.worker_gone(self.index);
+        }
         let failed = self.region.fail_established(ChannelFailure::WorkerCrashed);
         tracing::error!(
             vm = %self.cfg.name,
@@ -157,7 +174,7 @@ impl Vm {
                 Ok(None) => {}
                 Ok(Some(status)) => {
                     let pid = child.id();
-                    self.worker_exited(pid, status);
+                    self.worker_exited(pid, status, launch);
                 }
                 Err(e) => {
                     tracing::warn!(vm = %self.cfg.name, error = %e, "cannot check the worker")
@@ -170,26 +187,33 @@ impl Vm {
     }
 }
 
-/// Answers control requests from the stats file and the configuration.
+/// Answers control requests from the stats file, the scheduler and the
+/// configuration.
 #[derive(Debug)]
 struct StatusSource {
     daemon: DaemonStatus,
     vms: Vec<(String, u32, PathBuf)>,
     stats: Arc<StatsFile>,
+    sched: Option<SchedHandle>,
     started: Instant,
 }
 
 impl StatusSource {
     fn status(&self) -> Status {
+        let mut holder = None;
         let vms = self
             .vms
             .iter()
             .enumerate()
             .map(|(i, (name, weight, region))| {
                 let s = self.stats.slot(i).expect("one slot per VM").snapshot();
+                let sched = self.sched.as_ref().and_then(|h| h.vm(i));
+                if sched.is_some_and(|v| v.state == fairgpu_scheduler::VgpuState::Running) {
+                    holder = Some(name.clone());
+                }
                 VmStatus {
                     name: name.clone(),
-                    weight: *weight,
+                    weight: sched.map_or(*weight, |v| v.weight),
                     region: region.clone(),
                     worker_pid: s.pid,
                     state: s.state,
@@ -201,15 +225,58 @@ impl StatusSource {
                     contexts: s.contexts,
                     gpu_time_ns: s.gpu_time_ns,
                     calls: s.calls,
+                    kernels: s.kernels,
+                    sched: sched.map(|v| VmSchedStatus {
+                        state: match v.state {
+                            fairgpu_scheduler::VgpuState::Blocked => "blocked",
+                            fairgpu_scheduler::VgpuState::Runnable => "runnable",
+                            fairgpu_scheduler::VgpuState::Running => "running",
+                        }
+                        .into(),
+                        charged_ns: v.charged_ns,
+                        grants: v.grants,
+                        cosched_wakes: v.cosched_wakes,
+                        overruns: v.overruns,
+                    }),
                 }
             })
             .collect();
         Status {
             daemon: DaemonStatus {
                 uptime_s: self.started.elapsed().as_secs_f64(),
+                holder,
                 ..self.daemon.clone()
             },
             vms,
+        }
+    }
+
+    fn set_weight(&self, vm: &str, weight: u32) -> Reply {
+        let Some(index) = self.vms.iter().position(|(n, _, _)| n == vm) else {
+            return Reply::error(format!("no vm {vm:?}"));
+        };
+        if !WEIGHTS.contains(&weight) {
+            return Reply::error(format!(
+                "weight {weight} is outside {}..={}",
+                WEIGHTS.start(),
+                WEIGHTS.end()
+            ));
+        }
+        let Some(sched) = &self.sched else {
+            return Reply::error(
+                "the daemon runs no scheduler (policy = \"none\"), so weights have no effect",
+            );
+        };
+        match sched.set_weight(index, weight) {
+            Ok(()) => {
+                tracing::info!(vm, weight, "weight changed");
+                Reply {
+                    ok: true,
+                    error: None,
+                    status: None,
+                }
+            }
+            Err(e) => Reply::error(e.to_string()),
         }
     }
 
@@ -220,6 +287,7 @@ impl StatusSource {
                 error: None,
                 status: Some(self.status()),
             },
+            Request::SetWeight { vm, weight } => self.set_weight(vm, *weight),
         }
     }
 }
@@ -281,6 +349,12 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
         None
     };
 
+    let mut grants_file = None;
+    if cfg.daemon.sched.policy.is_some() {
+        let path = state_dir.join(format!("fairgpu-{pid}.grants"));
+        grants_file = Some(Arc::new(GrantFile::create(&path, cfg.vms.len())?));
+    }
+
     let mut vms = Vec::with_capacity(cfg.vms.len());
     for (i, v) in cfg.vms.iter().enumerate() {
         if v.region_path.exists() {
@@ -301,6 +375,7 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
             v.region_path.display()
         );
         vms.push(Vm {
+            index: i,
             cfg: v.clone(),
             region,
             slot,
@@ -311,6 +386,24 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
         });
     }
 
+    let sched_cfg = cfg.daemon.sched;
+    let scheduler = match (&grants_file, crate::sched::build_policy(&sched_cfg)) {
+        (Some(file), Some(policy)) => {
+            let regions: Vec<_> = vms.iter().map(|v| v.region.bells()).collect();
+            let s = Scheduler::new(
+                policy,
+                file.clone(),
+                cfg.vms.iter().map(|v| v.name.clone()).collect(),
+                &cfg.vms.iter().map(|v| v.weight).collect::<Vec<_>>(),
+                regions.clone(),
+                Box::new(LocalCoordinator::new(regions)),
+            )
+            .context("registering the VMs with the scheduling policy")?;
+            Some(s)
+        }
+        _ => None,
+    };
+    let sched = scheduler.as_ref().map(Scheduler::handle);
     let launch = WorkerLaunch {
         exe: std::env::current_exe().context("locating the fairgpu binary")?,
         config: config_path.clone(),
@@ -318,7 +411,9 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
         executor,
         stats: stats_path.clone(),
         sim_device: sim_device.clone(),
+        grants: grants_file.as_ref().map(|f| f.path().to_owned()),
         log: log.to_owned(),
+        sched: sched.clone(),
     };
     let source = StatusSource {
         daemon: DaemonStatus {
@@ -328,6 +423,14 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
             control_socket: control.path().to_owned(),
             stats_file: stats_path,
             sim_device,
+            policy: sched_cfg.policy_name().into(),
+            slice_ms: sched_cfg
+                .policy
+                .map(|_| sched_cfg.slice.slice().as_nanos() as f64 / 1e6),
+            accounting: sched_cfg
+                .policy
+                .map(|_| sched_cfg.accounting.name().to_owned()),
+            holder: None,
         },
         vms: cfg
             .vms
@@ -335,6 +438,7 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
             .map(|v| (v.name.clone(), v.weight, v.region_path.clone()))
             .collect(),
         stats: stats.clone(),
+        sched,
         started: Instant::now(),
     };
     let control_thread = {
@@ -347,11 +451,26 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
             })
             .context("starting the control socket thread")?
     };
+    // The scheduler stops at the shutdown signal, as the supervisor does:
+    // workers being stopped need no more grants.
+    let sched_thread = match scheduler {
+        Some(s) => {
+            let shutdown = shutdown.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("fairgpu-sched".into())
+                    .spawn(move || s.run(&shutdown))
+                    .context("starting the scheduler thread")?,
+            )
+        }
+        None => None,
+    };
     tracing::info!(
         config = %config_path.display(),
         executor = %executor,
         vms = vms.len(),
         control_socket = %cfg.daemon.control_socket.display(),
+        policy = sched_cfg.policy_name(),
         "daemon started"
     );
 
@@ -370,8 +489,13 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
     // The accept loop sees the flag within its poll interval.
     shutdown.store(true, Ordering::Relaxed);
     let _ = control_thread.join();
+    if let Some(t) = sched_thread {
+        let _ = t.join();
+    }
+    drop(launch);
     drop(vms);
     drop(stats);
+    drop(grants_file);
     drop(sim_guard);
     tracing::info!("shut down");
     Ok(())

@@ -6,6 +6,14 @@
 //! validates it, executes it through a [`Handler`], and answers. A channel
 //! whose indices are corrupt is failed (its `host_state` says why, its guest
 //! is woken); the other channels and the server carry on.
+//!
+//! A handler may hold a request back ([`Handler::may_issue`], for the GPU
+//! scheduler: only the holder of the grant issues GPU work). The request
+//! then stays at the head of its ring, unconsumed, and its channel is
+//! served no further until a later pass admits it (requests of one channel
+//! are served in order); the other channels carry on. The server tells the
+//! handler after every pass what it saw ([`Handler::poll`]) and never
+//! blocks longer than the handler asks.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -166,6 +174,14 @@ impl HostRegion {
         failed
     }
 
+    /// The region's wake-ups, for another thread.
+    pub fn bells(&self) -> RegionBells {
+        RegionBells {
+            view: self.view.clone(),
+            layout: self.layout,
+        }
+    }
+
     /// The layout the host created (never re-read from the region).
     pub fn layout(&self) -> &Layout {
         &self.layout
@@ -190,8 +206,44 @@ impl Drop for HostRegion {
     }
 }
 
-/// Wakes the guest of the channel at `offs` if it published that it sleeps.
-fn wake_channel_guest(view: &RegionView, offs: &ChannelOffsets) {
+/// The region's wake-ups, for threads other than its server's: the GPU
+/// scheduler rings the host doorbell after a grant and wakes the guests of
+/// an interactive VM (GPU-centric co-scheduling). Keeps the mapping alive.
+#[derive(Debug, Clone)]
+pub struct RegionBells {
+    view: RegionView,
+    layout: Layout,
+}
+
+impl RegionBells {
+    /// Wakes the region's server if it blocks on the doorbell. Every store
+    /// made before the call (a grant) is visible to the server's re-check.
+    pub fn ring_host(&self) {
+        let bell = self
+            .view
+            .atomic_u32(DOORBELL_OFF)
+            .expect("layout validated");
+        // Release: publishes what the caller stored before (the grant word);
+        // pairs with the Acquire load of the doorbell in `Server::block`.
+        bell.fetch_add(1, Ordering::Release);
+        futex::wake(bell, 1);
+    }
+
+    /// Wakes every guest of the region that published that it sleeps, as
+    /// the server does after answering (W2's waker side).
+    pub fn wake_guests(&self) -> u32 {
+        let mut woken = 0;
+        for index in 0..self.layout.channels() {
+            let offs = self.layout.channel(index).expect("index < channels");
+            woken += u32::from(wake_channel_guest(&self.view, &offs));
+        }
+        woken
+    }
+}
+
+/// Wakes the guest of the channel at `offs` if it published that it sleeps;
+/// true if it did.
+fn wake_channel_guest(view: &RegionView, offs: &ChannelOffsets) -> bool {
     let word = |rel| view.atomic_u32(offs.at(rel)).expect("layout validated");
     // SeqCst fence: Dekker pairing with the guest's store of guest_sleeping,
     // its SeqCst fence and its re-check of the rings and host_state.
@@ -201,7 +253,9 @@ fn wake_channel_guest(view: &RegionView, offs: &ChannelOffsets) {
         // Release: makes the futex value change visible before the wake.
         w.fetch_add(1, Ordering::Release);
         futex::wake(w, 1);
+        return true;
     }
+    false
 }
 
 /// A request's arena slice, bounds-checked against the slice.
@@ -272,6 +326,33 @@ pub trait Handler {
     /// Called by [`Server::run`] about every [`TICK_EVERY`], busy or idle
     /// (for publishing usage). Does nothing by default.
     fn tick(&mut self) {}
+    /// Whether the valid request `req` at the head of channel `ch` may be
+    /// served now. When false the request stays in the ring (not consumed,
+    /// not answered) and the channel waits until a later pass admits it;
+    /// the server then blocks no longer than [`Handler::poll`] allows, and
+    /// whoever makes the request admissible must ring the region's doorbell
+    /// to wake a blocked server. Invalid requests are failed without asking.
+    /// Admits everything by default.
+    fn may_issue(&mut self, _ch: u32, _req: &ValidRequest) -> bool {
+        true
+    }
+    /// Called after passes over every channel: after each pass that served
+    /// something, and every few polls of an idle server (at least once
+    /// before it blocks). Returns the longest the server may then block
+    /// before calling again (`None`: no limit of the handler's own). Does
+    /// nothing by default.
+    fn poll(&mut self, _pass: Pass) -> Option<Duration> {
+        None
+    }
+}
+
+/// What the server saw in its last pass over the channels.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Some request was served.
+    pub served: bool,
+    /// Some request is held back by [`Handler::may_issue`].
+    pub deferred: bool,
 }
 
 /// How often [`Server::run`] calls [`Handler::tick`].
@@ -338,6 +419,8 @@ pub struct Server<H: Handler> {
     shutdown: Arc<AtomicBool>,
     last_reap: Instant,
     last_tick: Instant,
+    /// A request was held back by `may_issue` in the current pass.
+    deferred: bool,
 }
 
 impl<H: Handler> Server<H> {
@@ -382,6 +465,7 @@ impl<H: Handler> Server<H> {
             shutdown,
             last_reap: Instant::now(),
             last_tick: Instant::now(),
+            deferred: false,
         }
     }
 
@@ -474,6 +558,10 @@ impl<H: Handler> Server<H> {
             if self.poll_all() {
                 idle_since = None;
                 idle_polls = 0;
+                self.handler.poll(Pass {
+                    served: true,
+                    deferred: self.deferred,
+                });
                 self.maybe_tick(Instant::now());
                 continue;
             }
@@ -482,6 +570,10 @@ impl<H: Handler> Server<H> {
                 std::hint::spin_loop();
                 continue;
             }
+            let limit = self.handler.poll(Pass {
+                served: false,
+                deferred: self.deferred,
+            });
             let now = Instant::now();
             self.maybe_tick(now);
             let since = *idle_since.get_or_insert(now);
@@ -489,7 +581,7 @@ impl<H: Handler> Server<H> {
                 self.reap_dead_owners();
             }
             if now.duration_since(since) >= self.cfg.spin {
-                self.block();
+                self.block(limit);
                 idle_since = None;
             }
         }
@@ -526,23 +618,32 @@ impl<H: Handler> Server<H> {
     }
 
     /// Publishes "sleeping", re-checks every channel, then blocks on the
-    /// doorbell until a guest rings it or the block slice ends.
-    fn block(&mut self) {
+    /// doorbell until a guest (or the GPU scheduler, granting) rings it, the
+    /// block slice ends, or `limit` (the handler's) passes.
+    fn block(&mut self, limit: Option<Duration>) {
         let bell = self.u32_at(DOORBELL_OFF);
+        // Acquire: pairs with the Release increment of whoever rings the
+        // doorbell (a guest, W1; the scheduler after a grant, G1), so the
+        // re-check below sees what was published before that ring.
         let seen = bell.load(Ordering::Acquire);
         self.u32_at(HOST_SLEEPING_OFF).store(1, Ordering::Relaxed);
         // SeqCst fence: Dekker pairing with the guest's fence between
         // publishing its tail and reading host_sleeping (ring_doorbell).
         fence(Ordering::SeqCst);
         if !self.poll_all() {
-            futex::wait(self.u32_at(DOORBELL_OFF), seen, BLOCK_SLICE);
+            let limit = limit.map_or(BLOCK_SLICE, |l| l.min(BLOCK_SLICE));
+            if !limit.is_zero() {
+                futex::wait(self.u32_at(DOORBELL_OFF), seen, limit);
+            }
         }
         self.u32_at(HOST_SLEEPING_OFF).store(0, Ordering::Relaxed);
     }
 
-    /// One pass over every channel; true if anything was done.
+    /// One pass over every channel; true if anything was done. Records in
+    /// `self.deferred` whether the handler held a request back.
     fn poll_all(&mut self) -> bool {
         let mut did = false;
+        self.deferred = false;
         for i in 0..self.channels.len() {
             did |= self.poll_channel(i);
         }
@@ -656,6 +757,13 @@ impl<H: Handler> Server<H> {
         let st = &self.stats[i];
         let result = match desc.validate(arena_size) {
             Ok(req) => {
+                if !self.handler.may_issue(ch.index, &req) {
+                    // Held back: left unconsumed at the head of the ring. The
+                    // private copy is dropped; a later pass copies and
+                    // validates the slot afresh before deciding again.
+                    self.deferred = true;
+                    return Ok(false);
+                }
                 let slice = ArenaSlice {
                     view: self.region.view(),
                     base: ch.offs.arena + req.arena.start as usize,

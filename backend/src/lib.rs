@@ -11,11 +11,15 @@
 //!   loads `libcuda.so.1` as CUDA programs do.
 //! - [`daemon`]: `fairgpu serve`, one supervised [`worker`] process per VM,
 //!   configured by [`config`], observed through [`stats`] and [`control`].
+//! - [`sched`]: the daemon's GPU scheduler thread; [`grants`]: its control
+//!   block shared with the workers; [`accounting`]: the worker's side
+//!   (issue only under the grant, measure GPU time).
 //!
 //! Invariants: a guest's bad request fails that request; a guest's corrupt
 //! ring fails that channel; nothing a guest writes can stop the server or
 //! touch another channel.
 
+pub mod accounting;
 pub mod bench;
 pub mod cli;
 pub mod commands;
@@ -27,8 +31,10 @@ pub mod demo;
 pub mod executor;
 pub mod fairness;
 pub mod gpu_check;
+pub mod grants;
 pub mod host;
 pub mod process;
+pub mod sched;
 pub mod stats;
 pub mod top;
 pub mod transport_ops;

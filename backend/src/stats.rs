@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 /// `b"FGPUSTAT"` read as a little-endian u64.
 pub const STATS_MAGIC: u64 = u64::from_le_bytes(*b"FGPUSTAT");
 /// Layout version of the stats file.
-pub const STATS_VERSION: u64 = 1;
+pub const STATS_VERSION: u64 = 2;
 /// Where slot 0 starts.
 pub const SLOTS_OFF: usize = 0x40;
 /// Counters per slot.
@@ -73,8 +73,12 @@ pub enum Field {
     PriorCalls = 12,
     /// When the current worker started, ms since the Unix epoch. Daemon.
     StartedMs = 13,
+    /// Kernel launches served by the current worker. Worker.
+    Kernels = 14,
+    /// Kernel launches served by earlier workers of this VM. Daemon.
+    PriorKernels = 15,
     /// First unused index.
-    Reserved = 14,
+    Reserved = 16,
 }
 
 /// What a VM's worker is doing.
@@ -295,6 +299,7 @@ impl Slot {
     pub fn worker_gone(&self) {
         self.add(Field::PriorGpuTimeNs, self.get(Field::GpuTimeNs));
         self.add(Field::PriorCalls, self.get(Field::Calls));
+        self.add(Field::PriorKernels, self.get(Field::Kernels));
         for f in [
             Field::Pid,
             Field::ChannelsUsed,
@@ -304,6 +309,7 @@ impl Slot {
             Field::Contexts,
             Field::Ticks,
             Field::StartedMs,
+            Field::Kernels,
         ] {
             self.set(f, 0);
         }
@@ -325,6 +331,9 @@ impl Slot {
             calls: self
                 .get(Field::PriorCalls)
                 .saturating_add(self.get(Field::Calls)),
+            kernels: self
+                .get(Field::PriorKernels)
+                .saturating_add(self.get(Field::Kernels)),
             contexts: self.get(Field::Contexts) as u32,
             ticks: self.get(Field::Ticks),
             started_ms: self.get(Field::StartedMs),
@@ -353,6 +362,8 @@ pub struct SlotSnapshot {
     pub gpu_time_ns: u64,
     /// Requests served over every worker of the VM.
     pub calls: u64,
+    /// Kernel launches served over every worker of the VM.
+    pub kernels: u64,
     /// Live device contexts.
     pub contexts: u32,
     /// Times the current worker published.
@@ -385,6 +396,7 @@ mod tests {
         s.set_state(WorkerState::Running);
         s.set(Field::Calls, 10);
         s.set(Field::GpuTimeNs, 1000);
+        s.set(Field::Kernels, 3);
         assert!(created.slot(3).is_none());
 
         let opened = StatsFile::open(&path, 3).unwrap();
@@ -395,8 +407,10 @@ mod tests {
 
         o.worker_gone();
         o.set(Field::Calls, 5);
+        o.set(Field::Kernels, 1);
         let snap = s.snapshot();
         assert_eq!((snap.pid, snap.calls, snap.gpu_time_ns), (0, 15, 1000));
+        assert_eq!(snap.kernels, 4);
 
         drop(opened);
         assert!(path.exists(), "an opener leaves the file");

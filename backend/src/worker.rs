@@ -5,8 +5,13 @@
 //! since the daemon read it), attaches to the VM's region (created by the
 //! daemon; never re-created or removed here), builds the executor the
 //! daemon chose, and serves the region with a [`Server`] whose handler is
-//! [`CudaOps`]. About every 100 ms it publishes the VM's usage into its
-//! slot of the daemon's stats file.
+//! [`CudaOps`] wrapped in [`Scheduled`]. About every 100 ms it publishes the
+//! VM's usage into its slot of the daemon's stats file.
+//!
+//! With a scheduling policy (`--grants`, the daemon's grant file), the
+//! worker issues GPU work only while it holds the grant and measures what
+//! it used ([`crate::accounting`]); without one (`policy = "none"`) every
+//! request is served as it arrives.
 //!
 //! A restarted worker adopts the region ([`Server::adopt`]): channels whose
 //! host-side state died with the previous worker stay failed until their
@@ -18,9 +23,11 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 
+use crate::accounting::{Gate, GateConfig, Scheduled};
 use crate::config::{Config, ExecutorChoice, VmConfig};
 use crate::cuda_ops::CudaOps;
 use crate::executor::GpuExecutor;
+use crate::grants::GrantFile;
 use crate::host::{Answer, ArenaSlice, ChannelStats, Handler, HostRegion, ServeConfig, Server};
 use crate::stats::{Field, Slot, StatsFile, WorkerState};
 
@@ -48,6 +55,9 @@ pub struct WorkerArgs {
     /// The daemon's pid: the worker exits when its daemon does.
     #[arg(long)]
     pub daemon_pid: u32,
+    /// The daemon's grant file, when a scheduling policy is configured.
+    #[arg(long)]
+    pub grants: Option<PathBuf>,
 }
 
 /// The worker's request handler: the CUDA driver API, which also serves
@@ -105,8 +115,39 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<()> {
     let slot = stats.slot(index).context("stats slot")?;
     let region = HostRegion::attach(&vm.region_path, &vm.region)?;
     let executor = executor_for(args, &cfg)?;
+    let ops = handler_for(executor, vm);
+    let sched = &cfg.daemon.sched;
+    let ops = match (&args.grants, sched.policy) {
+        (Some(path), Some(_)) => {
+            let grants = GrantFile::open(path, cfg.vms.len())?;
+            let gate = Gate::new(
+                grants.slot(index).context("grant slot")?,
+                grants.bell(),
+                GateConfig {
+                    accounting: sched.accounting,
+                    idle: crate::sched::idle_behaviour(sched),
+                    spin: sched.spin,
+                    vm: vm.name.clone(),
+                },
+            );
+            tracing::info!(
+                policy = sched.policy_name(),
+                accounting = %sched.accounting,
+                slice = %sched.slice.slice(),
+                spin_us = sched.spin.as_micros() as u64,
+                "scheduled: GPU work is issued under the daemon's grants"
+            );
+            Scheduled::new(ops, gate)
+        }
+        (None, None) => Scheduled::unscheduled(ops),
+        (Some(_), None) => bail!("--grants given, but the configuration has policy = \"none\""),
+        (None, Some(_)) => bail!(
+            "the configuration has policy = \"{}\", but the daemon gave no --grants file",
+            sched.policy_name()
+        ),
+    };
     let handler = Publisher {
-        ops: handler_for(executor, vm),
+        ops,
         slot: slot.clone(),
         channels: None,
     };
@@ -128,7 +169,7 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<()> {
 /// Wraps the handler and publishes usage on every tick.
 #[derive(Debug)]
 struct Publisher {
-    ops: CudaOps,
+    ops: Scheduled<CudaOps>,
     slot: Slot,
     channels: Option<Arc<[ChannelStats]>>,
 }
@@ -147,15 +188,24 @@ impl Handler for Publisher {
         self.ops.reset(ch);
     }
 
+    fn may_issue(&mut self, ch: u32, req: &fairgpu_protocol::wire::ValidRequest) -> bool {
+        self.ops.may_issue(ch, req)
+    }
+
+    fn poll(&mut self, pass: crate::host::Pass) -> Option<std::time::Duration> {
+        self.ops.poll(pass)
+    }
+
     fn tick(&mut self) {
         self.ops.tick();
-        let u = self.ops.usage();
+        let u = self.ops.inner().usage();
         let s = &self.slot;
         s.set(Field::MemUsed, u.mem_used);
         s.set(Field::MemQuota, u.mem_quota);
         s.set(Field::Contexts, u.contexts.into());
         s.set(Field::GpuTimeNs, u.gpu_time_ns);
         s.set(Field::Calls, u.calls);
+        s.set(Field::Kernels, u.kernels);
         if let Some(ch) = &self.channels {
             // Relaxed: a monitoring count, ordered with nothing.
             let used = ch

@@ -1,0 +1,668 @@
+//! The worker's side of GPU scheduling: only the holder of the grant issues
+//! GPU work, and the holder measures what it used (FairGV sections 3.2.2,
+//! 3.3.1 and 3.3.2).
+//!
+//! [`Scheduled`] wraps the request handler ([`crate::cuda_ops::CudaOps`]).
+//! Without a [`Gate`] it passes everything through (`policy = "none"`).
+//! With one:
+//!
+//! - **Admission.** A request that puts work on the device or waits for it
+//!   ([`needs_grant`]) is admitted only while the worker holds the grant;
+//!   otherwise it stays at the head of its ring ([`Handler::may_issue`]),
+//!   the worker publishes *runnable* and rings the scheduler's bell. Every
+//!   other request (device queries, allocation bookkeeping, module staging,
+//!   handle lookups, stream and event creation, non-blocking queries, the
+//!   transport's own opcodes) is served at once: it uses no GPU time.
+//! - **Grants.** The daemon grants by bumping the slot's grant word and
+//!   ringing the region's doorbell; the worker notices the new sequence the
+//!   next time it asks (before a held-back request, or after a pass).
+//! - **Leases.** A grant given while no other VM waits for the GPU is an
+//!   uncontended *lease*: the holder issues without any interposition and
+//!   without a slice (the daemon charges it its wall-clock time slice by
+//!   slice meanwhile), so a VM alone on the GPU pays nothing for
+//!   scheduling. When another VM becomes runnable the daemon revokes the
+//!   lease; the holder notices before its next request or after its pass,
+//!   drains (synchronises every context it issued to, except with
+//!   `accounting = "none"`), and releases reporting the wall-clock time it
+//!   held the lease. A lease also ends like any grant when its holder has
+//!   nothing to issue for the spin budget.
+//! - **Accounting** ([`Accounting`]), per grant:
+//!   - `sampled`: synchronise after each of the first [`SAMPLES`] requests
+//!     and time each (issue to end of synchronisation); from their average,
+//!     predict how many more requests fit in what is left of the slice,
+//!     issue those without interposition, synchronise every context they
+//!     used after the last, and add the time from the first of them to the
+//!     end of that synchronisation. If the samples alone fill the slice the
+//!     grant ends there.
+//!   - `every`: synchronise after every request and add its time.
+//!   - `events`: record an executor event before and after every request on
+//!     the stream it uses; completed pairs are read without blocking
+//!     (device time between them, less any overlap with the channel's
+//!     previous pair). The grant ends when what was measured plus the
+//!     pairs still in flight, estimated at the running average, reach the
+//!     slice; pairs still in flight at a release are charged at a later
+//!     release. Only the very first pair of a VM is waited for, to have an
+//!     average at all.
+//!   - `none`: no measurement; the grant is a wall-clock lease of one
+//!     slice and its wall-clock length is what is charged (the
+//!     time-sharing baselines). Work still queued on the device at the end
+//!     keeps running into the next holder's lease.
+//! - **Release.** When the measured usage reaches the slice the holder
+//!   releases at once, reporting it and staying runnable. A holder that
+//!   issued nothing for the spin budget (hybrid spinning) releases what it
+//!   measured and is marked blocked; a request arriving later makes it
+//!   runnable again. Under a polling policy (Credit-poll, Strict) the
+//!   holder instead keeps the grant until the slice's wall-clock end. Any
+//!   holder also releases once it has held the grant for
+//!   [`WALL_CAP_SLICES`] slices of wall-clock time, so a VM whose requests
+//!   leave the GPU mostly idle cannot keep the others waiting.
+//!
+//! Synchronisations inserted here ignore their result: an error belongs to
+//! the guest's work and reaches it at its own next synchronising call, as
+//! it would without the scheduler (sticky errors stay sticky).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use fairgpu_protocol::wire::ValidRequest;
+use fairgpu_protocol::{Opcode, Status};
+use fairgpu_scheduler::IdleBehaviour;
+
+use crate::config::Accounting;
+use crate::executor::{CtxId, EventId};
+use crate::grants::{Bell, GrantSlot};
+use crate::host::{Answer, ArenaSlice, Handler, Pass};
+
+/// Requests timed one by one at the start of a grant (`sampled`).
+pub const SAMPLES: u32 = 5;
+/// A holder releases after this many slices of wall-clock time at most.
+pub const WALL_CAP_SLICES: u32 = 2;
+/// Most event pairs in flight (`events`); at this many the grant ends.
+pub const MAX_PENDING_MARKS: usize = 256;
+
+/// Whether `op` puts work on the device or waits for it, and so is issued
+/// only under a grant: launches, copies, memsets, stream/event ordering
+/// (event record, stream wait), synchronisations, module loads.
+pub fn needs_grant(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::LaunchKernel
+            | Opcode::MemcpyHtoD
+            | Opcode::MemcpyDtoH
+            | Opcode::MemcpyDtoD
+            | Opcode::MemsetD8
+            | Opcode::MemsetD16
+            | Opcode::MemsetD32
+            | Opcode::CtxSynchronize
+            | Opcode::StreamSynchronize
+            | Opcode::StreamWaitEvent
+            | Opcode::EventRecord
+            | Opcode::EventSynchronize
+            | Opcode::ModuleLoad
+            | Opcode::ModuleLoadCached
+    )
+}
+
+/// An accounting event recorded in one channel's context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    /// The channel.
+    pub ch: u32,
+    /// The context it was recorded in (a reset channel's marks are void).
+    pub ctx: CtxId,
+    /// The executor's event.
+    pub event: EventId,
+}
+
+/// What accounting needs from the request handler: synchronising a
+/// channel's context, and events.
+pub trait Meter {
+    /// Waits for all work of channel `ch`'s context, if it has one. The
+    /// result is ignored (the guest sees errors at its own synchronisation).
+    fn sync_channel(&mut self, ch: u32);
+    /// Records an accounting event on the stream `req` uses in channel
+    /// `ch`; `None` if the channel has no context, the request names no
+    /// valid stream, or no event is available.
+    fn mark(&mut self, ch: u32, req: &ValidRequest) -> Option<Mark>;
+    /// Whether the device passed `m` (`None`: the mark is void).
+    fn mark_done(&mut self, m: Mark) -> Option<bool>;
+    /// Device nanoseconds from `a` to `b` (negative if `b` came first), both
+    /// done and in one context.
+    fn mark_elapsed_ns(&mut self, a: Mark, b: Mark) -> Option<i64>;
+    /// Gives a mark's event back.
+    fn unmark(&mut self, m: Mark);
+}
+
+/// The worker's scheduling settings.
+#[derive(Debug, Clone)]
+pub struct GateConfig {
+    /// How the holder measures.
+    pub accounting: Accounting,
+    /// What a holder with nothing to issue does (from the policy).
+    pub idle: IdleBehaviour,
+    /// The hybrid-spin budget.
+    pub spin: Duration,
+    /// The VM, for log lines.
+    pub vm: String,
+}
+
+/// A request handler that issues GPU work only under the grant and
+/// measures it. See the module documentation.
+#[derive(Debug)]
+pub struct Scheduled<H> {
+    inner: H,
+    gate: Option<Gate>,
+}
+
+impl<H: Handler + Meter> Scheduled<H> {
+    /// `inner` unscheduled: every request passes.
+    pub fn unscheduled(inner: H) -> Self {
+        Scheduled { inner, gate: None }
+    }
+
+    /// `inner` under the grants of `slot`.
+    pub fn new(inner: H, gate: Gate) -> Self {
+        Scheduled {
+            inner,
+            gate: Some(gate),
+        }
+    }
+
+    /// The wrapped handler.
+    pub fn inner(&mut self) -> &mut H {
+        &mut self.inner
+    }
+
+    /// The gate, if scheduled.
+    pub fn gate(&self) -> Option<&Gate> {
+        self.gate.as_ref()
+    }
+}
+
+/// The grant state of one worker.
+#[derive(Debug)]
+pub struct Gate {
+    slot: GrantSlot,
+    bell: Bell,
+    cfg: GateConfig,
+    /// The last grant sequence seen.
+    seen: u32,
+    holding: Option<Holding>,
+    /// What was last published in the slot's runnable flag.
+    runnable: bool,
+    events: EventMeter,
+    grants: u64,
+}
+
+#[derive(Debug)]
+struct Holding {
+    seq: u32,
+    /// An uncontended lease (no slice, no measurement until revoked).
+    lease: bool,
+    slice: u64,
+    since: Instant,
+    last_device: Instant,
+    /// Measured so far (sampled, every), ns.
+    used: u64,
+    phase: Phase,
+    /// Channels with work issued since their last synchronisation.
+    dirty: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// `n` requests timed so far.
+    Sampling { n: u32 },
+    /// `left` requests may still be issued; the first was issued at `since`.
+    Bulk { left: u64, since: Option<Instant> },
+}
+
+/// Why a holder gives the grant back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    /// Its usage (or lease) reached the slice: it stays runnable.
+    Full,
+    /// It had nothing to issue for the spin budget: it blocks.
+    Idle,
+}
+
+/// Event pairs in flight and what completed ones measured (`events`).
+#[derive(Debug, Default)]
+struct EventMeter {
+    pending: VecDeque<(Mark, Mark)>,
+    /// The last completed pair's end mark, per channel.
+    last_end: Vec<Option<Mark>>,
+    /// Measured and not yet reported, ns.
+    unreported: u64,
+    /// Running average of a pair, ns.
+    avg: Option<u64>,
+}
+
+impl EventMeter {
+    /// Reads every completed pair without blocking.
+    fn collect(&mut self, meter: &mut dyn Meter) {
+        let mut i = 0;
+        while i < self.pending.len() {
+            let (start, end) = self.pending[i];
+            match meter.mark_done(end) {
+                Some(false) => i += 1,
+                None => {
+                    // Void (the channel was reset): nothing to read.
+                    self.pending.remove(i);
+                }
+                Some(true) => {
+                    self.pending.remove(i);
+                    let ns = self.measure(meter, start, end);
+                    self.unreported += ns;
+                    self.avg = Some(match self.avg {
+                        None => ns,
+                        Some(a) => (a * 7 + ns) / 8,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Device time of a completed pair, less its overlap with the channel's
+    /// previous pair; keeps `end` as that channel's last end.
+    fn measure(&mut self, meter: &mut dyn Meter, start: Mark, end: Mark) -> u64 {
+        let whole = meter.mark_elapsed_ns(start, end).unwrap_or(0).max(0);
+        let ch = start.ch as usize;
+        if self.last_end.len() <= ch {
+            self.last_end.resize(ch + 1, None);
+        }
+        let overlap = match self.last_end[ch] {
+            Some(prev) => meter
+                .mark_elapsed_ns(start, prev)
+                .unwrap_or(0)
+                .clamp(0, whole),
+            None => 0,
+        };
+        meter.unmark(start);
+        if let Some(prev) = self.last_end[ch].replace(end) {
+            meter.unmark(prev);
+        }
+        (whole - overlap) as u64
+    }
+
+    /// What the pairs in flight will probably add, ns.
+    fn in_flight_estimate(&self) -> u64 {
+        self.pending.len() as u64 * self.avg.unwrap_or(0)
+    }
+
+    /// Forgets channel `ch`'s marks (its context is about to go).
+    fn forget(&mut self, ch: u32) {
+        self.pending.retain(|(s, _)| s.ch != ch);
+        if let Some(slot) = self.last_end.get_mut(ch as usize) {
+            *slot = None;
+        }
+    }
+}
+
+impl Gate {
+    /// A gate on `slot`. Whatever grant the slot holds now (left by a
+    /// previous worker of this VM) is released unused, and the worker starts
+    /// blocked.
+    pub fn new(slot: GrantSlot, bell: Bell, cfg: GateConfig) -> Gate {
+        let (seen, _, _) = slot.current_grant();
+        slot.release(seen, 0, false);
+        bell.ring();
+        Gate {
+            slot,
+            bell,
+            cfg,
+            seen,
+            holding: None,
+            runnable: false,
+            events: EventMeter::default(),
+            grants: 0,
+        }
+    }
+
+    /// Whether the worker holds the grant now.
+    pub fn holding(&self) -> bool {
+        self.holding.is_some()
+    }
+
+    /// Grants taken so far.
+    pub fn grants(&self) -> u64 {
+        self.grants
+    }
+
+    fn publish_runnable(&mut self, runnable: bool) {
+        if self.runnable != runnable {
+            self.runnable = runnable;
+            self.slot.set_runnable(runnable);
+            self.bell.ring();
+        }
+    }
+
+    /// Takes a grant issued since the last look.
+    fn try_take(&mut self, now: Instant) -> bool {
+        let (seq, slice, lease) = self.slot.current_grant();
+        if seq == self.seen {
+            return false;
+        }
+        self.seen = seq;
+        self.grants += 1;
+        self.holding = Some(Holding {
+            seq,
+            lease,
+            slice: slice.max(1),
+            since: now,
+            last_device: now,
+            used: 0,
+            phase: Phase::Sampling { n: 0 },
+            dirty: Vec::new(),
+        });
+        true
+    }
+
+    /// Finishes the measurement and releases the grant.
+    fn release(&mut self, meter: &mut dyn Meter, why: Why) {
+        let Some(mut h) = self.holding.take() else {
+            return;
+        };
+        let used = if h.lease {
+            if self.cfg.accounting != Accounting::WallClock {
+                for ch in h.dirty.drain(..) {
+                    meter.sync_channel(ch);
+                }
+            }
+            nanos(h.since.elapsed())
+        } else {
+            self.measured(meter, &mut h)
+        };
+        let runnable = why == Why::Full || self.cfg.idle == IdleBehaviour::Poll;
+        self.runnable = runnable;
+        self.slot.release(h.seq, used, runnable);
+        self.bell.ring();
+        tracing::trace!(vm = %self.cfg.vm, seq = h.seq, lease = h.lease, used, ?why, "grant released");
+    }
+
+    /// Finishes the measurement of a (non-lease) grant: its usage, ns.
+    fn measured(&mut self, meter: &mut dyn Meter, h: &mut Holding) -> u64 {
+        match self.cfg.accounting {
+            Accounting::Sampled | Accounting::Every => {
+                if let Phase::Bulk {
+                    since: Some(since), ..
+                } = h.phase
+                {
+                    for ch in h.dirty.drain(..) {
+                        meter.sync_channel(ch);
+                    }
+                    h.used += nanos(since.elapsed());
+                }
+                h.used
+            }
+            Accounting::Events => {
+                self.events.collect(meter);
+                std::mem::take(&mut self.events.unreported)
+            }
+            Accounting::WallClock => nanos(h.since.elapsed()),
+        }
+    }
+
+    /// After a request issued under a lease: remember the channel for the
+    /// drain, and end the lease if it was revoked.
+    fn after_lease_request(&mut self, meter: &mut dyn Meter, ch: u32) {
+        let Some(h) = self.holding.as_mut() else {
+            return;
+        };
+        h.last_device = Instant::now();
+        if !h.dirty.contains(&ch) {
+            h.dirty.push(ch);
+        }
+        if self.slot.revoked(h.seq) {
+            self.release(meter, Why::Full);
+        }
+    }
+
+    /// Whether the lease held now was revoked.
+    fn lease_revoked(&self) -> bool {
+        self.holding
+            .as_ref()
+            .is_some_and(|h| h.lease && self.slot.revoked(h.seq))
+    }
+
+    /// Accounts for a request issued at `t0` under the grant.
+    fn account(&mut self, meter: &mut dyn Meter, ch: u32, t0: Instant) {
+        let Some(h) = self.holding.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        h.last_device = now;
+        let full = match self.cfg.accounting {
+            Accounting::Every => {
+                meter.sync_channel(ch);
+                h.used += nanos(t0.elapsed());
+                h.used >= h.slice
+            }
+            Accounting::Sampled => match h.phase {
+                Phase::Sampling { n } => {
+                    meter.sync_channel(ch);
+                    h.used += nanos(t0.elapsed());
+                    let n = n + 1;
+                    if h.used >= h.slice {
+                        true
+                    } else if n >= SAMPLES {
+                        let avg = (h.used / u64::from(n)).max(1);
+                        let left = (h.slice - h.used) / avg;
+                        h.phase = Phase::Bulk { left, since: None };
+                        left == 0
+                    } else {
+                        h.phase = Phase::Sampling { n };
+                        false
+                    }
+                }
+                Phase::Bulk { left, since } => {
+                    if !h.dirty.contains(&ch) {
+                        h.dirty.push(ch);
+                    }
+                    let left = left.saturating_sub(1);
+                    h.phase = Phase::Bulk {
+                        left,
+                        since: Some(since.unwrap_or(t0)),
+                    };
+                    left == 0
+                }
+            },
+            // Accounted by `account_events`.
+            Accounting::Events => false,
+            Accounting::WallClock => now.duration_since(h.since) >= Duration::from_nanos(h.slice),
+        };
+        let capped = now.duration_since(h.since) >= wall_cap(h.slice);
+        if full || capped {
+            self.release(meter, Why::Full);
+        }
+    }
+
+    /// Accounts for a request issued under the grant with `events`: `start`
+    /// was recorded before it, the end mark is recorded now.
+    fn account_events(
+        &mut self,
+        meter: &mut dyn Meter,
+        ch: u32,
+        req: &ValidRequest,
+        start: Option<Mark>,
+    ) {
+        let Some(h) = self.holding.as_mut() else {
+            if let Some(s) = start {
+                meter.unmark(s);
+            }
+            return;
+        };
+        let now = Instant::now();
+        h.last_device = now;
+        let (since, slice) = (h.since, h.slice);
+        match (start, meter.mark(ch, req)) {
+            (Some(s), Some(e)) => self.events.pending.push_back((s, e)),
+            (Some(m), None) | (None, Some(m)) => meter.unmark(m),
+            (None, None) => {}
+        }
+        if self.events.avg.is_none() {
+            // Nothing measured yet, so nothing to estimate the pairs in
+            // flight with: wait for the first one (once per VM).
+            while let Some(&(_, end)) = self.events.pending.front() {
+                match meter.mark_done(end) {
+                    Some(false) => std::thread::sleep(Duration::from_micros(20)),
+                    _ => break,
+                }
+            }
+        }
+        self.events.collect(meter);
+        let estimate = self.events.unreported + self.events.in_flight_estimate();
+        let full = estimate >= slice || self.events.pending.len() >= MAX_PENDING_MARKS;
+        if full || now.duration_since(since) >= wall_cap(slice) {
+            self.release(meter, Why::Full);
+        }
+    }
+}
+
+/// The longest a holder keeps a grant of `slice` ns, in wall-clock time.
+fn wall_cap(slice: u64) -> Duration {
+    Duration::from_nanos(slice.saturating_mul(u64::from(WALL_CAP_SLICES)))
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl<H: Handler + Meter> Handler for Scheduled<H> {
+    fn handle(
+        &mut self,
+        ch: u32,
+        req: &ValidRequest,
+        arena: &ArenaSlice<'_>,
+    ) -> Result<Answer, Status> {
+        let Some(gate) = self.gate.as_mut() else {
+            return self.inner.handle(ch, req, arena);
+        };
+        if !needs_grant(req.op) || gate.holding.is_none() {
+            return self.inner.handle(ch, req, arena);
+        }
+        if req.needs_response {
+            gate.slot.count_sync_call();
+        }
+        if gate.holding.as_ref().is_some_and(|h| h.lease) {
+            let result = self.inner.handle(ch, req, arena);
+            gate.after_lease_request(&mut self.inner, ch);
+            return result;
+        }
+        let start = match gate.cfg.accounting {
+            Accounting::Events => self.inner.mark(ch, req),
+            _ => None,
+        };
+        let t0 = Instant::now();
+        let result = self.inner.handle(ch, req, arena);
+        if gate.cfg.accounting == Accounting::Events {
+            gate.account_events(&mut self.inner, ch, req, start);
+        } else {
+            gate.account(&mut self.inner, ch, t0);
+        }
+        result
+    }
+
+    fn reset(&mut self, ch: u32) {
+        if let Some(gate) = self.gate.as_mut() {
+            gate.events.forget(ch);
+            if let Some(h) = gate.holding.as_mut() {
+                h.dirty.retain(|&c| c != ch);
+            }
+        }
+        self.inner.reset(ch);
+    }
+
+    fn tick(&mut self) {
+        self.inner.tick();
+    }
+
+    fn may_issue(&mut self, _ch: u32, req: &ValidRequest) -> bool {
+        let Some(gate) = self.gate.as_mut() else {
+            return true;
+        };
+        if !needs_grant(req.op) {
+            return true;
+        }
+        if gate.lease_revoked() {
+            gate.release(&mut self.inner, Why::Full);
+        }
+        if gate.holding.is_some() || gate.try_take(Instant::now()) {
+            return true;
+        }
+        gate.publish_runnable(true);
+        false
+    }
+
+    fn poll(&mut self, pass: Pass) -> Option<Duration> {
+        let gate = self.gate.as_mut()?;
+        let now = Instant::now();
+        if gate.holding.is_none() {
+            if gate.cfg.accounting == Accounting::Events {
+                gate.events.collect(&mut self.inner);
+            }
+            if !pass.deferred {
+                // Nothing waits for the GPU: yield (marked blocked) unless
+                // the policy polls, whose vGPUs never block.
+                if gate.cfg.idle == IdleBehaviour::Block {
+                    gate.publish_runnable(false);
+                }
+                // A grant given meanwhile is taken, to be released unused
+                // after the spin budget.
+                if !gate.try_take(now) {
+                    return None;
+                }
+            } else {
+                return None;
+            }
+        }
+        if gate.lease_revoked() {
+            gate.release(&mut self.inner, Why::Full);
+            return None;
+        }
+        let h = gate.holding.as_ref().expect("holding");
+        if h.lease {
+            // No slice and no wall-clock cap: the daemon revokes the lease
+            // (ringing the doorbell) when another VM waits.
+            let quiet = now.duration_since(h.last_device);
+            return match gate.cfg.idle {
+                IdleBehaviour::Poll => None,
+                IdleBehaviour::Block if quiet >= gate.cfg.spin => {
+                    gate.release(&mut self.inner, Why::Idle);
+                    None
+                }
+                IdleBehaviour::Block => Some(gate.cfg.spin - quiet),
+            };
+        }
+        let held = now.duration_since(h.since);
+        let lease = Duration::from_nanos(h.slice);
+        let cap = wall_cap(h.slice);
+        if held >= cap {
+            gate.release(&mut self.inner, Why::Full);
+            return None;
+        }
+        match gate.cfg.idle {
+            IdleBehaviour::Poll => {
+                if held >= lease {
+                    gate.release(&mut self.inner, Why::Full);
+                    None
+                } else {
+                    Some(lease - held)
+                }
+            }
+            IdleBehaviour::Block => {
+                if gate.cfg.accounting == Accounting::WallClock && held >= lease {
+                    gate.release(&mut self.inner, Why::Full);
+                    return None;
+                }
+                let quiet = now.duration_since(h.last_device);
+                if quiet >= gate.cfg.spin {
+                    gate.release(&mut self.inner, Why::Idle);
+                    None
+                } else {
+                    Some((gate.cfg.spin - quiet).min(cap - held))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,464 @@
+//! The grant file: the control block between the daemon's scheduler thread
+//! and the workers, one small shared-memory file the daemon creates when a
+//! scheduling policy is configured.
+//!
+//! ```text
+//! 0x00  magic      u64  GRANTS_MAGIC, stored last (Release) by the creator
+//! 0x08  version    u64  GRANTS_VERSION
+//! 0x10  slots      u64  number of slots (VMs, in configuration order)
+//! 0x18  slot_size  u64  SLOT_SIZE
+//! 0x20  bell       u32  the scheduler's doorbell (futex word)
+//! 0x40  slot 0, SLOT_SIZE bytes:
+//!       0x00 grant     u32  grant sequence; the daemon bumps it to grant (futex word)
+//!       0x04 lease     u32  1: the grant is an uncontended lease (see below)
+//!       0x08 slice_ns  u64  the grant's slice, written before the bump
+//!       0x10 revoke    u32  the sequence of a lease the daemon revokes
+//!       ---- second cache line: written by the worker ----
+//!       0x40 release   u32  the grant sequence the worker released last (futex word)
+//!       0x44 runnable  u32  1: the worker has GPU work it may not issue yet
+//!       0x48 used_ns   u64  GPU time used in the released grant
+//!       0x50 sync_calls u64 synchronous device calls served so far
+//!       slot 1 ...
+//! ```
+//!
+//! The daemon writes the first line of a slot, the VM's worker the second
+//! (the daemon also clears `runnable` after reaping a dead worker, when no
+//! worker of that VM runs). Only the daemon and its workers map the file;
+//! guests never see it, so no value in it is guest-controlled.
+//!
+//! # Protocol and orderings (docs/memory-ordering.md, section 7)
+//!
+//! - **Grant** (daemon): store `slice_ns` and `lease` (Relaxed), bump `grant`
+//!   (Release), futex-wake `grant`, then ring the VM region's doorbell
+//!   (Release increment + futex wake) so that a worker blocked on its
+//!   region wakes up. The worker loads `grant` with Acquire; a value that
+//!   differs from the last one it saw is a grant, and `slice_ns` is
+//!   visible.
+//! - **Release** (worker): store `used_ns` and `runnable` (Relaxed), store
+//!   the grant's sequence into `release` (Release), then ring the bell
+//!   (Release increment + futex wake). The scheduler loads `release` with
+//!   Acquire; equal to the outstanding grant's sequence means released,
+//!   and `used_ns` is that grant's usage.
+//! - **Revoke** (daemon): store the lease's sequence into `revoke`
+//!   (Release), then ring the region's doorbell. The worker loads `revoke`
+//!   (Acquire) before each request it issues under a lease and after each
+//!   pass; equal to its lease's sequence means it must drain and release.
+//!   Nothing else is published by it; the stale value of an earlier lease
+//!   never equals a later sequence.
+//! - **Runnable** (worker): store `runnable` (Relaxed), then ring the bell
+//!   (Release). The scheduler loads the bell (Acquire) *before* it scans
+//!   the slots and futex-waits on the value it loaded, so a change made
+//!   after its load makes the wait return at once, and a change made
+//!   before it is visible to the scan: no update is lost.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use fairgpu_frontend::futex;
+use fairgpu_frontend::map::Mapping;
+use fairgpu_protocol::region::RegionView;
+
+/// `b"FGPUGRNT"` read as a little-endian u64.
+pub const GRANTS_MAGIC: u64 = u64::from_le_bytes(*b"FGPUGRNT");
+/// Layout version of the grant file.
+pub const GRANTS_VERSION: u64 = 1;
+/// Where slot 0 starts.
+pub const SLOTS_OFF: usize = 0x40;
+/// Bytes per slot: two cache lines, one per writer.
+pub const SLOT_SIZE: usize = 128;
+/// Most slots a grant file may hold (one per VM).
+pub const MAX_SLOTS: usize = 4096;
+
+const BELL: usize = 0x20;
+const GRANT: usize = 0x00;
+const LEASE: usize = 0x04;
+const SLICE_NS: usize = 0x08;
+const REVOKE: usize = 0x10;
+const RELEASE: usize = 0x40;
+const RUNNABLE: usize = 0x44;
+const USED_NS: usize = 0x48;
+const SYNC_CALLS: usize = 0x50;
+
+const _: () = assert!(
+    SYNC_CALLS + 8 <= SLOT_SIZE && RELEASE.is_multiple_of(64) && SLOTS_OFF.is_multiple_of(64)
+);
+
+/// Why a grant file could not be created or opened.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantsError {
+    /// The file could not be created, opened or mapped.
+    #[error("cannot map grant file {path}")]
+    Map {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No slots, or too many.
+    #[error("{slots} grant slots asked for; 1..={MAX_SLOTS} are possible")]
+    Slots {
+        /// Slots asked for.
+        slots: usize,
+    },
+    /// The file is not a grant file of this version, or is truncated.
+    #[error("{path} is not a fairgpu grant file of version {GRANTS_VERSION} with {slots} slots")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Slots expected.
+        slots: usize,
+    },
+}
+
+fn file_len(slots: usize) -> usize {
+    SLOTS_OFF + slots * SLOT_SIZE
+}
+
+/// A mapped grant file. The creator removes the file when it is dropped.
+#[derive(Debug)]
+pub struct GrantFile {
+    view: RegionView,
+    slots: usize,
+    path: PathBuf,
+    owns_file: bool,
+}
+
+impl GrantFile {
+    /// Creates (replacing a stale one) a zeroed grant file with `slots`
+    /// slots.
+    pub fn create(path: &Path, slots: usize) -> Result<GrantFile, GrantsError> {
+        if slots == 0 || slots > MAX_SLOTS {
+            return Err(GrantsError::Slots { slots });
+        }
+        let map = Mapping::create(path, file_len(slots)).map_err(|source| GrantsError::Map {
+            path: path.to_owned(),
+            source,
+        })?;
+        let f = GrantFile {
+            view: map.view(),
+            slots,
+            path: path.to_owned(),
+            owns_file: true,
+        };
+        f.u64_at(0x08).store(GRANTS_VERSION, Ordering::Relaxed);
+        f.u64_at(0x10).store(slots as u64, Ordering::Relaxed);
+        f.u64_at(0x18).store(SLOT_SIZE as u64, Ordering::Relaxed);
+        // Release: publishes the header words above; pairs with the Acquire
+        // load of the magic in `open`.
+        f.u64_at(0).store(GRANTS_MAGIC, Ordering::Release);
+        Ok(f)
+    }
+
+    /// Maps the grant file the daemon created, which must hold `slots`
+    /// slots. The file is left in place on drop.
+    pub fn open(path: &Path, slots: usize) -> Result<GrantFile, GrantsError> {
+        let invalid = || GrantsError::Invalid {
+            path: path.to_owned(),
+            slots,
+        };
+        let map = Mapping::open(path).map_err(|source| GrantsError::Map {
+            path: path.to_owned(),
+            source,
+        })?;
+        if slots == 0 || slots > MAX_SLOTS || map.len() < file_len(slots) {
+            return Err(invalid());
+        }
+        let f = GrantFile {
+            view: map.view(),
+            slots,
+            path: path.to_owned(),
+            owns_file: false,
+        };
+        // Acquire: pairs with the Release store of the magic in `create`.
+        if f.u64_at(0).load(Ordering::Acquire) != GRANTS_MAGIC
+            || f.u64_at(0x08).load(Ordering::Relaxed) != GRANTS_VERSION
+            || f.u64_at(0x10).load(Ordering::Relaxed) != slots as u64
+            || f.u64_at(0x18).load(Ordering::Relaxed) != SLOT_SIZE as u64
+        {
+            return Err(invalid());
+        }
+        Ok(f)
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        self.view.atomic_u64(off).expect("offset within the file")
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Number of slots.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Slot `i`, or `None` past the last one.
+    pub fn slot(&self, i: usize) -> Option<GrantSlot> {
+        (i < self.slots).then(|| GrantSlot {
+            view: self.view.clone(),
+            base: SLOTS_OFF + i * SLOT_SIZE,
+        })
+    }
+
+    /// The scheduler's doorbell.
+    pub fn bell(&self) -> Bell {
+        Bell {
+            view: self.view.clone(),
+        }
+    }
+}
+
+impl Drop for GrantFile {
+    fn drop(&mut self) {
+        if self.owns_file {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The scheduler thread's doorbell: workers ring it when their `runnable`
+/// flag changes or they release; the scheduler sleeps on it. Keeps the
+/// mapping alive.
+#[derive(Debug, Clone)]
+pub struct Bell {
+    view: RegionView,
+}
+
+impl Bell {
+    fn word(&self) -> &AtomicU32 {
+        self.view.atomic_u32(BELL).expect("bell within the file")
+    }
+
+    /// Publishes every store made before it and wakes the scheduler.
+    pub fn ring(&self) {
+        // Release: publishes the slot stores made before the ring (runnable,
+        // release); pairs with the Acquire load in `Bell::seen`.
+        self.word().fetch_add(1, Ordering::Release);
+        futex::wake(self.word(), 1);
+    }
+
+    /// The bell's value, to wait on after scanning the slots.
+    pub fn seen(&self) -> u32 {
+        // Acquire: pairs with the Release increment in `ring`: a scan after
+        // this load sees what was stored before the ring it observed.
+        self.word().load(Ordering::Acquire)
+    }
+
+    /// Sleeps until the bell differs from `seen` (returns at once if it
+    /// already does), for at most `timeout`.
+    pub fn wait(&self, seen: u32, timeout: Duration) {
+        futex::wait(self.word(), seen, timeout);
+    }
+}
+
+/// One VM's slot. Keeps the mapping alive. The daemon uses the `grant_*`,
+/// `released`, `used_ns`, `runnable` and `sync_calls` readers and
+/// [`GrantSlot::grant`]; the worker the rest.
+#[derive(Debug, Clone)]
+pub struct GrantSlot {
+    view: RegionView,
+    base: usize,
+}
+
+impl GrantSlot {
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        self.view
+            .atomic_u32(self.base + off)
+            .expect("slot within the file")
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        self.view
+            .atomic_u64(self.base + off)
+            .expect("slot within the file")
+    }
+
+    // ---- the daemon's side ----
+
+    /// Grants the GPU for `slice_ns` (as an uncontended lease if `lease`):
+    /// returns the new grant sequence. The caller then rings the VM's region
+    /// doorbell.
+    pub fn grant(&self, slice_ns: u64, lease: bool) -> u32 {
+        // Relaxed: published by the Release bump below.
+        self.u64_at(SLICE_NS).store(slice_ns, Ordering::Relaxed);
+        self.u32_at(LEASE)
+            .store(u32::from(lease), Ordering::Relaxed);
+        // Release: publishes slice_ns; pairs with the worker's Acquire load
+        // in `GrantSlot::current_grant`.
+        let mut seq = self
+            .u32_at(GRANT)
+            .fetch_add(1, Ordering::Release)
+            .wrapping_add(1);
+        if seq == 0 {
+            // Sequence 0 is never a grant (it is the zeroed file's, and the
+            // revoke word's initial value): skip it after a wrap.
+            seq = self.u32_at(GRANT).fetch_add(1, Ordering::Release) + 1;
+        }
+        futex::wake(self.u32_at(GRANT), i32::MAX);
+        seq
+    }
+
+    /// Revokes lease `seq`: its holder drains and releases. The caller
+    /// then rings the VM's region doorbell.
+    pub fn revoke(&self, seq: u32) {
+        // Release: orders the revocation after the grant it names; pairs
+        // with the worker's Acquire load in `revoked`.
+        self.u32_at(REVOKE).store(seq, Ordering::Release);
+    }
+
+    /// The sequence of the last grant this VM's worker released.
+    pub fn released(&self) -> u32 {
+        // Acquire: pairs with the worker's Release store in `release`, so
+        // `used_ns` read after it is the released grant's.
+        self.u32_at(RELEASE).load(Ordering::Acquire)
+    }
+
+    /// GPU time the worker reported with its last release, in ns.
+    pub fn used_ns(&self) -> u64 {
+        // Relaxed: ordered by the Acquire load in `released`.
+        self.u64_at(USED_NS).load(Ordering::Relaxed)
+    }
+
+    /// Whether the worker has GPU work it may not issue yet.
+    pub fn runnable(&self) -> bool {
+        // Relaxed: ordered by the bell (`Bell::seen` Acquire before the scan).
+        self.u32_at(RUNNABLE).load(Ordering::Relaxed) != 0
+    }
+
+    /// Synchronous device calls the worker served so far.
+    pub fn sync_calls(&self) -> u64 {
+        // Relaxed: a counter; only its growth is used.
+        self.u64_at(SYNC_CALLS).load(Ordering::Relaxed)
+    }
+
+    /// The daemon's bookkeeping after reaping this VM's worker: nothing of
+    /// the dead worker's is runnable.
+    pub fn worker_gone(&self) {
+        // Relaxed: no worker of this VM runs; the scheduler learns of the
+        // death through the daemon's epoch (Release/Acquire, in memory).
+        self.u32_at(RUNNABLE).store(0, Ordering::Relaxed);
+    }
+
+    // ---- the worker's side ----
+
+    /// The current grant: its sequence, slice and whether it is a lease.
+    pub fn current_grant(&self) -> (u32, u64, bool) {
+        // Acquire: pairs with the Release bump in `grant`, making its
+        // slice_ns and lease visible.
+        let seq = self.u32_at(GRANT).load(Ordering::Acquire);
+        (
+            seq,
+            self.u64_at(SLICE_NS).load(Ordering::Relaxed),
+            self.u32_at(LEASE).load(Ordering::Relaxed) != 0,
+        )
+    }
+
+    /// Whether lease `seq` was revoked.
+    pub fn revoked(&self, seq: u32) -> bool {
+        // Acquire: pairs with the Release store in `revoke`.
+        self.u32_at(REVOKE).load(Ordering::Acquire) == seq
+    }
+
+    /// Releases grant `seq` having used `used_ns`, saying whether work is
+    /// still waiting. The caller then rings the [`Bell`].
+    pub fn release(&self, seq: u32, used_ns: u64, runnable: bool) {
+        // Relaxed: published by the Release store of `release` below.
+        self.u64_at(USED_NS).store(used_ns, Ordering::Relaxed);
+        self.u32_at(RUNNABLE)
+            .store(u32::from(runnable), Ordering::Relaxed);
+        // Release: publishes used_ns and runnable; pairs with the
+        // scheduler's Acquire load in `released`.
+        self.u32_at(RELEASE).store(seq, Ordering::Release);
+        futex::wake(self.u32_at(RELEASE), i32::MAX);
+    }
+
+    /// Publishes whether the worker has GPU work waiting for a grant. The
+    /// caller then rings the [`Bell`].
+    pub fn set_runnable(&self, runnable: bool) {
+        // Relaxed: published by the bell's Release increment.
+        self.u32_at(RUNNABLE)
+            .store(u32::from(runnable), Ordering::Relaxed);
+    }
+
+    /// Counts one synchronous device call.
+    pub fn count_sync_call(&self) {
+        // Relaxed: a counter; only its growth is used.
+        self.u64_at(SYNC_CALLS).fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_path(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("fairgpu-grants-test-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn grant_and_release_round_trip_between_mappings() {
+        let path = temp_path("basic");
+        let daemon = GrantFile::create(&path, 2).unwrap();
+        let worker = GrantFile::open(&path, 2).unwrap();
+        assert!(GrantFile::open(&path, 3).is_err(), "slot count must match");
+        assert!(daemon.slot(2).is_none());
+        let d = daemon.slot(1).unwrap();
+        let w = worker.slot(1).unwrap();
+        assert_eq!(w.current_grant(), (0, 0, false));
+        let seq = d.grant(6_000_000, false);
+        assert_eq!(w.current_grant(), (seq, 6_000_000, false));
+        assert!(!w.revoked(seq));
+        assert_ne!(d.released(), seq);
+        w.set_runnable(true);
+        worker.bell().ring();
+        assert!(d.runnable());
+        let seen = daemon.bell().seen();
+        w.release(seq, 6_100_000, false);
+        worker.bell().ring();
+        assert_ne!(daemon.bell().seen(), seen);
+        daemon.bell().wait(seen, Duration::from_secs(5)); // returns at once
+        assert_eq!(
+            (d.released(), d.used_ns(), d.runnable()),
+            (seq, 6_100_000, false)
+        );
+        w.count_sync_call();
+        w.count_sync_call();
+        assert_eq!(d.sync_calls(), 2);
+        w.set_runnable(true);
+        d.worker_gone();
+        assert!(!d.runnable());
+        let lease = d.grant(6_000_000, true);
+        assert_eq!(w.current_grant(), (lease, 6_000_000, true));
+        d.revoke(lease);
+        assert!(w.revoked(lease) && !w.revoked(seq));
+        // Slots are independent.
+        assert_eq!(daemon.slot(0).unwrap().current_grant(), (0, 0, false));
+        drop(worker);
+        assert!(path.exists(), "an opener leaves the file");
+        drop(daemon);
+        assert!(!path.exists(), "the creator removes it");
+    }
+
+    #[test]
+    fn open_refuses_other_files() {
+        let path = temp_path("garbage");
+        std::fs::write(&path, vec![7u8; 4096]).unwrap();
+        assert!(matches!(
+            GrantFile::open(&path, 1),
+            Err(GrantsError::Invalid { .. })
+        ));
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(
+            GrantFile::open(&path, 1),
+            Err(GrantsError::Map { .. })
+        ));
+        assert!(matches!(
+            GrantFile::create(&path, 0),
+            Err(GrantsError::Slots { .. })
+        ));
+    }
+}

@@ -1,0 +1,628 @@
+//! The daemon's GPU scheduler: one thread that drives a
+//! [`fairgpu_scheduler::Policy`] over the grant file ([`crate::grants`]).
+//!
+//! # The loop
+//!
+//! 1. Load the bell (Acquire), then look at every VM: a worker that died
+//!    or was replaced (the supervisor's epoch changed) releases implicitly,
+//!    charged the wall-clock time it held the grant, and is blocked; the
+//!    holder's release word is compared with the outstanding grant's
+//!    sequence, and on a match the reported usage goes to
+//!    [`Policy::release`]; new synchronous calls go to
+//!    [`Policy::record_sync_call`]; each live worker's *runnable* flag is
+//!    compared with the policy's state and turned into `wake` or `block`.
+//! 2. If nobody holds the GPU, [`Policy::pick`]: write the slice, bump the
+//!    grant word, ring the VM region's doorbell; if the grant asks for it
+//!    ([`Grant::wake_vcpu`]), the [`CpuCoordinator`] wakes the VM's waiting
+//!    vCPUs (GPU-centric co-scheduling, FairGV Algorithms 3 and 4).
+//! 3. Sleep on the bell with the value loaded in step 1: a worker that
+//!    changed something after that load has rung it, so the wait returns
+//!    at once. The wait is bounded ([`IDLE_WAIT`]), and shorter while a
+//!    grant is outstanding and its grace has not run out.
+//!
+//! The policy is work conserving (`pick` answers whenever someone is
+//! runnable), so the GPU is granted again in the same pass that saw the
+//! release.
+//!
+//! # Uncontended leases
+//!
+//! A grant made while no other VM is runnable is a *lease*
+//! ([`crate::accounting`]): its holder issues without interposition and
+//! without a slice. Meanwhile the scheduler charges it its wall-clock time
+//! slice by slice itself (`release` of the elapsed time, then `pick`, which
+//! can only answer the same VM), so tags, virtual time and credit advance
+//! as if it had released every slice, and a VM that wakes later is not
+//! owed the lone VM's time. As soon as another VM is runnable the lease is
+//! revoked; the holder drains and releases with the wall-clock time it held
+//! the lease, of which the part not yet charged is charged.
+//!
+//! # Overruns and dead workers
+//!
+//! A holder normally releases within its slice plus the request in flight
+//! (a non-preemptive GPU finishes the kernel it runs). One that has not
+//! released after slice + [`OVERRUN_GRACE`] is logged and counted as
+//! overrunning, and keeps the grant: on a non-preemptive GPU the device is
+//! busy with its work anyway, and its own measurement is charged in full
+//! when it releases. A worker that dies (or is restarted) releases
+//! implicitly: its wall-clock time holding the grant is charged, since
+//! nothing else measured it.
+//!
+//! # Co-scheduling seam
+//!
+//! [`CpuCoordinator`] is what the scheduler asks when it grants an
+//! interactive vGPU. [`LocalCoordinator`] wakes the VM's guest processes
+//! that sleep in the transport (their futex words), which is the whole of
+//! the vCPU wake-up in local mode; the QEMU implementation will deliver the
+//! VM's interrupt and nudge its vCPU threads (QMP gives their ids) instead.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use fairgpu_scheduler::{
+    Credit, CreditConfig, CreditVariant, ExecutionMode, FairQueuing, FairQueuingConfig, Grant,
+    IdleBehaviour, Nanos, Policy, PolicyKind, SchedError, VgpuId, VgpuState,
+};
+
+use crate::config::{Accounting, SchedConfig};
+use crate::grants::{Bell, GrantFile, GrantSlot};
+use crate::host::RegionBells;
+
+/// Longest sleep of the scheduler thread; also the rate at which idle VMs'
+/// synchronous calls are sampled (the interactivity window is 10 ms).
+pub const IDLE_WAIT: Duration = Duration::from_millis(10);
+/// How long past its slice a holder may take to release before it is
+/// logged as overrunning.
+pub const OVERRUN_GRACE: Duration = Duration::from_secs(1);
+/// Most synchronous calls fed to the policy per VM per pass (the detector
+/// needs only more than its threshold).
+const MAX_SYNC_RECORDS: u64 = 64;
+
+/// The policy `cfg` asks for, with its slice; `None` for `policy = "none"`.
+/// Credit variants are collaborative (they charge measured usage) unless
+/// the accounting is `none`, which gives the paper's time-sharing baselines.
+pub fn build_policy(cfg: &SchedConfig) -> Option<Box<dyn Policy>> {
+    let kind = cfg.policy?;
+    let policy: Box<dyn Policy> = match kind {
+        PolicyKind::FairQueuing => Box::new(FairQueuing::new(FairQueuingConfig {
+            slice: cfg.slice,
+            ..FairQueuingConfig::default()
+        })),
+        PolicyKind::CreditPoll | PolicyKind::CreditHybridSpin | PolicyKind::StrictCoSchedule => {
+            let mode = if cfg.accounting == Accounting::WallClock {
+                ExecutionMode::TimeShared
+            } else {
+                ExecutionMode::Collaborative
+            };
+            let credit = CreditConfig::new(cfg.slice, CreditConfig::PERIOD)
+                .expect("the default period is valid")
+                .with_mode(mode);
+            let variant = match kind {
+                PolicyKind::CreditPoll => CreditVariant::Poll,
+                PolicyKind::CreditHybridSpin => CreditVariant::HybridSpin,
+                _ => CreditVariant::StrictCoSchedule,
+            };
+            Box::new(Credit::new(variant, credit))
+        }
+    };
+    Some(policy)
+}
+
+/// What a holder with nothing to issue does under `cfg`'s policy.
+pub fn idle_behaviour(cfg: &SchedConfig) -> IdleBehaviour {
+    build_policy(cfg).map_or(IdleBehaviour::Block, |p| p.idle_behaviour())
+}
+
+/// Asks the CPU side to run a VM's vCPU now (FairGV Algorithm 4).
+pub trait CpuCoordinator: Send + std::fmt::Debug {
+    /// VM `vm` (its index in the configuration) was granted the GPU and is
+    /// CPU–GPU interactive: wake its vCPUs that wait for the GPU. Returns
+    /// how many waiters were woken.
+    fn wake_vcpu(&self, vm: usize) -> u32;
+}
+
+/// Local mode: a VM's "vCPUs" are its guest processes, which sleep on their
+/// channels' futex words; waking them is bumping `guest_wake` of every
+/// channel whose `guest_sleeping` is set (the server's own wake-up).
+#[derive(Debug)]
+pub struct LocalCoordinator {
+    regions: Vec<RegionBells>,
+}
+
+impl LocalCoordinator {
+    /// A coordinator for the VMs whose regions are `regions`, in
+    /// configuration order.
+    pub fn new(regions: Vec<RegionBells>) -> Self {
+        LocalCoordinator { regions }
+    }
+}
+
+impl CpuCoordinator for LocalCoordinator {
+    fn wake_vcpu(&self, vm: usize) -> u32 {
+        self.regions.get(vm).map_or(0, RegionBells::wake_guests)
+    }
+}
+
+/// One VM as the scheduler reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VmSched {
+    /// Its current weight.
+    pub weight: u32,
+    /// Blocked, runnable or running.
+    pub state: VgpuState,
+    /// GPU time charged by the policy, ns.
+    pub charged_ns: u64,
+    /// Grants received.
+    pub grants: u64,
+    /// Grants that woke its vCPUs (GPU-centric co-scheduling).
+    pub cosched_wakes: u64,
+    /// Grants it held past slice + grace.
+    pub overruns: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    cosched_wakes: u64,
+    overruns: u64,
+}
+
+#[derive(Debug)]
+struct Core {
+    policy: Box<dyn Policy>,
+    counters: Vec<Counters>,
+}
+
+/// What the scheduler thread shares with the supervisor and the control
+/// socket. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SchedHandle {
+    core: Arc<Mutex<Core>>,
+    /// Per VM: odd while a worker runs, bumped at every start and exit
+    /// (Release; the scheduler loads it with Acquire).
+    epochs: Arc<[AtomicU64]>,
+    slots: Arc<[GrantSlot]>,
+    bell: Bell,
+}
+
+impl SchedHandle {
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The supervisor started VM `vm`'s worker.
+    pub fn worker_started(&self, vm: usize) {
+        if let Some(e) = self.epochs.get(vm) {
+            // Release: orders the slot bookkeeping before it; pairs with the
+            // scheduler's Acquire load of the epoch.
+            e.fetch_add(1, Ordering::Release);
+            self.bell.ring();
+        }
+    }
+
+    /// The supervisor reaped VM `vm`'s worker.
+    pub fn worker_gone(&self, vm: usize) {
+        if let (Some(e), Some(slot)) = (self.epochs.get(vm), self.slots.get(vm)) {
+            slot.worker_gone();
+            // Release: publishes the cleared runnable flag; pairs with the
+            // scheduler's Acquire load of the epoch.
+            e.fetch_add(1, Ordering::Release);
+            self.bell.ring();
+        }
+    }
+
+    /// Changes VM `vm`'s weight; it applies to what is charged from now on.
+    pub fn set_weight(&self, vm: usize, weight: u32) -> Result<(), SchedError> {
+        self.lock().policy.set_weight(VgpuId(vm as u32), weight)
+    }
+
+    /// VM `vm` as the policy sees it.
+    pub fn vm(&self, vm: usize) -> Option<VmSched> {
+        let core = self.lock();
+        let s = core.policy.stats(VgpuId(vm as u32))?;
+        let c = core.counters.get(vm).copied().unwrap_or_default();
+        Some(VmSched {
+            weight: s.weight,
+            state: s.state,
+            charged_ns: s.charged.as_nanos(),
+            grants: s.grants,
+            cosched_wakes: c.cosched_wakes,
+            overruns: c.overruns,
+        })
+    }
+}
+
+/// The grant outstanding.
+#[derive(Debug)]
+struct Outstanding {
+    vm: usize,
+    seq: u32,
+    at: Instant,
+    slice: Duration,
+    /// An uncontended lease.
+    lease: bool,
+    /// When a lease was revoked.
+    revoked: Option<Instant>,
+    /// Wall-clock time of the lease charged by renewals, and until when.
+    charged: Duration,
+    charged_until: Instant,
+    warned: bool,
+}
+
+impl Outstanding {
+    /// After this, the holder counts as overrunning; `None` for a lease
+    /// that still runs.
+    fn deadline(&self) -> Option<Instant> {
+        match (self.lease, self.revoked) {
+            (false, _) => Some(self.at + self.slice + OVERRUN_GRACE),
+            (true, Some(at)) => Some(at + OVERRUN_GRACE),
+            (true, None) => None,
+        }
+    }
+}
+
+/// The scheduler thread's state. See the module documentation.
+#[derive(Debug)]
+pub struct Scheduler {
+    handle: SchedHandle,
+    _file: Arc<GrantFile>,
+    regions: Vec<RegionBells>,
+    coordinator: Box<dyn CpuCoordinator>,
+    names: Vec<String>,
+    origin: Instant,
+}
+
+impl Scheduler {
+    /// A scheduler over `file` (one slot per VM) for the VMs `names`, whose
+    /// regions are `regions`, with weights `weights`. Every VM starts
+    /// blocked, with no worker.
+    pub fn new(
+        mut policy: Box<dyn Policy>,
+        file: Arc<GrantFile>,
+        names: Vec<String>,
+        weights: &[u32],
+        regions: Vec<RegionBells>,
+        coordinator: Box<dyn CpuCoordinator>,
+    ) -> Result<Scheduler, SchedError> {
+        for (i, &w) in weights.iter().enumerate() {
+            policy.add(VgpuId(i as u32), w)?;
+        }
+        let n = names.len();
+        let slots: Arc<[GrantSlot]> = (0..n)
+            .map(|i| file.slot(i).expect("one grant slot per VM"))
+            .collect();
+        let handle = SchedHandle {
+            core: Arc::new(Mutex::new(Core {
+                policy,
+                counters: vec![Counters::default(); n],
+            })),
+            epochs: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            slots,
+            bell: file.bell(),
+        };
+        Ok(Scheduler {
+            handle,
+            _file: file,
+            regions,
+            coordinator,
+            names,
+            origin: Instant::now(),
+        })
+    }
+
+    /// The handle for the supervisor and the control socket.
+    pub fn handle(&self) -> SchedHandle {
+        self.handle.clone()
+    }
+
+    fn nanos(&self, t: Instant) -> Nanos {
+        Nanos::from_duration(t.duration_since(self.origin))
+    }
+
+    /// Runs until `shutdown`.
+    pub fn run(self, shutdown: &AtomicBool) {
+        let n = self.names.len();
+        let h = self.handle.clone();
+        let mut epoch = vec![0u64; n];
+        let mut sync_seen: Vec<u64> = h.slots.iter().map(GrantSlot::sync_calls).collect();
+        let mut out: Option<Outstanding> = None;
+        while !shutdown.load(Ordering::Relaxed) {
+            let seen = h.bell.seen();
+            let now_i = Instant::now();
+            let now = self.nanos(now_i);
+            let mut core = h.lock();
+            for i in 0..n {
+                let id = VgpuId(i as u32);
+                // Acquire: pairs with the supervisor's Release bump.
+                let e = h.epochs[i].load(Ordering::Acquire);
+                if e == epoch[i] {
+                    continue;
+                }
+                epoch[i] = e;
+                if let Some(o) = out.take_if(|o| o.vm == i) {
+                    let held = Nanos::from_duration(now_i.duration_since(o.charged_until));
+                    tracing::warn!(vm = %self.names[i], held = %held, "the GPU holder's worker is gone; its grant ends, charged the time it held it");
+                    log_refusal(&self.names[i], core.policy.release(id, held, now));
+                }
+                log_refusal(&self.names[i], core.policy.block(id, now));
+                sync_seen[i] = h.slots[i].sync_calls();
+            }
+            if let Some(o) = out.as_mut() {
+                let slot = &h.slots[o.vm];
+                if slot.released() == o.seq {
+                    // A lease reports all of its wall-clock time; renewals
+                    // charged part of it already.
+                    let used =
+                        Nanos(slot.used_ns()).saturating_sub(Nanos::from_duration(o.charged));
+                    log_refusal(
+                        &self.names[o.vm],
+                        core.policy.release(VgpuId(o.vm as u32), used, now),
+                    );
+                    out = None;
+                } else if !o.warned && o.deadline().is_some_and(|d| now_i > d) {
+                    o.warned = true;
+                    core.counters[o.vm].overruns += 1;
+                    tracing::warn!(
+                        vm = %self.names[o.vm],
+                        slice = ?o.slice,
+                        lease = o.lease,
+                        "the GPU holder has not released its grant within {OVERRUN_GRACE:?} of its end; it keeps it and is charged what it reports"
+                    );
+                }
+            }
+            for i in 0..n {
+                if epoch[i].is_multiple_of(2) {
+                    continue; // no worker
+                }
+                let id = VgpuId(i as u32);
+                let slot = &h.slots[i];
+                let calls = slot.sync_calls();
+                let new = calls.wrapping_sub(sync_seen[i]).min(MAX_SYNC_RECORDS);
+                sync_seen[i] = calls;
+                for _ in 0..new {
+                    log_refusal(&self.names[i], core.policy.record_sync_call(id, now));
+                }
+                if out.as_ref().is_some_and(|o| o.vm == i) {
+                    continue;
+                }
+                let state = core.policy.stats(id).map(|s| s.state);
+                match (slot.runnable(), state) {
+                    (true, Some(VgpuState::Blocked)) => {
+                        log_refusal(&self.names[i], core.policy.wake(id, now));
+                    }
+                    (false, Some(VgpuState::Runnable)) => {
+                        log_refusal(&self.names[i], core.policy.block(id, now));
+                    }
+                    _ => {}
+                }
+            }
+            match out.as_mut() {
+                None => {
+                    if let Some(g) = core.policy.pick(now) {
+                        let lease = !others_runnable(&*core.policy, g.id);
+                        out = Some(self.grant(&mut core, g, lease, now_i));
+                    }
+                }
+                Some(o) if o.lease && o.revoked.is_none() => {
+                    let id = VgpuId(o.vm as u32);
+                    if others_runnable(&*core.policy, id) {
+                        h.slots[o.vm].revoke(o.seq);
+                        self.regions[o.vm].ring_host();
+                        o.revoked = Some(now_i);
+                    } else if now_i.duration_since(o.charged_until) >= o.slice {
+                        // Renewal: charge the slice(s) the lease ran.
+                        let dt = now_i.duration_since(o.charged_until);
+                        log_refusal(
+                            &self.names[o.vm],
+                            core.policy.release(id, Nanos::from_duration(dt), now),
+                        );
+                        match core.policy.pick(now) {
+                            Some(g) if g.id == id => {}
+                            other => tracing::error!(
+                                vm = %self.names[o.vm],
+                                picked = ?other,
+                                "the policy did not renew the only runnable vGPU's lease"
+                            ),
+                        }
+                        o.charged += dt;
+                        o.charged_until = now_i;
+                    }
+                }
+                Some(_) => {}
+            }
+            drop(core);
+            let wait = match &out {
+                Some(o) if !o.warned => {
+                    let next = o.deadline().unwrap_or(o.charged_until + o.slice);
+                    next.saturating_duration_since(now_i)
+                        .clamp(Duration::from_micros(100), IDLE_WAIT)
+                }
+                _ => IDLE_WAIT,
+            };
+            h.bell.wait(seen, wait);
+        }
+    }
+
+    fn grant(&self, core: &mut Core, g: Grant, lease: bool, now: Instant) -> Outstanding {
+        let vm = g.id.0 as usize;
+        let seq = self.handle.slots[vm].grant(g.slice.as_nanos(), lease);
+        self.regions[vm].ring_host();
+        if g.wake_vcpu {
+            core.counters[vm].cosched_wakes += 1;
+            let woken = self.coordinator.wake_vcpu(vm);
+            tracing::trace!(vm = %self.names[vm], woken, "interactive vGPU granted; its vCPUs woken");
+        }
+        Outstanding {
+            vm,
+            seq,
+            at: now,
+            slice: g.slice.as_duration(),
+            lease,
+            revoked: None,
+            charged: Duration::ZERO,
+            charged_until: now,
+            warned: false,
+        }
+    }
+}
+
+/// Whether a vGPU other than `holder` is runnable.
+fn others_runnable(policy: &dyn Policy, holder: VgpuId) -> bool {
+    policy.ids().into_iter().any(|id| {
+        id != holder
+            && policy
+                .stats(id)
+                .is_some_and(|s| s.state == VgpuState::Runnable)
+    })
+}
+
+/// Logs a call the policy refused (a bug in this driver, never the
+/// guest's doing); the policy's state is unchanged by it.
+fn log_refusal(vm: &str, r: Result<(), SchedError>) {
+    if let Err(e) = r {
+        tracing::error!(vm, error = %e, "the scheduling policy refused a call");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::HostRegion;
+    use fairgpu_protocol::layout::RegionConfig;
+    use fairgpu_scheduler::SliceConfig;
+
+    fn temp(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("fairgpu-sched-test-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn policies_follow_the_configuration() {
+        let mut cfg = SchedConfig::default();
+        assert_eq!(
+            build_policy(&cfg).map(|p| (p.kind(), p.execution_mode())),
+            Some((PolicyKind::FairQueuing, ExecutionMode::Collaborative))
+        );
+        cfg.policy = Some(PolicyKind::CreditHybridSpin);
+        assert_eq!(
+            build_policy(&cfg).unwrap().execution_mode(),
+            ExecutionMode::Collaborative
+        );
+        cfg.accounting = Accounting::WallClock;
+        cfg.slice = SliceConfig::preemptive();
+        let mut p = build_policy(&cfg).unwrap();
+        assert_eq!(p.execution_mode(), ExecutionMode::TimeShared);
+        p.add(VgpuId(0), 1).unwrap();
+        p.wake(VgpuId(0), Nanos::ZERO).unwrap();
+        assert_eq!(p.pick(Nanos::ZERO).unwrap().slice, Nanos::from_millis(30));
+        cfg.policy = Some(PolicyKind::CreditPoll);
+        assert_eq!(idle_behaviour(&cfg), IdleBehaviour::Poll);
+        cfg.policy = None;
+        assert!(build_policy(&cfg).is_none());
+    }
+
+    /// The scheduler thread against hand-driven worker slots: grants go to
+    /// runnable VMs only, a release is charged what it reports, a dead
+    /// worker releases implicitly.
+    #[test]
+    fn the_thread_grants_charges_and_survives_dead_workers() {
+        let gpath = temp("grants");
+        let file = Arc::new(GrantFile::create(&gpath, 2).unwrap());
+        let rcfg = RegionConfig {
+            channels: 1,
+            ring_entries: 8,
+            arena_size: 64 * 1024,
+            ..Default::default()
+        };
+        let r0 = HostRegion::create(&temp("r0"), &rcfg).unwrap();
+        let r1 = HostRegion::create(&temp("r1"), &rcfg).unwrap();
+        let regions = vec![r0.bells(), r1.bells()];
+        let sched = Scheduler::new(
+            build_policy(&SchedConfig::default()).unwrap(),
+            file.clone(),
+            vec!["a".into(), "b".into()],
+            &[1, 2],
+            regions.clone(),
+            Box::new(LocalCoordinator::new(regions)),
+        )
+        .unwrap();
+        let h = sched.handle();
+        let stop = Arc::new(AtomicBool::new(false));
+        let t = {
+            let stop = stop.clone();
+            std::thread::spawn(move || sched.run(&stop))
+        };
+        let worker = GrantFile::open(&gpath, 2).unwrap();
+        let (w0, w1) = (worker.slot(0).unwrap(), worker.slot(1).unwrap());
+        let bell = worker.bell();
+        let wait_for = |what: &str, f: &dyn Fn() -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !f() {
+                assert!(Instant::now() < deadline, "timed out waiting for {what}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        h.worker_started(0);
+        h.worker_started(1);
+        // Nobody is runnable: no grant.
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!((w0.current_grant().0, w1.current_grant().0), (0, 0));
+        // b becomes runnable alone: it is granted an uncontended lease,
+        // which the scheduler charges slice by slice.
+        w1.set_runnable(true);
+        bell.ring();
+        wait_for("b's lease", &|| w1.current_grant().0 == 1);
+        assert_eq!(w1.current_grant(), (1, 6_000_000, true));
+        assert_eq!(h.vm(1).unwrap().state, VgpuState::Running);
+        wait_for("a renewal", &|| h.vm(1).unwrap().charged_ns >= 6_000_000);
+        // a becomes runnable: b's lease is revoked.
+        w0.set_runnable(true);
+        bell.ring();
+        wait_for("the revocation", &|| w1.revoked(1));
+        assert_eq!(w0.current_grant().0, 0, "no grant while b holds its lease");
+        // b drains and releases, reporting the whole lease; only the part not
+        // charged yet is added.
+        let charged = h.vm(1).unwrap().charged_ns;
+        w1.release(1, charged + 1_000_000, false);
+        bell.ring();
+        wait_for("b's charge", &|| {
+            h.vm(1).unwrap().charged_ns == charged + 1_000_000
+        });
+        wait_for("b blocked", &|| {
+            h.vm(1).unwrap().state == VgpuState::Blocked
+        });
+        // a is alone now: a lease too.
+        wait_for("a's grant", &|| w0.current_grant().0 == 1);
+        assert!(w0.current_grant().2);
+        // b wakes while a holds: a's lease is revoked; a releases 20 ms more
+        // than renewals charged, so b's start tag is the smaller, and b gets
+        // an ordinary (contended) grant, since a stays runnable.
+        w1.set_runnable(true);
+        bell.ring();
+        wait_for("a's revocation", &|| w0.revoked(1));
+        let charged = h.vm(0).unwrap().charged_ns;
+        w0.release(1, charged + 20_000_000, true);
+        bell.ring();
+        wait_for("b's contended grant", &|| w1.current_grant().0 == 2);
+        assert!(!w1.current_grant().2, "a waits, so no lease");
+        w1.release(2, 6_000_000, false);
+        bell.ring();
+        // a is granted again, then its worker dies holding the grant.
+        wait_for("a's grant", &|| w0.current_grant().0 == 2);
+        h.worker_gone(0);
+        let before = h.vm(0).unwrap().charged_ns;
+        wait_for("a's implicit release", &|| {
+            h.vm(0)
+                .is_some_and(|v| v.state == VgpuState::Blocked && v.charged_ns > before)
+        });
+        assert!(!w0.runnable(), "the daemon clears a dead worker's flag");
+        // The restarted worker is granted again once it is runnable.
+        h.worker_started(0);
+        w0.set_runnable(true);
+        bell.ring();
+        wait_for("a's third grant", &|| w0.current_grant().0 == 3);
+        h.set_weight(0, 7).unwrap();
+        assert_eq!(h.vm(0).unwrap().weight, 7);
+        assert!(h.set_weight(0, 0).is_err());
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
+    }
+}
