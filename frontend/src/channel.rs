@@ -29,8 +29,12 @@ const BLOCK_SLICE: Duration = Duration::from_millis(20);
 /// ivshmem BAR): doubled after each sleep of one wait, up to the maximum.
 const BACKOFF_MIN: Duration = Duration::from_micros(20);
 /// Longest sleep of that backoff: bounds how late a waiter notices a
-/// response when nothing can interrupt it.
-const BACKOFF_MAX: Duration = Duration::from_millis(1);
+/// response when nothing can interrupt it. Below the host's default spin
+/// budget (200 µs), so that a guest in a call-after-call loop posts its next
+/// request while the host still polls instead of making it block and ring
+/// (measured under TCG: 1 ms here gave a 0.5 ms median round trip through
+/// the doorbell, 100 µs gives 10 µs).
+const BACKOFF_MAX: Duration = Duration::from_micros(100);
 
 /// How a channel blocks once its spin budget is spent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -615,7 +619,13 @@ impl Channel {
             // Release: orders nothing the host reads through the bell, but
             // makes the futex value change visible before the wake.
             bell.fetch_add(1, Ordering::Release);
-            futex::wake(bell, 1);
+            match self.region.doorbell() {
+                // In a VM the host's futex is out of reach: ring the device's
+                // Doorbell; the host's ivshmem server turns the eventfd it
+                // signals into the futex wake.
+                Some(reg) => reg.ring_host(0),
+                None => futex::wake(bell, 1),
+            }
         }
     }
 

@@ -8,8 +8,14 @@
 //! through the channel's arena in pipelined chunks.
 //!
 //! Waiting is hybrid: spin for [`WaitConfig::spin`], then block on a futex
-//! in the region (local mode). The host's heartbeat bounds how long a call
-//! can wait for a dead host.
+//! in the region (local mode). In a VM the futex cannot block on the
+//! ivshmem BAR (FUTEX_WAIT fails with EFAULT on the PFN mapping, and the
+//! host's wake could not cross the VM boundary anyway): the channel notices
+//! and sleeps with a bounded backoff instead ([`WaitMode`]). A guest wakes a
+//! sleeping host with the futex in local mode and, on an `ivshmem-doorbell`
+//! device, with its Doorbell register ([`DoorbellRegister`]); on
+//! `ivshmem-plain` the host's block slice bounds that wait. The host's
+//! heartbeat bounds how long a call can wait for a dead host.
 //!
 //! Invariants: one `Channel` is used by one thread at a time (`&mut self`);
 //! all region access goes through `RegionView`; the guest never trusts the
@@ -26,7 +32,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use channel::{CallError, Channel, Reply, WaitMode};
-pub use region::{GuestRegion, REGION_ENV};
+pub use region::{DoorbellRegister, GuestRegion, HOST_PEER_ID, REGION_ENV};
 
 /// How a guest waits for the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -136,3 +136,15 @@ pub fn ivshmem_bars(sysfs_pci: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// The register BAR (`resource0`) of the ivshmem device whose BAR2 is
+/// `bar2`, if that device is an `ivshmem-doorbell` (it has an MSI-X BAR,
+/// `resource1`; `ivshmem-plain` has none and ignores Doorbell writes).
+pub fn ivshmem_doorbell_registers(bar2: &Path) -> Option<PathBuf> {
+    if bar2.file_name()? != "resource2" {
+        return None;
+    }
+    let dir = bar2.parent()?;
+    let regs = dir.join("resource0");
+    (regs.exists() && dir.join("resource1").exists()).then_some(regs)
+}

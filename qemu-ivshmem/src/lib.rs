@@ -11,6 +11,8 @@
 //! - [`qemu_args`] and [`libvirt_xml`] turn a validated [`VmSpec`] into the
 //!   `ivshmem-plain` or `ivshmem-doorbell` device of a VM.
 //! - [`Qmp`] reads each vCPU's host thread id (`query-cpus-fast`).
+//! - [`HostWaker`] turns a guest's doorbell into the futex wake the host's
+//!   serving loop blocks on.
 //!
 //! Invariants: all `unsafe` lives in the private `sys` module (memfd,
 //! eventfd, `SCM_RIGHTS`, poll); the server is bounded (peers, vectors,
@@ -24,6 +26,7 @@ pub mod cmdline;
 pub mod qmp;
 pub mod server;
 pub mod shm;
+pub mod wake;
 
 pub use cmdline::{libvirt_xml, qemu_args, Device, SpecError, VmSpec};
 pub use qmp::{Qmp, QmpError, VcpuThread};
@@ -32,3 +35,4 @@ pub use server::{
 };
 pub use shm::{bar_size, grow_to_bar_size, SharedMemory, ShmError};
 pub use sys::EventFd;
+pub use wake::{HostWaker, WakeError};

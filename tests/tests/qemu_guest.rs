@@ -16,7 +16,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 use fairgpu::host::{HostRegion, ServeConfig, Server};
 use fairgpu::transport_ops::TransportOps;
 use fairgpu_protocol::RegionConfig;
-use fairgpu_qemu::{qemu_args, Device, VmSpec};
+use fairgpu_qemu::{
+    qemu_args, Device, Event, HostWaker, IvshmemServer, ServerConfig, SharedMemory, VmSpec,
+};
 use fairgpu_tests::{fairgpu_bin, unique_region_path, TempDir};
 
 const QEMU: &str = "qemu-system-x86_64";
@@ -132,6 +134,20 @@ impl VmHost {
     }
 }
 
+impl VmHost {
+    /// The VM's ivshmem-plain device over this host's region file.
+    fn plain_spec(&self, name: &str) -> VmSpec {
+        VmSpec::new(
+            name,
+            self.bar_size,
+            Device::Plain {
+                mem_path: self.path.clone(),
+            },
+        )
+        .expect("a valid VM spec")
+    }
+}
+
 impl Drop for VmHost {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -216,8 +232,8 @@ struct Guest {
 
 impl Guest {
     /// Boots `img` with `run` as the guest's /guest/run script and the
-    /// region of `host` as an ivshmem-plain device.
-    fn boot(name: &str, img: &Image, dir: &TempDir, host: &VmHost, run: &str) -> Guest {
+    /// fairgpu device `spec`.
+    fn boot(name: &str, img: &Image, dir: &TempDir, spec: &VmSpec, run: &str) -> Guest {
         let initrd = dir.join(&format!("{name}-initrd"));
         let fairgpu = std::fs::read(fairgpu_bin()).expect("reading the fairgpu binary");
         overlay_initrd(
@@ -228,14 +244,6 @@ impl Guest {
                 ("guest/run", 0o755, run.as_bytes().to_vec()),
             ],
         );
-        let spec = VmSpec::new(
-            name,
-            host.bar_size,
-            Device::Plain {
-                mem_path: host.path.clone(),
-            },
-        )
-        .expect("a valid VM spec");
         let mut child = Command::new(QEMU)
             .args(["-accel", "tcg", "-m", "512", "-smp", "2"])
             .args(["-nodefaults", "-no-reboot", "-display", "none"])
@@ -245,7 +253,7 @@ impl Guest {
             .arg("-initrd")
             .arg(&initrd)
             .args(["-append", "console=ttyS0 quiet panic=-1"])
-            .args(qemu_args(&spec))
+            .args(qemu_args(spec))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -341,7 +349,13 @@ fn guest_pings_the_host_through_ivshmem_plain() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TempDir::new("qemu-ping");
     let host = VmHost::start("qemu-ping", 2);
-    let guest = Guest::boot("ping", &img, &dir, &host, &ping_script(200));
+    let guest = Guest::boot(
+        "ping",
+        &img,
+        &dir,
+        &host.plain_spec("ping"),
+        &ping_script(200),
+    );
     let (status, out, took) = guest.finish();
     assert_pinged("ping", status, &out, took);
     assert!(
@@ -362,10 +376,76 @@ fn two_vms_with_their_own_regions_both_complete() {
     let guests: Vec<Guest> = ["a", "b"]
         .iter()
         .zip(&hosts)
-        .map(|(name, host)| Guest::boot(name, &img, &dir, host, &ping_script(100)))
+        .map(|(name, host)| {
+            Guest::boot(name, &img, &dir, &host.plain_spec(name), &ping_script(100))
+        })
         .collect();
     for (guest, name) in guests.into_iter().zip(["a", "b"]) {
         let (status, out, took) = guest.finish();
         assert_pinged(name, status, &out, took);
     }
+}
+
+/// The ping's p99 round trip in nanoseconds, from its summary line.
+fn ping_p99_ns(out: &str) -> Option<u64> {
+    let line = out.lines().find(|l| l.contains("round trips"))?;
+    let rest = line.split("p99 ").nth(1)?;
+    rest.split(' ').next()?.parse().ok()
+}
+
+#[test]
+fn guest_rings_the_host_through_ivshmem_doorbell() {
+    let Some(img) = image() else { return };
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("qemu-doorbell");
+    let host = VmHost::start("qemu-doorbell", 2);
+    // The ivshmem server hands the region file to QEMU; each ring of the
+    // host's vector 0 becomes the futex wake the serving loop blocks on.
+    let socket = dir.join("ivshmem.sock");
+    let shm = SharedMemory::open(&host.path).expect("opening the region for QEMU");
+    let cfg = ServerConfig {
+        name: "doorbell".into(),
+        vectors: 1,
+        ..ServerConfig::default()
+    };
+    let mut server = IvshmemServer::bind(&socket, shm, cfg).expect("binding the ivshmem socket");
+    let waker = HostWaker::open(&host.path).expect("mapping the region to wake its host");
+    let rings = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let serving = {
+        let (rings, stop) = (rings.clone(), stop.clone());
+        std::thread::spawn(move || {
+            server
+                .run(&stop, |e| {
+                    if let Event::Doorbell { count, .. } = e {
+                        waker.wake();
+                        rings.fetch_add(*count, Ordering::Relaxed);
+                    }
+                })
+                .expect("the ivshmem server");
+        })
+    };
+    let spec = VmSpec::new(
+        "doorbell",
+        host.bar_size,
+        Device::Doorbell {
+            socket: socket.clone(),
+            vectors: 1,
+        },
+    )
+    .expect("a valid VM spec");
+    let guest = Guest::boot("doorbell", &img, &dir, &spec, &ping_script(200));
+    let (status, out, took) = guest.finish();
+    stop.store(true, Ordering::Relaxed);
+    serving.join().expect("the ivshmem server thread");
+    assert_pinged("doorbell", status, &out, took);
+    let rings = rings.load(Ordering::Relaxed);
+    eprintln!(
+        "host doorbell rung {rings} times; ping p99 {:?} ns",
+        ping_p99_ns(&out)
+    );
+    assert!(
+        rings > 0,
+        "the guest never rang the host's doorbell:\n{out}"
+    );
 }
