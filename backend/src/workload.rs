@@ -36,7 +36,12 @@
 //!
 //! `--sleep-ratio R` makes any profile non-saturating, as NEON's Throttle
 //! and FairGV's Fig. 10 do: after each kernel the generator waits for it
-//! and sleeps, so that sleeping is a fraction `R` of its own run time.
+//! and sleeps `K × R / (1 − R)`, so that sleeping takes the fraction `R` of
+//! the time spent sleeping or computing. Sleeps overshoot (timer slack,
+//! wake-up latency); the overshoot is carried over and taken off the next
+//! sleeps, so the total stays what the ratio asks. The round trip of the
+//! wait itself adds to the computing part: alone, such a VM keeps the
+//! device busy somewhat less than `1 − R` of the time.
 
 mod driver;
 
@@ -614,12 +619,13 @@ pub struct RunCounts {
     pub wall_s: f64,
 }
 
-/// Runs `mix` on `gpu` until `stop`; `sleep` sleeps (injected for tests).
+/// Runs `mix` on `gpu` until `stop`; `sleep` sleeps and returns how long
+/// it really slept (injected for tests).
 pub fn generate(
     gpu: &mut dyn GpuClient,
     mix: &Mix,
     stop: StopAfter,
-    sleep: &mut dyn FnMut(Duration),
+    sleep: &mut dyn FnMut(Duration) -> Duration,
 ) -> Result<RunCounts, WorkloadError> {
     let mut latency = Histogram::default();
     let (mut kernels, mut copies, mut syncs, mut flow_waits) = (0u64, 0u64, 0u64, 0u64);
@@ -645,6 +651,7 @@ pub fn generate(
     // known complete (a synchronous call drains everything before it).
     let (mut recorded, mut complete) = (0u64, 0u64);
     let mut in_batch = 0u64;
+    let mut sleep_debt: i128 = 0;
     let start = Instant::now();
     let deadline = start + stop.time;
     gpu.record(EV_START)?;
@@ -669,7 +676,15 @@ pub fn generate(
                 timed(&mut || gpu.stream_sync())?;
                 drained = true;
             }
-            sleep(Duration::from_nanos(mix.sleep_ns));
+            // Sleep what is owed: this kernel's share plus what earlier
+            // sleeps fell short of (negative after an overshoot).
+            let want = i128::from(mix.sleep_ns) + sleep_debt;
+            if want > 0 {
+                let slept = sleep(Duration::from_nanos(want as u64));
+                sleep_debt = want - slept.as_nanos() as i128;
+            } else {
+                sleep_debt = want;
+            }
         }
         if drained {
             complete = recorded;
@@ -776,7 +791,11 @@ pub fn run(a: &WorkloadArgs) -> anyhow::Result<()> {
         time: Duration::from_secs_f64(a.seconds),
         kernels: None,
     };
-    let mut sleep = |d: Duration| std::thread::sleep(d);
+    let mut sleep = |d: Duration| {
+        let t = Instant::now();
+        std::thread::sleep(d);
+        t.elapsed()
+    };
     let (counts, library, device) = match a.client {
         ClientKind::Libcuda => {
             let mut d = Driver::load(KERNELS_PTX, SPIN_KERNEL, EVENTS)?;
@@ -889,7 +908,10 @@ mod tests {
                 time: Duration::from_secs(3600),
                 kernels: Some(kernels),
             },
-            &mut |d| slept += d.as_nanos() as u64,
+            &mut |d| {
+                slept += d.as_nanos() as u64;
+                d
+            },
         )
         .unwrap();
         (fake, counts, slept)
@@ -1004,6 +1026,40 @@ mod tests {
         assert_eq!(counts.syncs, 100);
         assert_eq!(slept, 100 * 600_000);
         assert_eq!(counts.flow_waits, 0);
+    }
+
+    #[test]
+    fn sleep_overshoot_is_taken_off_later_sleeps() {
+        let mix = Mix::new(
+            "Throttle",
+            &MixOptions {
+                kernel_us: Some(100.0),
+                sleep_ratio: 0.5,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut fake = Fake::default();
+        let (mut asked, mut slept) = (Vec::new(), 0u64);
+        generate(
+            &mut fake,
+            &mix,
+            StopAfter {
+                time: Duration::from_secs(3600),
+                kernels: Some(11),
+            },
+            // Every sleep overshoots by 30 us.
+            &mut |d| {
+                asked.push(d.as_nanos() as u64);
+                slept += d.as_nanos() as u64 + 30_000;
+                d + Duration::from_micros(30)
+            },
+        )
+        .unwrap();
+        assert_eq!(asked[0], 100_000);
+        assert_eq!(asked[1], 70_000, "the overshoot comes off the next sleep");
+        // Ten sleeps of 100 us owed; at most one overshoot beyond it.
+        assert!((1_000_000..=1_030_000).contains(&slept), "{slept}");
     }
 
     #[test]
