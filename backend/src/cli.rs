@@ -39,6 +39,13 @@ pub enum Command {
     /// fairgpu's PTX kernels as a guest, launch them and check the results
     /// against the CPU, time a kernel with events, show the accounting.
     /// Exits non-zero if a check fails. `scripts/gpu-check.sh` runs it.
+    /// Print the QEMU options that give configured VM NAME its fairgpu
+    /// device (ivshmem-plain over the VM's region file). The VM must have
+    /// `guest = "qemu"` in the configuration.
+    QemuArgs(VmDeviceArgs),
+    /// Print the libvirt `<shmem>` element for configured VM NAME (put it
+    /// in the domain's `<devices>`). The VM must have `guest = "qemu"`.
+    LibvirtXml(VmDeviceArgs),
     GpuCheck {
         /// Executor for the check: cuda (a real GPU), sim (SimGpu, which
         /// skips the result check of kernels it cannot execute) or auto.
@@ -157,6 +164,19 @@ pub struct StatusArgs {
     /// Print the daemon's reply as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `fairgpu qemu-args` / `fairgpu libvirt-xml` options.
+#[derive(Debug, Clone, Args)]
+pub struct VmDeviceArgs {
+    /// The VM's name in the configuration.
+    pub vm: String,
+    /// The daemon's configuration file.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Also give QEMU a QMP socket at this path (for vCPU thread ids).
+    #[arg(long)]
+    pub qmp: Option<PathBuf>,
 }
 
 /// Region shape and serving options.

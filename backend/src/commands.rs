@@ -34,6 +34,21 @@ pub fn run_with_log(cmd: Command, log: &str) -> anyhow::Result<()> {
         Command::ServeRegion(a) => serve_region(&a),
         Command::Ping(a) => ping(&a),
         Command::GpuCheck { executor } => crate::gpu_check::run(&executor),
+        Command::QemuArgs(a) => {
+            let args = fairgpu_qemu::qemu_args(&vm_device(&a)?);
+            println!(
+                "{}",
+                args.iter()
+                    .map(|a| shell_quote(a))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+            Ok(())
+        }
+        Command::LibvirtXml(a) => {
+            print!("{}", fairgpu_qemu::libvirt_xml(&vm_device(&a)?));
+            Ok(())
+        }
         Command::Bench(BenchCommand::Transport(a)) => crate::bench::transport(&a),
         Command::Bench(BenchCommand::Fairness(a)) => crate::fairness::bench(&a),
         Command::SocketEcho { path, cpu } => crate::bench::socket_echo(&path, cpu),
@@ -218,4 +233,40 @@ fn status(a: &StatusArgs) -> anyhow::Result<()> {
         print!("{}", crate::control::render_table(&status));
     }
     Ok(())
+}
+
+/// The ivshmem device of a configured VM whose guests run in QEMU.
+fn vm_device(a: &crate::cli::VmDeviceArgs) -> anyhow::Result<fairgpu_qemu::VmSpec> {
+    let cfg = crate::config::Config::load(&a.config)?;
+    let (_, vm) = cfg
+        .vm(&a.vm)
+        .with_context(|| format!("no VM named {:?} in {}", a.vm, a.config.display()))?;
+    if vm.guest != crate::config::GuestKind::Qemu {
+        bail!(
+            "vm {:?} serves local guests; set guest = \"qemu\" in its [[vm]] table so its region is \
+             sized and owned for a VM",
+            vm.name
+        );
+    }
+    let size = fairgpu_protocol::Layout::new(&vm.region)?.region_size() as u64;
+    let device = fairgpu_qemu::Device::Plain {
+        mem_path: vm.region_path.clone(),
+    };
+    let spec = fairgpu_qemu::VmSpec::new(&vm.name, fairgpu_qemu::bar_size(size), device)?;
+    Ok(match &a.qmp {
+        Some(q) => spec.with_qmp(q)?,
+        None => spec,
+    })
+}
+
+/// `s` quoted for a POSIX shell when it needs it.
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_=.,/:@%+".contains(&b))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }

@@ -240,6 +240,22 @@ struct RawVm {
     channels: i64,
     ring_entries: Option<i64>,
     arena: Option<SizeSpec>,
+    #[serde(default)]
+    guest: GuestKind,
+}
+
+/// Where a VM's guest processes run, which decides how the region is made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GuestKind {
+    /// Processes on this host (containers, tests): owner pids are host pids,
+    /// so the host may reclaim channels of dead owners itself.
+    #[default]
+    Local,
+    /// A QEMU VM with an `ivshmem-plain` device over the region file: the
+    /// file is sized to a power of two (a PCI BAR), and owner pids are the
+    /// guest's, reclaimed only by the guest.
+    Qemu,
 }
 
 fn default_weight() -> i64 {
@@ -462,6 +478,8 @@ pub struct VmConfig {
     pub region_path: PathBuf,
     /// The region's shape.
     pub region: RegionConfig,
+    /// Where its guests run.
+    pub guest: GuestKind,
 }
 
 /// The control socket used when the file names none:
@@ -707,11 +725,15 @@ fn validate_vm(raw: RawVm) -> Result<VmConfig, String> {
                 })?
         }
     };
+    let features = match raw.guest {
+        GuestKind::Local => defaults.features,
+        GuestKind::Qemu => defaults.features & !fairgpu_protocol::layout::FEATURE_LOCAL_OWNERS,
+    };
     let region = RegionConfig {
         channels,
         ring_entries,
         arena_size,
-        ..defaults
+        features,
     };
     Layout::new(&region).map_err(|e| format!("the region's shape is invalid: {e}"))?;
     Ok(VmConfig {
@@ -720,6 +742,7 @@ fn validate_vm(raw: RawVm) -> Result<VmConfig, String> {
         memory,
         region_path: raw.region,
         region,
+        guest: raw.guest,
     })
 }
 

@@ -362,6 +362,11 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
         }
         let region = HostRegion::create(&v.region_path, &v.region)
             .with_context(|| format!("vm {:?}: creating its region", v.name))?;
+        if v.guest == crate::config::GuestKind::Qemu {
+            // QEMU maps the file as a PCI BAR, whose size is a power of two.
+            fairgpu_qemu::grow_to_bar_size(&v.region_path)
+                .with_context(|| format!("vm {:?}: sizing its region for ivshmem", v.name))?;
+        }
         let slot = stats.slot(i).expect("one slot per VM");
         slot.set(Field::ChannelsTotal, v.region.channels.into());
         slot.set(Field::MemQuota, v.memory);
