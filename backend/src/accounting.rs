@@ -24,8 +24,14 @@
 //!   lease; the holder notices before its next request or after its pass,
 //!   drains (synchronises every context it issued to, except with
 //!   `accounting = "none"`), and releases reporting the wall-clock time it
-//!   held the lease. A lease also ends like any grant when its holder has
-//!   nothing to issue for the spin budget.
+//!   held the lease. A lease also ends when its holder has nothing to
+//!   issue for the spin budget and none of its work is still in flight
+//!   (it does not block on that work to release). So that the drain (the wait of
+//!   the VM that caused the revocation) stays short, a lease holder keeps
+//!   at most [`LEASE_QUEUE`] requests in flight: it records an executor
+//!   event after each and holds the next request back while that many are
+//!   not done (the daemon grants leases only after the other VMs have been
+//!   quiet for a while, so this is the only protection needed).
 //! - **Accounting** ([`Accounting`]), per grant:
 //!   - `sampled`: synchronise after each of the first [`SAMPLES`] requests
 //!     and time each (issue to end of synchronisation); from their average,
@@ -41,7 +47,10 @@
 //!     previous pair). The grant ends when what was measured plus the
 //!     pairs still in flight, estimated at the running average, reach the
 //!     slice; pairs still in flight at a release are charged at a later
-//!     release. Only the very first pair of a VM is waited for, to have an
+//!     release. Nothing is drained, so the first request of a grant may
+//!     queue behind the previous holder's last work, which its pair would
+//!     include: the first pair of a grant is charged at most the running
+//!     average. Only the very first pair of a VM is waited for, to have an
 //!     average at all.
 //!   - `none`: no measurement; the grant is a wall-clock lease of one
 //!     slice and its wall-clock length is what is charged (the
@@ -79,6 +88,16 @@ pub const SAMPLES: u32 = 5;
 pub const WALL_CAP_SLICES: u32 = 2;
 /// Most event pairs in flight (`events`); at this many the grant ends.
 pub const MAX_PENDING_MARKS: usize = 256;
+/// Most requests a lease holder keeps in flight, as deep as a GPU's own
+/// command queue (a burst of work behind a long kernel must not be held
+/// back, or the stream would idle before it is issued).
+pub const LEASE_QUEUE: usize = 1024;
+/// Every this many marks a lease holder forgets the oldest done ones.
+const LEASE_TRIM: usize = 128;
+/// How soon a lease holder with a full queue looks at it again.
+const LEASE_RECHECK: Duration = Duration::from_micros(100);
+/// How often an idle lease holder looks whether its work in flight is done.
+const LEASE_IN_FLIGHT_RECHECK: Duration = Duration::from_millis(1);
 
 /// Whether `op` puts work on the device or waits for it, and so is issued
 /// only under a grant: launches, copies, memsets, stream/event ordering
@@ -191,6 +210,8 @@ pub struct Gate {
     /// What was last published in the slot's runnable flag.
     runnable: bool,
     events: EventMeter,
+    /// End marks of a lease's requests not known to be done.
+    lease_marks: VecDeque<Mark>,
     grants: u64,
 }
 
@@ -226,10 +247,14 @@ enum Why {
     Idle,
 }
 
+/// An event pair in flight: start, end, and whether it is the first of
+/// its grant.
+type Pair = (Mark, Mark, bool);
+
 /// Event pairs in flight and what completed ones measured (`events`).
 #[derive(Debug, Default)]
 struct EventMeter {
-    pending: VecDeque<(Mark, Mark)>,
+    pending: VecDeque<Pair>,
     /// The last completed pair's end mark, per channel.
     last_end: Vec<Option<Mark>>,
     /// Measured and not yet reported, ns.
@@ -243,7 +268,7 @@ impl EventMeter {
     fn collect(&mut self, meter: &mut dyn Meter) {
         let mut i = 0;
         while i < self.pending.len() {
-            let (start, end) = self.pending[i];
+            let (start, end, first) = self.pending[i];
             match meter.mark_done(end) {
                 Some(false) => i += 1,
                 None => {
@@ -252,7 +277,11 @@ impl EventMeter {
                 }
                 Some(true) => {
                     self.pending.remove(i);
-                    let ns = self.measure(meter, start, end);
+                    let mut ns = self.measure(meter, start, end);
+                    if first {
+                        // It may have waited for the previous holder's work.
+                        ns = self.avg.map_or(ns, |a| ns.min(a));
+                    }
                     self.unreported += ns;
                     self.avg = Some(match self.avg {
                         None => ns,
@@ -292,7 +321,7 @@ impl EventMeter {
 
     /// Forgets channel `ch`'s marks (its context is about to go).
     fn forget(&mut self, ch: u32) {
-        self.pending.retain(|(s, _)| s.ch != ch);
+        self.pending.retain(|(s, _, _)| s.ch != ch);
         if let Some(slot) = self.last_end.get_mut(ch as usize) {
             *slot = None;
         }
@@ -315,6 +344,7 @@ impl Gate {
             holding: None,
             runnable: false,
             events: EventMeter::default(),
+            lease_marks: VecDeque::new(),
             grants: 0,
         }
     }
@@ -345,6 +375,7 @@ impl Gate {
         }
         self.seen = seq;
         self.grants += 1;
+        tracing::trace!(vm = %self.cfg.vm, seq, lease, "grant taken");
         self.holding = Some(Holding {
             seq,
             lease,
@@ -368,6 +399,7 @@ impl Gate {
                 for ch in h.dirty.drain(..) {
                     meter.sync_channel(ch);
                 }
+                self.collect_lease_marks(meter);
             }
             nanos(h.since.elapsed())
         } else {
@@ -403,9 +435,9 @@ impl Gate {
         }
     }
 
-    /// After a request issued under a lease: remember the channel for the
-    /// drain, and end the lease if it was revoked.
-    fn after_lease_request(&mut self, meter: &mut dyn Meter, ch: u32) {
+    /// After a request issued under a lease: mark its end, remember the
+    /// channel for the drain, and end the lease if it was revoked.
+    fn after_lease_request(&mut self, meter: &mut dyn Meter, ch: u32, req: &ValidRequest) {
         let Some(h) = self.holding.as_mut() else {
             return;
         };
@@ -413,8 +445,56 @@ impl Gate {
         if !h.dirty.contains(&ch) {
             h.dirty.push(ch);
         }
-        if self.slot.revoked(h.seq) {
+        let seq = h.seq;
+        if self.cfg.accounting != Accounting::WallClock {
+            if let Some(m) = meter.mark(ch, req) {
+                self.lease_marks.push_back(m);
+            }
+            if self.lease_marks.len().is_multiple_of(LEASE_TRIM) {
+                self.trim_lease_marks(meter);
+            }
+        }
+        if self.slot.revoked(seq) {
             self.release(meter, Why::Full);
+        }
+    }
+
+    /// Forgets the lease's end marks that are done (or void).
+    fn collect_lease_marks(&mut self, meter: &mut dyn Meter) {
+        self.lease_marks.retain(|&m| match meter.mark_done(m) {
+            Some(false) => true,
+            Some(true) => {
+                meter.unmark(m);
+                false
+            }
+            None => false,
+        });
+    }
+
+    /// Whether a lease holder must hold its next request back: it has
+    /// [`LEASE_QUEUE`] requests in flight.
+    fn lease_full(&mut self, meter: &mut dyn Meter) -> bool {
+        if self.lease_marks.len() < LEASE_QUEUE {
+            return false;
+        }
+        self.collect_lease_marks(meter);
+        self.lease_marks.len() >= LEASE_QUEUE
+    }
+
+    /// Forgets done lease marks from the front (oldest first), without
+    /// waiting, so that the count stays close to what is in flight.
+    fn trim_lease_marks(&mut self, meter: &mut dyn Meter) {
+        while let Some(&m) = self.lease_marks.front() {
+            match meter.mark_done(m) {
+                Some(false) => break,
+                Some(true) => {
+                    meter.unmark(m);
+                    self.lease_marks.pop_front();
+                }
+                None => {
+                    self.lease_marks.pop_front();
+                }
+            }
         }
     }
 
@@ -493,17 +573,18 @@ impl Gate {
             return;
         };
         let now = Instant::now();
+        let first = h.last_device == h.since;
         h.last_device = now;
         let (since, slice) = (h.since, h.slice);
         match (start, meter.mark(ch, req)) {
-            (Some(s), Some(e)) => self.events.pending.push_back((s, e)),
+            (Some(s), Some(e)) => self.events.pending.push_back((s, e, first)),
             (Some(m), None) | (None, Some(m)) => meter.unmark(m),
             (None, None) => {}
         }
         if self.events.avg.is_none() {
             // Nothing measured yet, so nothing to estimate the pairs in
             // flight with: wait for the first one (once per VM).
-            while let Some(&(_, end)) = self.events.pending.front() {
+            while let Some(&(_, end, _)) = self.events.pending.front() {
                 match meter.mark_done(end) {
                     Some(false) => std::thread::sleep(Duration::from_micros(20)),
                     _ => break,
@@ -546,7 +627,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         }
         if gate.holding.as_ref().is_some_and(|h| h.lease) {
             let result = self.inner.handle(ch, req, arena);
-            gate.after_lease_request(&mut self.inner, ch);
+            gate.after_lease_request(&mut self.inner, ch, req);
             return result;
         }
         let start = match gate.cfg.accounting {
@@ -566,6 +647,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
     fn reset(&mut self, ch: u32) {
         if let Some(gate) = self.gate.as_mut() {
             gate.events.forget(ch);
+            gate.lease_marks.retain(|m| m.ch != ch);
             if let Some(h) = gate.holding.as_mut() {
                 h.dirty.retain(|&c| c != ch);
             }
@@ -586,6 +668,11 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         }
         if gate.lease_revoked() {
             gate.release(&mut self.inner, Why::Full);
+        }
+        if gate.holding.as_ref().is_some_and(|h| h.lease) {
+            // Held back (not deferred to the scheduler) while the lease's
+            // queue is full.
+            return !gate.lease_full(&mut self.inner);
         }
         if gate.holding.is_some() || gate.try_take(Instant::now()) {
             return true;
@@ -620,16 +707,29 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             gate.release(&mut self.inner, Why::Full);
             return None;
         }
-        let h = gate.holding.as_ref().expect("holding");
+        let h = gate.holding.as_mut().expect("holding");
         if h.lease {
             // No slice and no wall-clock cap: the daemon revokes the lease
             // (ringing the doorbell) when another VM waits.
+            if pass.deferred {
+                // Held back by a full queue: busy, not idle; look again soon.
+                h.last_device = now;
+                return Some(LEASE_RECHECK);
+            }
             let quiet = now.duration_since(h.last_device);
             return match gate.cfg.idle {
                 IdleBehaviour::Poll => None,
                 IdleBehaviour::Block if quiet >= gate.cfg.spin => {
-                    gate.release(&mut self.inner, Why::Idle);
-                    None
+                    // Nothing to issue; but work still in flight keeps the
+                    // holder busy (releasing would mean draining it, and
+                    // the worker could serve nothing meanwhile).
+                    gate.trim_lease_marks(&mut self.inner);
+                    if gate.lease_marks.is_empty() {
+                        gate.release(&mut self.inner, Why::Idle);
+                        None
+                    } else {
+                        Some(LEASE_IN_FLIGHT_RECHECK)
+                    }
                 }
                 IdleBehaviour::Block => Some(gate.cfg.spin - quiet),
             };

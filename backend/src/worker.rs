@@ -100,6 +100,7 @@ pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
 fn serve(args: &WorkerArgs) -> anyhow::Result<()> {
     crate::process::die_with_parent(libc::SIGTERM, args.daemon_pid)
         .context("tying the worker's life to its daemon")?;
+    crate::process::precise_sleeps();
     let shutdown = crate::commands::shutdown_flag()?;
     let cfg = Config::load(&args.config)?;
     if format!("{:016x}", cfg.fingerprint) != args.fingerprint {
