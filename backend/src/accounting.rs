@@ -766,3 +766,256 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grants::GrantFile;
+    use crate::host::HostRegion;
+    use fairgpu_protocol::layout::RegionConfig;
+
+    /// A handler that serves everything and counts what accounting asks.
+    #[derive(Debug, Default)]
+    struct Fake {
+        handled: Vec<Opcode>,
+        syncs: u32,
+        marks: u32,
+        /// Marks report done.
+        done: bool,
+    }
+
+    impl Handler for Fake {
+        fn handle(
+            &mut self,
+            _: u32,
+            req: &ValidRequest,
+            _: &ArenaSlice<'_>,
+        ) -> Result<Answer, Status> {
+            self.handled.push(req.op);
+            Ok(Answer::default())
+        }
+        fn reset(&mut self, _: u32) {}
+    }
+
+    impl Meter for Fake {
+        fn sync_channel(&mut self, _: u32) {
+            self.syncs += 1;
+        }
+        fn mark(&mut self, ch: u32, _: &ValidRequest) -> Option<Mark> {
+            self.marks += 1;
+            Some(Mark {
+                ch,
+                ctx: CtxId(1),
+                event: EventId(u64::from(self.marks)),
+            })
+        }
+        fn mark_done(&mut self, _: Mark) -> Option<bool> {
+            Some(self.done)
+        }
+        fn mark_elapsed_ns(&mut self, _: Mark, _: Mark) -> Option<i64> {
+            Some(1_000)
+        }
+        fn unmark(&mut self, _: Mark) {}
+    }
+
+    fn req(op: Opcode, needs_response: bool) -> ValidRequest {
+        ValidRequest {
+            op,
+            needs_response,
+            call_id: 1,
+            vcpu: 0,
+            arena: 0..0,
+            args: [0; fairgpu_protocol::limits::REQUEST_ARGS],
+        }
+    }
+
+    struct Rig {
+        file: GrantFile,
+        region: HostRegion,
+        s: Scheduled<Fake>,
+    }
+
+    fn rig(name: &str, accounting: Accounting, idle: IdleBehaviour) -> Rig {
+        let dir = std::env::temp_dir();
+        let pid = std::process::id();
+        let file = GrantFile::create(&dir.join(format!("fairgpu-acct-{pid}-{name}")), 1).unwrap();
+        let region = HostRegion::create(
+            &dir.join(format!("fairgpu-acct-{pid}-{name}.region")),
+            &RegionConfig {
+                channels: 1,
+                ring_entries: 8,
+                arena_size: 64 * 1024,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let gate = Gate::new(
+            file.slot(0).unwrap(),
+            file.bell(),
+            GateConfig {
+                accounting,
+                idle,
+                spin: Duration::ZERO,
+                vm: "vm".into(),
+            },
+        );
+        Rig {
+            file,
+            region,
+            s: Scheduled::new(Fake::default(), gate),
+        }
+    }
+
+    impl Rig {
+        fn serve(&mut self, op: Opcode) -> bool {
+            let r = req(op, true);
+            if !self.s.may_issue(0, &r) {
+                return false;
+            }
+            let view = self.region.view().clone();
+            self.s.handle(0, &r, &ArenaSlice::empty(&view)).unwrap();
+            true
+        }
+
+        fn idle_pass(&mut self) -> Option<Duration> {
+            self.s.poll(Pass::default())
+        }
+    }
+
+    #[test]
+    fn device_work_needs_the_grant_and_queries_do_not() {
+        let gated: Vec<Opcode> = Opcode::ALL
+            .into_iter()
+            .filter(|&op| needs_grant(op))
+            .collect();
+        assert_eq!(gated.len(), 14);
+        for op in [
+            Opcode::Nop,
+            Opcode::DeviceGetAttribute,
+            Opcode::MemAlloc,
+            Opcode::MemFree,
+            Opcode::MemGetInfo,
+            Opcode::ModuleStage,
+            Opcode::ModuleGetFunction,
+            Opcode::EventQuery,
+            Opcode::StreamQuery,
+            Opcode::EventElapsedTime,
+            Opcode::EventCreate,
+        ] {
+            assert!(!needs_grant(op), "{op:?}");
+        }
+    }
+
+    #[test]
+    fn unscheduled_passes_everything() {
+        let mut s = Scheduled::unscheduled(Fake::default());
+        assert!(s.may_issue(0, &req(Opcode::LaunchKernel, false)));
+        assert_eq!(s.poll(Pass::default()), None);
+        assert!(s.gate().is_none());
+    }
+
+    #[test]
+    fn a_grant_is_used_measured_and_released_at_the_slice() {
+        let mut r = rig("every", Accounting::Every, IdleBehaviour::Block);
+        let d = r.file.slot(0).unwrap();
+        // Queries pass; device work waits for the grant and makes the VM
+        // runnable.
+        assert!(r.serve(Opcode::DeviceGetAttribute));
+        assert!(!r.serve(Opcode::LaunchKernel));
+        assert!(d.runnable());
+        assert!(!r.s.gate().unwrap().holding());
+        // A 1 ns measured grant: the first request fills it.
+        let seq = d.grant(1, false);
+        assert!(r.serve(Opcode::LaunchKernel));
+        assert_eq!(r.s.inner().syncs, 1, "every request is synchronised");
+        assert_eq!(d.released(), seq);
+        assert!(d.used_ns() > 0);
+        assert!(d.runnable(), "a full release stays runnable");
+        assert_eq!(d.sync_calls(), 1);
+        assert!(!r.serve(Opcode::LaunchKernel), "no grant any more");
+        // Nothing held back: the worker yields and is marked blocked.
+        r.idle_pass();
+        assert!(!d.runnable());
+    }
+
+    #[test]
+    fn sampled_grants_synchronise_the_first_requests_and_idle_ones_block() {
+        let mut r = rig("sampled", Accounting::Sampled, IdleBehaviour::Block);
+        let d = r.file.slot(0).unwrap();
+        let seq = d.grant(10_000_000_000, false);
+        for _ in 0..SAMPLES + 3 {
+            assert!(r.serve(Opcode::LaunchKernel));
+        }
+        assert_eq!(r.s.inner().syncs, SAMPLES, "the samples only");
+        // Idle for the (zero) spin budget: the bulk phase is synchronised and
+        // the grant released with everything measured; the worker blocks.
+        assert_eq!(r.idle_pass(), None);
+        assert_eq!(r.s.inner().syncs, SAMPLES + 1);
+        assert_eq!(d.released(), seq);
+        assert!(!d.runnable());
+        assert!(d.used_ns() > 0);
+    }
+
+    #[test]
+    fn a_stale_grant_is_taken_and_given_back() {
+        let mut r = rig("stale", Accounting::Sampled, IdleBehaviour::Block);
+        let d = r.file.slot(0).unwrap();
+        let seq = d.grant(6_000_000, false);
+        // Nothing to issue: the next pass takes the grant, the one after
+        // (spin budget 0) releases it unused.
+        r.idle_pass();
+        r.idle_pass();
+        assert_eq!((d.released(), d.used_ns(), d.runnable()), (seq, 0, false));
+    }
+
+    #[test]
+    fn a_lease_issues_freely_until_revoked_then_drains() {
+        let mut r = rig("lease", Accounting::Sampled, IdleBehaviour::Block);
+        let d = r.file.slot(0).unwrap();
+        let seq = d.grant(1, true);
+        for _ in 0..20 {
+            assert!(r.serve(Opcode::LaunchKernel), "no slice under a lease");
+        }
+        assert_eq!(r.s.inner().syncs, 0, "no interposition under a lease");
+        assert_eq!(r.s.inner().marks, 20, "an end mark per request");
+        // Work in flight: not idle.
+        assert!(r.idle_pass().is_some());
+        assert_ne!(d.released(), seq);
+        d.revoke(seq);
+        assert!(
+            !r.serve(Opcode::LaunchKernel),
+            "revoked: released, held back"
+        );
+        assert_eq!(r.s.inner().syncs, 1, "drained its channel");
+        assert_eq!(d.released(), seq);
+        assert!(d.runnable());
+    }
+
+    #[test]
+    fn a_lease_with_its_work_done_ends_when_idle() {
+        let mut r = rig("lease-idle", Accounting::Events, IdleBehaviour::Block);
+        r.s.inner().done = true;
+        let d = r.file.slot(0).unwrap();
+        let seq = d.grant(6_000_000, true);
+        assert!(r.serve(Opcode::MemcpyHtoD));
+        assert_eq!(r.idle_pass(), None);
+        assert_eq!((d.released(), d.runnable()), (seq, false));
+    }
+
+    #[test]
+    fn a_polling_holder_keeps_its_lease_and_never_blocks() {
+        let mut r = rig("poll", Accounting::WallClock, IdleBehaviour::Poll);
+        let d = r.file.slot(0).unwrap();
+        assert!(!r.serve(Opcode::LaunchKernel));
+        let seq = d.grant(6_000_000, true);
+        assert!(r.serve(Opcode::LaunchKernel));
+        assert_eq!(r.s.inner().marks, 0, "no marks with wall-clock accounting");
+        r.idle_pass();
+        r.idle_pass();
+        assert_ne!(d.released(), seq, "a polling holder keeps its lease");
+        d.revoke(seq);
+        r.idle_pass();
+        assert_eq!(d.released(), seq);
+        assert!(d.runnable(), "polling vGPUs stay runnable");
+    }
+}

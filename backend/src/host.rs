@@ -266,6 +266,18 @@ pub struct ArenaSlice<'a> {
     len: usize,
 }
 
+impl<'a> ArenaSlice<'a> {
+    /// An empty slice of `view`, for handler tests.
+    #[cfg(test)]
+    pub(crate) fn empty(view: &'a RegionView) -> Self {
+        ArenaSlice {
+            view,
+            base: 0,
+            len: 0,
+        }
+    }
+}
+
 impl ArenaSlice<'_> {
     /// Slice length in bytes.
     pub fn len(&self) -> usize {
