@@ -481,7 +481,7 @@ pub fn render_table(status: &Status) -> String {
         "RESTARTS",
     ];
     if scheduled {
-        headers.extend(["GPU", "CHARGED", "GRANTS"]);
+        headers.extend(["SCHED", "CHARGED", "GRANTS"]);
     }
     out.push_str(&format_table(&headers, &rows));
     out
