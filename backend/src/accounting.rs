@@ -96,6 +96,8 @@ pub const LEASE_QUEUE: usize = 1024;
 const LEASE_TRIM: usize = 128;
 /// How soon a lease holder with a full queue looks at it again.
 const LEASE_RECHECK: Duration = Duration::from_micros(100);
+/// How often a worker without the grant reads its completed event pairs.
+const COLLECT_EVERY: Duration = Duration::from_millis(1);
 /// How often an idle lease holder looks whether its work in flight is done.
 const LEASE_IN_FLIGHT_RECHECK: Duration = Duration::from_millis(1);
 
@@ -252,8 +254,10 @@ enum Why {
 type Pair = (Mark, Mark, bool);
 
 /// Event pairs in flight and what completed ones measured (`events`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct EventMeter {
+    /// When pairs were last read outside a grant.
+    collected: Instant,
     pending: VecDeque<Pair>,
     /// The last completed pair's end mark, per channel.
     last_end: Vec<Option<Mark>>,
@@ -261,6 +265,18 @@ struct EventMeter {
     unreported: u64,
     /// Running average of a pair, ns.
     avg: Option<u64>,
+}
+
+impl Default for EventMeter {
+    fn default() -> Self {
+        EventMeter {
+            collected: Instant::now(),
+            pending: VecDeque::new(),
+            last_end: Vec::new(),
+            unreported: 0,
+            avg: None,
+        }
+    }
 }
 
 impl EventMeter {
@@ -685,7 +701,13 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         let gate = self.gate.as_mut()?;
         let now = Instant::now();
         if gate.holding.is_none() {
-            if gate.cfg.accounting == Accounting::Events {
+            if gate.cfg.accounting == Accounting::Events
+                && !gate.events.pending.is_empty()
+                && now.duration_since(gate.events.collected) >= COLLECT_EVERY
+            {
+                // Read what completed since the release, at most every
+                // COLLECT_EVERY (each look is an executor call per pair).
+                gate.events.collected = now;
                 gate.events.collect(&mut self.inner);
             }
             if !pass.deferred {
