@@ -44,10 +44,13 @@
 //!   - `events`: record an executor event before and after every request on
 //!     the stream it uses; completed pairs are read without blocking
 //!     (device time between them, less any overlap with the channel's
-//!     previous pair). The grant ends when what was measured plus the
-//!     pairs still in flight, estimated at the running average, reach the
-//!     slice; pairs still in flight at a release are charged at a later
-//!     release. Nothing is drained, so the first request of a grant may
+//!     previous pair). When what its own pairs measured plus its pairs
+//!     still in flight, estimated at the running average, reach the slice,
+//!     the grant issues nothing more and releases once at most one of its
+//!     pairs is in flight (looking without blocking, so the worker keeps
+//!     serving its other requests and the device never idles between
+//!     grants); a pair still in flight at a release is charged at a later
+//!     release (it does not count against that grant's slice). Nothing is drained, so the first request of a grant may
 //!     queue behind the previous holder's last work, which its pair would
 //!     include: the first pair of a grant is charged at most the running
 //!     average. Only the very first pair of a VM is waited for, to have an
@@ -94,6 +97,8 @@ pub const MAX_PENDING_MARKS: usize = 256;
 pub const LEASE_QUEUE: usize = 1024;
 /// Every this many marks a lease holder forgets the oldest done ones.
 const LEASE_TRIM: usize = 128;
+/// How soon a closing `events` grant looks at its pairs again.
+const CLOSING_RECHECK: Duration = Duration::from_micros(50);
 /// How soon a lease holder with a full queue looks at it again.
 const LEASE_RECHECK: Duration = Duration::from_micros(100);
 /// How often a worker without the grant reads its completed event pairs.
@@ -227,6 +232,9 @@ struct Holding {
     last_device: Instant,
     /// Measured so far (sampled, every), ns.
     used: u64,
+    /// `events`: the grant's estimate reached the slice; it issues nothing
+    /// more and releases once its own work is (all but) done.
+    closing: bool,
     phase: Phase,
     /// Channels with work issued since their last synchronisation.
     dirty: Vec<u32>,
@@ -249,9 +257,17 @@ enum Why {
     Idle,
 }
 
-/// An event pair in flight: start, end, and whether it is the first of
-/// its grant.
-type Pair = (Mark, Mark, bool);
+/// An event pair in flight.
+#[derive(Debug, Clone, Copy)]
+struct Pair {
+    start: Mark,
+    end: Mark,
+    /// The first of its grant (it may have queued behind the previous
+    /// holder's work).
+    first: bool,
+    /// The grant it was issued in.
+    seq: u32,
+}
 
 /// Event pairs in flight and what completed ones measured (`events`).
 #[derive(Debug)]
@@ -263,7 +279,10 @@ struct EventMeter {
     last_end: Vec<Option<Mark>>,
     /// Measured and not yet reported, ns.
     unreported: u64,
-    /// Running average of a pair, ns.
+    /// Of that, what pairs of grant `this_seq` measured, ns.
+    this_grant: u64,
+    this_seq: u32,
+    /// Running average of a pair, ns (from pairs that were not first).
     avg: Option<u64>,
 }
 
@@ -274,6 +293,8 @@ impl Default for EventMeter {
             pending: VecDeque::new(),
             last_end: Vec::new(),
             unreported: 0,
+            this_grant: 0,
+            this_seq: 0,
             avg: None,
         }
     }
@@ -284,8 +305,8 @@ impl EventMeter {
     fn collect(&mut self, meter: &mut dyn Meter) {
         let mut i = 0;
         while i < self.pending.len() {
-            let (start, end, first) = self.pending[i];
-            match meter.mark_done(end) {
+            let p = self.pending[i];
+            match meter.mark_done(p.end) {
                 Some(false) => i += 1,
                 None => {
                     // Void (the channel was reset): nothing to read.
@@ -293,19 +314,34 @@ impl EventMeter {
                 }
                 Some(true) => {
                     self.pending.remove(i);
-                    let mut ns = self.measure(meter, start, end);
-                    if first {
-                        // It may have waited for the previous holder's work.
+                    let mut ns = self.measure(meter, p.start, p.end);
+                    if p.first {
+                        // It may have waited for the previous holder's work:
+                        // charged at most the average (an upper bound, so it
+                        // can still lower an average that is too high).
                         ns = self.avg.map_or(ns, |a| ns.min(a));
                     }
+                    self.avg = Some(self.avg.map_or(ns, |a| (a * 7 + ns) / 8));
                     self.unreported += ns;
-                    self.avg = Some(match self.avg {
-                        None => ns,
-                        Some(a) => (a * 7 + ns) / 8,
-                    });
+                    if p.seq == self.this_seq {
+                        self.this_grant += ns;
+                    }
                 }
             }
         }
+    }
+
+    /// A new grant `seq` starts: its budget counts only its own pairs.
+    fn start_grant(&mut self, seq: u32) {
+        self.this_seq = seq;
+        self.this_grant = 0;
+    }
+
+    /// What grant `seq` has used so far: measured, plus its pairs in flight
+    /// at the running average.
+    fn grant_estimate(&self, seq: u32) -> u64 {
+        let in_flight = self.pending.iter().filter(|p| p.seq == seq).count() as u64;
+        self.this_grant + in_flight * self.avg.unwrap_or(0)
     }
 
     /// Device time of a completed pair, less its overlap with the channel's
@@ -330,14 +366,9 @@ impl EventMeter {
         (whole - overlap) as u64
     }
 
-    /// What the pairs in flight will probably add, ns.
-    fn in_flight_estimate(&self) -> u64 {
-        self.pending.len() as u64 * self.avg.unwrap_or(0)
-    }
-
     /// Forgets channel `ch`'s marks (its context is about to go).
     fn forget(&mut self, ch: u32) {
-        self.pending.retain(|(s, _, _)| s.ch != ch);
+        self.pending.retain(|p| p.start.ch != ch);
         if let Some(slot) = self.last_end.get_mut(ch as usize) {
             *slot = None;
         }
@@ -399,6 +430,7 @@ impl Gate {
             since: now,
             last_device: now,
             used: 0,
+            closing: false,
             phase: Phase::Sampling { n: 0 },
             dirty: Vec::new(),
         });
@@ -591,16 +623,24 @@ impl Gate {
         let now = Instant::now();
         let first = h.last_device == h.since;
         h.last_device = now;
-        let (since, slice) = (h.since, h.slice);
+        let (since, slice, seq) = (h.since, h.slice, h.seq);
+        if first {
+            self.events.start_grant(seq);
+        }
         match (start, meter.mark(ch, req)) {
-            (Some(s), Some(e)) => self.events.pending.push_back((s, e, first)),
+            (Some(start), Some(end)) => self.events.pending.push_back(Pair {
+                start,
+                end,
+                first,
+                seq,
+            }),
             (Some(m), None) | (None, Some(m)) => meter.unmark(m),
             (None, None) => {}
         }
         if self.events.avg.is_none() {
             // Nothing measured yet, so nothing to estimate the pairs in
             // flight with: wait for the first one (once per VM).
-            while let Some(&(_, end, _)) = self.events.pending.front() {
+            while let Some(&Pair { end, .. }) = self.events.pending.front() {
                 match meter.mark_done(end) {
                     Some(false) => std::thread::sleep(Duration::from_micros(20)),
                     _ => break,
@@ -608,10 +648,32 @@ impl Gate {
             }
         }
         self.events.collect(meter);
-        let estimate = self.events.unreported + self.events.in_flight_estimate();
-        let full = estimate >= slice || self.events.pending.len() >= MAX_PENDING_MARKS;
-        if full || now.duration_since(since) >= wall_cap(slice) {
+        let estimate = self.events.grant_estimate(seq);
+        if now.duration_since(since) >= wall_cap(slice) {
             self.release(meter, Why::Full);
+        } else if estimate >= slice || self.events.pending.len() >= MAX_PENDING_MARKS {
+            if let Some(h) = self.holding.as_mut() {
+                h.closing = true;
+            }
+            self.close_events_grant(meter);
+        }
+    }
+
+    /// A closing `events` grant releases once at most one of its pairs is
+    /// still in flight: the next holder then queues behind one request at
+    /// most (its first pair is charged no more than the average), and the
+    /// device never idles between grants. Returns whether it released.
+    fn close_events_grant(&mut self, meter: &mut dyn Meter) -> bool {
+        let Some(seq) = self.holding.as_ref().map(|h| h.seq) else {
+            return false;
+        };
+        self.events.collect(meter);
+        let in_flight = self.events.pending.iter().filter(|p| p.seq == seq).count();
+        if in_flight <= 1 {
+            self.release(meter, Why::Full);
+            true
+        } else {
+            false
         }
     }
 }
@@ -690,6 +752,12 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             // queue is full.
             return !gate.lease_full(&mut self.inner);
         }
+        if gate.holding.as_ref().is_some_and(|h| h.closing) {
+            // A closing `events` grant issues nothing more (whether or not
+            // this look ended it).
+            gate.close_events_grant(&mut self.inner);
+            return false;
+        }
         if gate.holding.is_some() || gate.try_take(Instant::now()) {
             return true;
         }
@@ -762,6 +830,9 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         if held >= cap {
             gate.release(&mut self.inner, Why::Full);
             return None;
+        }
+        if h.closing {
+            return (!gate.close_events_grant(&mut self.inner)).then_some(CLOSING_RECHECK);
         }
         match gate.cfg.idle {
             IdleBehaviour::Poll => {

@@ -201,13 +201,14 @@ struct StatusSource {
 impl StatusSource {
     fn status(&self) -> Status {
         let mut holder = None;
+        let sched = self.sched.as_ref().map(SchedHandle::snapshot);
         let vms = self
             .vms
             .iter()
             .enumerate()
             .map(|(i, (name, weight, region))| {
                 let s = self.stats.slot(i).expect("one slot per VM").snapshot();
-                let sched = self.sched.as_ref().and_then(|h| h.vm(i));
+                let sched = sched.as_ref().and_then(|v| v.get(i).copied().flatten());
                 if sched.is_some_and(|v| v.state == fairgpu_scheduler::VgpuState::Running) {
                     holder = Some(name.clone());
                 }

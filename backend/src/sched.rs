@@ -223,7 +223,19 @@ impl SchedHandle {
 
     /// VM `vm` as the policy sees it.
     pub fn vm(&self, vm: usize) -> Option<VmSched> {
+        Self::vm_of(&self.lock(), vm)
+    }
+
+    /// Every VM as the policy sees it, in one consistent snapshot (at most
+    /// one is running).
+    pub fn snapshot(&self) -> Vec<Option<VmSched>> {
         let core = self.lock();
+        (0..self.epochs.len())
+            .map(|vm| Self::vm_of(&core, vm))
+            .collect()
+    }
+
+    fn vm_of(core: &Core, vm: usize) -> Option<VmSched> {
         let s = core.policy.stats(VgpuId(vm as u32))?;
         let c = core.counters.get(vm).copied().unwrap_or_default();
         Some(VmSched {
