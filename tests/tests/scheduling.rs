@@ -657,6 +657,39 @@ fn every_accounting_mode_charges_gpu_time() {
     }
 }
 
+/// The Credit baselines run end to end too: both VMs are granted the GPU
+/// and charged, with measured (`sampled`) and wall-clock (`none`)
+/// accounting, and the guests finish.
+#[test]
+fn the_credit_policies_grant_the_gpu() {
+    let _one = exclusive();
+    let names = ["a", "b"];
+    for (policy, accounting) in [
+        ("credit-hs", "sampled"),
+        ("credit-poll", "none"),
+        ("strict", "sampled"),
+    ] {
+        let rig = Rig::start(
+            &format!("sched_{policy}_{accounting}"),
+            &[("a", 1), ("b", 2)],
+            &daemon_lines(policy, accounting),
+        );
+        let barrier = Arc::new(Barrier::new(2));
+        let guests: Vec<Guest<u64>> = (0..2)
+            .map(|i| bounded_spinner(rig.region(i), barrier.clone(), 500 * US, 40))
+            .collect();
+        let s = wait_for_grants(&rig.d, &names, 5);
+        assert_eq!(s.daemon.policy, policy);
+        for n in names {
+            let sched = vm(&s, n).sched.clone().unwrap();
+            assert!(sched.charged_ns > 0, "{policy}: {n} was charged nothing");
+        }
+        for g in guests {
+            assert!(g.stop() > 0);
+        }
+    }
+}
+
 /// `policy = "none"`: no scheduler; requests are served as they arrive,
 /// status says so, kernels are still counted, and set-weight is refused.
 #[test]
