@@ -145,6 +145,7 @@ fn bench_fairness_quick_fig8_emits_its_results() {
                 "--json",
                 "--seconds",
                 "1",
+                "--no-baseline",
                 "--out",
             ])
             .arg(out_dir.path()),
@@ -228,13 +229,22 @@ fn bench_fairness_reports_what_the_daemon_rejects() {
     let accepted = v["policies"][0]["accepted"].as_bool().expect("accepted");
     for r in v["runs"].as_array().expect("runs") {
         if accepted {
-            // The scheduler has landed: the runs are measured.
+            // The scheduler has landed: the runs are measured, against
+            // the standalone baselines.
             assert_eq!(r["status"], "ok", "{r}");
             assert!(f(r, "non_work_conserving_utilization") > 0.0);
+            assert!(f(r, "overhead_vs_alone") > 0.0, "{r}");
+            assert_eq!(r["daemon_policy"], "fairgv");
         } else {
             assert_eq!(r["status"], "rejected", "{r}");
             assert!(stderr.contains("rejects it"), "{stderr}");
         }
+    }
+    if accepted {
+        // BS and the Throttle at two sleep ratios, each alone.
+        let baselines = v["baselines"].as_array().expect("baselines");
+        assert_eq!(baselines.len(), 3, "{baselines:?}");
+        assert!(baselines.iter().all(|b| f(b, "utilization") > 0.0));
     }
 }
 
