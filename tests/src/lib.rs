@@ -48,18 +48,29 @@ pub fn wait_config() -> WaitConfig {
 /// The `fairgpu` binary next to this test binary
 /// (`target/<profile>/deps/<test>` → `target/<profile>/fairgpu`).
 pub fn fairgpu_bin() -> PathBuf {
+    built_artifact("fairgpu", "fairgpu")
+}
+
+/// `target/<profile>`, from this test binary's path
+/// (`target/<profile>/deps/<test>`).
+pub fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("locating the test binary");
-    let profile_dir = exe
-        .parent()
+    exe.parent()
         .and_then(Path::parent)
-        .expect("test binary lives in target/<profile>/deps");
-    let bin = profile_dir.join("fairgpu");
+        .expect("test binary lives in target/<profile>/deps")
+        .to_owned()
+}
+
+/// `target/<profile>/NAME`, which `cargo build -p PACKAGE` builds; panics
+/// with that advice if it is missing.
+fn built_artifact(name: &str, package: &str) -> PathBuf {
+    let path = profile_dir().join(name);
     assert!(
-        bin.is_file(),
-        "{} not found: run `cargo build -p fairgpu` first (scripts/test.sh builds the workspace before testing)",
-        bin.display()
+        path.is_file(),
+        "{} not found: run `cargo build -p {package}` first (scripts/test.sh builds the workspace before testing)",
+        path.display()
     );
-    bin
+    path
 }
 
 /// A region path no other test (or test process) uses.
@@ -889,18 +900,8 @@ pub fn claim(region: &Path, cfg: WaitConfig) -> Channel {
 /// the library `cargo build -p fairgpu-guest` builds. Panics if it has not
 /// been built.
 pub fn guest_lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("locating the test binary");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test binary lives in target/<profile>/deps");
-    let lib = profile_dir.join("libcuda.so");
-    assert!(
-        lib.is_file(),
-        "{} not found: run `cargo build -p fairgpu-guest` first (scripts/test.sh builds the workspace before testing)",
-        lib.display()
-    );
-    let dir = profile_dir.join("guest-lib");
+    built_artifact("libcuda.so", "fairgpu-guest");
+    let dir = profile_dir().join("guest-lib");
     std::fs::create_dir_all(&dir).expect("creating target/<profile>/guest-lib");
     let target = Path::new("../libcuda.so");
     for name in ["libcuda.so.1", "libcuda.so"] {

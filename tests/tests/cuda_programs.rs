@@ -21,7 +21,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use fairgpu_tests::{
-    guest_lib_dir, run_command, status, vm, wait_for_status, DaemonProcess, Setup, VM_QUOTA,
+    guest_lib_dir, profile_dir, run_command, status, vm, wait_for_status, DaemonProcess, Setup,
+    VM_QUOTA,
 };
 
 /// The builds of each runtime program.
@@ -58,15 +59,6 @@ kernels = [
 "#;
 /// Guest channels per VM: the threaded programs may claim several.
 const CHANNELS: u32 = 8;
-
-/// `target/<profile>`, from this test binary's path.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("locating the test binary");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test binary lives in target/<profile>/deps")
-        .to_owned()
-}
 
 fn toolchain_prefix() -> PathBuf {
     match std::env::var_os("FAIRGPU_CUDA_PREFIX") {
