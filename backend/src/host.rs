@@ -80,6 +80,27 @@ pub enum HostError {
     },
 }
 
+/// Told the index of every channel whose sleeping guest the host side just
+/// woke, after the futex wake: the hook for guests the futex cannot reach
+/// (a VM, where the daemon raises the guest's ivshmem interrupt instead).
+/// Called from the serving thread and from other host threads (the
+/// scheduler, the supervisor), so it must be quick and must not block.
+pub type GuestNotifier = Arc<dyn Fn(u32) + Send + Sync>;
+
+/// An optional [`GuestNotifier`] that can be printed.
+#[derive(Clone, Default)]
+struct Notify(Option<GuestNotifier>);
+
+impl std::fmt::Debug for Notify {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Some(GuestNotifier)"
+        } else {
+            "None"
+        })
+    }
+}
+
 /// A region on the host side: created here (the file is removed when it is
 /// dropped) or attached to (the file is left alone).
 #[derive(Debug)]
@@ -88,6 +109,7 @@ pub struct HostRegion {
     layout: Layout,
     path: PathBuf,
     owns_file: bool,
+    notify: Notify,
 }
 
 impl HostRegion {
@@ -112,6 +134,7 @@ impl HostRegion {
             layout,
             path: path.to_owned(),
             owns_file: true,
+            notify: Notify::default(),
         })
     }
 
@@ -137,7 +160,17 @@ impl HostRegion {
             layout,
             path: path.to_owned(),
             owns_file: false,
+            notify: Notify::default(),
         })
+    }
+
+    /// Calls `notifier` with the channel index whenever a sleeping guest of
+    /// this region is woken: by the server answering or failing it, by
+    /// [`HostRegion::fail_established`], and by [`RegionBells::wake_guests`]
+    /// of bells taken afterwards. The futex wake still happens first.
+    pub fn with_guest_notifier(mut self, notifier: GuestNotifier) -> Self {
+        self.notify = Notify(Some(notifier));
+        self
     }
 
     /// Fails every established channel (claimed, and reset by a host for
@@ -168,7 +201,7 @@ impl HostRegion {
             }
             // Release: pairs with the guest's Acquire load of host_state.
             word(CH_HOST_STATE).store(why as u32, Ordering::Release);
-            wake_channel_guest(&self.view, &offs);
+            wake_channel_guest(&self.view, &offs, index, &self.notify);
             failed += 1;
         }
         failed
@@ -179,6 +212,7 @@ impl HostRegion {
         RegionBells {
             view: self.view.clone(),
             layout: self.layout,
+            notify: self.notify.clone(),
         }
     }
 
@@ -213,6 +247,7 @@ impl Drop for HostRegion {
 pub struct RegionBells {
     view: RegionView,
     layout: Layout,
+    notify: Notify,
 }
 
 impl RegionBells {
@@ -230,20 +265,26 @@ impl RegionBells {
     }
 
     /// Wakes every guest of the region that published that it sleeps, as
-    /// the server does after answering (W2's waker side).
+    /// the server does after answering (W2's waker side), and tells the
+    /// region's [`GuestNotifier`] of each.
     pub fn wake_guests(&self) -> u32 {
         let mut woken = 0;
         for index in 0..self.layout.channels() {
             let offs = self.layout.channel(index).expect("index < channels");
-            woken += u32::from(wake_channel_guest(&self.view, &offs));
+            woken += u32::from(wake_channel_guest(&self.view, &offs, index, &self.notify));
         }
         woken
     }
 }
 
-/// Wakes the guest of the channel at `offs` if it published that it sleeps;
-/// true if it did.
-fn wake_channel_guest(view: &RegionView, offs: &ChannelOffsets) -> bool {
+/// Wakes the guest of channel `index` at `offs` if it published that it
+/// sleeps, then tells `notify`; true if it did.
+fn wake_channel_guest(
+    view: &RegionView,
+    offs: &ChannelOffsets,
+    index: u32,
+    notify: &Notify,
+) -> bool {
     let word = |rel| view.atomic_u32(offs.at(rel)).expect("layout validated");
     // SeqCst fence: Dekker pairing with the guest's store of guest_sleeping,
     // its SeqCst fence and its re-check of the rings and host_state.
@@ -253,6 +294,12 @@ fn wake_channel_guest(view: &RegionView, offs: &ChannelOffsets) -> bool {
         // Release: makes the futex value change visible before the wake.
         w.fetch_add(1, Ordering::Release);
         futex::wake(w, 1);
+        // After the futex wake and after guest_wake changed, so a guest the
+        // notifier reaches (an interrupt across a VM boundary) re-checks and
+        // finds the new wake word, as a futex waiter would.
+        if let Some(n) = &notify.0 {
+            n(index);
+        }
         return true;
     }
     false
@@ -535,6 +582,15 @@ impl<H: Handler> Server<H> {
             server.wake_guest(i);
         }
         server
+    }
+
+    /// Calls `notifier` with the channel index whenever this server (or
+    /// bells of its region) wakes a sleeping guest, after the futex wake
+    /// ([`HostRegion::with_guest_notifier`]). For [`Server::adopt`], set it
+    /// on the region before adopting, so wakes during adoption reach it.
+    pub fn with_guest_notifier(mut self, notifier: GuestNotifier) -> Self {
+        self.region.notify = Notify(Some(notifier));
+        self
     }
 
     /// The handler, e.g. to hand it [`Server::stats`] after construction.
@@ -839,7 +895,8 @@ impl<H: Handler> Server<H> {
 
     /// Wakes channel `i`'s guest if it published that it sleeps.
     fn wake_guest(&self, i: usize) {
-        wake_channel_guest(self.region.view(), &self.channels[i].offs);
+        let ch = &self.channels[i];
+        wake_channel_guest(self.region.view(), &ch.offs, ch.index, &self.region.notify);
     }
 
     /// Local mode only: frees channels whose owning process is gone.
@@ -1070,6 +1127,125 @@ mod tests {
         assert_eq!(host_state(&region, 0), 0);
         stop.store(true, Ordering::Relaxed);
         runner.join().unwrap();
+    }
+
+    fn set_sleeping(r: &HostRegion, ch: u32) {
+        let offs = r.layout().channel(ch).unwrap();
+        r.view()
+            .atomic_u32(offs.at(CH_GUEST_SLEEPING))
+            .unwrap()
+            .store(1, Ordering::SeqCst);
+    }
+
+    fn recorder() -> (GuestNotifier, Arc<std::sync::Mutex<Vec<u32>>>) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s = seen.clone();
+        (Arc::new(move |ch| s.lock().unwrap().push(ch)), seen)
+    }
+
+    #[test]
+    fn the_guest_notifier_hears_of_every_sleeping_guest_woken() {
+        let path = temp_region("notify");
+        let (notifier, seen) = recorder();
+        let region = HostRegion::create(&path, &cfg())
+            .unwrap()
+            .with_guest_notifier(notifier);
+        let me = std::process::id();
+        set_channel(
+            &region,
+            1,
+            Owner {
+                generation: 2,
+                pid: me,
+            },
+            2,
+        );
+        set_channel(
+            &region,
+            2,
+            Owner {
+                generation: 2,
+                pid: me,
+            },
+            2,
+        );
+        set_sleeping(&region, 1);
+        // Only sleeping guests are woken, and each woken one is notified
+        // after its wake word changed.
+        let bells = region.bells();
+        assert_eq!(bells.wake_guests(), 1);
+        assert_eq!(*seen.lock().unwrap(), [1]);
+        let offs = region.layout().channel(1).unwrap();
+        let wake = region.view().atomic_u32(offs.at(CH_GUEST_WAKE)).unwrap();
+        assert_eq!(wake.load(Ordering::SeqCst), 1);
+        // Failing established channels wakes (and notifies) the sleeper.
+        set_sleeping(&region, 2);
+        assert_eq!(region.fail_established(ChannelFailure::WorkerCrashed), 2);
+        assert_eq!(*seen.lock().unwrap(), [1, 1, 2]);
+        // Without a notifier nothing is called.
+        let plain = HostRegion::attach(&path, &cfg()).unwrap();
+        assert_eq!(plain.bells().wake_guests(), 2);
+        assert_eq!(seen.lock().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn a_server_notifies_the_guests_it_wakes() {
+        let path = temp_region("notify-server");
+        let region = HostRegion::create(&path, &cfg()).unwrap();
+        let me = std::process::id();
+        set_channel(
+            &region,
+            0,
+            Owner {
+                generation: 3,
+                pid: me,
+            },
+            3,
+        );
+        set_sleeping(&region, 0);
+        let (notifier, seen) = recorder();
+        // Adopting fails the established channel 0 and wakes its guest.
+        let attached = HostRegion::attach(&path, &cfg())
+            .unwrap()
+            .with_guest_notifier(notifier.clone());
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = Server::adopt(
+            attached,
+            TransportOps::default(),
+            ServeConfig::default(),
+            stop.clone(),
+        );
+        assert_eq!(*seen.lock().unwrap(), [0]);
+        // A new claim of channel 2 by a sleeping guest: the server's reset
+        // wakes it, through the notifier set on the server.
+        let (notifier2, seen2) = recorder();
+        let server = server.with_guest_notifier(notifier2);
+        set_channel(
+            &region,
+            2,
+            Owner {
+                generation: 1,
+                pid: me,
+            },
+            0,
+        );
+        set_sleeping(&region, 2);
+        let runner = std::thread::spawn(move || server.run());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !seen2.lock().unwrap().contains(&2) {
+            assert!(
+                Instant::now() < deadline,
+                "the claim's wake was not notified"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        stop.store(true, Ordering::Relaxed);
+        runner.join().unwrap();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [0],
+            "the replaced notifier is not called"
+        );
     }
 
     #[derive(Debug, Default)]
