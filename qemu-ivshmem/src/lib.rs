@@ -13,6 +13,8 @@
 //! - [`Qmp`] reads each vCPU's host thread id (`query-cpus-fast`).
 //! - [`HostWaker`] turns a guest's doorbell into the futex wake the host's
 //!   serving loop blocks on.
+//! - [`os`]: descriptors handed to a child process (a daemon's worker) and
+//!   thread nice values (nudging a VM's vCPU threads).
 //!
 //! Invariants: all `unsafe` lives in the private `sys` module (memfd,
 //! eventfd, `SCM_RIGHTS`, poll); the server is bounded (peers, vectors,
@@ -27,6 +29,13 @@ pub mod qmp;
 pub mod server;
 pub mod shm;
 pub mod wake;
+
+/// Process and thread operations a host daemon needs around QEMU: keeping
+/// descriptors open for a child it spawns, taking them in the child, and
+/// reading or changing a thread's nice value.
+pub mod os {
+    pub use crate::sys::{get_nice, gettid, set_nice, spawn_keeping, take_inherited};
+}
 
 pub use cmdline::{libvirt_xml, qemu_args, Device, SpecError, VmSpec};
 pub use qmp::{Qmp, QmpError, VcpuThread};

@@ -49,6 +49,8 @@ pub const HOST_PEER_ID: u16 = 0;
 pub const MAX_VECTORS: u16 = 64;
 /// Most clients a server accepts.
 pub const MAX_PEERS: u16 = 64;
+/// Most eventfds a server forwards to its guests ([`IvshmemServer::forward`]).
+pub const MAX_FORWARDS: usize = 16;
 /// How long [`IvshmemServer::run`] sleeps in `poll` before re-checking its
 /// shutdown flag.
 const RUN_SLICE: Duration = Duration::from_millis(100);
@@ -95,6 +97,9 @@ pub enum ServerError {
     /// Another server is listening on the socket path.
     #[error("{0} is in use by a running server")]
     InUse(PathBuf),
+    /// More than [`MAX_FORWARDS`] forwarded eventfds.
+    #[error("more than {MAX_FORWARDS} forwarded eventfds")]
+    TooManyForwards,
     /// A path exists that is not a socket.
     #[error("{0} exists and is not a socket")]
     NotASocket(PathBuf),
@@ -169,6 +174,16 @@ pub enum Event {
         /// How many rings the eventfd counted.
         count: u64,
     },
+    /// A forwarded eventfd ([`IvshmemServer::forward`]) was signalled and
+    /// `vector` was raised in every connected guest.
+    Forwarded {
+        /// The vector raised.
+        vector: u16,
+        /// How many signals the eventfd counted (raised once for all).
+        count: u64,
+        /// How many guests were interrupted.
+        peers: usize,
+    },
 }
 
 type PeerTable = BTreeMap<u16, Vec<Arc<EventFd>>>;
@@ -241,6 +256,7 @@ pub struct IvshmemServer {
     peers: BTreeMap<u16, Peer>,
     table: Arc<Mutex<PeerTable>>,
     last_id: u16,
+    forwards: Vec<(Arc<EventFd>, u16)>,
 }
 
 impl IvshmemServer {
@@ -289,6 +305,7 @@ impl IvshmemServer {
             peers: BTreeMap::new(),
             table: Arc::new(Mutex::new(BTreeMap::new())),
             last_id: HOST_PEER_ID,
+            forwards: Vec::new(),
         })
     }
 
@@ -326,22 +343,46 @@ impl IvshmemServer {
         }
     }
 
+    /// Forwards `fd` to the guests: whenever it is signalled (by another
+    /// thread or process holding it, e.g. a host serving loop that has
+    /// answered a sleeping guest), [`Self::poll`] raises `vector` in every
+    /// connected guest once and reports [`Event::Forwarded`]. Lets a process
+    /// that cannot hold the guests' eventfds (they change when a VM
+    /// reconnects) interrupt them through one eventfd that does not.
+    pub fn forward(&mut self, fd: Arc<EventFd>, vector: u16) -> Result<(), ServerError> {
+        if vector >= self.cfg.vectors {
+            return Err(ServerError::Config {
+                field: "forwarded vector + 1",
+                value: u64::from(vector) + 1,
+                max: self.cfg.vectors.into(),
+            });
+        }
+        if self.forwards.len() >= MAX_FORWARDS {
+            return Err(ServerError::TooManyForwards);
+        }
+        self.forwards.push((fd, vector));
+        Ok(())
+    }
+
     /// Waits up to `timeout` for connections, hangups and doorbells, handles
     /// them, and returns what happened. Errors are the server's own (poll
     /// failing); a client's misbehaviour is an [`Event::Disconnected`].
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<Event>, ServerError> {
         let ids: Vec<u16> = self.peers.keys().copied().collect();
         let ready = {
-            let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(1 + ids.len() + self.host.len());
+            let mut fds: Vec<BorrowedFd<'_>> =
+                Vec::with_capacity(1 + ids.len() + self.host.len() + self.forwards.len());
             fds.push(self.listener.as_fd());
             fds.extend(self.peers.values().map(|p| p.stream.as_fd()));
             fds.extend(self.host.iter().map(|e| e.as_fd()));
+            fds.extend(self.forwards.iter().map(|(e, _)| e.as_fd()));
             let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
             sys::poll_readable(&fds, ms).map_err(io_err("polling"))?
         };
         let mut events = Vec::new();
         let (listener_ready, rest) = ready.split_first().expect("the listener is polled");
-        let (peer_ready, host_ready) = rest.split_at(ids.len());
+        let (peer_ready, rest) = rest.split_at(ids.len());
+        let (host_ready, forward_ready) = rest.split_at(self.host.len());
         for (vector, _) in host_ready.iter().enumerate().filter(|(_, &r)| r) {
             match self.host[vector].take() {
                 Ok(Some(count)) => events.push(Event::Doorbell {
@@ -352,6 +393,21 @@ impl IvshmemServer {
                 Err(e) => {
                     return Err(io_err(format!("reading host eventfd {vector}"))(e));
                 }
+            }
+        }
+        for (i, _) in forward_ready.iter().enumerate().filter(|(_, &r)| r) {
+            let (fd, vector) = &self.forwards[i];
+            match fd.take() {
+                Ok(Some(count)) => {
+                    let peers = self.interrupter().interrupt_all(*vector);
+                    events.push(Event::Forwarded {
+                        vector: *vector,
+                        count,
+                        peers,
+                    });
+                }
+                Ok(None) => {}
+                Err(e) => return Err(io_err(format!("reading forwarded eventfd {i}"))(e)),
             }
         }
         let mut gone = Vec::new();

@@ -308,6 +308,98 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) -> io::Result<Vec<
     Ok(pfds.iter().map(|p| p.revents != 0).collect())
 }
 
+/// Spawns `cmd` with the descriptors `fds` kept open across `exec` at
+/// their numbers (their close-on-exec flag is cleared in the child only,
+/// between fork and exec; the parent's descriptors are unchanged).
+pub fn spawn_keeping(
+    cmd: &mut std::process::Command,
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let keep: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let hook = move || {
+        for &fd in &keep {
+            // SAFETY: fcntl(F_SETFD) takes integers, touches no memory and
+            // is async-signal-safe, as code between fork and exec must be.
+            if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: `hook` runs in the forked child before exec; it only calls
+    // fcntl and reads `keep` without allocating. The descriptors are open:
+    // `fds` borrows them for the whole of this function, which spawns
+    // before returning.
+    unsafe { cmd.pre_exec(hook) };
+    cmd.spawn()
+}
+
+/// Takes ownership of descriptor `fd`, inherited from the parent, after
+/// checking that it is open; marks it close-on-exec again.
+///
+/// # Safety
+///
+/// Nothing else in this process may own or close `fd`: the caller learnt
+/// its number from its parent (an argument) and takes it once.
+pub unsafe fn take_inherited(fd: RawFd) -> io::Result<OwnedFd> {
+    if fd < 0 {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // SAFETY: F_GETFD reads descriptor flags; it fails with EBADF on a
+    // number that is not open and touches no memory.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above; F_SETFD sets FD_CLOEXEC on the open descriptor.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is open (checked) and, by the caller's contract, owned
+    // by nothing else in this process.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The nice value of thread (or process) `tid`.
+pub fn get_nice(tid: i32) -> io::Result<i32> {
+    let id = libc::id_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // getpriority may legitimately return -1, so errno is cleared first and
+    // read after.
+    // SAFETY: __errno_location takes nothing and returns this thread's
+    // errno slot.
+    let errno = unsafe { libc::__errno_location() };
+    // SAFETY: the slot is valid for writes for the thread's life.
+    unsafe { errno.write(0) };
+    // SAFETY: getpriority takes integers and touches no memory.
+    let r = unsafe { libc::getpriority(libc::PRIO_PROCESS, id) };
+    if r == -1 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(0) {
+            return Err(e);
+        }
+    }
+    Ok(r)
+}
+
+/// Sets the nice value of thread (or process) `tid` (on Linux,
+/// `PRIO_PROCESS` with a thread id applies to that thread only). Lowering
+/// it below what `RLIMIT_NICE` allows needs `CAP_SYS_NICE`: `EACCES`.
+pub fn set_nice(tid: i32, nice: i32) -> io::Result<()> {
+    let id = libc::id_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: setpriority takes integers and touches no memory.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, id, nice) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// This thread's kernel thread id.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid takes nothing and cannot fail.
+    unsafe { libc::gettid() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,6 +432,58 @@ mod tests {
         assert!(matches!(recv_i64(&b).unwrap(), Received::Message(7, None)));
         drop(a);
         assert!(matches!(recv_i64(&b).unwrap(), Received::Closed));
+    }
+
+    #[test]
+    fn spawned_children_keep_only_the_named_descriptors() {
+        let kept = EventFd::new().unwrap();
+        let other = EventFd::new().unwrap();
+        let has = |fd: &EventFd, keep: &[BorrowedFd<'_>]| {
+            let n = fd.as_fd().as_raw_fd();
+            let mut cmd = std::process::Command::new("/bin/sh");
+            cmd.args(["-c", &format!("[ -e /proc/self/fd/{n} ]")]);
+            spawn_keeping(&mut cmd, keep)
+                .unwrap()
+                .wait()
+                .unwrap()
+                .success()
+        };
+        assert!(has(&kept, &[kept.as_fd()]));
+        assert!(!has(&other, &[kept.as_fd()]), "close-on-exec still applies");
+        // The parent's descriptor keeps its close-on-exec flag.
+        // SAFETY: F_GETFD reads flags of a descriptor we own.
+        let flags = unsafe { libc::fcntl(kept.as_fd().as_raw_fd(), libc::F_GETFD) };
+        assert_eq!(flags & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+    }
+
+    #[test]
+    fn inherited_descriptors_are_checked_and_taken() {
+        use std::os::fd::IntoRawFd;
+        let e = EventFd::new().unwrap();
+        let raw = e.0.into_raw_fd();
+        // SAFETY: `raw` was just released by its owner above.
+        let owned = unsafe { take_inherited(raw) }.unwrap();
+        let e = EventFd::from_owned(owned);
+        e.signal().unwrap();
+        assert_eq!(e.take().unwrap(), Some(1));
+        // SAFETY: -1 and a number far above any open descriptor own nothing.
+        assert!(unsafe { take_inherited(-1) }.is_err());
+        // SAFETY: as above.
+        assert!(unsafe { take_inherited(1 << 20) }.is_err());
+    }
+
+    #[test]
+    fn a_thread_can_lower_its_own_priority() {
+        std::thread::spawn(|| {
+            let me = gettid();
+            let before = get_nice(me).unwrap();
+            let want = (before + 1).min(19);
+            set_nice(me, want).unwrap();
+            assert_eq!(get_nice(me).unwrap(), want);
+            assert!(get_nice(-5).is_err());
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

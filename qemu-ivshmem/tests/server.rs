@@ -28,6 +28,14 @@ struct Running {
 
 impl Running {
     fn start(vectors: u16, max_peers: u16) -> Running {
+        Self::start_forwarding(vectors, max_peers, None)
+    }
+
+    fn start_forwarding(
+        vectors: u16,
+        max_peers: u16,
+        forward: Option<(Arc<fairgpu_qemu::EventFd>, u16)>,
+    ) -> Running {
         static N: AtomicU32 = AtomicU32::new(0);
         let path = std::env::temp_dir().join(format!(
             "fairgpu-ivshmem-{}-{}.sock",
@@ -42,6 +50,9 @@ impl Running {
             send_timeout: Duration::from_millis(500),
         };
         let mut server = IvshmemServer::bind(&path, shm, cfg).unwrap();
+        if let Some((fd, vector)) = forward {
+            server.forward(fd, vector).unwrap();
+        }
         let irq = server.interrupter();
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, events) = channel();
@@ -179,6 +190,58 @@ fn doorbells_and_interrupts() {
     assert!(srv.irq.interrupt(9, 0).is_err());
     assert_eq!(srv.irq.interrupt_all(0), 1);
     assert_eq!(wait_signalled(&peers[&c.id()][0]), 1);
+}
+
+#[test]
+fn forwarded_eventfds_interrupt_every_guest() {
+    let relay = Arc::new(fairgpu_qemu::EventFd::new().unwrap());
+    let srv = Running::start_forwarding(2, 2, Some((relay.clone(), 1)));
+    // Nobody connected: the signal is consumed and reaches nobody.
+    relay.signal().unwrap();
+    assert_eq!(
+        srv.next_event(),
+        Event::Forwarded {
+            vector: 1,
+            count: 1,
+            peers: 0
+        }
+    );
+    let (a, peers_a) = srv.connect(2);
+    srv.next_event();
+    let (b, peers_b) = srv.connect(2);
+    srv.next_event();
+    relay.signal().unwrap();
+    let e = srv.next_matching(|e| matches!(e, Event::Forwarded { .. }));
+    assert!(
+        matches!(
+            e,
+            Event::Forwarded {
+                vector: 1,
+                peers: 2,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(wait_signalled(&peers_a[&a.id()][1]), 1);
+    assert_eq!(wait_signalled(&peers_b[&b.id()][1]), 1);
+    assert_eq!(peers_a[&a.id()][0].take().unwrap(), None, "only vector 1");
+    // Vectors the guests do not have are refused.
+    let shm = SharedMemory::memfd("x", 4096).unwrap();
+    let path =
+        std::env::temp_dir().join(format!("fairgpu-ivshmem-fwd-{}.sock", std::process::id()));
+    let mut s = IvshmemServer::bind(&path, shm, ServerConfig::default()).unwrap();
+    assert!(matches!(
+        s.forward(relay.clone(), 1),
+        Err(ServerError::Config { .. })
+    ));
+    for _ in 0..fairgpu_qemu::server::MAX_FORWARDS {
+        s.forward(relay.clone(), 0).unwrap();
+    }
+    assert!(matches!(
+        s.forward(relay, 0),
+        Err(ServerError::TooManyForwards)
+    ));
 }
 
 #[test]
