@@ -5,7 +5,9 @@
 #                     kernel: virtio, PCI, serial console built in);
 #   OUTDIR/initrd.gz  busybox-static, tests/guest/init as /init, the given
 #                     guest binaries in /bin and every shared library they
-#                     need (found with ldd).
+#                     need (found with ldd), and the kernel's vfio modules
+#                     with their dependencies and a modules.dep (so busybox
+#                     `modprobe vfio-pci` works; the init loads them).
 #
 # Usage: scripts/guest-image.sh OUTDIR [BINARY...]
 #
@@ -13,8 +15,16 @@
 # (`apt-get download` + `dpkg-deb -x`); nothing is installed on the host.
 # Cached: the .debs are kept in OUTDIR/debs, and nothing is rebuilt when the
 # kernel and busybox versions, this script, the init and the binaries are
-# unchanged. No kernel modules are included: an ivshmem device's BARs are
-# reached through sysfs (`resource0`, `resource2`) without a driver.
+# unchanged.
+#
+# An ivshmem device's BARs are reached through sysfs (`resource0`,
+# `resource2`) without a driver. Its MSI-X interrupts (the host → guest
+# wake) reach a process only through vfio-pci, which needs a (virtual)
+# IOMMU: boot with `-machine q35 -device intel-iommu,intremap=on` before the
+# ivshmem device and `intel_iommu=on` on the kernel command line. In the
+# cloud kernel, vfio, vfio_iommu_type1, vfio_virqfd, vfio-pci-core,
+# vfio-pci and irqbypass are modules (CONFIG_*=m) and CONFIG_VFIO_NOIOMMU is
+# not set, so vfio's no-IOMMU mode is unavailable.
 #
 # Boot it with (see docs/deploy.md):
 #   qemu-system-x86_64 -accel tcg -m 512 -nographic -no-reboot \
@@ -79,6 +89,11 @@ kpkg=$(apt-cache depends linux-image-cloud-amd64 |
 kver=$(candidate "$kpkg")
 bbver=$(candidate busybox-static)
 
+# Kernel modules the guest loads (their dependencies come along): vfio-pci
+# and the type1 IOMMU backend give a process the ivshmem device's MSI-X
+# vectors as eventfds.
+modules=(vfio-pci vfio_iommu_type1)
+
 # Fetches PKG=VERSION into OUTDIR/debs unless it is there; prints the .deb.
 fetch() {
     local pkg=$1 ver=$2 deb
@@ -95,7 +110,7 @@ fetch() {
 
 # Everything the image depends on, to decide whether to rebuild.
 inputs() {
-    printf 'kernel %s %s\nbusybox %s\n' "$kpkg" "$kver" "$bbver"
+    printf 'kernel %s %s\nbusybox %s\nmodules %s\n' "$kpkg" "$kver" "$bbver" "${modules[*]}"
     sha256sum "${BASH_SOURCE[0]}" "$init" | awk '{ print $1 }'
     for b in "${bins[@]}"; do
         printf '%s ' "$(basename "$b")"
@@ -122,6 +137,42 @@ dpkg-deb --fsys-tarfile "$kdeb" | tar -x -C "$work/kernel" --wildcards './boot/v
 vmlinuz=$(find "$work/kernel/boot" -name 'vmlinuz-*' -print | head -n1)
 [[ -n $vmlinuz ]] || die "$kdeb holds no vmlinuz"
 
+# Kernel modules: the wanted ones and, transitively, what their .modinfo
+# says they depend on, at their paths under lib/modules/<release>.
+krel=$(dpkg-deb --fsys-tarfile "$kdeb" | tar -t |
+    awk -F/ '$2 == "lib" && $3 == "modules" && $5 == "kernel" && r == "" { r = $4 } END { print r }')
+[[ -n $krel ]] || die "$kdeb holds no lib/modules/<release>/kernel tree"
+mkdir "$work/mods"
+dpkg-deb --fsys-tarfile "$kdeb" | tar -x -C "$work/mods" --wildcards \
+    "./lib/modules/$krel/kernel/*.ko" "./lib/modules/$krel/modules.builtin" "./lib/modules/$krel/modules.order"
+kmods="$work/mods/lib/modules/$krel"
+# Every .ko by module name (`-` and `_` are the same in module names).
+declare -A mod_path=()
+while read -r f; do
+    base=${f##*/}
+    base=${base%.ko}
+    mod_path[${base//-/_}]=$f
+done < <(find "$kmods/kernel" -name '*.ko')
+# A module's `depends=` field, as names separated by spaces.
+module_deps() {
+    grep -a -o 'depends=[^[:cntrl:]]*' "$1" | head -n1 | cut -d= -f2 | tr ',' ' '
+}
+declare -A have_mod=()
+pending=("${modules[@]}")
+while [[ ${#pending[@]} -gt 0 ]]; do
+    m=${pending[0]//-/_}
+    pending=("${pending[@]:1}")
+    [[ -n ${have_mod[$m]:-} ]] && continue
+    if grep -q -E "/${m//_/[-_]}\.ko\$" "$kmods/modules.builtin"; then
+        have_mod[$m]=builtin
+        continue
+    fi
+    f=${mod_path[$m]:-}
+    [[ -n $f ]] || die "module $m is neither in $kdeb nor built in"
+    have_mod[$m]=$f
+    for d in $(module_deps "$f"); do pending+=("$d"); done
+done
+
 # The initramfs tree.
 rootfs="$work/rootfs"
 mkdir -p "$rootfs"/{bin,sbin,dev,proc,sys,tmp,run,root,etc,guest,usr/bin,usr/sbin}
@@ -142,6 +193,19 @@ copy_in() {
     mkdir -p "$rootfs$(dirname "$src")"
     cp -L "$src" "$rootfs$src"
 }
+
+kroot="$rootfs/lib/modules/$krel"
+mkdir -p "$kroot"
+cp "$kmods/modules.builtin" "$kmods/modules.order" "$kroot/"
+for m in "${!have_mod[@]}"; do
+    f=${have_mod[$m]}
+    [[ $f == builtin ]] && continue
+    rel=${f#"$kmods/"}
+    mkdir -p "$kroot/$(dirname "$rel")"
+    cp "$f" "$kroot/$rel"
+done
+"$busybox" depmod -b "$rootfs" "$krel" || die "depmod failed for $krel"
+[[ -s $kroot/modules.dep ]] || die "depmod wrote no modules.dep"
 
 for b in "${bins[@]}"; do
     # Debug info is of no use in the guest and dominates a debug build.
@@ -166,6 +230,6 @@ mv "$work/initrd.gz" "$out/initrd.gz"
 printf '%s\n' "$want_inputs" >"$stamp"
 
 end=$(date +%s.%N)
-printf 'guest image in %s: %s %s, busybox %s; vmlinuz %s bytes, initrd.gz %s bytes; %.1f s\n' \
-    "$out" "$kpkg" "$kver" "$bbver" "$(stat -c %s "$out/vmlinuz")" \
+printf 'guest image in %s: %s %s, busybox %s, %s modules; vmlinuz %s bytes, initrd.gz %s bytes; %.1f s\n' \
+    "$out" "$kpkg" "$kver" "$bbver" "$(find "$kroot" -name '*.ko' | wc -l)" "$(stat -c %s "$out/vmlinuz")" \
     "$(stat -c %s "$out/initrd.gz")" "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')"

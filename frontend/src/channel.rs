@@ -41,6 +41,11 @@ const BACKOFF_MAX: Duration = Duration::from_micros(100);
 pub enum WaitMode {
     /// On the channel's `guest_wake` futex, woken by the host (local mode).
     Futex,
+    /// On the eventfd of the ivshmem device's MSI-X vector 1, received
+    /// through vfio-pci, which the host raises when it wakes a channel that
+    /// published `guest_sleeping` (in a VM with an IOMMU; see
+    /// [`crate::vfio`]). A poll timeout of one block slice is the safety net.
+    Interrupt,
     /// Sleeping with a bounded exponential backoff, re-checking after each
     /// sleep: the kernel refused to block on the region (in a VM the region
     /// is a PFN-mapped BAR and FUTEX_WAIT fails with EFAULT; the host's
@@ -154,9 +159,22 @@ pub struct Channel {
     /// Fire-and-forget requests whose errors a received response covered
     /// (the host reports them with its next response).
     async_covered: u64,
-    /// How this channel blocks; switches once from `Futex` to
-    /// `SleepBackoff` when the kernel refuses the futex.
+    /// How this channel blocks: the region's choice; switches once from
+    /// `Futex` or `Interrupt` to `SleepBackoff` when the kernel refuses the
+    /// futex or the interrupt eventfd fails.
     mode: WaitMode,
+    stats: WaitStats,
+}
+
+/// How a channel's waits ended, since it was claimed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaitStats {
+    /// Times it published `guest_sleeping` and blocked (futex or interrupt).
+    pub blocks: u64,
+    /// Blocks that an interrupt ended (MSI-X path).
+    pub interrupt_wakes: u64,
+    /// Sleeps of the backoff.
+    pub naps: u64,
 }
 
 impl Channel {
@@ -209,6 +227,8 @@ impl Channel {
     ) -> Result<Channel, crate::OpenError> {
         let view = region.view().clone();
         let layout = *region.layout();
+        let region_mode = region.wake().mode;
+        let irq = region.interrupts().cloned();
         let word = |rel| view.atomic_u32(offs.at(rel)).expect("layout validated");
         word(CH_REQ_TAIL).store(0, Ordering::Relaxed);
         word(CH_RESP_HEAD).store(0, Ordering::Relaxed);
@@ -240,7 +260,11 @@ impl Channel {
             deferred: None,
             async_sent: 0,
             async_covered: 0,
-            mode: WaitMode::Futex,
+            mode: match region_mode {
+                WaitMode::Interrupt if irq.is_none() => WaitMode::SleepBackoff,
+                m => m,
+            },
+            stats: WaitStats::default(),
         };
         ch.heartbeat = (
             ch.region_u64(HEARTBEAT_OFF).load(Ordering::Relaxed),
@@ -286,6 +310,11 @@ impl Channel {
     /// How this channel blocks after spinning.
     pub fn wait_mode(&self) -> WaitMode {
         self.mode
+    }
+
+    /// How this channel's waits ended so far.
+    pub fn wait_stats(&self) -> WaitStats {
+        self.stats
     }
 
     /// Largest arena slice one request can carry.
@@ -659,15 +688,28 @@ impl Channel {
                 // Nothing can wake us early, so guest_sleeping stays 0: the
                 // host need not try. Poll again after the nap.
                 std::thread::sleep(nap);
+                self.stats.naps += 1;
                 nap = (nap * 2).min(BACKOFF_MAX);
                 self.check_heartbeat()?;
                 continue;
             }
-            let wake = self.word(CH_GUEST_WAKE);
-            let seen = wake.load(Ordering::Acquire);
+            // What the wake will change, read before publishing that we
+            // sleep: a wake after this point moves it, and the block below
+            // returns at once.
+            let irq = match self.mode {
+                WaitMode::Interrupt => self.region.interrupts().cloned(),
+                _ => None,
+            };
+            let seen = match &irq {
+                Some(irq) => irq.epoch(),
+                None => u64::from(self.word(CH_GUEST_WAKE).load(Ordering::Acquire)),
+            };
             self.word(CH_GUEST_SLEEPING).store(1, Ordering::Relaxed);
             // SeqCst fence: Dekker pairing with the host's fence between
             // publishing a response (or head) and reading guest_sleeping.
+            // The same on every path: the host reads guest_sleeping, then
+            // bumps guest_wake and wakes the futex, and (in a VM) raises
+            // MSI-X vector 1 through its notifier.
             fence(Ordering::SeqCst);
             let again = poll(self);
             if matches!(again, Ok(None)) {
@@ -685,9 +727,21 @@ impl Channel {
                     Ok(None) => unreachable!(),
                 }
             }
-            if futex::try_wait(self.word(CH_GUEST_WAKE), seen, BLOCK_SLICE).is_err() {
-                // Returned at once without blocking: from now on, sleep.
-                self.mode = WaitMode::SleepBackoff;
+            self.stats.blocks += 1;
+            match &irq {
+                Some(irq) => match irq.wait_past(seen, BLOCK_SLICE) {
+                    Ok(true) => self.stats.interrupt_wakes += 1,
+                    Ok(false) => {}
+                    // The eventfd broke: from now on, sleep.
+                    Err(_) => self.mode = WaitMode::SleepBackoff,
+                },
+                None => {
+                    if futex::try_wait(self.word(CH_GUEST_WAKE), seen as u32, BLOCK_SLICE).is_err()
+                    {
+                        // Returned at once without blocking: from now on, sleep.
+                        self.mode = WaitMode::SleepBackoff;
+                    }
+                }
             }
             self.word(CH_GUEST_SLEEPING).store(0, Ordering::Relaxed);
             self.check_heartbeat()?;

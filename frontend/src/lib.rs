@@ -26,13 +26,17 @@ pub mod channel;
 pub mod cuda;
 pub mod futex;
 pub mod map;
+pub mod pci;
 pub mod region;
+pub mod vfio;
+pub mod wake;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use channel::{CallError, Channel, Reply, WaitMode};
+pub use channel::{CallError, Channel, Reply, WaitMode, WaitStats};
 pub use region::{DoorbellRegister, GuestRegion, HOST_PEER_ID, REGION_ENV};
+pub use wake::{WaitPreference, WakeChoice, WAIT_ENV};
 
 /// How a guest waits for the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +112,23 @@ pub enum OpenError {
         /// What was wrong.
         #[source]
         source: fairgpu_protocol::layout::LayoutError,
+    },
+    /// [`WAIT_ENV`] asks for MSI-X and the region cannot have it.
+    #[error("{path}: no MSI-X wake path: {why}")]
+    NoInterruptPath {
+        /// The region.
+        path: PathBuf,
+        /// Why not.
+        why: String,
+    },
+    /// [`WAIT_ENV`] asks for MSI-X and vfio refused.
+    #[error("{path}: no MSI-X wake path through vfio")]
+    Interrupt {
+        /// The region.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: vfio::VfioError,
     },
     /// Every channel has a live owner.
     #[error("all {0} channels are in use")]
