@@ -43,7 +43,7 @@ const SIM: &str = r#"memory_bytes = 1073741824
 name = "fairgpu cuda-programs SimGpu"
 sm_count = 46
 kernels = [
-  { name = "spin", duration_param = 0 },
+  { name = "spin", duration_param = 0, execute = false },
   { name = "args_i", duration_param = 3 },
   { name = "args_d", duration_param = 4 },
   { name = "args_p", duration_param = 6 },

@@ -119,6 +119,15 @@ pub enum ExecError {
     /// SimGpu met a kernel its cost model does not cover.
     #[error("SimGpu cannot emulate kernel {0:?} (add it to [sim] kernels in the configuration)")]
     CannotEmulate(String),
+    /// SimGpu cannot execute a kernel's code (PTX its interpreter does not
+    /// implement, or cannot parse).
+    #[error("SimGpu cannot execute kernel {kernel:?}: {reason}")]
+    CannotExecute {
+        /// The kernel.
+        kernel: String,
+        /// What the interpreter met.
+        reason: String,
+    },
     /// An identifier or argument the executor does not know.
     #[error("invalid {0}")]
     Invalid(&'static str),
@@ -137,7 +146,7 @@ impl ExecError {
             ExecError::OutOfMemory(_) => Status::OUT_OF_MEMORY,
             ExecError::InvalidImage(_) => Status::INVALID_IMAGE,
             ExecError::NotFound(_) => Status::NOT_FOUND,
-            ExecError::CannotEmulate(_) => Status::NOT_SUPPORTED,
+            ExecError::CannotEmulate(_) | ExecError::CannotExecute { .. } => Status::NOT_SUPPORTED,
             ExecError::Invalid(_) => Status::INVALID_VALUE,
             ExecError::NotReady => Status::NOT_READY,
         }

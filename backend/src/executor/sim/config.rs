@@ -1,4 +1,13 @@
 //! The `[sim]` configuration and the kernel cost model it defines.
+//!
+//! A kernel's modelled duration comes from its `[[sim.kernels]]` entry if it
+//! has one; a kernel without one that SimGpu executes (its PTX interpreter)
+//! lasts `executed_base_us + instructions / executed_instructions_per_us`
+//! microseconds, `instructions` being what the interpreter executed summed
+//! over all threads: deterministic, and independent of how fast the host
+//! interpreted it. Whether a kernel executes is `execute` of its entry:
+//! default `true`, except for the built-in [`SPIN_KERNEL`], whose whole
+//! point is to spin on a clock for the duration its parameter gives.
 
 use std::collections::HashMap;
 
@@ -29,7 +38,28 @@ pub struct SimConfig {
     pub sm_count: u32,
     /// How long kernels take, by name.
     pub kernels: Vec<KernelCost>,
+    /// Instructions (summed over threads) one executed launch may run on
+    /// the worker's CPU before it fails with CUDA_ERROR_LAUNCH_TIMEOUT.
+    pub max_instructions: u64,
+    /// Modelled duration of an executed kernel the cost model does not
+    /// list, before its instructions are counted, µs.
+    pub executed_base_us: f64,
+    /// Modelled throughput for executed kernels the cost model does not
+    /// list: instructions (summed over threads) per µs of device time.
+    pub executed_instructions_per_us: u64,
 }
+
+/// Default [`SimConfig::max_instructions`].
+pub const DEFAULT_MAX_INSTRUCTIONS: u64 = 1_000_000_000;
+/// Largest [`SimConfig::max_instructions`].
+pub const MAX_MAX_INSTRUCTIONS: u64 = 1_000_000_000_000;
+/// Default [`SimConfig::executed_base_us`]: about what the shortest kernel
+/// takes on a GPU, launch included.
+pub const DEFAULT_EXECUTED_BASE_US: f64 = 2.0;
+/// Default [`SimConfig::executed_instructions_per_us`]: 10^13 thread
+/// instructions per second, about a third of an H100's issue rate (132 SMs
+/// × 128 lanes × 1.98 GHz), for kernels that also wait on memory.
+pub const DEFAULT_EXECUTED_INSTRUCTIONS_PER_US: u64 = 10_000_000;
 
 impl Default for SimConfig {
     fn default() -> Self {
@@ -38,6 +68,9 @@ impl Default for SimConfig {
             name: "fairgpu SimGpu".into(),
             sm_count: 132,
             kernels: Vec::new(),
+            max_instructions: DEFAULT_MAX_INSTRUCTIONS,
+            executed_base_us: DEFAULT_EXECUTED_BASE_US,
+            executed_instructions_per_us: DEFAULT_EXECUTED_INSTRUCTIONS_PER_US,
         }
     }
 }
@@ -68,6 +101,13 @@ pub struct KernelCost {
     /// sticky, failing every later call of that context.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fault: bool,
+    /// Whether SimGpu runs the kernel's code (its PTX interpreter) at each
+    /// launch, so that it changes memory as on a GPU. Default `true`,
+    /// except for [`SPIN_KERNEL`]; `false` makes the kernel timing-only (it
+    /// changes no memory), for kernels that spin on a clock. A faulting
+    /// kernel never executes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execute: Option<bool>,
 }
 
 /// Shortest duration of a `duration_hash` kernel, ns.
@@ -101,6 +141,22 @@ impl SimConfig {
                 self.sm_count
             ));
         }
+        if !(1..=MAX_MAX_INSTRUCTIONS).contains(&self.max_instructions) {
+            return Err(format!(
+                "sim.max_instructions must be in 1..={MAX_MAX_INSTRUCTIONS}, is {}",
+                self.max_instructions
+            ));
+        }
+        if !(0.0..=MAX_KERNEL_NS as f64 / 1e3).contains(&self.executed_base_us) {
+            return Err(format!(
+                "sim.executed_base_us must be in 0..={}, is {}",
+                MAX_KERNEL_NS / 1000,
+                self.executed_base_us
+            ));
+        }
+        if self.executed_instructions_per_us == 0 {
+            return Err("sim.executed_instructions_per_us must be positive".into());
+        }
         let mut seen = std::collections::HashSet::new();
         for k in &self.kernels {
             k.validate()?;
@@ -119,6 +175,11 @@ impl KernelCost {
             return Err(format!(
                 "sim kernel names must have 1 to {MAX_NAME} bytes, {name:?} has {}",
                 name.len()
+            ));
+        }
+        if self.fault && self.execute == Some(true) {
+            return Err(format!(
+                "sim kernel {name:?}: a faulting kernel never executes; drop execute"
             ));
         }
         let set = usize::from(self.duration_us.is_some())
@@ -202,10 +263,23 @@ impl Cost {
     }
 }
 
+/// What the cost model says about one kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KernelModel {
+    /// Its configured cost; `None`: derived from what it executes.
+    pub(crate) cost: Option<Cost>,
+    /// Whether launches run its code.
+    pub(crate) execute: bool,
+}
+
 /// The configured costs, compiled for lookup.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct CostModel {
-    by_name: HashMap<String, Cost>,
+    by_name: HashMap<String, (Cost, Option<bool>)>,
+    /// Base duration of executed kernels without a configured cost, ns.
+    executed_base_ns: u64,
+    /// Instructions per µs of executed kernels without a configured cost.
+    executed_per_us: u64,
 }
 
 impl CostModel {
@@ -221,23 +295,51 @@ impl CostModel {
                     (Some(us), _) => Cost::Fixed((us * 1e3).round() as u64),
                     (None, p) => Cost::Param(p.unwrap_or(0)),
                 };
-                (k.name.clone(), cost)
+                (k.name.clone(), (cost, k.execute))
             })
             .collect();
-        CostModel { by_name }
+        CostModel {
+            by_name,
+            executed_base_ns: (cfg.executed_base_us * 1e3).round() as u64,
+            executed_per_us: cfg.executed_instructions_per_us.max(1),
+        }
     }
 
-    /// The cost of kernel `entry`: configured under its exact name, else
-    /// under its demangled base name, else the built-in spin kernel.
-    pub(crate) fn lookup(&self, entry: &str) -> Option<Cost> {
+    /// The model of kernel `entry`: configured under its exact name, else
+    /// under its demangled base name, else the built-in spin kernel, else
+    /// nothing configured (executed, duration from its instructions).
+    pub(crate) fn lookup(&self, entry: &str) -> KernelModel {
         let base = base_name(entry);
-        self.by_name
+        let spin = entry == SPIN_KERNEL || base == Some(SPIN_KERNEL);
+        match self
+            .by_name
             .get(entry)
             .or_else(|| base.and_then(|b| self.by_name.get(b)))
-            .copied()
-            .or_else(|| {
-                (entry == SPIN_KERNEL || base == Some(SPIN_KERNEL)).then_some(Cost::Param(0))
-            })
+        {
+            Some(&(cost, execute)) => KernelModel {
+                cost: Some(cost),
+                execute: cost != Cost::Fault && execute.unwrap_or(!spin),
+            },
+            None if spin => KernelModel {
+                cost: Some(Cost::Param(0)),
+                execute: false,
+            },
+            None => KernelModel {
+                cost: None,
+                execute: true,
+            },
+        }
+    }
+
+    /// The modelled duration of an executed kernel without a configured
+    /// cost that ran `instructions` (summed over threads): the base plus
+    /// the instructions at the configured throughput, rounded up, at most
+    /// [`MAX_KERNEL_NS`].
+    pub(crate) fn executed_duration_ns(&self, instructions: u64) -> u64 {
+        let per_us = u128::from(self.executed_per_us);
+        let work = (u128::from(instructions) * 1000).div_ceil(per_us);
+        let ns = u128::from(self.executed_base_ns) + work;
+        u64::try_from(ns).unwrap_or(u64::MAX).min(MAX_KERNEL_NS)
     }
 }
 
@@ -293,6 +395,7 @@ mod tests {
             duration_param: p,
             duration_hash: false,
             fault: false,
+            execute: None,
         };
         assert!(with(k(Some(1.0), Some(0)))
             .validate()
@@ -331,6 +434,7 @@ mod tests {
                     duration_param: Some(1),
                     duration_hash: false,
                     fault: false,
+                    execute: None,
                 },
                 KernelCost {
                     name: "_Z3fixv".into(),
@@ -338,17 +442,88 @@ mod tests {
                     duration_param: None,
                     duration_hash: false,
                     fault: false,
+                    execute: Some(false),
+                },
+                KernelCost {
+                    name: "fairgpu_spin".into(),
+                    duration_us: None,
+                    duration_param: Some(0),
+                    duration_hash: false,
+                    fault: false,
+                    execute: None,
+                },
+                KernelCost {
+                    name: "bad".into(),
+                    duration_us: None,
+                    duration_param: None,
+                    duration_hash: false,
+                    fault: true,
+                    execute: None,
                 },
             ],
             ..SimConfig::default()
         });
-        assert_eq!(m.lookup("_Z4spinmm"), Some(Cost::Param(1)));
-        assert_eq!(m.lookup("spin"), Some(Cost::Param(1)));
-        assert_eq!(m.lookup("_Z3fixv"), Some(Cost::Fixed(2500)));
-        assert_eq!(m.lookup("fix"), None);
-        assert_eq!(m.lookup("_Z12fairgpu_spinm"), Some(Cost::Param(0)));
-        assert_eq!(m.lookup("fairgpu_spin"), Some(Cost::Param(0)));
-        assert_eq!(m.lookup("other"), None);
+        let model = |cost, execute| KernelModel { cost, execute };
+        assert_eq!(m.lookup("_Z4spinmm"), model(Some(Cost::Param(1)), true));
+        assert_eq!(m.lookup("spin"), model(Some(Cost::Param(1)), true));
+        assert_eq!(m.lookup("_Z3fixv"), model(Some(Cost::Fixed(2500)), false));
+        assert_eq!(m.lookup("fix"), model(None, true));
+        assert_eq!(m.lookup("other"), model(None, true));
+        assert_eq!(m.lookup("bad"), model(Some(Cost::Fault), false));
+        // The spin kernel is timing-only, built in or configured.
+        assert_eq!(m.lookup("fairgpu_spin"), model(Some(Cost::Param(0)), false));
+        let built_in = CostModel::new(&SimConfig::default());
+        assert_eq!(
+            built_in.lookup("_Z12fairgpu_spinm"),
+            model(Some(Cost::Param(0)), false)
+        );
+        assert_eq!(built_in.lookup("_Z4spinm"), model(None, true));
+    }
+
+    #[test]
+    fn executed_kernels_cost_their_instructions() {
+        let cfg = SimConfig {
+            executed_base_us: 1.5,
+            executed_instructions_per_us: 1000,
+            ..SimConfig::default()
+        };
+        let m = CostModel::new(&cfg);
+        assert_eq!(m.executed_duration_ns(0), 1500);
+        assert_eq!(m.executed_duration_ns(1), 1501, "rounded up");
+        assert_eq!(m.executed_duration_ns(1000), 2500);
+        assert_eq!(m.executed_duration_ns(u64::MAX), MAX_KERNEL_NS);
+        let d = CostModel::new(&SimConfig::default());
+        // 10^13 instructions per second: 1 ns per 10,000.
+        assert_eq!(d.executed_duration_ns(10_000_000), 2000 + 1000);
+        assert_eq!(d.executed_duration_ns(10_001), 2000 + 2);
+    }
+
+    #[test]
+    fn execution_settings_are_validated() {
+        let bad = |f: fn(&mut SimConfig)| {
+            let mut c = SimConfig::default();
+            f(&mut c);
+            c.validate().expect_err("invalid")
+        };
+        assert!(bad(|c| c.max_instructions = 0).contains("max_instructions"));
+        assert!(bad(|c| c.max_instructions = MAX_MAX_INSTRUCTIONS + 1).contains("max_instructions"));
+        assert!(bad(|c| c.executed_base_us = -1.0).contains("executed_base_us"));
+        assert!(bad(|c| c.executed_base_us = f64::NAN).contains("executed_base_us"));
+        assert!(bad(|c| c.executed_instructions_per_us = 0).contains("per_us"));
+        let cfg: SimConfig = toml::from_str(
+            "max_instructions = 5000\nexecuted_base_us = 0.5\n\
+             kernels = [{ name = \"spin\", duration_param = 0, execute = false }]",
+        )
+        .expect("parses");
+        assert!(cfg.validate().is_ok());
+        assert_eq!(cfg.max_instructions, 5000);
+        assert_eq!(cfg.kernels[0].execute, Some(false));
+        let faulting: SimConfig =
+            toml::from_str("kernels = [{ name = \"f\", fault = true, execute = true }]")
+                .expect("parses");
+        assert!(faulting
+            .validate()
+            .is_err_and(|e| e.contains("never executes")));
     }
 
     #[test]

@@ -236,8 +236,20 @@ impl SimDevice {
     /// every reservation begins at or after the end of the one before it:
     /// one kernel at a time, first launched first served, across processes.
     pub fn reserve(&self, not_before_ns: u64, duration_ns: u64) -> (u64, u64) {
+        self.reserve_issued(not_before_ns, self.now_ns(), duration_ns)
+    }
+
+    /// [`SimDevice::reserve`] for a kernel issued at `issued_ns` (a device
+    /// time read earlier): `now` is `issued_ns`, so whatever the host did
+    /// since (SimGpu executing the kernel's code) takes no device time.
+    pub fn reserve_issued(
+        &self,
+        not_before_ns: u64,
+        issued_ns: u64,
+        duration_ns: u64,
+    ) -> (u64, u64) {
         let busy = self.inner.word(OFF_BUSY_UNTIL);
-        let now = self.now_ns();
+        let now = issued_ns;
         // Acquire (here and on CAS failure): observe the latest reservation;
         // AcqRel on success: pairs with other reservers' CAS and loads.
         let mut cur = busy.load(Ordering::Acquire);
@@ -275,6 +287,12 @@ mod tests {
         d.wait_until(5_000);
         assert_eq!(d.now_ns(), 5_000);
         assert_eq!(d.reserve(0, 1), (5_000, 5_001));
+        // Issued before the clock moved on: starts when it was issued,
+        // still after the last reservation.
+        d.wait_until(9_000);
+        assert_eq!(d.reserve_issued(0, 8_000, 10), (8_000, 8_010));
+        assert_eq!(d.reserve_issued(0, 7_000, 10), (8_010, 8_020));
+        assert_eq!(d.reserve_issued(8_500, 7_000, 10), (8_500, 8_510));
     }
 
     #[test]

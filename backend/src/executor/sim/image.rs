@@ -2,9 +2,13 @@
 //! carry PTX, plain or compressed (LZ4, or zstd as CUDA 13's nvcc emits by
 //! default).
 //!
-//! SimGpu does not execute kernels; from an image it needs only the kernels'
-//! names and parameter layouts, which the PTX `.entry` declarations give.
-//! Images are guest data: every read is bounds-checked, every count and size
+//! From an image SimGpu needs the kernels' names and parameter layouts,
+//! which the PTX `.entry` declarations give, and the PTX text itself, which
+//! its interpreter runs ([`parse_module`]). A fatbin may carry several PTX
+//! entries (one per virtual architecture): each kernel runs from the entry
+//! of the highest `.target` up to the architecture SimGpu reports
+//! ([`SIM_ARCH`]) that declares it, else the lowest above. Images are guest
+//! data: every read is bounds-checked, every count and size
 //! is capped before it is used, and nothing here panics or allocates in
 //! proportion to a size field the image states.
 //!
@@ -22,7 +26,7 @@
 //! ```
 //! Several containers may follow each other.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use fairgpu_protocol::cuda::{ParamInfo, MAX_MODULE_IMAGE, MAX_NAME, MAX_PARAMS, MAX_PARAM_BYTES};
 
@@ -48,6 +52,13 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 /// Largest `.align` a parameter may ask for.
 const MAX_PARAM_ALIGN: u64 = 4096;
 
+/// The architecture SimGpu reports (compute capability 9.0): PTX for
+/// `sm_90` or below is preferred.
+pub const SIM_ARCH: u32 = 90;
+/// Most PTX text one module keeps for execution, bytes: entries beyond it
+/// are not kept, and their kernels cannot execute.
+pub const MAX_KEPT_PTX: usize = 64 * 1024 * 1024;
+
 /// A kernel a module declares.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelDecl {
@@ -55,6 +66,31 @@ pub struct KernelDecl {
     pub name: String,
     /// Parameter layout in the packed buffer.
     pub params: Vec<ParamInfo>,
+}
+
+/// One PTX text of a module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PtxSource {
+    /// The text (invalid UTF-8 replaced).
+    pub text: String,
+    /// The `NN` of its `.target sm_NN`, 0 if it names none.
+    pub arch: u32,
+    /// The kernels it declares.
+    pub kernels: Vec<String>,
+}
+
+/// What SimGpu keeps of a module image.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModuleImage {
+    /// Every kernel, in declaration order, the first declaration of a name
+    /// winning.
+    pub kernels: Vec<KernelDecl>,
+    /// The PTX texts kernels run from: only those some kernel runs from
+    /// (see the module documentation), at most [`MAX_KEPT_PTX`] bytes.
+    pub ptx: Vec<PtxSource>,
+    /// Kernel name -> index in `ptx` of the text it runs from; absent for
+    /// kernels whose text was not kept.
+    pub source_of: HashMap<String, usize>,
 }
 
 /// Why an image cannot be loaded.
@@ -126,8 +162,15 @@ pub enum ImageError {
     TooManyKernels,
 }
 
-/// Parses a module image: PTX text or a fatbin with uncompressed PTX.
+/// Parses a module image (PTX text, or a fatbin with PTX) into its
+/// kernels' declarations.
 pub fn parse_image(image: &[u8]) -> Result<Vec<KernelDecl>, ImageError> {
+    parse_module(image).map(|m| m.kernels)
+}
+
+/// Parses a module image: PTX text, or a fatbin with PTX entries (plain,
+/// LZ4 or zstd); returns its kernels and the PTX they run from.
+pub fn parse_module(image: &[u8]) -> Result<ModuleImage, ImageError> {
     if image.is_empty() {
         return Err(ImageError::Empty);
     }
@@ -146,11 +189,116 @@ pub fn parse_image(image: &[u8]) -> Result<Vec<KernelDecl>, ImageError> {
         return Err(ImageError::Cubin);
     }
     match ptx_text(image) {
-        Some(text) => parse_ptx(text),
+        Some(text) => {
+            let mut m = Sources::default();
+            m.add(text)?;
+            Ok(m.finish())
+        }
         None => Err(ImageError::Unknown {
             head: image[..image.len().min(8)].to_vec(),
         }),
     }
+}
+
+/// The PTX texts of a module as they are found, and their kernels.
+#[derive(Default)]
+struct Sources {
+    kernels: Kernels,
+    /// Every text, with its arch and kernel names.
+    all: Vec<PtxSource>,
+    /// Bytes in `all` (bounded: texts beyond [`MAX_KEPT_PTX`] are dropped).
+    bytes: usize,
+}
+
+impl Sources {
+    /// Adds one PTX text: its declarations always, the text while the
+    /// bound allows.
+    fn add(&mut self, text: &[u8]) -> Result<(), ImageError> {
+        let decls = parse_ptx(text)?;
+        let names: Vec<String> = decls.iter().map(|k| k.name.clone()).collect();
+        self.kernels.extend(decls)?;
+        if self.bytes.saturating_add(text.len()) <= MAX_KEPT_PTX {
+            self.bytes += text.len();
+            self.all.push(PtxSource {
+                text: String::from_utf8_lossy(text).into_owned(),
+                arch: ptx_arch(text),
+                kernels: names,
+            });
+        }
+        Ok(())
+    }
+
+    /// Picks each kernel's text and keeps only the texts picked.
+    fn finish(self) -> ModuleImage {
+        let rank = |arch: u32| {
+            // Highest arch up to SIM_ARCH first, then the lowest above.
+            if arch <= SIM_ARCH {
+                (0, SIM_ARCH - arch)
+            } else {
+                (1, arch)
+            }
+        };
+        let mut best: HashMap<&str, usize> = HashMap::new();
+        for (i, src) in self.all.iter().enumerate() {
+            for k in &src.kernels {
+                let better = match best.get(k.as_str()) {
+                    Some(&j) => rank(src.arch) < rank(self.all[j].arch),
+                    None => true,
+                };
+                if better {
+                    best.insert(k.as_str(), i);
+                }
+            }
+        }
+        let mut kept: Vec<usize> = best.values().copied().collect();
+        kept.sort_unstable();
+        kept.dedup();
+        let new_index: HashMap<usize, usize> =
+            kept.iter().enumerate().map(|(n, &old)| (old, n)).collect();
+        let source_of = best
+            .iter()
+            .filter_map(|(k, old)| Some(((*k).to_owned(), *new_index.get(old)?)))
+            .collect();
+        let ptx = self
+            .all
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| new_index.contains_key(i))
+            .map(|(_, s)| s)
+            .collect();
+        ModuleImage {
+            kernels: self.kernels.list,
+            ptx,
+            source_of,
+        }
+    }
+}
+
+/// The `NN` of the first `.target sm_NN[a|f]` of PTX text; 0 if none.
+fn ptx_arch(text: &[u8]) -> u32 {
+    let mut lx = Lexer { s: text, pos: 0 };
+    while let Some(t) = lx.next() {
+        if t == Tok::Word(b".target") {
+            if let Some(Tok::Word(w)) = lx.next() {
+                let digits: Vec<u8> = w
+                    .strip_prefix(b"sm_")
+                    .unwrap_or_default()
+                    .iter()
+                    .copied()
+                    .take_while(u8::is_ascii_digit)
+                    .collect();
+                return std::str::from_utf8(&digits)
+                    .ok()
+                    .and_then(|d| d.parse().ok())
+                    .unwrap_or(0);
+            }
+            return 0;
+        }
+        if t == Tok::Word(b".entry") || t == Tok::Word(b".func") {
+            return 0;
+        }
+    }
+    0
 }
 
 /// The text of a PTX image up to its first NUL, if it looks like PTX.
@@ -216,8 +364,8 @@ fn span(image: &[u8], what: &'static str, off: usize, len: u64) -> Result<usize,
 }
 
 /// Walks the containers and entries of a fatbin and parses its plain PTX.
-fn parse_fatbin(image: &[u8]) -> Result<Vec<KernelDecl>, ImageError> {
-    let mut kernels = Kernels::default();
+fn parse_fatbin(image: &[u8]) -> Result<ModuleImage, ImageError> {
+    let mut sources = Sources::default();
     let (mut ptx, mut compressed, mut cubin, mut unreadable) = (0usize, 0usize, 0usize, 0usize);
     let mut pos = 0usize;
     while le_u32(image, pos) == Some(FATBIN_MAGIC) {
@@ -254,7 +402,7 @@ fn parse_fatbin(image: &[u8]) -> Result<Vec<KernelDecl>, ImageError> {
                         match decompress(payload, compressed_len, size, zstd) {
                             Some(plain) => match ptx_text(&plain) {
                                 Some(text) => {
-                                    kernels.extend(parse_ptx(text)?)?;
+                                    sources.add(text)?;
                                     ptx += 1;
                                 }
                                 None => unreadable += 1,
@@ -262,7 +410,7 @@ fn parse_fatbin(image: &[u8]) -> Result<Vec<KernelDecl>, ImageError> {
                             None => compressed += 1,
                         }
                     } else if let Some(text) = ptx_text(payload) {
-                        kernels.extend(parse_ptx(text)?)?;
+                        sources.add(text)?;
                         ptx += 1;
                     } else {
                         unreadable += 1;
@@ -283,7 +431,7 @@ fn parse_fatbin(image: &[u8]) -> Result<Vec<KernelDecl>, ImageError> {
             unreadable,
         });
     }
-    Ok(kernels.list)
+    Ok(sources.finish())
 }
 
 /// Kernels in declaration order; the first declaration of a name wins
@@ -788,5 +936,68 @@ $L__BB0_2:
         assert_eq!(spin.params, vec![ParamInfo { offset: 0, size: 8 }]);
         // Truncating the compressed payload is refused, not a panic.
         assert!(parse_image(&fatbin[..fatbin.len() - 40]).is_err());
+        // The decompressed PTX is kept for execution.
+        let m = parse_module(fatbin).expect("parses");
+        let src = &m.ptx[m.source_of["_Z4spiny"]];
+        assert!(src.text.contains(".entry _Z4spiny("), "{}", src.text);
+        assert_eq!(src.arch, 75);
+    }
+
+    #[test]
+    fn modules_keep_the_ptx_each_kernel_runs_from() {
+        let ptx = |arch: &str, extra: &str| {
+            format!(".version 8.0\n.target {arch}\n.address_size 64\n.entry common()\n{{ ret; }}\n{extra}")
+        };
+        // sm_52, sm_90a and sm_100 entries; only sm_100's declares `newest`.
+        let mut image = fatbin(ptx("sm_52", "").as_bytes(), 0);
+        image.extend(fatbin(ptx("sm_90a", "").as_bytes(), 0));
+        image.extend(fatbin(
+            ptx("sm_100", ".entry newest()\n{ ret; }\n").as_bytes(),
+            0,
+        ));
+        let m = parse_module(&image).expect("parses");
+        let names: Vec<_> = m.kernels.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(names, ["common", "newest"]);
+        assert_eq!(m.ptx.len(), 2, "the sm_52 text is not kept");
+        let src = |k: &str| &m.ptx[m.source_of[k]];
+        assert_eq!(src("common").arch, 90);
+        assert_eq!(src("newest").arch, 100);
+        assert!(src("newest").text.contains(".entry newest"));
+        // Only a text above SIM_ARCH: the lowest.
+        let mut above = fatbin(ptx("sm_120", "").as_bytes(), 0);
+        above.extend(fatbin(ptx("sm_100", "").as_bytes(), 0));
+        let m = parse_module(&above).expect("parses");
+        assert_eq!(m.ptx[m.source_of["common"]].arch, 100);
+        // PTX text: itself.
+        let m = parse_module(VECADD_PTX.as_bytes()).expect("parses");
+        assert_eq!(m.ptx.len(), 1);
+        assert_eq!(m.ptx[0].text, VECADD_PTX);
+        assert_eq!(m.ptx[0].arch, 90);
+        assert_eq!(m.source_of.len(), 3);
+        assert_eq!(
+            ptx_arch(b".version 7.0\n.entry k() { ret; }\n.target sm_80"),
+            0
+        );
+    }
+
+    #[test]
+    fn lz4_ptx_entries_are_decompressed_and_kept() {
+        let plain = VECADD_PTX.as_bytes();
+        let packed = lz4_flex::block::compress(plain);
+        let mut f = fatbin(&packed, FLAG_COMPRESSED);
+        // The PTX entry follows the 16-byte container header and the
+        // 88-byte ELF entry.
+        let e = 16 + 88;
+        f[e + 16..e + 20].copy_from_slice(&(packed.len() as u32).to_le_bytes());
+        f[e + 56..e + 64].copy_from_slice(&(plain.len() as u64).to_le_bytes());
+        let m = parse_module(&f).expect("parses");
+        assert_eq!(m.kernels, parse_ptx(plain).expect("parses"));
+        assert_eq!(m.ptx[0].text, VECADD_PTX);
+        // A size above the limit is not decompressed.
+        f[e + 56..e + 64].copy_from_slice(&(MAX_PTX + 1).to_le_bytes());
+        assert!(matches!(
+            parse_module(&f),
+            Err(ImageError::NoPtx { compressed: 1, .. })
+        ));
     }
 }

@@ -17,11 +17,13 @@
 //!   an operation on it is ordered after the prior work of every blocking
 //!   stream of its context, and work on blocking streams is ordered after
 //!   it; streams created with `CU_STREAM_NON_BLOCKING` are not.
-//! - **Copies and memsets** change memory at once, when issued. Kernels never
-//!   touch memory, so this is indistinguishable from applying them in stream
-//!   order; they take no device time but are ordered (a copy to the host
-//!   returns when its stream reaches it, as does any copy on the NULL stream
-//!   from the host).
+//! - **Copies and memsets** change memory at once, when issued, and so do
+//!   executed kernels (below): everything a context does to memory happens
+//!   in issue order, which is one order a GPU could have run it in (stream
+//!   order, event waits and the NULL stream all follow issue order). They
+//!   take no device time but are ordered (a copy to the host returns when
+//!   its stream reaches it, as does any copy on the NULL stream from the
+//!   host).
 //! - **Events** record the time their stream reaches them (`max(stream
 //!   ready, now)`); they complete when the device clock passes it. Elapsed
 //!   times between events are differences of modelled times, hence exact.
@@ -33,11 +35,46 @@
 //!   by a guard gap, so a stale or one-past-the-end pointer never aliases a
 //!   live allocation. All contexts of an executor together may hold at most
 //!   [`SimConfig::memory_bytes`].
-//! - **Modules** are PTX text or fatbins with uncompressed PTX; SimGpu reads
-//!   the kernels' names and parameter layouts from the `.entry`
-//!   declarations. A kernel the cost model does not cover still loads and
-//!   can be looked up; launching it fails with
-//!   [`ExecError::CannotEmulate`].
+//! - **Modules** are PTX text or fatbins with PTX (plain, LZ4 or zstd);
+//!   SimGpu reads the kernels' names and parameter layouts from the
+//!   `.entry` declarations and keeps the PTX ([`parse_module`]).
+//!
+//! # Executing kernels
+//!
+//! At launch, after the launch's checks, SimGpu runs the kernel's PTX with
+//! the `fairgpu-ptx` interpreter, synchronously on the worker's thread,
+//! against the context's allocations: a global access must lie within one
+//! live allocation of the context, else the kernel faults. A module's PTX
+//! is parsed at the first launch that needs it; a PTX the interpreter
+//! cannot parse does not stop the module from loading, only its kernels
+//! from executing.
+//!
+//! - **Timing-only kernels** do not execute: the built-in [`SPIN_KERNEL`],
+//!   and kernels configured with `execute = false` (kernels that spin on a
+//!   clock, such as the fairness workload's). They change no memory.
+//! - **Timing is the cost model's, never the host's**: a kernel's modelled
+//!   duration is its configured cost, or for a kernel the cost model does
+//!   not list, `executed_base_us` plus its executed instruction count at
+//!   `executed_instructions_per_us` ([`SimConfig`]). The kernel is
+//!   reserved on the timeline as issued at the moment its launch arrived,
+//!   so the host time spent interpreting takes no device time: event
+//!   times and [`GpuExecutor::gpu_time_ns`] are the same whether a kernel
+//!   executes or not.
+//! - **CPU is bounded**: a launch may execute at most
+//!   [`SimConfig::max_instructions`] instructions (over all its threads).
+//! - **Errors** map to CUDA errors in one place ([`execution_error`]): an
+//!   access outside the allocations is a sticky
+//!   CUDA_ERROR_ILLEGAL_ADDRESS, a misaligned one a sticky
+//!   CUDA_ERROR_MISALIGNED_ADDRESS, `trap` a sticky
+//!   CUDA_ERROR_LAUNCH_FAILED, an exhausted instruction budget or a barrier
+//!   that can never complete a sticky CUDA_ERROR_LAUNCH_TIMEOUT (sticky: the
+//!   context fails every later call, as on a GPU, whose memory the kernel
+//!   may have half written). PTX the interpreter does not implement fails
+//!   the launch with CUDA_ERROR_NOT_SUPPORTED, not sticky, and a warning in
+//!   the daemon's log naming the instruction. A kernel never silently
+//!   computes something else than a GPU would.
+//! - A kernel the cost model does not list and that cannot execute fails
+//!   its launch with [`ExecError::CannotExecute`] (CUDA_ERROR_NOT_SUPPORTED).
 //!
 //! # Invariants
 //!
@@ -52,14 +89,20 @@ mod image;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
+use std::time::Instant;
 
 use fairgpu_protocol::cuda::ParamInfo;
+use fairgpu_protocol::Status;
+use fairgpu_ptx as ptx;
 
-pub use config::{KernelCost, SimConfig, MAX_KERNEL_NS, SPIN_KERNEL};
+pub use config::{
+    KernelCost, SimConfig, DEFAULT_EXECUTED_BASE_US, DEFAULT_EXECUTED_INSTRUCTIONS_PER_US,
+    DEFAULT_MAX_INSTRUCTIONS, MAX_KERNEL_NS, SPIN_KERNEL,
+};
 pub use device::{SimDevice, DEVICE_FILE_LEN};
-pub use image::{parse_image, ImageError, KernelDecl};
+pub use image::{parse_image, parse_module, ImageError, KernelDecl, ModuleImage, PtxSource};
 
-use self::config::{Cost, CostModel};
+use self::config::{Cost, CostModel, KernelModel};
 use super::{
     attr, CtxId, DevPtr, DeviceProps, EventId, ExecError, ExecResult, FnId, GpuExecutor,
     LaunchConfig, ModId, StreamId,
@@ -77,8 +120,19 @@ const STREAM_NON_BLOCKING: u32 = 0x1;
 const EVENT_FLAGS: u32 = 0x7;
 /// CU_EVENT_DISABLE_TIMING.
 const EVENT_DISABLE_TIMING: u32 = 0x2;
-/// Distinct kernel names the cannot-emulate warning is logged for.
+/// Distinct warnings (kernel and cause) logged; later ones are not.
 const WARN_NAMES_MAX: usize = 256;
+/// Most threads in one block (the device attribute).
+const MAX_BLOCK_THREADS: u64 = 1024;
+/// Largest block dimensions and grid dimensions (the device attributes).
+const MAX_BLOCK_DIM: [u32; 3] = [1024, 1024, 64];
+const MAX_GRID_DIM: [u32; 3] = [i32::MAX as u32, 65535, 65535];
+/// Most dynamic shared memory per block (the opt-in attribute).
+const MAX_SHARED_BYTES: u32 = 232_448;
+/// CUDA_ERROR_LAUNCH_TIMEOUT.
+const LAUNCH_TIMEOUT: Status = Status(702);
+/// CUDA_ERROR_MISALIGNED_ADDRESS.
+const MISALIGNED_ADDRESS: Status = Status(716);
 /// Driver version SimGpu reports.
 const DRIVER_VERSION: i32 = 12080;
 
@@ -87,7 +141,48 @@ struct Function {
     module: u64,
     name: String,
     params: Vec<ParamInfo>,
-    cost: Option<Cost>,
+    model: KernelModel,
+}
+
+/// A loaded module.
+struct Module {
+    /// Kernel name -> parameter layout.
+    kernels: HashMap<String, Vec<ParamInfo>>,
+    /// The PTX texts its kernels run from.
+    programs: Vec<Program>,
+    /// Kernel name -> index in `programs`.
+    source_of: HashMap<String, usize>,
+}
+
+/// One PTX text of a module, parsed by the first launch that executes
+/// from it.
+struct Program {
+    /// The text until it is parsed.
+    text: String,
+    /// What the interpreter made of it, with the module-scope variables
+    /// its launches share; `None` until a launch needed it.
+    parsed: Option<Result<Box<(ptx::Module, ptx::Globals)>, ptx::Error>>,
+}
+
+impl Program {
+    /// Parses the text if no launch has yet.
+    fn parsed(&mut self) -> Result<(&ptx::Module, &mut ptx::Globals), &ptx::Error> {
+        let text = &mut self.text;
+        let parsed = self.parsed.get_or_insert_with(|| {
+            let text = std::mem::take(text);
+            ptx::Module::parse(&text).map(|m| {
+                let g = m.globals();
+                Box::new((m, g))
+            })
+        });
+        match parsed {
+            Ok(b) => {
+                let (m, g) = &mut **b;
+                Ok((m, g))
+            }
+            Err(e) => Err(e),
+        }
+    }
 }
 
 struct Stream {
@@ -108,8 +203,7 @@ struct Event {
 struct Context {
     /// Base address -> bytes.
     allocs: BTreeMap<DevPtr, Vec<u8>>,
-    /// Module -> kernel name -> parameter layout.
-    modules: HashMap<u64, HashMap<String, Vec<ParamInfo>>>,
+    modules: HashMap<u64, Module>,
     functions: HashMap<u64, Function>,
     /// (module, kernel name) -> function, so a kernel has one handle.
     function_ids: HashMap<(u64, String), u64>,
@@ -226,7 +320,23 @@ pub struct SimGpu {
     /// Bytes allocated across all contexts.
     used: u64,
     gpu_time_ns: u64,
+    /// Bounds on one executed launch.
+    limits: ptx::Limits,
+    executed: Executed,
     warned: HashSet<String>,
+}
+
+/// What the executor's executed kernels did, summed over its launches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Executed {
+    /// Launches that executed to completion.
+    pub launches: u64,
+    /// Instructions they executed, summed over threads.
+    pub instructions: u64,
+    /// Threads they ran.
+    pub threads: u64,
+    /// Host time spent executing them, ns.
+    pub host_ns: u64,
 }
 
 impl fmt::Debug for SimGpu {
@@ -326,8 +436,18 @@ impl SimGpu {
             next_addr: BASE_ADDR,
             used: 0,
             gpu_time_ns: 0,
+            limits: ptx::Limits {
+                max_instructions: cfg.max_instructions,
+                ..ptx::Limits::default()
+            },
+            executed: Executed::default(),
             warned: HashSet::new(),
         })
+    }
+
+    /// What this executor's executed kernels did so far.
+    pub fn executed(&self) -> Executed {
+        self.executed
     }
 
     /// The shared device timeline this executor runs on.
@@ -369,13 +489,167 @@ impl SimGpu {
         }
     }
 
-    fn warn_cannot_emulate(&mut self, name: &str) {
-        if self.warned.len() < WARN_NAMES_MAX && self.warned.insert(name.to_owned()) {
-            tracing::warn!(
-                kernel = name,
-                "SimGpu cannot emulate this kernel; give it a duration in [sim] kernels"
-            );
+    /// Logs `msg` about kernel `name` once per distinct `(name, cause)`, for
+    /// at most [`WARN_NAMES_MAX`] of them: guests trigger these.
+    fn warn_once(&mut self, name: &str, cause: &str, msg: &str) {
+        if self.warned.len() < WARN_NAMES_MAX && self.warned.insert(format!("{name}\0{cause}")) {
+            tracing::warn!(kernel = name, cause, "{msg}");
         }
+    }
+
+    /// Runs kernel `f` of context `ctx` to completion; the error is the
+    /// guest's (see [`execution_error`]). `func` is the function's data.
+    fn execute(
+        &mut self,
+        ctx: CtxId,
+        f: FnId,
+        cfg: &LaunchConfig,
+        params: &[u8],
+    ) -> ExecResult<ptx::RunStats> {
+        check_geometry(cfg)?;
+        let limits = self.limits;
+        let started = Instant::now();
+        let c = self.ctx_mut(ctx)?;
+        let func = c
+            .functions
+            .get(&f.0)
+            .ok_or(ExecError::Invalid("function"))?;
+        let name = func.name.clone();
+        let module = c
+            .modules
+            .get_mut(&func.module)
+            .ok_or(ExecError::Invalid("module"))?;
+        let dims = ptx::Dims {
+            grid: cfg.grid,
+            block: cfg.block,
+            shared_bytes: cfg.shared_mem,
+        };
+        let ran = match module
+            .source_of
+            .get(&name)
+            .and_then(|&i| module.programs.get_mut(i))
+        {
+            None => Err(ptx::Error::Unsupported {
+                what: "the module's PTX for this kernel was not kept (modules keep at most 64 MiB of PTX)".into(),
+            }),
+            Some(program) => match program.parsed() {
+                Err(e) => Err(e.clone()),
+                Ok((m, globals)) => {
+                    let mut memory = Allocations {
+                        allocs: &mut c.allocs,
+                    };
+                    m.run(globals, &name, &dims, params, &mut memory, &limits)
+                }
+            },
+        };
+        match ran {
+            Ok(stats) => {
+                let host_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                tracing::debug!(
+                    kernel = %name,
+                    threads = stats.threads,
+                    instructions = stats.instructions,
+                    host_us = host_ns / 1000,
+                    "kernel executed"
+                );
+                let e = &mut self.executed;
+                e.launches += 1;
+                e.instructions = e.instructions.saturating_add(stats.instructions);
+                e.threads = e.threads.saturating_add(stats.threads);
+                e.host_ns = e.host_ns.saturating_add(host_ns);
+                Ok(stats)
+            }
+            Err(e) => {
+                let (err, sticky) = execution_error(&name, &e);
+                if sticky {
+                    tracing::debug!(kernel = %name, error = %e, "kernel faulted; its context is poisoned");
+                    if let Some(c) = self.contexts.get_mut(&ctx.0) {
+                        c.sticky = Some(err.clone());
+                    }
+                } else if let ExecError::CannotExecute { reason, .. } = &err {
+                    self.warn_once(
+                        &name,
+                        reason,
+                        &format!("SimGpu cannot execute this kernel: {reason}; its launches fail with CUDA_ERROR_NOT_SUPPORTED"),
+                    );
+                }
+                Err(err)
+            }
+        }
+    }
+}
+
+/// The launch geometry a GPU accepts; checked before a kernel executes,
+/// as the interpreter's memory grows with it.
+fn check_geometry(cfg: &LaunchConfig) -> ExecResult<()> {
+    let threads: u64 = cfg.block.iter().map(|&d| u64::from(d)).product();
+    let dims_ok = cfg.block.iter().zip(MAX_BLOCK_DIM).all(|(&d, m)| d <= m)
+        && cfg.grid.iter().zip(MAX_GRID_DIM).all(|(&d, m)| d <= m);
+    if !dims_ok || threads > MAX_BLOCK_THREADS {
+        return Err(ExecError::Invalid(
+            "block or grid dimensions above the device's limits",
+        ));
+    }
+    if cfg.shared_mem > MAX_SHARED_BYTES {
+        return Err(ExecError::Invalid(
+            "dynamic shared memory above the device's limit",
+        ));
+    }
+    Ok(())
+}
+
+/// The one mapping from interpreter errors to what the guest sees; `true`
+/// if the error is sticky (the context fails every later call).
+fn execution_error(kernel: &str, e: &ptx::Error) -> (ExecError, bool) {
+    let fault = |status| ExecError::Driver {
+        call: "cuLaunchKernel",
+        status,
+    };
+    match e {
+        ptx::Error::OutOfBounds { .. } => (fault(Status::ILLEGAL_ADDRESS), true),
+        ptx::Error::Misaligned { .. } => (fault(MISALIGNED_ADDRESS), true),
+        ptx::Error::Trap => (fault(Status::LAUNCH_FAILED), true),
+        ptx::Error::Budget(_) | ptx::Error::Deadlock(..) => (fault(LAUNCH_TIMEOUT), true),
+        ptx::Error::BadLaunch(_) => (fault(Status::INVALID_VALUE), false),
+        ptx::Error::Parse { .. } | ptx::Error::Unsupported { .. } | ptx::Error::NoKernel(_) => (
+            ExecError::CannotExecute {
+                kernel: kernel.to_owned(),
+                reason: e.to_string(),
+            },
+            false,
+        ),
+    }
+}
+
+/// Global memory of one executed launch: the context's allocations. An
+/// access must lie within one allocation.
+struct Allocations<'a> {
+    allocs: &'a mut BTreeMap<DevPtr, Vec<u8>>,
+}
+
+impl Allocations<'_> {
+    fn span(&mut self, addr: u64, len: usize) -> Result<&mut [u8], ptx::Error> {
+        let out = || ptx::Error::OutOfBounds {
+            space: "global",
+            addr,
+            len: len as u64,
+        };
+        let (&base, bytes) = self.allocs.range_mut(..=addr).next_back().ok_or_else(out)?;
+        let off = usize::try_from(addr - base).map_err(|_| out())?;
+        let end = off.checked_add(len).ok_or_else(out)?;
+        bytes.get_mut(off..end).ok_or_else(out)
+    }
+}
+
+impl ptx::Memory for Allocations<'_> {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), ptx::Error> {
+        buf.copy_from_slice(self.span(addr, buf.len())?);
+        Ok(())
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), ptx::Error> {
+        self.span(addr, data.len())?.copy_from_slice(data);
+        Ok(())
     }
 }
 
@@ -552,9 +826,24 @@ impl GpuExecutor for SimGpu {
 
     fn module_load(&mut self, ctx: CtxId, image: &[u8]) -> ExecResult<ModId> {
         self.ctx(ctx)?;
-        let kernels = parse_image(image).map_err(|e| ExecError::InvalidImage(e.to_string()))?;
+        let img = parse_module(image).map_err(|e| ExecError::InvalidImage(e.to_string()))?;
         let id = self.id();
-        let module = kernels.into_iter().map(|k| (k.name, k.params)).collect();
+        let module = Module {
+            kernels: img
+                .kernels
+                .into_iter()
+                .map(|k| (k.name, k.params))
+                .collect(),
+            programs: img
+                .ptx
+                .into_iter()
+                .map(|p| Program {
+                    text: p.text,
+                    parsed: None,
+                })
+                .collect(),
+            source_of: img.source_of,
+        };
         self.ctx_mut(ctx)?.modules.insert(id, module);
         Ok(ModId(id))
     }
@@ -576,12 +865,13 @@ impl GpuExecutor for SimGpu {
         name: &str,
     ) -> ExecResult<(FnId, Vec<ParamInfo>)> {
         let id = self.next_id;
-        let cost = self.costs.lookup(name);
+        let model = self.costs.lookup(name);
         let c = self.ctx_mut(ctx)?;
         let params = c
             .modules
             .get(&module.0)
             .ok_or(ExecError::Invalid("module"))?
+            .kernels
             .get(name)
             .ok_or_else(|| ExecError::NotFound(name.to_owned()))?
             .clone();
@@ -596,7 +886,7 @@ impl GpuExecutor for SimGpu {
                 module: module.0,
                 name: name.to_owned(),
                 params: params.clone(),
-                cost,
+                model,
             },
         );
         self.next_id += 1;
@@ -614,6 +904,8 @@ impl GpuExecutor for SimGpu {
         if cfg.grid.contains(&0) || cfg.block.contains(&0) {
             return Err(ExecError::Invalid("zero grid or block dimension"));
         }
+        // The kernel is issued now: executing it below takes no device time.
+        let issued = self.device.now_ns();
         let c = self.ctx_mut(ctx)?;
         let func = c
             .functions
@@ -624,22 +916,34 @@ impl GpuExecutor for SimGpu {
                 "parameter buffer shorter than the kernel's parameter layout",
             ));
         }
-        let Some(cost) = func.cost else {
-            let name = func.name.clone();
-            self.warn_cannot_emulate(&name);
-            return Err(ExecError::CannotEmulate(name));
-        };
-        if cost == Cost::Fault {
+        let model = func.model;
+        if model.cost == Some(Cost::Fault) {
             let e = ExecError::Driver {
                 call: "cuLaunchKernel",
-                status: fairgpu_protocol::Status::ILLEGAL_ADDRESS,
+                status: Status::ILLEGAL_ADDRESS,
             };
             c.sticky = Some(e.clone());
             return Err(e);
         }
-        let duration = cost.duration_ns(&func.params, params)?;
+        // A configured duration is checked before the kernel executes: a
+        // launch refused for it changes no memory.
+        let configured = match model.cost {
+            Some(cost) => Some(cost.duration_ns(&func.params, params)?),
+            None => None,
+        };
+        let duration = match (model.execute, configured) {
+            (true, configured) => {
+                let stats = self.execute(ctx, f, cfg, params)?;
+                configured.unwrap_or_else(|| self.costs.executed_duration_ns(stats.instructions))
+            }
+            (false, Some(ns)) => ns,
+            // Not reachable from a validated configuration: a kernel
+            // without a cost always executes.
+            (false, None) => return Err(ExecError::CannotEmulate(func.name.clone())),
+        };
+        let c = self.ctx_mut(ctx)?;
         let t0 = c.enqueue(stream)?;
-        let (_start, end) = self.device.reserve(t0, duration);
+        let (_start, end) = self.device.reserve_issued(t0, issued, duration);
         self.ctx_mut(ctx)?.set_ready(stream, end)?;
         self.gpu_time_ns += duration;
         Ok(())
@@ -945,21 +1249,7 @@ mod tests {
     }
 
     #[test]
-    fn unknown_kernels_cannot_be_emulated_until_configured() {
-        let mut g = gpu(&SimDevice::private_virtual(0));
-        let ctx = g.create_context().expect("context");
-        let m = g.module_load(ctx, VECADD_PTX.as_bytes()).expect("load");
-        let (f, _) = g.function(ctx, m, "_Z6vecAddPKfS0_Pfi").expect("function");
-        let err = g.launch(ctx, f, &LC, &[0; 28], None);
-        assert_eq!(
-            err,
-            Err(ExecError::CannotEmulate("_Z6vecAddPKfS0_Pfi".into()))
-        );
-        assert_eq!(
-            err.unwrap_err().status(),
-            fairgpu_protocol::Status::NOT_SUPPORTED
-        );
-
+    fn timing_only_kernels_take_their_configured_time() {
         let cfg = SimConfig {
             kernels: vec![KernelCost {
                 name: "vecAdd".into(),
@@ -967,6 +1257,7 @@ mod tests {
                 duration_param: None,
                 duration_hash: false,
                 fault: false,
+                execute: Some(false),
             }],
             ..SimConfig::default()
         };
@@ -978,6 +1269,7 @@ mod tests {
         g.launch(ctx, f, &LC, &[0; 28], None).expect("launch");
         g.launch(ctx, f, &LC, &[0; 28], None).expect("launch");
         assert_eq!(g.gpu_time_ns(), 10_000);
+        assert_eq!(g.executed(), Executed::default(), "nothing executed");
     }
 
     #[test]
@@ -1201,6 +1493,7 @@ mod tests {
                 duration_param: None,
                 duration_hash: false,
                 fault: true,
+                execute: None,
             }],
             ..SimConfig::default()
         };
@@ -1227,5 +1520,332 @@ mod tests {
         g.memset(b, p, 7, 1, 64, None).expect("memset");
         g.destroy_context(a);
         g.synchronize(b).expect("still fine");
+    }
+
+    /// Hand-written PTX in the form nvcc emits: `fill(out, n)` stores
+    /// `3 * i` to `out[i]` for every thread `i < n`; `forever` never ends;
+    /// `trapper` traps.
+    const FILL_PTX: &str = ".version 7.0\n.target sm_50\n.address_size 64\n\n\
+        .visible .entry fill(\n\t.param .u64 fill_param_0,\n\t.param .u32 fill_param_1\n)\n{\n\
+        \t.reg .pred %p<2>;\n\t.reg .b32 %r<7>;\n\t.reg .b64 %rd<5>;\n\n\
+        \tld.param.u64 %rd1, [fill_param_0];\n\tld.param.u32 %r2, [fill_param_1];\n\
+        \tmov.u32 %r3, %ctaid.x;\n\tmov.u32 %r4, %ntid.x;\n\tmov.u32 %r5, %tid.x;\n\
+        \tmad.lo.s32 %r1, %r3, %r4, %r5;\n\tsetp.ge.u32 %p1, %r1, %r2;\n\t@%p1 bra $L__done;\n\
+        \tcvta.to.global.u64 %rd2, %rd1;\n\tmul.wide.u32 %rd3, %r1, 4;\n\tadd.s64 %rd4, %rd2, %rd3;\n\
+        \tmul.lo.s32 %r6, %r1, 3;\n\tst.global.u32 [%rd4], %r6;\n$L__done:\n\tret;\n}\n\n\
+        .visible .entry forever()\n{\n$L__top:\n\tbra.uni $L__top;\n}\n\n\
+        .visible .entry trapper()\n{\n\ttrap;\n}\n";
+    /// A module whose only kernel uses an instruction no interpreter of
+    /// ours implements (Hopper's warpgroup MMA fence).
+    const WGMMA_PTX: &str = ".version 8.0\n.target sm_90a\n.address_size 64\n\n\
+        .visible .entry hopper(\n\t.param .u64 hopper_param_0\n)\n{\n\
+        \twgmma.fence.sync.aligned;\n\tret;\n}\n";
+
+    fn fill_params(out: DevPtr, n: u32) -> Vec<u8> {
+        let mut p = out.to_le_bytes().to_vec();
+        p.extend_from_slice(&n.to_le_bytes());
+        p
+    }
+
+    fn read_u32s(g: &mut SimGpu, ctx: CtxId, ptr: DevPtr, n: usize) -> Vec<u32> {
+        let mut b = vec![0u8; n * 4];
+        g.memcpy_dtoh(ctx, &mut b, ptr, None).expect("dtoh");
+        b.chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect()
+    }
+
+    #[test]
+    fn kernel_memory_is_exactly_the_allocations() {
+        let mut g = gpu(&SimDevice::private());
+        let ctx = g.create_context().expect("context");
+        let a = g.mem_alloc(ctx, 100).expect("alloc");
+        let b = g.mem_alloc(ctx, 64).expect("alloc");
+        let freed = g.mem_alloc(ctx, 64).expect("alloc");
+        g.mem_free(ctx, freed).expect("free");
+        let c = g.contexts.get_mut(&ctx.0).expect("context");
+        let mut mem = Allocations {
+            allocs: &mut c.allocs,
+        };
+        use ptx::Memory as _;
+        mem.write(a + 96, &[1, 2, 3, 4]).expect("last bytes of a");
+        let mut buf = [0u8; 4];
+        mem.read(a + 96, &mut buf).expect("read back");
+        assert_eq!(buf, [1, 2, 3, 4]);
+        mem.write(b, &[9; 64]).expect("all of b");
+        let oob = |r: Result<(), ptx::Error>| {
+            assert!(
+                matches!(
+                    r,
+                    Err(ptx::Error::OutOfBounds {
+                        space: "global",
+                        ..
+                    })
+                ),
+                "{r:?}"
+            )
+        };
+        // One byte past the end, the guard gap, a span across two
+        // allocations, below the first, freed memory, the top of the
+        // address space.
+        oob(mem.write(a + 97, &[0; 4]));
+        oob(mem.read(a + 100, &mut buf));
+        oob(mem.read(a + 200, &mut buf));
+        oob(mem.read(b - 2, &mut buf));
+        oob(mem.read(a - 1, &mut buf));
+        oob(mem.read(0, &mut buf));
+        oob(mem.write(freed, &[1]));
+        oob(mem.read(freed + 8, &mut buf));
+        oob(mem.read(u64::MAX - 1, &mut buf));
+        assert_eq!(
+            mem.read(a + 98, &mut buf),
+            Err(ptx::Error::OutOfBounds {
+                space: "global",
+                addr: a + 98,
+                len: 4
+            })
+        );
+        // Nothing outside the allocations was written, nothing inside
+        // changed by the refused accesses.
+        let mut all = vec![0u8; 100];
+        g.memcpy_dtoh(ctx, &mut all, a, None).expect("dtoh");
+        assert_eq!(&all[96..], &[1, 2, 3, 4]);
+        assert!(all[..96].iter().all(|&x| x == 0));
+        // Another context's allocations are not this context's memory.
+        let other = g.create_context().expect("context");
+        let c = g.contexts.get_mut(&other.0).expect("context");
+        let mut mem = Allocations {
+            allocs: &mut c.allocs,
+        };
+        oob(mem.read(a, &mut buf));
+    }
+
+    #[test]
+    fn executed_kernels_compute_and_cost_their_instructions() {
+        let dev = SimDevice::private_virtual(0);
+        let mut g = gpu(&dev);
+        let ctx = g.create_context().expect("context");
+        let m = g.module_load(ctx, FILL_PTX.as_bytes()).expect("load");
+        let (fill, _) = g.function(ctx, m, "fill").expect("function");
+        let n = 1000u32;
+        let out = g.mem_alloc(ctx, u64::from(n) * 4).expect("alloc");
+        let lc = LaunchConfig {
+            grid: [4, 1, 1],
+            block: [256, 1, 1],
+            shared_mem: 0,
+        };
+        g.launch(ctx, fill, &lc, &fill_params(out, n), None)
+            .expect("launch");
+        let want: Vec<u32> = (0..n).map(|i| 3 * i).collect();
+        assert_eq!(read_u32s(&mut g, ctx, out, n as usize), want);
+        let ex = g.executed();
+        assert_eq!((ex.launches, ex.threads), (1, 1024));
+        assert!(ex.instructions >= 1024, "{ex:?}");
+        // Not in the cost model: the default base plus its instructions.
+        let model = CostModel::new(&SimConfig::default());
+        assert_eq!(g.gpu_time_ns(), model.executed_duration_ns(ex.instructions));
+        assert_eq!(dev.busy_total_ns(), g.gpu_time_ns());
+    }
+
+    /// The same launches with `fill` executed and timing-only give the
+    /// same device times: execution never changes timing.
+    #[test]
+    fn timing_is_the_same_whether_kernels_execute_or_not() {
+        let run = |execute: bool| {
+            let cfg = SimConfig {
+                kernels: vec![KernelCost {
+                    name: "fill".into(),
+                    duration_us: Some(7.0),
+                    duration_param: None,
+                    duration_hash: false,
+                    fault: false,
+                    execute: Some(execute),
+                }],
+                ..SimConfig::default()
+            };
+            let dev = SimDevice::private_virtual(1_000);
+            let mut g = SimGpu::new(cfg, dev.clone()).expect("gpu");
+            let ctx = g.create_context().expect("context");
+            let m = g.module_load(ctx, FILL_PTX.as_bytes()).expect("load");
+            let (fill, _) = g.function(ctx, m, "fill").expect("function");
+            let sm = g.module_load(ctx, SPIN_PTX.as_bytes()).expect("load");
+            let (spin_k, _) = g.function(ctx, sm, "_Z12fairgpu_spinm").expect("function");
+            let out = g.mem_alloc(ctx, 4096).expect("alloc");
+            let s = g.stream_create(ctx, 0).expect("stream");
+            let mut times = Vec::new();
+            for i in 0..4u32 {
+                let e = g.event_create(ctx, 0).expect("event");
+                g.launch(ctx, fill, &LC, &fill_params(out, 32 * i), Some(s))
+                    .expect("fill");
+                spin(&mut g, ctx, spin_k, 3 * MS, Some(s));
+                g.event_record(ctx, e, Some(s)).expect("record");
+                times.push(g.event_time_ns(ctx, e).expect("event").expect("recorded"));
+            }
+            g.synchronize(ctx).expect("sync");
+            let data = read_u32s(&mut g, ctx, out, 96);
+            (
+                times,
+                g.gpu_time_ns(),
+                dev.busy_total_ns(),
+                data,
+                g.executed(),
+            )
+        };
+        let (t1, gpu1, busy1, data1, ex1) = run(true);
+        let (t0, gpu0, busy0, data0, ex0) = run(false);
+        assert_eq!(t1, t0);
+        assert_eq!((gpu1, busy1), (gpu0, busy0));
+        assert_eq!(gpu1, 4 * (7_000 + 3 * MS));
+        let step = 7_000 + 3 * MS;
+        assert_eq!(t1, (1..=4).map(|k| 1_000 + k * step).collect::<Vec<_>>());
+        // Only the executed run wrote memory.
+        assert_eq!(data1, (0..96).map(|i| 3 * i).collect::<Vec<u32>>());
+        assert!(data0.iter().all(|&x| x == 0));
+        assert_eq!(ex1.launches, 4);
+        assert_eq!(ex0, Executed::default());
+    }
+
+    #[test]
+    fn faulting_kernels_poison_their_context_only() {
+        let cfg = SimConfig {
+            max_instructions: 10_000,
+            ..SimConfig::default()
+        };
+        let mut g = SimGpu::new(cfg, SimDevice::private_virtual(0)).expect("gpu");
+        let status_of = |r: ExecResult<()>| r.expect_err("fails").status();
+        let setup = |g: &mut SimGpu| {
+            let ctx = g.create_context().expect("context");
+            let m = g.module_load(ctx, FILL_PTX.as_bytes()).expect("load");
+            let f = |g: &mut SimGpu, name| g.function(ctx, m, name).expect("function").0;
+            let fns = (f(g, "fill"), f(g, "forever"), f(g, "trapper"));
+            let out = g.mem_alloc(ctx, 64).expect("alloc");
+            (ctx, fns, out)
+        };
+        let (good, (fill, _, _), good_out) = setup(&mut g);
+
+        // Out of bounds: 17 threads into 16 words.
+        let (ctx, (f, _, _), out) = setup(&mut g);
+        let r = g.launch(ctx, f, &LC, &fill_params(out, 17), None);
+        assert_eq!(status_of(r), Status::ILLEGAL_ADDRESS);
+        assert_eq!(
+            status_of(g.synchronize(ctx)),
+            Status::ILLEGAL_ADDRESS,
+            "sticky"
+        );
+        // A freed buffer faults too.
+        let (ctx, (f, _, _), out) = setup(&mut g);
+        g.mem_free(ctx, out).expect("free");
+        let r = g.launch(ctx, f, &LC, &fill_params(out, 1), None);
+        assert_eq!(status_of(r), Status::ILLEGAL_ADDRESS);
+        // The instruction budget.
+        let (ctx, (_, forever, _), _) = setup(&mut g);
+        let r = g.launch(ctx, forever, &LC, &[], None);
+        assert_eq!(status_of(r), LAUNCH_TIMEOUT);
+        assert_eq!(status_of(g.mem_alloc(ctx, 8).map(drop)), LAUNCH_TIMEOUT);
+        // trap.
+        let (ctx, (_, _, trapper), _) = setup(&mut g);
+        let r = g.launch(ctx, trapper, &LC, &[], None);
+        assert_eq!(status_of(r), Status::LAUNCH_FAILED);
+        assert_eq!(status_of(g.synchronize(ctx)), Status::LAUNCH_FAILED);
+        // None of it touched the first context, and no fault was charged
+        // device time.
+        g.launch(good, fill, &LC, &fill_params(good_out, 16), None)
+            .expect("still works");
+        assert_eq!(
+            read_u32s(&mut g, good, good_out, 16),
+            (0..16).map(|i| 3 * i).collect::<Vec<u32>>()
+        );
+        assert_eq!(g.executed().launches, 1);
+        // Launch geometry beyond a GPU's is refused before executing.
+        let big = LaunchConfig {
+            grid: [1, 1, 1],
+            block: [1024, 2, 1],
+            shared_mem: 0,
+        };
+        assert!(matches!(
+            g.launch(good, fill, &big, &fill_params(good_out, 0), None),
+            Err(ExecError::Invalid(_))
+        ));
+        g.synchronize(good).expect("not sticky");
+    }
+
+    #[test]
+    fn unsupported_ptx_fails_launches_without_poisoning() {
+        let cfg = SimConfig {
+            kernels: vec![KernelCost {
+                name: "timed".into(),
+                duration_us: Some(1.0),
+                duration_param: None,
+                duration_hash: false,
+                fault: false,
+                execute: Some(false),
+            }],
+            ..SimConfig::default()
+        };
+        let mut g = SimGpu::new(cfg, SimDevice::private_virtual(0)).expect("gpu");
+        let ctx = g.create_context().expect("context");
+        // The module loads although its PTX cannot execute.
+        let text = format!("{WGMMA_PTX}\n.visible .entry timed()\n{{\n\tret;\n}}\n");
+        let m = g.module_load(ctx, text.as_bytes()).expect("load");
+        let (hopper, layout) = g.function(ctx, m, "hopper").expect("function");
+        assert_eq!(layout, [ParamInfo { offset: 0, size: 8 }]);
+        let out = g.mem_alloc(ctx, 8).expect("alloc");
+        for _ in 0..2 {
+            let err = g
+                .launch(ctx, hopper, &LC, &out.to_le_bytes(), None)
+                .expect_err("cannot execute");
+            assert_eq!(err.status(), Status::NOT_SUPPORTED);
+            let ExecError::CannotExecute { kernel, reason } = &err else {
+                panic!("{err:?}");
+            };
+            assert_eq!(kernel, "hopper");
+            assert!(reason.contains("wgmma"), "names the instruction: {reason}");
+        }
+        // Not sticky; the timing-only kernel of the same module runs.
+        g.synchronize(ctx).expect("not sticky");
+        let (timed, _) = g.function(ctx, m, "timed").expect("function");
+        g.launch(ctx, timed, &LC, &[], None).expect("timing-only");
+        assert_eq!(g.gpu_time_ns(), 1_000);
+    }
+
+    #[test]
+    fn the_spin_kernel_never_executes() {
+        // Its PTX spins on %globaltimer: executed, it would exhaust any
+        // budget.
+        let spin_ptx = include_str!("../../../kernels/fairgpu.ptx");
+        let cfg = SimConfig {
+            max_instructions: 100,
+            ..SimConfig::default()
+        };
+        let mut g = SimGpu::new(cfg, SimDevice::private_virtual(0)).expect("gpu");
+        let ctx = g.create_context().expect("context");
+        let m = g.module_load(ctx, spin_ptx.as_bytes()).expect("load");
+        let (f, _) = g.function(ctx, m, SPIN_KERNEL).expect("function");
+        spin(&mut g, ctx, f, 2 * MS, None);
+        g.synchronize(ctx).expect("sync");
+        assert_eq!(g.gpu_time_ns(), 2 * MS);
+        assert_eq!(g.executed(), Executed::default());
+    }
+
+    #[test]
+    fn fatbins_run_the_ptx_of_the_best_architecture() {
+        // Two PTX entries: sm_80 writes 3i, sm_100 writes garbage.
+        let other = FILL_PTX
+            .replace(".target sm_50", ".target sm_100")
+            .replace("mul.lo.s32 %r6, %r1, 3;", "mul.lo.s32 %r6, %r1, 5;");
+        let best = FILL_PTX.replace(".target sm_50", ".target sm_80");
+        let mut image = fatbin(other.as_bytes(), 0);
+        image.extend(fatbin(best.as_bytes(), 0));
+        let mut g = gpu(&SimDevice::private_virtual(0));
+        let ctx = g.create_context().expect("context");
+        let m = g.module_load(ctx, &image).expect("load");
+        let (fill, _) = g.function(ctx, m, "fill").expect("function");
+        let out = g.mem_alloc(ctx, 64).expect("alloc");
+        g.launch(ctx, fill, &LC, &fill_params(out, 16), None)
+            .expect("launch");
+        assert_eq!(
+            read_u32s(&mut g, ctx, out, 16),
+            (0..16).map(|i| 3 * i).collect::<Vec<u32>>()
+        );
     }
 }
