@@ -21,6 +21,16 @@
 //! channels = 4
 //! ring_entries = 256
 //! arena = "4MiB"
+//! [[vm]]
+//! name = "vm2"
+//! memory = "4GiB"
+//! guest = "qemu"           # guests in a QEMU VM
+//! [vm.ivshmem]
+//! device = "doorbell"      # plain (region file) | doorbell (daemon's server)
+//! socket = "/run/fairgpu/vm2.ivshmem.sock"
+//! vectors = 2
+//! qmp = "/run/fairgpu/vm2.qmp.sock"
+//! nudge = false
 //! ```
 //!
 //! `examples/fairgpu.toml` is the complete, commented example.
@@ -235,13 +245,74 @@ struct RawVm {
     #[serde(default = "default_weight")]
     weight: i64,
     memory: SizeSpec,
-    region: PathBuf,
+    region: Option<PathBuf>,
     #[serde(default = "default_channels")]
     channels: i64,
     ring_entries: Option<i64>,
     arena: Option<SizeSpec>,
     #[serde(default)]
     guest: GuestKind,
+    ivshmem: Option<RawIvshmem>,
+}
+
+/// `[vm.ivshmem]` of a `guest = "qemu"` VM.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIvshmem {
+    device: Option<String>,
+    socket: Option<PathBuf>,
+    vectors: Option<i64>,
+    qmp: Option<PathBuf>,
+    nudge: Option<bool>,
+}
+
+/// The interrupt vector a guest rings the host on (BAR0 Doorbell).
+pub const VECTOR_DOORBELL: u16 = 0;
+/// The interrupt vector the host raises in a guest to wake it.
+pub const VECTOR_WAKE: u16 = 1;
+/// Vectors of a doorbell device unless `vectors` says otherwise: one each
+/// way.
+pub const DEFAULT_VECTORS: u16 = 2;
+
+/// A `guest = "qemu"` VM's device and CPU coordination (`[vm.ivshmem]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QemuConfig {
+    /// The ivshmem device and where its memory comes from.
+    pub device: IvshmemDevice,
+    /// QEMU's QMP socket, through which the daemon learns the vCPU thread
+    /// ids (`-qmp unix:PATH,server=on,wait=off`).
+    pub qmp: Option<PathBuf>,
+    /// Raise the vCPU threads' priority briefly when the VM is granted the
+    /// GPU as CPU–GPU interactive (needs `qmp` and CAP_SYS_NICE).
+    pub nudge: bool,
+}
+
+/// Which ivshmem device a QEMU VM has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IvshmemDevice {
+    /// `ivshmem-plain` over the region file: no interrupts either way.
+    Plain,
+    /// `ivshmem-doorbell` connected to the daemon's ivshmem server.
+    Doorbell {
+        /// The server's socket.
+        socket: PathBuf,
+        /// MSI-X vectors per peer: [`VECTOR_DOORBELL`] and [`VECTOR_WAKE`]
+        /// at least.
+        vectors: u16,
+        /// The region is a sealed memfd the daemon creates (no `region`
+        /// key); otherwise it is the region file.
+        memfd: bool,
+    },
+}
+
+impl IvshmemDevice {
+    /// QEMU's name of the device.
+    pub fn model(&self) -> &'static str {
+        match self {
+            IvshmemDevice::Plain => "ivshmem-plain",
+            IvshmemDevice::Doorbell { .. } => "ivshmem-doorbell",
+        }
+    }
 }
 
 /// Where a VM's guest processes run, which decides how the region is made.
@@ -252,9 +323,11 @@ pub enum GuestKind {
     /// so the host may reclaim channels of dead owners itself.
     #[default]
     Local,
-    /// A QEMU VM with an `ivshmem-plain` device over the region file: the
-    /// file is sized to a power of two (a PCI BAR), and owner pids are the
-    /// guest's, reclaimed only by the guest.
+    /// A QEMU VM with an ivshmem device (`[vm.ivshmem]`): `ivshmem-plain`
+    /// over the region file, or `ivshmem-doorbell` served by the daemon.
+    /// The region is sized to a power of two (a PCI BAR), and owner pids
+    /// are the guest's, reclaimed only by the guest (or by the daemon when
+    /// the VM's QEMU disconnects from a doorbell device).
     Qemu,
 }
 
@@ -474,12 +547,50 @@ pub struct VmConfig {
     pub weight: u32,
     /// Device-memory quota in bytes.
     pub memory: u64,
-    /// The region file.
+    /// The region file; for a doorbell VM whose region is a memfd (no
+    /// `region` key), the ivshmem socket through which it is reached.
     pub region_path: PathBuf,
     /// The region's shape.
     pub region: RegionConfig,
     /// Where its guests run.
     pub guest: GuestKind,
+    /// Its QEMU device, for `guest = "qemu"`.
+    pub qemu: Option<QemuConfig>,
+}
+
+impl VmConfig {
+    /// The ivshmem-doorbell device's socket and vectors, if it has one.
+    pub fn doorbell(&self) -> Option<(&Path, u16)> {
+        match &self.qemu.as_ref()?.device {
+            IvshmemDevice::Doorbell {
+                socket, vectors, ..
+            } => Some((socket, *vectors)),
+            IvshmemDevice::Plain => None,
+        }
+    }
+
+    /// Whether the region is a memfd of the daemon's rather than a file.
+    pub fn region_is_memfd(&self) -> bool {
+        matches!(
+            self.qemu.as_ref().map(|q| &q.device),
+            Some(IvshmemDevice::Doorbell { memfd: true, .. })
+        )
+    }
+
+    /// The unix sockets and files of this VM, named for error messages.
+    fn paths(&self) -> Vec<(&'static str, &Path)> {
+        let mut out = Vec::new();
+        if !self.region_is_memfd() {
+            out.push(("the region", self.region_path.as_path()));
+        }
+        if let Some((socket, _)) = self.doorbell() {
+            out.push(("the ivshmem socket", socket));
+        }
+        if let Some(qmp) = self.qemu.as_ref().and_then(|q| q.qmp.as_deref()) {
+            out.push(("the QMP socket", qmp));
+        }
+        out
+    }
 }
 
 /// The control socket used when the file names none:
@@ -580,8 +691,10 @@ impl Config {
                     ),
                 ));
             }
-            let vm = validate_vm(rv).map_err(|why| invalid(place.clone(), why))?;
-            if let Some(other) = vms.iter().find(|v| v.region_path == vm.region_path) {
+            let vm = validate_vm(rv, &daemon).map_err(|why| invalid(place.clone(), why))?;
+            if let Some(other) = vms.iter().find(|v| {
+                !v.region_is_memfd() && !vm.region_is_memfd() && v.region_path == vm.region_path
+            }) {
                 return Err(invalid(
                     place,
                     format!(
@@ -591,7 +704,7 @@ impl Config {
                     ),
                 ));
             }
-            if vm.region_path == daemon.control_socket {
+            if !vm.region_is_memfd() && vm.region_path == daemon.control_socket {
                 return Err(invalid(
                     place,
                     format!(
@@ -600,6 +713,7 @@ impl Config {
                     ),
                 ));
             }
+            check_paths_unique(&vm, &vms, &daemon).map_err(|why| invalid(place, why))?;
             vms.push(vm);
         }
         Ok(Config {
@@ -651,6 +765,158 @@ fn validate_daemon(raw: RawDaemon) -> Result<DaemonConfig, String> {
     })
 }
 
+/// Refuses a VM whose files or sockets are another's (or the same twice,
+/// or the control socket).
+fn check_paths_unique(vm: &VmConfig, before: &[VmConfig], d: &DaemonConfig) -> Result<(), String> {
+    let mine = vm.paths();
+    for (i, (what, path)) in mine.iter().enumerate() {
+        if *path == d.control_socket {
+            return Err(format!(
+                "{what} {} is the daemon's control socket",
+                path.display()
+            ));
+        }
+        if let Some((other, _)) = mine[..i].iter().find(|(_, p)| p == path) {
+            return Err(format!(
+                "{what} {} is also {other} of this VM",
+                path.display()
+            ));
+        }
+        for v in before {
+            if let Some((other, _)) = v.paths().into_iter().find(|(_, p)| p == path) {
+                return Err(format!(
+                    "{what} {} is also {other} of vm {:?}; every VM needs its own",
+                    path.display(),
+                    v.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a unix socket path from the configuration.
+fn check_socket_path(key: &str, path: &Path) -> Result<(), String> {
+    if !path.is_absolute() {
+        return Err(format!(
+            "{key} = {:?} must be an absolute path",
+            path.display().to_string()
+        ));
+    }
+    if path.as_os_str().len() > MAX_SOCKET_PATH {
+        return Err(format!(
+            "{key} = {:?} is longer than {MAX_SOCKET_PATH} bytes (a Unix socket path limit)",
+            path.display().to_string()
+        ));
+    }
+    if path
+        .to_str()
+        .is_none_or(|s| s.chars().any(char::is_control))
+    {
+        return Err(format!(
+            "{key} = {:?} must be UTF-8 without control characters (QEMU takes it on its command line)",
+            path.display().to_string()
+        ));
+    }
+    Ok(())
+}
+
+/// Where the daemon puts its sockets unless told: beside the control
+/// socket.
+pub fn runtime_dir(d: &DaemonConfig) -> PathBuf {
+    d.control_socket
+        .parent()
+        .map_or_else(|| PathBuf::from("/"), Path::to_owned)
+}
+
+/// Validates `[vm.ivshmem]` of a VM with `guest = "qemu"` (absent: a plain
+/// device, no QMP).
+fn validate_ivshmem(
+    name: &str,
+    raw: Option<RawIvshmem>,
+    region_given: bool,
+    d: &DaemonConfig,
+) -> Result<QemuConfig, String> {
+    let raw = raw.unwrap_or_default();
+    let device = match raw.device.as_deref().unwrap_or("plain") {
+        "plain" => {
+            for (key, given) in [
+                ("socket", raw.socket.is_some()),
+                ("vectors", raw.vectors.is_some()),
+            ] {
+                if given {
+                    return Err(format!(
+                        "[vm.ivshmem] {key} applies to device = \"doorbell\" only (an ivshmem-plain device has no server)"
+                    ));
+                }
+            }
+            if !region_given {
+                return Err(
+                    "region is missing: an ivshmem-plain device maps the region file (or use device = \"doorbell\", whose memory the daemon creates)".into(),
+                );
+            }
+            IvshmemDevice::Plain
+        }
+        "doorbell" => {
+            let socket = raw
+                .socket
+                .unwrap_or_else(|| runtime_dir(d).join(format!("{name}.ivshmem.sock")));
+            check_socket_path("[vm.ivshmem] socket", &socket).map_err(|e| {
+                if is_default_socket(&socket, name, d) {
+                    format!(
+                        "{e}; the default is beside the control socket, so set socket explicitly"
+                    )
+                } else {
+                    e
+                }
+            })?;
+            let max = fairgpu_qemu::server::MAX_VECTORS;
+            let vectors = match raw.vectors {
+                None => DEFAULT_VECTORS,
+                Some(v) => u16::try_from(v)
+                    .ok()
+                    .filter(|v| (VECTOR_WAKE + 1..=max).contains(v))
+                    .ok_or_else(|| {
+                        format!(
+                            "[vm.ivshmem] vectors = {v} is outside {}..={max} (vector {VECTOR_DOORBELL} rings the host, {VECTOR_WAKE} wakes the guest)",
+                            VECTOR_WAKE + 1
+                        )
+                    })?,
+            };
+            IvshmemDevice::Doorbell {
+                socket,
+                vectors,
+                memfd: !region_given,
+            }
+        }
+        other => {
+            return Err(format!(
+                "[vm.ivshmem] device = {other:?} is unknown (expected \"plain\" or \"doorbell\")"
+            ))
+        }
+    };
+    if let Some(q) = &raw.qmp {
+        check_socket_path("[vm.ivshmem] qmp", q)?;
+    }
+    let nudge = raw.nudge.unwrap_or(false);
+    if nudge && raw.qmp.is_none() {
+        return Err(
+            "[vm.ivshmem] nudge = true needs qmp: the vCPU thread ids come from QEMU's QMP socket"
+                .into(),
+        );
+    }
+    Ok(QemuConfig {
+        device,
+        qmp: raw.qmp,
+        nudge,
+    })
+}
+
+/// Whether `socket` is the default path for VM `name` (for the hint).
+fn is_default_socket(socket: &Path, name: &str, d: &DaemonConfig) -> bool {
+    socket == runtime_dir(d).join(format!("{name}.ivshmem.sock"))
+}
+
 fn check_name(name: &str) -> Result<(), String> {
     let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
     if name.is_empty() || name.len() > MAX_NAME_LEN || !name.chars().all(ok_char) {
@@ -661,7 +927,7 @@ fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn validate_vm(raw: RawVm) -> Result<VmConfig, String> {
+fn validate_vm(raw: RawVm, daemon: &DaemonConfig) -> Result<VmConfig, String> {
     let weight = u32::try_from(raw.weight)
         .ok()
         .filter(|w| WEIGHTS.contains(w))
@@ -680,12 +946,46 @@ fn validate_vm(raw: RawVm) -> Result<VmConfig, String> {
     if memory == 0 {
         return Err(format!("memory = {} must be more than 0 bytes", raw.memory));
     }
-    if !raw.region.is_absolute() {
-        return Err(format!(
-            "region = {:?} must be an absolute path",
-            raw.region.display().to_string()
-        ));
-    }
+    let qemu = match raw.guest {
+        GuestKind::Local => {
+            if raw.ivshmem.is_some() {
+                return Err(
+                    "[vm.ivshmem] applies to guest = \"qemu\" only; this VM's guests are local processes"
+                        .into(),
+                );
+            }
+            None
+        }
+        GuestKind::Qemu => Some(validate_ivshmem(
+            &raw.name,
+            raw.ivshmem,
+            raw.region.is_some(),
+            daemon,
+        )?),
+    };
+    let region_path =
+        match (&raw.region, &qemu) {
+            (Some(r), _) => {
+                if !r.is_absolute() {
+                    return Err(format!(
+                        "region = {:?} must be an absolute path",
+                        r.display().to_string()
+                    ));
+                }
+                r.clone()
+            }
+            (
+                None,
+                Some(QemuConfig {
+                    device: IvshmemDevice::Doorbell { socket, .. },
+                    ..
+                }),
+            ) => socket.clone(),
+            (None, _) => return Err(
+                "region is missing: the region file guests map (e.g. \"/dev/shm/fairgpu-NAME\")"
+                    .into(),
+            ),
+        };
     let channels = u32::try_from(raw.channels)
         .ok()
         .filter(|c| (MIN_CHANNELS..=MAX_CHANNELS).contains(c))
@@ -740,9 +1040,10 @@ fn validate_vm(raw: RawVm) -> Result<VmConfig, String> {
         name: raw.name,
         weight,
         memory,
-        region_path: raw.region,
+        region_path,
         region,
         guest: raw.guest,
+        qemu,
     })
 }
 
@@ -779,7 +1080,19 @@ pub fn describe(cfg: &Config) -> String {
                 v.region.channels.to_string(),
                 v.region.ring_entries.to_string(),
                 format_size(v.region.arena_size.into()),
-                format!("{} ({})", v.region_path.display(), format_size(size)),
+                match v.doorbell() {
+                    Some((socket, vectors)) => format!(
+                        "{} ({}) by ivshmem-doorbell on {} ({vectors} vectors)",
+                        if v.region_is_memfd() {
+                            "memfd".to_owned()
+                        } else {
+                            v.region_path.display().to_string()
+                        },
+                        format_size(fairgpu_qemu::bar_size(size)),
+                        socket.display()
+                    ),
+                    None => format!("{} ({})", v.region_path.display(), format_size(size)),
+                },
             ]
         })
         .collect();
@@ -835,8 +1148,13 @@ fn vm_table_at(text: &str, offset: usize) -> Option<usize> {
             if name == "vm" {
                 seen += 1;
             }
-        } else if t.starts_with('[') {
-            current = None;
+        } else if let Some(rest) = t.strip_prefix('[') {
+            // `[vm.ivshmem]` belongs to the [[vm]] above it.
+            let name = rest.split(']').next().unwrap_or("").trim();
+            current = match name.strip_prefix("vm.") {
+                Some(_) => seen.checked_sub(1),
+                None => None,
+            };
         }
         pos += line.len();
     }
@@ -1082,6 +1400,137 @@ region = "/dev/shm/fairgpu-vm1"
         assert_eq!(vm_table_at(text, off), Some(1));
         assert_eq!(vm_table_at(text, text.find("[sim]").unwrap() + 2), None);
         assert_eq!(vm_table_at(text, 3), None);
+    }
+
+    const QEMU_VM: &str = r#"
+[daemon]
+control_socket = "/tmp/x/control.sock"
+[[vm]]
+name = "vm1"
+memory = "1GiB"
+guest = "qemu"
+[vm.ivshmem]
+device = "doorbell"
+"#;
+
+    #[test]
+    fn qemu_devices_and_their_defaults() {
+        // A doorbell device without a region: a memfd, reached through a
+        // socket beside the control socket, two vectors, no QMP.
+        let c = parse(QEMU_VM).unwrap();
+        let v = &c.vms[0];
+        let q = v.qemu.as_ref().unwrap();
+        let socket = Path::new("/tmp/x/vm1.ivshmem.sock");
+        assert_eq!(
+            q.device,
+            IvshmemDevice::Doorbell {
+                socket: socket.to_owned(),
+                vectors: DEFAULT_VECTORS,
+                memfd: true
+            }
+        );
+        assert_eq!((q.qmp.as_deref(), q.nudge), (None, false));
+        assert_eq!(v.doorbell(), Some((socket, 2)));
+        assert!(v.region_is_memfd());
+        assert_eq!(v.region_path, socket);
+        assert_eq!(
+            v.region.features & fairgpu_protocol::layout::FEATURE_LOCAL_OWNERS,
+            0
+        );
+        assert!(describe(&c).contains("memfd"), "{}", describe(&c));
+
+        // Everything given, over a region file.
+        let c = parse(&format!(
+            "{QEMU_VM}socket = \"/run/f/vm1.sock\"\nvectors = 4\nqmp = \"/run/f/vm1.qmp\"\nnudge = true\n"
+        ))
+        .unwrap();
+        let q = c.vms[0].qemu.clone().unwrap();
+        assert_eq!(q.qmp.as_deref(), Some(Path::new("/run/f/vm1.qmp")));
+        assert!(q.nudge);
+        assert_eq!(c.vms[0].doorbell(), Some((Path::new("/run/f/vm1.sock"), 4)));
+        let c = parse(&QEMU_VM.replace("guest =", "region = \"/dev/shm/r1\"\nguest =")).unwrap();
+        assert!(!c.vms[0].region_is_memfd());
+        assert_eq!(c.vms[0].region_path, Path::new("/dev/shm/r1"));
+
+        // guest = "qemu" alone is a plain device over the region file, as
+        // before [vm.ivshmem] existed; so is device = "plain" with QMP.
+        let plain = ONE_VM.replace("memory =", "guest = \"qemu\"\nmemory =");
+        let c = parse(&plain).unwrap();
+        assert_eq!(c.vms[0].qemu.as_ref().unwrap().device, IvshmemDevice::Plain);
+        assert_eq!(c.vms[0].doorbell(), None);
+        let c = parse(&format!(
+            "{plain}[vm.ivshmem]\ndevice = \"plain\"\nqmp = \"/run/f/q.sock\"\nnudge = true\n"
+        ))
+        .unwrap();
+        assert!(c.vms[0].qemu.as_ref().unwrap().nudge);
+        assert_eq!(parse(ONE_VM).unwrap().vms[0].qemu, None);
+    }
+
+    #[test]
+    fn qemu_device_errors_name_the_key() {
+        let plain = ONE_VM.replace("memory =", "guest = \"qemu\"\nmemory =");
+        for (text, want) in [
+            (format!("{QEMU_VM}device = \"pci\"\n"), "duplicate key"),
+            (QEMU_VM.replace("\"doorbell\"", "\"pci\""), "device = \"pci\" is unknown"),
+            (format!("{QEMU_VM}vectors = 1\n"), "vectors = 1 is outside 2..=64"),
+            (format!("{QEMU_VM}vectors = 65\n"), "vectors = 65"),
+            (format!("{QEMU_VM}vectors = -1\n"), "vectors = -1"),
+            (format!("{QEMU_VM}socket = \"vm1.sock\"\n"), "socket = \"vm1.sock\" must be an absolute path"),
+            (
+                format!("{QEMU_VM}socket = \"/{}\"\n", "s".repeat(120)),
+                "longer than 107",
+            ),
+            (format!("{QEMU_VM}nudge = true\n"), "nudge = true needs qmp"),
+            (format!("{QEMU_VM}qmp = \"q.sock\"\n"), "qmp = \"q.sock\""),
+            (format!("{QEMU_VM}colour = 1\n"), "colour"),
+            (
+                format!("{plain}[vm.ivshmem]\nsocket = \"/run/a.sock\"\n"),
+                "socket applies to device = \"doorbell\" only",
+            ),
+            (
+                format!("{plain}[vm.ivshmem]\nvectors = 2\n"),
+                "vectors applies to device = \"doorbell\" only",
+            ),
+            (
+                plain.replace("region = \"/dev/shm/fairgpu-vm1\"\n", ""),
+                "an ivshmem-plain device maps the region file",
+            ),
+            (
+                ONE_VM.replace("region = \"/dev/shm/fairgpu-vm1\"\n", ""),
+                "region is missing",
+            ),
+            (
+                format!("{ONE_VM}[vm.ivshmem]\ndevice = \"doorbell\"\n"),
+                "applies to guest = \"qemu\" only",
+            ),
+            (
+                format!("{QEMU_VM}socket = \"/tmp/x/control.sock\"\n"),
+                "ivshmem socket /tmp/x/control.sock is the daemon's control socket",
+            ),
+            (
+                format!("{QEMU_VM}qmp = \"/tmp/x/vm1.ivshmem.sock\"\n"),
+                "the QMP socket /tmp/x/vm1.ivshmem.sock is also the ivshmem socket of this VM",
+            ),
+            (
+                format!(
+                    "{QEMU_VM}\n[[vm]]\nname = \"vm2\"\nmemory = 1\nguest = \"qemu\"\n[vm.ivshmem]\ndevice = \"doorbell\"\nsocket = \"/tmp/x/vm1.ivshmem.sock\"\n"
+                ),
+                "is also the ivshmem socket of vm \"vm1\"",
+            ),
+            (
+                format!(
+                    "{QEMU_VM}qmp = \"/dev/shm/r2\"\n\n[[vm]]\nname = \"vm2\"\nmemory = 1\nregion = \"/dev/shm/r2\"\n"
+                ),
+                "the region /dev/shm/r2 is also the QMP socket of vm \"vm1\"",
+            ),
+        ] {
+            let e = err(&text);
+            assert!(e.contains(want), "{text}\n=> {e}");
+            assert!(
+                e.contains("vm1") || e.contains("vm2") || e.contains("1st [[vm]]"),
+                "the VM is named: {e}"
+            );
+        }
     }
 
     #[test]
