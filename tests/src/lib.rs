@@ -13,6 +13,8 @@
 //! The `fairgpu` binary must be built first (`cargo build -p fairgpu`);
 //! `scripts/test.sh` builds the workspace before it tests.
 
+pub mod qemu;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};

@@ -1,0 +1,486 @@
+//! Helpers for the tests that boot the guest image of
+//! `scripts/guest-image.sh` in QEMU (TCG).
+//!
+//! [`image`] finds QEMU and the image (or says why the test is skipped);
+//! [`Overlay`] collects files to add to the image's initramfs (binaries,
+//! the shared libraries `ldd` finds for them, the guest's `/guest/run`
+//! script) and writes them as a second archive after the base one; [`Guest`]
+//! boots QEMU with that initramfs and the fairgpu device's arguments and
+//! collects its serial console, bounded in time.
+//!
+//! The image's `/init` runs `/guest/run` if present, prints
+//! `fairgpu-guest: exit STATUS` and powers the VM off, so QEMU (with
+//! `-no-reboot`) exits when the guest is done.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::{fairgpu_bin, run_command};
+
+/// The QEMU binary the tests run.
+pub const QEMU: &str = "qemu-system-x86_64";
+/// Environment variable naming the image directory (default
+/// `target/guest-image`).
+pub const IMAGE_ENV: &str = "FAIRGPU_GUEST_IMAGE";
+/// Environment variable that turns a missing QEMU or image into a failure.
+pub const REQUIRE_ENV: &str = "FAIRGPU_REQUIRE_QEMU";
+/// What the image's init prints once `/guest/run` has exited with 0.
+pub const RUN_SUCCEEDED: &str = "fairgpu-guest: exit 0";
+/// Guest directories on the dynamic loader's default search path: a
+/// library found there on the host is put at the same path in the guest.
+const SYSTEM_LIB_DIRS: [&str; 4] = ["/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/"];
+
+/// TCG boots are CPU-heavy: the tests of one binary take turns. Hold the
+/// guard for as long as guests run.
+pub fn take_turn() -> MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The kernel and base initramfs of the guest image.
+#[derive(Debug, Clone)]
+pub struct Image {
+    /// The kernel.
+    pub vmlinuz: PathBuf,
+    /// The base initramfs (gzip-compressed newc).
+    pub initrd: PathBuf,
+}
+
+/// The guest image, or `None` (test skipped, with a message) when QEMU or
+/// the image is missing and [`REQUIRE_ENV`] is unset; with it set, a
+/// missing piece panics.
+pub fn image() -> Option<Image> {
+    let dir = std::env::var_os(IMAGE_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            // target/<profile>/fairgpu → target/guest-image
+            let target = fairgpu_bin()
+                .parent()
+                .and_then(Path::parent)
+                .expect("target dir")
+                .to_owned();
+            target.join("guest-image")
+        });
+    let img = Image {
+        vmlinuz: dir.join("vmlinuz"),
+        initrd: dir.join("initrd.gz"),
+    };
+    let qemu = Command::new(QEMU)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let missing = if !qemu {
+        Some(format!("{QEMU} not found"))
+    } else if !img.vmlinuz.is_file() || !img.initrd.is_file() {
+        Some(format!(
+            "no guest image in {} (build it with scripts/guest-image.sh {} target/debug/fairgpu)",
+            dir.display(),
+            dir.display()
+        ))
+    } else {
+        None
+    };
+    match missing {
+        None => Some(img),
+        Some(why) if std::env::var_os(REQUIRE_ENV).is_some() => {
+            panic!("{why}, and {REQUIRE_ENV} is set")
+        }
+        Some(why) => {
+            eprintln!("skipping: {why}");
+            None
+        }
+    }
+}
+
+/// One file of an [`Overlay`].
+#[derive(Debug, Clone)]
+struct OverlayFile {
+    /// Path in the guest, relative to `/`.
+    path: String,
+    /// Permission bits.
+    mode: u32,
+    data: Vec<u8>,
+}
+
+/// Files to add to the guest's initramfs, written as an uncompressed newc
+/// archive after the base image. The kernel unpacks concatenated archives
+/// in order, so these files replace the base's of the same path.
+#[derive(Debug, Clone, Default)]
+pub struct Overlay {
+    files: Vec<OverlayFile>,
+}
+
+impl Overlay {
+    /// An empty overlay.
+    pub fn new() -> Overlay {
+        Overlay::default()
+    }
+
+    /// Adds (or replaces) the file `guest_path` (absolute) with `data`.
+    pub fn add(&mut self, guest_path: &str, mode: u32, data: Vec<u8>) -> &mut Overlay {
+        let path = guest_path.trim_start_matches('/').to_owned();
+        assert!(
+            !path.is_empty() && !path.split('/').any(|c| c.is_empty() || c == ".."),
+            "not a file path for the guest: {guest_path:?}"
+        );
+        self.files.retain(|f| f.path != path);
+        self.files.push(OverlayFile { path, mode, data });
+        self
+    }
+
+    /// Whether the overlay has a file at `guest_path`.
+    pub fn contains(&self, guest_path: &str) -> bool {
+        let path = guest_path.trim_start_matches('/');
+        self.files.iter().any(|f| f.path == path)
+    }
+
+    /// Adds the host file `host` as `guest_path`, executable, without its
+    /// debug information (which only slows the guest's boot).
+    pub fn add_stripped(&mut self, guest_path: &str, host: &Path) -> &mut Overlay {
+        let data = stripped(host);
+        self.add(guest_path, 0o755, data)
+    }
+
+    /// Adds every shared library `ldd` finds for `binary` (with
+    /// `LD_LIBRARY_PATH` set to `library_path`, if given): a library in a
+    /// system directory at its host path, any other (a toolchain's
+    /// libcudart, found through the binary's run path) into `private_dir`,
+    /// which the guest must put on its `LD_LIBRARY_PATH`. Returns the
+    /// libraries' guest paths. Panics if `ldd` cannot resolve one.
+    pub fn add_libraries(
+        &mut self,
+        binary: &Path,
+        library_path: Option<&Path>,
+        private_dir: &str,
+    ) -> Vec<String> {
+        let mut cmd = Command::new("ldd");
+        cmd.arg(binary);
+        if let Some(p) = library_path {
+            cmd.env("LD_LIBRARY_PATH", p);
+        }
+        let out = run_command(&mut cmd, Duration::from_secs(30));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            // A static binary needs nothing.
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                text.contains("not a dynamic executable") || err.contains("not a dynamic"),
+                "ldd {}: {}\n{text}{err}",
+                binary.display(),
+                out.status
+            );
+            return Vec::new();
+        }
+        let mut added = Vec::new();
+        for line in text.lines() {
+            let line = line.trim();
+            let (name, host) = match line.split_once(" => ") {
+                Some((name, rest)) => {
+                    let host = rest.split(" (").next().unwrap_or(rest).trim();
+                    assert!(
+                        host.starts_with('/'),
+                        "{}: ldd cannot find {name}: {line}",
+                        binary.display()
+                    );
+                    (name.to_owned(), host.to_owned())
+                }
+                // The dynamic loader: "/lib64/ld-linux-x86-64.so.2 (0x...)".
+                None if line.starts_with('/') => {
+                    let host = line.split(" (").next().unwrap_or(line).to_owned();
+                    (String::new(), host)
+                }
+                // linux-vdso.so.1 and the like.
+                None => continue,
+            };
+            let guest = if name.is_empty() || SYSTEM_LIB_DIRS.iter().any(|d| host.starts_with(d)) {
+                host.clone()
+            } else {
+                format!("{}/{name}", private_dir.trim_end_matches('/'))
+            };
+            if !self.contains(&guest) {
+                let data = std::fs::read(&host)
+                    .unwrap_or_else(|e| panic!("reading {host} for the guest: {e}"));
+                self.add(&guest, 0o755, data);
+            }
+            added.push(guest);
+        }
+        added
+    }
+
+    /// Total bytes of file data.
+    pub fn data_len(&self) -> usize {
+        self.files.iter().map(|f| f.data.len()).sum()
+    }
+
+    /// Writes `base` followed by the overlay's archive (with every
+    /// directory its files need) to `out`.
+    pub fn write(&self, base: &Path, out: &Path) {
+        let mut img = std::fs::read(base).expect("reading the base initramfs");
+        // The kernel looks for the next archive at a 4-byte boundary.
+        while !img.len().is_multiple_of(4) {
+            img.push(0);
+        }
+        let mut dirs: Vec<&str> = Vec::new();
+        for f in &self.files {
+            let mut at = 0;
+            while let Some(i) = f.path[at..].find('/') {
+                let dir = &f.path[..at + i];
+                if !dirs.contains(&dir) {
+                    dirs.push(dir);
+                }
+                at += i + 1;
+            }
+        }
+        // Parents first: "a" sorts before "a/b".
+        dirs.sort_unstable();
+        let mut ino = 0x4000_0000;
+        for d in &dirs {
+            ino += 1;
+            newc_entry(&mut img, ino, d, 0o040_755, &[]);
+        }
+        for f in &self.files {
+            ino += 1;
+            newc_entry(&mut img, ino, &f.path, 0o100_000 | f.mode, &f.data);
+        }
+        newc_entry(&mut img, 0, "TRAILER!!!", 0, &[]);
+        std::fs::write(out, img).expect("writing the test initramfs");
+    }
+}
+
+/// `host`'s bytes without debug information (`objcopy --strip-debug`), or
+/// as they are where objcopy is missing or fails.
+fn stripped(host: &Path) -> Vec<u8> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let tmp = std::env::temp_dir().join(format!(
+        "fairgpu-strip-{}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        host.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("binary")
+    ));
+    let ok = Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(host)
+        .arg(&tmp)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let data = if ok { std::fs::read(&tmp).ok() } else { None };
+    let _ = std::fs::remove_file(&tmp);
+    data.unwrap_or_else(|| {
+        std::fs::read(host).unwrap_or_else(|e| panic!("reading {}: {e}", host.display()))
+    })
+}
+
+/// Appends one newc entry (root-owned) to `out`.
+fn newc_entry(out: &mut Vec<u8>, ino: u32, name: &str, mode: u32, data: &[u8]) {
+    let size = u32::try_from(data.len()).expect("an initramfs file under 4 GiB");
+    let fields = [
+        ino,
+        mode,
+        0,
+        0,
+        1,
+        0,
+        size,
+        0,
+        0,
+        0,
+        0,
+        name.len() as u32 + 1,
+        0,
+    ];
+    out.extend_from_slice(b"070701");
+    for f in fields {
+        out.extend_from_slice(format!("{f:08x}").as_bytes());
+    }
+    out.extend_from_slice(name.as_bytes());
+    out.push(0);
+    while !out.len().is_multiple_of(4) {
+        out.push(0);
+    }
+    out.extend_from_slice(data);
+    while !out.len().is_multiple_of(4) {
+        out.push(0);
+    }
+}
+
+/// How a [`Guest`] is started.
+#[derive(Debug, Clone)]
+pub struct GuestOptions {
+    /// Guest memory, MiB.
+    pub memory_mib: u32,
+    /// Virtual CPUs.
+    pub cpus: u32,
+}
+
+impl Default for GuestOptions {
+    fn default() -> GuestOptions {
+        GuestOptions {
+            memory_mib: 512,
+            cpus: 2,
+        }
+    }
+}
+
+/// A booting guest: QEMU (TCG) with its serial console collected.
+#[derive(Debug)]
+pub struct Guest {
+    name: String,
+    child: Child,
+    output: Arc<Mutex<String>>,
+    readers: Vec<JoinHandle<()>>,
+    started: Instant,
+}
+
+/// What a guest printed and how it ended.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// The guest's name.
+    pub name: String,
+    /// QEMU's exit status.
+    pub status: ExitStatus,
+    /// The serial console and QEMU's own messages, `\r` removed.
+    pub output: String,
+    /// From boot to QEMU's exit.
+    pub took: Duration,
+}
+
+impl Finished {
+    /// Panics (showing the output) unless QEMU exited cleanly and the
+    /// guest's `/guest/run` exited with 0.
+    pub fn assert_run_succeeded(&self) {
+        assert!(
+            self.status.success(),
+            "qemu for {} exited with {}; output:\n{}",
+            self.name,
+            self.status,
+            self.output
+        );
+        assert!(
+            self.output.lines().any(|l| l == RUN_SUCCEEDED),
+            "guest {}'s run script failed; output:\n{}",
+            self.name,
+            self.output
+        );
+    }
+}
+
+impl Guest {
+    /// Boots the image's kernel with `initrd` (an [`Overlay`] written over
+    /// the base image) and the extra QEMU arguments `device_args` (the
+    /// fairgpu device's).
+    pub fn boot(
+        name: &str,
+        img: &Image,
+        initrd: &Path,
+        device_args: &[String],
+        opts: &GuestOptions,
+    ) -> Guest {
+        let mut child = Command::new(QEMU)
+            .args(["-accel", "tcg"])
+            .args(["-m", &opts.memory_mib.to_string()])
+            .args(["-smp", &opts.cpus.to_string()])
+            .args(["-nodefaults", "-no-reboot", "-display", "none"])
+            .args(["-serial", "stdio"])
+            .arg("-kernel")
+            .arg(&img.vmlinuz)
+            .arg("-initrd")
+            .arg(initrd)
+            .args(["-append", "console=ttyS0 quiet panic=-1"])
+            .args(device_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning qemu");
+        let output = Arc::new(Mutex::new(String::new()));
+        let mut readers = Vec::new();
+        let pipes: [Box<dyn Read + Send>; 2] = [
+            Box::new(child.stdout.take().expect("piped stdout")),
+            Box::new(child.stderr.take().expect("piped stderr")),
+        ];
+        for pipe in pipes {
+            let out = output.clone();
+            readers.push(std::thread::spawn(move || {
+                // The console may carry bytes that are not UTF-8.
+                let mut r = BufReader::new(pipe);
+                let mut line = Vec::new();
+                while matches!(r.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+                    let text = String::from_utf8_lossy(&line);
+                    let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
+                    o.push_str(text.trim_end_matches(['\r', '\n']));
+                    o.push('\n');
+                    line.clear();
+                }
+            }));
+        }
+        Guest {
+            name: name.to_owned(),
+            child,
+            output,
+            readers,
+            started: Instant::now(),
+        }
+    }
+
+    /// The guest's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the guest printed so far.
+    pub fn output(&self) -> String {
+        self.output
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Waits for QEMU to exit (the guest powers off); kills it and fails
+    /// the test, showing the output so far, when `timeout` has passed since
+    /// the boot.
+    pub fn finish(mut self, timeout: Duration) -> Finished {
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("waiting for qemu") {
+                break s;
+            }
+            if self.started.elapsed() > timeout {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "guest {} still running after {timeout:?}; output so far:\n{}",
+                    self.name,
+                    self.output()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let took = self.started.elapsed();
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        Finished {
+            name: self.name.clone(),
+            status,
+            output: self.output(),
+            took,
+        }
+    }
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
