@@ -138,6 +138,22 @@ impl HostRegion {
         })
     }
 
+    /// Writes a new region (header, magic last) into the existing file at
+    /// `path` and maps it: a zero-filled file at least as large as the
+    /// layout that the caller owns and keeps (a sealed memfd, through
+    /// `/proc/self/fd/N`). The file is not removed on drop.
+    pub fn format(path: &Path, cfg: &RegionConfig) -> Result<HostRegion, HostError> {
+        let mut region = Self::attach(path, cfg)?;
+        let mut header = region.layout.header();
+        header.magic = 0;
+        region.view.write_obj(0, &header)?;
+        // Release: publishes every header field written above; pairs with
+        // the guest's Acquire load of the magic in GuestRegion::open.
+        region.view.atomic_u64(0)?.store(MAGIC, Ordering::Release);
+        region.owns_file = false;
+        Ok(region)
+    }
+
     /// Maps a region another process created (a worker attaching to the
     /// region its daemon created). The layout comes from `cfg`, the same
     /// configuration the creator used; the header in the region is never
@@ -262,6 +278,41 @@ impl RegionBells {
         // pairs with the Acquire load of the doorbell in `Server::block`.
         bell.fetch_add(1, Ordering::Release);
         futex::wake(bell, 1);
+    }
+
+    /// The region's guests are gone (their VM stopped): frees every claimed
+    /// channel as its owner would have released it, so that the host
+    /// serving the region resets it (freeing what its guest created) and a
+    /// guest of the VM's next boot can claim it. Returns how many were
+    /// freed.
+    pub fn release_claims(&self) -> u32 {
+        let mut freed = 0;
+        for index in 0..self.layout.channels() {
+            let offs = self.layout.channel(index).expect("index < channels");
+            let word = self
+                .view
+                .atomic_u64(offs.at(CH_OWNER))
+                .expect("layout validated");
+            // Acquire: pairs with the guest's claim CAS.
+            let w = word.load(Ordering::Acquire);
+            let owner = Owner::from_word(w);
+            if owner.is_free() {
+                continue;
+            }
+            let free = Owner {
+                generation: owner.generation,
+                pid: 0,
+            };
+            // AcqRel CAS, as a guest's release: frees only the claim looked
+            // at; anything that changed it meanwhile wins.
+            if word
+                .compare_exchange(w, free.word(), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                freed += 1;
+            }
+        }
+        freed
     }
 
     /// Wakes every guest of the region that published that it sleeps, as
@@ -1135,6 +1186,70 @@ mod tests {
             .atomic_u32(offs.at(CH_GUEST_SLEEPING))
             .unwrap()
             .store(1, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn a_formatted_file_is_a_region_and_claims_can_be_released() {
+        let path = temp_region("format");
+        let size = Layout::new(&cfg()).unwrap().region_size();
+        std::fs::write(&path, vec![0u8; size + 4096]).unwrap();
+        let region = HostRegion::format(&path, &cfg()).unwrap();
+        let guest = fairgpu_frontend::GuestRegion::open(&path).unwrap();
+        assert_eq!(guest.layout().channels(), 3);
+        let me = std::process::id();
+        set_channel(
+            &region,
+            0,
+            Owner {
+                generation: 7,
+                pid: me,
+            },
+            7,
+        );
+        set_channel(
+            &region,
+            2,
+            Owner {
+                generation: 1,
+                pid: me,
+            },
+            1,
+        );
+        assert_eq!(region.bells().release_claims(), 2);
+        assert_eq!(region.bells().release_claims(), 0);
+        let owner = |ch| {
+            let offs = region.layout().channel(ch).unwrap();
+            Owner::from_word(
+                region
+                    .view()
+                    .atomic_u64(offs.at(CH_OWNER))
+                    .unwrap()
+                    .load(Ordering::SeqCst),
+            )
+        };
+        assert_eq!(
+            owner(0),
+            Owner {
+                generation: 7,
+                pid: 0
+            }
+        );
+        assert_eq!(
+            owner(2),
+            Owner {
+                generation: 1,
+                pid: 0
+            }
+        );
+        drop(region);
+        assert!(path.exists(), "a formatted file is the caller's");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, [0u8; 64]).unwrap();
+        assert!(matches!(
+            HostRegion::format(&path, &cfg()),
+            Err(HostError::TooSmall { .. })
+        ));
+        std::fs::remove_file(&path).unwrap();
     }
 
     fn recorder() -> (GuestNotifier, Arc<std::sync::Mutex<Vec<u32>>>) {
