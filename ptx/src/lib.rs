@@ -25,7 +25,33 @@
 //!   silently computes something different from a GPU.
 //! - Work is bounded by [`Limits`].
 
+mod decode;
+mod exec;
+mod float;
+mod ir;
+mod lex;
+mod parse;
+
+use std::collections::HashMap;
+
 use thiserror::Error;
+
+pub use exec::{MAX_BLOCK_THREADS, MAX_REGISTER_FILE, MAX_SHARED_BYTES};
+pub use parse::{
+    MAX_GLOBALS, MAX_INSTS, MAX_LOCAL, MAX_PARAM_BYTES, MAX_REGS, MAX_STATIC_SHARED, MAX_TEXT_BYTES,
+};
+
+/// Size of each address window below.
+pub const WINDOW_SIZE: u64 = 1 << 40;
+/// Generic addresses of the block's shared memory: `SHARED_WINDOW + offset`.
+pub const SHARED_WINDOW: u64 = 0x5000_0000_0000;
+/// Generic addresses of a thread's local memory.
+pub const LOCAL_WINDOW: u64 = 0x5100_0000_0000;
+/// Generic addresses of the kernel's parameters.
+pub const PARAM_WINDOW: u64 = 0x5200_0000_0000;
+/// Global (and generic) addresses of the module's `.global` and `.const`
+/// variables; they live in [`Globals`], not in [`Memory`].
+pub const GLOBALS_BASE: u64 = 0x5300_0000_0000;
 
 /// Errors of parsing and running PTX.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -117,35 +143,116 @@ pub struct RunStats {
 /// A parsed PTX module.
 #[derive(Debug)]
 pub struct Module {
-    _private: (),
+    funcs: Vec<ir::Func>,
+    kernels: HashMap<String, usize>,
+    vars: Vec<parse::GlobalVar>,
+    globals_init: Vec<u8>,
 }
 
 /// The module-scope `.global` and `.const` variables of one loaded module;
 /// they persist across launches.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Globals {
-    _private: (),
+    bytes: Vec<u8>,
+    vars: Vec<(String, u64, u64)>,
+}
+
+impl Globals {
+    /// Address and size of the variable `name`, as `cuModuleGetGlobal`
+    /// reports them (the address lies in the window at [`GLOBALS_BASE`]).
+    pub fn symbol(&self, name: &str) -> Option<(u64, u64)> {
+        self.vars
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|&(_, a, s)| (a, s))
+    }
+
+    /// Whether `[addr, addr+len)` lies within the variables.
+    pub fn contains(&self, addr: u64, len: u64) -> bool {
+        self.range(addr, len).is_some()
+    }
+
+    fn range(&self, addr: u64, len: u64) -> Option<std::ops::Range<usize>> {
+        let off = addr.checked_sub(GLOBALS_BASE)?;
+        let end = off.checked_add(len)?;
+        (end <= self.bytes.len() as u64).then_some(off as usize..end as usize)
+    }
+
+    /// Reads variable bytes at a [`GLOBALS_BASE`]-window address.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Error> {
+        let r = self
+            .range(addr, buf.len() as u64)
+            .ok_or(Error::OutOfBounds {
+                space: "global",
+                addr,
+                len: buf.len() as u64,
+            })?;
+        buf.copy_from_slice(&self.bytes[r]);
+        Ok(())
+    }
+
+    /// Writes variable bytes at a [`GLOBALS_BASE`]-window address (the way
+    /// `cudaMemcpyToSymbol` reaches `__constant__` and `__device__`
+    /// variables).
+    pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error> {
+        let r = self
+            .range(addr, data.len() as u64)
+            .ok_or(Error::OutOfBounds {
+                space: "global",
+                addr,
+                len: data.len() as u64,
+            })?;
+        self.bytes[r].copy_from_slice(data);
+        Ok(())
+    }
 }
 
 impl Module {
     /// Parses PTX text (one module, as `nvcc -ptx` or a fatbin's PTX entry
     /// holds it).
     pub fn parse(text: &str) -> Result<Module, Error> {
-        let _ = text;
-        Err(Error::Unsupported {
-            what: "PTX interpretation (not yet implemented)".into(),
+        let p = parse::parse(text)?;
+        let kernels = p
+            .funcs
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.is_entry)
+            .map(|(i, f)| (f.name.clone(), i))
+            .collect();
+        Ok(Module {
+            funcs: p.funcs,
+            kernels,
+            vars: p.globals,
+            globals_init: p.globals_init,
         })
     }
 
     /// Whether the module defines the kernel `name` (an `.entry`).
     pub fn has_kernel(&self, name: &str) -> bool {
-        let _ = name;
-        false
+        self.kernels.contains_key(name)
+    }
+
+    /// Names of the module's kernels.
+    pub fn kernel_names(&self) -> impl Iterator<Item = &str> {
+        self.kernels.keys().map(String::as_str)
     }
 
     /// Fresh module-scope variables, with their initializers.
     pub fn globals(&self) -> Globals {
-        Globals { _private: () }
+        Globals {
+            bytes: self.globals_init.clone(),
+            vars: self
+                .vars
+                .iter()
+                .map(|v| {
+                    (
+                        v.name.clone(),
+                        GLOBALS_BASE + u64::from(v.offset),
+                        u64::from(v.size),
+                    )
+                })
+                .collect(),
+        }
     }
 
     /// Runs kernel `name` over the whole grid, to completion.
@@ -158,7 +265,23 @@ impl Module {
         memory: &mut dyn Memory,
         limits: &Limits,
     ) -> Result<RunStats, Error> {
-        let _ = (globals, dims, params, memory, limits);
-        Err(Error::NoKernel(name.to_owned()))
+        let &i = self
+            .kernels
+            .get(name)
+            .ok_or_else(|| Error::NoKernel(name.to_owned()))?;
+        if globals.bytes.len() != self.globals_init.len() {
+            return Err(Error::BadLaunch(
+                "module variables of another module".into(),
+            ));
+        }
+        exec::Launch::new(
+            &self.funcs[i],
+            dims,
+            params,
+            memory,
+            &mut globals.bytes,
+            limits,
+        )
+        .run()
     }
 }

@@ -1,0 +1,1227 @@
+//! Opcodes and their modifiers to [`Op`]s.
+//!
+//! Every modifier of an opcode must be understood: one that is not (a new
+//! cache hint, a type we do not implement) makes the instruction
+//! [`Error::Unsupported`] with its full name, rather than being ignored.
+
+use crate::ir::*;
+use crate::parse::{FuncParser, Opnd};
+use crate::Error;
+
+/// Qualifiers of loads, stores and atomics that do not change the result of
+/// a sequential execution (memory ordering, scopes, cache policies).
+const MEM_QUALS: &[&str] = &[
+    "weak",
+    "volatile",
+    "relaxed",
+    "acquire",
+    "release",
+    "acq_rel",
+    "mmio",
+    "cta",
+    "cluster",
+    "gpu",
+    "sys",
+    "ca",
+    "cg",
+    "cs",
+    "lu",
+    "cv",
+    "wb",
+    "wt",
+    "nc",
+    "unified",
+    "L1::evict_normal",
+    "L1::evict_unchanged",
+    "L1::evict_first",
+    "L1::evict_last",
+    "L1::no_allocate",
+    "L2::evict_normal",
+    "L2::evict_first",
+    "L2::evict_last",
+    "L2::64B",
+    "L2::128B",
+    "L2::256B",
+];
+
+struct Mods<'a> {
+    parts: Vec<&'a str>,
+    used: Vec<bool>,
+}
+
+impl<'a> Mods<'a> {
+    fn has(&mut self, m: &str) -> bool {
+        for (k, p) in self.parts.iter().enumerate() {
+            if !self.used[k] && *p == m {
+                self.used[k] = true;
+                return true;
+            }
+        }
+        false
+    }
+    fn one_of(&mut self, list: &[&'static str]) -> Option<&'static str> {
+        list.iter().copied().find(|&m| self.has(m))
+    }
+    fn ignore(&mut self, list: &[&str]) {
+        for (k, p) in self.parts.iter().enumerate() {
+            if list.contains(p) {
+                self.used[k] = true;
+            }
+        }
+    }
+    /// All type modifiers, in order.
+    fn types(&mut self) -> Vec<Ty> {
+        let mut out = Vec::new();
+        for (k, p) in self.parts.iter().enumerate() {
+            if self.used[k] {
+                continue;
+            }
+            if let Some(t) = Ty::parse(p) {
+                self.used[k] = true;
+                out.push(t);
+            }
+        }
+        out
+    }
+    fn space(&mut self) -> Option<Space> {
+        for (k, p) in self.parts.iter().enumerate() {
+            if self.used[k] {
+                continue;
+            }
+            let s = match *p {
+                "global" => Space::Global,
+                "shared" | "shared::cta" => Space::Shared,
+                "local" => Space::Local,
+                "param" | "param::entry" | "param::func" => Space::Param,
+                "const" => Space::Const,
+                _ => continue,
+            };
+            self.used[k] = true;
+            return Some(s);
+        }
+        None
+    }
+    fn rnd(&mut self) -> Option<Rnd> {
+        Some(match self.one_of(&["rn", "rz", "rm", "rp"])? {
+            "rn" => Rnd::Rn,
+            "rz" => Rnd::Rz,
+            "rm" => Rnd::Rm,
+            _ => Rnd::Rp,
+        })
+    }
+    fn irnd(&mut self) -> Option<Rnd> {
+        Some(match self.one_of(&["rni", "rzi", "rmi", "rpi"])? {
+            "rni" => Rnd::Rn,
+            "rzi" => Rnd::Rz,
+            "rmi" => Rnd::Rm,
+            _ => Rnd::Rp,
+        })
+    }
+    fn vec(&mut self) -> u8 {
+        if self.has("v2") {
+            2
+        } else if self.has("v4") {
+            4
+        } else {
+            1
+        }
+    }
+    fn all_used(&self) -> bool {
+        self.used.iter().all(|&u| u)
+    }
+}
+
+fn bty(bits: u32) -> Ty {
+    match bits {
+        8 => Ty::B8,
+        16 => Ty::B16,
+        32 => Ty::B32,
+        _ => Ty::B64,
+    }
+}
+
+impl FuncParser<'_> {
+    /// Decodes one instruction.
+    pub(crate) fn decode(
+        &mut self,
+        opcode: &str,
+        ops: &[Opnd<'_>],
+        line: u32,
+    ) -> Result<Op, Error> {
+        let mut it = opcode.split('.');
+        let base = it.next().unwrap_or("");
+        let parts: Vec<&str> = it.collect();
+        let mut m = Mods {
+            used: vec![false; parts.len()],
+            parts,
+        };
+        let unsup = || Error::Unsupported {
+            what: format!("{opcode} (line {line})"),
+        };
+        let want = |n: usize| -> Result<(), Error> {
+            if ops.len() == n {
+                Ok(())
+            } else {
+                Err(Error::Parse {
+                    line,
+                    msg: format!("{opcode} takes {n} operands, found {}", ops.len()),
+                })
+            }
+        };
+        let op = match base {
+            "mov" => {
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                want(2)?;
+                match (&ops[0], &ops[1]) {
+                    (Opnd::Vec(ds), a) => {
+                        let (ds4, n) = self.vec_dsts(&ops[0], line)?;
+                        let part = ty.bits() / u32::from(n);
+                        let _ = ds;
+                        Op::Unpack {
+                            ds: ds4,
+                            n,
+                            a: self.src(a, ty, line)?,
+                            part,
+                        }
+                    }
+                    (d, Opnd::Vec(ps)) => {
+                        let part = ty.bits() / ps.len() as u32;
+                        let (parts, n) = self.vec_srcs(&ops[1], bty(part), line)?;
+                        Op::Pack {
+                            d: self.dst(d, line)?,
+                            parts,
+                            n,
+                            part,
+                        }
+                    }
+                    (d, a) => Op::Mov {
+                        d: self.dst(d, line)?,
+                        a: self.src(a, ty, line)?,
+                        bits: ty.bits(),
+                    },
+                }
+            }
+            "ld" | "ldu" | "st" => {
+                let space = m.space().unwrap_or(Space::Generic);
+                m.ignore(MEM_QUALS);
+                let vec = m.vec();
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if !m.all_used() || matches!(ty, Ty::Pred) {
+                    return Err(unsup());
+                }
+                want(2)?;
+                if base == "st" {
+                    if space == Space::Const {
+                        return Err(unsup());
+                    }
+                    let (srcs, n) = self.vec_srcs(&ops[1], ty, line)?;
+                    if n != vec {
+                        return Err(Error::Parse {
+                            line,
+                            msg: format!("{opcode} needs {vec} sources"),
+                        });
+                    }
+                    Op::St {
+                        space,
+                        ty,
+                        srcs,
+                        n,
+                        addr: self.addr(&ops[0], line)?,
+                    }
+                } else {
+                    let (ds, n) = self.vec_dsts(&ops[0], line)?;
+                    if n != vec {
+                        return Err(Error::Parse {
+                            line,
+                            msg: format!("{opcode} needs {vec} destinations"),
+                        });
+                    }
+                    Op::Ld {
+                        space,
+                        ty,
+                        dbits: self.dst_bits(ds[0]),
+                        ds,
+                        n,
+                        addr: self.addr(&ops[1], line)?,
+                    }
+                }
+            }
+            "cvta" => {
+                let to = m.has("to");
+                let space = m.space().ok_or_else(unsup)?;
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if !matches!(ty, Ty::U32 | Ty::U64) {
+                    return Err(unsup());
+                }
+                want(2)?;
+                Op::Cvta {
+                    to,
+                    space,
+                    bits: ty.bits(),
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], ty, line)?,
+                }
+            }
+            "isspacep" => {
+                let space = m.space().ok_or_else(unsup)?;
+                want(2)?;
+                Op::Isspacep {
+                    space,
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], Ty::U64, line)?,
+                }
+            }
+            "add" | "sub" | "addc" | "subc" => {
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                want(3)?;
+                let (d, a, b) = (
+                    self.dst(&ops[0], line)?,
+                    self.src(&ops[1], ty, line)?,
+                    self.src(&ops[2], ty, line)?,
+                );
+                if ty.is_float() {
+                    if base.len() != 3 {
+                        return Err(unsup());
+                    }
+                    let fm = fmode(&mut m, ty).ok_or_else(unsup)?;
+                    let op = if base == "add" { FBin::Add } else { FBin::Sub };
+                    Op::FBin {
+                        op,
+                        ty,
+                        m: fm,
+                        d,
+                        a,
+                        b,
+                    }
+                } else if !matches!(ty.bits(), 16 | 32 | 64) {
+                    return Err(unsup());
+                } else if base.ends_with('c') || m.parts.contains(&"cc") {
+                    let cout = m.has("cc");
+                    if !matches!(ty.bits(), 32 | 64) {
+                        return Err(unsup());
+                    }
+                    Op::Carry {
+                        sub: base.starts_with("sub"),
+                        cin: base.ends_with('c'),
+                        cout,
+                        ty,
+                        d,
+                        a,
+                        b,
+                        mul: None,
+                    }
+                } else {
+                    let sat = m.has("sat");
+                    if sat && ty != Ty::S32 {
+                        return Err(unsup());
+                    }
+                    let op = match (base, sat) {
+                        ("add", false) => IBin::Add,
+                        ("add", true) => IBin::AddSat,
+                        (_, false) => IBin::Sub,
+                        (_, true) => IBin::SubSat,
+                    };
+                    Op::IBin { op, ty, d, a, b }
+                }
+            }
+            "mul" | "mul24" => {
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                want(3)?;
+                if ty.is_float() {
+                    if base != "mul" {
+                        return Err(unsup());
+                    }
+                    let fm = fmode(&mut m, ty).ok_or_else(unsup)?;
+                    Op::FBin {
+                        op: FBin::Mul,
+                        ty,
+                        m: fm,
+                        d: self.dst(&ops[0], line)?,
+                        a: self.src(&ops[1], ty, line)?,
+                        b: self.src(&ops[2], ty, line)?,
+                    }
+                } else {
+                    let mode = m.one_of(&["lo", "hi", "wide"]).ok_or_else(unsup)?;
+                    if !matches!(ty.bits(), 16 | 32 | 64) || base == "mul24" && ty.bits() != 32 {
+                        return Err(unsup());
+                    }
+                    let d = self.dst(&ops[0], line)?;
+                    let a = self.src(&ops[1], ty, line)?;
+                    let b = self.src(&ops[2], ty, line)?;
+                    match (base, mode) {
+                        ("mul", "wide") if ty.bits() < 64 => Op::MulWide { ty, d, a, b },
+                        ("mul", "lo") => Op::IBin {
+                            op: IBin::MulLo,
+                            ty,
+                            d,
+                            a,
+                            b,
+                        },
+                        ("mul", "hi") => Op::IBin {
+                            op: IBin::MulHi,
+                            ty,
+                            d,
+                            a,
+                            b,
+                        },
+                        ("mul24", "lo") => Op::IBin {
+                            op: IBin::Mul24Lo,
+                            ty,
+                            d,
+                            a,
+                            b,
+                        },
+                        ("mul24", "hi") => Op::IBin {
+                            op: IBin::Mul24Hi,
+                            ty,
+                            d,
+                            a,
+                            b,
+                        },
+                        _ => return Err(unsup()),
+                    }
+                }
+            }
+            "mad" | "mad24" | "madc" | "fma" => {
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                want(4)?;
+                let d = self.dst(&ops[0], line)?;
+                let wide = m.parts.contains(&"wide");
+                let a = self.src(&ops[1], ty, line)?;
+                let b = self.src(&ops[2], ty, line)?;
+                let cty = if wide { wide_ty(ty) } else { ty };
+                let c = self.src(&ops[3], cty, line)?;
+                if ty.is_float() {
+                    if base == "mad24" || base == "madc" {
+                        return Err(unsup());
+                    }
+                    // `mad.f32` without a rounding modifier is the fused
+                    // multiply-add on every target nvcc supports.
+                    let fm = fmode(&mut m, ty).ok_or_else(unsup)?;
+                    Op::Fma {
+                        ty,
+                        m: fm,
+                        d,
+                        a,
+                        b,
+                        c,
+                    }
+                } else if base == "fma" || !matches!(ty.bits(), 16 | 32 | 64) {
+                    return Err(unsup());
+                } else {
+                    let mode = m.one_of(&["lo", "hi", "wide"]).ok_or_else(unsup)?;
+                    let cc = m.has("cc");
+                    let sat = m.has("sat");
+                    if sat && !(mode == "hi" && ty == Ty::S32) {
+                        return Err(unsup());
+                    }
+                    if cc || base == "madc" {
+                        if mode != "lo" && mode != "hi" || !matches!(ty.bits(), 32 | 64) {
+                            return Err(unsup());
+                        }
+                        Op::Carry {
+                            sub: false,
+                            cin: base == "madc",
+                            cout: cc,
+                            ty,
+                            d,
+                            a,
+                            b: c,
+                            mul: Some((b, mode == "hi")),
+                        }
+                    } else {
+                        let mul = match (base, mode) {
+                            ("mad", "hi") => IBin::MulHi,
+                            ("mad24", "lo") => IBin::Mul24Lo,
+                            ("mad24", "hi") => IBin::Mul24Hi,
+                            ("mad24", _) => return Err(unsup()),
+                            _ => IBin::MulLo,
+                        };
+                        if mode == "wide" && ty.bits() == 64 {
+                            return Err(unsup());
+                        }
+                        Op::Mad {
+                            mul,
+                            wide: mode == "wide",
+                            sat,
+                            ty,
+                            d,
+                            a,
+                            b,
+                            c,
+                        }
+                    }
+                }
+            }
+            "div" | "rem" | "min" | "max" => {
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                want(3)?;
+                let d = self.dst(&ops[0], line)?;
+                let a = self.src(&ops[1], ty, line)?;
+                let b = self.src(&ops[2], ty, line)?;
+                if ty.is_float() {
+                    let op = match base {
+                        "div" => {
+                            if m.has("approx") || m.has("full") {
+                                // Approximate division: computed exactly.
+                                FBin::Div
+                            } else {
+                                // IEEE division needs its rounding mode.
+                                if !m
+                                    .parts
+                                    .iter()
+                                    .any(|p| matches!(*p, "rn" | "rz" | "rm" | "rp"))
+                                {
+                                    return Err(unsup());
+                                }
+                                FBin::Div
+                            }
+                        }
+                        "rem" => return Err(unsup()),
+                        "min" if m.has("NaN") => FBin::MinNaN,
+                        "max" if m.has("NaN") => FBin::MaxNaN,
+                        "min" => FBin::Min,
+                        _ => FBin::Max,
+                    };
+                    let fm = fmode(&mut m, ty).ok_or_else(unsup)?;
+                    Op::FBin {
+                        op,
+                        ty,
+                        m: fm,
+                        d,
+                        a,
+                        b,
+                    }
+                } else {
+                    if !matches!(ty.bits(), 16 | 32 | 64) {
+                        return Err(unsup());
+                    }
+                    let op = match base {
+                        "div" => IBin::Div,
+                        "rem" => IBin::Rem,
+                        "min" => IBin::Min,
+                        _ => IBin::Max,
+                    };
+                    Op::IBin { op, ty, d, a, b }
+                }
+            }
+            "and" | "or" | "xor" | "shl" | "shr" => {
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                want(3)?;
+                let d = self.dst(&ops[0], line)?;
+                let a = self.src(&ops[1], ty, line)?;
+                if ty == Ty::Pred {
+                    let op = match base {
+                        "and" => BoolOp::And,
+                        "or" => BoolOp::Or,
+                        "xor" => BoolOp::Xor,
+                        _ => return Err(unsup()),
+                    };
+                    Op::PredBin {
+                        op,
+                        d,
+                        a,
+                        b: self.src(&ops[2], ty, line)?,
+                    }
+                } else {
+                    if ty.is_float() || !matches!(ty.bits(), 16 | 32 | 64) {
+                        return Err(unsup());
+                    }
+                    let shift = base.starts_with("sh");
+                    let b = self.src(&ops[2], if shift { Ty::U32 } else { ty }, line)?;
+                    let op = match base {
+                        "and" => IBin::And,
+                        "or" => IBin::Or,
+                        "xor" => IBin::Xor,
+                        "shl" => IBin::Shl,
+                        _ => IBin::Shr,
+                    };
+                    Op::IBin { op, ty, d, a, b }
+                }
+            }
+            "not" | "cnot" | "popc" | "clz" | "brev" | "bfind" | "abs" | "neg" => {
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                want(2)?;
+                let d = self.dst(&ops[0], line)?;
+                let a = self.src(&ops[1], ty, line)?;
+                if ty == Ty::Pred {
+                    if base != "not" {
+                        return Err(unsup());
+                    }
+                    Op::PredBin {
+                        op: BoolOp::Xor,
+                        d,
+                        a,
+                        b: Src::Imm(1),
+                    }
+                } else if ty.is_float() {
+                    let op = match base {
+                        "abs" => FUn::Abs,
+                        "neg" => FUn::Neg,
+                        _ => return Err(unsup()),
+                    };
+                    let fm = fmode(&mut m, ty).ok_or_else(unsup)?;
+                    Op::FUn {
+                        op,
+                        ty,
+                        m: fm,
+                        d,
+                        a,
+                    }
+                } else {
+                    if !matches!(ty.bits(), 16 | 32 | 64) {
+                        return Err(unsup());
+                    }
+                    let op = match base {
+                        "not" => IUn::Not,
+                        "cnot" => IUn::Cnot,
+                        "popc" => IUn::Popc,
+                        "clz" => IUn::Clz,
+                        "brev" => IUn::Brev,
+                        "bfind" if m.has("shiftamt") => IUn::BfindShiftAmt,
+                        "bfind" => IUn::Bfind,
+                        "abs" => IUn::Abs,
+                        _ => IUn::Neg,
+                    };
+                    if matches!(
+                        op,
+                        IUn::Popc | IUn::Clz | IUn::Brev | IUn::Bfind | IUn::BfindShiftAmt
+                    ) && ty.bits() < 32
+                    {
+                        return Err(unsup());
+                    }
+                    Op::IUn { op, ty, d, a }
+                }
+            }
+            "sad" => {
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if !ty.is_int() || ty.bits() < 16 {
+                    return Err(unsup());
+                }
+                want(4)?;
+                Op::Sad {
+                    ty,
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], ty, line)?,
+                    b: self.src(&ops[2], ty, line)?,
+                    c: self.src(&ops[3], ty, line)?,
+                }
+            }
+            "bfe" => {
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if !matches!(ty, Ty::U32 | Ty::U64 | Ty::S32 | Ty::S64) {
+                    return Err(unsup());
+                }
+                want(4)?;
+                Op::Bfe {
+                    ty,
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], ty, line)?,
+                    b: self.src(&ops[2], Ty::U32, line)?,
+                    c: self.src(&ops[3], Ty::U32, line)?,
+                }
+            }
+            "bfi" => {
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if !matches!(ty, Ty::B32 | Ty::B64) {
+                    return Err(unsup());
+                }
+                want(5)?;
+                Op::Bfi {
+                    ty,
+                    d: self.dst(&ops[0], line)?,
+                    f: self.src(&ops[1], ty, line)?,
+                    b: self.src(&ops[2], ty, line)?,
+                    c: self.src(&ops[3], Ty::U32, line)?,
+                    len: self.src(&ops[4], Ty::U32, line)?,
+                }
+            }
+            "prmt" => {
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if ty != Ty::B32 {
+                    return Err(unsup());
+                }
+                let mode =
+                    m.one_of(&["f4e", "b4e", "rc8", "ecl", "ecr", "rc16"])
+                        .map(|s| match s {
+                            "f4e" => 0u8,
+                            "b4e" => 1,
+                            "rc8" => 2,
+                            "ecl" => 3,
+                            "ecr" => 4,
+                            _ => 5,
+                        });
+                want(4)?;
+                Op::Prmt {
+                    mode,
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], ty, line)?,
+                    b: self.src(&ops[2], ty, line)?,
+                    c: self.src(&ops[3], ty, line)?,
+                }
+            }
+            "lop3" => {
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if ty != Ty::B32 {
+                    return Err(unsup());
+                }
+                want(5)?;
+                Op::Lop3 {
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], ty, line)?,
+                    b: self.src(&ops[2], ty, line)?,
+                    c: self.src(&ops[3], ty, line)?,
+                    lut: self.src(&ops[4], ty, line)?,
+                }
+            }
+            "shf" => {
+                let left = match m.one_of(&["l", "r"]) {
+                    Some("l") => true,
+                    Some(_) => false,
+                    None => return Err(unsup()),
+                };
+                let wrap = match m.one_of(&["wrap", "clamp"]) {
+                    Some("wrap") => true,
+                    Some(_) => false,
+                    None => return Err(unsup()),
+                };
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if ty != Ty::B32 {
+                    return Err(unsup());
+                }
+                want(4)?;
+                Op::Shf {
+                    left,
+                    wrap,
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], ty, line)?,
+                    b: self.src(&ops[2], ty, line)?,
+                    c: self.src(&ops[3], Ty::U32, line)?,
+                }
+            }
+            "setp" => {
+                let cmp = cmp_op(&mut m).ok_or_else(unsup)?;
+                let comb = m.one_of(&["and", "or", "xor"]).map(|s| match s {
+                    "and" => BoolOp::And,
+                    "or" => BoolOp::Or,
+                    _ => BoolOp::Xor,
+                });
+                let ftz = m.has("ftz");
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if ty == Ty::Pred || matches!(ty, Ty::F16 | Ty::F16x2 | Ty::BF16 | Ty::BF16x2) {
+                    return Err(unsup());
+                }
+                if ty.is_float()
+                    != matches!(
+                        cmp,
+                        Cmp::Equ
+                            | Cmp::Neu
+                            | Cmp::Ltu
+                            | Cmp::Leu
+                            | Cmp::Gtu
+                            | Cmp::Geu
+                            | Cmp::Num
+                            | Cmp::Nan
+                    )
+                    && !ty.is_float()
+                {
+                    return Err(unsup());
+                }
+                if ty.is_float() && matches!(cmp, Cmp::Lo | Cmp::Ls | Cmp::Hi | Cmp::Hs) {
+                    return Err(unsup());
+                }
+                let n = if comb.is_some() { 4 } else { 3 };
+                want(n)?;
+                let (d, dn) = match &ops[0] {
+                    Opnd::Pair(p, q) => (self.dst(p, line)?, Some(self.dst(q, line)?)),
+                    o => (self.dst(o, line)?, None),
+                };
+                let comb = match comb {
+                    Some(c) => Some((c, self.src(&ops[3], Ty::Pred, line)?)),
+                    None => None,
+                };
+                Op::Setp {
+                    cmp,
+                    ty,
+                    ftz,
+                    d,
+                    dn,
+                    a: self.src(&ops[1], ty, line)?,
+                    b: self.src(&ops[2], ty, line)?,
+                    comb,
+                }
+            }
+            "selp" => {
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if ty == Ty::Pred || ty.bits() < 16 {
+                    return Err(unsup());
+                }
+                want(4)?;
+                Op::Selp {
+                    bits: ty.bits(),
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], ty, line)?,
+                    b: self.src(&ops[2], ty, line)?,
+                    c: self.src(&ops[3], Ty::Pred, line)?,
+                }
+            }
+            "slct" => {
+                let ftz = m.has("ftz");
+                let tys = m.types();
+                let [dty, cty] = tys[..] else {
+                    return Err(unsup());
+                };
+                if !matches!(cty, Ty::S32 | Ty::F32) || dty == Ty::Pred || dty.bits() < 16 {
+                    return Err(unsup());
+                }
+                want(4)?;
+                Op::Slct {
+                    bits: dty.bits(),
+                    cty,
+                    ftz,
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], dty, line)?,
+                    b: self.src(&ops[2], dty, line)?,
+                    c: self.src(&ops[3], cty, line)?,
+                }
+            }
+            "testp" => {
+                let op = match m.one_of(&[
+                    "finite",
+                    "infinite",
+                    "number",
+                    "notanumber",
+                    "normal",
+                    "subnormal",
+                ]) {
+                    Some("finite") => Testp::Finite,
+                    Some("infinite") => Testp::Infinite,
+                    Some("number") => Testp::Number,
+                    Some("notanumber") => Testp::NotANumber,
+                    Some("normal") => Testp::Normal,
+                    Some(_) => Testp::Subnormal,
+                    None => return Err(unsup()),
+                };
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if !matches!(ty, Ty::F32 | Ty::F64) {
+                    return Err(unsup());
+                }
+                want(2)?;
+                Op::Testp {
+                    op,
+                    ty,
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], ty, line)?,
+                }
+            }
+            "copysign" => {
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if !matches!(ty, Ty::F32 | Ty::F64) {
+                    return Err(unsup());
+                }
+                want(3)?;
+                Op::FBin {
+                    op: FBin::Copysign,
+                    ty,
+                    m: FMode {
+                        rnd: Rnd::Rn,
+                        ftz: false,
+                        sat: false,
+                    },
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], ty, line)?,
+                    b: self.src(&ops[2], ty, line)?,
+                }
+            }
+            "rcp" | "sqrt" | "rsqrt" | "sin" | "cos" | "lg2" | "ex2" | "tanh" => {
+                let approx = m.has("approx");
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if !matches!(ty, Ty::F32 | Ty::F64) {
+                    return Err(unsup());
+                }
+                let exact = m
+                    .parts
+                    .iter()
+                    .any(|p| matches!(*p, "rn" | "rz" | "rm" | "rp"));
+                let op = match base {
+                    "rcp" if approx => FUn::RcpApprox,
+                    "rcp" if exact => FUn::Rcp,
+                    "sqrt" if approx => FUn::SqrtApprox,
+                    "sqrt" if exact => FUn::Sqrt,
+                    "rsqrt" if approx => FUn::Rsqrt,
+                    "sin" if approx && ty == Ty::F32 => FUn::Sin,
+                    "cos" if approx && ty == Ty::F32 => FUn::Cos,
+                    "lg2" if approx && ty == Ty::F32 => FUn::Lg2,
+                    "ex2" if approx && ty == Ty::F32 => FUn::Ex2,
+                    "tanh" if approx && ty == Ty::F32 => FUn::Tanh,
+                    _ => return Err(unsup()),
+                };
+                let fm = fmode(&mut m, ty).ok_or_else(unsup)?;
+                want(2)?;
+                Op::FUn {
+                    op,
+                    ty,
+                    m: fm,
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], ty, line)?,
+                }
+            }
+            "cvt" => {
+                let irnd = m.irnd();
+                let frnd = m.rnd();
+                let ftz = m.has("ftz");
+                let sat = m.has("sat");
+                let tys = m.types();
+                let [dty, sty] = tys[..] else {
+                    return Err(unsup());
+                };
+                if dty == Ty::Pred
+                    || sty == Ty::Pred
+                    || matches!(dty, Ty::F16x2 | Ty::BF16x2)
+                    || matches!(sty, Ty::F16x2 | Ty::BF16x2)
+                {
+                    return Err(unsup());
+                }
+                let kind = match (dty.is_float(), sty.is_float()) {
+                    (false, false) => {
+                        if irnd.is_some() || frnd.is_some() {
+                            return Err(unsup());
+                        }
+                        CvtKind::IntInt
+                    }
+                    (true, false) => CvtKind::IntFloat(frnd.ok_or_else(unsup)?),
+                    (false, true) => CvtKind::FloatInt(irnd.ok_or_else(unsup)?),
+                    (true, true) => {
+                        if dty == sty {
+                            CvtKind::FloatRound(irnd.ok_or_else(unsup)?)
+                        } else if dty.bits() > sty.bits() {
+                            // Widening is exact.
+                            CvtKind::FloatFloat(Rnd::Rn)
+                        } else {
+                            CvtKind::FloatFloat(frnd.ok_or_else(unsup)?)
+                        }
+                    }
+                };
+                if irnd.is_some() && !matches!(kind, CvtKind::FloatInt(_) | CvtKind::FloatRound(_))
+                {
+                    return Err(unsup());
+                }
+                want(2)?;
+                Op::Cvt {
+                    kind,
+                    dty,
+                    sty,
+                    sat,
+                    ftz,
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], sty, line)?,
+                }
+            }
+            "bra" => {
+                m.has("uni");
+                want(1)?;
+                Op::Bra { target: u32::MAX }
+            }
+            "ret" => {
+                m.has("uni");
+                want(0)?;
+                Op::Ret
+            }
+            "exit" => {
+                want(0)?;
+                Op::Exit
+            }
+            "bar" | "barrier" => {
+                m.has("cta");
+                if m.has("warp") {
+                    if !m.has("sync") {
+                        return Err(unsup());
+                    }
+                    want(1)?;
+                    Op::WarpSync {
+                        mask: self.src(&ops[0], Ty::B32, line)?,
+                    }
+                } else {
+                    let wait = match m.one_of(&["sync", "arrive"]) {
+                        Some("sync") => true,
+                        Some(_) => false,
+                        None if base == "bar" && m.parts.is_empty() => true,
+                        None => return Err(unsup()),
+                    };
+                    m.has("aligned");
+                    if ops.is_empty() || ops.len() > 2 {
+                        return Err(Error::Parse {
+                            line,
+                            msg: format!("{opcode} takes 1 or 2 operands"),
+                        });
+                    }
+                    let count = match ops.get(1) {
+                        Some(o) => Some(self.src(o, Ty::U32, line)?),
+                        None => None,
+                    };
+                    if !wait && count.is_none() {
+                        return Err(Error::Parse {
+                            line,
+                            msg: format!("{opcode} needs a thread count"),
+                        });
+                    }
+                    Op::Bar {
+                        wait,
+                        id: self.src(&ops[0], Ty::U32, line)?,
+                        count,
+                    }
+                }
+            }
+            "membar" | "fence" => {
+                m.ignore(&[
+                    "cta", "gl", "sys", "gpu", "cluster", "sc", "acq_rel", "acquire", "release",
+                ]);
+                Op::Nop
+            }
+            "nanosleep" | "prefetch" | "prefetchu" | "pmevent" => {
+                m.ignore(&[
+                    "u32",
+                    "global",
+                    "local",
+                    "L1",
+                    "L2",
+                    "evict_last",
+                    "evict_normal",
+                ]);
+                m.ignore(&["L2::evict_last", "L2::evict_normal"]);
+                Op::Nop
+            }
+            "trap" | "brkpt" => Op::Trap,
+            "shfl" => {
+                if !m.has("sync") {
+                    return Err(unsup());
+                }
+                let mode = match m.one_of(&["up", "down", "bfly", "idx"]) {
+                    Some("up") => ShflMode::Up,
+                    Some("down") => ShflMode::Down,
+                    Some("bfly") => ShflMode::Bfly,
+                    Some(_) => ShflMode::Idx,
+                    None => return Err(unsup()),
+                };
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if ty != Ty::B32 {
+                    return Err(unsup());
+                }
+                want(5)?;
+                let (d, dp) = match &ops[0] {
+                    Opnd::Pair(p, q) => (self.dst(p, line)?, Some(self.dst(q, line)?)),
+                    o => (self.dst(o, line)?, None),
+                };
+                Op::Shfl {
+                    mode,
+                    d,
+                    dp,
+                    a: self.src(&ops[1], ty, line)?,
+                    b: self.src(&ops[2], Ty::U32, line)?,
+                    c: self.src(&ops[3], Ty::U32, line)?,
+                    mask: self.src(&ops[4], Ty::B32, line)?,
+                }
+            }
+            "vote" => {
+                if !m.has("sync") {
+                    return Err(unsup());
+                }
+                let mode = match m.one_of(&["all", "any", "uni", "ballot"]) {
+                    Some("all") => VoteMode::All,
+                    Some("any") => VoteMode::Any,
+                    Some("uni") => VoteMode::Uni,
+                    Some(_) => VoteMode::Ballot,
+                    None => return Err(unsup()),
+                };
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                if (mode == VoteMode::Ballot) != (ty == Ty::B32)
+                    || mode != VoteMode::Ballot && ty != Ty::Pred
+                {
+                    return Err(unsup());
+                }
+                want(3)?;
+                Op::Vote {
+                    mode,
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], Ty::Pred, line)?,
+                    mask: self.src(&ops[2], Ty::B32, line)?,
+                }
+            }
+            "activemask" => {
+                if one_ty(&mut m) != Some(Ty::B32) {
+                    return Err(unsup());
+                }
+                want(1)?;
+                Op::Activemask {
+                    d: self.dst(&ops[0], line)?,
+                }
+            }
+            "redux" => {
+                if !m.has("sync") {
+                    return Err(unsup());
+                }
+                let op = match m.one_of(&["add", "min", "max", "and", "or", "xor"]) {
+                    Some("add") => AtomOp::Add,
+                    Some("min") => AtomOp::Min,
+                    Some("max") => AtomOp::Max,
+                    Some("and") => AtomOp::And,
+                    Some("or") => AtomOp::Or,
+                    Some(_) => AtomOp::Xor,
+                    None => return Err(unsup()),
+                };
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                let ok = match op {
+                    AtomOp::And | AtomOp::Or | AtomOp::Xor => ty == Ty::B32,
+                    _ => matches!(ty, Ty::U32 | Ty::S32),
+                };
+                if !ok {
+                    return Err(unsup());
+                }
+                want(3)?;
+                Op::Redux {
+                    op,
+                    ty,
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], ty, line)?,
+                    mask: self.src(&ops[2], Ty::B32, line)?,
+                }
+            }
+            "atom" | "red" => {
+                let space = m.space().unwrap_or(Space::Generic);
+                if matches!(space, Space::Local | Space::Param | Space::Const) {
+                    return Err(unsup());
+                }
+                m.ignore(&[
+                    "relaxed", "acquire", "release", "acq_rel", "cta", "gpu", "sys", "cluster",
+                ]);
+                let op = match m.one_of(&[
+                    "add", "min", "max", "inc", "dec", "cas", "exch", "and", "or", "xor",
+                ]) {
+                    Some("add") => AtomOp::Add,
+                    Some("min") => AtomOp::Min,
+                    Some("max") => AtomOp::Max,
+                    Some("inc") => AtomOp::Inc,
+                    Some("dec") => AtomOp::Dec,
+                    Some("cas") => AtomOp::Cas,
+                    Some("exch") => AtomOp::Exch,
+                    Some("and") => AtomOp::And,
+                    Some("or") => AtomOp::Or,
+                    Some(_) => AtomOp::Xor,
+                    None => return Err(unsup()),
+                };
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                let ok = match op {
+                    AtomOp::Add => matches!(
+                        ty,
+                        Ty::U32 | Ty::U64 | Ty::S32 | Ty::S64 | Ty::F32 | Ty::F64
+                    ),
+                    AtomOp::Min | AtomOp::Max => {
+                        matches!(ty, Ty::U32 | Ty::U64 | Ty::S32 | Ty::S64)
+                    }
+                    AtomOp::Inc | AtomOp::Dec => ty == Ty::U32,
+                    AtomOp::Cas | AtomOp::Exch => matches!(
+                        ty,
+                        Ty::B32 | Ty::B64 | Ty::U32 | Ty::U64 | Ty::S32 | Ty::S64
+                    ),
+                    AtomOp::And | AtomOp::Or | AtomOp::Xor => matches!(ty, Ty::B32 | Ty::B64),
+                };
+                if !ok {
+                    return Err(unsup());
+                }
+                let red = base == "red";
+                let nsrc = if op == AtomOp::Cas { 2 } else { 1 };
+                want(if red { 1 } else { 2 } + nsrc)?;
+                let k = usize::from(!red);
+                let d = if red {
+                    None
+                } else {
+                    Some(self.dst(&ops[0], line)?)
+                };
+                let addr = self.addr(&ops[k], line)?;
+                let b = self.src(&ops[k + 1], ty, line)?;
+                let c = if op == AtomOp::Cas {
+                    self.src(&ops[k + 2], ty, line)?
+                } else {
+                    Src::Imm(0)
+                };
+                Op::Atom {
+                    space,
+                    op,
+                    ty,
+                    d,
+                    addr,
+                    b,
+                    c,
+                }
+            }
+            _ => return Err(unsup()),
+        };
+        if !m.all_used() {
+            return Err(unsup());
+        }
+        Ok(op)
+    }
+}
+
+/// The single type modifier of an instruction.
+fn one_ty(m: &mut Mods<'_>) -> Option<Ty> {
+    match m.types()[..] {
+        [t] => Some(t),
+        _ => None,
+    }
+}
+
+fn wide_ty(t: Ty) -> Ty {
+    match t {
+        Ty::S16 => Ty::S32,
+        Ty::U16 => Ty::U32,
+        Ty::S32 => Ty::S64,
+        Ty::U32 => Ty::U64,
+        t => t,
+    }
+}
+
+/// Rounding, `.ftz` and `.sat` of a float instruction. `None` if the type
+/// has no float arithmetic here (half precision).
+fn fmode(m: &mut Mods<'_>, ty: Ty) -> Option<FMode> {
+    if !matches!(ty, Ty::F32 | Ty::F64) {
+        return None;
+    }
+    let rnd = m.rnd().unwrap_or(Rnd::Rn);
+    m.has("approx");
+    m.has("full");
+    let ftz = m.has("ftz");
+    let sat = m.has("sat");
+    if ty == Ty::F64 && (ftz || sat) {
+        return None;
+    }
+    Some(FMode { rnd, ftz, sat })
+}
+
+fn cmp_op(m: &mut Mods<'_>) -> Option<Cmp> {
+    Some(
+        match m.one_of(&[
+            "eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu", "leu",
+            "gtu", "geu", "num", "nan",
+        ])? {
+            "eq" => Cmp::Eq,
+            "ne" => Cmp::Ne,
+            "lt" => Cmp::Lt,
+            "le" => Cmp::Le,
+            "gt" => Cmp::Gt,
+            "ge" => Cmp::Ge,
+            "lo" => Cmp::Lo,
+            "ls" => Cmp::Ls,
+            "hi" => Cmp::Hi,
+            "hs" => Cmp::Hs,
+            "equ" => Cmp::Equ,
+            "neu" => Cmp::Neu,
+            "ltu" => Cmp::Ltu,
+            "leu" => Cmp::Leu,
+            "gtu" => Cmp::Gtu,
+            "geu" => Cmp::Geu,
+            "num" => Cmp::Num,
+            _ => Cmp::Nan,
+        },
+    )
+}

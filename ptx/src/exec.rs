@@ -1,0 +1,1956 @@
+//! Executes one kernel launch over its grid.
+//!
+//! Blocks run one after another. Within a block, warps of 32 threads take
+//! turns (each runs until it blocks or for [`QUANTUM`] instructions). A warp
+//! keeps one PC per thread and executes, at each step, the group of active
+//! threads at the lowest PC together (the lowest-PC reconvergence heuristic:
+//! in the structured code nvcc emits, threads that went ahead wait at the
+//! join point until the others arrive).
+//!
+//! Threads wait in three ways: at a block barrier (`bar.sync`), which
+//! completes when every thread of the block that has not exited (or the
+//! barrier's thread count) has arrived; at a warp-synchronous instruction
+//! (`shfl.sync`, `vote.sync`, `bar.warp.sync`, `redux.sync`), which runs when
+//! every non-exited thread of its member mask is there; or not at all
+//! (exited). A block in which nothing can run and no barrier can complete
+//! fails with [`Error::Deadlock`] (or [`Error::Unsupported`] when the cause is
+//! a warp-synchronous instruction whose member threads never meet).
+
+use crate::float::*;
+use crate::ir::*;
+use crate::{Dims, Error, Limits, Memory, RunStats};
+use crate::{GLOBALS_BASE, LOCAL_WINDOW, PARAM_WINDOW, SHARED_WINDOW, WINDOW_SIZE};
+
+/// Instructions a warp runs before the next warp of its block gets a turn.
+const QUANTUM: u32 = 4096;
+/// Most bytes of shared memory (static and dynamic) of one block.
+pub const MAX_SHARED_BYTES: u64 = 228 << 10;
+/// Most bytes of registers of one block's threads together.
+pub const MAX_REGISTER_FILE: u64 = 256 << 20;
+/// Most threads in one block.
+pub const MAX_BLOCK_THREADS: u64 = 1024;
+/// Named barriers per block.
+const BARRIERS: usize = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Active,
+    Exited,
+    /// Waiting at barrier `id`.
+    Bar(u8),
+    /// Waiting at the warp-synchronous instruction at this PC.
+    Sync(u32),
+}
+
+struct Warp {
+    regs: Vec<u64>,
+    pc: [u32; 32],
+    st: [Lane; 32],
+    tid: [[u32; 3]; 32],
+    exists: u32,
+    /// Carry flags of `add.cc` and friends, one bit per lane.
+    carry: u32,
+    id: u32,
+}
+
+/// Per-launch state.
+pub(crate) struct Launch<'a> {
+    pub func: &'a Func,
+    pub dims: &'a Dims,
+    pub params: &'a [u8],
+    pub mem: &'a mut dyn Memory,
+    pub globals: &'a mut [u8],
+    pub limits: &'a Limits,
+    insts: u64,
+    shared: Vec<u8>,
+    /// Per-thread local memory, lane-major within a warp, warps in order.
+    local: Vec<u8>,
+    /// Per-thread scratch for `.param` variables declared in the body.
+    pscratch: Vec<u8>,
+    ctaid: [u32; 3],
+    nwarps: u32,
+    arrivals: [u32; BARRIERS],
+    counts: [Option<u32>; BARRIERS],
+}
+
+fn bits_of(mut m: u32) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        if m == 0 {
+            None
+        } else {
+            let l = m.trailing_zeros() as usize;
+            m &= m - 1;
+            Some(l)
+        }
+    })
+}
+
+#[inline]
+fn mask_of(bits: u32) -> u64 {
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
+
+#[inline]
+fn sext(v: u64, bits: u32) -> i64 {
+    if bits >= 64 {
+        v as i64
+    } else {
+        let s = 64 - bits;
+        ((v << s) as i64) >> s
+    }
+}
+
+#[inline]
+fn f32b(v: u64) -> f32 {
+    f32::from_bits(v as u32)
+}
+
+#[inline]
+fn f32out(x: f32) -> u64 {
+    if x.is_nan() {
+        u64::from(CANONICAL_NAN_F32)
+    } else {
+        u64::from(x.to_bits())
+    }
+}
+
+impl<'a> Launch<'a> {
+    pub(crate) fn new(
+        func: &'a Func,
+        dims: &'a Dims,
+        params: &'a [u8],
+        mem: &'a mut dyn Memory,
+        globals: &'a mut [u8],
+        limits: &'a Limits,
+    ) -> Launch<'a> {
+        Launch {
+            func,
+            dims,
+            params,
+            mem,
+            globals,
+            limits,
+            insts: 0,
+            shared: Vec::new(),
+            local: Vec::new(),
+            pscratch: Vec::new(),
+            ctaid: [0; 3],
+            nwarps: 0,
+            arrivals: [0; BARRIERS],
+            counts: [None; BARRIERS],
+        }
+    }
+
+    /// Checks the launch against the kernel and the limits, then runs every
+    /// block.
+    pub(crate) fn run(mut self) -> Result<RunStats, Error> {
+        let d = self.dims;
+        let f = self.func;
+        let bad = |m: String| Err(Error::BadLaunch(m));
+        if d.block.contains(&0) || d.grid.contains(&0) {
+            return bad(format!("empty grid {:?} or block {:?}", d.grid, d.block));
+        }
+        let threads: u64 = d.block.iter().map(|&v| u64::from(v)).product();
+        if threads > MAX_BLOCK_THREADS {
+            return bad(format!(
+                "{threads} threads per block exceed {MAX_BLOCK_THREADS}"
+            ));
+        }
+        let shared = u64::from(f.dyn_shared_base) + u64::from(d.shared_bytes);
+        if shared > MAX_SHARED_BYTES {
+            return bad(format!(
+                "{shared} bytes of shared memory exceed {MAX_SHARED_BYTES}"
+            ));
+        }
+        if f.local_bytes > self.limits.max_local_bytes {
+            return bad(format!(
+                "{} bytes of local memory per thread exceed {}",
+                f.local_bytes, self.limits.max_local_bytes
+            ));
+        }
+        let nwarps = threads.div_ceil(32);
+        let regfile = u64::from(f.nregs) * 8 * 32 * nwarps;
+        if regfile > MAX_REGISTER_FILE {
+            return bad(format!(
+                "{} registers per thread need {regfile} bytes per block, more than {MAX_REGISTER_FILE}",
+                f.nregs
+            ));
+        }
+        if self.params.len() < f.param_bytes as usize {
+            return bad(format!(
+                "{} parameter bytes given, {} needs {}",
+                self.params.len(),
+                f.name,
+                f.param_bytes
+            ));
+        }
+        self.nwarps = nwarps as u32;
+        let blocks: u64 = d.grid.iter().map(|&v| u64::from(v)).product();
+        self.shared = vec![0; shared as usize];
+        let slots = nwarps as usize * 32;
+        self.local = vec![0; f.local_bytes as usize * slots];
+        self.pscratch = vec![0; f.body_param_bytes as usize * slots];
+        let mut warps: Vec<Warp> = (0..nwarps as u32)
+            .map(|id| Warp {
+                regs: vec![0; f.nregs as usize * 32],
+                pc: [0; 32],
+                st: [Lane::Exited; 32],
+                tid: [[0; 3]; 32],
+                exists: 0,
+                carry: 0,
+                id,
+            })
+            .collect();
+        for z in 0..d.grid[2] {
+            for y in 0..d.grid[1] {
+                for x in 0..d.grid[0] {
+                    self.ctaid = [x, y, z];
+                    self.run_block(&mut warps, threads as u32)?;
+                }
+            }
+        }
+        Ok(RunStats {
+            instructions: self.insts,
+            threads: threads * blocks,
+        })
+    }
+
+    fn run_block(&mut self, warps: &mut [Warp], threads: u32) -> Result<(), Error> {
+        let [bx, by, _] = self.dims.block;
+        for w in warps.iter_mut() {
+            w.regs.fill(0);
+            w.carry = 0;
+            w.exists = 0;
+            for l in 0..32u32 {
+                let t = w.id * 32 + l;
+                let i = l as usize;
+                w.pc[i] = 0;
+                if t < threads {
+                    w.exists |= 1 << l;
+                    w.st[i] = Lane::Active;
+                    w.tid[i] = [t % bx, (t / bx) % by, t / (bx * by)];
+                } else {
+                    w.st[i] = Lane::Exited;
+                }
+            }
+        }
+        self.shared.fill(0);
+        self.local.fill(0);
+        self.pscratch.fill(0);
+        self.arrivals = [0; BARRIERS];
+        self.counts = [None; BARRIERS];
+        loop {
+            let mut progressed = false;
+            for w in warps.iter_mut() {
+                progressed |= self.run_warp(w)?;
+            }
+            let mut live = 0u32;
+            for w in warps.iter() {
+                for l in bits_of(w.exists) {
+                    if w.st[l] != Lane::Exited {
+                        live += 1;
+                    }
+                }
+            }
+            if live == 0 {
+                return Ok(());
+            }
+            let released = self.release_barriers(warps, live);
+            if !progressed && !released {
+                return Err(self.stuck(warps));
+            }
+        }
+    }
+
+    /// Completes every barrier whose arrivals reach its count.
+    fn release_barriers(&mut self, warps: &mut [Warp], live: u32) -> bool {
+        let mut waiting = [0u32; BARRIERS];
+        for w in warps.iter() {
+            for l in bits_of(w.exists) {
+                if let Lane::Bar(id) = w.st[l] {
+                    waiting[id as usize] += 1;
+                }
+            }
+        }
+        let mut any = false;
+        for (id, &n) in waiting.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let expected = self.counts[id].unwrap_or(live);
+            if n + self.arrivals[id] >= expected {
+                any = true;
+                self.arrivals[id] = 0;
+                self.counts[id] = None;
+                for w in warps.iter_mut() {
+                    for l in bits_of(w.exists) {
+                        if w.st[l] == Lane::Bar(id as u8) {
+                            w.st[l] = Lane::Active;
+                            w.pc[l] += 1;
+                        }
+                    }
+                }
+            }
+        }
+        any
+    }
+
+    fn stuck(&self, warps: &[Warp]) -> Error {
+        for w in warps {
+            for l in bits_of(w.exists) {
+                if let Lane::Sync(pc) = w.st[l] {
+                    let line = self.func.insts[pc as usize].line;
+                    return Error::Unsupported {
+                        what: format!(
+                            "warp-synchronous instruction at line {line} whose member threads never reach it together"
+                        ),
+                    };
+                }
+            }
+        }
+        let [x, y, z] = self.ctaid;
+        Error::Deadlock(x, y, z)
+    }
+
+    /// Runs a warp until it blocks or its quantum ends; whether it executed
+    /// anything.
+    fn run_warp(&mut self, w: &mut Warp) -> Result<bool, Error> {
+        let mut n = 0;
+        while n < QUANTUM {
+            let mut pc = u32::MAX;
+            let mut mask = 0u32;
+            for l in 0..32 {
+                if w.st[l] == Lane::Active {
+                    let p = w.pc[l];
+                    if p < pc {
+                        pc = p;
+                        mask = 1 << l;
+                    } else if p == pc {
+                        mask |= 1 << l;
+                    }
+                }
+            }
+            if mask == 0 {
+                break;
+            }
+            n += 1;
+            self.step(w, pc, mask)?;
+        }
+        Ok(n > 0)
+    }
+
+    #[inline]
+    fn rd(&self, w: &Warp, s: Src, l: usize) -> u64 {
+        match s {
+            Src::Reg(r) => w.regs[r as usize * 32 + l],
+            Src::Imm(v) => v,
+            Src::NotPred(r) => (w.regs[r as usize * 32 + l] & 1) ^ 1,
+            Src::Sreg(s) => self.sreg(w, s, l),
+        }
+    }
+
+    fn sreg(&self, w: &Warp, s: Sreg, l: usize) -> u64 {
+        let lane = l as u32;
+        u64::from(match s {
+            Sreg::Tid(d) => w.tid[l][d as usize],
+            Sreg::Ntid(d) => self.dims.block[d as usize],
+            Sreg::Ctaid(d) => self.ctaid[d as usize],
+            Sreg::Nctaid(d) => self.dims.grid[d as usize],
+            Sreg::LaneId => lane,
+            Sreg::WarpId => w.id,
+            Sreg::NWarpId => self.nwarps,
+            Sreg::SmId | Sreg::GridId => 0,
+            Sreg::NSmId => 1,
+            Sreg::Clock | Sreg::GlobalTimerLo => self.insts as u32,
+            Sreg::ClockHi | Sreg::GlobalTimerHi => (self.insts >> 32) as u32,
+            Sreg::Clock64 | Sreg::GlobalTimer => return self.insts,
+            Sreg::LaneMaskEq => 1 << lane,
+            Sreg::LaneMaskLt => (1u32 << lane) - 1,
+            Sreg::LaneMaskLe => ((1u64 << (lane + 1)) - 1) as u32,
+            Sreg::LaneMaskGt => !(((1u64 << (lane + 1)) - 1) as u32),
+            Sreg::LaneMaskGe => !((1u32 << lane) - 1),
+            Sreg::DynamicSmem => self.dims.shared_bytes,
+            Sreg::TotalSmem => self.shared.len() as u32,
+        })
+    }
+
+    #[inline]
+    fn wr(w: &mut Warp, d: u32, l: usize, v: u64) {
+        w.regs[d as usize * 32 + l] = v;
+    }
+
+    fn step(&mut self, w: &mut Warp, pc: u32, mask: u32) -> Result<(), Error> {
+        let func = self.func;
+        let inst = &func.insts[pc as usize];
+        self.insts += u64::from(mask.count_ones());
+        if self.insts > self.limits.max_instructions {
+            return Err(Error::Budget(self.limits.max_instructions));
+        }
+        let exec = match inst.guard {
+            None => mask,
+            Some(g) => {
+                let mut e = 0;
+                for l in bits_of(mask) {
+                    let p = w.regs[g.reg as usize * 32 + l] & 1 != 0;
+                    if p != g.neg {
+                        e |= 1 << l;
+                    }
+                }
+                e
+            }
+        };
+        let next = pc + 1;
+        match &inst.op {
+            Op::Bra { target } => {
+                for l in bits_of(mask) {
+                    w.pc[l] = if exec & (1 << l) != 0 { *target } else { next };
+                }
+                return Ok(());
+            }
+            Op::Ret | Op::Exit => {
+                for l in bits_of(mask) {
+                    if exec & (1 << l) != 0 {
+                        w.st[l] = Lane::Exited;
+                    } else {
+                        w.pc[l] = next;
+                    }
+                }
+                return Ok(());
+            }
+            Op::Bar { wait, id, count } => {
+                for l in bits_of(mask & !exec) {
+                    w.pc[l] = next;
+                }
+                for l in bits_of(exec) {
+                    let idv = self.rd(w, *id, l) as u32;
+                    if idv as usize >= BARRIERS {
+                        return Err(Error::Unsupported {
+                            what: format!("barrier {idv} (line {})", inst.line),
+                        });
+                    }
+                    if let Some(c) = count {
+                        let c = self.rd(w, *c, l) as u32;
+                        if c == 0 || !c.is_multiple_of(32) {
+                            return Err(Error::Unsupported {
+                                what: format!("barrier thread count {c} (line {})", inst.line),
+                            });
+                        }
+                        self.counts[idv as usize] = Some(c);
+                    }
+                    if *wait {
+                        w.st[l] = Lane::Bar(idv as u8);
+                    } else {
+                        self.arrivals[idv as usize] += 1;
+                        w.pc[l] = next;
+                    }
+                }
+                return Ok(());
+            }
+            Op::Shfl { mask: m, .. }
+            | Op::Vote { mask: m, .. }
+            | Op::WarpSync { mask: m }
+            | Op::Redux { mask: m, .. } => {
+                for l in bits_of(mask & !exec) {
+                    w.pc[l] = next;
+                }
+                if exec == 0 {
+                    return Ok(());
+                }
+                let mut waiting = 0u32;
+                let mut exited = 0u32;
+                for l in 0..32 {
+                    match w.st[l] {
+                        Lane::Sync(p) if p == pc => waiting |= 1 << l,
+                        Lane::Exited => exited |= 1 << l,
+                        _ => {}
+                    }
+                }
+                let mut required = 0u32;
+                for l in bits_of(exec) {
+                    required |= self.rd(w, *m, l) as u32;
+                }
+                required &= w.exists & !exited;
+                let here = exec | waiting;
+                if required & !here != 0 {
+                    for l in bits_of(exec) {
+                        w.st[l] = Lane::Sync(pc);
+                    }
+                    return Ok(());
+                }
+                for l in bits_of(waiting) {
+                    w.st[l] = Lane::Active;
+                }
+                self.warp_op(w, &inst.op, here)?;
+                for l in bits_of(here) {
+                    w.pc[l] = next;
+                }
+                return Ok(());
+            }
+            Op::Activemask { d } => {
+                for l in bits_of(exec) {
+                    Self::wr(w, *d, l, u64::from(mask));
+                }
+            }
+            op => {
+                if exec != 0 {
+                    self.exec(w, op, exec, inst.line)?;
+                }
+            }
+        }
+        for l in bits_of(mask) {
+            w.pc[l] = next;
+        }
+        Ok(())
+    }
+
+    fn warp_op(&mut self, w: &mut Warp, op: &Op, here: u32) -> Result<(), Error> {
+        match *op {
+            Op::Shfl {
+                mode,
+                d,
+                dp,
+                a,
+                b,
+                c,
+                ..
+            } => {
+                let mut vals = [0u64; 32];
+                for l in bits_of(here) {
+                    vals[l] = self.rd(w, a, l) & 0xffff_ffff;
+                }
+                for l in bits_of(here) {
+                    let lane = l as i32;
+                    let bv = (self.rd(w, b, l) & 31) as i32;
+                    let cv = self.rd(w, c, l) as u32;
+                    let cval = (cv & 31) as i32;
+                    let segmask = ((cv >> 8) & 31) as i32;
+                    let max_lane = (lane & segmask) | (cval & !segmask);
+                    let min_lane = lane & segmask;
+                    let (j, pval) = match mode {
+                        ShflMode::Up => {
+                            let j = lane - bv;
+                            (j, j >= max_lane)
+                        }
+                        ShflMode::Down => {
+                            let j = lane + bv;
+                            (j, j <= max_lane)
+                        }
+                        ShflMode::Bfly => {
+                            let j = lane ^ bv;
+                            (j, j <= max_lane)
+                        }
+                        ShflMode::Idx => {
+                            let j = min_lane | (bv & !segmask);
+                            (j, j <= max_lane)
+                        }
+                    };
+                    let src = if pval { j as usize } else { l };
+                    // Reading an inactive lane is undefined in PTX; this
+                    // interpreter returns the reader's own value.
+                    let v = if here & (1 << src) != 0 {
+                        vals[src]
+                    } else {
+                        vals[l]
+                    };
+                    Self::wr(w, d, l, v);
+                    if let Some(p) = dp {
+                        Self::wr(w, p, l, u64::from(pval));
+                    }
+                }
+            }
+            Op::Vote { mode, d, a, mask } => {
+                let mut preds = 0u32;
+                for l in bits_of(here) {
+                    if self.rd(w, a, l) & 1 != 0 {
+                        preds |= 1 << l;
+                    }
+                }
+                for l in bits_of(here) {
+                    let m = self.rd(w, mask, l) as u32 & here;
+                    let t = preds & m;
+                    let v = match mode {
+                        VoteMode::Ballot => u64::from(t),
+                        VoteMode::All => u64::from(t == m),
+                        VoteMode::Any => u64::from(t != 0),
+                        VoteMode::Uni => u64::from(t == 0 || t == m),
+                    };
+                    Self::wr(w, d, l, v);
+                }
+            }
+            Op::Redux {
+                op, ty, d, a, mask, ..
+            } => {
+                let mut vals = [0u64; 32];
+                for l in bits_of(here) {
+                    vals[l] = self.rd(w, a, l) & 0xffff_ffff;
+                }
+                for l in bits_of(here) {
+                    let m = self.rd(w, mask, l) as u32 & here;
+                    let mut it = bits_of(m).map(|k| vals[k]);
+                    let first = it.next().unwrap_or(0);
+                    let signed = ty == Ty::S32;
+                    let r = it.fold(first, |acc, v| match op {
+                        AtomOp::Add => acc.wrapping_add(v) & 0xffff_ffff,
+                        AtomOp::Min if signed => (acc as i32).min(v as i32) as u32 as u64,
+                        AtomOp::Max if signed => (acc as i32).max(v as i32) as u32 as u64,
+                        AtomOp::Min => acc.min(v),
+                        AtomOp::Max => acc.max(v),
+                        AtomOp::And => acc & v,
+                        AtomOp::Or => acc | v,
+                        _ => acc ^ v,
+                    });
+                    Self::wr(w, d, l, r);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn exec(&mut self, w: &mut Warp, op: &Op, exec: u32, line: u32) -> Result<(), Error> {
+        match *op {
+            Op::Mov { d, a, bits } => {
+                let m = mask_of(bits);
+                for l in bits_of(exec) {
+                    let v = self.rd(w, a, l) & m;
+                    Self::wr(w, d, l, v);
+                }
+            }
+            Op::Pack { d, parts, n, part } => {
+                let m = mask_of(part);
+                for l in bits_of(exec) {
+                    let mut v = 0u64;
+                    for k in (0..n as usize).rev() {
+                        v = (v << part) | (self.rd(w, parts[k], l) & m);
+                    }
+                    Self::wr(w, d, l, v);
+                }
+            }
+            Op::Unpack { ds, n, a, part } => {
+                let m = mask_of(part);
+                for l in bits_of(exec) {
+                    let v = self.rd(w, a, l);
+                    for (k, d) in ds.iter().enumerate().take(n as usize) {
+                        Self::wr(w, *d, l, (v >> (part * k as u32)) & m);
+                    }
+                }
+            }
+            Op::IBin { op, ty, d, a, b } => {
+                for l in bits_of(exec) {
+                    let v = ibin(op, ty, self.rd(w, a, l), self.rd(w, b, l));
+                    Self::wr(w, d, l, v);
+                }
+            }
+            Op::MulWide { ty, d, a, b } => {
+                let bits = ty.bits();
+                for l in bits_of(exec) {
+                    let (x, y) = (self.rd(w, a, l), self.rd(w, b, l));
+                    Self::wr(w, d, l, mul_wide(ty, bits, x, y));
+                }
+            }
+            Op::Mad {
+                mul,
+                wide,
+                sat,
+                ty,
+                d,
+                a,
+                b,
+                c,
+            } => {
+                let bits = ty.bits();
+                for l in bits_of(exec) {
+                    let (x, y, z) = (self.rd(w, a, l), self.rd(w, b, l), self.rd(w, c, l));
+                    let v = if wide {
+                        mul_wide(ty, bits, x, y).wrapping_add(z) & mask_of(2 * bits)
+                    } else {
+                        let p = ibin(mul, ty, x, y);
+                        if sat {
+                            (sext(p, 32).saturating_add(sext(z, 32)))
+                                .clamp(i64::from(i32::MIN), i64::from(i32::MAX))
+                                as u64
+                                & 0xffff_ffff
+                        } else {
+                            p.wrapping_add(z) & mask_of(bits)
+                        }
+                    };
+                    Self::wr(w, d, l, v);
+                }
+            }
+            Op::Carry {
+                sub,
+                cin,
+                cout,
+                ty,
+                d,
+                a,
+                b,
+                mul,
+            } => {
+                let bits = ty.bits();
+                let m = mask_of(bits);
+                for l in bits_of(exec) {
+                    let mut x = self.rd(w, a, l) & m;
+                    if let Some((mb, hi)) = mul {
+                        let y = self.rd(w, mb, l);
+                        x = ibin(if hi { IBin::MulHi } else { IBin::MulLo }, ty, x, y);
+                    }
+                    let y = self.rd(w, b, l) & m;
+                    let ci = u128::from(cin && w.carry & (1 << l) != 0);
+                    let (v, c) = if sub {
+                        let r = u128::from(x).wrapping_sub(u128::from(y)).wrapping_sub(ci);
+                        (r as u64 & m, u128::from(x) < u128::from(y) + ci)
+                    } else {
+                        let r = u128::from(x) + u128::from(y) + ci;
+                        (r as u64 & m, r >> bits != 0)
+                    };
+                    if cout {
+                        if c {
+                            w.carry |= 1 << l;
+                        } else {
+                            w.carry &= !(1 << l);
+                        }
+                    }
+                    Self::wr(w, d, l, v);
+                }
+            }
+            Op::IUn { op, ty, d, a } => {
+                for l in bits_of(exec) {
+                    let v = iun(op, ty, self.rd(w, a, l));
+                    Self::wr(w, d, l, v);
+                }
+            }
+            Op::Sad { ty, d, a, b, c } => {
+                let bits = ty.bits();
+                let m = mask_of(bits);
+                for l in bits_of(exec) {
+                    let (x, y, z) = (self.rd(w, a, l), self.rd(w, b, l), self.rd(w, c, l));
+                    let diff = if ty.is_signed() {
+                        (i128::from(sext(x, bits)) - i128::from(sext(y, bits))).unsigned_abs()
+                            as u64
+                    } else {
+                        (x & m).abs_diff(y & m)
+                    };
+                    Self::wr(w, d, l, diff.wrapping_add(z) & m);
+                }
+            }
+            Op::Bfe { ty, d, a, b, c } => {
+                let bits = ty.bits();
+                for l in bits_of(exec) {
+                    let x = self.rd(w, a, l) & mask_of(bits);
+                    let pos = (self.rd(w, b, l) & 0xff) as u32;
+                    let len = (self.rd(w, c, l) & 0xff) as u32;
+                    let msb = bits - 1;
+                    let v = if len == 0 {
+                        0
+                    } else {
+                        let sbit = if ty.is_signed() {
+                            (x >> (pos + len - 1).min(msb)) & 1
+                        } else {
+                            0
+                        };
+                        let mut v = 0u64;
+                        for i in 0..bits {
+                            let bit = if i < len && pos + i <= msb {
+                                (x >> (pos + i)) & 1
+                            } else {
+                                sbit
+                            };
+                            v |= bit << i;
+                        }
+                        v
+                    };
+                    Self::wr(w, d, l, v);
+                }
+            }
+            Op::Bfi {
+                ty,
+                d,
+                f,
+                b,
+                c,
+                len,
+            } => {
+                let bits = ty.bits();
+                for l in bits_of(exec) {
+                    let fv = self.rd(w, f, l);
+                    let mut v = self.rd(w, b, l) & mask_of(bits);
+                    let pos = (self.rd(w, c, l) & 0xff) as u32;
+                    let n = (self.rd(w, len, l) & 0xff) as u32;
+                    let mut i = 0;
+                    while i < n && pos + i < bits {
+                        let bit = (fv >> i) & 1;
+                        v = (v & !(1 << (pos + i))) | (bit << (pos + i));
+                        i += 1;
+                    }
+                    Self::wr(w, d, l, v);
+                }
+            }
+            Op::Prmt { mode, d, a, b, c } => {
+                for l in bits_of(exec) {
+                    let src = (self.rd(w, a, l) & 0xffff_ffff) | (self.rd(w, b, l) << 32);
+                    let sel = self.rd(w, c, l) as u32;
+                    Self::wr(w, d, l, u64::from(prmt(mode, src, sel)));
+                }
+            }
+            Op::Lop3 { d, a, b, c, lut } => {
+                for l in bits_of(exec) {
+                    let (x, y, z) = (self.rd(w, a, l), self.rd(w, b, l), self.rd(w, c, l));
+                    let t = self.rd(w, lut, l);
+                    let mut r = 0u64;
+                    for k in 0..8 {
+                        if t >> k & 1 != 0 {
+                            let ta = if k & 4 != 0 { x } else { !x };
+                            let tb = if k & 2 != 0 { y } else { !y };
+                            let tc = if k & 1 != 0 { z } else { !z };
+                            r |= ta & tb & tc;
+                        }
+                    }
+                    Self::wr(w, d, l, r & 0xffff_ffff);
+                }
+            }
+            Op::Shf {
+                left,
+                wrap,
+                d,
+                a,
+                b,
+                c,
+            } => {
+                for l in bits_of(exec) {
+                    let v = (self.rd(w, a, l) & 0xffff_ffff) | (self.rd(w, b, l) << 32);
+                    let cv = self.rd(w, c, l) as u32;
+                    let n = if wrap { cv & 31 } else { cv.min(32) };
+                    let r = if left {
+                        (v << n) >> 32
+                    } else {
+                        (v >> n) & 0xffff_ffff
+                    };
+                    Self::wr(w, d, l, r & 0xffff_ffff);
+                }
+            }
+            Op::FBin { op, ty, m, d, a, b } => {
+                for l in bits_of(exec) {
+                    let (x, y) = (self.rd(w, a, l), self.rd(w, b, l));
+                    let v = fbin(op, ty, m, x, y);
+                    Self::wr(w, d, l, v);
+                }
+            }
+            Op::Fma { ty, m, d, a, b, c } => {
+                if ty == Ty::F64 && m.rnd != Rnd::Rn {
+                    return Err(Error::Unsupported {
+                        what: format!("fma.f64 with directed rounding (line {line})"),
+                    });
+                }
+                for l in bits_of(exec) {
+                    let (x, y, z) = (self.rd(w, a, l), self.rd(w, b, l), self.rd(w, c, l));
+                    let v = if ty == Ty::F64 {
+                        f64::from_bits(x)
+                            .mul_add(f64::from_bits(y), f64::from_bits(z))
+                            .to_bits()
+                    } else {
+                        let (x, y, z) = ftz3(m.ftz, f32b(x), f32b(y), f32b(z));
+                        f32res(fma_f32(x, y, z, m.rnd), m)
+                    };
+                    Self::wr(w, d, l, v);
+                }
+            }
+            Op::FUn { op, ty, m, d, a } => {
+                for l in bits_of(exec) {
+                    let v = fun(op, ty, m, self.rd(w, a, l));
+                    Self::wr(w, d, l, v);
+                }
+            }
+            Op::Testp { op, ty, d, a } => {
+                for l in bits_of(exec) {
+                    let x = self.rd(w, a, l);
+                    let x = if ty == Ty::F32 {
+                        f64::from(f32b(x))
+                    } else {
+                        f64::from_bits(x)
+                    };
+                    let sub = if ty == Ty::F32 {
+                        f32::from_bits(self.rd(w, a, l) as u32).is_subnormal()
+                    } else {
+                        x.is_subnormal()
+                    };
+                    let v = match op {
+                        Testp::Finite => x.is_finite(),
+                        Testp::Infinite => x.is_infinite(),
+                        Testp::Number => !x.is_nan(),
+                        Testp::NotANumber => x.is_nan(),
+                        Testp::Normal => x.is_finite() && x != 0.0 && !sub,
+                        Testp::Subnormal => sub,
+                    };
+                    Self::wr(w, d, l, u64::from(v));
+                }
+            }
+            Op::Setp {
+                cmp,
+                ty,
+                ftz,
+                d,
+                dn,
+                a,
+                b,
+                comb,
+            } => {
+                for l in bits_of(exec) {
+                    let t = compare(cmp, ty, ftz, self.rd(w, a, l), self.rd(w, b, l));
+                    let (p, q) = match comb {
+                        None => (t, !t),
+                        Some((op, c)) => {
+                            let c = self.rd(w, c, l) & 1 != 0;
+                            (boolop(op, t, c), boolop(op, !t, c))
+                        }
+                    };
+                    Self::wr(w, d, l, u64::from(p));
+                    if let Some(q_reg) = dn {
+                        Self::wr(w, q_reg, l, u64::from(q));
+                    }
+                }
+            }
+            Op::PredBin { op, d, a, b } => {
+                for l in bits_of(exec) {
+                    let x = self.rd(w, a, l) & 1 != 0;
+                    let y = self.rd(w, b, l) & 1 != 0;
+                    Self::wr(w, d, l, u64::from(boolop(op, x, y)));
+                }
+            }
+            Op::Selp { bits, d, a, b, c } => {
+                let m = mask_of(bits);
+                for l in bits_of(exec) {
+                    let v = if self.rd(w, c, l) & 1 != 0 {
+                        self.rd(w, a, l)
+                    } else {
+                        self.rd(w, b, l)
+                    };
+                    Self::wr(w, d, l, v & m);
+                }
+            }
+            Op::Slct {
+                bits,
+                cty,
+                ftz,
+                d,
+                a,
+                b,
+                c,
+            } => {
+                let m = mask_of(bits);
+                for l in bits_of(exec) {
+                    let cv = self.rd(w, c, l);
+                    let pick_a = if cty == Ty::S32 {
+                        cv as u32 as i32 >= 0
+                    } else {
+                        let f = if ftz { ftz32(f32b(cv)) } else { f32b(cv) };
+                        f >= 0.0
+                    };
+                    let v = if pick_a {
+                        self.rd(w, a, l)
+                    } else {
+                        self.rd(w, b, l)
+                    };
+                    Self::wr(w, d, l, v & m);
+                }
+            }
+            Op::Cvt {
+                kind,
+                dty,
+                sty,
+                sat,
+                ftz,
+                d,
+                a,
+            } => {
+                for l in bits_of(exec) {
+                    let v = cvt(kind, dty, sty, sat, ftz, self.rd(w, a, l)).ok_or_else(|| {
+                        Error::Unsupported {
+                            what: format!(
+                                "cvt.{}.{} with this rounding (line {line})",
+                                dty.name(),
+                                sty.name()
+                            ),
+                        }
+                    })?;
+                    Self::wr(w, d, l, v);
+                }
+            }
+            Op::Cvta {
+                to,
+                space,
+                bits,
+                d,
+                a,
+            } => {
+                let base = match space {
+                    Space::Shared => SHARED_WINDOW,
+                    Space::Local => LOCAL_WINDOW,
+                    Space::Param => PARAM_WINDOW,
+                    _ => 0,
+                };
+                for l in bits_of(exec) {
+                    let x = self.rd(w, a, l);
+                    let v = if to {
+                        x.wrapping_sub(base)
+                    } else {
+                        x.wrapping_add(base)
+                    };
+                    Self::wr(w, d, l, v & mask_of(bits));
+                }
+            }
+            Op::Isspacep { space, d, a } => {
+                for l in bits_of(exec) {
+                    let x = self.rd(w, a, l);
+                    let win = |b: u64| x.wrapping_sub(b) < WINDOW_SIZE;
+                    let v = match space {
+                        Space::Shared => win(SHARED_WINDOW),
+                        Space::Local => win(LOCAL_WINDOW),
+                        Space::Param => win(PARAM_WINDOW),
+                        Space::Const => win(GLOBALS_BASE),
+                        _ => !win(SHARED_WINDOW) && !win(LOCAL_WINDOW) && !win(PARAM_WINDOW),
+                    };
+                    Self::wr(w, d, l, u64::from(v));
+                }
+            }
+            Op::Ld {
+                space,
+                ty,
+                ds,
+                n,
+                addr,
+                ..
+            } => {
+                let e = ty.bytes() as usize;
+                let total = e * n as usize;
+                for l in bits_of(exec) {
+                    let at = self.address(w, addr, l);
+                    let mut buf = [0u8; 32];
+                    self.load(w, l, space, at, &mut buf[..total])?;
+                    for (k, d) in ds.iter().enumerate().take(n as usize) {
+                        let mut b8 = [0u8; 8];
+                        b8[..e].copy_from_slice(&buf[k * e..(k + 1) * e]);
+                        let mut v = u64::from_le_bytes(b8);
+                        if ty.is_signed() {
+                            v = sext(v, ty.bits()) as u64;
+                        }
+                        Self::wr(w, *d, l, v);
+                    }
+                }
+            }
+            Op::St {
+                space,
+                ty,
+                srcs,
+                n,
+                addr,
+            } => {
+                let e = ty.bytes() as usize;
+                let total = e * n as usize;
+                for l in bits_of(exec) {
+                    let at = self.address(w, addr, l);
+                    let mut buf = [0u8; 32];
+                    for (k, s) in srcs.iter().enumerate().take(n as usize) {
+                        let v = self.rd(w, *s, l);
+                        buf[k * e..(k + 1) * e].copy_from_slice(&v.to_le_bytes()[..e]);
+                    }
+                    self.store(w, l, space, at, &buf[..total])?;
+                }
+            }
+            Op::Atom {
+                space,
+                op,
+                ty,
+                d,
+                addr,
+                b,
+                c,
+            } => {
+                let e = ty.bytes() as usize;
+                for l in bits_of(exec) {
+                    let at = self.address(w, addr, l);
+                    let mut buf = [0u8; 8];
+                    self.load(w, l, space, at, &mut buf[..e])?;
+                    let old = u64::from_le_bytes(buf);
+                    let (bv, cv) = (self.rd(w, b, l), self.rd(w, c, l));
+                    if let Some(new) = atom(op, ty, old, bv, cv) {
+                        self.store(w, l, space, at, &new.to_le_bytes()[..e])?;
+                    }
+                    if let Some(d) = d {
+                        let v = if ty.is_signed() {
+                            sext(old, ty.bits()) as u64
+                        } else {
+                            old
+                        };
+                        Self::wr(w, d, l, v);
+                    }
+                }
+            }
+            Op::Nop => {}
+            Op::Trap => return Err(Error::Trap),
+            Op::Unsupported(ref what) => return Err(Error::Unsupported { what: what.clone() }),
+            // Control flow and warp operations are handled by `step`.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn address(&self, w: &Warp, a: Addr, l: usize) -> u64 {
+        let base = match a.base {
+            Some(r) => w.regs[r as usize * 32 + l],
+            None => 0,
+        };
+        base.wrapping_add(a.off as u64)
+    }
+
+    /// Maps an address in `space` to a concrete space and offset.
+    fn resolve(&self, space: Space, at: u64) -> (Space, u64) {
+        let win = |b: u64| at.wrapping_sub(b) < WINDOW_SIZE;
+        match space {
+            Space::Generic => {
+                if win(SHARED_WINDOW) {
+                    (Space::Shared, at - SHARED_WINDOW)
+                } else if win(LOCAL_WINDOW) {
+                    (Space::Local, at - LOCAL_WINDOW)
+                } else if win(PARAM_WINDOW) {
+                    (Space::Param, at - PARAM_WINDOW)
+                } else {
+                    (Space::Global, at)
+                }
+            }
+            s => (s, at),
+        }
+    }
+
+    fn load(
+        &mut self,
+        w: &Warp,
+        l: usize,
+        space: Space,
+        at: u64,
+        buf: &mut [u8],
+    ) -> Result<(), Error> {
+        let len = buf.len() as u64;
+        let (sp, off) = self.resolve(space, at);
+        if off % len != 0 {
+            return Err(Error::Misaligned {
+                space: sp.name(),
+                addr: at,
+                len,
+            });
+        }
+        let oob = || Error::OutOfBounds {
+            space: sp.name(),
+            addr: at,
+            len,
+        };
+        let slot = w.id as usize * 32 + l;
+        match sp {
+            Space::Global | Space::Const => {
+                if sp == Space::Const || off.wrapping_sub(GLOBALS_BASE) < WINDOW_SIZE {
+                    let r = range(off.wrapping_sub(GLOBALS_BASE), len, self.globals.len())
+                        .ok_or_else(oob)?;
+                    buf.copy_from_slice(&self.globals[r]);
+                    Ok(())
+                } else {
+                    self.mem.read(off, buf)
+                }
+            }
+            Space::Shared => {
+                let r = range(off, len, self.shared.len()).ok_or_else(oob)?;
+                buf.copy_from_slice(&self.shared[r]);
+                Ok(())
+            }
+            Space::Local => {
+                let lb = self.func.local_bytes as usize;
+                let r = range(off, len, lb).ok_or_else(oob)?;
+                let base = slot * lb;
+                buf.copy_from_slice(&self.local[base + r.start..base + r.end]);
+                Ok(())
+            }
+            Space::Param => {
+                let pb = self.func.param_bytes as u64;
+                if off < pb {
+                    let r = range(off, len, pb as usize).ok_or_else(oob)?;
+                    buf.copy_from_slice(&self.params[r]);
+                } else {
+                    let sb = self.func.body_param_bytes as usize;
+                    let r = range(off - pb - u64::from(self.func.ret_bytes), len, sb)
+                        .ok_or_else(oob)?;
+                    let base = slot * sb;
+                    buf.copy_from_slice(&self.pscratch[base + r.start..base + r.end]);
+                }
+                Ok(())
+            }
+            Space::Generic => Err(oob()),
+        }
+    }
+
+    fn store(
+        &mut self,
+        w: &Warp,
+        l: usize,
+        space: Space,
+        at: u64,
+        data: &[u8],
+    ) -> Result<(), Error> {
+        let len = data.len() as u64;
+        let (sp, off) = self.resolve(space, at);
+        if off % len != 0 {
+            return Err(Error::Misaligned {
+                space: sp.name(),
+                addr: at,
+                len,
+            });
+        }
+        let oob = || Error::OutOfBounds {
+            space: sp.name(),
+            addr: at,
+            len,
+        };
+        let slot = w.id as usize * 32 + l;
+        match sp {
+            Space::Global => {
+                if off.wrapping_sub(GLOBALS_BASE) < WINDOW_SIZE {
+                    let r = range(off - GLOBALS_BASE, len, self.globals.len()).ok_or_else(oob)?;
+                    self.globals[r].copy_from_slice(data);
+                    Ok(())
+                } else {
+                    self.mem.write(off, data)
+                }
+            }
+            Space::Shared => {
+                let r = range(off, len, self.shared.len()).ok_or_else(oob)?;
+                self.shared[r].copy_from_slice(data);
+                Ok(())
+            }
+            Space::Local => {
+                let lb = self.func.local_bytes as usize;
+                let r = range(off, len, lb).ok_or_else(oob)?;
+                let base = slot * lb;
+                self.local[base + r.start..base + r.end].copy_from_slice(data);
+                Ok(())
+            }
+            Space::Param => {
+                // Kernel parameters are read-only.
+                let pb = u64::from(self.func.param_bytes) + u64::from(self.func.ret_bytes);
+                let sb = self.func.body_param_bytes as usize;
+                let r = range(off.checked_sub(pb).ok_or_else(oob)?, len, sb).ok_or_else(oob)?;
+                let base = slot * sb;
+                self.pscratch[base + r.start..base + r.end].copy_from_slice(data);
+                Ok(())
+            }
+            Space::Const | Space::Generic => Err(oob()),
+        }
+    }
+}
+
+/// `off..off+len` if it lies within `size`.
+fn range(off: u64, len: u64, size: usize) -> Option<std::ops::Range<usize>> {
+    let end = off.checked_add(len)?;
+    if end > size as u64 {
+        return None;
+    }
+    Some(off as usize..end as usize)
+}
+
+fn boolop(op: BoolOp, a: bool, b: bool) -> bool {
+    match op {
+        BoolOp::And => a && b,
+        BoolOp::Or => a || b,
+        BoolOp::Xor => a != b,
+    }
+}
+
+fn mul_wide(ty: Ty, bits: u32, x: u64, y: u64) -> u64 {
+    if ty.is_signed() {
+        (sext(x, bits).wrapping_mul(sext(y, bits)) as u64) & mask_of(2 * bits)
+    } else {
+        (x & mask_of(bits)).wrapping_mul(y & mask_of(bits)) & mask_of(2 * bits)
+    }
+}
+
+/// Integer binary operation on `ty`; the result is masked to its width.
+fn ibin(op: IBin, ty: Ty, a: u64, b: u64) -> u64 {
+    let bits = ty.bits();
+    let m = mask_of(bits);
+    let signed = ty.is_signed();
+    let (ua, ub) = (a & m, b & m);
+    let (sa, sb) = (sext(a, bits), sext(b, bits));
+    let r = match op {
+        IBin::Add => ua.wrapping_add(ub),
+        IBin::Sub => ua.wrapping_sub(ub),
+        IBin::AddSat => (sa as i32).saturating_add(sb as i32) as u32 as u64,
+        IBin::SubSat => (sa as i32).saturating_sub(sb as i32) as u32 as u64,
+        IBin::MulLo => ua.wrapping_mul(ub),
+        IBin::MulHi => {
+            if signed {
+                ((i128::from(sa) * i128::from(sb)) >> bits) as u64
+            } else {
+                ((u128::from(ua) * u128::from(ub)) >> bits) as u64
+            }
+        }
+        IBin::Mul24Lo | IBin::Mul24Hi => {
+            let p = if signed {
+                (sext(a, 24) * sext(b, 24)) as u64
+            } else {
+                (a & 0xff_ffff) * (b & 0xff_ffff)
+            };
+            if op == IBin::Mul24Lo {
+                p
+            } else {
+                p >> 16
+            }
+        }
+        // Division by zero is undefined in PTX; like the hardware's
+        // sequences, the quotient is all ones and the remainder the
+        // dividend.
+        IBin::Div => {
+            if ub == 0 {
+                m
+            } else if signed {
+                sa.wrapping_div(sb) as u64
+            } else {
+                ua / ub
+            }
+        }
+        IBin::Rem => {
+            if ub == 0 {
+                ua
+            } else if signed {
+                sa.wrapping_rem(sb) as u64
+            } else {
+                ua % ub
+            }
+        }
+        IBin::Min => {
+            if signed {
+                sa.min(sb) as u64
+            } else {
+                ua.min(ub)
+            }
+        }
+        IBin::Max => {
+            if signed {
+                sa.max(sb) as u64
+            } else {
+                ua.max(ub)
+            }
+        }
+        IBin::And => ua & ub,
+        IBin::Or => ua | ub,
+        IBin::Xor => ua ^ ub,
+        IBin::Shl => {
+            let n = b & 0xffff_ffff;
+            if n >= u64::from(bits) {
+                0
+            } else {
+                ua << n
+            }
+        }
+        IBin::Shr => {
+            let n = (b & 0xffff_ffff).min(u64::from(bits) - 1 + u64::from(!signed));
+            if signed {
+                (sa >> n.min(63)) as u64
+            } else if n >= u64::from(bits) {
+                0
+            } else {
+                ua >> n
+            }
+        }
+    };
+    r & m
+}
+
+fn iun(op: IUn, ty: Ty, a: u64) -> u64 {
+    let bits = ty.bits();
+    let m = mask_of(bits);
+    let ua = a & m;
+    let sa = sext(a, bits);
+    match op {
+        IUn::Abs => sa.wrapping_abs() as u64 & m,
+        IUn::Neg => sa.wrapping_neg() as u64 & m,
+        IUn::Not => !ua & m,
+        IUn::Cnot => u64::from(ua == 0),
+        IUn::Popc => u64::from(ua.count_ones()),
+        IUn::Clz => u64::from(ua.leading_zeros() - (64 - bits)),
+        IUn::Brev => ua.reverse_bits() >> (64 - bits),
+        IUn::Bfind | IUn::BfindShiftAmt => {
+            let x = if ty.is_signed() && sa < 0 {
+                !ua & m
+            } else {
+                ua
+            };
+            if x == 0 {
+                0xffff_ffff
+            } else {
+                let msb = 63 - x.leading_zeros();
+                u64::from(if op == IUn::Bfind {
+                    msb
+                } else {
+                    bits - 1 - msb
+                })
+            }
+        }
+    }
+}
+
+fn prmt(mode: Option<u8>, src: u64, sel: u32) -> u32 {
+    let byte = |i: u32| ((src >> (8 * (i & 7))) & 0xff) as u32;
+    let mut r = 0u32;
+    match mode {
+        None => {
+            for i in 0..4 {
+                let s = (sel >> (4 * i)) & 0xf;
+                let mut v = byte(s & 7);
+                if s & 8 != 0 {
+                    v = if v & 0x80 != 0 { 0xff } else { 0 };
+                }
+                r |= v << (8 * i);
+            }
+        }
+        Some(m) => {
+            let s = sel & 3;
+            for i in 0..4u32 {
+                let idx = match m {
+                    0 => s + i,
+                    1 => s.wrapping_sub(i) & 7,
+                    2 => s,
+                    3 => i.max(s),
+                    4 => i.min(s),
+                    _ => 2 * (s & 1) + (i & 1),
+                };
+                r |= byte(idx) << (8 * i);
+            }
+        }
+    }
+    r
+}
+
+fn ftz3(on: bool, a: f32, b: f32, c: f32) -> (f32, f32, f32) {
+    if on {
+        (ftz32(a), ftz32(b), ftz32(c))
+    } else {
+        (a, b, c)
+    }
+}
+
+/// An f32 result with `.ftz`/`.sat` applied, NaN canonical.
+fn f32res(x: f32, m: FMode) -> u64 {
+    let x = if m.ftz { ftz32(x) } else { x };
+    let x = if m.sat { sat32(x) } else { x };
+    f32out(x)
+}
+
+fn fmin<T: PartialOrd + Copy>(a: T, b: T, a_nan: bool, b_nan: bool, a_neg: bool, max: bool) -> T {
+    if a_nan {
+        return b;
+    }
+    if b_nan {
+        return a;
+    }
+    if a == b {
+        // -0 < +0.
+        return if a_neg != max { a } else { b };
+    }
+    if (a < b) != max {
+        a
+    } else {
+        b
+    }
+}
+
+fn fbin(op: FBin, ty: Ty, m: FMode, x: u64, y: u64) -> u64 {
+    if ty == Ty::F64 {
+        let (a, b) = (f64::from_bits(x), f64::from_bits(y));
+        let r = match op {
+            FBin::Add => add_f64(a, b, m.rnd),
+            FBin::Sub => add_f64(a, -b, m.rnd),
+            FBin::Mul => mul_f64(a, b, m.rnd),
+            FBin::Div => div_f64(a, b, m.rnd),
+            FBin::Min | FBin::Max => {
+                if a.is_nan() && b.is_nan() {
+                    f64::NAN
+                } else {
+                    fmin(
+                        a,
+                        b,
+                        a.is_nan(),
+                        b.is_nan(),
+                        a.is_sign_negative(),
+                        op == FBin::Max,
+                    )
+                }
+            }
+            FBin::MinNaN | FBin::MaxNaN => {
+                if a.is_nan() || b.is_nan() {
+                    f64::NAN
+                } else {
+                    fmin(a, b, false, false, a.is_sign_negative(), op == FBin::MaxNaN)
+                }
+            }
+            FBin::Copysign => b.copysign(a),
+        };
+        return r.to_bits();
+    }
+    let (a, b) = (f32b(x), f32b(y));
+    let (a, b) = if m.ftz { (ftz32(a), ftz32(b)) } else { (a, b) };
+    let r = match op {
+        FBin::Add => add_f32(a, b, m.rnd),
+        FBin::Sub => add_f32(a, -b, m.rnd),
+        FBin::Mul => mul_f32(a, b, m.rnd),
+        FBin::Div => div_f32(a, b, m.rnd),
+        FBin::Min | FBin::Max => {
+            if a.is_nan() && b.is_nan() {
+                f32::NAN
+            } else {
+                fmin(
+                    a,
+                    b,
+                    a.is_nan(),
+                    b.is_nan(),
+                    a.is_sign_negative(),
+                    op == FBin::Max,
+                )
+            }
+        }
+        FBin::MinNaN | FBin::MaxNaN => {
+            if a.is_nan() || b.is_nan() {
+                f32::NAN
+            } else {
+                fmin(a, b, false, false, a.is_sign_negative(), op == FBin::MaxNaN)
+            }
+        }
+        FBin::Copysign => return u64::from(b.copysign(a).to_bits()),
+    };
+    f32res(r, m)
+}
+
+fn fun(op: FUn, ty: Ty, m: FMode, x: u64) -> u64 {
+    if ty == Ty::F64 {
+        let a = f64::from_bits(x);
+        let r = match op {
+            FUn::Abs => return x & !(1 << 63),
+            FUn::Neg => return x ^ (1 << 63),
+            FUn::Rcp => div_f64(1.0, a, m.rnd),
+            FUn::RcpApprox => 1.0 / a,
+            FUn::Sqrt => sqrt_f64(a, m.rnd),
+            FUn::SqrtApprox => a.sqrt(),
+            FUn::Rsqrt => 1.0 / a.sqrt(),
+            // Rejected at decode time for f64.
+            FUn::Sin | FUn::Cos | FUn::Lg2 | FUn::Ex2 | FUn::Tanh => f64::NAN,
+        };
+        return r.to_bits();
+    }
+    let a = f32b(x);
+    let a = if m.ftz { ftz32(a) } else { a };
+    let r = match op {
+        FUn::Abs => {
+            return f32res(
+                f32::from_bits(a.to_bits() & 0x7fff_ffff),
+                FMode { sat: false, ..m },
+            )
+        }
+        FUn::Neg => return u64::from(if m.ftz { ftz32(-a) } else { -a }.to_bits()),
+        FUn::Rcp => div_f32(1.0, a, m.rnd),
+        FUn::RcpApprox => 1.0 / a,
+        FUn::Sqrt => sqrt_f32(a, m.rnd),
+        FUn::SqrtApprox => a.sqrt(),
+        FUn::Rsqrt => 1.0 / a.sqrt(),
+        FUn::Sin => a.sin(),
+        FUn::Cos => a.cos(),
+        FUn::Lg2 => a.log2(),
+        FUn::Ex2 => a.exp2(),
+        FUn::Tanh => a.tanh(),
+    };
+    f32res(r, m)
+}
+
+fn compare(cmp: Cmp, ty: Ty, ftz: bool, x: u64, y: u64) -> bool {
+    if ty.is_float() {
+        let (a, b) = if ty == Ty::F64 {
+            (f64::from_bits(x), f64::from_bits(y))
+        } else {
+            let (a, b) = (f32b(x), f32b(y));
+            let (a, b) = if ftz { (ftz32(a), ftz32(b)) } else { (a, b) };
+            (f64::from(a), f64::from(b))
+        };
+        let nan = a.is_nan() || b.is_nan();
+        return match cmp {
+            Cmp::Eq => !nan && a == b,
+            Cmp::Ne => !nan && a != b,
+            Cmp::Lt => !nan && a < b,
+            Cmp::Le => !nan && a <= b,
+            Cmp::Gt => !nan && a > b,
+            Cmp::Ge => !nan && a >= b,
+            Cmp::Equ => nan || a == b,
+            Cmp::Neu => nan || a != b,
+            Cmp::Ltu => nan || a < b,
+            Cmp::Leu => nan || a <= b,
+            Cmp::Gtu => nan || a > b,
+            Cmp::Geu => nan || a >= b,
+            Cmp::Num => !nan,
+            Cmp::Nan => nan,
+            Cmp::Lo | Cmp::Ls | Cmp::Hi | Cmp::Hs => false,
+        };
+    }
+    let bits = ty.bits();
+    let (ua, ub) = (x & mask_of(bits), y & mask_of(bits));
+    let (sa, sb) = (sext(x, bits), sext(y, bits));
+    let signed = ty.is_signed();
+    match cmp {
+        Cmp::Eq => ua == ub,
+        Cmp::Ne => ua != ub,
+        Cmp::Lt if signed => sa < sb,
+        Cmp::Le if signed => sa <= sb,
+        Cmp::Gt if signed => sa > sb,
+        Cmp::Ge if signed => sa >= sb,
+        Cmp::Lt | Cmp::Lo => ua < ub,
+        Cmp::Le | Cmp::Ls => ua <= ub,
+        Cmp::Gt | Cmp::Hi => ua > ub,
+        Cmp::Ge | Cmp::Hs => ua >= ub,
+        _ => false,
+    }
+}
+
+/// A float source of `cvt` as f64 (exact), or `None` for packed types.
+fn float_in(sty: Ty, ftz: bool, x: u64) -> f64 {
+    match sty {
+        Ty::F64 => f64::from_bits(x),
+        Ty::F32 => {
+            let a = f32b(x);
+            f64::from(if ftz { ftz32(a) } else { a })
+        }
+        Ty::F16 => f64::from(f16_to_f32(x as u16)),
+        _ => f64::from(bf16_to_f32(x as u16)),
+    }
+}
+
+fn cvt(kind: CvtKind, dty: Ty, sty: Ty, sat: bool, ftz: bool, x: u64) -> Option<u64> {
+    let dbits = dty.bits();
+    Some(match kind {
+        CvtKind::IntInt => {
+            let sbits = sty.bits();
+            let v: i128 = if sty.is_signed() {
+                i128::from(sext(x, sbits))
+            } else {
+                i128::from(x & mask_of(sbits))
+            };
+            let v = if sat {
+                let (lo, hi) = if dty.is_signed() {
+                    (-(1i128 << (dbits - 1)), (1i128 << (dbits - 1)) - 1)
+                } else {
+                    (0, (1i128 << dbits) - 1)
+                };
+                v.clamp(lo, hi)
+            } else {
+                v
+            };
+            let r = v as u64 & mask_of(dbits);
+            if dty.is_signed() {
+                sext(r, dbits) as u64
+            } else {
+                r
+            }
+        }
+        CvtKind::IntFloat(rnd) => {
+            let sbits = sty.bits();
+            let (neg, mag) = if sty.is_signed() {
+                let s = sext(x, sbits);
+                (s < 0, s.unsigned_abs())
+            } else {
+                (false, x & mask_of(sbits))
+            };
+            match dty {
+                Ty::F32 => {
+                    let v = int_to_float(neg, mag, rnd, 24) as f32;
+                    let v = if sat { sat32(v) } else { v };
+                    u64::from(v.to_bits())
+                }
+                Ty::F64 => int_to_float(neg, mag, rnd, 53).to_bits(),
+                Ty::BF16 => {
+                    let v = int_to_float(neg, mag, rnd, 8);
+                    if v.abs() > f64::from(f32::MAX) {
+                        return None;
+                    }
+                    u64::from(f32_to_bf16(v as f32))
+                }
+                Ty::F16 if rnd == Rnd::Rn => {
+                    u64::from(f32_to_f16(int_to_float(neg, mag, rnd, 11) as f32))
+                }
+                _ => return None,
+            }
+        }
+        CvtKind::FloatInt(rnd) => {
+            let v = round_integral_f64(float_in(sty, ftz, x), rnd);
+            let r = if v.is_nan() {
+                0
+            } else if dty.is_signed() {
+                let lo = -(2f64.powi(dbits as i32 - 1));
+                let hi = 2f64.powi(dbits as i32 - 1) - 1.0;
+                let c = v.clamp(lo, hi) as i64;
+                c as u64 & mask_of(dbits)
+            } else {
+                let hi = 2f64.powi(dbits as i32) - 1.0;
+                v.clamp(0.0, hi) as u64
+            };
+            if dty.is_signed() {
+                sext(r, dbits) as u64
+            } else {
+                r
+            }
+        }
+        CvtKind::FloatFloat(rnd) => {
+            let v = float_in(sty, ftz, x);
+            match dty {
+                Ty::F64 => v.to_bits(),
+                Ty::F32 => {
+                    // Widening sources are exact; f64 narrows with `rnd`.
+                    let r = round_to_f32(v, 0.0, rnd);
+                    let r = if ftz { ftz32(r) } else { r };
+                    let r = if sat { sat32(r) } else { r };
+                    f32out(r)
+                }
+                Ty::F16 if rnd == Rnd::Rn && sty == Ty::F32 => u64::from(f32_to_f16(v as f32)),
+                Ty::BF16 if rnd == Rnd::Rn && sty == Ty::F32 => u64::from(f32_to_bf16(v as f32)),
+                _ => return None,
+            }
+        }
+        CvtKind::FloatRound(rnd) => match dty {
+            Ty::F32 => {
+                let a = f32b(x);
+                let a = if ftz { ftz32(a) } else { a };
+                let r = round_integral_f32(a, rnd);
+                let r = if ftz { ftz32(r) } else { r };
+                let r = if sat { sat32(r) } else { r };
+                f32out(r)
+            }
+            Ty::F64 => round_integral_f64(f64::from_bits(x), rnd).to_bits(),
+            _ => return None,
+        },
+    })
+}
+
+/// The new value of an atomic, or `None` when nothing is written.
+fn atom(op: AtomOp, ty: Ty, old: u64, b: u64, c: u64) -> Option<u64> {
+    let bits = ty.bits();
+    let m = mask_of(bits);
+    Some(match (op, ty) {
+        (AtomOp::Add, Ty::F32) => {
+            // atom.add.f32 flushes subnormal inputs and results.
+            let r = ftz32(ftz32(f32b(old)) + ftz32(f32b(b)));
+            f32out(r)
+        }
+        (AtomOp::Add, Ty::F64) => (f64::from_bits(old) + f64::from_bits(b)).to_bits(),
+        (AtomOp::Add, _) => old.wrapping_add(b) & m,
+        (AtomOp::Min, _) => ibin(IBin::Min, ty, old, b),
+        (AtomOp::Max, _) => ibin(IBin::Max, ty, old, b),
+        (AtomOp::Inc, _) => {
+            let (o, b) = (old & m, b & m);
+            if o >= b {
+                0
+            } else {
+                o + 1
+            }
+        }
+        (AtomOp::Dec, _) => {
+            let (o, b) = (old & m, b & m);
+            if o == 0 || o > b {
+                b
+            } else {
+                o - 1
+            }
+        }
+        (AtomOp::Cas, _) => {
+            if old & m == b & m {
+                c & m
+            } else {
+                return None;
+            }
+        }
+        (AtomOp::Exch, _) => b & m,
+        (AtomOp::And, _) => old & b & m,
+        (AtomOp::Or, _) => (old | b) & m,
+        (AtomOp::Xor, _) => (old ^ b) & m,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_edge_cases() {
+        assert_eq!(ibin(IBin::Div, Ty::U32, 7, 0), 0xffff_ffff);
+        assert_eq!(ibin(IBin::Rem, Ty::S32, 7, 0), 7);
+        assert_eq!(
+            ibin(IBin::Div, Ty::S32, 0x8000_0000, 0xffff_ffff),
+            0x8000_0000
+        );
+        assert_eq!(ibin(IBin::Rem, Ty::S32, 0x8000_0000, 0xffff_ffff), 0);
+        assert_eq!(
+            ibin(IBin::Div, Ty::S32, (-7i32) as u32 as u64, 2),
+            (-3i32) as u32 as u64
+        );
+        assert_eq!(ibin(IBin::Shl, Ty::B32, 1, 32), 0);
+        assert_eq!(ibin(IBin::Shr, Ty::S32, 0x8000_0000, 40), 0xffff_ffff);
+        assert_eq!(ibin(IBin::Shr, Ty::U32, 0x8000_0000, 40), 0);
+        assert_eq!(ibin(IBin::Shr, Ty::S64, 1 << 63, 63), u64::MAX);
+        assert_eq!(
+            ibin(IBin::MulHi, Ty::S32, (-2i32) as u32 as u64, 3),
+            0xffff_ffff
+        );
+        assert_eq!(ibin(IBin::MulHi, Ty::U64, u64::MAX, u64::MAX), u64::MAX - 1);
+        assert_eq!(ibin(IBin::AddSat, Ty::S32, 0x7fff_ffff, 1), 0x7fff_ffff);
+        assert_eq!(
+            ibin(IBin::Mul24Hi, Ty::U32, 0xff_ffff, 0xff_ffff),
+            0xffff_fe00
+        );
+        assert_eq!(iun(IUn::Bfind, Ty::U32, 0), 0xffff_ffff);
+        assert_eq!(iun(IUn::Bfind, Ty::S32, 0xffff_ffff), 0xffff_ffff);
+        assert_eq!(iun(IUn::Bfind, Ty::S32, 0xffff_fffe), 0);
+        assert_eq!(iun(IUn::BfindShiftAmt, Ty::U32, 1), 31);
+        assert_eq!(iun(IUn::Clz, Ty::B32, 1), 31);
+        assert_eq!(iun(IUn::Clz, Ty::B64, 0), 64);
+        assert_eq!(iun(IUn::Brev, Ty::B32, 1), 0x8000_0000);
+        assert_eq!(iun(IUn::Abs, Ty::S32, 0x8000_0000), 0x8000_0000);
+    }
+
+    #[test]
+    fn permutes() {
+        let src = 0x8877_6655_4433_2211u64;
+        assert_eq!(prmt(None, src, 0x3210), 0x4433_2211);
+        assert_eq!(prmt(None, src, 0x7654), 0x8877_6655);
+        assert_eq!(prmt(None, src, 0x000f), 0x1111_11ff);
+        assert_eq!(prmt(Some(0), src, 1), 0x5544_3322);
+        assert_eq!(prmt(Some(1), src, 0), 0x6677_8811);
+        assert_eq!(prmt(Some(3), src, 2), 0x4433_3333);
+        assert_eq!(prmt(Some(4), src, 2), 0x3333_2211);
+        assert_eq!(prmt(Some(5), src, 1), 0x4433_4433);
+    }
+
+    #[test]
+    fn conversions() {
+        let c = |k, d, s, sat, x| cvt(k, d, s, sat, false, x).unwrap();
+        assert_eq!(
+            c(CvtKind::IntInt, Ty::S32, Ty::S8, false, 0x80),
+            0xffff_ffff_ffff_ff80
+        );
+        assert_eq!(c(CvtKind::IntInt, Ty::U8, Ty::S32, true, 300), 255);
+        assert_eq!(
+            c(
+                CvtKind::IntInt,
+                Ty::U8,
+                Ty::S32,
+                true,
+                (-5i32) as u32 as u64
+            ),
+            0
+        );
+        assert_eq!(c(CvtKind::IntInt, Ty::U16, Ty::U32, false, 0x12345), 0x2345);
+        let f = |v: f32| u64::from(v.to_bits());
+        assert_eq!(
+            c(CvtKind::FloatInt(Rnd::Rn), Ty::S32, Ty::F32, false, f(2.5)),
+            2
+        );
+        assert_eq!(
+            c(CvtKind::FloatInt(Rnd::Rm), Ty::S32, Ty::F32, false, f(-2.5)) as u32,
+            (-3i32) as u32
+        );
+        assert_eq!(
+            c(CvtKind::FloatInt(Rnd::Rz), Ty::S32, Ty::F32, false, f(1e20)) as u32,
+            i32::MAX as u32
+        );
+        assert_eq!(
+            c(CvtKind::FloatInt(Rnd::Rz), Ty::U32, Ty::F32, false, f(-1.0)),
+            0
+        );
+        assert_eq!(
+            c(
+                CvtKind::FloatInt(Rnd::Rz),
+                Ty::S32,
+                Ty::F32,
+                false,
+                f(f32::NAN)
+            ),
+            0
+        );
+        assert_eq!(
+            c(CvtKind::FloatInt(Rnd::Rz), Ty::U64, Ty::F32, false, f(1e30)),
+            u64::MAX
+        );
+        assert_eq!(
+            c(
+                CvtKind::FloatFloat(Rnd::Rz),
+                Ty::F32,
+                Ty::F64,
+                false,
+                (1.0f64 / 3.0).to_bits()
+            ),
+            f(div_f32(1.0, 3.0, Rnd::Rz))
+        );
+        assert_eq!(
+            c(
+                CvtKind::FloatRound(Rnd::Rn),
+                Ty::F32,
+                Ty::F32,
+                false,
+                f(2.5)
+            ),
+            f(2.0)
+        );
+        assert!(cvt(
+            CvtKind::FloatFloat(Rnd::Rz),
+            Ty::F16,
+            Ty::F32,
+            false,
+            false,
+            0
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn atomics_follow_ptx() {
+        assert_eq!(atom(AtomOp::Inc, Ty::U32, 9, 9, 0), Some(0));
+        assert_eq!(atom(AtomOp::Inc, Ty::U32, 3, 9, 0), Some(4));
+        assert_eq!(atom(AtomOp::Dec, Ty::U32, 0, 5, 0), Some(5));
+        assert_eq!(atom(AtomOp::Dec, Ty::U32, 7, 5, 0), Some(5));
+        assert_eq!(atom(AtomOp::Dec, Ty::U32, 3, 5, 0), Some(2));
+        assert_eq!(atom(AtomOp::Cas, Ty::B32, 3, 4, 9), None);
+        assert_eq!(atom(AtomOp::Cas, Ty::B32, 4, 4, 9), Some(9));
+        assert_eq!(
+            atom(AtomOp::Min, Ty::S32, 5, (-1i32) as u32 as u64, 0),
+            Some(0xffff_ffff)
+        );
+    }
+
+    #[test]
+    fn float_min_max_and_compare() {
+        let f = |v: f32| u64::from(v.to_bits());
+        let m = FMode {
+            rnd: Rnd::Rn,
+            ftz: false,
+            sat: false,
+        };
+        assert_eq!(fbin(FBin::Min, Ty::F32, m, f(f32::NAN), f(1.0)), f(1.0));
+        assert_eq!(fbin(FBin::Min, Ty::F32, m, f(0.0), f(-0.0)), f(-0.0));
+        assert_eq!(fbin(FBin::Max, Ty::F32, m, f(-0.0), f(0.0)), f(0.0));
+        assert_eq!(
+            fbin(FBin::MinNaN, Ty::F32, m, f(f32::NAN), f(1.0)),
+            0x7fff_ffff
+        );
+        assert_eq!(fbin(FBin::Div, Ty::F32, m, f(0.0), f(0.0)), 0x7fff_ffff);
+        assert!(!compare(Cmp::Ne, Ty::F32, false, f(f32::NAN), f(1.0)));
+        assert!(compare(Cmp::Neu, Ty::F32, false, f(f32::NAN), f(1.0)));
+        assert!(compare(Cmp::Lt, Ty::S32, false, 0xffff_ffff, 0));
+        assert!(!compare(Cmp::Lo, Ty::U32, false, 0xffff_ffff, 0));
+        let sat = FMode { sat: true, ..m };
+        assert_eq!(fbin(FBin::Add, Ty::F32, sat, f(0.75), f(0.5)), f(1.0));
+    }
+}

@@ -1,0 +1,444 @@
+//! Floating-point rounding that Rust's operators do not provide: directed
+//! rounding modes (`.rz`, `.rm`, `.rp`), conversions with a rounding mode,
+//! half precision, flush-to-zero and saturation.
+//!
+//! f32 arithmetic with `.rn` is Rust's own f32 arithmetic. For directed
+//! modes an f32 operation is evaluated in f64 together with the exact sign
+//! of its rounding error (error-free transformations: TwoSum, the
+//! remainder of a division or square root by `fma`), and the exact value
+//! is then rounded once in the requested direction. f64 operations use the
+//! same error terms to step the round-to-nearest result by one ulp where
+//! the direction requires it.
+
+use crate::ir::Rnd;
+
+/// PTX's canonical f32 NaN.
+pub(crate) const CANONICAL_NAN_F32: u32 = 0x7fff_ffff;
+
+/// `(s, e)` with `s = fl(a + b)` and `a + b = s + e` exactly.
+pub(crate) fn two_sum(a: f64, b: f64) -> (f64, f64) {
+    let s = a + b;
+    if !s.is_finite() {
+        return (s, 0.0);
+    }
+    let bb = s - a;
+    let e = (a - (s - bb)) + (b - bb);
+    (s, e)
+}
+
+/// Rounds the exact value `s + err` (with `|err|` below half an f64 ulp of
+/// `s`; only its sign matters) to f32 in mode `rnd`.
+pub(crate) fn round_to_f32(s: f64, err: f64, rnd: Rnd) -> f32 {
+    if s.is_nan() {
+        return f32::from_bits(CANONICAL_NAN_F32);
+    }
+    let r = s as f32;
+    if s.is_infinite() {
+        return r;
+    }
+    let rd = f64::from(r);
+    let (lo, hi) = if r.is_infinite() {
+        if s > 0.0 {
+            (f32::MAX, f32::INFINITY)
+        } else {
+            (f32::NEG_INFINITY, f32::MIN)
+        }
+    } else if rd == s {
+        if err == 0.0 {
+            return r;
+        }
+        if err > 0.0 {
+            (r, r.next_up())
+        } else {
+            (r.next_down(), r)
+        }
+    } else if rd < s {
+        (r, r.next_up())
+    } else {
+        (r.next_down(), r)
+    };
+    let x_pos = s > 0.0 || (s == 0.0 && err > 0.0);
+    match rnd {
+        Rnd::Rn => {
+            if rd != s && !r.is_infinite() {
+                // A tie between `lo` and `hi` in f64 is decided by `err`.
+                let mid = (f64::from(lo) + f64::from(hi)) / 2.0;
+                if s == mid && err != 0.0 {
+                    return if err > 0.0 { hi } else { lo };
+                }
+            }
+            r
+        }
+        Rnd::Rz => {
+            if x_pos {
+                lo
+            } else {
+                hi
+            }
+        }
+        Rnd::Rm => lo,
+        Rnd::Rp => hi,
+    }
+}
+
+/// Rounds `s + err` where `s` is the round-to-nearest f64 result of an
+/// operation on finite inputs and `err` its exact error.
+pub(crate) fn adjust_f64(s: f64, err: f64, rnd: Rnd) -> f64 {
+    if s.is_nan() {
+        return s;
+    }
+    if s.is_infinite() {
+        // Overflow: directed modes stop at the largest finite value.
+        let pos = s > 0.0;
+        return match (rnd, pos) {
+            (Rnd::Rn, _) | (Rnd::Rp, true) | (Rnd::Rm, false) => s,
+            (_, true) => f64::MAX,
+            (_, false) => f64::MIN,
+        };
+    }
+    if err == 0.0 || err.is_nan() {
+        return s;
+    }
+    match rnd {
+        Rnd::Rn => s,
+        Rnd::Rp if err > 0.0 => s.next_up(),
+        Rnd::Rm if err < 0.0 => s.next_down(),
+        Rnd::Rz if s > 0.0 && err < 0.0 => s.next_down(),
+        Rnd::Rz if s < 0.0 && err > 0.0 => s.next_up(),
+        _ => s,
+    }
+}
+
+/// The sign of an exact zero sum `a + b` under `rnd` (IEEE 754: `-0` only
+/// when rounding toward negative infinity, unless both are `+0`/`-0`).
+fn zero_sum_sign(a: f64, b: f64, s: f64, rnd: Rnd) -> f64 {
+    let both_plus_zero = a == 0.0 && b == 0.0 && a.is_sign_positive() && b.is_sign_positive();
+    if s == 0.0 && rnd == Rnd::Rm && !both_plus_zero {
+        -0.0
+    } else {
+        s
+    }
+}
+
+pub(crate) fn add_f32(a: f32, b: f32, rnd: Rnd) -> f32 {
+    if rnd == Rnd::Rn {
+        return a + b;
+    }
+    let (a, b) = (f64::from(a), f64::from(b));
+    let (s, e) = two_sum(a, b);
+    let s = zero_sum_sign(a, b, s, rnd);
+    round_to_f32(s, e, rnd)
+}
+
+pub(crate) fn mul_f32(a: f32, b: f32, rnd: Rnd) -> f32 {
+    if rnd == Rnd::Rn {
+        return a * b;
+    }
+    // The product of two f32 is exact in f64.
+    round_to_f32(f64::from(a) * f64::from(b), 0.0, rnd)
+}
+
+pub(crate) fn div_f32(a: f32, b: f32, rnd: Rnd) -> f32 {
+    if rnd == Rnd::Rn {
+        return a / b;
+    }
+    let (a, b) = (f64::from(a), f64::from(b));
+    let q = a / b;
+    round_to_f32(q, div_err(a, b, q), rnd)
+}
+
+fn div_err(a: f64, b: f64, q: f64) -> f64 {
+    if !q.is_finite() || q == 0.0 || !b.is_finite() {
+        return 0.0;
+    }
+    let r = (-q).mul_add(b, a);
+    if r == 0.0 {
+        0.0
+    } else if (r > 0.0) == (b > 0.0) {
+        1.0
+    } else {
+        -1.0
+    }
+}
+
+fn sqrt_err(a: f64, s: f64) -> f64 {
+    if !s.is_finite() || s == 0.0 {
+        return 0.0;
+    }
+    (-s).mul_add(s, a)
+}
+
+pub(crate) fn sqrt_f32(a: f32, rnd: Rnd) -> f32 {
+    if rnd == Rnd::Rn {
+        return a.sqrt();
+    }
+    let a = f64::from(a);
+    let s = a.sqrt();
+    round_to_f32(s, sqrt_err(a, s), rnd)
+}
+
+pub(crate) fn fma_f32(a: f32, b: f32, c: f32, rnd: Rnd) -> f32 {
+    if rnd == Rnd::Rn {
+        return a.mul_add(b, c);
+    }
+    let p = f64::from(a) * f64::from(b);
+    let c = f64::from(c);
+    let (s, e) = two_sum(p, c);
+    let s = zero_sum_sign(p, c, s, rnd);
+    round_to_f32(s, e, rnd)
+}
+
+pub(crate) fn add_f64(a: f64, b: f64, rnd: Rnd) -> f64 {
+    let (s, e) = two_sum(a, b);
+    if rnd == Rnd::Rn || !a.is_finite() || !b.is_finite() {
+        return s;
+    }
+    adjust_f64(zero_sum_sign(a, b, s, rnd), e, rnd)
+}
+
+pub(crate) fn mul_f64(a: f64, b: f64, rnd: Rnd) -> f64 {
+    let s = a * b;
+    if rnd == Rnd::Rn || !a.is_finite() || !b.is_finite() {
+        return s;
+    }
+    let e = if s.is_finite() { a.mul_add(b, -s) } else { 0.0 };
+    adjust_f64(s, e, rnd)
+}
+
+pub(crate) fn div_f64(a: f64, b: f64, rnd: Rnd) -> f64 {
+    let q = a / b;
+    if rnd == Rnd::Rn || !a.is_finite() || !b.is_finite() || b == 0.0 {
+        return q;
+    }
+    adjust_f64(q, div_err(a, b, q), rnd)
+}
+
+pub(crate) fn sqrt_f64(a: f64, rnd: Rnd) -> f64 {
+    let s = a.sqrt();
+    if rnd == Rnd::Rn {
+        return s;
+    }
+    adjust_f64(s, sqrt_err(a, s), rnd)
+}
+
+/// Rounds an integer `(-1)^neg * mag` to a float with `p` significand bits,
+/// returned as the (exactly representable) f64 value.
+pub(crate) fn int_to_float(neg: bool, mag: u64, rnd: Rnd, p: u32) -> f64 {
+    let n = 64 - mag.leading_zeros();
+    let v = if n <= p {
+        mag as f64
+    } else {
+        let shift = n - p;
+        let mut q = mag >> shift;
+        let rem = mag & ((1u64 << shift) - 1);
+        let half = 1u64 << (shift - 1);
+        let up = match rnd {
+            Rnd::Rn => rem > half || (rem == half && q & 1 == 1),
+            Rnd::Rz => false,
+            Rnd::Rp => !neg && rem != 0,
+            Rnd::Rm => neg && rem != 0,
+        };
+        if up {
+            q += 1;
+        }
+        (q as f64) * 2f64.powi(shift as i32)
+    };
+    if neg {
+        -v
+    } else {
+        v
+    }
+}
+
+/// Rounds to an integral value in mode `rnd`.
+pub(crate) fn round_integral_f64(x: f64, rnd: Rnd) -> f64 {
+    match rnd {
+        Rnd::Rn => x.round_ties_even(),
+        Rnd::Rz => x.trunc(),
+        Rnd::Rm => x.floor(),
+        Rnd::Rp => x.ceil(),
+    }
+}
+
+pub(crate) fn round_integral_f32(x: f32, rnd: Rnd) -> f32 {
+    match rnd {
+        Rnd::Rn => x.round_ties_even(),
+        Rnd::Rz => x.trunc(),
+        Rnd::Rm => x.floor(),
+        Rnd::Rp => x.ceil(),
+    }
+}
+
+/// Flushes an f32 subnormal to a zero of the same sign.
+pub(crate) fn ftz32(x: f32) -> f32 {
+    if x.is_subnormal() {
+        if x.is_sign_negative() {
+            -0.0
+        } else {
+            0.0
+        }
+    } else {
+        x
+    }
+}
+
+/// `.sat`: clamps to [0, 1], NaN to 0.
+pub(crate) fn sat32(x: f32) -> f32 {
+    if x.is_nan() {
+        0.0
+    } else {
+        x.clamp(0.0, 1.0)
+    }
+}
+
+/// f32 to IEEE half precision, round to nearest even.
+pub(crate) fn f32_to_f16(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32;
+    let man = b & 0x7f_ffff;
+    if exp == 0xff {
+        return sign | 0x7c00 | if man != 0 { 0x200 } else { 0 };
+    }
+    let e = exp - 127 + 15;
+    if e >= 31 {
+        return sign | 0x7c00;
+    }
+    let (q, rem, half) = if e <= 0 {
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32;
+        (m >> shift, m & ((1 << shift) - 1), 1u32 << (shift - 1))
+    } else {
+        (((e as u32) << 10) | (man >> 13), man & 0x1fff, 0x1000)
+    };
+    let q = if rem > half || (rem == half && q & 1 == 1) {
+        q + 1
+    } else {
+        q
+    };
+    sign | q as u16
+}
+
+/// IEEE half precision to f32 (exact).
+pub(crate) fn f16_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h & 0x8000) << 16;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let man = u32::from(h & 0x3ff);
+    let bits = match exp {
+        0 => {
+            // Zero or subnormal: man * 2^-24, exact in f32.
+            let v = man as f32 * 2f32.powi(-24);
+            return if sign != 0 { -v } else { v };
+        }
+        0x1f => sign | 0x7f80_0000 | (man << 13),
+        _ => sign | ((exp + 112) << 23) | (man << 13),
+    };
+    f32::from_bits(bits)
+}
+
+/// f32 to bfloat16, round to nearest even.
+pub(crate) fn f32_to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return ((b >> 16) | 0x40) as u16;
+    }
+    let r = b.wrapping_add(0x7fff + ((b >> 16) & 1));
+    (r >> 16) as u16
+}
+
+pub(crate) fn bf16_to_f32(h: u16) -> f32 {
+    f32::from_bits(u32::from(h) << 16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directed_add_sees_tiny_addends() {
+        let tiny = f32::from_bits(1); // 2^-149
+        assert_eq!(add_f32(1.0, tiny, Rnd::Rp), 1.0f32.next_up());
+        assert_eq!(add_f32(1.0, tiny, Rnd::Rm), 1.0);
+        assert_eq!(add_f32(1.0, -tiny, Rnd::Rz), 1.0f32.next_down());
+        assert_eq!(add_f32(1.0, -tiny, Rnd::Rp), 1.0);
+        assert_eq!(add_f32(1.0, -1.0, Rnd::Rm).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(add_f32(1.0, -1.0, Rnd::Rz).to_bits(), 0.0f32.to_bits());
+    }
+
+    #[test]
+    fn directed_mul_div_sqrt() {
+        let third_rz = div_f32(1.0, 3.0, Rnd::Rz);
+        let third_rp = div_f32(1.0, 3.0, Rnd::Rp);
+        assert_eq!(third_rz.next_up(), third_rp);
+        assert!(f64::from(third_rz) < 1.0 / 3.0 && f64::from(third_rp) > 1.0 / 3.0);
+        assert_eq!(div_f32(1.0, 4.0, Rnd::Rp), 0.25);
+        assert_eq!(sqrt_f32(4.0, Rnd::Rm), 2.0);
+        let s2m = sqrt_f32(2.0, Rnd::Rm);
+        assert_eq!(s2m.next_up(), sqrt_f32(2.0, Rnd::Rp));
+        assert_eq!(mul_f32(f32::MAX, 2.0, Rnd::Rz), f32::MAX);
+        assert_eq!(mul_f32(f32::MAX, 2.0, Rnd::Rn), f32::INFINITY);
+        assert_eq!(mul_f32(-f32::MAX, 2.0, Rnd::Rp), f32::MIN);
+        let m = 1.0f32.next_up();
+        assert_eq!(mul_f32(m, m, Rnd::Rm), m.next_up());
+        assert_eq!(mul_f32(m, m, Rnd::Rp), m.next_up().next_up());
+    }
+
+    #[test]
+    fn directed_f64() {
+        let t = div_f64(1.0, 3.0, Rnd::Rn);
+        assert_eq!(div_f64(1.0, 3.0, Rnd::Rz), t);
+        assert_eq!(div_f64(1.0, 3.0, Rnd::Rp), t.next_up());
+        assert_eq!(add_f64(1.0, 1e-300, Rnd::Rp), 1.0f64.next_up());
+        assert_eq!(add_f64(1.0, 1e-300, Rnd::Rz), 1.0);
+        assert_eq!(add_f64(-1.0, 1e-300, Rnd::Rz), (-1.0f64).next_up());
+        assert_eq!(mul_f64(f64::MAX, 2.0, Rnd::Rz), f64::MAX);
+    }
+
+    #[test]
+    fn int_conversions_round() {
+        let big = (1u64 << 24) + 1;
+        assert_eq!(int_to_float(false, big, Rnd::Rn, 24), (1u64 << 24) as f64);
+        assert_eq!(
+            int_to_float(false, big, Rnd::Rp, 24),
+            ((1u64 << 24) + 2) as f64
+        );
+        assert_eq!(
+            int_to_float(true, big, Rnd::Rm, 24),
+            -(((1u64 << 24) + 2) as f64)
+        );
+        assert_eq!(int_to_float(true, big, Rnd::Rz, 24), -((1u64 << 24) as f64));
+        assert_eq!(
+            int_to_float(false, u64::MAX, Rnd::Rn, 53),
+            18446744073709551616.0
+        );
+        assert_eq!(int_to_float(false, 7, Rnd::Rz, 24), 7.0);
+    }
+
+    #[test]
+    fn half_precision() {
+        for (f, h) in [
+            (1.0f32, 0x3c00u16),
+            (-2.0, 0xc000),
+            (65504.0, 0x7bff),
+            (65520.0, 0x7c00),
+            (5.960_464_5e-8, 0x0001),
+            (2.980_232_2e-8, 0x0000),
+            (0.1, 0x2e66),
+        ] {
+            assert_eq!(f32_to_f16(f), h, "{f}");
+        }
+        for h in 0..=0xffffu16 {
+            let f = f16_to_f32(h);
+            if !f.is_nan() {
+                assert_eq!(f32_to_f16(f), h, "{h:#x}");
+            }
+        }
+        assert_eq!(f32_to_bf16(1.0), 0x3f80);
+        assert_eq!(bf16_to_f32(0x3f80), 1.0);
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8000)), 0x3f80);
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f81_8000)), 0x3f82);
+    }
+}

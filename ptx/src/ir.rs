@@ -1,0 +1,665 @@
+//! The pre-decoded form of a PTX function: instructions with resolved
+//! register indices, immediates as bits, and branch targets as instruction
+//! indices, so that execution is a loop over a slice.
+
+/// A PTX fundamental type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Ty {
+    B8,
+    B16,
+    B32,
+    B64,
+    U8,
+    U16,
+    U32,
+    U64,
+    S8,
+    S16,
+    S32,
+    S64,
+    F16,
+    F16x2,
+    BF16,
+    BF16x2,
+    F32,
+    F64,
+    Pred,
+}
+
+impl Ty {
+    pub(crate) fn parse(s: &str) -> Option<Ty> {
+        Some(match s {
+            "b8" => Ty::B8,
+            "b16" => Ty::B16,
+            "b32" => Ty::B32,
+            "b64" => Ty::B64,
+            "u8" => Ty::U8,
+            "u16" => Ty::U16,
+            "u32" => Ty::U32,
+            "u64" => Ty::U64,
+            "s8" => Ty::S8,
+            "s16" => Ty::S16,
+            "s32" => Ty::S32,
+            "s64" => Ty::S64,
+            "f16" => Ty::F16,
+            "f16x2" => Ty::F16x2,
+            "bf16" => Ty::BF16,
+            "bf16x2" => Ty::BF16x2,
+            "f32" => Ty::F32,
+            "f64" => Ty::F64,
+            "pred" => Ty::Pred,
+            _ => return None,
+        })
+    }
+
+    /// Width in bits (a predicate is stored as one bit).
+    pub(crate) fn bits(self) -> u32 {
+        match self {
+            Ty::Pred => 1,
+            Ty::B8 | Ty::U8 | Ty::S8 => 8,
+            Ty::B16 | Ty::U16 | Ty::S16 | Ty::F16 | Ty::BF16 => 16,
+            Ty::B32 | Ty::U32 | Ty::S32 | Ty::F32 | Ty::F16x2 | Ty::BF16x2 => 32,
+            Ty::B64 | Ty::U64 | Ty::S64 | Ty::F64 => 64,
+        }
+    }
+
+    /// Size in memory, in bytes.
+    pub(crate) fn bytes(self) -> u32 {
+        self.bits().div_ceil(8)
+    }
+
+    pub(crate) fn is_signed(self) -> bool {
+        matches!(self, Ty::S8 | Ty::S16 | Ty::S32 | Ty::S64)
+    }
+
+    pub(crate) fn is_float(self) -> bool {
+        matches!(
+            self,
+            Ty::F16 | Ty::F16x2 | Ty::BF16 | Ty::BF16x2 | Ty::F32 | Ty::F64
+        )
+    }
+
+    pub(crate) fn is_int(self) -> bool {
+        !self.is_float() && self != Ty::Pred
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Ty::B8 => "b8",
+            Ty::B16 => "b16",
+            Ty::B32 => "b32",
+            Ty::B64 => "b64",
+            Ty::U8 => "u8",
+            Ty::U16 => "u16",
+            Ty::U32 => "u32",
+            Ty::U64 => "u64",
+            Ty::S8 => "s8",
+            Ty::S16 => "s16",
+            Ty::S32 => "s32",
+            Ty::S64 => "s64",
+            Ty::F16 => "f16",
+            Ty::F16x2 => "f16x2",
+            Ty::BF16 => "bf16",
+            Ty::BF16x2 => "bf16x2",
+            Ty::F32 => "f32",
+            Ty::F64 => "f64",
+            Ty::Pred => "pred",
+        }
+    }
+}
+
+/// A state space of a load, store, atomic or address conversion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Space {
+    Generic,
+    Global,
+    Shared,
+    Local,
+    Param,
+    Const,
+}
+
+impl Space {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Space::Generic => "generic",
+            Space::Global => "global",
+            Space::Shared => "shared",
+            Space::Local => "local",
+            Space::Param => "param",
+            Space::Const => "const",
+        }
+    }
+}
+
+/// A special register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sreg {
+    Tid(u8),
+    Ntid(u8),
+    Ctaid(u8),
+    Nctaid(u8),
+    LaneId,
+    WarpId,
+    NWarpId,
+    SmId,
+    NSmId,
+    GridId,
+    Clock,
+    ClockHi,
+    Clock64,
+    GlobalTimer,
+    GlobalTimerLo,
+    GlobalTimerHi,
+    LaneMaskEq,
+    LaneMaskLt,
+    LaneMaskLe,
+    LaneMaskGt,
+    LaneMaskGe,
+    DynamicSmem,
+    TotalSmem,
+}
+
+/// A source operand, read as raw bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Src {
+    Reg(u32),
+    /// A predicate register, negated (`!%p1`).
+    NotPred(u32),
+    Imm(u64),
+    Sreg(Sreg),
+}
+
+/// A memory operand `[base+off]`; symbols are folded into `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Addr {
+    pub base: Option<u32>,
+    pub off: i64,
+}
+
+/// Rounding of a floating-point result (or of a float-to-int conversion).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rnd {
+    /// To nearest, ties to even.
+    Rn,
+    /// Toward zero.
+    Rz,
+    /// Toward negative infinity.
+    Rm,
+    /// Toward positive infinity.
+    Rp,
+}
+
+/// Float modifiers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FMode {
+    pub rnd: Rnd,
+    pub ftz: bool,
+    pub sat: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IBin {
+    Add,
+    AddSat,
+    Sub,
+    SubSat,
+    MulLo,
+    MulHi,
+    Mul24Lo,
+    Mul24Hi,
+    Div,
+    Rem,
+    Min,
+    Max,
+    And,
+    Or,
+    Xor,
+    Shl,
+    Shr,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IUn {
+    Abs,
+    Neg,
+    Not,
+    Cnot,
+    Popc,
+    Clz,
+    Brev,
+    Bfind,
+    BfindShiftAmt,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FBin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Min,
+    Max,
+    MinNaN,
+    MaxNaN,
+    Copysign,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FUn {
+    Abs,
+    Neg,
+    Rcp,
+    RcpApprox,
+    Sqrt,
+    SqrtApprox,
+    Rsqrt,
+    Sin,
+    Cos,
+    Lg2,
+    Ex2,
+    Tanh,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Lo,
+    Ls,
+    Hi,
+    Hs,
+    Equ,
+    Neu,
+    Ltu,
+    Leu,
+    Gtu,
+    Geu,
+    Num,
+    Nan,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BoolOp {
+    And,
+    Or,
+    Xor,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtomOp {
+    Add,
+    Min,
+    Max,
+    Inc,
+    Dec,
+    Cas,
+    Exch,
+    And,
+    Or,
+    Xor,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ShflMode {
+    Up,
+    Down,
+    Bfly,
+    Idx,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VoteMode {
+    All,
+    Any,
+    Uni,
+    Ballot,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Testp {
+    Finite,
+    Infinite,
+    Number,
+    NotANumber,
+    Normal,
+    Subnormal,
+}
+
+/// What `cvt` does, decided at parse time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CvtKind {
+    /// Integer to integer (extension, truncation, optional saturation).
+    IntInt,
+    /// Integer to float with a rounding mode.
+    IntFloat(Rnd),
+    /// Float to integer, rounding to an integral value first.
+    FloatInt(Rnd),
+    /// Float to float of another width.
+    FloatFloat(Rnd),
+    /// Float to the same type, rounded to an integral value.
+    FloatRound(Rnd),
+}
+
+/// Up to four registers (vector loads, unpacking moves).
+pub(crate) type Regs4 = [u32; 4];
+/// Up to four sources (vector stores, packing moves).
+pub(crate) type Srcs4 = [Src; 4];
+
+/// One decoded instruction.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Op {
+    Mov {
+        d: u32,
+        a: Src,
+        bits: u32,
+    },
+    /// `mov.bN d, {a, b, ...}`: concatenates `n` parts of `part` bits.
+    Pack {
+        d: u32,
+        parts: Srcs4,
+        n: u8,
+        part: u32,
+    },
+    /// `mov.bN {d0, d1, ...}, a`: splits `a`.
+    Unpack {
+        ds: Regs4,
+        n: u8,
+        a: Src,
+        part: u32,
+    },
+    IBin {
+        op: IBin,
+        ty: Ty,
+        d: u32,
+        a: Src,
+        b: Src,
+    },
+    /// `mul.wide` (d is twice as wide as `ty`).
+    MulWide {
+        ty: Ty,
+        d: u32,
+        a: Src,
+        b: Src,
+    },
+    /// `mad.lo`, `mad.hi`, `mad.wide`, `mad24`: `a*b + c`.
+    Mad {
+        mul: IBin,
+        wide: bool,
+        sat: bool,
+        ty: Ty,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    /// `add.cc`, `addc`, `sub.cc`, `subc`, `mad.lo.cc`, `madc`.
+    Carry {
+        sub: bool,
+        cin: bool,
+        cout: bool,
+        ty: Ty,
+        d: u32,
+        a: Src,
+        b: Src,
+        /// Multiplicand for `mad*.cc`: `a*m + b`.
+        mul: Option<(Src, bool)>,
+    },
+    IUn {
+        op: IUn,
+        ty: Ty,
+        d: u32,
+        a: Src,
+    },
+    Sad {
+        ty: Ty,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    Bfe {
+        ty: Ty,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    Bfi {
+        ty: Ty,
+        d: u32,
+        f: Src,
+        b: Src,
+        c: Src,
+        len: Src,
+    },
+    Prmt {
+        mode: Option<u8>,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    Lop3 {
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+        lut: Src,
+    },
+    /// Funnel shift.
+    Shf {
+        left: bool,
+        wrap: bool,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    FBin {
+        op: FBin,
+        ty: Ty,
+        m: FMode,
+        d: u32,
+        a: Src,
+        b: Src,
+    },
+    Fma {
+        ty: Ty,
+        m: FMode,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    FUn {
+        op: FUn,
+        ty: Ty,
+        m: FMode,
+        d: u32,
+        a: Src,
+    },
+    Testp {
+        op: Testp,
+        ty: Ty,
+        d: u32,
+        a: Src,
+    },
+    Setp {
+        cmp: Cmp,
+        ty: Ty,
+        ftz: bool,
+        d: u32,
+        dn: Option<u32>,
+        a: Src,
+        b: Src,
+        comb: Option<(BoolOp, Src)>,
+    },
+    /// `and/or/xor.pred`, `not.pred`.
+    PredBin {
+        op: BoolOp,
+        d: u32,
+        a: Src,
+        b: Src,
+    },
+    Selp {
+        bits: u32,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    Slct {
+        bits: u32,
+        cty: Ty,
+        ftz: bool,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    Cvt {
+        kind: CvtKind,
+        dty: Ty,
+        sty: Ty,
+        sat: bool,
+        ftz: bool,
+        d: u32,
+        a: Src,
+    },
+    /// `cvta.space` (to generic) or `cvta.to.space` (from generic).
+    Cvta {
+        to: bool,
+        space: Space,
+        bits: u32,
+        d: u32,
+        a: Src,
+    },
+    /// Whether a generic address lies in a state space's window.
+    Isspacep {
+        space: Space,
+        d: u32,
+        a: Src,
+    },
+    Ld {
+        space: Space,
+        ty: Ty,
+        /// Width of each destination register, for extension.
+        dbits: u32,
+        ds: Regs4,
+        n: u8,
+        addr: Addr,
+    },
+    St {
+        space: Space,
+        ty: Ty,
+        srcs: Srcs4,
+        n: u8,
+        addr: Addr,
+    },
+    Atom {
+        space: Space,
+        op: AtomOp,
+        ty: Ty,
+        d: Option<u32>,
+        addr: Addr,
+        b: Src,
+        c: Src,
+    },
+    Bra {
+        target: u32,
+    },
+    /// `ret` (returns from a call, or exits an entry) and `exit`.
+    Ret,
+    Exit,
+    /// `bar.sync`/`barrier.sync` (wait) or `bar.arrive` (no wait).
+    Bar {
+        wait: bool,
+        id: Src,
+        count: Option<Src>,
+    },
+    /// `bar.warp.sync`.
+    WarpSync {
+        mask: Src,
+    },
+    Shfl {
+        mode: ShflMode,
+        d: u32,
+        dp: Option<u32>,
+        a: Src,
+        b: Src,
+        c: Src,
+        mask: Src,
+    },
+    Vote {
+        mode: VoteMode,
+        d: u32,
+        a: Src,
+        mask: Src,
+    },
+    Activemask {
+        d: u32,
+    },
+    /// `redux.sync.op.type d, a, mask`.
+    Redux {
+        op: AtomOp,
+        ty: Ty,
+        d: u32,
+        a: Src,
+        mask: Src,
+    },
+    /// Memory fences, `membar`, `nanosleep`, prefetches: nothing in a
+    /// sequential model.
+    Nop,
+    Trap,
+    /// An instruction the interpreter does not implement; executing it
+    /// fails the launch with its name.
+    Unsupported(String),
+}
+
+/// A guard predicate `@%p` or `@!%p`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Guard {
+    pub reg: u32,
+    pub neg: bool,
+}
+
+/// An instruction with its guard and source line.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Inst {
+    pub guard: Option<Guard>,
+    pub op: Op,
+    pub line: u32,
+}
+
+/// A parameter of an entry or function: its offset in the parameter
+/// buffer and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Param {
+    pub offset: u32,
+    pub size: u32,
+}
+
+/// A parsed `.entry` or `.func`.
+#[derive(Debug, Clone)]
+pub(crate) struct Func {
+    pub name: String,
+    pub is_entry: bool,
+    /// Size of the parameter buffer the layout needs.
+    pub param_bytes: u32,
+    pub ret_bytes: u32,
+    pub insts: Vec<Inst>,
+    pub nregs: u32,
+    /// Bytes of `.shared` variables (module scope and this function's).
+    pub static_shared: u32,
+    /// Where `extern .shared` arrays start (aligned end of static shared).
+    pub dyn_shared_base: u32,
+    /// Bytes of `.local` variables.
+    pub local_bytes: u32,
+    /// Bytes of `.param` variables declared in the body (call arguments).
+    pub body_param_bytes: u32,
+}

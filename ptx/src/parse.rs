@@ -1,0 +1,1224 @@
+//! PTX text to [`crate::ir`]: module directives, variables, functions and
+//! instructions.
+//!
+//! Syntax errors fail the whole module ([`Error::Parse`]); an instruction
+//! that is well-formed but not implemented becomes
+//! [`Op::Unsupported`](crate::ir::Op::Unsupported), which fails a launch
+//! only when a thread reaches it.
+
+use std::collections::HashMap;
+
+use crate::ir::*;
+use crate::lex::{lex, Tok, Token};
+use crate::{Error, GLOBALS_BASE};
+
+/// Longest PTX text accepted.
+pub const MAX_TEXT_BYTES: usize = 64 << 20;
+/// Most registers one function may declare.
+pub const MAX_REGS: u32 = 1 << 18;
+/// Most instructions in one function.
+pub const MAX_INSTS: usize = 1 << 22;
+/// Most bytes of static `.shared` variables per function.
+pub const MAX_STATIC_SHARED: u32 = 256 << 10;
+/// Most bytes of `.local` variables per function.
+pub const MAX_LOCAL: u32 = 16 << 20;
+/// Most bytes of module-scope `.global` and `.const` variables.
+pub const MAX_GLOBALS: u32 = 64 << 20;
+/// Most bytes of one function's parameters.
+pub const MAX_PARAM_BYTES: u32 = 32 << 10;
+
+/// A module-scope `.global` or `.const` variable.
+#[derive(Debug, Clone)]
+pub(crate) struct GlobalVar {
+    pub name: String,
+    pub offset: u32,
+    pub size: u32,
+}
+
+/// A parsed module.
+#[derive(Debug, Default)]
+pub(crate) struct Parsed {
+    pub funcs: Vec<Func>,
+    pub globals: Vec<GlobalVar>,
+    /// Initial bytes of all `.global`/`.const` variables, laid out at
+    /// [`GLOBALS_BASE`].
+    pub globals_init: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Sym {
+    /// An address in a state space (shared/local/param offsets; the global
+    /// window for module variables).
+    Addr(u64),
+    Func(u32),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum RegDecl {
+    One { idx: u32, bits: u32 },
+    Range { base: u32, n: u32, bits: u32 },
+}
+
+fn perr(line: u32, msg: impl Into<String>) -> Error {
+    Error::Parse {
+        line,
+        msg: msg.into(),
+    }
+}
+
+fn align_up(v: u64, a: u64) -> u64 {
+    if a <= 1 {
+        v
+    } else {
+        v.div_ceil(a) * a
+    }
+}
+
+struct P<'a> {
+    t: Vec<Token<'a>>,
+    i: usize,
+}
+
+impl<'a> P<'a> {
+    fn peek(&self) -> Option<&Tok<'a>> {
+        self.t.get(self.i).map(|t| &t.kind)
+    }
+    fn peek_at(&self, k: usize) -> Option<&Tok<'a>> {
+        self.t.get(self.i + k).map(|t| &t.kind)
+    }
+    fn line(&self) -> u32 {
+        self.t
+            .get(self.i)
+            .or_else(|| self.t.last())
+            .map_or(0, |t| t.line)
+    }
+    fn next(&mut self) -> Result<Tok<'a>, Error> {
+        let t = self
+            .t
+            .get(self.i)
+            .ok_or_else(|| perr(self.line(), "unexpected end of text"))?;
+        self.i += 1;
+        Ok(t.kind.clone())
+    }
+    fn is_punct(&self, c: char) -> bool {
+        self.peek() == Some(&Tok::Punct(c))
+    }
+    fn eat_punct(&mut self, c: char) -> bool {
+        if self.is_punct(c) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+    fn expect_punct(&mut self, c: char) -> Result<(), Error> {
+        if self.eat_punct(c) {
+            Ok(())
+        } else {
+            Err(perr(self.line(), format!("expected '{c}'")))
+        }
+    }
+    fn ident(&mut self) -> Result<&'a str, Error> {
+        match self.next()? {
+            Tok::Ident(s) => Ok(s),
+            t => Err(perr(self.line(), format!("expected a name, found {t:?}"))),
+        }
+    }
+    fn is_ident(&self, s: &str) -> bool {
+        matches!(self.peek(), Some(Tok::Ident(x)) if *x == s)
+    }
+    fn eat_ident(&mut self, s: &str) -> bool {
+        if self.is_ident(s) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+    fn uint(&mut self) -> Result<u64, Error> {
+        match self.next()? {
+            Tok::Int(v) => Ok(v),
+            t => Err(perr(self.line(), format!("expected a number, found {t:?}"))),
+        }
+    }
+    fn uint32(&mut self) -> Result<u32, Error> {
+        let v = self.uint()?;
+        u32::try_from(v).map_err(|_| perr(self.line(), format!("{v} is too large")))
+    }
+    /// Skips a `{ ... }` group (the opening brace already consumed).
+    fn skip_braces(&mut self) -> Result<(), Error> {
+        let mut depth = 1u32;
+        while depth > 0 {
+            match self.next()? {
+                Tok::Punct('{') => depth += 1,
+                Tok::Punct('}') => depth -= 1,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+    /// Skips to just past the next `;`.
+    fn skip_statement(&mut self) -> Result<(), Error> {
+        loop {
+            if let Tok::Punct(';') = self.next()? {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// A raw operand before types are known.
+#[derive(Debug, Clone)]
+pub(crate) enum Opnd<'a> {
+    Name(&'a str),
+    Not(&'a str),
+    Int(bool, u64),
+    F32(u32),
+    F64(u64),
+    Float(f64),
+    /// `[base + sym + off]`.
+    Mem {
+        reg: Option<&'a str>,
+        sym: Option<&'a str>,
+        off: i64,
+    },
+    Vec(Vec<Opnd<'a>>),
+    /// `d|p`.
+    Pair(Box<Opnd<'a>>, Box<Opnd<'a>>),
+    Sink,
+}
+
+struct VarDecl<'a> {
+    name: &'a str,
+    align: u64,
+    ty: Ty,
+    /// Element count (`None` for `[]`); 1 for scalars.
+    count: Option<u64>,
+    init: Option<Vec<Opnd<'a>>>,
+}
+
+/// Parses a whole module.
+pub(crate) fn parse(text: &str) -> Result<Parsed, Error> {
+    if text.len() > MAX_TEXT_BYTES {
+        return Err(perr(
+            0,
+            format!("text of {} bytes exceeds {MAX_TEXT_BYTES}", text.len()),
+        ));
+    }
+    let toks = lex(text)?;
+    let mut p = P { t: toks, i: 0 };
+    let mut m = ModuleState::default();
+    while p.peek().is_some() {
+        m.top_level(&mut p)?;
+    }
+    m.out.funcs = m.funcs.iter().flatten().cloned().collect();
+    Ok(m.out)
+}
+
+#[derive(Default)]
+struct ModuleState {
+    out: Parsed,
+    syms: HashMap<String, Sym>,
+    /// Functions by index; `None` for declarations without a body yet.
+    funcs: Vec<Option<Func>>,
+    func_names: Vec<String>,
+    /// Module-scope `.shared` bytes.
+    shared: u64,
+    shared_align: u64,
+    /// Module-scope `.extern .shared` arrays.
+    extern_shared: Vec<String>,
+}
+
+impl ModuleState {
+    fn top_level(&mut self, p: &mut P<'_>) -> Result<(), Error> {
+        let line = p.line();
+        let d = match p.next()? {
+            Tok::Ident(d) => d,
+            Tok::Punct(';') => return Ok(()),
+            t => return Err(perr(line, format!("unexpected {t:?} at module scope"))),
+        };
+        match d {
+            ".version" => {
+                p.next()?;
+            }
+            ".target" => {
+                p.ident()?;
+                while p.eat_punct(',') {
+                    p.ident()?;
+                }
+            }
+            ".address_size" => {
+                let v = p.uint()?;
+                if v != 64 {
+                    return Err(Error::Unsupported {
+                        what: format!(".address_size {v}"),
+                    });
+                }
+            }
+            ".file" => {
+                p.uint()?;
+                if let Some(Tok::Str(_)) = p.peek() {
+                    p.next()?;
+                }
+                while p.eat_punct(',') {
+                    p.uint()?;
+                }
+            }
+            ".section" => {
+                p.ident()?;
+                p.expect_punct('{')?;
+                p.skip_braces()?;
+            }
+            ".pragma" => p.skip_statement()?,
+            ".visible" | ".extern" | ".weak" | ".common" => {
+                let ext = d == ".extern";
+                self.decl(p, ext)?;
+            }
+            _ => {
+                p.i -= 1;
+                self.decl(p, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn decl(&mut self, p: &mut P<'_>, ext: bool) -> Result<(), Error> {
+        let line = p.line();
+        let d = p.ident()?;
+        match d {
+            ".entry" => self.function(p, true),
+            ".func" => self.function(p, false),
+            ".global" | ".const" => {
+                let v = var_decl(p)?;
+                p.expect_punct(';')?;
+                self.global_var(v, ext, line)
+            }
+            ".shared" => {
+                let v = var_decl(p)?;
+                p.expect_punct(';')?;
+                if v.init.is_some() {
+                    return Err(perr(line, "shared variables have no initializers"));
+                }
+                match v.count {
+                    None => {
+                        self.extern_shared.push(v.name.to_owned());
+                        self.syms.remove(v.name);
+                    }
+                    Some(n) => {
+                        let size = n.saturating_mul(u64::from(v.ty.bytes()));
+                        let off = align_up(self.shared, v.align);
+                        self.shared = off.saturating_add(size);
+                        if self.shared > u64::from(MAX_STATIC_SHARED) {
+                            return Err(perr(line, "static shared memory exceeds the limit"));
+                        }
+                        self.shared_align = self.shared_align.max(v.align);
+                        self.syms.insert(v.name.to_owned(), Sym::Addr(off));
+                    }
+                }
+                Ok(())
+            }
+            ".tex" | ".surf" | ".sampler" | ".texref" | ".surfref" | ".samplerref" => {
+                // Declared texture references: usable only by tex
+                // instructions, which are unsupported.
+                p.skip_statement()
+            }
+            _ => Err(perr(line, format!("unexpected {d:?} at module scope"))),
+        }
+    }
+
+    fn global_var(&mut self, v: VarDecl<'_>, ext: bool, line: u32) -> Result<(), Error> {
+        let count = match v.count {
+            Some(n) => n,
+            None if ext => 0,
+            None => {
+                // `[]` sized by the initializer.
+                v.init.as_ref().map_or(0, |i| i.len() as u64)
+            }
+        };
+        let esz = u64::from(v.ty.bytes());
+        let size = count.saturating_mul(esz);
+        let off = align_up(self.out.globals_init.len() as u64, v.align.max(esz));
+        let end = off.saturating_add(size);
+        if end > u64::from(MAX_GLOBALS) {
+            return Err(perr(line, "module variables exceed the limit"));
+        }
+        self.out.globals_init.resize(end as usize, 0);
+        if let Some(init) = &v.init {
+            if init.len() as u64 > count {
+                return Err(perr(line, format!("too many initializers for {}", v.name)));
+            }
+            for (k, o) in init.iter().enumerate() {
+                let bits = match o {
+                    Opnd::Name(n) => match self.syms.get(*n) {
+                        Some(Sym::Addr(a)) => *a,
+                        _ => return Err(perr(line, format!("unknown symbol {n}"))),
+                    },
+                    o => imm(o, v.ty, line)?,
+                };
+                let at = (off + k as u64 * esz) as usize;
+                let bytes = bits.to_le_bytes();
+                self.out.globals_init[at..at + esz as usize]
+                    .copy_from_slice(&bytes[..esz as usize]);
+            }
+        }
+        self.out.globals.push(GlobalVar {
+            name: v.name.to_owned(),
+            offset: off as u32,
+            size: size as u32,
+        });
+        self.syms
+            .insert(v.name.to_owned(), Sym::Addr(GLOBALS_BASE + off));
+        Ok(())
+    }
+
+    fn function(&mut self, p: &mut P<'_>, is_entry: bool) -> Result<(), Error> {
+        let line = p.line();
+        let mut rets = Vec::new();
+        if !is_entry && p.is_punct('(') {
+            rets = param_list(p)?;
+        }
+        let name = p.ident()?;
+        let params = if p.is_punct('(') {
+            param_list(p)?
+        } else {
+            Vec::new()
+        };
+        // Performance tuning directives.
+        while let Some(Tok::Ident(d)) = p.peek() {
+            if !d.starts_with('.') {
+                break;
+            }
+            p.next()?;
+            while matches!(p.peek(), Some(Tok::Int(_)) | Some(Tok::Punct(','))) {
+                p.next()?;
+            }
+        }
+        let idx = match self.syms.get(name) {
+            Some(Sym::Func(i)) => *i,
+            Some(_) => return Err(perr(line, format!("{name} redefined"))),
+            None => {
+                let i = self.funcs.len() as u32;
+                self.funcs.push(None);
+                self.func_names.push(name.to_owned());
+                self.syms.insert(name.to_owned(), Sym::Func(i));
+                i
+            }
+        };
+        if p.eat_punct(';') {
+            return Ok(());
+        }
+        p.expect_punct('{')?;
+        if self.funcs[idx as usize].is_some() {
+            return Err(perr(line, format!("{name} defined twice")));
+        }
+        let f = FuncParser::new(self, name, is_entry, &params, &rets, line)?.body(p)?;
+        self.funcs[idx as usize] = Some(f);
+        Ok(())
+    }
+}
+
+/// `.param [.align N] [.ptr ...] .type name[[N]]`, comma separated, in
+/// parentheses.
+fn param_list<'a>(p: &mut P<'a>) -> Result<Vec<VarDecl<'a>>, Error> {
+    p.expect_punct('(')?;
+    let mut out = Vec::new();
+    if p.eat_punct(')') {
+        return Ok(out);
+    }
+    loop {
+        let line = p.line();
+        let d = p.ident()?;
+        if d != ".param" {
+            return Err(Error::Unsupported {
+                what: format!("parameter in state space {d} (line {line})"),
+            });
+        }
+        out.push(var_decl(p)?);
+        if p.eat_punct(')') {
+            return Ok(out);
+        }
+        p.expect_punct(',')?;
+    }
+}
+
+/// `[.align N] [.v2|.v4] [.ptr .space .align N] .type name[[N]]... [= init]`.
+fn var_decl<'a>(p: &mut P<'a>) -> Result<VarDecl<'a>, Error> {
+    let line = p.line();
+    let mut align = 0u64;
+    let mut ty = None;
+    let mut vec = 1u64;
+    loop {
+        let d = match p.peek() {
+            Some(Tok::Ident(d)) if d.starts_with('.') => *d,
+            _ => break,
+        };
+        p.next()?;
+        match d {
+            ".align" => {
+                align = p.uint()?;
+                if !align.is_power_of_two() || align > 4096 {
+                    return Err(perr(line, format!("bad alignment {align}")));
+                }
+            }
+            ".v2" => vec = 2,
+            ".v4" => vec = 4,
+            ".ptr" | ".global" | ".shared" | ".const" | ".local" => {}
+            _ => match d.strip_prefix('.').and_then(Ty::parse) {
+                Some(t) => ty = Some(t),
+                None => {
+                    return Err(Error::Unsupported {
+                        what: format!("variable qualifier {d} (line {line})"),
+                    })
+                }
+            },
+        }
+    }
+    let ty = ty.ok_or_else(|| perr(line, "variable without a type"))?;
+    let name = p.ident()?;
+    let mut count: Option<u64> = Some(vec);
+    while p.eat_punct('[') {
+        if p.eat_punct(']') {
+            count = None;
+            continue;
+        }
+        let n = p.uint()?;
+        p.expect_punct(']')?;
+        count = count.map(|c| c.saturating_mul(n));
+    }
+    let init = if p.eat_punct('=') {
+        let mut v = Vec::new();
+        initializer(p, &mut v)?;
+        Some(v)
+    } else {
+        None
+    };
+    Ok(VarDecl {
+        name,
+        align: align.max(u64::from(ty.bytes())),
+        ty,
+        count,
+        init,
+    })
+}
+
+/// A (possibly nested) initializer, flattened.
+fn initializer<'a>(p: &mut P<'a>, out: &mut Vec<Opnd<'a>>) -> Result<(), Error> {
+    if p.eat_punct('{') {
+        if p.eat_punct('}') {
+            return Ok(());
+        }
+        loop {
+            initializer(p, out)?;
+            if p.eat_punct('}') {
+                return Ok(());
+            }
+            p.expect_punct(',')?;
+        }
+    }
+    if out.len() >= MAX_GLOBALS as usize {
+        return Err(perr(p.line(), "initializer too long"));
+    }
+    // `generic(sym)` is the symbol's address.
+    if p.eat_ident("generic") {
+        p.expect_punct('(')?;
+        let n = p.ident()?;
+        p.expect_punct(')')?;
+        out.push(Opnd::Name(n));
+        return Ok(());
+    }
+    out.push(simple_operand(p)?);
+    Ok(())
+}
+
+/// A literal, a name, or `!name`.
+fn simple_operand<'a>(p: &mut P<'a>) -> Result<Opnd<'a>, Error> {
+    let line = p.line();
+    let neg = p.eat_punct('-');
+    Ok(match p.next()? {
+        Tok::Int(v) => Opnd::Int(neg, v),
+        Tok::F32(v) if !neg => Opnd::F32(v),
+        Tok::F64(v) if !neg => Opnd::F64(v),
+        Tok::Float(v) => Opnd::Float(if neg { -v } else { v }),
+        Tok::Ident("_") if !neg => Opnd::Sink,
+        Tok::Ident(s) if !neg => Opnd::Name(s),
+        Tok::Punct('!') if !neg => Opnd::Not(p.ident()?),
+        t => return Err(perr(line, format!("unexpected {t:?} in operand"))),
+    })
+}
+
+/// Converts a literal to the bits of an operand of type `ty`.
+pub(crate) fn imm(o: &Opnd<'_>, ty: Ty, line: u32) -> Result<u64, Error> {
+    let bits = ty.bits();
+    let mask = if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    };
+    let as_float = |v: f64| -> u64 {
+        match ty {
+            Ty::F32 => u64::from((v as f32).to_bits()),
+            Ty::F64 => v.to_bits(),
+            Ty::F16 | Ty::F16x2 => u64::from(crate::float::f32_to_f16(v as f32)),
+            Ty::BF16 | Ty::BF16x2 => u64::from(crate::float::f32_to_bf16(v as f32)),
+            _ => 0,
+        }
+    };
+    Ok(match *o {
+        Opnd::Int(neg, v) => {
+            if ty.is_float() {
+                let f = v as f64;
+                as_float(if neg { -f } else { f })
+            } else if ty == Ty::Pred {
+                u64::from(v != 0)
+            } else {
+                (if neg { v.wrapping_neg() } else { v }) & mask
+            }
+        }
+        Opnd::F32(b) => match ty {
+            Ty::F32 => u64::from(b),
+            t if t.is_float() => as_float(f64::from(f32::from_bits(b))),
+            // Hex float literals in integer contexts are their bits.
+            _ => u64::from(b) & mask,
+        },
+        Opnd::F64(b) => match ty {
+            t if t.is_float() => as_float(f64::from_bits(b)),
+            _ => b & mask,
+        },
+        Opnd::Float(v) if ty.is_float() => as_float(v),
+        _ => {
+            return Err(perr(
+                line,
+                format!("bad immediate {o:?} for .{}", ty.name()),
+            ))
+        }
+    })
+}
+
+struct Scope {
+    regs: HashMap<String, RegDecl>,
+    syms: HashMap<String, Sym>,
+}
+
+pub(crate) struct FuncParser<'m> {
+    m: &'m ModuleState,
+    f: Func,
+    scopes: Vec<Scope>,
+    labels: HashMap<String, u32>,
+    fixups: Vec<(usize, String, u32)>,
+    sink: Option<u32>,
+    shared: u64,
+    local: u64,
+    body_params: u64,
+    reg_bits: Vec<u8>,
+}
+
+impl<'m> FuncParser<'m> {
+    fn new(
+        m: &'m ModuleState,
+        name: &str,
+        is_entry: bool,
+        params: &[VarDecl<'_>],
+        rets: &[VarDecl<'_>],
+        line: u32,
+    ) -> Result<Self, Error> {
+        let mut syms = HashMap::new();
+        fn layout(
+            vs: &[VarDecl<'_>],
+            syms: &mut HashMap<String, Sym>,
+            off: &mut u64,
+        ) -> Vec<Param> {
+            let mut out = Vec::new();
+            for v in vs {
+                let size = v.count.unwrap_or(0).saturating_mul(u64::from(v.ty.bytes()));
+                *off = align_up(*off, v.align);
+                syms.insert(v.name.to_owned(), Sym::Addr(*off));
+                out.push(Param {
+                    offset: (*off).min(u64::from(u32::MAX)) as u32,
+                    size: size.min(u64::from(u32::MAX)) as u32,
+                });
+                *off = off.saturating_add(size);
+            }
+            out
+        }
+        let mut off = 0u64;
+        let _params = layout(params, &mut syms, &mut off);
+        let param_bytes = off;
+        let _rets = layout(rets, &mut syms, &mut off);
+        let ret_bytes = off - param_bytes;
+        if off > u64::from(MAX_PARAM_BYTES) {
+            return Err(perr(line, format!("parameters of {name} exceed the limit")));
+        }
+        // Module-scope shared variables come first in every function.
+        let shared = m.shared;
+        Ok(FuncParser {
+            m,
+            f: Func {
+                name: name.to_owned(),
+                is_entry,
+                param_bytes: param_bytes as u32,
+                ret_bytes: ret_bytes as u32,
+                insts: Vec::new(),
+                nregs: 0,
+                static_shared: 0,
+                dyn_shared_base: 0,
+                local_bytes: 0,
+                body_param_bytes: 0,
+            },
+            scopes: vec![Scope {
+                regs: HashMap::new(),
+                syms,
+            }],
+            labels: HashMap::new(),
+            fixups: Vec::new(),
+            sink: None,
+            shared,
+            local: 0,
+            body_params: off,
+            reg_bits: Vec::new(),
+        })
+    }
+
+    fn new_regs(&mut self, n: u32, bits: u32, line: u32) -> Result<u32, Error> {
+        let base = self.f.nregs;
+        let end = base
+            .checked_add(n)
+            .filter(|&e| e <= MAX_REGS)
+            .ok_or_else(|| perr(line, format!("more than {MAX_REGS} registers")))?;
+        self.f.nregs = end;
+        self.reg_bits.resize(end as usize, bits as u8);
+        Ok(base)
+    }
+
+    fn body(mut self, p: &mut P<'_>) -> Result<Func, Error> {
+        // The shared layout is final only after the whole body; extern
+        // shared arrays are resolved lazily through `dyn_shared_base`,
+        // which needs the static size first. Collect shared declarations
+        // in a pre-pass.
+        self.prescan_shared(p)?;
+        loop {
+            let line = p.line();
+            match p.peek() {
+                None => return Err(perr(line, "unterminated function body")),
+                Some(Tok::Punct('}')) => {
+                    p.next()?;
+                    if self.scopes.len() == 1 {
+                        break;
+                    }
+                    self.scopes.pop();
+                }
+                Some(Tok::Punct('{')) => {
+                    p.next()?;
+                    if self.scopes.len() > 64 {
+                        return Err(perr(line, "blocks nested too deeply"));
+                    }
+                    self.scopes.push(Scope {
+                        regs: HashMap::new(),
+                        syms: HashMap::new(),
+                    });
+                }
+                Some(Tok::Punct(';')) => {
+                    p.next()?;
+                }
+                Some(Tok::Ident(s)) if s.starts_with('.') => self.directive(p)?,
+                Some(Tok::Ident(s)) if p.peek_at(1) == Some(&Tok::Punct(':')) => {
+                    let s = (*s).to_owned();
+                    p.i += 2;
+                    let at = self.f.insts.len() as u32;
+                    if self.labels.insert(s.clone(), at).is_some() {
+                        return Err(perr(line, format!("label {s} defined twice")));
+                    }
+                }
+                Some(_) => self.instruction(p)?,
+            }
+        }
+        // Falling off the end exits.
+        self.f.insts.push(Inst {
+            guard: None,
+            op: Op::Ret,
+            line: p.line(),
+        });
+        for (at, name, line) in std::mem::take(&mut self.fixups) {
+            let target = *self
+                .labels
+                .get(&name)
+                .ok_or_else(|| perr(line, format!("unknown label {name}")))?;
+            if let Op::Bra { target: t } = &mut self.f.insts[at].op {
+                *t = target;
+            }
+        }
+        self.f.local_bytes = self.local as u32;
+        self.f.body_param_bytes =
+            (self.body_params - u64::from(self.f.param_bytes) - u64::from(self.f.ret_bytes)) as u32;
+        Ok(self.f)
+    }
+
+    /// Lays out the function's own `.shared` variables (which may appear
+    /// after instructions that use extern shared arrays).
+    fn prescan_shared(&mut self, p: &mut P<'_>) -> Result<(), Error> {
+        let save = p.i;
+        let mut depth = 1u32;
+        let mut align = self.m.shared_align.max(16);
+        while depth > 0 {
+            let line = p.line();
+            match p.next()? {
+                Tok::Punct('{') => depth += 1,
+                Tok::Punct('}') => depth -= 1,
+                Tok::Ident(".shared") if depth == 1 => {
+                    let v = var_decl(p)?;
+                    let Some(n) = v.count else { continue };
+                    let size = n.saturating_mul(u64::from(v.ty.bytes()));
+                    let off = align_up(self.shared, v.align);
+                    self.shared = off.saturating_add(size);
+                    if self.shared > u64::from(MAX_STATIC_SHARED) {
+                        return Err(perr(line, "static shared memory exceeds the limit"));
+                    }
+                    align = align.max(v.align);
+                    self.scopes[0]
+                        .syms
+                        .insert(v.name.to_owned(), Sym::Addr(off));
+                }
+                _ => {}
+            }
+        }
+        p.i = save;
+        self.f.static_shared = self.shared as u32;
+        self.f.dyn_shared_base = align_up(self.shared, align) as u32;
+        Ok(())
+    }
+
+    fn directive(&mut self, p: &mut P<'_>) -> Result<(), Error> {
+        let line = p.line();
+        let d = p.ident()?;
+        match d {
+            ".reg" => {
+                let mut ty = None;
+                let mut vec = 1u32;
+                while let Some(Tok::Ident(q)) = p.peek() {
+                    if !q.starts_with('.') {
+                        break;
+                    }
+                    let q = *q;
+                    p.next()?;
+                    match q {
+                        ".v2" => vec = 2,
+                        ".v4" => vec = 4,
+                        _ => {
+                            ty = q.strip_prefix('.').and_then(Ty::parse);
+                            if ty.is_none() {
+                                return Err(Error::Unsupported {
+                                    what: format!("register type {q} (line {line})"),
+                                });
+                            }
+                        }
+                    }
+                }
+                let ty = ty.ok_or_else(|| perr(line, ".reg without a type"))?;
+                if vec != 1 {
+                    return Err(Error::Unsupported {
+                        what: format!("vector registers (line {line})"),
+                    });
+                }
+                let bits = ty.bits().max(1);
+                loop {
+                    let name = p.ident()?;
+                    let decl = if p.eat_punct('<') {
+                        let n = p.uint32()?;
+                        p.expect_punct('>')?;
+                        let base = self.new_regs(n, bits, line)?;
+                        RegDecl::Range { base, n, bits }
+                    } else {
+                        let idx = self.new_regs(1, bits, line)?;
+                        RegDecl::One { idx, bits }
+                    };
+                    self.scopes
+                        .last_mut()
+                        .expect("a function has a scope")
+                        .regs
+                        .insert(name.to_owned(), decl);
+                    if !p.eat_punct(',') {
+                        break;
+                    }
+                }
+                p.expect_punct(';')
+            }
+            ".shared" => {
+                // Laid out by the pre-pass.
+                var_decl(p)?;
+                p.expect_punct(';')
+            }
+            ".local" | ".param" => {
+                let v = var_decl(p)?;
+                p.expect_punct(';')?;
+                let n = v.count.ok_or_else(|| perr(line, "unsized variable"))?;
+                let size = n.saturating_mul(u64::from(v.ty.bytes()));
+                let (cur, max) = if d == ".local" {
+                    (&mut self.local, u64::from(MAX_LOCAL))
+                } else {
+                    (&mut self.body_params, u64::from(MAX_PARAM_BYTES))
+                };
+                let off = align_up(*cur, v.align);
+                *cur = off.saturating_add(size);
+                if *cur > max {
+                    return Err(perr(line, format!("{d} variables exceed the limit")));
+                }
+                self.scopes
+                    .last_mut()
+                    .expect("a function has a scope")
+                    .syms
+                    .insert(v.name.to_owned(), Sym::Addr(off));
+                Ok(())
+            }
+            ".loc" => {
+                // `.loc file line col [, function_name ..., inlined_at ...]`
+                // ends at the end of its line.
+                while p.peek().is_some() && p.line() == line {
+                    p.next()?;
+                }
+                Ok(())
+            }
+            ".pragma" => p.skip_statement(),
+            _ => Err(Error::Unsupported {
+                what: format!("directive {d} in a function body (line {line})"),
+            }),
+        }
+    }
+
+    fn lookup_reg(&self, name: &str) -> Option<(u32, u32)> {
+        for s in self.scopes.iter().rev() {
+            if let Some(RegDecl::One { idx, bits }) = s.regs.get(name) {
+                return Some((*idx, *bits));
+            }
+        }
+        let digits = name.len() - name.bytes().rev().take_while(u8::is_ascii_digit).count();
+        if digits == name.len() || digits == 0 {
+            return None;
+        }
+        let (prefix, num) = name.split_at(digits);
+        if num.len() > 1 && num.starts_with('0') {
+            return None;
+        }
+        let k: u32 = num.parse().ok()?;
+        for s in self.scopes.iter().rev() {
+            if let Some(RegDecl::Range { base, n, bits }) = s.regs.get(prefix) {
+                return (k < *n).then_some((base + k, *bits));
+            }
+        }
+        None
+    }
+
+    fn lookup_sym(&self, name: &str) -> Option<Sym> {
+        for s in self.scopes.iter().rev() {
+            if let Some(v) = s.syms.get(name) {
+                return Some(*v);
+            }
+        }
+        if self.m.extern_shared.iter().any(|n| n == name) {
+            return Some(Sym::Addr(u64::from(self.f.dyn_shared_base)));
+        }
+        self.m.syms.get(name).copied()
+    }
+
+    fn instruction(&mut self, p: &mut P<'_>) -> Result<(), Error> {
+        let line = p.line();
+        if self.f.insts.len() >= MAX_INSTS {
+            return Err(perr(line, "too many instructions"));
+        }
+        let mut guard = None;
+        if p.eat_punct('@') {
+            let neg = p.eat_punct('!');
+            let r = p.ident()?;
+            let (reg, _) = self
+                .lookup_reg(r)
+                .ok_or_else(|| perr(line, format!("unknown register {r}")))?;
+            guard = Some(Guard { reg, neg });
+        }
+        let opcode = p.ident()?;
+        // Operands, split at top-level commas.
+        let mut ops: Vec<Opnd<'_>> = Vec::new();
+        if !p.is_punct(';') {
+            loop {
+                ops.push(self.operand(p)?);
+                if ops.len() > 16 {
+                    return Err(perr(line, "too many operands"));
+                }
+                if p.eat_punct(',') {
+                    continue;
+                }
+                break;
+            }
+        }
+        // `call` lists end in parentheses; accept them as operands.
+        p.expect_punct(';')?;
+        let op = match self.decode(opcode, &ops, line) {
+            Ok(op) => op,
+            Err(Error::Unsupported { what }) => Op::Unsupported(what),
+            Err(e) => return Err(e),
+        };
+        if let Op::Bra { .. } = op {
+            let Some(Opnd::Name(l)) = ops.first() else {
+                return Err(perr(line, "bra needs a label"));
+            };
+            self.fixups
+                .push((self.f.insts.len(), (*l).to_owned(), line));
+        }
+        self.f.insts.push(Inst { guard, op, line });
+        Ok(())
+    }
+
+    fn operand<'a>(&self, p: &mut P<'a>) -> Result<Opnd<'a>, Error> {
+        let line = p.line();
+        let o = if p.eat_punct('[') {
+            let mut reg = None;
+            let mut sym = None;
+            let mut off: i64 = 0;
+            let mut first = true;
+            loop {
+                if p.eat_punct(']') {
+                    break;
+                }
+                let mut neg = false;
+                if !first {
+                    if p.eat_punct('-') {
+                        neg = true;
+                    } else {
+                        p.expect_punct('+')?;
+                    }
+                }
+                if p.eat_punct('-') {
+                    neg = !neg;
+                }
+                first = false;
+                match p.next()? {
+                    Tok::Int(v) => {
+                        let v = v as i64;
+                        off = if neg {
+                            off.wrapping_sub(v)
+                        } else {
+                            off.wrapping_add(v)
+                        };
+                    }
+                    Tok::Ident(n) if !neg => {
+                        if self.lookup_reg(n).is_some() {
+                            if reg.replace(n).is_some() {
+                                return Err(perr(line, "two registers in an address"));
+                            }
+                        } else if sym.replace(n).is_some() {
+                            return Err(perr(line, "two symbols in an address"));
+                        }
+                    }
+                    t => return Err(perr(line, format!("unexpected {t:?} in an address"))),
+                }
+            }
+            Opnd::Mem { reg, sym, off }
+        } else if p.eat_punct('{') {
+            let mut v = Vec::new();
+            loop {
+                v.push(self.operand(p)?);
+                if v.len() > 8 {
+                    return Err(perr(line, "vector too long"));
+                }
+                if p.eat_punct('}') {
+                    break;
+                }
+                p.expect_punct(',')?;
+            }
+            Opnd::Vec(v)
+        } else if p.eat_punct('(') {
+            // Argument lists of `call`.
+            let mut v = Vec::new();
+            if !p.eat_punct(')') {
+                loop {
+                    v.push(self.operand(p)?);
+                    if v.len() > 256 {
+                        return Err(perr(line, "too many call arguments"));
+                    }
+                    if p.eat_punct(')') {
+                        break;
+                    }
+                    p.expect_punct(',')?;
+                }
+            }
+            Opnd::Vec(v)
+        } else {
+            let o = simple_operand(p)?;
+            if let Opnd::Name(n) = o {
+                // `name+4` as an immediate address.
+                if p.is_punct('+') {
+                    if let Some(Tok::Int(v)) = p.peek_at(1) {
+                        let off = *v as i64;
+                        p.i += 2;
+                        return Ok(Opnd::Mem {
+                            reg: None,
+                            sym: Some(n),
+                            off,
+                        });
+                    }
+                }
+            }
+            o
+        };
+        if p.eat_punct('|') {
+            let q = self.operand(p)?;
+            return Ok(Opnd::Pair(Box::new(o), Box::new(q)));
+        }
+        Ok(o)
+    }
+
+    // ---- operand resolution ------------------------------------------------
+
+    pub(crate) fn dst(&mut self, o: &Opnd<'_>, line: u32) -> Result<u32, Error> {
+        match o {
+            Opnd::Name(n) => self
+                .lookup_reg(n)
+                .map(|r| r.0)
+                .ok_or_else(|| perr(line, format!("{n} is not a register"))),
+            Opnd::Sink => self.sink(line),
+            _ => Err(perr(line, format!("destination {o:?} is not a register"))),
+        }
+    }
+
+    pub(crate) fn sink(&mut self, line: u32) -> Result<u32, Error> {
+        if let Some(s) = self.sink {
+            return Ok(s);
+        }
+        let s = self.new_regs(1, 64, line)?;
+        self.sink = Some(s);
+        Ok(s)
+    }
+
+    pub(crate) fn dst_bits(&self, r: u32) -> u32 {
+        u32::from(self.reg_bits.get(r as usize).copied().unwrap_or(64))
+    }
+
+    pub(crate) fn src(&self, o: &Opnd<'_>, ty: Ty, line: u32) -> Result<Src, Error> {
+        match o {
+            Opnd::Name(n) => {
+                if let Some((r, _)) = self.lookup_reg(n) {
+                    return Ok(Src::Reg(r));
+                }
+                if let Some(s) = sreg(n) {
+                    return Ok(Src::Sreg(s));
+                }
+                match self.lookup_sym(n) {
+                    Some(Sym::Addr(a)) => Ok(Src::Imm(a)),
+                    Some(Sym::Func(_)) => Err(Error::Unsupported {
+                        what: format!("address of function {n}"),
+                    }),
+                    None => Err(perr(line, format!("unknown name {n}"))),
+                }
+            }
+            Opnd::Not(n) => match self.lookup_reg(n) {
+                Some((r, _)) => Ok(Src::NotPred(r)),
+                None => Err(perr(line, format!("{n} is not a register"))),
+            },
+            Opnd::Mem {
+                reg: None,
+                sym: Some(s),
+                off,
+            } => match self.lookup_sym(s) {
+                Some(Sym::Addr(a)) => Ok(Src::Imm(a.wrapping_add(*off as u64))),
+                _ => Err(perr(line, format!("unknown name {s}"))),
+            },
+            o => Ok(Src::Imm(imm(o, ty, line)?)),
+        }
+    }
+
+    pub(crate) fn addr(&self, o: &Opnd<'_>, line: u32) -> Result<Addr, Error> {
+        let Opnd::Mem { reg, sym, off } = o else {
+            return Err(perr(line, format!("expected an address, found {o:?}")));
+        };
+        let mut a = Addr {
+            base: None,
+            off: *off,
+        };
+        if let Some(r) = reg {
+            a.base = self.lookup_reg(r).map(|r| r.0);
+        }
+        if let Some(s) = sym {
+            match self.lookup_sym(s) {
+                Some(Sym::Addr(v)) => a.off = a.off.wrapping_add(v as i64),
+                _ => return Err(perr(line, format!("unknown name {s}"))),
+            }
+        }
+        Ok(a)
+    }
+
+    pub(crate) fn vec_dsts(&mut self, o: &Opnd<'_>, line: u32) -> Result<(Regs4, u8), Error> {
+        let mut out = [0u32; 4];
+        match o {
+            Opnd::Vec(v) if matches!(v.len(), 2 | 4) => {
+                for (k, e) in v.iter().enumerate() {
+                    out[k] = self.dst(e, line)?;
+                }
+                Ok((out, v.len() as u8))
+            }
+            Opnd::Vec(v) => Err(Error::Unsupported {
+                what: format!("vector of {} elements", v.len()),
+            }),
+            o => {
+                out[0] = self.dst(o, line)?;
+                Ok((out, 1))
+            }
+        }
+    }
+
+    pub(crate) fn vec_srcs(&self, o: &Opnd<'_>, ty: Ty, line: u32) -> Result<(Srcs4, u8), Error> {
+        let mut out = [Src::Imm(0); 4];
+        match o {
+            Opnd::Vec(v) if matches!(v.len(), 2 | 4) => {
+                for (k, e) in v.iter().enumerate() {
+                    out[k] = self.src(e, ty, line)?;
+                }
+                Ok((out, v.len() as u8))
+            }
+            Opnd::Vec(v) => Err(Error::Unsupported {
+                what: format!("vector of {} elements", v.len()),
+            }),
+            o => {
+                out[0] = self.src(o, ty, line)?;
+                Ok((out, 1))
+            }
+        }
+    }
+}
+
+fn sreg(n: &str) -> Option<Sreg> {
+    let dim = |s: &str| match s {
+        "x" => Some(0u8),
+        "y" => Some(1),
+        "z" => Some(2),
+        _ => None,
+    };
+    if let Some((base, d)) = n.rsplit_once('.') {
+        let d = dim(d)?;
+        return Some(match base {
+            "%tid" => Sreg::Tid(d),
+            "%ntid" => Sreg::Ntid(d),
+            "%ctaid" => Sreg::Ctaid(d),
+            "%nctaid" => Sreg::Nctaid(d),
+            _ => return None,
+        });
+    }
+    Some(match n {
+        "%laneid" => Sreg::LaneId,
+        "%warpid" => Sreg::WarpId,
+        "%nwarpid" => Sreg::NWarpId,
+        "%smid" => Sreg::SmId,
+        "%nsmid" => Sreg::NSmId,
+        "%gridid" => Sreg::GridId,
+        "%clock" => Sreg::Clock,
+        "%clock_hi" => Sreg::ClockHi,
+        "%clock64" => Sreg::Clock64,
+        "%globaltimer" => Sreg::GlobalTimer,
+        "%globaltimer_lo" => Sreg::GlobalTimerLo,
+        "%globaltimer_hi" => Sreg::GlobalTimerHi,
+        "%lanemask_eq" => Sreg::LaneMaskEq,
+        "%lanemask_lt" => Sreg::LaneMaskLt,
+        "%lanemask_le" => Sreg::LaneMaskLe,
+        "%lanemask_gt" => Sreg::LaneMaskGt,
+        "%lanemask_ge" => Sreg::LaneMaskGe,
+        "%dynamic_smem_size" => Sreg::DynamicSmem,
+        "%total_smem_size" => Sreg::TotalSmem,
+        _ => return None,
+    })
+}
