@@ -6,11 +6,16 @@
 // <name>: ..." and exits 3 instead, so a test can tell "libcuda.so.1 was not
 // found or found no device" from a wrong answer.
 //
-// SimGpu (fairgpu's executor without a GPU) does not execute kernels; it
-// models their duration. So by default the programs check what reaches the
-// driver and what it answers, never what a kernel computed. Environment:
-//   FAIRGPU_CHECK_RESULTS=1  kernels really run (a GPU, or an executor that
-//                            interprets PTX): also check what they wrote
+// SimGpu (fairgpu's executor without a GPU) executes kernels with a PTX
+// interpreter, except timing-only ones (spin kernels), and models their
+// duration. The programs that exist to check what kernels compute
+// (vector_add, saxpy, matmul, reduction, histogram, scan, struct_arg,
+// faults) always check it against a CPU reference; the others check what
+// reaches the driver and what it answers, and what kernels wrote only on
+// request. Environment:
+//   FAIRGPU_CHECK_RESULTS=1  kernels really run (a GPU, or SimGpu with
+//                            those kernels not timing-only): also check
+//                            what they wrote
 //   FAIRGPU_SIM_TIMING=0     kernel durations are not SimGpu's modelled ones:
 //                            check elapsed times only from below
 #ifndef FAIRGPU_TEST_COMMON_H
@@ -113,6 +118,43 @@ static uint64_t wall_ns() {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+// A reproducible stream of pseudo-random values (xorshift64*).
+struct Rng {
+    uint64_t s;
+    explicit Rng(uint64_t seed) : s(seed * 0x9e3779b97f4a7c15ull | 1) {}
+    uint64_t next() {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        return s * 0x2545f4914f6cdd1dull;
+    }
+    // Uniform in [-1, 1), a multiple of 2^-23.
+    float unit() { return (float)((int32_t)(next() >> 40) - (1 << 23)) / (float)(1 << 23); }
+    uint32_t below(uint32_t n) { return (uint32_t)((next() >> 32) % n); }
+};
+
+// Checks a launch and waits for it: errors of the kernel surface here.
+#define LAUNCHED(what)                                                                   \
+    do {                                                                                 \
+        CHECK(cudaGetLastError());                                                       \
+        cudaError_t e_ = cudaDeviceSynchronize();                                        \
+        if (e_ != cudaSuccess)                                                           \
+            fail("line %d: kernel %s failed: %d %s (%s)", __LINE__, what, (int)e_,        \
+                 cudaGetErrorName(e_), cudaGetErrorString(e_));                          \
+    } while (0)
+
+// The bits of a float and a double, to compare results exactly.
+static uint32_t fbits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+static uint64_t dbits(double d) {
+    uint64_t u;
+    std::memcpy(&u, &d, 8);
+    return u;
 }
 
 // Busy-waits `ns` nanoseconds of the GPU's global timer. SimGpu models it

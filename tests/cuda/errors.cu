@@ -152,8 +152,8 @@ static void optional_features() {
     still_usable("optional features");
 }
 
-// Configured as faulting on SimGpu; on a GPU it really writes through a
-// null pointer.
+// Writes through a null pointer: on a GPU, and on SimGpu, which executes
+// it, an illegal address.
 __global__ void fault_kernel(int* p) { *p = 1; }
 
 static void sticky_error() {

@@ -2,10 +2,13 @@
 //! nvcc 13 and linked against NVIDIA's libcudart 12.9 (shared and static)
 //! and 13 (shared), plus a C program on the driver API. They run against
 //! the guest library as `libcuda.so.1` (`LD_LIBRARY_PATH`) and a `fairgpu
-//! serve` daemon on SimGpu, one VM per build variant. Each program checks
-//! itself and prints `PASS <name>`; the test also compares what a program
-//! reports (device properties, memory totals, modelled GPU time) with the
-//! daemon's configuration and status.
+//! serve` daemon on SimGpu, one VM per build variant, with
+//! `FAIRGPU_CHECK_RESULTS=1`: SimGpu executes their kernels (its PTX
+//! interpreter), except the timing-only spin kernels. Each program checks
+//! itself (what its kernels computed against a CPU reference, bit for bit)
+//! and prints `PASS <name>`; the test also compares what a program reports
+//! (device properties, memory totals, modelled GPU time) with the daemon's
+//! configuration and status.
 //!
 //! The toolchain comes from `scripts/cuda-toolchain.sh` (PyPI wheels, no
 //! GPU needed), found through `FAIRGPU_CUDA_PREFIX` (default
@@ -36,9 +39,11 @@ const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
 /// The device the programs must see.
 const SIM_NAME: &str = "fairgpu cuda-programs SimGpu";
 const SIM_SM_COUNT: u32 = 46;
-/// The `[sim]` table: every kernel the programs launch, with the parameter
-/// its modelled duration comes from (see tests/cuda/launch_args.cu for why
-/// five kernels of one signature read five different parameters).
+/// The `[sim]` table: the kernels whose modelled duration the programs
+/// check, with the parameter it comes from (see tests/cuda/launch_args.cu
+/// for why five kernels of one signature read five different parameters);
+/// the spin kernels, which spin on the GPU's clock, are timing-only. Every
+/// other kernel executes and costs its instructions.
 const SIM: &str = r#"memory_bytes = 1073741824
 name = "fairgpu cuda-programs SimGpu"
 sm_count = 46
@@ -50,7 +55,6 @@ kernels = [
   { name = "args_m", duration_param = 8 },
   { name = "args_n", duration_param = 9 },
   { name = "args_h", duration_hash = true },
-  { name = "fault_kernel", fault = true },
   { name = "_ZN2fg6nestedEPhiy", duration_param = 2 },
   { name = "_Z4tmplIfEvPhT_y", duration_param = 2 },
   { name = "big_params", duration_param = 2 },
@@ -149,7 +153,8 @@ impl Sim {
         let out = run_command(
             Command::new(program)
                 .env("LD_LIBRARY_PATH", guest_lib_dir())
-                .env("FAIRGPU_REGION", self.region(vm_name)),
+                .env("FAIRGPU_REGION", self.region(vm_name))
+                .env("FAIRGPU_CHECK_RESULTS", "1"),
             RUN_TIMEOUT,
         );
         let stdout = text(&out.stdout);
@@ -333,6 +338,90 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
     sim.check_gpu_time(DRIVER_VM, &stdout, "driver_api");
 }
 
+/// The programs that check what their kernels compute against the CPU.
+const COMPUTE_PROGRAMS: [&str; 7] = [
+    "vector_add",
+    "saxpy",
+    "matmul",
+    "reduction",
+    "histogram",
+    "scan",
+    "struct_arg",
+];
+
+/// Vector addition, SAXPY, a tiled matrix multiplication in shared
+/// memory, reductions with barriers and warp shuffles, histograms with
+/// atomics, prefix scans and structs passed by value: SimGpu's kernels
+/// compute exactly what the CPU does. The three variants of a program run
+/// at once, one per VM.
+#[test]
+fn kernels_compute_what_the_cpu_computes() {
+    let Some(dir) = programs() else {
+        return;
+    };
+    guest_lib_dir();
+    let sim = Sim::start("cuda_compute");
+    for name in COMPUTE_PROGRAMS {
+        std::thread::scope(|s| {
+            for v in VARIANTS {
+                let sim = &sim;
+                let program = dir.join(format!("{name}-{v}"));
+                s.spawn(move || sim.run(&program, v));
+            }
+        });
+    }
+    // Every VM executed kernels and was charged their modelled time.
+    let st = status(&sim.daemon);
+    for v in VARIANTS {
+        let vm = vm(&st, v);
+        assert!(vm.kernels > 0 && vm.gpu_time_ns > 0, "{v}: {vm:?}");
+        assert_eq!(vm.restarts, 0, "{v}");
+    }
+}
+
+/// A kernel with an instruction SimGpu cannot execute fails with
+/// cudaErrorNotSupported and leaves its context working; one writing far
+/// outside its memory fails with a sticky cudaErrorIllegalAddress. Neither
+/// disturbs another VM running at the same time, nor the next program of
+/// the same VM, and the daemon's log names the instruction.
+#[test]
+fn unsupported_and_out_of_bounds_kernels_fail_with_cuda_errors() {
+    let Some(dir) = programs() else {
+        return;
+    };
+    guest_lib_dir();
+    let sim = Sim::start("cuda_faults");
+    for (i, v) in VARIANTS.iter().enumerate() {
+        // Another VM computes while this one faults.
+        let other = VARIANTS[(i + 1) % VARIANTS.len()];
+        let stdout = std::thread::scope(|s| {
+            let neighbour = s.spawn(|| sim.run(&dir.join(format!("matmul-{other}")), other));
+            let stdout = sim.run(&dir.join(format!("faults-{v}")), v);
+            neighbour.join().expect("the other VM's program");
+            stdout
+        });
+        assert!(
+            stdout.contains("VIDEO cudaErrorNotSupported\n"),
+            "faults-{v}: the unsupported instruction did not fail as not supported:\n{stdout}"
+        );
+        assert!(
+            stdout.contains("OOB cudaErrorIllegalAddress\n"),
+            "faults-{v}:\n{stdout}"
+        );
+        // The same VM serves its next guest normally.
+        sim.run(&dir.join(format!("vector_add-{v}")), v);
+    }
+    let st = status(&sim.daemon);
+    for v in VARIANTS {
+        assert_eq!(vm(&st, v).restarts, 0, "{v}'s worker restarted");
+    }
+    let log = sim.daemon.log();
+    assert!(
+        log.contains("vabsdiff4"),
+        "the daemon's log does not name the unsupported instruction:\n{log}"
+    );
+}
+
 /// Without any libcuda.so.1, every program reports that there is no driver
 /// (exit 3, "NODRIVER"): libcudart answers cudaErrorInsufficientDriver.
 /// Skipped where the system has a libcuda.so.1 of its own.
@@ -366,7 +455,11 @@ fn without_a_driver_every_program_says_so() {
         "streams_events",
         "launch_args",
         "errors",
-    ] {
+        "faults",
+    ]
+    .into_iter()
+    .chain(COMPUTE_PROGRAMS)
+    {
         names.extend(VARIANTS.iter().map(|v| format!("{p}-{v}")));
     }
     for name in names {
