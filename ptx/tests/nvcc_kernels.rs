@@ -32,3 +32,629 @@ fn vecadd() {
     assert_eq!(st.threads, 1024);
     assert!(st.instructions > 1024 * 10);
 }
+
+#[test]
+fn saxpy_grid_stride() {
+    let m = kernel("saxpy");
+    let mut g = m.globals();
+    let n = 3000;
+    let mut r = Rng(2);
+    let x: Vec<f32> = (0..n).map(|_| r.f32()).collect();
+    let y: Vec<f32> = (0..n).map(|_| r.f32()).collect();
+    let a = 1.75f32;
+    let mut mem = VecMemory::default();
+    let (px, py) = (mem.alloc_f32(&x), mem.alloc_f32(&y));
+    launch(
+        &m,
+        &mut g,
+        "saxpy",
+        dims([3, 1, 1], [128, 1, 1], 0),
+        Params::new().i32(n as i32).f32(a).ptr(px).ptr(py),
+        &mut mem,
+    )
+    .unwrap();
+    let out = mem.f32s(py);
+    for i in 0..n {
+        assert_eq!(out[i].to_bits(), a.mul_add(x[i], y[i]).to_bits(), "{i}");
+    }
+}
+
+#[test]
+fn tiled_matmul_with_shared_memory_and_barriers() {
+    let m = kernel("matmul");
+    let mut g = m.globals();
+    let n = 40usize;
+    let mut r = Rng(3);
+    let a: Vec<f32> = (0..n * n).map(|_| r.f32()).collect();
+    let b: Vec<f32> = (0..n * n).map(|_| r.f32()).collect();
+    let mut mem = VecMemory::default();
+    let (pa, pb) = (mem.alloc_f32(&a), mem.alloc_f32(&b));
+    let pc = mem.alloc_f32(&vec![0.0; n * n]);
+    let tiles = n.div_ceil(16);
+    launch(
+        &m,
+        &mut g,
+        "matmul",
+        dims([tiles as u32, tiles as u32, 1], [16, 16, 1], 0),
+        Params::new().ptr(pa).ptr(pb).ptr(pc).i32(n as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let c = mem.f32s(pc);
+    for row in 0..n {
+        for col in 0..n {
+            let mut acc = 0.0f32;
+            for t in 0..tiles {
+                for k in 0..16 {
+                    let i = t * 16 + k;
+                    let x = if i < n { a[row * n + i] } else { 0.0 };
+                    let y = if i < n { b[i * n + col] } else { 0.0 };
+                    acc = x.mul_add(y, acc);
+                }
+            }
+            assert_eq!(c[row * n + col].to_bits(), acc.to_bits(), "({row}, {col})");
+        }
+    }
+}
+
+#[test]
+fn block_reduction_through_shared_memory() {
+    let m = kernel("reduce");
+    let mut g = m.globals();
+    let n = 1000u32;
+    let mut r = Rng(4);
+    let input: Vec<u32> = (0..n).map(|_| r.next() as u32).collect();
+    let mut mem = VecMemory::default();
+    let pin = mem.alloc_u32(&input);
+    let blocks = n.div_ceil(256);
+    let pout = mem.alloc_u32(&vec![0; blocks as usize]);
+    launch(
+        &m,
+        &mut g,
+        "reduce_shared",
+        dims([blocks, 1, 1], [128, 1, 1], 128 * 4),
+        Params::new().ptr(pin).ptr(pout).u32(n),
+        &mut mem,
+    )
+    .unwrap();
+    let out = mem.u32s(pout);
+    for b in 0..blocks as usize {
+        let want = input[b * 256..((b + 1) * 256).min(n as usize)]
+            .iter()
+            .fold(0u32, |s, &v| s.wrapping_add(v));
+        assert_eq!(out[b], want, "block {b}");
+    }
+}
+
+/// `warp_sum` of reduce.cu: five shuffle-down steps; a lane whose source is
+/// past the warp reads its own value.
+fn warp_sum(mut v: [f32; 32]) -> [f32; 32] {
+    for off in [16, 8, 4, 2, 1] {
+        let old = v;
+        for l in 0..32 {
+            let src = if l + off < 32 { old[l + off] } else { old[l] };
+            v[l] = old[l] + src;
+        }
+    }
+    v
+}
+
+#[test]
+fn block_reduction_with_warp_shuffles() {
+    let m = kernel("reduce");
+    let mut g = m.globals();
+    let n = 1500usize;
+    let block = 256usize;
+    let mut r = Rng(5);
+    let input: Vec<f32> = (0..n).map(|_| r.f32()).collect();
+    let mut mem = VecMemory::default();
+    let pin = mem.alloc_f32(&input);
+    let blocks = n.div_ceil(block);
+    let pout = mem.alloc_f32(&vec![0.0; blocks]);
+    launch(
+        &m,
+        &mut g,
+        "reduce_shfl",
+        dims([blocks as u32, 1, 1], [block as u32, 1, 1], 0),
+        Params::new().ptr(pin).ptr(pout).i32(n as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let out = mem.f32s(pout);
+    for b in 0..blocks {
+        let mut partial = [0.0f32; 32];
+        for w in 0..block / 32 {
+            let mut v = [0.0f32; 32];
+            for (l, x) in v.iter_mut().enumerate() {
+                let i = b * block + w * 32 + l;
+                *x = if i < n { input[i] } else { 0.0 };
+            }
+            partial[w] = warp_sum(v)[0];
+        }
+        let mut v = [0.0f32; 32];
+        v[..block / 32].copy_from_slice(&partial[..block / 32]);
+        assert_eq!(out[b].to_bits(), warp_sum(v)[0].to_bits(), "block {b}");
+    }
+}
+
+#[test]
+fn votes_shuffles_and_activemask() {
+    let m = kernel("reduce");
+    let mut g = m.globals();
+    let threads = 64usize;
+    let mut r = Rng(6);
+    let mut input: Vec<i32> = (0..threads).map(|_| (r.next() % 41) as i32 - 20).collect();
+    input[40] = 7;
+    input[3] = -150;
+    let mut mem = VecMemory::default();
+    let pin = mem.alloc_i32(&input);
+    let pout = mem.alloc_u32(&vec![0; threads * 8]);
+    launch(
+        &m,
+        &mut g,
+        "warp_ops",
+        dims([1, 1, 1], [threads as u32, 1, 1], 0),
+        Params::new().ptr(pin).ptr(pout),
+        &mut mem,
+    )
+    .unwrap();
+    let out = mem.u32s(pout);
+    for w in 0..threads / 32 {
+        let v = &input[w * 32..w * 32 + 32];
+        let ballot = (0..32).filter(|&l| v[l] > 0).fold(0u32, |b, l| b | 1 << l);
+        let all = v.iter().all(|&x| x > -100) as u32;
+        let any = v.iter().any(|&x| x == 7) as u32;
+        let odd = (0..32)
+            .filter(|&l| v[l] & 1 != 0)
+            .fold(0u32, |b, l| b | 1 << l);
+        for l in 0..32usize {
+            let o = &out[(w * 32 + l) * 8..(w * 32 + l) * 8 + 8];
+            let up = if l >= 3 { v[l - 3] } else { v[l] };
+            let down8 = if l % 8 + 2 < 8 { v[l + 2] } else { v[l] };
+            let want = [
+                ballot,
+                all,
+                any,
+                up as u32,
+                v[l ^ 5] as u32,
+                v[(l * 7) & 31] as u32,
+                down8 as u32,
+                if v[l] & 1 != 0 { odd } else { 0 },
+            ];
+            assert_eq!(o, want, "warp {w} lane {l}");
+        }
+    }
+}
+
+#[test]
+fn histogram_with_shared_and_global_atomics() {
+    let m = kernel("histogram");
+    let mut g = m.globals();
+    let n = 5000usize;
+    let mut r = Rng(7);
+    let data: Vec<u8> = (0..n).map(|_| (r.next() % 256) as u8).collect();
+    let mut mem = VecMemory::default();
+    let pdata = mem.alloc(data.clone());
+    let pbins = mem.alloc_u32(&[0; 256]);
+    launch(
+        &m,
+        &mut g,
+        "histogram",
+        dims([4, 1, 1], [96, 1, 1], 0),
+        Params::new().ptr(pdata).u32(n as u32).ptr(pbins),
+        &mut mem,
+    )
+    .unwrap();
+    let mut want = [0u32; 256];
+    for &d in &data {
+        want[d as usize] += 1;
+    }
+    assert_eq!(mem.u32s(pbins), want);
+}
+
+#[test]
+fn global_atomics_of_every_kind() {
+    let m = kernel("histogram");
+    let mut g = m.globals();
+    let threads = 64i32;
+    let mut mem = VecMemory::default();
+    let ints = mem.alloc_i32(&[-1000, 1000, -1, 0, 0x5a5a]);
+    let u64s = mem.alloc_u64(&[5, 0]);
+    let f = mem.alloc_f32(&[1.0]);
+    let d = mem.alloc_f64(&[2.0]);
+    let ctr = mem.alloc_u32(&[0, 0, 999]);
+    launch(
+        &m,
+        &mut g,
+        "atomics",
+        dims([2, 1, 1], [32, 1, 1], 0),
+        Params::new().ptr(ints).ptr(u64s).ptr(f).ptr(d).ptr(ctr),
+        &mut mem,
+    )
+    .unwrap();
+    let ts = 0..threads;
+    let and = ts.clone().fold(-1i32, |a, t| a & !(1 << (t % 31)));
+    let or = ts.clone().fold(0i32, |a, t| a | 1 << (t % 31));
+    let xor = ts.clone().fold(0x5a5a, |a, t| a ^ t);
+    assert_eq!(
+        mem.i32s(ints),
+        [(threads - 1) * 3 - 50, 100 - (threads - 1), and, or, xor]
+    );
+    let sum = ts
+        .clone()
+        .fold(5u64, |a, t| a.wrapping_add(t as u64 * 1_000_000_007));
+    let u = mem.u64s(u64s);
+    assert_eq!(u[0], sum);
+    assert!((1..=threads as u64).contains(&u[1]), "cas stored {}", u[1]);
+    assert_eq!(mem.f32s(f), [1.0 + 0.5 * threads as f32]);
+    assert_eq!(mem.f64s(d), [2.0 + 0.25 * f64::from(threads)]);
+    let c = mem.u32s(ctr);
+    assert_eq!(c[0], threads as u32 % 10);
+    assert_eq!(c[1], (6 - threads as u32 % 6) % 6);
+    assert!(c[2] < threads as u32);
+}
+
+#[test]
+fn hillis_steele_inclusive_scan() {
+    let m = kernel("scan");
+    let mut g = m.globals();
+    let n = 256usize;
+    let mut r = Rng(8);
+    let input: Vec<i32> = (0..n).map(|_| (r.next() % 1000) as i32 - 500).collect();
+    let mut mem = VecMemory::default();
+    let pin = mem.alloc_i32(&input);
+    let pout = mem.alloc_i32(&vec![0; n]);
+    launch(
+        &m,
+        &mut g,
+        "scan_hillis",
+        dims([1, 1, 1], [n as u32, 1, 1], 2 * n as u32 * 4),
+        Params::new().ptr(pin).ptr(pout).i32(n as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let want: Vec<i32> = input
+        .iter()
+        .scan(0i32, |s, &v| {
+            *s = s.wrapping_add(v);
+            Some(*s)
+        })
+        .collect();
+    assert_eq!(mem.i32s(pout), want);
+}
+
+#[test]
+fn blelloch_exclusive_scan() {
+    let m = kernel("scan");
+    let mut g = m.globals();
+    let n = 512usize;
+    let mut r = Rng(9);
+    let input: Vec<i32> = (0..n).map(|_| (r.next() % 1000) as i32).collect();
+    let mut mem = VecMemory::default();
+    let pin = mem.alloc_i32(&input);
+    let pout = mem.alloc_i32(&vec![0; n]);
+    launch(
+        &m,
+        &mut g,
+        "scan_blelloch",
+        dims([1, 1, 1], [n as u32 / 2, 1, 1], n as u32 * 4),
+        Params::new().ptr(pin).ptr(pout).i32(n as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let mut s = 0;
+    let want: Vec<i32> = input
+        .iter()
+        .map(|&v| {
+            let e = s;
+            s += v;
+            e
+        })
+        .collect();
+    assert_eq!(mem.i32s(pout), want);
+}
+
+/// `struct Affine` of structarg.cu as the driver passes it: 32 bytes,
+/// aligned to 8.
+fn affine(scale: f32, shift: f32, stride: i32, bias: f64, tag: u8) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend_from_slice(&scale.to_le_bytes());
+    v.extend_from_slice(&shift.to_le_bytes());
+    v.extend_from_slice(&stride.to_le_bytes());
+    v.extend_from_slice(&[0; 4]);
+    v.extend_from_slice(&bias.to_le_bytes());
+    v.push(tag);
+    v.resize(32, 0);
+    v
+}
+
+#[test]
+fn struct_by_value_and_module_variables() {
+    let m = kernel("structarg");
+    let mut g = m.globals();
+    let n = 100usize;
+    let stride = 3;
+    let mut r = Rng(10);
+    let input: Vec<f32> = (0..n * stride).map(|_| r.f32()).collect();
+    let (scale, shift, bias, tag) = (1.5f32, -0.25f32, 0.125f64, 200u8);
+    let mut mem = VecMemory::default();
+    let pin = mem.alloc_f32(&input);
+    let pout = mem.alloc_f64(&vec![0.0; n]);
+    let counter = mem.alloc_u32(&[0]);
+    let coeffs = [1.0f32, 0.5, 0.25, 0.125];
+    let table = [3, 1, 4, 1, 5, 9, 2, 6];
+    for _ in 0..2 {
+        launch(
+            &m,
+            &mut g,
+            "affine",
+            dims([2, 1, 1], [64, 1, 1], 0),
+            Params::new()
+                .bytes(&affine(scale, shift, stride as i32, bias, tag), 8)
+                .ptr(pin)
+                .ptr(pout)
+                .i32(n as i32),
+            &mut mem,
+        )
+        .unwrap();
+    }
+    let out = mem.f64s(pout);
+    for i in 0..n {
+        let x = scale.mul_add(input[i * stride], shift) * coeffs[i & 3];
+        let want = ((f64::from(x) + bias) + f64::from(tag)) + f64::from(table[i & 7]);
+        assert_eq!(out[i].to_bits(), want.to_bits(), "{i}");
+    }
+    // `launches` counts both launches and persists in the globals.
+    let read = |g: &mut fairgpu_ptx::Globals, mem: &mut VecMemory| {
+        launch(
+            &m,
+            g,
+            "read_launches",
+            dims([1, 1, 1], [1, 1, 1], 0),
+            Params::new().ptr(counter),
+            mem,
+        )
+        .unwrap();
+        mem.u32s(counter)[0]
+    };
+    assert_eq!(read(&mut g, &mut mem), 2);
+    // Host writes to a variable (cudaMemcpyToSymbol) are what kernels see.
+    let (addr, size) = g.symbol("launches").unwrap();
+    assert_eq!(size, 4);
+    g.write(addr, &41u32.to_le_bytes()).unwrap();
+    assert_eq!(read(&mut g, &mut mem), 41);
+    let (caddr, csize) = g.symbol("coeffs").unwrap();
+    assert_eq!(csize, 16);
+    let mut buf = [0u8; 16];
+    g.read(caddr, &mut buf).unwrap();
+    assert_eq!(&buf[4..8], &0.5f32.to_le_bytes());
+    // The last variable ends the window.
+    let (taddr, tsize) = g.symbol("table").unwrap();
+    assert!(g.write(taddr + tsize - 4, &[0; 8]).is_err());
+    assert!(g.write(taddr + tsize - 4, &[0; 4]).is_ok());
+    // Fresh globals start from the initializers again.
+    assert_eq!(read(&mut m.globals(), &mut mem), 0);
+}
+
+#[test]
+fn double_precision() {
+    let m = kernel("fp64");
+    let mut g = m.globals();
+    let n = 200usize;
+    let mut r = Rng(11);
+    let x: Vec<f64> = (0..n)
+        .map(|_| (r.next() % 2_000_000) as f64 / 1000.0 - 1000.0)
+        .collect();
+    let mut mem = VecMemory::default();
+    let px = mem.alloc_f64(&x);
+    let py = mem.alloc_f64(&vec![0.0; 4 * n]);
+    let pf = mem.alloc_f32(&vec![0.0; n]);
+    let pi = mem.alloc_u64(&vec![0; n]);
+    launch(
+        &m,
+        &mut g,
+        "fp64",
+        dims([2, 1, 1], [128, 1, 1], 0),
+        Params::new().ptr(px).ptr(py).ptr(pf).ptr(pi).i32(n as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let (y, yf, yi) = (mem.f64s(py), mem.f32s(pf), mem.u64s(pi));
+    for i in 0..n {
+        let v = x[i];
+        let mut acc = 0.0f64;
+        for k in 0..5 {
+            acc = acc.mul_add(v, f64::from(k));
+        }
+        let want = [
+            acc,
+            v / v.mul_add(v, 1.0),
+            v.abs().sqrt(),
+            v.min(0.5) + v.max(-0.5),
+        ];
+        for k in 0..4 {
+            assert_eq!(y[4 * i + k].to_bits(), want[k].to_bits(), "{i}.{k}");
+        }
+        assert_eq!(yf[i].to_bits(), (v as f32).to_bits());
+        assert_eq!(yi[i] as i64, (v * 1000.0) as i64);
+    }
+}
+
+/// Rounds the exact value `x` (an f64 that holds it exactly) to f32 toward
+/// zero or downward: a reference independent of the interpreter's.
+fn f32_toward(x: f64, down: bool) -> f32 {
+    let r = x as f32;
+    let too_far = if down {
+        f64::from(r) > x
+    } else {
+        f64::from(r).abs() > x.abs()
+    };
+    if !too_far {
+        r
+    } else if down || x > 0.0 {
+        r.next_down()
+    } else {
+        r.next_up()
+    }
+}
+
+#[test]
+fn single_precision_rounding_modes() {
+    let m = kernel("fp64");
+    let mut g = m.globals();
+    let n = 300usize;
+    let mut r = Rng(12);
+    let mut x: Vec<f32> = (0..n).map(|_| r.f32() * 3.7).collect();
+    x[0] = 2.5;
+    x[1] = -2.5;
+    x[2] = 0.5;
+    x[3] = -0.0;
+    let mut mem = VecMemory::default();
+    let px = mem.alloc_f32(&x);
+    let py = mem.alloc_f32(&vec![0.0; 8 * n]);
+    let pi = mem.alloc_i32(&vec![0; 2 * n]);
+    launch(
+        &m,
+        &mut g,
+        "fp32",
+        dims([3, 1, 1], [128, 1, 1], 0),
+        Params::new().ptr(px).ptr(py).ptr(pi).i32(n as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let (y, yi) = (mem.f32s(py), mem.i32s(pi));
+    for i in 0..n {
+        let v = x[i];
+        let want = [
+            v / 3.0,
+            v.abs().sqrt(),
+            f32_toward(f64::from(v) * f64::from(1.1f32), false),
+            f32_toward(f64::from(v) + f64::from(0.3f32), true),
+            v.round_ties_even(),
+            (v.floor() + v.ceil()) + v.trunc(),
+            f32_toward(f64::from(i as i32 * 123_457), false),
+            v.min(1.0) * v.max(-1.0),
+        ];
+        for k in 0..8 {
+            assert_eq!(y[8 * i + k].to_bits(), want[k].to_bits(), "{i}.{k} of {v}");
+        }
+        assert_eq!(yi[2 * i], v.round_ties_even() as i32, "{i}");
+        assert_eq!(yi[2 * i + 1], (v * 100.0) as u32 as i32, "{i}");
+    }
+}
+
+fn byte_perm(x: u32, y: u32, s: u32) -> u32 {
+    let src = u64::from(x) | u64::from(y) << 32;
+    (0..4).fold(0, |r, i| {
+        let sel = (s >> (4 * i)) & 7;
+        r | (((src >> (8 * sel)) & 0xff) as u32) << (8 * i)
+    })
+}
+
+#[test]
+fn integer_operations() {
+    let m = kernel("intops");
+    let mut g = m.globals();
+    let n = 256usize;
+    let mut r = Rng(13);
+    let mut a: Vec<i32> = (0..n).map(|_| r.next() as i32).collect();
+    let mut b: Vec<i32> = (0..n).map(|_| r.next() as i32 >> (r.next() % 31)).collect();
+    a[0] = 0;
+    b[1] = 0;
+    a[2] = i32::MIN;
+    b[2] = 3;
+    a[3] = -7;
+    b[3] = 2;
+    b[4] = -1;
+    let mut mem = VecMemory::default();
+    let (pa, pb) = (mem.alloc_i32(&a), mem.alloc_i32(&b));
+    let po = mem.alloc_i32(&vec![0; 16 * n]);
+    let p64 = mem.alloc_u64(&vec![0; 4 * n]);
+    launch(
+        &m,
+        &mut g,
+        "intops",
+        dims([2, 1, 1], [128, 1, 1], 0),
+        Params::new().ptr(pa).ptr(pb).ptr(po).ptr(p64).i32(n as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let (o, o64) = (mem.i32s(po), mem.u64s(p64));
+    for i in 0..n {
+        let (x, y) = (a[i], b[i]);
+        let (ux, uy) = (x as u32, y as u32);
+        let sad = if x < y {
+            (i64::from(y) - i64::from(x)) as u32
+        } else {
+            (i64::from(x) - i64::from(y)) as u32
+        };
+        let want = [
+            if y != 0 { x.wrapping_div(y) } else { 0 },
+            if y != 0 { x.wrapping_rem(y) } else { 0 },
+            if uy != 0 { (ux / uy) as i32 } else { 0 },
+            if uy != 0 { (ux % uy) as i32 } else { 0 },
+            ((i64::from(x) * i64::from(y)) >> 32) as i32,
+            ((u64::from(ux) * u64::from(uy)) >> 32) as i32,
+            ux.count_ones() as i32,
+            x.leading_zeros() as i32,
+            ux.reverse_bits() as i32,
+            if x == 0 {
+                0
+            } else {
+                x.trailing_zeros() as i32 + 1
+            },
+            (x >> (y & 31)) ^ (ux >> (uy & 31)) as i32,
+            byte_perm(ux, uy, 0x5140) as i32,
+            x.min(y).wrapping_add(x.max(y).wrapping_mul(3)),
+            x.wrapping_abs().wrapping_sub(ux.min(uy) as i32),
+            (x << 3) | (y & 0xff0f),
+            (((ux >> 5) & 0x3ff) as i32).wrapping_add(sad.wrapping_add(7) as i32),
+        ];
+        assert_eq!(&o[16 * i..16 * i + 16], want, "{i}: {x} {y}");
+        let (lx, ly) = (i64::from(x), i64::from(y));
+        let want64 = [
+            lx * ly,
+            if ly != 0 { (lx * 977) / ly } else { -1 },
+            ((lx * 31) as u64 % 1_000_003) as i64,
+            i64::from(((lx * ly) as u64).count_ones()) + i64::from(lx.leading_zeros()),
+        ];
+        let got: Vec<i64> = o64[4 * i..4 * i + 4].iter().map(|&v| v as i64).collect();
+        assert_eq!(got, want64, "{i}: {x} {y}");
+    }
+}
+
+#[test]
+fn local_array_indexed_dynamically() {
+    let m = kernel("localarr");
+    let mut g = m.globals();
+    let n = 100usize;
+    let mut r = Rng(14);
+    let input: Vec<i32> = (0..n).map(|_| (r.next() % 100_000) as i32).collect();
+    let mut mem = VecMemory::default();
+    let pin = mem.alloc_i32(&input);
+    let pout = mem.alloc_i32(&vec![0; n]);
+    launch(
+        &m,
+        &mut g,
+        "localarr",
+        dims([2, 1, 1], [64, 1, 1], 0),
+        Params::new().ptr(pin).ptr(pout).i32(n as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let out = mem.i32s(pout);
+    for i in 0..n {
+        let mut a = [0i32; 32];
+        for (k, x) in a.iter_mut().enumerate() {
+            *x = input[(i + k) % n].wrapping_mul(k as i32 + 1);
+        }
+        let mut s = 0i32;
+        let mut j = i % 32;
+        for k in 0..64 {
+            s = s.wrapping_add(a[j]);
+            j = (j * 5 + 3) % 32;
+            a[(j + k) % 32] ^= s;
+        }
+        assert_eq!(out[i], s, "{i}");
+    }
+}
