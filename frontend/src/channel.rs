@@ -676,7 +676,10 @@ impl Channel {
                 Err(e) => return Err(self.fail(e)),
             }
             spins = spins.wrapping_add(1);
-            if !spins.is_multiple_of(128) || start.elapsed() < self.cfg.spin {
+            // The clock is read every 128 polls; a zero budget blocks at once.
+            let spinning = !self.cfg.spin.is_zero()
+                && (!spins.is_multiple_of(128) || start.elapsed() < self.cfg.spin);
+            if spinning {
                 spin_loop();
                 if spins.is_multiple_of(1024) {
                     self.check_host_state()?;

@@ -41,7 +41,7 @@ pub use wake::{WaitPreference, WakeChoice, WAIT_ENV};
 /// How a guest waits for the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitConfig {
-    /// How long to spin before blocking.
+    /// How long to spin before blocking (zero: block at once).
     pub spin: Duration,
     /// How long the host's heartbeat may stand still before calls fail
     /// (`None`: wait forever).

@@ -11,7 +11,7 @@ use crate::channel::WaitMode;
 use crate::map::{ivshmem_bars, ivshmem_doorbell_registers, Mapping};
 use crate::pci::{self, IvshmemDevice};
 use crate::vfio::{InterruptWait, VfioDevice, VfioPaths, HOST_TO_GUEST_VECTOR};
-use crate::wake::{WaitPreference, WakeChoice, WAIT_ENV};
+use crate::wake::{error_chain, WaitPreference, WakeChoice, WAIT_ENV};
 use crate::OpenError;
 
 /// The host's peer id on an ivshmem server: fairgpu's server
@@ -182,7 +182,7 @@ impl GuestRegion {
                         source,
                     })
                 }
-                Err(e) => format!("no MSI-X through vfio: {e}"),
+                Err(e) => format!("no MSI-X through vfio: {}", error_chain(&e)),
             },
         };
         if pref == WaitPreference::Interrupt {

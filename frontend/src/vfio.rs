@@ -56,6 +56,9 @@ pub struct VfioPaths {
     pub pci_drivers: PathBuf,
     /// `/dev/vfio`.
     pub dev_vfio: PathBuf,
+    /// vfio's `enable_unsafe_noiommu_mode` parameter (absent where the
+    /// kernel lacks the mode, as Debian's do).
+    pub noiommu_param: PathBuf,
 }
 
 impl Default for VfioPaths {
@@ -63,6 +66,7 @@ impl Default for VfioPaths {
         VfioPaths {
             pci_drivers: PathBuf::from("/sys/bus/pci/drivers"),
             dev_vfio: PathBuf::from("/dev/vfio"),
+            noiommu_param: PathBuf::from("/sys/module/vfio/parameters/enable_unsafe_noiommu_mode"),
         }
     }
 }
@@ -190,8 +194,15 @@ impl std::fmt::Display for IommuType {
     }
 }
 
+/// Whether vfio's no-IOMMU mode is on (then vfio-pci makes a group for a
+/// device the IOMMU does not cover).
+pub fn noiommu_enabled(paths: &VfioPaths) -> bool {
+    std::fs::read_to_string(&paths.noiommu_param).is_ok_and(|v| matches!(v.trim(), "Y" | "y" | "1"))
+}
+
 /// Makes sure `dev` is bound to vfio-pci, binding it if it has no driver.
-/// Needs root (sysfs writes).
+/// Needs root (sysfs writes). A device without an IOMMU group is not
+/// touched unless vfio's no-IOMMU mode is on: vfio-pci would refuse it.
 pub fn ensure_bound(dev: &IvshmemDevice, paths: &VfioPaths) -> Result<(), VfioError> {
     let driver_of = |d: &IvshmemDevice| {
         std::fs::read_link(d.dir.join("driver"))
@@ -208,6 +219,11 @@ pub fn ensure_bound(dev: &IvshmemDevice, paths: &VfioPaths) -> Result<(), VfioEr
         }
         None => {}
     }
+    if dev.iommu_group.is_none() && !noiommu_enabled(paths) {
+        return Err(VfioError::NoIommuGroup {
+            addr: dev.addr.clone(),
+        });
+    }
     let vfio = paths.pci_drivers.join(VFIO_PCI);
     if !vfio.is_dir() {
         return Err(VfioError::NoVfioDriver);
@@ -222,13 +238,17 @@ pub fn ensure_bound(dev: &IvshmemDevice, paths: &VfioPaths) -> Result<(), VfioEr
     // driver_override makes vfio-pci (and only it) match this one device,
     // without teaching vfio-pci the id of every ivshmem device (new_id).
     write(dev.dir.join("driver_override"), VFIO_PCI)?;
-    write(vfio.join("bind"), &dev.addr)?;
-    match driver_of(dev) {
+    let bound = write(vfio.join("bind"), &dev.addr).and_then(|()| match driver_of(dev) {
         Some(d) if d == VFIO_PCI => Ok(()),
         _ => Err(VfioError::NotBound {
             addr: dev.addr.clone(),
         }),
+    });
+    if bound.is_err() {
+        // Leave the device as it was found: no override.
+        let _ = std::fs::write(dev.dir.join("driver_override"), "\n");
     }
+    bound
 }
 
 /// The device node of `dev`'s vfio group and whether it is a no-IOMMU
@@ -271,6 +291,8 @@ impl VfioDevice {
     /// driver).
     pub fn open(dev: &IvshmemDevice, paths: &VfioPaths) -> Result<VfioDevice, VfioError> {
         ensure_bound(dev, paths)?;
+        // Binding may have made the group (no-IOMMU mode): look again.
+        let dev = &IvshmemDevice::from_sysfs(&dev.dir).unwrap_or_else(|| dev.clone());
         let (group_id, node, noiommu) = group_node(dev, paths)?;
         let group = open_rw(&node).map_err(|source| match source.raw_os_error() {
             Some(libc::EBUSY) => VfioError::GroupBusy { path: node.clone() },
@@ -603,6 +625,7 @@ mod tests {
         let paths = VfioPaths {
             pci_drivers: root.join("drivers"),
             dev_vfio: root.join("dev-vfio"),
+            noiommu_param: root.join("enable_unsafe_noiommu_mode"),
         };
         (root, paths)
     }
@@ -629,7 +652,7 @@ mod tests {
     }
 
     #[test]
-    fn binding_needs_the_vfio_pci_driver() {
+    fn binding_needs_the_vfio_pci_driver_loaded() {
         let (root, paths) = tree("nodriver");
         let dev = fake_device(&root, None, Some(3));
         assert!(matches!(
@@ -644,17 +667,35 @@ mod tests {
         let (root, paths) = tree("bind");
         let dev = fake_device(&root, None, Some(3));
         std::fs::create_dir_all(paths.pci_drivers.join(VFIO_PCI)).unwrap();
-        // A fake sysfs does not bind anything: the check after must notice.
+        // A fake sysfs does not bind anything: the check after must notice,
+        // and the override is taken back.
         let e = ensure_bound(&dev, &paths).unwrap_err();
         assert!(matches!(e, VfioError::NotBound { .. }), "{e}");
-        assert_eq!(
-            std::fs::read_to_string(dev.dir.join("driver_override")).unwrap(),
-            VFIO_PCI
-        );
         assert_eq!(
             std::fs::read_to_string(paths.pci_drivers.join(VFIO_PCI).join("bind")).unwrap(),
             dev.addr
         );
+        assert_eq!(
+            std::fs::read_to_string(dev.dir.join("driver_override")).unwrap(),
+            "\n"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_device_without_an_iommu_group_is_not_touched() {
+        let (root, paths) = tree("nogroup");
+        let dev = fake_device(&root, None, None);
+        std::fs::create_dir_all(paths.pci_drivers.join(VFIO_PCI)).unwrap();
+        let e = ensure_bound(&dev, &paths).unwrap_err();
+        assert!(matches!(e, VfioError::NoIommuGroup { .. }), "{e}");
+        assert!(!dev.dir.join("driver_override").exists());
+        assert!(!paths.pci_drivers.join(VFIO_PCI).join("bind").exists());
+        // In no-IOMMU mode vfio-pci makes the group itself: bind.
+        std::fs::write(&paths.noiommu_param, "Y\n").unwrap();
+        let e = ensure_bound(&dev, &paths).unwrap_err();
+        assert!(matches!(e, VfioError::NotBound { .. }), "{e}");
+        assert!(paths.pci_drivers.join(VFIO_PCI).join("bind").exists());
         std::fs::remove_dir_all(&root).unwrap();
     }
 
