@@ -65,7 +65,10 @@ int main() {
         unsigned int want = e == cudaSuccess ? absdiff_sum(ha[i], hb[i]) : 0;
         EXPECT(hout[i] == want, "video: out[%d] = %#x, want %#x", i, hout[i], want);
     }
-    CHECK(cudaGetLastError());  // not sticky
+    // Not sticky: the runtime reports the error once more, then no more.
+    cudaError_t last = cudaGetLastError();
+    EXPECT(last == e, "cudaGetLastError after video: %d %s", (int)last, cudaGetErrorName(last));
+    CHECK(cudaGetLastError());
     fill<<<1, n>>>(out, 100, n);
     LAUNCHED("fill after the unsupported kernel");
     CHECK(cudaMemcpy(hout, out, sizeof hout, cudaMemcpyDeviceToHost));

@@ -498,7 +498,7 @@ impl SimGpu {
     }
 
     /// Runs kernel `f` of context `ctx` to completion; the error is the
-    /// guest's (see [`execution_error`]). `func` is the function's data.
+    /// guest's (see [`execution_error`]).
     fn execute(
         &mut self,
         ctx: CtxId,
@@ -530,7 +530,10 @@ impl SimGpu {
             .and_then(|&i| module.programs.get_mut(i))
         {
             None => Err(ptx::Error::Unsupported {
-                what: "the module's PTX for this kernel was not kept (modules keep at most 64 MiB of PTX)".into(),
+                what: format!(
+                    "its PTX was not kept (a module keeps at most {} MiB of PTX)",
+                    image::MAX_KEPT_PTX >> 20
+                ),
             }),
             Some(program) => match program.parsed() {
                 Err(e) => Err(e.clone()),
@@ -550,6 +553,7 @@ impl SimGpu {
                     threads = stats.threads,
                     instructions = stats.instructions,
                     host_us = host_ns / 1000,
+                    instructions_per_s = stats.instructions.saturating_mul(1_000_000_000) / host_ns.max(1),
                     "kernel executed"
                 );
                 let e = &mut self.executed;
@@ -1675,7 +1679,11 @@ mod tests {
             let mut times = Vec::new();
             for i in 0..4u32 {
                 let e = g.event_create(ctx, 0).expect("event");
-                g.launch(ctx, fill, &LC, &fill_params(out, 32 * i), Some(s))
+                let lc = LaunchConfig {
+                    grid: [4, 1, 1],
+                    ..LC
+                };
+                g.launch(ctx, fill, &lc, &fill_params(out, 32 * i), Some(s))
                     .expect("fill");
                 spin(&mut g, ctx, spin_k, 3 * MS, Some(s));
                 g.event_record(ctx, e, Some(s)).expect("record");
