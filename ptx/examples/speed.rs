@@ -1,0 +1,118 @@
+//! Interpreter speed on nvcc kernels: thread-instructions per second.
+//!
+//! `cargo run -p fairgpu-ptx --release --example speed`
+
+use std::time::Instant;
+
+use fairgpu_ptx::{Dims, Error, Limits, Memory, Module};
+
+/// One flat allocation at a fixed device address.
+struct Flat {
+    base: u64,
+    bytes: Vec<u8>,
+}
+
+impl Flat {
+    fn slice(&mut self, addr: u64, len: usize) -> Result<&mut [u8], Error> {
+        let off = addr
+            .checked_sub(self.base)
+            .filter(|o| o + len as u64 <= self.bytes.len() as u64)
+            .ok_or(Error::OutOfBounds {
+                space: "global",
+                addr,
+                len: len as u64,
+            })? as usize;
+        Ok(&mut self.bytes[off..off + len])
+    }
+}
+
+impl Memory for Flat {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Error> {
+        let len = buf.len();
+        buf.copy_from_slice(self.slice(addr, len)?);
+        Ok(())
+    }
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error> {
+        self.slice(addr, data.len())?.copy_from_slice(data);
+        Ok(())
+    }
+}
+
+fn measure(name: &str, ptx: &str, kernel: &str, dims: Dims, params: Vec<u8>, mem: &mut Flat) {
+    let m = Module::parse(ptx).expect("parses");
+    let mut g = m.globals();
+    let t = Instant::now();
+    let st = m
+        .run(&mut g, kernel, &dims, &params, mem, &Limits::default())
+        .expect("runs");
+    let s = t.elapsed().as_secs_f64();
+    println!(
+        "{name:<28} {:>12} thread-instructions in {:>7.3} s = {:>6.1} M/s",
+        st.instructions,
+        s,
+        st.instructions as f64 / s / 1e6
+    );
+}
+
+fn main() {
+    let base = 0x7000_0000_0000u64;
+    let n = 256u64;
+    let mat = n * n * 4;
+    let mut mem = Flat {
+        base,
+        bytes: (0..3 * mat).map(|i| (i % 7) as u8).collect(),
+    };
+    let mut p = Vec::new();
+    for k in 0..3 {
+        p.extend_from_slice(&(base + k * mat).to_le_bytes());
+    }
+    p.extend_from_slice(&(n as u32).to_le_bytes());
+    measure(
+        "matmul 256x256 (16x16 tiles)",
+        include_str!("../tests/kernels/matmul.ptx"),
+        "matmul",
+        Dims {
+            grid: [(n / 16) as u32, (n / 16) as u32, 1],
+            block: [16, 16, 1],
+            shared_bytes: 0,
+        },
+        p,
+        &mut mem,
+    );
+
+    let count = 1u64 << 22;
+    let blocks = count / 256;
+    let mut mem = Flat {
+        base,
+        bytes: vec![1; (count * 4 + blocks * 4) as usize],
+    };
+    let mut p = Vec::new();
+    p.extend_from_slice(&base.to_le_bytes());
+    p.extend_from_slice(&(base + count * 4).to_le_bytes());
+    p.extend_from_slice(&(count as u32).to_le_bytes());
+    let reduce = include_str!("../tests/kernels/reduce.ptx");
+    measure(
+        "reduce_shfl 4M floats",
+        reduce,
+        "reduce_shfl",
+        Dims {
+            grid: [blocks as u32, 1, 1],
+            block: [256, 1, 1],
+            shared_bytes: 0,
+        },
+        p.clone(),
+        &mut mem,
+    );
+    measure(
+        "reduce_shared 4M u32",
+        reduce,
+        "reduce_shared",
+        Dims {
+            grid: [(blocks / 2) as u32, 1, 1],
+            block: [256, 1, 1],
+            shared_bytes: 256 * 4,
+        },
+        p,
+        &mut mem,
+    );
+}
