@@ -241,22 +241,7 @@ fn vm_device(a: &crate::cli::VmDeviceArgs) -> anyhow::Result<fairgpu_qemu::VmSpe
     let (_, vm) = cfg
         .vm(&a.vm)
         .with_context(|| format!("no VM named {:?} in {}", a.vm, a.config.display()))?;
-    if vm.guest != crate::config::GuestKind::Qemu {
-        bail!(
-            "vm {:?} serves local guests; set guest = \"qemu\" in its [[vm]] table so its region is \
-             sized and owned for a VM",
-            vm.name
-        );
-    }
-    let size = fairgpu_protocol::Layout::new(&vm.region)?.region_size() as u64;
-    let device = fairgpu_qemu::Device::Plain {
-        mem_path: vm.region_path.clone(),
-    };
-    let spec = fairgpu_qemu::VmSpec::new(&vm.name, fairgpu_qemu::bar_size(size), device)?;
-    Ok(match &a.qmp {
-        Some(q) => spec.with_qmp(q)?,
-        None => spec,
-    })
+    crate::qemu::device_spec(vm, a.qmp.as_deref())
 }
 
 /// `s` quoted for a POSIX shell when it needs it.

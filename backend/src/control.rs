@@ -160,6 +160,9 @@ pub struct VmStatus {
     /// The scheduler's view, with a policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sched: Option<VmSchedStatus>,
+    /// A QEMU VM's device, ivshmem peers and QMP state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qemu: Option<crate::qemu::QemuStatus>,
 }
 
 /// One VM as the GPU scheduler sees it.
@@ -484,6 +487,11 @@ pub fn render_table(status: &Status) -> String {
         headers.extend(["SCHED", "CHARGED", "GRANTS"]);
     }
     out.push_str(&format_table(&headers, &rows));
+    for v in &status.vms {
+        if let Some(q) = &v.qemu {
+            out.push_str(&format!("{}: {}\n", v.name, q.summary()));
+        }
+    }
     out
 }
 
@@ -592,6 +600,7 @@ mod tests {
                 cosched_wakes: 0,
                 overruns: 0,
             }),
+            qemu: None,
         };
         let status = Status {
             daemon: DaemonStatus {

@@ -35,7 +35,10 @@ use crate::control::{
 };
 use crate::grants::GrantFile;
 use crate::host::HostRegion;
-use crate::sched::{LocalCoordinator, SchedHandle, Scheduler};
+use crate::qemu::coord::{Coordinator, QmpWatcher, Target, Watch};
+use crate::qemu::doorbell::Doorbell;
+use crate::qemu::QemuState;
+use crate::sched::{SchedHandle, Scheduler};
 use crate::stats::{Field, Slot, StatsFile, WorkerState};
 
 /// First restart delay after a crash.
@@ -71,6 +74,11 @@ struct Vm {
     started: Instant,
     backoff: Duration,
     restart_at: Option<Instant>,
+    /// A QEMU VM's state (ivshmem peers, QMP).
+    qemu: Option<Arc<QemuState>>,
+    /// The ivshmem server of a doorbell VM. Declared after `region`: the
+    /// server stops after the daemon's mapping is gone.
+    doorbell: Option<Doorbell>,
 }
 
 /// What a worker needs to be started.
@@ -88,7 +96,7 @@ struct WorkerLaunch {
 }
 
 impl WorkerLaunch {
-    fn spawn(&self, vm: &VmConfig) -> std::io::Result<Child> {
+    fn spawn(&self, vm: &VmConfig, doorbell: Option<&Doorbell>) -> std::io::Result<Child> {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("worker")
@@ -110,7 +118,17 @@ impl WorkerLaunch {
         if let Some(p) = &self.grants {
             cmd.arg("--grants").arg(p);
         }
-        cmd.spawn()
+        match doorbell {
+            None => cmd.spawn(),
+            Some(d) => {
+                // The memory and the wake relay, kept at their numbers.
+                use std::os::fd::AsRawFd;
+                let fds = d.worker_fds();
+                cmd.args(["--region-fd", &fds[0].as_raw_fd().to_string()])
+                    .args(["--wake-fd", &fds[1].as_raw_fd().to_string()]);
+                fairgpu_qemu::os::spawn_keeping(&mut cmd, &fds)
+            }
+        }
     }
 }
 
@@ -122,7 +140,7 @@ impl Vm {
         // serves, which must not be overwritten.
         self.slot.set_state(WorkerState::Starting);
         self.slot.set(Field::StartedMs, crate::stats::unix_ms());
-        match launch.spawn(&self.cfg) {
+        match launch.spawn(&self.cfg, self.doorbell.as_ref()) {
             Ok(child) => {
                 tracing::info!(vm = %self.cfg.name, pid = child.id(), "worker started");
                 self.slot.set(Field::Pid, child.id().into());
@@ -196,6 +214,8 @@ struct StatusSource {
     stats: Arc<StatsFile>,
     sched: Option<SchedHandle>,
     started: Instant,
+    /// QEMU VMs' configuration and state, by VM index.
+    qemu: Vec<Option<(VmConfig, Arc<QemuState>)>>,
 }
 
 impl StatusSource {
@@ -239,6 +259,7 @@ impl StatusSource {
                         cosched_wakes: v.cosched_wakes,
                         overruns: v.overruns,
                     }),
+                    qemu: self.qemu[i].as_ref().and_then(|(cfg, q)| q.status(cfg)),
                 }
             })
             .collect();
@@ -358,28 +379,50 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
 
     let mut vms = Vec::with_capacity(cfg.vms.len());
     for (i, v) in cfg.vms.iter().enumerate() {
-        if v.region_path.exists() {
-            tracing::warn!(vm = %v.name, region = %v.region_path.display(), "replacing an existing file at the region path");
-        }
-        let region = HostRegion::create(&v.region_path, &v.region)
-            .with_context(|| format!("vm {:?}: creating its region", v.name))?;
-        if v.guest == crate::config::GuestKind::Qemu {
-            // QEMU maps the file as a PCI BAR, whose size is a power of two.
-            fairgpu_qemu::grow_to_bar_size(&v.region_path)
-                .with_context(|| format!("vm {:?}: sizing its region for ivshmem", v.name))?;
-        }
+        let qemu = v.qemu.as_ref().map(|_| Arc::new(QemuState::default()));
+        let (region, doorbell) = match &qemu {
+            Some(state) if v.doorbell().is_some() => {
+                let (region, d) = Doorbell::start(v, state.clone())
+                    .with_context(|| format!("vm {:?}: its ivshmem-doorbell device", v.name))?;
+                (region, Some(d))
+            }
+            _ => {
+                if v.region_path.exists() {
+                    tracing::warn!(vm = %v.name, region = %v.region_path.display(), "replacing an existing file at the region path");
+                }
+                let region = HostRegion::create(&v.region_path, &v.region)
+                    .with_context(|| format!("vm {:?}: creating its region", v.name))?;
+                if v.guest == crate::config::GuestKind::Qemu {
+                    // QEMU maps the file as a PCI BAR, whose size is a power of two.
+                    fairgpu_qemu::grow_to_bar_size(&v.region_path).with_context(|| {
+                        format!("vm {:?}: sizing its region for ivshmem", v.name)
+                    })?;
+                }
+                (region, None)
+            }
+        };
         let slot = stats.slot(i).expect("one slot per VM");
         slot.set(Field::ChannelsTotal, v.region.channels.into());
         slot.set(Field::MemQuota, v.memory);
-        tracing::info!(
-            vm = %v.name,
-            weight = v.weight,
-            memory = %crate::config::format_size(v.memory),
-            region = %v.region_path.display(),
-            channels = v.region.channels,
-            "region created; guests use FAIRGPU_REGION={}",
-            v.region_path.display()
-        );
+        if doorbell.is_some() {
+            tracing::info!(
+                vm = %v.name,
+                weight = v.weight,
+                memory = %crate::config::format_size(v.memory),
+                channels = v.region.channels,
+                "region created for the ivshmem-doorbell device"
+            );
+        } else {
+            tracing::info!(
+                vm = %v.name,
+                weight = v.weight,
+                memory = %crate::config::format_size(v.memory),
+                region = %v.region_path.display(),
+                channels = v.region.channels,
+                "region created; guests use FAIRGPU_REGION={}",
+                v.region_path.display()
+            );
+        }
         vms.push(Vm {
             index: i,
             cfg: v.clone(),
@@ -389,8 +432,30 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
             started: Instant::now(),
             backoff: BACKOFF_MIN,
             restart_at: None,
+            qemu,
+            doorbell,
         });
     }
+
+    // The QMP thread, for every QEMU VM with a QMP socket.
+    let watches: Vec<Watch> = vms
+        .iter()
+        .filter_map(|vm| {
+            let q = vm.cfg.qemu.as_ref()?;
+            Some(Watch {
+                name: vm.cfg.name.clone(),
+                vm: vm.index,
+                qmp: q.qmp.clone()?,
+                nudge: q.nudge,
+                state: vm.qemu.clone()?,
+            })
+        })
+        .collect();
+    let mut qmp_watcher = if watches.is_empty() {
+        None
+    } else {
+        Some(QmpWatcher::start(watches).context("starting the QMP thread")?)
+    };
 
     let sched_cfg = cfg.daemon.sched;
     let scheduler = match (&grants_file, crate::sched::build_policy(&sched_cfg)) {
@@ -402,7 +467,7 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
                 cfg.vms.iter().map(|v| v.name.clone()).collect(),
                 &cfg.vms.iter().map(|v| v.weight).collect::<Vec<_>>(),
                 regions.clone(),
-                Box::new(LocalCoordinator::new(regions)),
+                Box::new(coordinator(&vms, regions, qmp_watcher.as_ref())),
             )
             .context("registering the VMs with the scheduling policy")?;
             Some(s)
@@ -446,6 +511,10 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
         stats: stats.clone(),
         sched,
         started: Instant::now(),
+        qemu: vms
+            .iter()
+            .map(|vm| vm.qemu.clone().map(|q| (vm.cfg.clone(), q)))
+            .collect(),
     };
     let control_thread = {
         let shutdown = shutdown.clone();
@@ -492,6 +561,15 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
 
     tracing::info!("shutting down");
     stop_workers(&mut vms);
+    // After the workers: their last wakes of guests still reach the VMs.
+    for vm in &mut vms {
+        if let Some(d) = &mut vm.doorbell {
+            d.stop();
+        }
+    }
+    if let Some(w) = &mut qmp_watcher {
+        w.stop();
+    }
     // The accept loop sees the flag within its poll interval.
     shutdown.store(true, Ordering::Relaxed);
     let _ = control_thread.join();
@@ -505,6 +583,27 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
     drop(sim_guard);
     tracing::info!("shut down");
     Ok(())
+}
+
+/// The CPU coordinator: QEMU VMs by interrupt (and nudge, where asked
+/// for), local VMs by their futex words.
+fn coordinator(
+    vms: &[Vm],
+    regions: Vec<crate::host::RegionBells>,
+    qmp: Option<&QmpWatcher>,
+) -> Coordinator {
+    let targets = vms
+        .iter()
+        .zip(regions)
+        .map(|(vm, bells)| match &vm.cfg.qemu {
+            None => Target::Local(bells),
+            Some(q) => Target::Qemu {
+                bells,
+                nudge: qmp.filter(|_| q.nudge).map(|w| w.nudger(vm.index)),
+            },
+        })
+        .collect();
+    Coordinator::new(targets)
 }
 
 /// SIGTERM every worker, wait up to [`STOP_TIMEOUT`], SIGKILL the rest.

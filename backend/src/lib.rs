@@ -34,6 +34,7 @@ pub mod gpu_check;
 pub mod grants;
 pub mod host;
 pub mod process;
+pub mod qemu;
 pub mod sched;
 pub mod stats;
 pub mod top;

@@ -28,7 +28,7 @@ use crate::config::{Config, ExecutorChoice, VmConfig};
 use crate::cuda_ops::CudaOps;
 use crate::executor::GpuExecutor;
 use crate::grants::GrantFile;
-use crate::host::{Answer, ArenaSlice, ChannelStats, Handler, HostRegion, ServeConfig, Server};
+use crate::host::{Answer, ArenaSlice, ChannelStats, Handler, ServeConfig, Server};
 use crate::stats::{Field, Slot, StatsFile, WorkerState};
 
 /// What the daemon tells a worker.
@@ -58,6 +58,9 @@ pub struct WorkerArgs {
     /// The daemon's grant file, when a scheduling policy is configured.
     #[arg(long)]
     pub grants: Option<PathBuf>,
+    /// An ivshmem-doorbell VM's inherited region and wake relay.
+    #[command(flatten)]
+    pub ivshmem: crate::qemu::WorkerFds,
 }
 
 /// The worker's request handler: the CUDA driver API, which also serves
@@ -114,7 +117,7 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<()> {
         .with_context(|| format!("no vm {:?} in {}", args.vm, args.config.display()))?;
     let stats = StatsFile::open(&args.stats, cfg.vms.len())?;
     let slot = stats.slot(index).context("stats slot")?;
-    let region = HostRegion::attach(&vm.region_path, &vm.region)?;
+    let region = args.ivshmem.attach(vm)?;
     let executor = executor_for(args, &cfg)?;
     let ops = handler_for(executor, vm);
     let sched = &cfg.daemon.sched;

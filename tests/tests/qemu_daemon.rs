@@ -1,0 +1,260 @@
+//! `fairgpu serve` as the ivshmem server of a VM with an `ivshmem-doorbell`
+//! device, and its QMP side: QEMU (TCG) boots the guest image with the
+//! options `fairgpu qemu-args` prints, the guest's `fairgpu ping` runs over
+//! the daemon's memfd region, and `fairgpu status --json` reports the
+//! peer, the doorbells and the vCPU threads.
+//!
+//! Needs `qemu-system-x86_64` and the image in `target/guest-image` (or
+//! `FAIRGPU_GUEST_IMAGE`); without them the tests are skipped unless
+//! `FAIRGPU_REQUIRE_QEMU` is set.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use fairgpu::qemu::QemuStatus;
+use fairgpu_tests::qemu::{image, take_turn, Guest, GuestOptions, Image, Overlay};
+use fairgpu_tests::{
+    fairgpu_bin, run_command, status, vm, wait_for_status, DaemonProcess, TempDir,
+};
+
+/// Boot, run and power-off of one guest, at most.
+const GUEST_TIMEOUT: Duration = Duration::from_secs(90);
+/// What `fairgpu ping` prints once its round trips and bulk copy are done.
+const VERIFIED: &str = "verified";
+
+/// A daemon with one `guest = "qemu"` VM "vm1" whose `[vm.ivshmem]` has
+/// the lines `ivshmem` returns for the test's directory.
+struct Setup {
+    dir: TempDir,
+    config: PathBuf,
+    daemon: DaemonProcess,
+}
+
+impl Setup {
+    fn start(test: &str, ivshmem: impl FnOnce(&TempDir) -> String) -> Setup {
+        let dir = TempDir::new(test);
+        let ivshmem = ivshmem(&dir);
+        let socket = dir.join("control.sock");
+        let config = dir.join("fairgpu.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[daemon]\ncontrol_socket = {:?}\nexecutor = \"sim\"\nstate_dir = {:?}\n\n\
+                 [[vm]]\nname = \"vm1\"\nmemory = \"64MiB\"\nchannels = 2\nguest = \"qemu\"\n\
+                 [vm.ivshmem]\n{ivshmem}\n",
+                socket.display().to_string(),
+                dir.path().display().to_string(),
+            ),
+        )
+        .expect("writing the configuration");
+        let daemon = DaemonProcess::start(&config, &socket, &[]);
+        Setup {
+            dir,
+            config,
+            daemon,
+        }
+    }
+
+    /// The QEMU options `fairgpu qemu-args vm1` prints.
+    fn qemu_args(&self) -> Vec<String> {
+        let out = run_command(
+            Command::new(fairgpu_bin())
+                .args(["qemu-args", "vm1", "--config"])
+                .arg(&self.config),
+            Duration::from_secs(30),
+        );
+        assert!(
+            out.status.success(),
+            "qemu-args: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The temporary paths need no shell quoting.
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Boots a guest running `run` as its /guest/run script.
+    fn boot(&self, name: &str, img: &Image, run: &str) -> Guest {
+        let initrd = self.dir.join(&format!("{name}-initrd"));
+        let mut overlay = Overlay::new();
+        overlay.add_stripped("/bin/fairgpu", &fairgpu_bin()).add(
+            "/guest/run",
+            0o755,
+            run.as_bytes().to_vec(),
+        );
+        // The image's libraries may be older than what the binary just
+        // built needs: bring the host's.
+        overlay.add_libraries(&fairgpu_bin(), None, "/usr/local/lib/fairgpu");
+        overlay.write(&img.initrd, &initrd);
+        Guest::boot(
+            name,
+            img,
+            &initrd,
+            &self.qemu_args(),
+            &GuestOptions::default(),
+        )
+    }
+
+    /// vm1's QEMU status.
+    fn qemu(&self) -> QemuStatus {
+        vm(&status(&self.daemon), "vm1")
+            .qemu
+            .clone()
+            .expect("a QEMU VM has a qemu status")
+    }
+
+    /// Waits until vm1's QEMU status satisfies `f`.
+    fn wait_qemu(&self, what: &str, f: impl Fn(&QemuStatus) -> bool) -> QemuStatus {
+        let s = wait_for_status(&self.daemon, what, |s| {
+            vm(s, "vm1").qemu.as_ref().is_some_and(&f)
+        });
+        vm(&s, "vm1").qemu.clone().expect("qemu status")
+    }
+}
+
+/// `fairgpu status --json` through the CLI, as an operator reads it.
+fn status_json(config: &Path) -> serde_json::Value {
+    let out = run_command(
+        Command::new(fairgpu_bin())
+            .args(["status", "--json", "--config"])
+            .arg(config),
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "fairgpu status --json failed");
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
+fn assert_pinged(out: &str) {
+    assert!(
+        out.lines()
+            .any(|l| l.contains("round trips") && l.contains(VERIFIED)),
+        "the guest's ping did not finish:\n{out}"
+    );
+}
+
+#[test]
+fn a_doorbell_vm_served_by_the_daemon_pings_and_boots_again() {
+    let Some(img) = image() else { return };
+    let _turn = take_turn();
+    let setup = Setup::start("qemu_daemon-doorbell", |_| "device = \"doorbell\"".into());
+    let args = setup.qemu_args().join(" ");
+    assert!(
+        args.contains("-device ivshmem-doorbell,chardev=fairgpu-vm1,vectors=2")
+            && args.contains(&format!(
+                "-chardev socket,id=fairgpu-vm1,path={}",
+                setup.dir.join("vm1.ivshmem.sock").display()
+            )),
+        "{args}"
+    );
+    let before = setup.qemu();
+    assert!(before.memfd && before.peers.is_empty(), "{before:?}");
+
+    // First boot: a ping to the end, then a second ping that still holds
+    // its channel when the VM powers off.
+    let guest = setup.boot(
+        "first",
+        &img,
+        "#!/bin/sh\nunset FAIRGPU_REGION\nfairgpu ping --count 300 || exit 1\n\
+         fairgpu ping --count 100000000 >/dev/null 2>&1 &\nsleep 3\n",
+    );
+    let connected = setup.wait_qemu("QEMU connected", |q| q.peers.len() == 1);
+    assert_eq!(connected.connects, 1);
+    let json = status_json(&setup.config);
+    let peers = &json["vms"][0]["qemu"]["peers"];
+    assert_eq!(peers.as_array().map(Vec::len), Some(1), "{json:#}");
+    let done = guest.finish(GUEST_TIMEOUT);
+    eprintln!("first boot took {:.1?}:\n{}", done.took, done.output);
+    done.assert_run_succeeded();
+    assert_pinged(&done.output);
+
+    // QEMU is gone: the daemon noticed, released the channel the guest
+    // left claimed, and counted the guest's doorbell rings.
+    let gone = setup.wait_qemu("QEMU gone and its channel released", |q| {
+        q.peers.is_empty() && q.disconnects == 1 && q.channels_released >= 1
+    });
+    eprintln!("after the first boot: {gone:?}");
+    assert!(
+        gone.doorbells > 0,
+        "the guest never rang the host: {gone:?}"
+    );
+    // The worker saw the release (it publishes its counts every tick).
+    let s = wait_for_status(&setup.daemon, "the released channel free", |s| {
+        vm(s, "vm1").channels_used == 0
+    });
+    assert_eq!(
+        vm(&s, "vm1").restarts,
+        0,
+        "a VM leaving is not a worker crash"
+    );
+
+    // The VM boots again against the same daemon and socket.
+    let guest = setup.boot(
+        "second",
+        &img,
+        "#!/bin/sh\nunset FAIRGPU_REGION\nfairgpu ping --count 300\n",
+    );
+    let done = guest.finish(GUEST_TIMEOUT);
+    eprintln!("second boot took {:.1?}:\n{}", done.took, done.output);
+    done.assert_run_succeeded();
+    assert_pinged(&done.output);
+    let after = setup.wait_qemu("the second QEMU gone", |q| {
+        q.peers.is_empty() && q.connects == 2 && q.disconnects == 2
+    });
+    assert!(after.doorbells > gone.doorbells, "{after:?}");
+}
+
+#[test]
+fn the_daemon_reads_the_vcpu_threads_through_qmp() {
+    let Some(img) = image() else { return };
+    let _turn = take_turn();
+    let setup = Setup::start("qemu_daemon-qmp", |dir| {
+        format!(
+            "device = \"doorbell\"\nqmp = {:?}\nnudge = true",
+            dir.join("vm1.qmp").display().to_string()
+        )
+    });
+    let qmp = setup.dir.join("vm1.qmp");
+    let args = setup.qemu_args().join(" ");
+    assert!(
+        args.contains(&format!("-qmp unix:{},server=on,wait=off", qmp.display())),
+        "{args}"
+    );
+    let q = setup.qemu();
+    assert!(!q.qmp_connected && q.vcpu_threads.is_empty(), "{q:?}");
+
+    let guest = setup.boot(
+        "qmp",
+        &img,
+        "#!/bin/sh\nunset FAIRGPU_REGION\nfairgpu ping --count 2000\nsleep 2\n",
+    );
+    let q = setup.wait_qemu("the vCPU threads through QMP", |q| {
+        q.qmp_connected && !q.vcpu_threads.is_empty()
+    });
+    // Every id is a thread of the QEMU process.
+    for tid in &q.vcpu_threads {
+        let status = std::fs::read_to_string(format!("/proc/{tid}/status"))
+            .unwrap_or_else(|e| panic!("vCPU thread {tid}: {e}"));
+        let tgid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))
+            .map(str::trim)
+            .expect("a Tgid line");
+        let comm = std::fs::read_to_string(format!("/proc/{tgid}/comm")).unwrap_or_default();
+        assert!(
+            comm.starts_with("qemu-system"),
+            "thread {tid} belongs to {comm:?}"
+        );
+    }
+    let done = guest.finish(GUEST_TIMEOUT);
+    eprintln!("guest took {:.1?}:\n{}", done.took, done.output);
+    done.assert_run_succeeded();
+    assert_pinged(&done.output);
+    // QEMU's exit is noticed: the cached ids are dropped.
+    let q = setup.wait_qemu("QMP lost", |q| {
+        !q.qmp_connected && q.vcpu_threads.is_empty()
+    });
+    eprintln!("after the guest: {q:?}");
+}
