@@ -447,6 +447,7 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
                 vm: vm.index,
                 qmp: q.qmp.clone()?,
                 nudge: q.nudge,
+                hold: crate::qemu::coord::NUDGE_HOLD,
                 state: vm.qemu.clone()?,
             })
         })

@@ -126,6 +126,8 @@ pub struct Watch {
     pub qmp: PathBuf,
     /// Whether nudges are applied.
     pub nudge: bool,
+    /// How long a nudge lasts ([`NUDGE_HOLD`] in the daemon).
+    pub hold: Duration,
     /// Where the vCPU thread ids and counters go.
     pub state: Arc<QemuState>,
 }
@@ -342,7 +344,7 @@ impl Watched {
         // Relaxed: a monitoring counter.
         self.watch.state.nudges.fetch_add(1, Ordering::Relaxed);
         if let Some(b) = &mut self.boost {
-            b.until = now + NUDGE_HOLD;
+            b.until = now + self.watch.hold;
             return;
         }
         let mut saved = Vec::new();
@@ -373,7 +375,7 @@ impl Watched {
             }
         }
         self.boost = Some(Boost {
-            until: now + NUDGE_HOLD,
+            until: now + self.watch.hold,
             saved,
         });
         if self.nudge_refused {
@@ -402,4 +404,235 @@ fn chain(e: &dyn std::error::Error) -> String {
         src = inner.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixListener;
+    use std::sync::Mutex;
+
+    use fairgpu_protocol::layout::{RegionConfig, CH_GUEST_SLEEPING};
+
+    use crate::host::HostRegion;
+
+    fn temp(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("fairgpu-coord-{}-{name}", std::process::id()))
+    }
+
+    /// A QMP server answering `query-cpus-fast` with `tids`, one client at
+    /// a time, until dropped (which closes the client and the socket).
+    struct FakeQmp {
+        path: PathBuf,
+        stop: Arc<AtomicBool>,
+        thread: Option<JoinHandle<()>>,
+        connections: Arc<Mutex<u32>>,
+    }
+
+    impl FakeQmp {
+        fn start(path: &std::path::Path, tids: Vec<i64>) -> FakeQmp {
+            let _ = std::fs::remove_file(path);
+            let listener = UnixListener::bind(path).unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let stop = Arc::new(AtomicBool::new(false));
+            let connections = Arc::new(Mutex::new(0));
+            let thread = {
+                let (stop, connections) = (stop.clone(), connections.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let Ok((s, _)) = listener.accept() else {
+                            std::thread::sleep(Duration::from_millis(5));
+                            continue;
+                        };
+                        *connections.lock().unwrap() += 1;
+                        s.set_nonblocking(false).unwrap();
+                        s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+                        let mut w = s.try_clone().unwrap();
+                        let _ =
+                            w.write_all(b"{\"QMP\": {\"version\": {}, \"capabilities\": []}}\n");
+                        let mut r = BufReader::new(s);
+                        let cpus: Vec<String> = tids
+                            .iter()
+                            .enumerate()
+                            .map(|(i, t)| format!("{{\"cpu-index\": {i}, \"thread-id\": {t}}}"))
+                            .collect();
+                        let mut line = String::new();
+                        while !stop.load(Ordering::Relaxed) {
+                            line.clear();
+                            match r.read_line(&mut line) {
+                                Ok(0) => break,
+                                Ok(_) => {}
+                                Err(_) => continue,
+                            }
+                            let reply = if line.contains("query-cpus-fast") {
+                                format!("{{\"return\": [{}]}}\n", cpus.join(", "))
+                            } else {
+                                "{\"return\": {}}\n".into()
+                            };
+                            if w.write_all(reply.as_bytes()).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                })
+            };
+            FakeQmp {
+                path: path.to_owned(),
+                stop,
+                thread: Some(thread),
+                connections,
+            }
+        }
+    }
+
+    impl Drop for FakeQmp {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::Relaxed);
+            if let Some(t) = self.thread.take() {
+                t.join().unwrap();
+            }
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    fn wait(what: &str, f: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn watch(path: &std::path::Path, nudge: bool, state: &Arc<QemuState>) -> Watch {
+        Watch {
+            name: "vm1".into(),
+            vm: 0,
+            qmp: path.to_owned(),
+            nudge,
+            hold: Duration::from_secs(3600),
+            state: state.clone(),
+        }
+    }
+
+    #[test]
+    fn the_qmp_thread_follows_qemu_coming_and_going() {
+        let path = temp("qmp-follow.sock");
+        let state = Arc::new(QemuState::default());
+        // QEMU is not running yet: the thread waits with a backoff.
+        let mut watcher = QmpWatcher::start(vec![watch(&path, false, &state)]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!state.qmp_connected.load(Ordering::Relaxed));
+        let qemu = FakeQmp::start(&path, vec![101, 102]);
+        wait("the vCPU threads", || state.vcpu_threads() == [101, 102]);
+        assert!(state.qmp_connected.load(Ordering::Relaxed));
+        // QEMU exits: the ids are forgotten.
+        drop(qemu);
+        wait("the loss of QMP", || {
+            !state.qmp_connected.load(Ordering::Relaxed) && state.vcpu_threads().is_empty()
+        });
+        // A new QEMU with other threads is found again.
+        let qemu = FakeQmp::start(&path, vec![201]);
+        wait("the new vCPU threads", || state.vcpu_threads() == [201]);
+        assert_eq!(*qemu.connections.lock().unwrap(), 1);
+        watcher.stop();
+    }
+
+    /// A thread that idles until told to stop, and its tid.
+    fn idle_thread() -> (i32, Arc<AtomicBool>, JoinHandle<()>) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = stop.clone();
+        let h = std::thread::spawn(move || {
+            tx.send(fairgpu_qemu::os::gettid()).unwrap();
+            while !s.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        (rx.recv().unwrap(), stop, h)
+    }
+
+    #[test]
+    fn nudges_boost_the_vcpu_threads_and_are_undone() {
+        let path = temp("qmp-nudge.sock");
+        let (tid, stop, h) = idle_thread();
+        let nice = || fairgpu_qemu::os::get_nice(tid).unwrap();
+        // Lower than where it starts, so that a boost is possible at all.
+        fairgpu_qemu::os::set_nice(tid, 10).unwrap();
+        // Whether this process may lower a nice value (CAP_SYS_NICE).
+        let capable = fairgpu_qemu::os::set_nice(tid, 9).is_ok();
+        let start = nice();
+        let _qemu = FakeQmp::start(&path, vec![tid.into(), 999_999_999]);
+        let state = Arc::new(QemuState::default());
+        let mut watcher = QmpWatcher::start(vec![watch(&path, true, &state)]).unwrap();
+        wait("the vCPU threads", || !state.vcpu_threads().is_empty());
+        // The scheduler's side: never blocks, counted by the QMP thread.
+        watcher.nudger(0).nudge();
+        wait("the nudge", || state.nudges() == 1);
+        if capable {
+            wait("the boost", || nice() == start - NUDGE_NICE);
+        } else {
+            // Refused: logged once, the thread is left alone, later nudges
+            // are not even tried.
+            assert_eq!(nice(), start);
+            watcher.nudger(0).nudge();
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(state.nudges(), 1);
+        }
+        // Stopping undoes the boost (so would its hold running out).
+        watcher.stop();
+        assert_eq!(nice(), start);
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn the_coordinator_wakes_sleeping_guests_by_vm() {
+        let cfg = RegionConfig {
+            channels: 2,
+            ring_entries: 8,
+            arena_size: 64 * 1024,
+            features: 0,
+        };
+        let local_path = temp("local");
+        let vm_path = temp("vm");
+        let local = HostRegion::create(&local_path, &cfg).unwrap();
+        let notified = Arc::new(Mutex::new(Vec::new()));
+        let n = notified.clone();
+        let vm = HostRegion::create(&vm_path, &cfg)
+            .unwrap()
+            .with_guest_notifier(Arc::new(move |ch| n.lock().unwrap().push(ch)));
+        let sleep = |r: &HostRegion, ch: u32| {
+            let offs = r.layout().channel(ch).unwrap();
+            r.view()
+                .atomic_u32(offs.at(CH_GUEST_SLEEPING))
+                .unwrap()
+                .store(1, Ordering::SeqCst);
+        };
+        let (tx, rx) = sync_channel(4);
+        let coord = Coordinator::new(vec![
+            Target::Local(local.bells()),
+            Target::Qemu {
+                bells: vm.bells(),
+                nudge: Some(Nudger { vm: 1, tx }),
+            },
+        ]);
+        assert_eq!(coord.wake_vcpu(1), 0, "nobody sleeps");
+        assert_eq!(rx.try_recv(), Ok(1), "the nudge is asked for anyway");
+        sleep(&vm, 1);
+        sleep(&local, 0);
+        assert_eq!(coord.wake_vcpu(1), 1);
+        assert_eq!(
+            *notified.lock().unwrap(),
+            [1],
+            "the VM's guest is interrupted"
+        );
+        assert_eq!(coord.wake_vcpu(0), 1);
+        assert_eq!(
+            notified.lock().unwrap().len(),
+            1,
+            "local wakes need no interrupt"
+        );
+        assert_eq!(coord.wake_vcpu(7), 0);
+    }
 }
