@@ -290,3 +290,77 @@ pub fn device_spec(vm: &VmConfig, qmp: Option<&Path>) -> anyhow::Result<fairgpu_
         None => spec,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    fn config(ivshmem: &str) -> crate::config::Config {
+        crate::config::Config::parse(
+            &format!(
+                "[daemon]\ncontrol_socket = \"/run/f/control.sock\"\n[[vm]]\nname = \"vm1\"\nmemory = 1\n\
+                 region = \"/dev/shm/r1\"\nguest = \"qemu\"\n{ivshmem}\n[[vm]]\nname = \"local\"\nmemory = 1\nregion = \"/dev/shm/r2\"\n"
+            ),
+            Path::new("test.toml"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn device_specs_follow_the_configuration() {
+        let c = config("");
+        let spec = device_spec(&c.vms[0], None).unwrap();
+        assert!(matches!(spec.device(), fairgpu_qemu::Device::Plain { .. }));
+        let args = fairgpu_qemu::qemu_args(&spec).join(" ");
+        assert!(!args.contains("-qmp"), "{args}");
+        let args =
+            fairgpu_qemu::qemu_args(&device_spec(&c.vms[0], Some(Path::new("/run/q"))).unwrap())
+                .join(" ");
+        assert!(
+            args.contains("-qmp unix:/run/q,server=on,wait=off"),
+            "{args}"
+        );
+
+        let c = config("[vm.ivshmem]\ndevice = \"doorbell\"\nvectors = 3\nqmp = \"/run/f/q\"");
+        let args = fairgpu_qemu::qemu_args(&device_spec(&c.vms[0], None).unwrap()).join(" ");
+        assert_eq!(
+            args,
+            "-chardev socket,id=fairgpu-vm1,path=/run/f/vm1.ivshmem.sock \
+             -device ivshmem-doorbell,chardev=fairgpu-vm1,vectors=3 \
+             -qmp unix:/run/f/q,server=on,wait=off"
+        );
+        let e = device_spec(&c.vms[1], None).unwrap_err().to_string();
+        assert!(e.contains("guest = \"qemu\""), "{e}");
+    }
+
+    #[test]
+    fn a_worker_refuses_descriptors_that_are_not_what_the_daemon_passes() {
+        let doorbell = config("[vm.ivshmem]\ndevice = \"doorbell\"");
+        let vm = &doorbell.vms[0];
+        let fds = |r, w| WorkerFds {
+            region_fd: r,
+            wake_fd: w,
+        };
+        let e = fds(None, None).attach(vm).unwrap_err().to_string();
+        assert!(e.contains("--region-fd"), "{e}");
+        let e = fds(Some(5), Some(5)).attach(vm).unwrap_err().to_string();
+        assert!(e.contains("two different"), "{e}");
+        // A regular file is no eventfd: refused, and left open.
+        let file = std::fs::File::open("/proc/self/status").unwrap();
+        let memory = fairgpu_qemu::SharedMemory::memfd("t", 1 << 20).unwrap();
+        use std::os::fd::AsFd;
+        let (m, f) = (memory.as_fd().as_raw_fd(), file.as_raw_fd());
+        let e = format!("{:#}", fds(Some(m), Some(f)).attach(vm).unwrap_err());
+        assert!(e.contains("not anon_inode:[eventfd]"), "{e}");
+        assert!(file.metadata().is_ok(), "the descriptor is still open");
+        // Descriptors for a VM without a doorbell device are refused too.
+        let plain = config("");
+        let wake = EventFd::new().unwrap();
+        let e = fds(Some(m), Some(wake.as_fd().as_raw_fd()))
+            .attach(&plain.vms[0])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no ivshmem-doorbell device"), "{e}");
+    }
+}
