@@ -44,6 +44,87 @@ const MEM_QUALS: &[&str] = &[
     "L2::256B",
 ];
 
+/// Opcodes [`FuncParser::decode`] knows; the operands of any other are
+/// skipped unparsed.
+pub(crate) fn known(opcode: &str) -> bool {
+    let base = opcode.split('.').next().unwrap_or("");
+    matches!(
+        base,
+        "mov"
+            | "ld"
+            | "ldu"
+            | "st"
+            | "cvta"
+            | "isspacep"
+            | "add"
+            | "sub"
+            | "addc"
+            | "subc"
+            | "mul"
+            | "mul24"
+            | "mad"
+            | "mad24"
+            | "madc"
+            | "fma"
+            | "div"
+            | "rem"
+            | "min"
+            | "max"
+            | "and"
+            | "or"
+            | "xor"
+            | "shl"
+            | "shr"
+            | "not"
+            | "cnot"
+            | "popc"
+            | "clz"
+            | "brev"
+            | "bfind"
+            | "abs"
+            | "neg"
+            | "sad"
+            | "bfe"
+            | "bfi"
+            | "prmt"
+            | "lop3"
+            | "shf"
+            | "setp"
+            | "selp"
+            | "slct"
+            | "testp"
+            | "copysign"
+            | "rcp"
+            | "sqrt"
+            | "rsqrt"
+            | "sin"
+            | "cos"
+            | "lg2"
+            | "ex2"
+            | "tanh"
+            | "cvt"
+            | "bra"
+            | "ret"
+            | "exit"
+            | "bar"
+            | "barrier"
+            | "membar"
+            | "fence"
+            | "nanosleep"
+            | "prefetch"
+            | "prefetchu"
+            | "pmevent"
+            | "trap"
+            | "brkpt"
+            | "shfl"
+            | "vote"
+            | "activemask"
+            | "redux"
+            | "atom"
+            | "red"
+    )
+}
+
 struct Mods<'a> {
     parts: Vec<&'a str>,
     used: Vec<bool>,
@@ -904,6 +985,10 @@ impl FuncParser<'_> {
                 };
                 if irnd.is_some() && !matches!(kind, CvtKind::FloatInt(_) | CvtKind::FloatRound(_))
                 {
+                    return Err(unsup());
+                }
+                // Conversions the interpreter cannot round exactly.
+                if crate::exec::cvt(kind, dty, sty, sat, ftz, 0).is_none() {
                     return Err(unsup());
                 }
                 want(2)?;

@@ -1631,7 +1631,7 @@ fn float_in(sty: Ty, ftz: bool, x: u64) -> f64 {
     }
 }
 
-fn cvt(kind: CvtKind, dty: Ty, sty: Ty, sat: bool, ftz: bool, x: u64) -> Option<u64> {
+pub(crate) fn cvt(kind: CvtKind, dty: Ty, sty: Ty, sat: bool, ftz: bool, x: u64) -> Option<u64> {
     let dbits = dty.bits();
     Some(match kind {
         CvtKind::IntInt => {
@@ -1673,13 +1673,8 @@ fn cvt(kind: CvtKind, dty: Ty, sty: Ty, sat: bool, ftz: bool, x: u64) -> Option<
                     u64::from(v.to_bits())
                 }
                 Ty::F64 => int_to_float(neg, mag, rnd, 53).to_bits(),
-                Ty::BF16 => {
-                    let v = int_to_float(neg, mag, rnd, 8);
-                    if v.abs() > f64::from(f32::MAX) {
-                        return None;
-                    }
-                    u64::from(f32_to_bf16(v as f32))
-                }
+                // Exact in f32: at most 8 significant bits below 2^64.
+                Ty::BF16 => u64::from(f32_to_bf16(int_to_float(neg, mag, rnd, 8) as f32)),
                 Ty::F16 if rnd == Rnd::Rn => {
                     u64::from(f32_to_f16(int_to_float(neg, mag, rnd, 11) as f32))
                 }

@@ -933,6 +933,15 @@ impl<'m> FuncParser<'m> {
             guard = Some(Guard { reg, neg });
         }
         let opcode = p.ident()?;
+        if !crate::decode::known(opcode) {
+            p.skip_statement()?;
+            self.f.insts.push(Inst {
+                guard,
+                op: Op::Unsupported(format!("{opcode} (line {line})")),
+                line,
+            });
+            return Ok(());
+        }
         // Operands, split at top-level commas.
         let mut ops: Vec<Opnd<'_>> = Vec::new();
         if !p.is_punct(';') {

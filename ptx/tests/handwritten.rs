@@ -1,0 +1,370 @@
+//! Hand-written PTX: each error the interpreter reports, and the semantics
+//! that nvcc's kernels above do not reach.
+
+#![allow(clippy::needless_range_loop)]
+
+mod common;
+
+use common::*;
+use fairgpu_ptx::{Error, Limits, Module, SHARED_WINDOW};
+
+const HEAD: &str = ".version 9.0\n.target sm_80\n.address_size 64\n";
+
+/// A kernel `k(.u64 out)` with `body`; `%rd1` holds `out` as a global
+/// address and `%r1` the thread's linear index.
+fn kernel_with(regs: &str, body: &str) -> Module {
+    let text = format!(
+        "{HEAD}.visible .entry k(.param .u64 k_param_0)\n{{\n\
+         .reg .pred %p<8>;\n.reg .b16 %rs<8>;\n.reg .b32 %r<32>;\n.reg .f32 %f<16>;\n\
+         .reg .b64 %rd<16>;\n.reg .f64 %fd<8>;\n{regs}\n\
+         ld.param.u64 %rd1, [k_param_0];\ncvta.to.global.u64 %rd1, %rd1;\n\
+         mov.u32 %r1, %tid.x;\nmul.wide.u32 %rd2, %r1, 4;\nadd.s64 %rd3, %rd1, %rd2;\n\
+         {body}\nret;\n}}\n"
+    );
+    Module::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// Runs `k` with `threads` threads in one block and `out` of `n` u32s.
+fn run_k(m: &Module, threads: u32, n: usize) -> (Result<fairgpu_ptx::RunStats, Error>, Vec<u32>) {
+    let mut mem = VecMemory::default();
+    let out = mem.alloc_u32(&vec![0; n]);
+    let mut g = m.globals();
+    let r = launch(
+        m,
+        &mut g,
+        "k",
+        dims([1, 1, 1], [threads, 1, 1], 0),
+        Params::new().ptr(out),
+        &mut mem,
+    );
+    (r, mem.u32s(out))
+}
+
+#[test]
+fn unsupported_instruction_is_named_when_reached() {
+    let m = kernel_with(
+        "",
+        "setp.eq.u32 %p1, %r1, 5;\n@!%p1 bra DONE;\n\
+         tex.2d.v4.f32.f32 {%f1, %f2, %f3, %f4}, [tex0, {%f5, %f6}];\nDONE:\n\
+         st.global.u32 [%rd3], 1;",
+    );
+    // Thread 5 reaches it.
+    let (r, _) = run_k(&m, 8, 8);
+    match r {
+        Err(Error::Unsupported { what }) => assert!(what.contains("tex.2d.v4.f32.f32"), "{what}"),
+        r => panic!("{r:?}"),
+    }
+    // With 4 threads nobody does, and the kernel runs.
+    let (r, out) = run_k(&m, 4, 4);
+    r.unwrap();
+    assert_eq!(out, [1; 4]);
+}
+
+#[test]
+fn unknown_modifiers_are_unsupported_not_ignored() {
+    for inst in [
+        "add.f16 %rs1, %rs2, %rs3;",
+        "ld.global.L2::cache_hint.u32 %r2, [%rd3], %rd4;",
+        "cvt.rz.f16.f32 %rs1, %f1;",
+        "mul.foo.s32 %r2, %r3, %r4;",
+        "call.uni foo, (%r1);",
+    ] {
+        let m = kernel_with("", inst);
+        match run_k(&m, 1, 1).0 {
+            Err(Error::Unsupported { what }) => {
+                let op = inst.split_whitespace().next().unwrap();
+                assert!(what.contains(op), "{what} names {op}");
+            }
+            r => panic!("{inst}: {r:?}"),
+        }
+    }
+}
+
+#[test]
+fn out_of_bounds_and_misaligned_accesses_fail() {
+    let cases = [
+        ("ld.global.u32 %r2, [%rd3+4096];", "global"),
+        ("st.global.u32 [0], %r1;", "global"),
+        ("ld.shared.u32 %r2, [s+1024];", "shared"),
+        ("st.shared.u32 [s+-4], %r2;", "shared"),
+        ("ld.local.u32 %r2, [l+16];", "local"),
+        ("ld.param.u64 %rd5, [k_param_0+8];", "param"),
+        ("ld.const.u32 %r2, [c+8];", "const"),
+    ];
+    for (inst, space) in cases {
+        let text = format!(
+            "{HEAD}.const .align 4 .b8 c[8];\n.visible .entry k(.param .u64 k_param_0)\n{{\n\
+             .reg .b32 %r<8>;\n.reg .b64 %rd<8>;\n.shared .align 4 .b8 s[1024];\n\
+             .local .align 4 .b8 l[16];\n\
+             ld.param.u64 %rd1, [k_param_0];\nmov.u32 %r1, %tid.x;\n\
+             mul.wide.u32 %rd2, %r1, 4;\nadd.s64 %rd3, %rd1, %rd2;\n{inst}\nret;\n}}\n"
+        );
+        let m = Module::parse(&text).unwrap();
+        match run_k(&m, 4, 4).0 {
+            Err(Error::OutOfBounds { space: s, .. }) => assert_eq!(s, space, "{inst}"),
+            r => panic!("{inst}: {r:?}"),
+        }
+    }
+    let m = kernel_with(".shared .align 4 .b8 s[64];", "ld.shared.u32 %r2, [s+2];");
+    assert!(matches!(
+        run_k(&m, 1, 1).0,
+        Err(Error::Misaligned {
+            space: "shared",
+            ..
+        })
+    ));
+    let m = kernel_with("", "ld.global.v2.u32 {%r2, %r3}, [%rd1+4];");
+    assert!(matches!(
+        run_k(&m, 1, 2).0,
+        Err(Error::Misaligned {
+            space: "global",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn budget_stops_an_endless_loop() {
+    let m = kernel_with("", "LOOP:\nadd.s32 %r2, %r2, 1;\nbra.uni LOOP;");
+    let mut mem = VecMemory::default();
+    let out = mem.alloc_u32(&[0; 32]);
+    let lim = Limits {
+        max_instructions: 100_000,
+        ..Limits::default()
+    };
+    let r = m.run(
+        &mut m.globals(),
+        "k",
+        &dims([2, 1, 1], [32, 1, 1], 0),
+        &Params::new().ptr(out).0,
+        &mut mem,
+        &lim,
+    );
+    assert_eq!(r, Err(Error::Budget(100_000)));
+}
+
+#[test]
+fn barriers_that_cannot_complete_deadlock() {
+    // Half the threads wait at barrier 1, the other half at barrier 2.
+    let m = kernel_with(
+        "",
+        "setp.lt.u32 %p1, %r1, 16;\n@%p1 bra A;\nbar.sync 2;\nbra.uni B;\nA:\nbar.sync 1;\nB:\n\
+         st.global.u32 [%rd3], 1;",
+    );
+    assert_eq!(run_k(&m, 32, 32).0, Err(Error::Deadlock(0, 0, 0)));
+    // A thread count larger than the block.
+    let m = kernel_with("", "bar.sync 0, 64;\nst.global.u32 [%rd3], 1;");
+    assert_eq!(run_k(&m, 32, 32).0, Err(Error::Deadlock(0, 0, 0)));
+}
+
+#[test]
+fn exited_threads_count_as_arrived() {
+    // Threads 0..40 wait while 40..70 exit; the barrier completes.
+    let m = kernel_with(
+        ".shared .align 4 .b8 s[512];",
+        "setp.ge.u32 %p1, %r1, 40;\n@%p1 bra END;\nshl.b32 %r2, %r1, 2;\nmov.u32 %r3, s;\n\
+         add.s32 %r3, %r3, %r2;\nst.shared.u32 [%r3], %r1;\nbar.sync 0;\n\
+         sub.s32 %r4, 39, %r1;\nshl.b32 %r4, %r4, 2;\nmov.u32 %r5, s;\nadd.s32 %r5, %r5, %r4;\n\
+         ld.shared.u32 %r6, [%r5];\nst.global.u32 [%rd3], %r6;\nEND:",
+    );
+    let (r, out) = run_k(&m, 70, 70);
+    r.unwrap();
+    for i in 0..40 {
+        assert_eq!(out[i], 39 - i as u32);
+    }
+    assert!(out[40..].iter().all(|&v| v == 0));
+}
+
+#[test]
+fn named_barriers_with_arrive_order_producers_and_consumers() {
+    // Warp 0 produces into shared memory and arrives at barrier 1; warp 1
+    // waits there (64 threads), then reads.
+    let m = kernel_with(
+        ".shared .align 4 .b8 s[256];",
+        "and.b32 %r2, %r1, 31;\nshl.b32 %r2, %r2, 2;\nmov.u32 %r3, s;\nadd.s32 %r3, %r3, %r2;\n\
+         setp.ge.u32 %p1, %r1, 32;\n@%p1 bra CONSUME;\n\
+         mul.lo.u32 %r4, %r1, 3;\nst.shared.u32 [%r3], %r4;\nbar.arrive 1, 64;\nbra.uni END;\n\
+         CONSUME:\nbar.sync 1, 64;\nld.shared.u32 %r5, [%r3];\nst.global.u32 [%rd3], %r5;\nEND:",
+    );
+    let (r, out) = run_k(&m, 64, 64);
+    r.unwrap();
+    for i in 32..64 {
+        assert_eq!(out[i], (i as u32 - 32) * 3);
+    }
+}
+
+#[test]
+fn shuffles_wait_for_diverged_lanes_and_fail_if_they_never_come() {
+    // Lanes diverge, then reconverge at the shuffle.
+    let m = kernel_with(
+        "",
+        "setp.lt.u32 %p1, %r1, 10;\nmov.u32 %r2, 100;\n@%p1 bra SKIP;\nadd.s32 %r2, %r1, 1000;\n\
+         SKIP:\nshfl.sync.bfly.b32 %r3, %r2, 1, 31, -1;\nst.global.u32 [%rd3], %r3;",
+    );
+    let (r, out) = run_k(&m, 32, 32);
+    r.unwrap();
+    let v = |l: u32| if l < 10 { 100 } else { l + 1000 };
+    for l in 0..32u32 {
+        assert_eq!(out[l as usize], v(l ^ 1), "lane {l}");
+    }
+    // Lanes that wait at different shuffles never meet.
+    let m = kernel_with(
+        "",
+        "setp.lt.u32 %p1, %r1, 16;\n@%p1 bra A;\nshfl.sync.idx.b32 %r3, %r1, 0, 31, -1;\n\
+         bra.uni B;\nA:\nshfl.sync.idx.b32 %r3, %r1, 0, 31, -1;\nB:\nst.global.u32 [%rd3], %r3;",
+    );
+    match run_k(&m, 32, 32).0 {
+        Err(Error::Unsupported { what }) => assert!(what.contains("never"), "{what}"),
+        r => panic!("{r:?}"),
+    }
+    // A member mask of only the converged lanes is fine.
+    let m = kernel_with(
+        "",
+        "setp.lt.u32 %p1, %r1, 16;\n@%p1 bra A;\nshfl.sync.idx.b32 %r3, %r1, 16, 31, 0xffff0000;\n\
+         bra.uni B;\nA:\nshfl.sync.idx.b32 %r3, %r1, 0, 31, 0xffff;\nB:\nst.global.u32 [%rd3], %r3;",
+    );
+    let (r, out) = run_k(&m, 32, 32);
+    r.unwrap();
+    assert_eq!(&out[..16], [0; 16]);
+    assert_eq!(&out[16..], [16; 16]);
+}
+
+#[test]
+fn generic_addresses_reach_shared_and_local_memory() {
+    let m = kernel_with(
+        ".shared .align 8 .b8 s[256];\n.local .align 8 .b8 l[8];",
+        "mov.u64 %rd4, s;\ncvta.shared.u64 %rd5, %rd4;\nadd.s64 %rd5, %rd5, %rd2;\n\
+         st.u32 [%rd5], %r1;\nbar.sync 0;\nxor.b32 %r2, %r1, 1;\nmul.wide.u32 %rd6, %r2, 4;\n\
+         add.s64 %rd6, %rd6, %rd4;\nld.shared.u32 %r3, [%rd6];\n\
+         mov.u64 %rd7, l;\ncvta.local.u64 %rd8, %rd7;\nst.u32 [%rd8+4], %r3;\n\
+         ld.local.u32 %r4, [l+4];\ncvta.to.shared.u64 %rd9, %rd5;\nsub.s64 %rd9, %rd9, %rd4;\n\
+         cvt.u32.u64 %r5, %rd9;\nisspacep.shared %p1, %rd5;\nselp.u32 %r6, 1000, 0, %p1;\n\
+         add.s32 %r4, %r4, %r6;\nmul.lo.u32 %r5, %r5, 10000;\nadd.s32 %r4, %r4, %r5;\n\
+         st.global.u32 [%rd3], %r4;",
+    );
+    let (r, out) = run_k(&m, 64, 64);
+    r.unwrap();
+    for i in 0..64u32 {
+        assert_eq!(out[i as usize], (i ^ 1) + 1000 + i * 4 * 10000, "{i}");
+    }
+    // The shared window starts where the crate says.
+    let m = kernel_with(
+        ".shared .align 4 .b8 s[4];",
+        "mov.u64 %rd4, s;\ncvta.shared.u64 %rd5, %rd4;\nst.global.u64 [%rd1], %rd5;",
+    );
+    let (r, out) = run_k(&m, 1, 2);
+    r.unwrap();
+    assert_eq!(u64::from(out[0]) | u64::from(out[1]) << 32, SHARED_WINDOW);
+}
+
+#[test]
+fn trap_and_bad_launches() {
+    let m = kernel_with("", "trap;");
+    assert_eq!(run_k(&m, 1, 1).0, Err(Error::Trap));
+    let m = kernel_with("", "st.global.u32 [%rd3], 1;");
+    let mut mem = VecMemory::default();
+    let out = mem.alloc_u32(&[0; 4]);
+    let mut g = m.globals();
+    let p = Params::new().ptr(out);
+    let bad = |d, p: &[u8], mem: &mut VecMemory, g: &mut fairgpu_ptx::Globals| {
+        m.run(g, "k", &d, p, mem, &Limits::default())
+    };
+    for d in [
+        dims([1, 1, 1], [1025, 1, 1], 0),
+        dims([1, 1, 1], [0, 1, 1], 0),
+        dims([0, 1, 1], [1, 1, 1], 0),
+        dims([1, 1, 1], [32, 32, 2], 0),
+        dims([1, 1, 1], [1, 1, 1], 1 << 30),
+    ] {
+        assert!(
+            matches!(bad(d, &p.0, &mut mem, &mut g), Err(Error::BadLaunch(_))),
+            "{d:?}"
+        );
+    }
+    let d = dims([1, 1, 1], [1, 1, 1], 0);
+    assert!(matches!(
+        bad(d, &p.0[..4], &mut mem, &mut g),
+        Err(Error::BadLaunch(_))
+    ));
+    assert_eq!(
+        m.run(&mut g, "nope", &d, &p.0, &mut mem, &Limits::default()),
+        Err(Error::NoKernel("nope".into()))
+    );
+    let other = kernel("structarg");
+    assert!(matches!(
+        bad(d, &p.0, &mut mem, &mut other.globals()),
+        Err(Error::BadLaunch(_))
+    ));
+    let big_local = Limits {
+        max_local_bytes: 4,
+        ..Limits::default()
+    };
+    let m = kernel_with(".local .align 4 .b8 l[64];", "");
+    assert!(matches!(
+        m.run(&mut m.globals(), "k", &d, &p.0, &mut mem, &big_local),
+        Err(Error::BadLaunch(_))
+    ));
+}
+
+#[test]
+fn malformed_text_is_a_parse_error() {
+    for text in [
+        "garbage",
+        ".version 9.0 .visible .entry k( {",
+        ".visible .entry k() { add.s32 %r1, %r2, %r3; }",
+        ".visible .entry k() { .reg .b32 %r<2>; bra NOWHERE; }",
+        ".visible .entry k() { .reg .b32 %r<2>; ld.global.u32 %r1; }",
+        ".visible .entry k() { .reg .b32 %r<4000000000>; }",
+        ".global .b8 g[4] = {1, 2, 3, 4, 5};",
+    ] {
+        assert!(
+            matches!(Module::parse(text), Err(Error::Parse { .. })),
+            "{text}"
+        );
+    }
+    assert!(matches!(
+        Module::parse(".address_size 32"),
+        Err(Error::Unsupported { .. })
+    ));
+}
+
+#[test]
+fn predicates_selects_vectors_and_halves() {
+    let m = kernel_with(
+        "",
+        "setp.lt.u32 %p1, %r1, 3;\nsetp.gt.and.u32 %p2|%p3, %r1, 1, %p1;\n\
+         selp.u32 %r2, 1, 0, %p2;\nselp.u32 %r3, 2, 0, %p3;\nadd.s32 %r2, %r2, %r3;\n\
+         @!%p1 add.s32 %r2, %r2, 100;\n\
+         mov.b64 %rd4, {%r1, %r2};\nmov.b64 {%r4, %r5}, %rd4;\nsub.s32 %r5, %r5, %r4;\n\
+         cvt.rn.f32.u32 %f1, %r1;\nmul.f32 %f1, %f1, 0f3E800000;\ncvt.rn.f16.f32 %rs1, %f1;\n\
+         cvt.f32.f16 %f2, %rs1;\ncvt.rzi.u32.f32 %r6, %f2;\nmul.f32 %f3, %f2, 0f41200000;\n\
+         cvt.rni.u32.f32 %r7, %f3;\nshl.b32 %r7, %r7, 16;\nadd.s32 %r5, %r5, %r7;\n\
+         st.global.u32 [%rd3], %r5;",
+    );
+    let (r, out) = run_k(&m, 8, 8);
+    r.unwrap();
+    for i in 0..8u32 {
+        let p1 = i < 3;
+        let p2 = i > 1 && p1;
+        let p3 = i <= 1 && p1;
+        let v = u32::from(p2) + 2 * u32::from(p3) + if p1 { 0 } else { 100 };
+        let half = (i as f32 * 0.25 * 10.0).round_ties_even() as u32;
+        assert_eq!(
+            out[i as usize],
+            v.wrapping_sub(i).wrapping_add(half << 16),
+            "{i}"
+        );
+    }
+}
+
+#[test]
+fn clocks_advance() {
+    let m = kernel_with(
+        "",
+        "mov.u64 %rd4, %clock64;\nadd.s32 %r2, %r1, 1;\nmov.u64 %rd5, %clock64;\n\
+         setp.gt.u64 %p1, %rd5, %rd4;\nselp.u32 %r3, 1, 0, %p1;\nst.global.u32 [%rd3], %r3;",
+    );
+    let (r, out) = run_k(&m, 40, 40);
+    r.unwrap();
+    assert_eq!(out, [1; 40]);
+}
