@@ -221,8 +221,11 @@ impl<'a> Launch<'a> {
 
     fn run_block(&mut self, warps: &mut [Warp], threads: u32) -> Result<(), Error> {
         let [bx, by, _] = self.dims.block;
+        // Registers, shared and local memory are undefined at a block's
+        // start in PTX; they are zero at the launch's start and otherwise
+        // hold what the previous block of this launch left, so a block's
+        // setup costs time in its threads only.
         for w in warps.iter_mut() {
-            w.regs.fill(0);
             w.carry = 0;
             w.exists = 0;
             for l in 0..32u32 {
@@ -238,9 +241,6 @@ impl<'a> Launch<'a> {
                 }
             }
         }
-        self.shared.fill(0);
-        self.local.fill(0);
-        self.pscratch.fill(0);
         self.arrivals = [0; BARRIERS];
         self.counts = [None; BARRIERS];
         loop {
@@ -335,12 +335,55 @@ impl<'a> Launch<'a> {
                 }
             }
             if mask == 0 {
+                // Threads waiting at a warp-synchronous instruction may go
+                // on once the threads they waited for have exited.
+                if self.resume_synced(w) {
+                    continue;
+                }
                 break;
             }
             n += 1;
             self.step(w, pc, mask)?;
         }
         Ok(n > 0)
+    }
+
+    /// Reactivates the lowest group of threads waiting at a
+    /// warp-synchronous instruction whose member threads are all there or
+    /// exited; whether there was one.
+    fn resume_synced(&self, w: &mut Warp) -> bool {
+        let mut pcs: Vec<u32> = (0..32)
+            .filter_map(|l| match w.st[l] {
+                Lane::Sync(p) => Some(p),
+                _ => None,
+            })
+            .collect();
+        pcs.sort_unstable();
+        pcs.dedup();
+        let exited = (0..32)
+            .filter(|&l| w.st[l] == Lane::Exited)
+            .fold(0u32, |m, l| m | 1 << l);
+        for pc in pcs {
+            let group = (0..32)
+                .filter(|&l| w.st[l] == Lane::Sync(pc))
+                .fold(0u32, |m, l| m | 1 << l);
+            let m = match &self.func.insts[pc as usize].op {
+                Op::Shfl { mask, .. }
+                | Op::Vote { mask, .. }
+                | Op::WarpSync { mask }
+                | Op::Redux { mask, .. } => *mask,
+                _ => continue,
+            };
+            let required =
+                bits_of(group).fold(0u32, |r, l| r | self.rd(w, m, l) as u32) & w.exists & !exited;
+            if required & !group == 0 {
+                for l in bits_of(group) {
+                    w.st[l] = Lane::Active;
+                }
+                return true;
+            }
+        }
+        false
     }
 
     #[inline]

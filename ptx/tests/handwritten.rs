@@ -217,6 +217,22 @@ fn shuffles_wait_for_diverged_lanes_and_fail_if_they_never_come() {
         Err(Error::Unsupported { what }) => assert!(what.contains("never"), "{what}"),
         r => panic!("{r:?}"),
     }
+    // Lanes that exit instead of coming do not hold the others up (their
+    // values read as the reader's own).
+    let m = kernel_with(
+        "",
+        "setp.ge.u32 %p1, %r1, 20;\n@%p1 bra END;\nshfl.sync.down.b32 %r3, %r1, 4, 31, -1;\n\
+         st.global.u32 [%rd3], %r3;\nEND:",
+    );
+    let (r, out) = run_k(&m, 32, 32);
+    r.unwrap();
+    for l in 0..20u32 {
+        assert_eq!(
+            out[l as usize],
+            if l + 4 < 20 { l + 4 } else { l },
+            "lane {l}"
+        );
+    }
     // A member mask of only the converged lanes is fine.
     let m = kernel_with(
         "",
