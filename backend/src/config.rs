@@ -1199,6 +1199,29 @@ region = "/dev/shm/fairgpu-vm1"
     }
 
     #[test]
+    fn the_examples_qemu_vm_parses_when_uncommented() {
+        let (head, tail) = EXAMPLE
+            .split_once("# A VM whose guests run in QEMU")
+            .expect("the example has a QEMU VM");
+        let uncommented: String = tail
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .filter(|l| l.starts_with('[') || l.contains(" = "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let c = Config::parse(&format!("{head}\n{uncommented}"), Path::new("example")).unwrap();
+        let (_, vm) = c.vm("vm3").unwrap();
+        assert_eq!(
+            vm.doorbell(),
+            Some((Path::new("/run/fairgpu/vm3.ivshmem.sock"), 2))
+        );
+        assert!(vm.region_is_memfd());
+        let q = vm.qemu.as_ref().unwrap();
+        assert_eq!(q.qmp.as_deref(), Some(Path::new("/run/fairgpu/vm3.qmp")));
+        assert!(!q.nudge);
+    }
+
+    #[test]
     fn defaults_fill_what_is_left_out() {
         let c = parse(ONE_VM).unwrap();
         let v = &c.vms[0];

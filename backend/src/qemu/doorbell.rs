@@ -91,6 +91,13 @@ impl Doorbell {
         };
         let mut server = IvshmemServer::bind(socket, shm, cfg)
             .with_context(|| format!("starting the ivshmem server on {}", socket.display()))?;
+        // Like the region files: the daemon's user and group (QEMU's user
+        // joins the group), nobody else.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
+                .with_context(|| format!("setting the mode of {}", socket.display()))?;
+        }
         let relay = Arc::new(EventFd::new().context("creating the wake relay eventfd")?);
         server.forward(relay.clone(), VECTOR_WAKE)?;
         let irq = server.interrupter();
