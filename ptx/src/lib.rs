@@ -14,16 +14,104 @@
 //! the same bytes `cuLaunchKernel` receives. Global memory is whatever the
 //! caller's [`Memory`] says it is; every access is checked there.
 //!
+//! # What is supported
+//!
+//! PTX as nvcc emits it for ordinary kernels (`.version` up to 9.x,
+//! `.target sm_xx`, `.address_size 64`):
+//!
+//! - **Module**: `.entry` kernels with scalar and `.align N .b8 x[N]`
+//!   (struct) parameters; module-scope `.global`/`.const` variables with
+//!   initializers (kept in [`Globals`]); `.shared` (static and
+//!   `.extern` dynamic); `.local` (including `__local_depot` with
+//!   `%SP`/`%SPL`); `.func` definitions parse, but `call` is unsupported
+//!   (nvcc inlines device functions unless told not to).
+//! - **Integers** (16/32/64-bit): add/sub (`.sat`, `.cc`, `addc`/`subc`),
+//!   mul/mad (`.lo`/`.hi`/`.wide`, `.cc`, `madc`), mul24/mad24, div, rem,
+//!   abs, neg, min, max, and/or/xor/not/cnot, shl/shr, popc, clz, bfind,
+//!   brev, bfe, bfi, prmt (all modes), lop3, shf, sad. Division by zero
+//!   gives all ones and remainder by zero the dividend (PTX leaves both
+//!   undefined).
+//! - **Floats** (f32, f64): add/sub/mul/div/fma/mad/sqrt/rcp with `.rn`,
+//!   `.rz`, `.rm`, `.rp` rounded exactly (see `float.rs`), `.ftz`, `.sat`,
+//!   min/max (`.NaN`), abs, neg, copysign, testp. f32 NaN results are
+//!   PTX's canonical NaN. The `.approx` instructions (`div.approx`,
+//!   `div.full`, `rcp.approx`, `sqrt.approx`, `rsqrt`, `sin`, `cos`,
+//!   `lg2`, `ex2`, `tanh`) compute the correctly rounded or host-libm
+//!   result, which differs from a GPU's within the instruction's stated
+//!   error bound. f64 NaN payloads follow the host. Half precision: only
+//!   `cvt` between f16/bf16 and f32 (round to nearest); f16 arithmetic is
+//!   unsupported.
+//! - **cvt**: every integer/integer conversion (`.sat`, extension,
+//!   truncation), integer/float with all four rounding modes,
+//!   float/integer with `.rni/.rzi/.rmi/.rpi` (saturating, NaN to 0),
+//!   f32/f64 in both directions, float rounding to integral values.
+//! - **Predicates**: setp (all comparisons, ordered and unordered, with
+//!   `.and/.or/.xor` combining and `p|q` destinations), selp, slct, guards
+//!   `@p`/`@!p`, and/or/xor/not on predicates.
+//! - **Memory**: ld/st/ldu in the param, global, shared, local, const and
+//!   generic spaces, `.v2`/`.v4`, every cache and ordering qualifier nvcc
+//!   emits (they do not change a sequential execution), cvta and isspacep.
+//!   atom and red on global, shared and generic addresses: add (integer,
+//!   f32, f64), min, max, inc, dec, cas, exch, and, or, xor.
+//! - **Control and threads**: bra, ret, exit, bar.sync/barrier.sync (with
+//!   ids and thread counts), bar.arrive, bar.warp.sync, membar/fence (no-ops
+//!   in a sequential model), shfl.sync (up, down, bfly, idx with segment
+//!   masks), vote.sync (all, any, uni, ballot), activemask, redux.sync,
+//!   trap; special registers `%tid`, `%ntid`, `%ctaid`, `%nctaid`,
+//!   `%laneid`, `%warpid`, `%lanemask_*`, `%clock`, `%clock64`,
+//!   `%globaltimer` (clocks count the launch's thread-instructions so far,
+//!   so they are deterministic and increase), `%dynamic_smem_size`.
+//!
+//! Anything else (textures, surfaces, tensor-core instructions, `call`,
+//! f16 arithmetic, modifiers not listed) parses to an instruction that
+//! fails the launch with [`Error::Unsupported`] naming it when a thread
+//! reaches it.
+//!
+//! # Execution model
+//!
+//! Blocks run one after another; a block's warps (32 threads) take turns.
+//! A warp executes the threads at its lowest PC together, which reconverges
+//! nvcc's structured code where a GPU would. `bar.sync` waits for every
+//! thread of the block that has not exited (exited threads count as
+//! arrived, as on Volta and later) or for its thread count; shuffles and
+//! votes wait for the non-exited threads of their member mask. Threads that
+//! can never meet fail the launch with [`Error::Deadlock`] (barriers) or
+//! [`Error::Unsupported`] (warp-synchronous instructions). Blocks never
+//! wait for each other, so a kernel that spins on a flag set by another
+//! block runs until [`Limits::max_instructions`].
+//!
+//! # Addresses
+//!
+//! Global addresses are the caller's [`Memory`] addresses, except the
+//! window at [`GLOBALS_BASE`] that holds the module's variables. Shared,
+//! local and param state-space addresses are offsets from 0; their generic
+//! forms (`cvta`) lie in the windows at [`SHARED_WINDOW`], [`LOCAL_WINDOW`]
+//! and [`PARAM_WINDOW`], each [`WINDOW_SIZE`] bytes. The caller's memory
+//! must not use addresses in these windows (SimGpu's start at
+//! `0x7000_0000_0000`).
+//!
 //! # Invariants
 //!
 //! - Guest-controlled input (PTX text, parameters, launch dimensions,
 //!   addresses computed by kernels) never panics the interpreter and never
 //!   touches memory outside what [`Memory`] grants, what the launch's shared
-//!   memory holds, or a thread's local memory.
+//!   memory holds, or a thread's local memory. Every access is bounds- and
+//!   alignment-checked ([`Error::OutOfBounds`], [`Error::Misaligned`]).
+//! - Parsing is bounded: text length, registers, instructions, and the
+//!   sizes of shared, local, parameter and module variables have limits
+//!   (the `MAX_*` constants), checked before anything is allocated; so are
+//!   a launch's block size, shared memory and register file.
 //! - An instruction the interpreter does not implement stops the launch with
-//!   [`Error::Unsupported`] naming it, before or while running; a kernel never
-//!   silently computes something different from a GPU.
-//! - Work is bounded by [`Limits`].
+//!   [`Error::Unsupported`] naming it; a kernel never silently computes
+//!   something different from a GPU.
+//! - Work is bounded by [`Limits`]. Registers, shared and local memory are
+//!   zero when a launch starts; later blocks of the same launch see what
+//!   earlier ones left (PTX leaves them undefined), never data of another
+//!   launch.
+//!
+//! Measured speed (release build, one core): about 20 to 60 million
+//! thread-instructions per second (`cargo run -p fairgpu-ptx --release
+//! --example speed`).
 
 mod decode;
 mod exec;
@@ -118,7 +206,9 @@ pub struct Limits {
     /// Instructions executed over all threads before the launch fails with
     /// [`Error::Budget`].
     pub max_instructions: u64,
-    /// Per-thread local memory in bytes beyond what the kernel declares.
+    /// Most local memory per thread a kernel may declare (its `.local`
+    /// variables), in bytes; a kernel declaring more fails with
+    /// [`Error::BadLaunch`].
     pub max_local_bytes: u32,
 }
 
