@@ -10,7 +10,7 @@ use fairgpu_protocol::region::RegionView;
 use crate::channel::WaitMode;
 use crate::map::{ivshmem_bars, ivshmem_doorbell_registers, Mapping};
 use crate::pci::{self, IvshmemDevice};
-use crate::vfio::{InterruptWait, VfioDevice, VfioPaths, HOST_TO_GUEST_VECTOR};
+use crate::vfio::{InterruptWait, MapBars, VfioDevice, VfioPaths, HOST_TO_GUEST_VECTOR};
 use crate::wake::{error_chain, WaitPreference, WakeChoice, WAIT_ENV};
 use crate::OpenError;
 
@@ -103,6 +103,16 @@ fn validate(view: &RegionView, path: &Path) -> Result<Layout, OpenError> {
     })
 }
 
+fn interrupt_reason(vfio: &VfioDevice, bars: &str) -> String {
+    format!(
+        "MSI-X vector {HOST_TO_GUEST_VECTOR} of {} through vfio-pci (IOMMU group {}, {}, {} vectors); {bars}",
+        vfio.addr(),
+        vfio.group(),
+        vfio.iommu(),
+        vfio.vectors()
+    )
+}
+
 impl GuestRegion {
     /// Maps the region at `path` (a shm file or an ivshmem `resource2`) and
     /// validates its header, choosing the wake path as [`crate::wake`]
@@ -126,43 +136,39 @@ impl GuestRegion {
     }
 
     fn build(path: &Path, pref: WaitPreference) -> Result<GuestRegion, OpenError> {
-        let (view, layout) = map_and_validate(path)?;
+        let device =
+            pci::device_of_bar(path).filter(|_| path.file_name().is_some_and(|n| n == "resource2"));
+        let Some(device) = device else {
+            return Self::on_file(path, pref);
+        };
+        let wants_irq = matches!(pref, WaitPreference::Auto | WaitPreference::Interrupt);
+        let (view, layout) = match map_and_validate(path) {
+            Ok(m) => m,
+            // The sysfs files are root's; a user given the vfio group can
+            // still map the BARs through vfio.
+            Err(OpenError::Map { source, .. })
+                if source.kind() == std::io::ErrorKind::PermissionDenied
+                    && wants_irq
+                    && device.is_doorbell() =>
+            {
+                let why = format!("{} is not accessible: {source}", path.display());
+                return match VfioDevice::open(&device, &VfioPaths::default(), MapBars::Yes) {
+                    Ok(v) => Self::through_vfio(path, device, v, pref, &why),
+                    Err(e) => Err(OpenError::Map {
+                        path: path.to_owned(),
+                        source: std::io::Error::new(
+                            source.kind(),
+                            format!("{source}; through vfio neither: {}", error_chain(&e)),
+                        ),
+                    }),
+                };
+            }
+            Err(e) => return Err(e),
+        };
         // Without the register the guest still works: the host's block
         // slice bounds how long a request waits for a sleeping host.
         let doorbell =
             ivshmem_doorbell_registers(path).and_then(|r| DoorbellRegister::open(&r).ok());
-        let device =
-            pci::device_of_bar(path).filter(|_| path.file_name().is_some_and(|n| n == "resource2"));
-        let Some(device) = device else {
-            let wake = match pref {
-                WaitPreference::Interrupt => {
-                    return Err(OpenError::NoInterruptPath {
-                        path: path.to_owned(),
-                        why: "it is not an ivshmem device's BAR2".into(),
-                    })
-                }
-                WaitPreference::SleepBackoff => WakeChoice {
-                    mode: WaitMode::SleepBackoff,
-                    forced: true,
-                    reason: format!("{WAIT_ENV}=backoff"),
-                },
-                WaitPreference::Auto | WaitPreference::Futex => WakeChoice {
-                    mode: WaitMode::Futex,
-                    forced: pref == WaitPreference::Futex,
-                    reason: "the region is a shared file: the host's futex wake reaches this process (falls back to a sleep backoff if the kernel refuses the futex)".into(),
-                },
-            };
-            return Ok(GuestRegion {
-                view,
-                layout,
-                path: path.to_owned(),
-                doorbell,
-                wake,
-                irq: None,
-                device: None,
-                vfio: None,
-            });
-        };
         let not_tried = match pref {
             WaitPreference::Futex => Some(format!("{WAIT_ENV}=futex")),
             WaitPreference::SleepBackoff => Some(format!("{WAIT_ENV}=backoff")),
@@ -174,8 +180,26 @@ impl GuestRegion {
         };
         let why_not = match not_tried {
             Some(w) => w,
-            None => match VfioDevice::open(&device, &VfioPaths::default()) {
-                Ok(v) => return Self::through_vfio(path, device, v, pref, doorbell),
+            // The BARs stay mapped through sysfs, so that other processes
+            // can map them too (see `crate::vfio` on sharing).
+            None => match VfioDevice::open(&device, &VfioPaths::default(), MapBars::No) {
+                Ok(vfio) => {
+                    let wake = WakeChoice {
+                        mode: WaitMode::Interrupt,
+                        forced: pref == WaitPreference::Interrupt,
+                        reason: interrupt_reason(&vfio, "BARs mapped through sysfs"),
+                    };
+                    return Ok(GuestRegion {
+                        view,
+                        layout,
+                        path: path.to_owned(),
+                        doorbell,
+                        wake,
+                        irq: Some(vfio.interrupts().clone()),
+                        device: Some(device),
+                        vfio: Some(vfio),
+                    });
+                }
                 Err(source) if pref == WaitPreference::Interrupt => {
                     return Err(OpenError::Interrupt {
                         path: path.to_owned(),
@@ -195,12 +219,17 @@ impl GuestRegion {
             WaitPreference::Futex => WakeChoice {
                 mode: WaitMode::Futex,
                 forced: true,
-                reason: format!("{why_not} (a futex cannot block on a PCI BAR: the first block falls back to the sleep backoff)"),
+                reason: format!(
+                    "{why_not} (a futex cannot block on a PCI BAR: the first block falls back \
+                     to the sleep backoff)"
+                ),
             },
             _ => WakeChoice {
                 mode: WaitMode::SleepBackoff,
                 forced: pref == WaitPreference::SleepBackoff,
-                reason: format!("{why_not}; a futex cannot block on a PCI BAR: sleeping with a bounded backoff"),
+                reason: format!(
+                    "{why_not}; a futex cannot block on a PCI BAR: sleeping with a bounded backoff"
+                ),
             },
         };
         Ok(GuestRegion {
@@ -215,30 +244,62 @@ impl GuestRegion {
         })
     }
 
+    /// A region that is a plain file (local mode).
+    fn on_file(path: &Path, pref: WaitPreference) -> Result<GuestRegion, OpenError> {
+        let (view, layout) = map_and_validate(path)?;
+        let wake = match pref {
+            WaitPreference::Interrupt => {
+                return Err(OpenError::NoInterruptPath {
+                    path: path.to_owned(),
+                    why: "it is not an ivshmem device's BAR2".into(),
+                })
+            }
+            WaitPreference::SleepBackoff => WakeChoice {
+                mode: WaitMode::SleepBackoff,
+                forced: true,
+                reason: format!("{WAIT_ENV}=backoff"),
+            },
+            WaitPreference::Auto | WaitPreference::Futex => WakeChoice {
+                mode: WaitMode::Futex,
+                forced: pref == WaitPreference::Futex,
+                reason: "the region is a shared file: the host's futex wake reaches this \
+                         process (falls back to a sleep backoff if the kernel refuses the futex)"
+                    .into(),
+            },
+        };
+        Ok(GuestRegion {
+            view,
+            layout,
+            path: path.to_owned(),
+            doorbell: None,
+            wake,
+            irq: None,
+            device: None,
+            vfio: None,
+        })
+    }
+
     /// The region through the vfio device's own BAR mappings.
     fn through_vfio(
         path: &Path,
         device: IvshmemDevice,
         vfio: VfioDevice,
         pref: WaitPreference,
-        sysfs_doorbell: Option<DoorbellRegister>,
+        why: &str,
     ) -> Result<GuestRegion, OpenError> {
-        let view = vfio.bar2().clone();
+        let view = vfio
+            .bar2()
+            .cloned()
+            .ok_or_else(|| OpenError::NoInterruptPath {
+                path: path.to_owned(),
+                why: "vfio did not map BAR2".into(),
+            })?;
         let layout = validate(&view, path)?;
-        let doorbell = vfio
-            .bar0()
-            .and_then(|r| DoorbellRegister::new(r.clone()))
-            .or(sysfs_doorbell);
+        let doorbell = vfio.bar0().and_then(|r| DoorbellRegister::new(r.clone()));
         let wake = WakeChoice {
             mode: WaitMode::Interrupt,
             forced: pref == WaitPreference::Interrupt,
-            reason: format!(
-                "MSI-X vector {HOST_TO_GUEST_VECTOR} of {} through vfio-pci (IOMMU group {}, {}, {} vectors)",
-                vfio.addr(),
-                vfio.group(),
-                vfio.iommu(),
-                vfio.vectors()
-            ),
+            reason: interrupt_reason(&vfio, &format!("BARs mapped through vfio ({why})")),
         };
         Ok(GuestRegion {
             view,

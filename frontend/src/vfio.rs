@@ -18,11 +18,18 @@
 //!
 //! [`VfioDevice::open`] binds the device to vfio-pci if it has no driver
 //! (`driver_override`, then `bind`), opens its group and a container (type1
-//! IOMMU, or no-IOMMU where that is the only mode), maps BAR0 and BAR2
-//! through the device fd, enables bus mastering (MSI-X messages are memory
-//! writes) and attaches an eventfd to vector 1. A vfio group can be open in
-//! one process at a time: a second process gets `EBUSY` and falls back to
-//! the sleep backoff.
+//! IOMMU, or no-IOMMU where that is the only mode), optionally maps BAR0 and
+//! BAR2 through the device fd ([`MapBars`]), enables bus mastering (MSI-X
+//! messages are memory writes) and attaches an eventfd to vector 1.
+//!
+//! Sharing: a vfio group can be open in one process at a time; a second
+//! process gets `EBUSY` and falls back to the sleep backoff. It still maps
+//! the BARs through sysfs, unless the first process mapped them through
+//! vfio: vfio-pci then claims the BARs' memory, and with
+//! `CONFIG_IO_STRICT_DEVMEM` (Debian's default) the kernel refuses sysfs
+//! mappings of claimed memory. Root therefore maps through sysfs and uses
+//! vfio for the interrupt only; a process that may open the vfio group but
+//! not the sysfs files (a user given `/dev/vfio/N`) maps through vfio.
 //!
 //! [`InterruptWait`] lets any number of threads (channels) of the process
 //! wait for that eventfd without stealing each other's wake-ups: one thread
@@ -268,15 +275,25 @@ pub fn group_node(
     Ok((group, plain, false))
 }
 
-/// An ivshmem device opened through vfio: its BARs mapped, MSI-X vector
-/// [`HOST_TO_GUEST_VECTOR`] attached to an eventfd.
+/// Whether [`VfioDevice::open`] maps the BARs through the device fd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapBars {
+    /// Interrupts only: the caller maps the BARs through sysfs.
+    No,
+    /// BAR2 (required) and BAR0 (if vfio allows) through vfio.
+    Yes,
+}
+
+/// An ivshmem device opened through vfio: MSI-X vector
+/// [`HOST_TO_GUEST_VECTOR`] attached to an eventfd, and its BARs mapped if
+/// asked for.
 #[derive(Debug)]
 pub struct VfioDevice {
     addr: String,
     group: u32,
     iommu: IommuType,
     bar0: Option<RegionView>,
-    bar2: RegionView,
+    bar2: Option<RegionView>,
     vectors: u32,
     irq: Arc<InterruptWait>,
     // Dropped last (declaration order): the device, then its group, then
@@ -289,7 +306,11 @@ pub struct VfioDevice {
 impl VfioDevice {
     /// Opens `dev` through vfio (binding it to vfio-pci first if it has no
     /// driver).
-    pub fn open(dev: &IvshmemDevice, paths: &VfioPaths) -> Result<VfioDevice, VfioError> {
+    pub fn open(
+        dev: &IvshmemDevice,
+        paths: &VfioPaths,
+        bars: MapBars,
+    ) -> Result<VfioDevice, VfioError> {
         ensure_bound(dev, paths)?;
         // Binding may have made the group (no-IOMMU mode): look again.
         let dev = &IvshmemDevice::from_sysfs(&dev.dir).unwrap_or_else(|| dev.clone());
@@ -384,10 +405,12 @@ impl VfioDevice {
             // to its bytes.
             Ok(unsafe { RegionView::new(m.ptr(), m.len(), m.clone()) })
         };
-        let bar2 = map(&region(2)?)?;
-        // The Doorbell register: without it the guest still works (the
-        // host's block slice bounds a sleeping host's delay).
-        let bar0 = map(&region(0)?).ok();
+        let (bar0, bar2) = match bars {
+            MapBars::No => (None, None),
+            // The Doorbell register: without it the guest still works (the
+            // host's block slice bounds a sleeping host's delay).
+            MapBars::Yes => (map(&region(0)?).ok(), Some(map(&region(2)?)?)),
+        };
         let config = region(sys::VFIO_PCI_CONFIG_REGION_INDEX)?;
 
         let mut irqs = sys::IrqInfo {
@@ -464,12 +487,12 @@ impl VfioDevice {
         self.vectors
     }
 
-    /// BAR2 (the shared memory), mapped through vfio.
-    pub fn bar2(&self) -> &RegionView {
-        &self.bar2
+    /// BAR2 (the shared memory), if mapped through vfio.
+    pub fn bar2(&self) -> Option<&RegionView> {
+        self.bar2.as_ref()
     }
 
-    /// BAR0 (the registers), if vfio allows mapping it.
+    /// BAR0 (the registers), if mapped through vfio (and vfio allows it).
     pub fn bar0(&self) -> Option<&RegionView> {
         self.bar0.as_ref()
     }
@@ -725,7 +748,7 @@ mod tests {
     fn opening_fails_cleanly_without_a_group_node() {
         let (root, paths) = tree("open");
         let dev = fake_device(&root, Some(VFIO_PCI), Some(9));
-        let e = VfioDevice::open(&dev, &paths).unwrap_err();
+        let e = VfioDevice::open(&dev, &paths, MapBars::No).unwrap_err();
         assert!(matches!(e, VfioError::OpenGroup { .. }), "{e}");
         std::fs::remove_dir_all(&root).unwrap();
     }

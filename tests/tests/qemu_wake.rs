@@ -191,6 +191,18 @@ fn boot(name: &str, img: &Image, dir: &TempDir, spec: &VmSpec, run: &str, iommu:
         .add_stripped("/bin/fairgpu", &fairgpu_bin())
         .add_stripped("/bin/fairgpu-guest", &guest_tool())
         .add("/guest/run", 0o755, run.as_bytes().to_vec());
+    // A user without root for the non-root case.
+    overlay
+        .add(
+            "/etc/passwd",
+            0o644,
+            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n".to_vec(),
+        )
+        .add(
+            "/etc/group",
+            0o644,
+            b"root:x:0:\nnogroup:x:65534:\n".to_vec(),
+        );
     for bin in [fairgpu_bin(), guest_tool()] {
         overlay.add_libraries(&bin, None, "/opt/fairgpu/lib");
     }
@@ -215,14 +227,34 @@ fn boot(name: &str, img: &Image, dir: &TempDir, spec: &VmSpec, run: &str, iommu:
     Guest::boot(name, img, &initrd, &args, &GuestOptions::default())
 }
 
-/// The guest's script: info (every wait blocks: spin 0), then ping.
-fn script(extra: &str) -> String {
+/// The guest's script: `before`, info (every wait blocks: spin 0), ping,
+/// `after`.
+fn script(before: &str, after: &str) -> String {
     format!(
-        "#!/bin/sh\nunset FAIRGPU_REGION\n{extra}\
+        "#!/bin/sh\nunset FAIRGPU_REGION\n{before}\
          FAIRGPU_SPIN_US=0 fairgpu-guest info --count {INFO_CALLS} || exit 1\n\
-         fairgpu ping --count 200\n"
+         fairgpu ping --count 200 || exit 1\n{after}"
     )
 }
+
+/// A second process while a first holds the vfio group: the first (in the
+/// background) makes calls until killed; once its channel shows as claimed
+/// (looked at without trying vfio), the second runs info, its lines
+/// prefixed with `second: `.
+const SECOND_PROCESS: &str = "FAIRGPU_SPIN_US=0 fairgpu-guest info --count 1000000 >/dev/null &\n\
+     first=$!\n\
+     i=0\n\
+     until FAIRGPU_WAIT=backoff fairgpu-guest info --count 0 | grep -q 'claimed by'; do\n\
+       i=$((i + 1)); [ $i -gt 600 ] && break; sleep 0.1\n\
+     done\n\
+     fairgpu-guest info --count 100 | sed 's/^/second: /'\n\
+     kill $first\n\
+     wait $first\n";
+
+/// A user who may open the vfio group but not the BAR's sysfs files (root's
+/// alone): the frontend maps the BARs through vfio. Lines prefixed `user: `.
+const NON_ROOT_USER: &str = "for g in /dev/vfio/[0-9]*; do chmod 666 \"$g\"; done\n\
+     su -s /bin/sh nobody -c 'FAIRGPU_SPIN_US=0 fairgpu-guest info --count 100' | sed 's/^/user: /'\n";
 
 /// The numbers of `fairgpu-guest info`'s latency line.
 #[derive(Debug)]
@@ -293,7 +325,14 @@ fn guest_with_an_iommu_is_woken_through_msix() {
     let _turn = take_turn();
     let dir = TempDir::new("qemu-msix");
     let host = VmHost::start("qemu-msix", &dir);
-    let guest = boot("msix", &img, &dir, &host.spec("msix"), &script(""), true);
+    let guest = boot(
+        "msix",
+        &img,
+        &dir,
+        &host.spec("msix"),
+        &script("", &format!("{SECOND_PROCESS}{NON_ROOT_USER}")),
+        true,
+    );
     let done = guest.finish(GUEST_TIMEOUT);
     eprintln!("guest msix finished in {:.1?}:\n{}", done.took, done.output);
     done.assert_run_succeeded();
@@ -315,6 +354,36 @@ fn guest_with_an_iommu_is_woken_through_msix() {
         "no block was ended by an interrupt: {l:?}"
     );
     assert_pinged(out);
+    // The second process found the group taken and fell back, and works.
+    let second = out
+        .lines()
+        .find(|l| l.starts_with("second: wake path: "))
+        .unwrap_or_else(|| panic!("the second process printed no wake path:\n{out}"));
+    assert!(
+        second.starts_with("second: wake path: backoff (auto)")
+            && second.contains("open in another process"),
+        "the second process did not fall back for want of the vfio group: {second}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("second: latency: 100 no-op round trips")),
+        "the second process's round trips did not complete:\n{out}"
+    );
+    // The user's process mapped the BARs through vfio and was woken by MSI-X.
+    let user = out
+        .lines()
+        .find(|l| l.starts_with("user: wake path: "))
+        .unwrap_or_else(|| panic!("the non-root process printed no wake path:\n{out}"));
+    assert!(
+        user.starts_with("user: wake path: msix (auto)")
+            && user.contains("BARs mapped through vfio"),
+        "the non-root process did not map the BARs through vfio: {user}"
+    );
+    let user_latency = out
+        .lines()
+        .find(|l| l.starts_with("user: latency: 100 no-op round trips"))
+        .unwrap_or_else(|| panic!("the non-root process's round trips did not complete:\n{out}"));
+    assert!(user_latency.contains("msix wake path"), "{user_latency}");
     let (sent, rings) = (
         host.interrupts.load(Ordering::Relaxed),
         host.rings.load(Ordering::Relaxed),
@@ -337,7 +406,7 @@ fn guest_without_an_iommu_falls_back_to_sleep_backoff() {
         &img,
         &dir,
         &host.spec("backoff"),
-        &script(forced),
+        &script(forced, ""),
         false,
     );
     let done = guest.finish(GUEST_TIMEOUT);
