@@ -82,12 +82,21 @@ static void run(int m, int n, int k, bool dynamic) {
     CHECK(cudaFree(dc));
 }
 
-int main() {
+// `matmul N` multiplies N x N matrices instead (N a multiple of 16), to
+// measure larger runs.
+int main(int argc, char** argv) {
     int count = 0;
     first_call(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
-    run(64, 64, 64, false);
-    run(64, 64, 64, true);
-    run(48, 32, 80, false);
+    if (argc > 1) {
+        int n = std::atoi(argv[1]);
+        EXPECT(n > 0 && n % TILE == 0 && n <= 4096, "matmul N: N = %d is not a multiple of %d", n,
+               TILE);
+        run(n, n, n, false);
+    } else {
+        run(64, 64, 64, false);
+        run(64, 64, 64, true);
+        run(48, 32, 80, false);
+    }
     pass();
     return 0;
 }
