@@ -13,6 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use fairgpu::qemu::QemuStatus;
+use fairgpu::stats::WorkerState;
 use fairgpu_tests::qemu::{image, take_turn, Guest, GuestOptions, Image, Overlay};
 use fairgpu_tests::{
     fairgpu_bin, run_command, status, vm, wait_for_status, DaemonProcess, TempDir,
@@ -49,6 +50,11 @@ impl Setup {
         )
         .expect("writing the configuration");
         let daemon = DaemonProcess::start(&config, &socket, &[]);
+        // The control socket listens before the VMs are set up; the first
+        // answer comes after (the ivshmem socket exists by then).
+        wait_for_status(&daemon, "the worker to run", |s| {
+            vm(s, "vm1").state == WorkerState::Running
+        });
         Setup {
             dir,
             config,
