@@ -1,0 +1,689 @@
+//! Real CUDA programs inside a real VM: QEMU (TCG) boots the guest image of
+//! scripts/guest-image.sh with an `ivshmem-plain` device over the region of
+//! a `fairgpu serve` daemon on SimGpu (a `guest = "qemu"` VM), and the
+//! programs of `tests/cuda/` (nvcc-built, linked against NVIDIA's libcudart)
+//! run in the guest with the guest library as their `libcuda.so.1`. The
+//! guest finds the region through the device's BAR2 (`FAIRGPU_REGION`
+//! unset).
+//!
+//! The test appends to the image's initramfs, as a second archive: the
+//! programs under `/opt/fairgpu/bin`, the guest library as
+//! `/opt/fairgpu/lib/libcuda.so.1`, the libraries `ldd` finds for them on
+//! this host (libcudart from the toolchain into `/opt/fairgpu/lib`, system
+//! libraries such as libstdc++ at their own paths; the image already holds
+//! this host's glibc), the freshly built `fairgpu` and a `/guest/run` script
+//! that runs every program between two marker lines.
+//!
+//! Needs QEMU and the guest image (skipped without them unless
+//! `FAIRGPU_REQUIRE_QEMU` is set, as in qemu_guest.rs) and the CUDA
+//! toolchain of `scripts/cuda-toolchain.sh` (a failure without it, unless
+//! `FAIRGPU_ALLOW_NO_CUDA=1`, as in cuda_programs.rs). Build first with
+//! `cargo build -p fairgpu -p fairgpu-guest`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use fairgpu::control::Status;
+use fairgpu_qemu::{qemu_args, Device, VmSpec};
+use fairgpu_tests::qemu::{image, take_turn, Finished, Guest, GuestOptions, Image, Overlay};
+use fairgpu_tests::{
+    fairgpu_bin, guest_lib_dir, profile_dir, run_command, unique_region_path, vm, wait_for_status,
+    DaemonProcess, TempDir, VM_QUOTA,
+};
+use serde_json::Value;
+
+/// The build of every runtime program that runs in a guest: linked with
+/// the static libcudart 12.9.
+const VARIANT: &str = "cu12static";
+/// The programs whose build against the shared libcudart 13 also runs:
+/// those that exercise what differs between the runtimes (device
+/// properties, error codes, launch paths, a faulting and a computing
+/// kernel). Every program in both builds would take over three minutes of
+/// TCG; tests/tests/cuda_programs.rs runs all builds on the host.
+const SHARED_13: [&str; 5] = ["device_query", "errors", "launch_args", "faults", "saxpy"];
+/// The driver-API program (one build).
+const DRIVER_PROGRAM: &str = "driver_api";
+/// Where the programs and their private libraries go in the guest.
+const GUEST_BIN: &str = "/opt/fairgpu/bin";
+const GUEST_LIB: &str = "/opt/fairgpu/lib";
+/// What the guest's run script prints around each command.
+const MARK_BEGIN: &str = "fairgpu-cuda: begin ";
+const MARK_END: &str = "fairgpu-cuda: end ";
+/// How long building the programs may take (about 20 s on two cores).
+const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
+/// Boot, every program and power-off of the one guest of the first test.
+const PROGRAMS_TIMEOUT: Duration = Duration::from_secs(160);
+/// Boot, workload and power-off of each of the two guests of the second.
+const WEIGHTS_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the workload generator issues kernels in each guest.
+const WORKLOAD_SECONDS: &str = "2";
+/// Guest channels per VM: the threaded programs claim several.
+const CHANNELS: u32 = 8;
+/// Each VM's arena per channel: copies of a few MiB take a few chunks.
+const ARENA: &str = "1MiB";
+/// The `[sim]` table, as tests/tests/cuda_programs.rs configures it: the
+/// kernels whose modelled duration the programs check, with the parameter
+/// it comes from (see tests/cuda/launch_args.cu); the spin kernels, which
+/// spin on the GPU's clock, are timing-only. Every other kernel executes
+/// (SimGpu's PTX interpreter) and costs its instructions. The workload
+/// generator's `fairgpu_spin` is built in.
+const SIM: &str = r#"memory_bytes = 1073741824
+name = "fairgpu qemu-cuda SimGpu"
+sm_count = 46
+kernels = [
+  { name = "spin", duration_param = 0, execute = false },
+  { name = "args_i", duration_param = 3 },
+  { name = "args_d", duration_param = 4 },
+  { name = "args_p", duration_param = 6 },
+  { name = "args_m", duration_param = 8 },
+  { name = "args_n", duration_param = 9 },
+  { name = "args_h", duration_hash = true },
+  { name = "_ZN2fg6nestedEPhiy", duration_param = 2 },
+  { name = "_Z4tmplIfEvPhT_y", duration_param = 2 },
+  { name = "big_params", duration_param = 2 },
+  { name = "mixed", duration_param = 9 },
+]
+"#;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn toolchain_prefix() -> PathBuf {
+    match std::env::var_os("FAIRGPU_CUDA_PREFIX") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/cuda-toolchain"),
+    }
+}
+
+/// Every program `tests/cuda/build.sh` built; `None` if the toolchain is
+/// missing and `FAIRGPU_ALLOW_NO_CUDA=1`. Builds once per test binary.
+fn built_programs() -> Option<&'static [PathBuf]> {
+    static BUILT: OnceLock<Result<Option<Vec<PathBuf>>, String>> = OnceLock::new();
+    match BUILT.get_or_init(build_programs) {
+        Ok(list) => list.as_deref(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn build_programs() -> Result<Option<Vec<PathBuf>>, String> {
+    let prefix = toolchain_prefix();
+    if !prefix.join("env.sh").is_file() {
+        if std::env::var("FAIRGPU_ALLOW_NO_CUDA").is_ok_and(|v| v == "1") {
+            eprintln!("SKIPPED: CUDA toolchain not installed (run scripts/cuda-toolchain.sh)");
+            return Ok(None);
+        }
+        return Err(format!(
+            "CUDA toolchain not installed in {}: run scripts/cuda-toolchain.sh \
+             (or set FAIRGPU_ALLOW_NO_CUDA=1 to skip the CUDA program tests)",
+            prefix.display()
+        ));
+    }
+    let out = profile_dir().join("cuda-programs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda/build.sh");
+    let built = run_command(
+        Command::new("bash")
+            .arg(&script)
+            .arg(&out)
+            .env("FAIRGPU_CUDA_PREFIX", &prefix),
+        BUILD_TIMEOUT,
+    );
+    if !built.status.success() {
+        return Err(format!(
+            "tests/cuda/build.sh failed ({}):\n{}{}",
+            built.status,
+            text(&built.stdout),
+            text(&built.stderr)
+        ));
+    }
+    // The script prints the programs it built, one path a line.
+    let list: Vec<PathBuf> = text(&built.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    if let Some(missing) = list.iter().find(|p| !p.is_file()) {
+        return Err(format!(
+            "tests/cuda/build.sh listed {}, which is not a file",
+            missing.display()
+        ));
+    }
+    Ok(Some(list))
+}
+
+/// A program's file name.
+fn file_name(p: &Path) -> &str {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .expect("a program name")
+}
+
+/// The program's own name, which its `PASS` line carries
+/// (`memory-cu13` → `memory`).
+fn base_name(label: &str) -> &str {
+    label.split('-').next().unwrap_or(label)
+}
+
+/// What the guest runs in the first test, in the build script's order: the
+/// [`VARIANT`] build of every runtime program the script produced (new
+/// programs in tests/cuda/ join without a change here), the cu13 build of
+/// those in [`SHARED_13`], and the driver-API program.
+fn guest_programs(built: &[PathBuf]) -> Vec<PathBuf> {
+    built
+        .iter()
+        .filter(|p| {
+            let name = file_name(p);
+            name == DRIVER_PROGRAM
+                || name.strip_suffix(VARIANT).is_some_and(|b| b.ends_with('-'))
+                || name
+                    .strip_suffix("-cu13")
+                    .is_some_and(|b| SHARED_13.contains(&b))
+        })
+        .cloned()
+        .collect()
+}
+
+/// One command of the guest's run script.
+#[derive(Debug, Clone)]
+struct GuestCommand {
+    /// Its name in the marker lines.
+    label: String,
+    /// Extra environment.
+    env: Vec<(String, String)>,
+    /// The command line.
+    argv: Vec<String>,
+}
+
+impl GuestCommand {
+    /// Program `file` as installed in [`GUEST_BIN`], with `env`.
+    fn program(file: &Path, env: &[(&str, &str)]) -> GuestCommand {
+        let name = file_name(file);
+        GuestCommand {
+            label: name.to_owned(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            argv: vec![format!("{GUEST_BIN}/{name}")],
+        }
+    }
+}
+
+/// A word the run script can hold without quoting.
+fn plain_word(w: &str) -> &str {
+    assert!(
+        !w.is_empty()
+            && w.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-./=:,".contains(&b)),
+        "{w:?} would need quoting in the guest's script"
+    );
+    w
+}
+
+/// The guest's `/guest/run`: each command between a begin and an end line
+/// (with its exit status), output and errors to the console; exit status
+/// 1 if any command failed.
+fn run_script(cmds: &[GuestCommand]) -> String {
+    let mut s = String::from(
+        "#!/bin/sh\n\
+         # The region is the ivshmem device's BAR2, found through sysfs.\n\
+         unset FAIRGPU_REGION\n",
+    );
+    s.push_str(&format!("export LD_LIBRARY_PATH={GUEST_LIB}\n"));
+    s.push_str(&format!(
+        "failed=0\n\
+         run() {{\n\
+         \x20   label=$1\n\
+         \x20   shift\n\
+         \x20   echo \"{MARK_BEGIN}$label $(cut -d' ' -f1 /proc/uptime)\"\n\
+         \x20   env \"$@\" 2>&1\n\
+         \x20   rc=$?\n\
+         \x20   echo\n\
+         \x20   echo \"{MARK_END}$label $rc $(cut -d' ' -f1 /proc/uptime)\"\n\
+         \x20   [ $rc -eq 0 ] || failed=1\n\
+         }}\n"
+    ));
+    for c in cmds {
+        s.push_str("run ");
+        s.push_str(plain_word(&c.label));
+        for (k, v) in &c.env {
+            s.push_str(&format!(" {}={}", plain_word(k), plain_word(v)));
+        }
+        for a in &c.argv {
+            s.push(' ');
+            s.push_str(plain_word(a));
+        }
+        s.push('\n');
+    }
+    s.push_str("exit $failed\n");
+    s
+}
+
+/// One command's run in a guest, from its marker lines.
+#[derive(Debug, Clone)]
+struct Ran {
+    label: String,
+    /// Exit status; `None`: no end line (the guest stopped inside it).
+    rc: Option<i32>,
+    /// The guest's uptime at its begin and end lines, s.
+    began: Option<f64>,
+    ended: Option<f64>,
+    output: String,
+}
+
+impl Ran {
+    /// How long it ran in the guest, s.
+    fn secs(&self) -> Option<f64> {
+        Some(self.ended? - self.began?)
+    }
+}
+
+/// The commands a guest ran, in order.
+fn runs(console: &str) -> Vec<Ran> {
+    let mut out: Vec<Ran> = Vec::new();
+    let mut open = false;
+    for line in console.lines() {
+        if let Some(rest) = line.strip_prefix(MARK_BEGIN) {
+            let mut words = rest.split_whitespace();
+            out.push(Ran {
+                label: words.next().unwrap_or_default().to_owned(),
+                rc: None,
+                began: words.next().and_then(|t| t.parse().ok()),
+                ended: None,
+                output: String::new(),
+            });
+            open = true;
+            continue;
+        }
+        if open {
+            let run = out.last_mut().expect("an open run");
+            // The end line follows an empty echo, so it starts a line.
+            if let Some(rest) = line.strip_prefix(MARK_END) {
+                let mut words = rest.split_whitespace();
+                if words.next() == Some(run.label.as_str()) {
+                    run.rc = words.next().and_then(|c| c.parse().ok());
+                    run.ended = words.next().and_then(|t| t.parse().ok());
+                    open = false;
+                    continue;
+                }
+            }
+            run.output.push_str(line);
+            run.output.push('\n');
+        }
+    }
+    out
+}
+
+/// One line per run: label, status and guest seconds.
+fn timings(ran: &[Ran]) -> String {
+    ran.iter()
+        .map(|r| {
+            format!(
+                "  {:<28} exit {:<4} {}\n",
+                r.label,
+                r.rc.map_or("-".into(), |c| c.to_string()),
+                r.secs().map_or("-".into(), |t| format!("{t:.1} s"))
+            )
+        })
+        .collect()
+}
+
+/// The run of `label`, which must have ended with status 0; panics with the
+/// guest's whole console otherwise.
+fn succeeded<'a>(f: &Finished, ran: &'a [Ran], label: &str) -> &'a Ran {
+    let Some(r) = ran.iter().find(|r| r.label == label) else {
+        panic!(
+            "guest {} never started {label}; console:\n{}",
+            f.name, f.output
+        )
+    };
+    if r.rc != Some(0) {
+        panic!(
+            "{label} in guest {} ended with {:?}{}:\n{}\n--- whole console ---\n{}",
+            f.name,
+            r.rc,
+            if r.rc == Some(3) {
+                " (exit 3: libcudart or the program found no usable libcuda.so.1)"
+            } else {
+                ""
+            },
+            r.output,
+            f.output
+        );
+    }
+    r
+}
+
+/// Checks that a CUDA program passed: exit 0 and its `PASS` line.
+fn assert_passed(f: &Finished, ran: &[Ran], label: &str) -> Ran {
+    let r = succeeded(f, ran, label);
+    let pass = format!("PASS {}", base_name(label));
+    assert!(
+        r.output.lines().any(|l| l == pass),
+        "{label} in guest {} printed no `{pass}` line:\n{}",
+        f.name,
+        r.output
+    );
+    r.clone()
+}
+
+/// The `GPU_NS` a program printed (the modelled time of its kernels).
+fn gpu_ns(r: &Ran) -> Option<u64> {
+    r.output
+        .lines()
+        .find_map(|l| l.strip_prefix("GPU_NS "))
+        .map(|v| {
+            v.trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("{}: GPU_NS {v:?}: {e}", r.label))
+        })
+}
+
+/// A daemon on SimGpu whose VMs' guests run in QEMU.
+struct VmDaemon {
+    _dir: TempDir,
+    daemon: DaemonProcess,
+    regions: Vec<(String, PathBuf)>,
+}
+
+impl VmDaemon {
+    /// VMs `(name, weight)`, each with `guest = "qemu"`.
+    fn start(test: &str, vms: &[(&str, u32)]) -> VmDaemon {
+        let dir = TempDir::new(test);
+        let socket = dir.join("control.sock");
+        let mut config = format!(
+            "[daemon]\ncontrol_socket = {:?}\nexecutor = \"sim\"\nstate_dir = {:?}\n\n[sim]\n{SIM}\n",
+            socket.display().to_string(),
+            dir.path().display().to_string()
+        );
+        let mut regions = Vec::new();
+        for (name, weight) in vms {
+            let region = unique_region_path(&format!("{test}-{name}"));
+            config.push_str(&format!(
+                "[[vm]]\nname = {name:?}\nweight = {weight}\nmemory = {VM_QUOTA}\n\
+                 region = {:?}\nchannels = {CHANNELS}\narena = {ARENA:?}\nguest = \"qemu\"\n\n",
+                region.display().to_string()
+            ));
+            regions.push(((*name).to_owned(), region));
+        }
+        let path = dir.join("fairgpu.toml");
+        std::fs::write(&path, config).expect("writing the configuration");
+        let files: Vec<PathBuf> = regions.iter().map(|(_, r)| r.clone()).collect();
+        let daemon = DaemonProcess::start(&path, &socket, &files);
+        wait_for_status(&daemon, "every worker to run", |s| {
+            s.vms.iter().all(|v| v.worker_pid != 0)
+        });
+        VmDaemon {
+            _dir: dir,
+            daemon,
+            regions,
+        }
+    }
+
+    /// QEMU's arguments for VM `name`'s `ivshmem-plain` device: the region
+    /// file, which the daemon grew to a power of two (a BAR's size).
+    fn device_args(&self, name: &str) -> Vec<String> {
+        let (_, region) = self
+            .regions
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no vm {name}"));
+        let size = std::fs::metadata(region)
+            .unwrap_or_else(|e| panic!("the region of {name}: {e}"))
+            .len();
+        let spec = VmSpec::new(
+            name,
+            size,
+            Device::Plain {
+                mem_path: region.clone(),
+            },
+        )
+        .unwrap_or_else(|e| panic!("the device of {name}: {e}"));
+        qemu_args(&spec)
+    }
+
+    fn status(&self) -> Status {
+        fairgpu_tests::status(&self.daemon)
+    }
+}
+
+/// The overlay every guest here gets: `programs` in [`GUEST_BIN`], the
+/// guest library as `libcuda.so.1` in [`GUEST_LIB`], the libraries they
+/// need, and the `fairgpu` just built.
+fn cuda_overlay(programs: &[PathBuf]) -> Overlay {
+    let lib_dir = guest_lib_dir();
+    let libcuda = lib_dir.join("libcuda.so.1");
+    let mut o = Overlay::new();
+    o.add_stripped(&format!("{GUEST_LIB}/libcuda.so.1"), &libcuda);
+    o.add_libraries(&libcuda, None, GUEST_LIB);
+    o.add_stripped("/bin/fairgpu", &fairgpu_bin());
+    o.add_libraries(&fairgpu_bin(), None, GUEST_LIB);
+    for p in programs {
+        o.add_stripped(&format!("{GUEST_BIN}/{}", file_name(p)), p);
+        // With the guest library on the path, as in the guest.
+        o.add_libraries(p, Some(&lib_dir), GUEST_LIB);
+    }
+    o
+}
+
+/// Writes `overlay` plus `script` over the image's initramfs and boots it
+/// with VM `vm_name`'s device.
+fn boot(
+    img: &Image,
+    dir: &TempDir,
+    daemon: &VmDaemon,
+    vm_name: &str,
+    overlay: &Overlay,
+    script: &str,
+    opts: &GuestOptions,
+) -> Guest {
+    let mut o = overlay.clone();
+    o.add("/guest/run", 0o755, script.as_bytes().to_vec());
+    let initrd = dir.join(&format!("{vm_name}-initrd"));
+    o.write(&img.initrd, &initrd);
+    Guest::boot(vm_name, img, &initrd, &daemon.device_args(vm_name), opts)
+}
+
+#[test]
+fn cuda_programs_pass_inside_a_qemu_guest() {
+    let Some(img) = image() else { return };
+    let Some(built) = built_programs() else {
+        return;
+    };
+    let _turn = take_turn();
+    let programs = guest_programs(built);
+    for want in SHARED_13
+        .iter()
+        .map(|n| format!("{n}-cu13"))
+        .chain([format!("device_query-{VARIANT}"), DRIVER_PROGRAM.to_owned()])
+    {
+        assert!(
+            programs.iter().any(|p| file_name(p) == want),
+            "tests/cuda/build.sh built no {want}: {built:?}"
+        );
+    }
+    let cmds: Vec<GuestCommand> = programs
+        .iter()
+        .map(|p| GuestCommand::program(p, &[("FAIRGPU_CHECK_RESULTS", "1")]))
+        .collect();
+    let overlay = cuda_overlay(&programs);
+    eprintln!(
+        "guest overlay: {} programs, {:.1} MB",
+        programs.len(),
+        overlay.data_len() as f64 / 1e6
+    );
+
+    let dir = TempDir::new("qemu_cuda");
+    let d = VmDaemon::start("qemu_cuda", &[("guest", 1)]);
+    let started = Instant::now();
+    let guest = boot(
+        &img,
+        &dir,
+        &d,
+        "guest",
+        &overlay,
+        &run_script(&cmds),
+        &GuestOptions {
+            memory_mib: 1024,
+            cpus: 2,
+        },
+    );
+    let f = guest.finish(PROGRAMS_TIMEOUT);
+    let ran = runs(&f.output);
+    eprintln!(
+        "guest ran {} programs in {:.1?}:\n{}\n{}",
+        cmds.len(),
+        f.took,
+        f.output,
+        timings(&ran)
+    );
+    let mut want_gpu_ns = 0;
+    for c in &cmds {
+        let r = assert_passed(&f, &ran, &c.label);
+        want_gpu_ns += gpu_ns(&r).unwrap_or(0);
+    }
+    f.assert_run_succeeded();
+    // With FAIRGPU_REGION unset, the guest library had only the device's
+    // BAR2 to find the region through.
+    assert!(
+        f.output.contains("fairgpu-guest: ivshmem device "),
+        "the guest saw no ivshmem device:\n{}",
+        f.output
+    );
+
+    // Every program exited: the guest released its channels and memory.
+    // The VM's device time holds at least the kernels the programs counted
+    // (`GPU_NS`); the executed kernels of the others cost their
+    // instructions, which the programs cannot count.
+    assert!(want_gpu_ns > 0, "no program printed GPU_NS");
+    let s = wait_for_status(&d.daemon, "the guest's programs to be accounted", |s| {
+        let v = vm(s, "guest");
+        v.channels_used == 0 && v.mem_used == 0 && v.gpu_time_ns > want_gpu_ns
+    });
+    let v = vm(&s, "guest");
+    eprintln!(
+        "vm guest: {} ns of GPU time, {} kernels, {} calls; programs counted {want_gpu_ns} ns; {:.1?} in all",
+        v.gpu_time_ns,
+        v.kernels,
+        v.calls,
+        started.elapsed()
+    );
+    assert_eq!(v.restarts, 0, "the VM's worker restarted");
+    assert_eq!(d.status().vms.len(), 1);
+}
+
+/// The workload generator's report (its one JSON line).
+fn workload_report(r: &Ran) -> Value {
+    let line = r
+        .output
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("{} printed no report:\n{}", r.label, r.output));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("report {line:?}: {e}"))
+}
+
+fn report_u64(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+#[test]
+fn two_guests_with_different_weights_both_complete_and_are_accounted() {
+    let Some(img) = image() else { return };
+    let Some(built) = built_programs() else {
+        return;
+    };
+    let _turn = take_turn();
+    let program = built
+        .iter()
+        .find(|p| file_name(p) == format!("streams_events-{VARIANT}"))
+        .unwrap_or_else(|| panic!("no streams_events-{VARIANT} among {built:?}"));
+    let overlay = cuda_overlay(std::slice::from_ref(program));
+    // A CUDA program and the workload generator, both through libcuda.so.1.
+    // The program's event timings include the other VM's kernels when both
+    // share the device, so it checks them only from below.
+    let cmds = [
+        GuestCommand::program(program, &[("FAIRGPU_SIM_TIMING", "0")]),
+        GuestCommand {
+            label: "workload".into(),
+            env: Vec::new(),
+            argv: [
+                "fairgpu",
+                "__workload",
+                "--log",
+                "warn",
+                "--profile",
+                "MM",
+                "--seconds",
+                WORKLOAD_SECONDS,
+            ]
+            .map(String::from)
+            .to_vec(),
+        },
+    ];
+    let script = run_script(&cmds);
+    let vms = [("light", 1), ("heavy", 3)];
+
+    let dir = TempDir::new("qemu_cuda_weights");
+    let d = VmDaemon::start("qemu_cuda_weights", &vms);
+    let started = Instant::now();
+    // One vCPU each: two guests, the daemon and its workers share the
+    // host's cores.
+    let opts = GuestOptions {
+        memory_mib: 1024,
+        cpus: 1,
+    };
+    let guests: Vec<Guest> = vms
+        .iter()
+        .map(|(name, _)| boot(&img, &dir, &d, name, &overlay, &script, &opts))
+        .collect();
+    let finished: Vec<Finished> = guests
+        .into_iter()
+        .map(|g| g.finish(WEIGHTS_TIMEOUT))
+        .collect();
+
+    let mut want = Vec::new();
+    for f in &finished {
+        eprintln!("guest {} finished in {:.1?}:\n{}", f.name, f.took, f.output);
+        let ran = runs(&f.output);
+        let prog = assert_passed(f, &ran, &cmds[0].label);
+        let program_ns = gpu_ns(&prog)
+            .unwrap_or_else(|| panic!("{} printed no GPU_NS:\n{}", prog.label, prog.output));
+        let report = workload_report(succeeded(f, &ran, "workload"));
+        assert_eq!(report["client"], "libcuda", "{report}");
+        assert_eq!(report["device"], "fairgpu qemu-cuda SimGpu", "{report}");
+        let kernels = report_u64(&report, "kernels");
+        assert!(kernels > 0, "guest {}: no kernels: {report}", f.name);
+        let workload_ns = report_u64(&report, "device_time_requested_ns");
+        f.assert_run_succeeded();
+        want.push((f.name.clone(), program_ns + workload_ns));
+    }
+
+    // Each VM is charged exactly the modelled time of its own kernels.
+    let s = wait_for_status(&d.daemon, "both VMs' GPU time", |s| {
+        want.iter().all(|(name, ns)| {
+            let v = vm(s, name);
+            v.gpu_time_ns == *ns && v.channels_used == 0
+        })
+    });
+    for (name, weight) in vms {
+        let v = vm(&s, name);
+        assert_eq!(v.weight, weight, "vm {name}'s weight");
+        assert!(v.gpu_time_ns > 0 && v.kernels > 0, "vm {name}: {v:?}");
+        if let Some(sched) = &v.sched {
+            assert!(
+                sched.grants > 0 && sched.charged_ns > 0,
+                "vm {name} was never granted the GPU: {sched:?}"
+            );
+        }
+        eprintln!(
+            "vm {name} (weight {weight}): {} ns of GPU time, {} kernels, scheduler {:?}",
+            v.gpu_time_ns, v.kernels, v.sched
+        );
+    }
+    eprintln!("both guests done in {:.1?}", started.elapsed());
+}
