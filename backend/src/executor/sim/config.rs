@@ -49,8 +49,11 @@ pub struct SimConfig {
     pub executed_instructions_per_us: u64,
 }
 
-/// Default [`SimConfig::max_instructions`].
-pub const DEFAULT_MAX_INSTRUCTIONS: u64 = 1_000_000_000;
+/// Default [`SimConfig::max_instructions`]: at the 30 to 80 million
+/// instructions per second the interpreter runs at on one core
+/// (docs/results.md), a launch takes at most about 6 to 17 s of the
+/// worker's CPU; a 256x256 tiled matrix multiplication takes 65 million.
+pub const DEFAULT_MAX_INSTRUCTIONS: u64 = 500_000_000;
 /// Largest [`SimConfig::max_instructions`].
 pub const MAX_MAX_INSTRUCTIONS: u64 = 1_000_000_000_000;
 /// Default [`SimConfig::executed_base_us`]: about what the shortest kernel

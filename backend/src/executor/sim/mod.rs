@@ -62,6 +62,11 @@
 //!   executes or not.
 //! - **CPU is bounded**: a launch may execute at most
 //!   [`SimConfig::max_instructions`] instructions (over all its threads).
+//!   Executing happens while the worker serves the launch, under its VM's
+//!   grant when the daemon schedules the GPU: a launch that executes for
+//!   seconds keeps the other VMs' work waiting that long in wall-clock
+//!   time (the scheduler sees an overrun), though it is charged only its
+//!   modelled duration.
 //! - **Errors** map to CUDA errors in one place ([`execution_error`]): an
 //!   access outside the allocations is a sticky
 //!   CUDA_ERROR_ILLEGAL_ADDRESS, a misaligned one a sticky
