@@ -51,6 +51,7 @@ pub(crate) fn known(opcode: &str) -> bool {
     matches!(
         base,
         "mov"
+            | "call"
             | "ld"
             | "ldu"
             | "st"
@@ -1077,6 +1078,13 @@ impl FuncParser<'_> {
                 Op::Nop
             }
             "trap" | "brkpt" => Op::Trap,
+            "call" => {
+                m.has("uni");
+                if !m.all_used() {
+                    return Err(unsup());
+                }
+                self.call(ops, line)?
+            }
             "shfl" => {
                 if !m.has("sync") {
                     return Err(unsup());

@@ -18,6 +18,7 @@
 
 use crate::float::*;
 use crate::ir::*;
+use crate::parse::PARAM_SCRATCH_BASE;
 use crate::{Dims, Error, Limits, Memory, RunStats};
 use crate::{GLOBALS_BASE, LOCAL_WINDOW, PARAM_WINDOW, SHARED_WINDOW, WINDOW_SIZE};
 
@@ -193,7 +194,7 @@ impl<'a> Launch<'a> {
         self.shared = vec![0; shared as usize];
         let slots = nwarps as usize * 32;
         self.local = vec![0; f.local_bytes as usize * slots];
-        self.pscratch = vec![0; f.body_param_bytes as usize * slots];
+        self.pscratch = vec![0; self.scratch_len() * slots];
         let mut warps: Vec<Warp> = (0..nwarps as u32)
             .map(|id| Warp {
                 regs: vec![0; f.nregs as usize * 32],
@@ -1133,6 +1134,36 @@ impl<'a> Launch<'a> {
                     }
                 }
             }
+            Op::ParamCopy { from, to, len } => {
+                let sb = self.scratch_len();
+                let oob = |a: u32| Error::OutOfBounds {
+                    space: "param",
+                    addr: u64::from(a),
+                    len: u64::from(len),
+                };
+                let src = range(
+                    u64::from(from).wrapping_sub(PARAM_SCRATCH_BASE),
+                    u64::from(len),
+                    sb,
+                )
+                .ok_or_else(|| oob(from))?;
+                let dst = range(
+                    u64::from(to).wrapping_sub(PARAM_SCRATCH_BASE),
+                    u64::from(len),
+                    sb,
+                )
+                .ok_or_else(|| oob(to))?;
+                for l in bits_of(exec) {
+                    let base = (w.id as usize * 32 + l) * sb;
+                    self.pscratch
+                        .copy_within(base + src.start..base + src.end, base + dst.start);
+                }
+            }
+            Op::Call { .. } => {
+                return Err(Error::Unsupported {
+                    what: format!("call (line {line})"),
+                })
+            }
             Op::Nop => {}
             Op::Trap => return Err(Error::Trap),
             Op::Unsupported(ref what) => return Err(Error::Unsupported { what: what.clone() }),
@@ -1140,6 +1171,11 @@ impl<'a> Launch<'a> {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Bytes of param scratch per thread.
+    fn scratch_len(&self) -> usize {
+        (u64::from(self.func.scratch_end).saturating_sub(PARAM_SCRATCH_BASE)) as usize
     }
 
     #[inline]
@@ -1217,14 +1253,12 @@ impl<'a> Launch<'a> {
                 Ok(())
             }
             Space::Param => {
-                let pb = self.func.param_bytes as u64;
-                if off < pb {
-                    let r = range(off, len, pb as usize).ok_or_else(oob)?;
+                if off < PARAM_SCRATCH_BASE {
+                    let r = range(off, len, self.func.param_bytes as usize).ok_or_else(oob)?;
                     buf.copy_from_slice(&self.params[r]);
                 } else {
-                    let sb = self.func.body_param_bytes as usize;
-                    let r = range(off - pb - u64::from(self.func.ret_bytes), len, sb)
-                        .ok_or_else(oob)?;
+                    let sb = self.scratch_len();
+                    let r = range(off - PARAM_SCRATCH_BASE, len, sb).ok_or_else(oob)?;
                     let base = slot * sb;
                     buf.copy_from_slice(&self.pscratch[base + r.start..base + r.end]);
                 }
@@ -1281,9 +1315,13 @@ impl<'a> Launch<'a> {
             }
             Space::Param => {
                 // Kernel parameters are read-only.
-                let pb = u64::from(self.func.param_bytes) + u64::from(self.func.ret_bytes);
-                let sb = self.func.body_param_bytes as usize;
-                let r = range(off.checked_sub(pb).ok_or_else(oob)?, len, sb).ok_or_else(oob)?;
+                let sb = self.scratch_len();
+                let r = range(
+                    off.checked_sub(PARAM_SCRATCH_BASE).ok_or_else(oob)?,
+                    len,
+                    sb,
+                )
+                .ok_or_else(oob)?;
                 let base = slot * sb;
                 self.pscratch[base + r.start..base + r.end].copy_from_slice(data);
                 Ok(())

@@ -612,6 +612,22 @@ pub(crate) enum Op {
         a: Src,
         mask: Src,
     },
+    /// `call` of a `.func`; replaced by the callee's body when the module
+    /// is loaded.
+    Call {
+        func: u32,
+        /// Param-space addresses of the caller's return and argument
+        /// variables.
+        rets: Vec<u32>,
+        args: Vec<u32>,
+    },
+    /// Copies `len` bytes within the param space (call arguments and
+    /// return values of inlined calls).
+    ParamCopy {
+        from: u32,
+        to: u32,
+        len: u32,
+    },
     /// Memory fences, `membar`, `nanosleep`, prefetches: nothing in a
     /// sequential model.
     Nop,
@@ -649,17 +665,182 @@ pub(crate) struct Param {
 pub(crate) struct Func {
     pub name: String,
     pub is_entry: bool,
-    /// Size of the parameter buffer the layout needs.
+    /// Parameters (and, for a `.func`, return values) in the param space.
+    pub params: Vec<Param>,
+    pub rets: Vec<Param>,
+    /// Size of the kernel parameter buffer the layout needs.
     pub param_bytes: u32,
-    pub ret_bytes: u32,
     pub insts: Vec<Inst>,
     pub nregs: u32,
     /// Bytes of `.shared` variables (module scope and this function's).
     pub static_shared: u32,
     /// Where `extern .shared` arrays start (aligned end of static shared).
     pub dyn_shared_base: u32,
-    /// Bytes of `.local` variables.
+    /// End of the `.local` variables of this function and its inlined
+    /// callees: the local memory a thread needs. Every function's locals
+    /// have their own module-wide offsets, so inlined code needs no
+    /// relocation.
     pub local_bytes: u32,
-    /// Bytes of `.param` variables declared in the body (call arguments).
-    pub body_param_bytes: u32,
+    /// End of the param scratch (`.func` parameters and `.param` variables
+    /// of bodies, at module-wide offsets from
+    /// [`crate::parse::PARAM_SCRATCH_BASE`]) this function and its callees
+    /// use.
+    pub scratch_end: u32,
+}
+
+impl Src {
+    fn shift(&mut self, k: u32) {
+        if let Src::Reg(r) | Src::NotPred(r) = self {
+            *r += k;
+        }
+    }
+}
+
+impl Op {
+    /// Renumbers every register by `+k` (for inlining).
+    pub(crate) fn shift_regs(&mut self, k: u32) {
+        let s = |x: &mut Src| x.shift(k);
+        match self {
+            Op::Mov { d, a, .. } => {
+                *d += k;
+                s(a);
+            }
+            Op::Pack { d, parts, .. } => {
+                *d += k;
+                parts.iter_mut().for_each(s);
+            }
+            Op::Unpack { ds, a, .. } => {
+                ds.iter_mut().for_each(|d| *d += k);
+                s(a);
+            }
+            Op::IBin { d, a, b, .. }
+            | Op::MulWide { d, a, b, .. }
+            | Op::FBin { d, a, b, .. }
+            | Op::PredBin { d, a, b, .. } => {
+                *d += k;
+                s(a);
+                s(b);
+            }
+            Op::Mad { d, a, b, c, .. }
+            | Op::Sad { d, a, b, c, .. }
+            | Op::Bfe { d, a, b, c, .. }
+            | Op::Prmt { d, a, b, c, .. }
+            | Op::Shf { d, a, b, c, .. }
+            | Op::Fma { d, a, b, c, .. }
+            | Op::Selp { d, a, b, c, .. }
+            | Op::Slct { d, a, b, c, .. } => {
+                *d += k;
+                s(a);
+                s(b);
+                s(c);
+            }
+            Op::Carry { d, a, b, mul, .. } => {
+                *d += k;
+                s(a);
+                s(b);
+                if let Some((m, _)) = mul {
+                    s(m);
+                }
+            }
+            Op::IUn { d, a, .. }
+            | Op::FUn { d, a, .. }
+            | Op::Testp { d, a, .. }
+            | Op::Cvt { d, a, .. }
+            | Op::Cvta { d, a, .. }
+            | Op::Isspacep { d, a, .. } => {
+                *d += k;
+                s(a);
+            }
+            Op::Bfi {
+                d, f, b, c, len, ..
+            } => {
+                *d += k;
+                s(f);
+                s(b);
+                s(c);
+                s(len);
+            }
+            Op::Lop3 { d, a, b, c, lut } => {
+                *d += k;
+                s(a);
+                s(b);
+                s(c);
+                s(lut);
+            }
+            Op::Setp {
+                d, dn, a, b, comb, ..
+            } => {
+                *d += k;
+                if let Some(q) = dn {
+                    *q += k;
+                }
+                s(a);
+                s(b);
+                if let Some((_, c)) = comb {
+                    s(c);
+                }
+            }
+            Op::Ld { ds, addr, .. } => {
+                ds.iter_mut().for_each(|d| *d += k);
+                if let Some(b) = &mut addr.base {
+                    *b += k;
+                }
+            }
+            Op::St { srcs, addr, .. } => {
+                srcs.iter_mut().for_each(s);
+                if let Some(b) = &mut addr.base {
+                    *b += k;
+                }
+            }
+            Op::Atom { d, addr, b, c, .. } => {
+                if let Some(d) = d {
+                    *d += k;
+                }
+                if let Some(r) = &mut addr.base {
+                    *r += k;
+                }
+                s(b);
+                s(c);
+            }
+            Op::Bar { id, count, .. } => {
+                s(id);
+                if let Some(c) = count {
+                    s(c);
+                }
+            }
+            Op::WarpSync { mask } => s(mask),
+            Op::Shfl {
+                d,
+                dp,
+                a,
+                b,
+                c,
+                mask,
+                ..
+            } => {
+                *d += k;
+                if let Some(p) = dp {
+                    *p += k;
+                }
+                s(a);
+                s(b);
+                s(c);
+                s(mask);
+            }
+            Op::Vote { d, a, mask, .. } | Op::Redux { d, a, mask, .. } => {
+                *d += k;
+                s(a);
+                s(mask);
+            }
+            Op::Activemask { d } => *d += k,
+            Op::Bra { .. }
+            | Op::Ret
+            | Op::Exit
+            | Op::Call { .. }
+            | Op::ParamCopy { .. }
+            | Op::Nop
+            | Op::Trap
+            | Op::Unsupported(_) => {}
+        }
+    }
 }

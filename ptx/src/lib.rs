@@ -62,8 +62,8 @@
 //!   `%globaltimer` (clocks count the launch's thread-instructions so far,
 //!   so they are deterministic and increase), `%dynamic_smem_size`.
 //!
-//! Anything else (textures, surfaces, tensor-core instructions, `call`,
-//! f16 arithmetic, modifiers not listed) parses to an instruction that
+//! Anything else (textures, surfaces, tensor-core instructions, the calls
+//! above, f16 arithmetic, modifiers not listed) parses to an instruction that
 //! fails the launch with [`Error::Unsupported`] naming it when a thread
 //! reaches it.
 //!
@@ -126,7 +126,8 @@ use thiserror::Error;
 
 pub use exec::{MAX_BLOCK_THREADS, MAX_REGISTER_FILE, MAX_SHARED_BYTES};
 pub use parse::{
-    MAX_GLOBALS, MAX_INSTS, MAX_LOCAL, MAX_PARAM_BYTES, MAX_REGS, MAX_STATIC_SHARED, MAX_TEXT_BYTES,
+    MAX_GLOBALS, MAX_INSTS, MAX_LOCAL, MAX_PARAM_BYTES, MAX_PARAM_SCRATCH, MAX_REGS,
+    MAX_STATIC_SHARED, MAX_TEXT_BYTES,
 };
 
 /// Size of each address window below.

@@ -26,6 +26,11 @@ pub const MAX_LOCAL: u32 = 16 << 20;
 pub const MAX_GLOBALS: u32 = 64 << 20;
 /// Most bytes of one function's parameters.
 pub const MAX_PARAM_BYTES: u32 = 32 << 10;
+/// Param-space offset where the scratch of `.func` parameters and body
+/// `.param` variables starts (kernel parameters lie below it).
+pub(crate) const PARAM_SCRATCH_BASE: u64 = MAX_PARAM_BYTES as u64;
+/// Most bytes of param scratch in one module.
+pub const MAX_PARAM_SCRATCH: u32 = 16 << 10;
 
 /// A module-scope `.global` or `.const` variable.
 #[derive(Debug, Clone)]
@@ -211,7 +216,8 @@ pub(crate) fn parse(text: &str) -> Result<Parsed, Error> {
     while p.peek().is_some() {
         m.top_level(&mut p)?;
     }
-    m.out.funcs = m.funcs.iter().flatten().cloned().collect();
+    inline_calls(&mut m.funcs, &m.func_names)?;
+    m.out.funcs = m.funcs.into_iter().flatten().collect();
     Ok(m.out)
 }
 
@@ -227,6 +233,10 @@ struct ModuleState {
     shared_align: u64,
     /// Module-scope `.extern .shared` arrays.
     extern_shared: Vec<String>,
+    /// Next free local offset; every function's locals get their own.
+    local_top: u64,
+    /// Next free param scratch bytes after [`PARAM_SCRATCH_BASE`].
+    scratch_top: u64,
 }
 
 impl ModuleState {
@@ -412,6 +422,8 @@ impl ModuleState {
             return Err(perr(line, format!("{name} defined twice")));
         }
         let f = FuncParser::new(self, name, is_entry, &params, &rets, line)?.body(p)?;
+        self.local_top = u64::from(f.local_bytes);
+        self.scratch_top = u64::from(f.scratch_end) - PARAM_SCRATCH_BASE;
         self.funcs[idx as usize] = Some(f);
         Ok(())
     }
@@ -640,12 +652,19 @@ impl<'m> FuncParser<'m> {
             }
             out
         }
-        let mut off = 0u64;
-        let _params = layout(params, &mut syms, &mut off);
-        let param_bytes = off;
-        let _rets = layout(rets, &mut syms, &mut off);
-        let ret_bytes = off - param_bytes;
-        if off > u64::from(MAX_PARAM_BYTES) {
+        // Kernel parameters start at 0 (the launch's buffer); those of a
+        // `.func` in the module-wide scratch, like every body's `.param`
+        // variables.
+        let scratch = PARAM_SCRATCH_BASE + m.scratch_top;
+        let mut off = if is_entry { 0 } else { scratch };
+        let params_l = layout(params, &mut syms, &mut off);
+        let param_bytes = if is_entry { off } else { 0 };
+        if param_bytes > u64::from(MAX_PARAM_BYTES) {
+            return Err(perr(line, format!("parameters of {name} exceed the limit")));
+        }
+        let rets_l = layout(rets, &mut syms, &mut off);
+        let body_params = if is_entry { scratch } else { off };
+        if body_params > PARAM_SCRATCH_BASE + u64::from(MAX_PARAM_SCRATCH) {
             return Err(perr(line, format!("parameters of {name} exceed the limit")));
         }
         // Module-scope shared variables come first in every function.
@@ -655,14 +674,15 @@ impl<'m> FuncParser<'m> {
             f: Func {
                 name: name.to_owned(),
                 is_entry,
+                params: params_l,
+                rets: rets_l,
                 param_bytes: param_bytes as u32,
-                ret_bytes: ret_bytes as u32,
                 insts: Vec::new(),
                 nregs: 0,
                 static_shared: 0,
                 dyn_shared_base: 0,
                 local_bytes: 0,
-                body_param_bytes: 0,
+                scratch_end: 0,
             },
             scopes: vec![Scope {
                 regs: HashMap::new(),
@@ -672,8 +692,8 @@ impl<'m> FuncParser<'m> {
             fixups: Vec::new(),
             sink: None,
             shared,
-            local: 0,
-            body_params: off,
+            local: m.local_top,
+            body_params,
             reg_bits: Vec::new(),
         })
     }
@@ -747,8 +767,7 @@ impl<'m> FuncParser<'m> {
             }
         }
         self.f.local_bytes = self.local as u32;
-        self.f.body_param_bytes =
-            (self.body_params - u64::from(self.f.param_bytes) - u64::from(self.f.ret_bytes)) as u32;
+        self.f.scratch_end = self.body_params as u32;
         Ok(self.f)
     }
 
@@ -854,7 +873,10 @@ impl<'m> FuncParser<'m> {
                 let (cur, max) = if d == ".local" {
                     (&mut self.local, u64::from(MAX_LOCAL))
                 } else {
-                    (&mut self.body_params, u64::from(MAX_PARAM_BYTES))
+                    (
+                        &mut self.body_params,
+                        PARAM_SCRATCH_BASE + u64::from(MAX_PARAM_SCRATCH),
+                    )
                 };
                 let off = align_up(*cur, v.align);
                 *cur = off.saturating_add(size);
@@ -1152,6 +1174,47 @@ impl<'m> FuncParser<'m> {
         Ok(a)
     }
 
+    /// `call{.uni} [(rets),] func[, (args)]` of a `.func` of this module.
+    pub(crate) fn call(&self, ops: &[Opnd<'_>], line: u32) -> Result<Op, Error> {
+        let (rets, name, args): (&[Opnd<'_>], &str, &[Opnd<'_>]) = match ops {
+            [Opnd::Vec(r), Opnd::Name(f), Opnd::Vec(a)] => (r, f, a),
+            [Opnd::Vec(r), Opnd::Name(f)] => (r, f, &[]),
+            [Opnd::Name(f), Opnd::Vec(a)] => (&[], f, a),
+            [Opnd::Name(f)] => (&[], f, &[]),
+            _ => {
+                return Err(Error::Unsupported {
+                    what: format!("indirect call (line {line})"),
+                })
+            }
+        };
+        let Some(Sym::Func(func)) = self.lookup_sym(name) else {
+            return Err(Error::Unsupported {
+                what: format!("call of {name} (line {line})"),
+            });
+        };
+        let param_var = |o: &Opnd<'_>| -> Result<u32, Error> {
+            if let Opnd::Name(n) = o {
+                if let Some(Sym::Addr(a)) = self.lookup_sym(n) {
+                    if a >= PARAM_SCRATCH_BASE
+                        && a < PARAM_SCRATCH_BASE + u64::from(MAX_PARAM_SCRATCH)
+                    {
+                        return Ok(a as u32);
+                    }
+                }
+            }
+            Err(Error::Unsupported {
+                what: format!(
+                    "call of {name} with an argument that is not a .param variable (line {line})"
+                ),
+            })
+        };
+        Ok(Op::Call {
+            func,
+            rets: rets.iter().map(param_var).collect::<Result<_, _>>()?,
+            args: args.iter().map(param_var).collect::<Result<_, _>>()?,
+        })
+    }
+
     pub(crate) fn vec_dsts(&mut self, o: &Opnd<'_>, line: u32) -> Result<(Regs4, u8), Error> {
         let mut out = [0u32; 4];
         match o {
@@ -1230,4 +1293,175 @@ fn sreg(n: &str) -> Option<Sreg> {
         "%total_smem_size" => Sreg::TotalSmem,
         _ => return None,
     })
+}
+
+/// Replaces every `call` by the callee's body (callees first). Calls of
+/// functions without a body, recursive calls and calls whose arguments do
+/// not match the callee become [`Op::Unsupported`].
+fn inline_calls(funcs: &mut [Option<Func>], names: &[String]) -> Result<(), Error> {
+    let mut state = vec![0u8; funcs.len()];
+    for i in 0..funcs.len() {
+        expand(i, funcs, names, &mut state)?;
+    }
+    Ok(())
+}
+
+/// `state`: 0 not yet expanded, 1 being expanded (a call to it is
+/// recursive), 2 done.
+fn expand(
+    i: usize,
+    funcs: &mut [Option<Func>],
+    names: &[String],
+    state: &mut [u8],
+) -> Result<(), Error> {
+    if state[i] != 0 {
+        return Ok(());
+    }
+    state[i] = 1;
+    let Some(mut f) = funcs[i].take() else {
+        state[i] = 2;
+        return Ok(());
+    };
+    let callees: Vec<usize> = f
+        .insts
+        .iter()
+        .filter_map(|x| match x.op {
+            Op::Call { func, .. } => Some(func as usize),
+            _ => None,
+        })
+        .collect();
+    for c in callees {
+        expand(c, funcs, names, state)?;
+    }
+    let r = splice(&mut f, funcs, names, state);
+    funcs[i] = Some(f);
+    state[i] = 2;
+    r
+}
+
+fn splice(
+    f: &mut Func,
+    funcs: &[Option<Func>],
+    names: &[String],
+    state: &[u8],
+) -> Result<(), Error> {
+    if !f.insts.iter().any(|x| matches!(x.op, Op::Call { .. })) {
+        return Ok(());
+    }
+    let callee = |op: &Op| -> Option<&Func> {
+        let Op::Call { func, rets, args } = op else {
+            return None;
+        };
+        let c = funcs.get(*func as usize)?.as_ref()?;
+        (state[*func as usize] == 2 && c.params.len() == args.len() && c.rets.len() == rets.len())
+            .then_some(c)
+    };
+    let old = std::mem::take(&mut f.insts);
+    // Where each old instruction lands.
+    let mut at = Vec::with_capacity(old.len() + 1);
+    let mut total = 0usize;
+    for inst in &old {
+        at.push(total as u32);
+        total += match callee(&inst.op) {
+            Some(c) => {
+                let Op::Call { rets, args, .. } = &inst.op else {
+                    unreachable!()
+                };
+                usize::from(inst.guard.is_some()) + args.len() + c.insts.len() + rets.len()
+            }
+            None => 1,
+        };
+        if total > MAX_INSTS {
+            return Err(perr(inst.line, "inlined calls make the function too long"));
+        }
+    }
+    at.push(total as u32);
+    let mut out: Vec<Inst> = Vec::with_capacity(total);
+    for (k, inst) in old.into_iter().enumerate() {
+        let line = inst.line;
+        match (&inst.op, callee(&inst.op)) {
+            (Op::Call { rets, args, .. }, Some(c)) => {
+                let end = at[k + 1];
+                let ret_at = end - rets.len() as u32;
+                if let Some(g) = inst.guard {
+                    out.push(Inst {
+                        guard: Some(Guard {
+                            reg: g.reg,
+                            neg: !g.neg,
+                        }),
+                        op: Op::Bra { target: end },
+                        line,
+                    });
+                }
+                for (a, p) in args.iter().zip(&c.params) {
+                    out.push(Inst {
+                        guard: None,
+                        op: Op::ParamCopy {
+                            from: *a,
+                            to: p.offset,
+                            len: p.size,
+                        },
+                        line,
+                    });
+                }
+                let shift = f.nregs;
+                f.nregs = shift
+                    .checked_add(c.nregs)
+                    .filter(|&n| n <= MAX_REGS)
+                    .ok_or_else(|| {
+                        perr(
+                            line,
+                            format!("more than {MAX_REGS} registers after inlining"),
+                        )
+                    })?;
+                let base = out.len() as u32;
+                for ci in &c.insts {
+                    let mut ci = ci.clone();
+                    ci.op.shift_regs(shift);
+                    if let Some(g) = &mut ci.guard {
+                        g.reg += shift;
+                    }
+                    match &mut ci.op {
+                        Op::Bra { target } => *target += base,
+                        Op::Ret => ci.op = Op::Bra { target: ret_at },
+                        _ => {}
+                    }
+                    out.push(ci);
+                }
+                for (r, p) in rets.iter().zip(&c.rets) {
+                    out.push(Inst {
+                        guard: None,
+                        op: Op::ParamCopy {
+                            from: p.offset,
+                            to: *r,
+                            len: p.size,
+                        },
+                        line,
+                    });
+                }
+                f.local_bytes = f.local_bytes.max(c.local_bytes);
+                f.scratch_end = f.scratch_end.max(c.scratch_end);
+            }
+            (Op::Call { func, .. }, None) => {
+                let name = names.get(*func as usize).map_or("?", String::as_str);
+                out.push(Inst {
+                    guard: inst.guard,
+                    op: Op::Unsupported(format!(
+                        "call of {name} (no body, recursive, or mismatched arguments; line {line})"
+                    )),
+                    line,
+                });
+            }
+            (Op::Bra { target }, _) => {
+                let t = at.get(*target as usize).copied().unwrap_or(total as u32);
+                out.push(Inst {
+                    op: Op::Bra { target: t },
+                    ..inst
+                });
+            }
+            _ => out.push(inst),
+        }
+    }
+    f.insts = out;
+    Ok(())
 }

@@ -67,7 +67,6 @@ fn unknown_modifiers_are_unsupported_not_ignored() {
         "ld.global.L2::cache_hint.u32 %r2, [%rd3], %rd4;",
         "cvt.rz.f16.f32 %rs1, %f1;",
         "mul.foo.s32 %r2, %r3, %r4;",
-        "call.uni foo, (%r1);",
     ] {
         let m = kernel_with("", inst);
         match run_k(&m, 1, 1).0 {
@@ -383,4 +382,113 @@ fn clocks_advance() {
     let (r, out) = run_k(&m, 40, 40);
     r.unwrap();
     assert_eq!(out, [1; 40]);
+}
+
+const CALLS: &str = "
+.func (.param .b32 dbl_r) dbl(.param .b32 dbl_x)
+{
+    .reg .b32 %r<3>;
+    .reg .pred %p<2>;
+    ld.param.u32 %r1, [dbl_x];
+    setp.gt.u32 %p1, %r1, 10;
+    @%p1 bra BIG;
+    shl.b32 %r2, %r1, 1;
+    st.param.b32 [dbl_r], %r2;
+    ret;
+BIG:
+    st.param.b32 [dbl_r], 1000;
+    ret;
+}
+.func (.param .b32 rec_r) rec(.param .b32 rec_x)
+{
+    .reg .b32 %r<3>;
+    ld.param.u32 %r1, [rec_x];
+    {
+    .param .b32 q;
+    st.param.b32 [q], %r1;
+    .param .b32 qr;
+    call.uni (qr), rec, (q);
+    ld.param.b32 %r2, [qr];
+    }
+    st.param.b32 [rec_r], %r2;
+    ret;
+}
+.extern .func ext(.param .b32 ext_x);
+.visible .entry k(.param .u64 k_param_0, .param .u32 k_param_1)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [k_param_0];
+    ld.param.u32 %r7, [k_param_1];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    {
+    .param .b32 p0;
+    st.param.b32 [p0], %r1;
+    .param .b32 rv;
+    st.param.b32 [rv], 77;
+    setp.lt.u32 %p1, %r1, 13;
+    @%p1 call.uni (rv), dbl, (p0);
+    ld.param.b32 %r3, [rv];
+    }
+    st.global.u32 [%rd3], %r3;
+    setp.eq.u32 %p2, %r7, 1;
+    @!%p2 bra SKIP1;
+    {
+    .param .b32 p1;
+    st.param.b32 [p1], %r1;
+    call.uni ext, (p1);
+    }
+SKIP1:
+    setp.eq.u32 %p3, %r7, 2;
+    @!%p3 bra SKIP2;
+    {
+    .param .b32 p2;
+    st.param.b32 [p2], %r1;
+    .param .b32 r2;
+    call.uni (r2), rec, (p2);
+    }
+SKIP2:
+    ret;
+}
+";
+
+#[test]
+fn calls_are_inlined_and_unsupported_ones_named() {
+    let m = Module::parse(&format!("{HEAD}{CALLS}")).unwrap();
+    let run = |mode: u32| {
+        let mut mem = VecMemory::default();
+        let out = mem.alloc_u32(&[0; 16]);
+        let r = launch(
+            &m,
+            &mut m.globals(),
+            "k",
+            dims([1, 1, 1], [16, 1, 1], 0),
+            Params::new().ptr(out).u32(mode),
+            &mut mem,
+        );
+        (r, mem.u32s(out))
+    };
+    let (r, out) = run(0);
+    r.unwrap();
+    for i in 0..16u32 {
+        let want = if i >= 13 {
+            77
+        } else if i > 10 {
+            1000
+        } else {
+            2 * i
+        };
+        assert_eq!(out[i as usize], want, "{i}");
+    }
+    match run(1).0 {
+        Err(Error::Unsupported { what }) => assert!(what.contains("call of ext"), "{what}"),
+        r => panic!("{r:?}"),
+    }
+    match run(2).0 {
+        Err(Error::Unsupported { what }) => assert!(what.contains("call of rec"), "{what}"),
+        r => panic!("{r:?}"),
+    }
 }

@@ -661,3 +661,84 @@ fn local_array_indexed_dynamically() {
         assert_eq!(out[i], s, "{i}");
     }
 }
+
+fn collatz(mut x: u64, limit: i32) -> i32 {
+    let mut steps = 0;
+    while x != 1 && steps < limit {
+        x = if x & 1 == 1 { 3 * x + 1 } else { x / 2 };
+        steps += 1;
+    }
+    steps
+}
+
+#[test]
+fn device_function_calls_are_inlined() {
+    let m = kernel("calls");
+    let mut g = m.globals();
+    let n = 300usize;
+    let coef = [0.5f32, -1.25, 2.0, 0.75, -0.125, 3.5, -2.25, 1.0];
+    let mut mem = VecMemory::default();
+    let pc = mem.alloc_f32(&coef);
+    let ps = mem.alloc_i32(&vec![0; n]);
+    let pv = mem.alloc_f32(&vec![0.0; n]);
+    launch(
+        &m,
+        &mut g,
+        "calls",
+        dims([3, 1, 1], [128, 1, 1], 0),
+        Params::new().ptr(pc).ptr(ps).ptr(pv).i32(n as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let (steps, vals) = (mem.i32s(ps), mem.f32s(pv));
+    for i in 0..n {
+        assert_eq!(steps[i], collatz(i as u64 + 1, 500), "{i}");
+        let (cn, x) = if i & 1 == 1 {
+            (8, i as f32 * 0.01)
+        } else {
+            (i % 8, i as f32 * -0.01)
+        };
+        let buf: Vec<f32> = (0..8).map(|k| if k < cn { coef[k] } else { 0.0 }).collect();
+        let mut acc = 0.0f32;
+        for k in (0..8).rev() {
+            acc = acc.mul_add(x, buf[(k * 3) & 7]);
+        }
+        assert_eq!(vals[i].to_bits(), acc.to_bits(), "{i}");
+    }
+}
+
+#[test]
+fn double_sine_with_its_argument_reduction_call() {
+    let m = kernel("calls");
+    let mut g = m.globals();
+    let mut x: Vec<f64> = (0..200).map(|i| f64::from(i) * 0.37 - 30.0).collect();
+    x.extend([
+        1e6, 12345678.9, 1e10, 3e15, 1e22, 1e100, 1e300, -7e200, 0.0, -0.0,
+    ]);
+    let n = x.len();
+    let mut mem = VecMemory::default();
+    let px = mem.alloc_f64(&x);
+    let py = mem.alloc_f64(&vec![0.0; n]);
+    launch(
+        &m,
+        &mut g,
+        "dsin",
+        dims([2, 1, 1], [128, 1, 1], 0),
+        Params::new().ptr(px).ptr(py).i32(n as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let y = mem.f64s(py);
+    for i in 0..n {
+        // CUDA's sin is within 2 ulp of the true value, as is the host's.
+        let want = x[i].sin();
+        let ulp = (want.abs().max(f64::MIN_POSITIVE) * f64::EPSILON).max(f64::from_bits(1));
+        assert!(
+            (y[i] - want).abs() <= 4.0 * ulp,
+            "sin({}) = {} on the interpreter, {} on the host",
+            x[i],
+            y[i],
+            want
+        );
+    }
+}

@@ -17,6 +17,8 @@ const KERNELS: &[(&str, &str)] = &[
     ("structarg", "affine"),
     ("localarr", "localarr"),
     ("intops", "intops"),
+    ("calls", "calls"),
+    ("calls", "dsin"),
 ];
 
 fn text(name: &str) -> String {
