@@ -7,15 +7,17 @@
 //! ring and report errors at the next synchronous call; bulk data moves
 //! through the channel's arena in pipelined chunks.
 //!
-//! Waiting is hybrid: spin for [`WaitConfig::spin`], then block on a futex
-//! in the region (local mode). In a VM the futex cannot block on the
-//! ivshmem BAR (FUTEX_WAIT fails with EFAULT on the PFN mapping, and the
-//! host's wake could not cross the VM boundary anyway): the channel notices
-//! and sleeps with a bounded backoff instead ([`WaitMode`]). A guest wakes a
-//! sleeping host with the futex in local mode and, on an `ivshmem-doorbell`
-//! device, with its Doorbell register ([`DoorbellRegister`]); on
-//! `ivshmem-plain` the host's block slice bounds that wait. The host's
-//! heartbeat bounds how long a call can wait for a dead host.
+//! Waiting is hybrid: spin for [`WaitConfig::spin`], then block until the
+//! host's wake ([`WaitMode`], chosen per region by [`wake`]): on a futex in
+//! the region (local mode); on the eventfd of the ivshmem device's MSI-X
+//! vector 1, received through vfio-pci ([`vfio`]; a VM with an IOMMU); or,
+//! where nothing can interrupt the wait (FUTEX_WAIT fails with EFAULT on the
+//! PFN-mapped BAR, and the host's futex wake could not cross the VM boundary
+//! anyway), with a bounded sleep backoff. A guest wakes a sleeping host with
+//! the futex in local mode and, on an `ivshmem-doorbell` device, with its
+//! Doorbell register ([`DoorbellRegister`]); on `ivshmem-plain` the host's
+//! block slice bounds that wait. The host's heartbeat bounds how long a call
+//! can wait for a dead host.
 //!
 //! Invariants: one `Channel` is used by one thread at a time (`&mut self`);
 //! all region access goes through `RegionView`; the guest never trusts the

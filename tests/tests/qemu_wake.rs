@@ -32,7 +32,7 @@ use fairgpu_protocol::{Opcode, RegionConfig};
 use fairgpu_qemu::{
     qemu_args, Device, Event, HostWaker, IvshmemServer, ServerConfig, SharedMemory, VmSpec,
 };
-use fairgpu_tests::qemu::{image, take_turn, Guest, GuestOptions, Image, Overlay};
+use fairgpu_tests::qemu::{image, take_turn, Guest, GuestOptions, Image, Overlay, REQUIRE_ENV};
 use fairgpu_tests::{fairgpu_bin, profile_dir, unique_region_path, TempDir};
 
 /// Boot, run and power-off of one guest, at most.
@@ -318,10 +318,12 @@ fn latency_line_parses() {
 #[test]
 fn guest_with_an_iommu_is_woken_through_msix() {
     let Some(img) = image() else { return };
-    assert!(
-        image_has_vfio(&img),
-        "the guest image has no vfio modules: rebuild it with scripts/guest-image.sh"
-    );
+    if !image_has_vfio(&img) {
+        let why = "the guest image has no vfio modules: rebuild it with scripts/guest-image.sh";
+        assert!(std::env::var_os(REQUIRE_ENV).is_none(), "{why}");
+        eprintln!("skipping: {why}");
+        return;
+    }
     let _turn = take_turn();
     let dir = TempDir::new("qemu-msix");
     let host = VmHost::start("qemu-msix", &dir);
