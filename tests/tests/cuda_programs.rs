@@ -488,8 +488,9 @@ fn without_a_driver_every_program_says_so() {
 
 /// The same programs through two hops: a daemon whose workers use
 /// CudaExecutor (the real-GPU executor, on cudarc), with the guest library
-/// as the `libcuda.so.1` it loads, forwarding to a second daemon on SimGpu.
-/// This runs CudaExecutor's code path on every CI run, without a GPU.
+/// as the `libcuda.so.1` it loads, forwarding to a second daemon on SimGpu,
+/// which executes the kernels. This runs CudaExecutor's code path on every
+/// CI run, without a GPU, results of kernels included.
 #[test]
 fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
     let Some(dir) = programs() else {
@@ -510,7 +511,14 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
 
     let backend_time = || vm(&status(&backend_daemon), "backend").gpu_time_ns;
     let mut runs: Vec<(String, &str)> = Vec::new();
-    for p in ["device_query", "memory", "streams_events", "launch_args"] {
+    for p in [
+        "device_query",
+        "memory",
+        "streams_events",
+        "launch_args",
+        "struct_arg",
+        "matmul",
+    ] {
         for v in VARIANTS {
             runs.push((format!("{p}-{v}"), v));
         }
