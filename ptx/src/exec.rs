@@ -321,20 +321,30 @@ impl<'a> Launch<'a> {
     /// anything.
     fn run_warp(&mut self, w: &mut Warp) -> Result<bool, Error> {
         let mut n = 0;
+        // The next group when the previous one held every active thread
+        // and moved on together: no need to look at the other lanes.
+        let mut known: Option<(u32, u32)> = None;
         while n < QUANTUM {
-            let mut pc = u32::MAX;
-            let mut mask = 0u32;
-            for l in 0..32 {
-                if w.st[l] == Lane::Active {
-                    let p = w.pc[l];
-                    if p < pc {
-                        pc = p;
-                        mask = 1 << l;
-                    } else if p == pc {
-                        mask |= 1 << l;
+            let (pc, mask, all) = if let Some((pc, mask)) = known.take() {
+                (pc, mask, mask)
+            } else {
+                let mut pc = u32::MAX;
+                let mut mask = 0u32;
+                let mut all = 0u32;
+                for l in 0..32 {
+                    if w.st[l] == Lane::Active {
+                        all |= 1 << l;
+                        let p = w.pc[l];
+                        if p < pc {
+                            pc = p;
+                            mask = 1 << l;
+                        } else if p == pc {
+                            mask |= 1 << l;
+                        }
                     }
                 }
-            }
+                (pc, mask, all)
+            };
             if mask == 0 {
                 // Threads waiting at a warp-synchronous instruction may go
                 // on once the threads they waited for have exited.
@@ -344,7 +354,10 @@ impl<'a> Launch<'a> {
                 break;
             }
             n += 1;
-            self.step(w, pc, mask)?;
+            let next = self.step(w, pc, mask)?;
+            if mask == all {
+                known = next.map(|p| (p, mask));
+            }
         }
         Ok(n > 0)
     }
@@ -387,7 +400,7 @@ impl<'a> Launch<'a> {
         false
     }
 
-    #[inline]
+    #[inline(always)]
     fn rd(&self, w: &Warp, s: Src, l: usize) -> u64 {
         match s {
             Src::Reg(r) => w.regs[r as usize * 32 + l],
@@ -397,6 +410,7 @@ impl<'a> Launch<'a> {
         }
     }
 
+    #[inline(never)]
     fn sreg(&self, w: &Warp, s: Sreg, l: usize) -> u64 {
         let lane = l as u32;
         u64::from(match s {
@@ -427,7 +441,9 @@ impl<'a> Launch<'a> {
         w.regs[d as usize * 32 + l] = v;
     }
 
-    fn step(&mut self, w: &mut Warp, pc: u32, mask: u32) -> Result<(), Error> {
+    /// Executes the instruction at `pc` for the threads in `mask`; the PC
+    /// they all moved to, if they are all still active and together.
+    fn step(&mut self, w: &mut Warp, pc: u32, mask: u32) -> Result<Option<u32>, Error> {
         let func = self.func;
         let inst = &func.insts[pc as usize];
         self.insts += u64::from(mask.count_ones());
@@ -453,7 +469,13 @@ impl<'a> Launch<'a> {
                 for l in bits_of(mask) {
                     w.pc[l] = if exec & (1 << l) != 0 { *target } else { next };
                 }
-                return Ok(());
+                return Ok(if exec == mask {
+                    Some(*target)
+                } else if exec == 0 {
+                    Some(next)
+                } else {
+                    None
+                });
             }
             Op::Ret | Op::Exit => {
                 for l in bits_of(mask) {
@@ -463,7 +485,7 @@ impl<'a> Launch<'a> {
                         w.pc[l] = next;
                     }
                 }
-                return Ok(());
+                return Ok(None);
             }
             Op::Bar { wait, id, count } => {
                 for l in bits_of(mask & !exec) {
@@ -492,7 +514,7 @@ impl<'a> Launch<'a> {
                         w.pc[l] = next;
                     }
                 }
-                return Ok(());
+                return Ok(None);
             }
             Op::Shfl { mask: m, .. }
             | Op::Vote { mask: m, .. }
@@ -502,7 +524,7 @@ impl<'a> Launch<'a> {
                     w.pc[l] = next;
                 }
                 if exec == 0 {
-                    return Ok(());
+                    return Ok(None);
                 }
                 let mut waiting = 0u32;
                 let mut exited = 0u32;
@@ -523,7 +545,7 @@ impl<'a> Launch<'a> {
                     for l in bits_of(exec) {
                         w.st[l] = Lane::Sync(pc);
                     }
-                    return Ok(());
+                    return Ok(None);
                 }
                 for l in bits_of(waiting) {
                     w.st[l] = Lane::Active;
@@ -532,7 +554,7 @@ impl<'a> Launch<'a> {
                 for l in bits_of(here) {
                     w.pc[l] = next;
                 }
-                return Ok(());
+                return Ok(None);
             }
             Op::Activemask { d } => {
                 for l in bits_of(exec) {
@@ -548,7 +570,7 @@ impl<'a> Launch<'a> {
         for l in bits_of(mask) {
             w.pc[l] = next;
         }
-        Ok(())
+        Ok(Some(next))
     }
 
     fn warp_op(&mut self, w: &mut Warp, op: &Op, here: u32) -> Result<(), Error> {
