@@ -1861,4 +1861,47 @@ mod tests {
             (0..16).map(|i| 3 * i).collect::<Vec<u32>>()
         );
     }
+
+    proptest! {
+        /// A kernel storing through a guest-chosen pointer writes exactly
+        /// its range when that lies in one allocation and is aligned, and
+        /// otherwise faults having written nothing outside that range.
+        #[test]
+        fn stores_land_in_one_allocation_or_fault(
+            start in 0u64..3 * 1024,
+            n in 0u32..80,
+        ) {
+            let mut g = gpu(&SimDevice::private_virtual(0));
+            let ctx = g.create_context().expect("context");
+            let m = g.module_load(ctx, FILL_PTX.as_bytes()).expect("load");
+            let (fill, _) = g.function(ctx, m, "fill").expect("function");
+            let bufs: Vec<DevPtr> = (0..3).map(|_| g.mem_alloc(ctx, 200).expect("alloc")).collect();
+            let out = bufs[0] - 256 + start;
+            let lc = LaunchConfig { grid: [3, 1, 1], ..LC };
+            let r = g.launch(ctx, fill, &lc, &fill_params(out, n), None);
+            let end = out + 4 * u64::from(n);
+            let inside = n == 0 || bufs.iter().any(|&b| out >= b && end <= b + 200);
+            let aligned = n == 0 || out % 4 == 0;
+            match &r {
+                Ok(()) => prop_assert!(inside && aligned, "{out:#x}+{n} ran"),
+                Err(e) if !aligned => prop_assert_eq!(e.status(), MISALIGNED_ADDRESS),
+                Err(e) => {
+                    prop_assert!(!inside, "{out:#x}+{n}: {e:?}");
+                    prop_assert_eq!(e.status(), Status::ILLEGAL_ADDRESS);
+                }
+            }
+            let allocs = &g.contexts[&ctx.0].allocs;
+            for (&base, bytes) in allocs {
+                for (k, &byte) in bytes.iter().enumerate() {
+                    let a = base + k as u64;
+                    if a < out || a >= end {
+                        prop_assert_eq!(byte, 0, "byte at {:#x} outside the store's range", a);
+                    } else if r.is_ok() {
+                        let i = ((a - out) / 4) as u32;
+                        prop_assert_eq!(byte, (3 * i).to_le_bytes()[((a - out) % 4) as usize]);
+                    }
+                }
+            }
+        }
+    }
 }
