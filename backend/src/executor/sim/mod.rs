@@ -1881,7 +1881,7 @@ mod tests {
             let r = g.launch(ctx, fill, &lc, &fill_params(out, n), None);
             let end = out + 4 * u64::from(n);
             let inside = n == 0 || bufs.iter().any(|&b| out >= b && end <= b + 200);
-            let aligned = n == 0 || out % 4 == 0;
+            let aligned = n == 0 || out.is_multiple_of(4);
             match &r {
                 Ok(()) => prop_assert!(inside && aligned, "{out:#x}+{n} ran"),
                 Err(e) if !aligned => prop_assert_eq!(e.status(), MISALIGNED_ADDRESS),
