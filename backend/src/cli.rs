@@ -262,16 +262,24 @@ pub struct TransportArgs {
 
 /// Pins the calling thread to `cpu`.
 pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "cpu index too large",
-        ));
-    }
+    pin_to_cpus(&[cpu])
+}
+
+/// Restricts the calling thread (and what it starts later) to `cpus`.
+/// Allocates nothing, so it may run between fork and exec.
+pub fn pin_to_cpus(cpus: &[usize]) -> std::io::Result<()> {
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: cpu < CPU_SETSIZE (checked), so CPU_SET stays inside `set`.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    for &cpu in cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "cpu index too large",
+            ));
+        }
+        // SAFETY: cpu < CPU_SETSIZE (checked), so CPU_SET stays inside `set`.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
     // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t.
     let r = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
     if r == 0 {

@@ -102,6 +102,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
         policy: policy.clone(),
         vms: vms.clone(),
         client,
+        tuning: crate::fairness::harness::Tuning::default(),
     })?;
     let obs = Observer::start(session.socket(), Duration::from_millis(10))?;
     obs.wait_for(Duration::from_secs(30), |s| {

@@ -30,7 +30,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::workload::ClientKind;
-use harness::{Device, PolicySupport, Session, SessionConfig, VmSpec, WorkloadSpec};
+use harness::{Device, PolicySupport, Session, SessionConfig, Tuning, VmSpec, WorkloadSpec};
 use metrics::VmShare;
 
 /// Every policy, in the order tables and charts show them.
@@ -83,6 +83,36 @@ pub struct FairnessArgs {
     /// non-saturating VMs.
     #[arg(long)]
     pub no_baseline: bool,
+    /// The daemon's accounting (`[daemon] accounting`): sampled, every,
+    /// events or none; the daemon's default when left out.
+    #[arg(long, value_parser = ["sampled", "every", "events", "none"])]
+    pub accounting: Option<String>,
+    /// The daemon's time slice in milliseconds (`[daemon] slice_ms`).
+    #[arg(long, value_name = "MS")]
+    pub slice_ms: Option<f64>,
+    /// The daemon's hybrid-spin budget in microseconds (`[daemon] spin_us`).
+    #[arg(long, value_name = "US")]
+    pub spin_us: Option<u32>,
+    /// Guests share the host's last CPU and the daemon its other CPUs, as
+    /// in FairGV's setup (VMs sharing one core, the backend on its own);
+    /// without it every process may run anywhere.
+    #[arg(long)]
+    pub pin: bool,
+    /// Run only the cases with this label (e.g. MM, "MM vs 400 us");
+    /// repeatable. Every case when left out.
+    #[arg(long = "case", value_name = "LABEL")]
+    pub cases: Vec<String>,
+}
+
+impl FairnessArgs {
+    /// Whether `--case` selects `case`.
+    fn selects(&self, case: &Case) -> bool {
+        self.cases.is_empty()
+            || self
+                .cases
+                .iter()
+                .any(|c| c.eq_ignore_ascii_case(&case.label))
+    }
 }
 
 /// One run: an experiment's case with its VMs.
@@ -215,6 +245,13 @@ pub struct VmResult {
     /// 99th-percentile latency of its synchronous calls, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_p99_us: Option<f64>,
+    /// GPU time the policy charged it in the window, as a share of the
+    /// window (compare with `share`, the device time it got).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub charged_share: Option<f64>,
+    /// Grants it received per second in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grants_per_s: Option<f64>,
 }
 
 /// What happened to a run.
@@ -390,13 +427,15 @@ pub struct PolicyNote {
     pub error: Option<String>,
 }
 
-/// Timing of one run.
+/// Timing of one run, and the daemon's scheduling settings for it.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
     /// Warm-up before the window.
     pub warmup: Duration,
     /// The measurement window.
     pub window: Duration,
+    /// `[daemon]` settings other than the policy.
+    pub tuning: Tuning,
 }
 
 /// Sleeps `d`, or less if `stop` becomes true.
@@ -447,6 +486,7 @@ fn measure_inner(
         },
         vms: case.vms.clone(),
         client,
+        tuning: timing.tuning,
     })?;
     let obs = observe::Observer::start(session.socket(), OBSERVE_EVERY)?;
     let n = case.vms.len();
@@ -501,6 +541,14 @@ fn measure_inner(
     let snap = obs.snapshot();
     let daemon_policy = first.policy();
     let kernel_tracks = snap.kernels.clone();
+    let rate_of = |tracks: &[observe::Track], i: usize| {
+        tracks
+            .get(i)
+            .filter(|t| t.points.len() > 1)
+            .and_then(|t| t.rate(from, to))
+    };
+    let charged: Vec<Option<f64>> = (0..n).map(|i| rate_of(&snap.charged, i)).collect();
+    let grants: Vec<Option<f64>> = (0..n).map(|i| rate_of(&snap.grants, i)).collect();
     drop(obs);
     let reports = session.finish_workloads(Duration::from_secs_f64(tail + 30.0));
     drop(session);
@@ -550,6 +598,8 @@ fn measure_inner(
                 sync_p99_us: report
                     .filter(|r| r.sync_calls > 0)
                     .map(|r| r.sync_latency_us.p99),
+                charged_share: charged[i].map(|ns_per_s| ns_per_s / 1e9),
+                grants_per_s: grants[i],
             }
         })
         .collect();
@@ -635,6 +685,8 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
                 format!("{:.0}", v.kernels_per_s),
                 opt_us(v.sync_p50_us),
                 opt_us(v.sync_p99_us),
+                v.charged_share.map_or("-".into(), pct),
+                v.grants_per_s.map_or("-".into(), |g| format!("{g:.0}")),
             ]);
         }
     }
@@ -660,6 +712,8 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
             "KERNELS/S",
             "SYNC P50",
             "SYNC P99",
+            "CHARGED",
+            "GRANTS/S",
         ],
         &rows,
     ));
@@ -843,6 +897,20 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
     let timing = Timing {
         warmup: Duration::from_secs_f64(if a.quick { 0.5 } else { 2.0 }),
         window: Duration::from_secs_f64(window),
+        tuning: Tuning {
+            accounting: match a.accounting.as_deref() {
+                None => None,
+                Some(n) => Some(
+                    crate::config::Accounting::ALL
+                        .into_iter()
+                        .find(|x| x.name() == n)
+                        .ok_or_else(|| anyhow::anyhow!("unknown accounting {n:?}"))?,
+                ),
+            },
+            slice_ms: a.slice_ms,
+            spin_us: a.spin_us,
+            pin: a.pin,
+        },
     };
     if a.client == ClientKind::Libcuda {
         harness::guest_library()?;
@@ -873,6 +941,9 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
         let none = harness::policy_support("none").map_err(|e| anyhow::anyhow!(e))?;
         for exp in &experiments {
             for case in cases(exp, a.quick) {
+                if !a.selects(&case) {
+                    continue;
+                }
                 for v in &case.vms {
                     if stop.load(Ordering::Relaxed)
                         || baselines.iter().any(|b| b.workload == v.workload)
@@ -905,6 +976,9 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
             for mut case in cases(exp, a.quick) {
                 if stop.load(Ordering::Relaxed) {
                     break 'all;
+                }
+                if !a.selects(&case) {
+                    continue;
                 }
                 case.apply_baselines(&baselines);
                 let r = match s {
@@ -1025,6 +1099,8 @@ mod tests {
                 alone: Some(0.5),
                 sync_p50_us: None,
                 sync_p99_us: Some(12.0),
+                charged_share: None,
+                grants_per_s: None,
             }],
             mmr,
             overhead: 1.0,

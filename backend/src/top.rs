@@ -300,6 +300,7 @@ mod tests {
                     gpu_time_ns: pts.last().map_or(0, |p| p.1),
                     calls: 0,
                     kernels: None,
+                    sched: None,
                 })
                 .collect(),
         };
@@ -318,6 +319,8 @@ mod tests {
             last_t: 2.0,
             gpu,
             kernels: Vec::new(),
+            charged: Vec::new(),
+            grants: Vec::new(),
             errors: 0,
             last_error: None,
         }

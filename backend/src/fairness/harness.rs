@@ -156,6 +156,46 @@ pub struct SessionConfig {
     pub vms: Vec<VmSpec>,
     /// How the workloads reach the GPU.
     pub client: ClientKind,
+    /// Other `[daemon]` settings.
+    pub tuning: Tuning,
+}
+
+/// `[daemon]` scheduling settings a session may set; `None` leaves the
+/// daemon's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Tuning {
+    /// `accounting = NAME`.
+    pub accounting: Option<crate::config::Accounting>,
+    /// `slice_ms = MS`.
+    pub slice_ms: Option<f64>,
+    /// `spin_us = US`.
+    pub spin_us: Option<u32>,
+    /// Guests share the host's last CPU and the daemon (with its workers)
+    /// has the others, as in FairGV's experiments (VMs sharing one core,
+    /// the host's backend on its own); ignored on a one-CPU host.
+    pub pin: bool,
+}
+
+/// CPUs for the daemon and for the guests under [`Tuning::pin`]: `None`
+/// when not pinning or on a one-CPU host.
+fn cpu_split(pin: bool) -> Option<(Vec<usize>, Vec<usize>)> {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (pin && n >= 2).then(|| ((0..n - 1).collect(), vec![n - 1]))
+}
+
+/// Makes `cmd`'s process run only on `cpus`.
+fn restrict_to(cmd: &mut Command, cpus: Vec<usize>) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the closure runs in the child between fork and exec; it only
+    // builds a cpu_set_t on the stack and makes one system call
+    // (sched_setaffinity is async-signal-safe); it allocates nothing and
+    // takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            crate::cli::pin_to_cpus(&cpus)?;
+            Ok(())
+        });
+    }
 }
 
 /// How the daemon's configuration parser treats a `policy` key.
@@ -227,6 +267,15 @@ fn config_text(cfg: &SessionConfig, socket: &Path, dir: &Path, regions: &[PathBu
     );
     if let Some(p) = &cfg.policy {
         t.push_str(&format!("policy = {p:?}\n"));
+    }
+    if let Some(a) = cfg.tuning.accounting {
+        t.push_str(&format!("accounting = {:?}\n", a.name()));
+    }
+    if let Some(ms) = cfg.tuning.slice_ms {
+        t.push_str(&format!("slice_ms = {ms:?}\n"));
+    }
+    if let Some(us) = cfg.tuning.spin_us {
+        t.push_str(&format!("spin_us = {us}\n"));
     }
     t.push_str("\n[sim]\nmemory_bytes = 4294967296\nname = \"fairgpu SimGpu\"\n\n");
     for (v, region) in cfg.vms.iter().zip(regions) {
@@ -332,14 +381,16 @@ impl Session {
         std::fs::write(&config, text).map_err(io(format!("writing {}", config.display())))?;
         let log = File::create(&session.daemon_log).map_err(io("creating the daemon log"))?;
         let exe = std::env::current_exe().map_err(io("locating the fairgpu binary"))?;
-        let child = Command::new(exe)
-            .args(["serve", "--log", "warn", "--config"])
+        let mut cmd = Command::new(exe);
+        cmd.args(["serve", "--log", "warn", "--config"])
             .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(io("starting the daemon"))?;
+            .stderr(log);
+        if let Some((daemon_cpus, _)) = cpu_split(session.cfg.tuning.pin) {
+            restrict_to(&mut cmd, daemon_cpus);
+        }
+        let child = cmd.spawn().map_err(io("starting the daemon"))?;
         session.daemon = Some(child);
         let deadline = Instant::now() + DAEMON_START_TIMEOUT;
         while std::os::unix::net::UnixStream::connect(&session.socket).is_err() {
@@ -419,6 +470,9 @@ impl Session {
             }
             if v.workload.sleep_ratio > 0.0 {
                 cmd.args(["--sleep-ratio", &v.workload.sleep_ratio.to_string()]);
+            }
+            if let Some((_, guest_cpus)) = cpu_split(self.cfg.tuning.pin) {
+                restrict_to(&mut cmd, guest_cpus);
             }
             if let Some(lib) = &self.lib_dir {
                 let mut path = std::ffi::OsString::from(lib);
@@ -556,6 +610,7 @@ mod tests {
                 },
             ],
             client: ClientKind::Rust,
+            tuning: Tuning::default(),
         };
         let regions = [PathBuf::from("/dev/shm/a"), PathBuf::from("/dev/shm/b")];
         let text = config_text(

@@ -63,6 +63,20 @@ pub struct VmView {
     /// Kernels launched, where the daemon counts them.
     #[serde(default)]
     pub kernels: Option<u64>,
+    /// The scheduler's view, when a policy runs.
+    #[serde(default)]
+    pub sched: Option<SchedView>,
+}
+
+/// A VM's scheduling counters (the fields used here).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct SchedView {
+    /// GPU time the policy charged it, ns.
+    #[serde(default)]
+    pub charged_ns: u64,
+    /// Grants it received.
+    #[serde(default)]
+    pub grants: u64,
 }
 
 /// The daemon's status (the fields used here).
@@ -276,6 +290,10 @@ pub struct Observed {
     pub gpu: Vec<Track>,
     /// Kernels per VM, where the daemon counts them.
     pub kernels: Vec<Track>,
+    /// Charged GPU time per VM, where a policy runs.
+    pub charged: Vec<Track>,
+    /// Grants per VM, where a policy runs.
+    pub grants: Vec<Track>,
     /// Polls that failed.
     pub errors: u64,
     /// The last error.
@@ -314,11 +332,17 @@ impl Observer {
                                 if s.gpu.len() != st.vms.len() {
                                     s.gpu = vec![Track::default(); st.vms.len()];
                                     s.kernels = vec![Track::default(); st.vms.len()];
+                                    s.charged = vec![Track::default(); st.vms.len()];
+                                    s.grants = vec![Track::default(); st.vms.len()];
                                 }
                                 for (i, v) in st.vms.iter().enumerate() {
                                     s.gpu[i].observe(t0, v.gpu_time_ns);
                                     if let Some(k) = v.kernels {
                                         s.kernels[i].observe(t0, k);
+                                    }
+                                    if let Some(sc) = &v.sched {
+                                        s.charged[i].observe(t0, sc.charged_ns);
+                                        s.grants[i].observe(t0, sc.grants);
                                     }
                                 }
                                 s.last = Some(st);
