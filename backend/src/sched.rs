@@ -92,6 +92,7 @@ pub fn build_policy(cfg: &SchedConfig) -> Option<Box<dyn Policy>> {
     let policy: Box<dyn Policy> = match kind {
         PolicyKind::FairQueuing => Box::new(FairQueuing::new(FairQueuingConfig {
             slice: cfg.slice,
+            wake_grace: cfg.slice.slice(),
             ..FairQueuingConfig::default()
         })),
         PolicyKind::CreditPoll | PolicyKind::CreditHybridSpin | PolicyKind::StrictCoSchedule => {

@@ -96,6 +96,11 @@ impl VirtualTime {
         VirtualTime(self.0.saturating_add(rhs.0))
     }
 
+    /// `self - rhs`, saturating at zero.
+    pub fn saturating_sub(self, rhs: VirtualTime) -> VirtualTime {
+        VirtualTime(self.0.saturating_sub(rhs.0))
+    }
+
     /// In weighted nanoseconds, for display.
     pub fn as_weighted_nanos(self) -> f64 {
         self.0 as f64 / (1u64 << Self::FRAC_BITS) as f64
