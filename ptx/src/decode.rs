@@ -1027,6 +1027,38 @@ impl FuncParser<'_> {
                     Op::WarpSync {
                         mask: self.src(&ops[0], Ty::B32, line)?,
                     }
+                } else if m.has("red") {
+                    // `bar.red.popc.u32 d, a{, b}, {!}c`, `bar.red.{and,or}.pred`.
+                    let op = match m.one_of(&["popc", "and", "or"]) {
+                        Some("popc") => BarRed::Popc,
+                        Some("and") => BarRed::And,
+                        Some(_) => BarRed::Or,
+                        None => return Err(unsup()),
+                    };
+                    let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                    if (op == BarRed::Popc) != (ty == Ty::U32)
+                        || op != BarRed::Popc && ty != Ty::Pred
+                    {
+                        return Err(unsup());
+                    }
+                    m.has("aligned");
+                    if !matches!(ops.len(), 3 | 4) {
+                        return Err(Error::Parse {
+                            line,
+                            msg: format!("{opcode} takes 3 or 4 operands"),
+                        });
+                    }
+                    let count = match ops.len() {
+                        4 => Some(self.src(&ops[2], Ty::U32, line)?),
+                        _ => None,
+                    };
+                    let d = self.dst(&ops[0], line)?;
+                    Op::Bar {
+                        wait: true,
+                        id: self.src(&ops[1], Ty::U32, line)?,
+                        count,
+                        red: Some((op, d, self.src(&ops[ops.len() - 1], Ty::Pred, line)?)),
+                    }
                 } else {
                     let wait = match m.one_of(&["sync", "arrive"]) {
                         Some("sync") => true,
@@ -1055,6 +1087,7 @@ impl FuncParser<'_> {
                         wait,
                         id: self.src(&ops[0], Ty::U32, line)?,
                         count,
+                        red: None,
                     }
                 }
             }

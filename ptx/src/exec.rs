@@ -51,6 +51,8 @@ struct Warp {
     exists: u32,
     /// Carry flags of `add.cc` and friends, one bit per lane.
     carry: u32,
+    /// Predicates of threads waiting at a `bar.red`.
+    redp: u32,
     id: u32,
 }
 
@@ -203,6 +205,7 @@ impl<'a> Launch<'a> {
                 tid: [[0; 3]; 32],
                 exists: 0,
                 carry: 0,
+                redp: 0,
                 id,
             })
             .collect();
@@ -287,9 +290,30 @@ impl<'a> Launch<'a> {
                 any = true;
                 self.arrivals[id] = 0;
                 self.counts[id] = None;
+                // `bar.red`: reduce the predicates of the waiting threads.
+                let mut trues = 0u32;
+                for w in warps.iter() {
+                    for l in bits_of(w.exists) {
+                        if w.st[l] == Lane::Bar(id as u8) && w.redp & (1 << l) != 0 {
+                            trues += 1;
+                        }
+                    }
+                }
                 for w in warps.iter_mut() {
                     for l in bits_of(w.exists) {
                         if w.st[l] == Lane::Bar(id as u8) {
+                            if let Op::Bar {
+                                red: Some((op, d, _)),
+                                ..
+                            } = self.func.insts[w.pc[l] as usize].op
+                            {
+                                let v = match op {
+                                    BarRed::Popc => trues,
+                                    BarRed::And => u32::from(trues == n),
+                                    BarRed::Or => u32::from(trues > 0),
+                                };
+                                Self::wr(w, d, l, u64::from(v));
+                            }
                             w.st[l] = Lane::Active;
                             w.pc[l] += 1;
                         }
@@ -487,7 +511,12 @@ impl<'a> Launch<'a> {
                 }
                 return Ok(None);
             }
-            Op::Bar { wait, id, count } => {
+            Op::Bar {
+                wait,
+                id,
+                count,
+                red,
+            } => {
                 for l in bits_of(mask & !exec) {
                     w.pc[l] = next;
                 }
@@ -506,6 +535,13 @@ impl<'a> Launch<'a> {
                             });
                         }
                         self.counts[idv as usize] = Some(c);
+                    }
+                    if let Some((_, _, p)) = red {
+                        if self.rd(w, *p, l) & 1 != 0 {
+                            w.redp |= 1 << l;
+                        } else {
+                            w.redp &= !(1 << l);
+                        }
                     }
                     if *wait {
                         w.st[l] = Lane::Bar(idv as u8);

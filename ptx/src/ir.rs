@@ -304,6 +304,14 @@ pub(crate) enum AtomOp {
     Xor,
 }
 
+/// The reduction of `bar.red`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BarRed {
+    Popc,
+    And,
+    Or,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ShflMode {
     Up,
@@ -581,6 +589,8 @@ pub(crate) enum Op {
         wait: bool,
         id: Src,
         count: Option<Src>,
+        /// `bar.red`: the reduction, its destination and predicate.
+        red: Option<(BarRed, u32, Src)>,
     },
     /// `bar.warp.sync`.
     WarpSync {
@@ -802,10 +812,14 @@ impl Op {
                 s(b);
                 s(c);
             }
-            Op::Bar { id, count, .. } => {
+            Op::Bar { id, count, red, .. } => {
                 s(id);
                 if let Some(c) = count {
                     s(c);
+                }
+                if let Some((_, d, p)) = red {
+                    *d += k;
+                    s(p);
                 }
             }
             Op::WarpSync { mask } => s(mask),

@@ -38,7 +38,8 @@
 //!   `div.full`, `rcp.approx`, `sqrt.approx`, `rsqrt`, `sin`, `cos`,
 //!   `lg2`, `ex2`, `tanh`) compute the correctly rounded or host-libm
 //!   result, which differs from a GPU's within the instruction's stated
-//!   error bound. f64 NaN payloads follow the host. Half precision: only
+//!   error bound. f64 NaN payloads follow the host; `fma.f64` with a
+//!   directed rounding is unsupported. Half precision: only
 //!   `cvt` between f16/bf16 and f32 (round to nearest); f16 arithmetic is
 //!   unsupported.
 //! - **cvt**: every integer/integer conversion (`.sat`, extension,
@@ -54,7 +55,8 @@
 //!   atom and red on global, shared and generic addresses: add (integer,
 //!   f32, f64), min, max, inc, dec, cas, exch, and, or, xor.
 //! - **Control and threads**: bra, ret, exit, bar.sync/barrier.sync (with
-//!   ids and thread counts), bar.arrive, bar.warp.sync, membar/fence (no-ops
+//!   ids and thread counts), bar.arrive, bar.red (popc, and, or),
+//!   bar.warp.sync, membar/fence (no-ops
 //!   in a sequential model), shfl.sync (up, down, bfly, idx with segment
 //!   masks), vote.sync (all, any, uni, ballot), activemask, redux.sync,
 //!   trap; special registers `%tid`, `%ntid`, `%ctaid`, `%nctaid`,

@@ -742,3 +742,44 @@ fn double_sine_with_its_argument_reduction_call() {
         );
     }
 }
+
+#[test]
+fn reducing_barriers() {
+    let m = kernel("barred");
+    let mut g = m.globals();
+    let (blocks, block) = (3usize, 96usize);
+    let mut r = Rng(15);
+    let mut input: Vec<i32> = (0..blocks * block)
+        .map(|_| (r.next() % 200) as i32 - 40)
+        .collect();
+    input[7] = -60;
+    for v in &mut input[block..] {
+        *v = v.abs().min(41);
+    }
+    input[block + 5] = 42;
+    let mut mem = VecMemory::default();
+    let pin = mem.alloc_i32(&input);
+    let pout = mem.alloc_i32(&vec![0; 3 * blocks * block]);
+    launch(
+        &m,
+        &mut g,
+        "barred",
+        dims([blocks as u32, 1, 1], [block as u32, 1, 1], 0),
+        Params::new().ptr(pin).ptr(pout),
+        &mut mem,
+    )
+    .unwrap();
+    let out = mem.i32s(pout);
+    for b in 0..blocks {
+        let v = &input[b * block..(b + 1) * block];
+        let want = [
+            v.iter().filter(|&&x| x > 0).count() as i32,
+            v.iter().all(|&x| x > -50) as i32,
+            v.contains(&42) as i32,
+        ];
+        for t in 0..block {
+            let i = b * block + t;
+            assert_eq!(out[3 * i..3 * i + 3], want, "block {b} thread {t}");
+        }
+    }
+}
