@@ -16,8 +16,11 @@ use crate::{Error, GLOBALS_BASE};
 pub const MAX_TEXT_BYTES: usize = 64 << 20;
 /// Most registers one function may declare.
 pub const MAX_REGS: u32 = 1 << 18;
-/// Most instructions in one function.
-pub const MAX_INSTS: usize = 1 << 22;
+/// Most instructions in one function (after inlining); a module holds at
+/// most twice as many in all.
+pub const MAX_INSTS: usize = 1 << 20;
+/// Deepest chain of calls that is inlined.
+const MAX_CALL_DEPTH: u32 = 32;
 /// Most bytes of static `.shared` variables per function.
 pub const MAX_STATIC_SHARED: u32 = 256 << 10;
 /// Most bytes of `.local` variables per function.
@@ -31,6 +34,10 @@ pub const MAX_PARAM_BYTES: u32 = 32 << 10;
 pub(crate) const PARAM_SCRATCH_BASE: u64 = MAX_PARAM_BYTES as u64;
 /// Most bytes of param scratch in one module.
 pub const MAX_PARAM_SCRATCH: u32 = 16 << 10;
+
+/// Deepest nesting of initializer braces, vector operands and `a|b` pairs
+/// (they are parsed recursively).
+const MAX_NESTING: u32 = 16;
 
 /// A module-scope `.global` or `.const` variable.
 #[derive(Debug, Clone)]
@@ -237,6 +244,8 @@ struct ModuleState {
     local_top: u64,
     /// Next free param scratch bytes after [`PARAM_SCRATCH_BASE`].
     scratch_top: u64,
+    /// Instructions in all functions so far.
+    insts: usize,
 }
 
 impl ModuleState {
@@ -422,6 +431,10 @@ impl ModuleState {
             return Err(perr(line, format!("{name} defined twice")));
         }
         let f = FuncParser::new(self, name, is_entry, &params, &rets, line)?.body(p)?;
+        self.insts += f.insts.len();
+        if self.insts > 2 * MAX_INSTS {
+            return Err(perr(line, "too many instructions in the module"));
+        }
         self.local_top = u64::from(f.local_bytes);
         self.scratch_top = u64::from(f.scratch_end) - PARAM_SCRATCH_BASE;
         self.funcs[idx as usize] = Some(f);
@@ -499,7 +512,7 @@ fn var_decl<'a>(p: &mut P<'a>) -> Result<VarDecl<'a>, Error> {
     }
     let init = if p.eat_punct('=') {
         let mut v = Vec::new();
-        initializer(p, &mut v)?;
+        initializer(p, &mut v, 0)?;
         Some(v)
     } else {
         None
@@ -514,13 +527,16 @@ fn var_decl<'a>(p: &mut P<'a>) -> Result<VarDecl<'a>, Error> {
 }
 
 /// A (possibly nested) initializer, flattened.
-fn initializer<'a>(p: &mut P<'a>, out: &mut Vec<Opnd<'a>>) -> Result<(), Error> {
+fn initializer<'a>(p: &mut P<'a>, out: &mut Vec<Opnd<'a>>, depth: u32) -> Result<(), Error> {
+    if depth > MAX_NESTING {
+        return Err(perr(p.line(), "initializer nested too deeply"));
+    }
     if p.eat_punct('{') {
         if p.eat_punct('}') {
             return Ok(());
         }
         loop {
-            initializer(p, out)?;
+            initializer(p, out, depth + 1)?;
             if p.eat_punct('}') {
                 return Ok(());
             }
@@ -968,7 +984,7 @@ impl<'m> FuncParser<'m> {
         let mut ops: Vec<Opnd<'_>> = Vec::new();
         if !p.is_punct(';') {
             loop {
-                ops.push(self.operand(p)?);
+                ops.push(self.operand(p, 0)?);
                 if ops.len() > 16 {
                     return Err(perr(line, "too many operands"));
                 }
@@ -996,8 +1012,11 @@ impl<'m> FuncParser<'m> {
         Ok(())
     }
 
-    fn operand<'a>(&self, p: &mut P<'a>) -> Result<Opnd<'a>, Error> {
+    fn operand<'a>(&self, p: &mut P<'a>, depth: u32) -> Result<Opnd<'a>, Error> {
         let line = p.line();
+        if depth > MAX_NESTING {
+            return Err(perr(line, "operand nested too deeply"));
+        }
         let o = if p.eat_punct('[') {
             let mut reg = None;
             let mut sym = None;
@@ -1044,7 +1063,7 @@ impl<'m> FuncParser<'m> {
         } else if p.eat_punct('{') {
             let mut v = Vec::new();
             loop {
-                v.push(self.operand(p)?);
+                v.push(self.operand(p, depth + 1)?);
                 if v.len() > 8 {
                     return Err(perr(line, "vector too long"));
                 }
@@ -1059,7 +1078,7 @@ impl<'m> FuncParser<'m> {
             let mut v = Vec::new();
             if !p.eat_punct(')') {
                 loop {
-                    v.push(self.operand(p)?);
+                    v.push(self.operand(p, depth + 1)?);
                     if v.len() > 256 {
                         return Err(perr(line, "too many call arguments"));
                     }
@@ -1089,7 +1108,7 @@ impl<'m> FuncParser<'m> {
             o
         };
         if p.eat_punct('|') {
-            let q = self.operand(p)?;
+            let q = self.operand(p, depth + 1)?;
             return Ok(Opnd::Pair(Box::new(o), Box::new(q)));
         }
         Ok(o)
@@ -1301,7 +1320,11 @@ fn sreg(n: &str) -> Option<Sreg> {
 fn inline_calls(funcs: &mut [Option<Func>], names: &[String]) -> Result<(), Error> {
     let mut state = vec![0u8; funcs.len()];
     for i in 0..funcs.len() {
-        expand(i, funcs, names, &mut state)?;
+        expand(i, funcs, names, &mut state, 0)?;
+    }
+    let total: usize = funcs.iter().flatten().map(|f| f.insts.len()).sum();
+    if total > 2 * MAX_INSTS {
+        return Err(perr(0, "inlined calls make the module too long"));
     }
     Ok(())
 }
@@ -1313,8 +1336,10 @@ fn expand(
     funcs: &mut [Option<Func>],
     names: &[String],
     state: &mut [u8],
+    depth: u32,
 ) -> Result<(), Error> {
-    if state[i] != 0 {
+    // Too deep a chain: the caller's call stays unsupported.
+    if state[i] != 0 || depth > MAX_CALL_DEPTH {
         return Ok(());
     }
     state[i] = 1;
@@ -1331,7 +1356,7 @@ fn expand(
         })
         .collect();
     for c in callees {
-        expand(c, funcs, names, state)?;
+        expand(c, funcs, names, state, depth + 1)?;
     }
     let r = splice(&mut f, funcs, names, state);
     funcs[i] = Some(f);

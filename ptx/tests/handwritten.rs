@@ -337,6 +337,24 @@ fn malformed_text_is_a_parse_error() {
             "{text}"
         );
     }
+    // Deep nesting is refused, not recursed into.
+    let deep = format!(
+        ".global .b8 g[1] = {}1{};",
+        "{".repeat(100_000),
+        "}".repeat(100_000)
+    );
+    assert!(matches!(Module::parse(&deep), Err(Error::Parse { .. })));
+    let deep = format!(
+        ".visible .entry k() {{ .reg .b32 %r<2>; mov.b32 %r1, {}%r1{}; }}",
+        "{".repeat(100_000),
+        "}".repeat(100_000)
+    );
+    assert!(matches!(Module::parse(&deep), Err(Error::Parse { .. })));
+    let deep = format!(
+        ".visible .entry k() {{ .reg .b32 %r<2>; setp.eq.u32 %r1{}, 1, 2; }}",
+        "|%r1".repeat(100_000)
+    );
+    assert!(matches!(Module::parse(&deep), Err(Error::Parse { .. })));
     assert!(matches!(
         Module::parse(".address_size 32"),
         Err(Error::Unsupported { .. })
@@ -489,6 +507,57 @@ fn calls_are_inlined_and_unsupported_ones_named() {
     }
     match run(2).0 {
         Err(Error::Unsupported { what }) => assert!(what.contains("call of rec"), "{what}"),
+        r => panic!("{r:?}"),
+    }
+}
+
+/// `f0` calls `f1` ... calls `f{n-1}`, which returns its argument + 1; each
+/// level adds 1 more. Defined callers first (`forward`, with declarations
+/// ahead) or callees first.
+fn call_chain(n: usize, forward: bool) -> String {
+    let mut t = String::from(HEAD);
+    let order: Vec<usize> = if forward {
+        for i in 0..n {
+            t += &format!(".func (.param .b32 f{i}_r) f{i}(.param .b32 f{i}_x);\n");
+        }
+        (0..n).collect()
+    } else {
+        (0..n).rev().collect()
+    };
+    for i in order {
+        let body = if i + 1 == n {
+            "add.s32 %r2, %r1, 1;".to_owned()
+        } else {
+            format!(
+                "{{ .param .b32 a; st.param.b32 [a], %r1; .param .b32 r; \
+                 call.uni (r), f{}, (a); ld.param.b32 %r2, [r]; }} add.s32 %r2, %r2, 1;",
+                i + 1
+            )
+        };
+        t += &format!(
+            ".func (.param .b32 f{i}_r) f{i}(.param .b32 f{i}_x) {{ .reg .b32 %r<3>; \
+             ld.param.u32 %r1, [f{i}_x]; {body} st.param.b32 [f{i}_r], %r2; ret; }}\n"
+        );
+    }
+    t += ".visible .entry k(.param .u64 k_param_0) { .reg .b32 %r<3>; .reg .b64 %rd<2>; \
+          ld.param.u64 %rd1, [k_param_0]; { .param .b32 a; st.param.b32 [a], 5; .param .b32 r; \
+          call.uni (r), f0, (a); ld.param.b32 %r2, [r]; } st.global.u32 [%rd1], %r2; ret; }\n";
+    t
+}
+
+#[test]
+fn call_chains_inline_up_to_a_depth() {
+    for (n, forward) in [(10, true), (10, false), (300, false)] {
+        let m = Module::parse(&call_chain(n, forward)).unwrap();
+        let (r, out) = run_k(&m, 1, 1);
+        r.unwrap();
+        assert_eq!(out, [5 + n as u32], "{n} {forward}");
+    }
+    // Inlining recurses along the chain; beyond a depth, calls stay
+    // unsupported rather than exhausting the stack.
+    let m = Module::parse(&call_chain(300, true)).unwrap();
+    match run_k(&m, 1, 1).0 {
+        Err(Error::Unsupported { what }) => assert!(what.contains("call of f"), "{what}"),
         r => panic!("{r:?}"),
     }
 }
