@@ -52,6 +52,7 @@ pub(crate) fn known(opcode: &str) -> bool {
         base,
         "mov"
             | "call"
+            | "cp"
             | "ld"
             | "ldu"
             | "st"
@@ -1111,6 +1112,42 @@ impl FuncParser<'_> {
                 Op::Nop
             }
             "trap" | "brkpt" => Op::Trap,
+            "cp" => {
+                if !m.has("async") {
+                    return Err(unsup());
+                }
+                if m.has("commit_group") || m.has("wait_all") {
+                    want(0)?;
+                    Op::Nop
+                } else if m.has("wait_group") {
+                    want(1)?;
+                    Op::Nop
+                } else {
+                    m.ignore(&["ca", "cg", "L2::64B", "L2::128B", "L2::256B"]);
+                    if !m.has("shared") && !m.has("shared::cta") || !m.has("global") {
+                        return Err(unsup());
+                    }
+                    if !matches!(ops.len(), 3 | 4) {
+                        return Err(Error::Parse {
+                            line,
+                            msg: format!("{opcode} takes 3 or 4 operands"),
+                        });
+                    }
+                    let size = match &ops[2] {
+                        Opnd::Int(false, v @ (4 | 8 | 16)) => *v as u32,
+                        _ => return Err(unsup()),
+                    };
+                    Op::CpAsync {
+                        dst: self.addr(&ops[0], line)?,
+                        src: self.addr(&ops[1], line)?,
+                        size,
+                        src_size: match ops.get(3) {
+                            Some(o) => Some(self.src(o, Ty::U32, line)?),
+                            None => None,
+                        },
+                    }
+                }
+            }
             "call" => {
                 m.has("uni");
                 if !m.all_used() {

@@ -1192,6 +1192,41 @@ impl<'a> Launch<'a> {
                     }
                 }
             }
+            Op::CpAsync {
+                dst,
+                src,
+                size,
+                src_size,
+            } => {
+                let n = size as usize;
+                for l in bits_of(exec) {
+                    let (d, sa) = (self.address(w, dst, l), self.address(w, src, l));
+                    let keep = match src_size {
+                        Some(x) => (self.rd(w, x, l) as u32).min(size) as usize,
+                        None => n,
+                    };
+                    let mut buf = [0u8; 16];
+                    // The source must be aligned to the copy's size.
+                    if sa % u64::from(size) != 0 {
+                        return Err(Error::Misaligned {
+                            space: "global",
+                            addr: sa,
+                            len: u64::from(size),
+                        });
+                    }
+                    if keep == n {
+                        self.load(w, l, Space::Global, sa, &mut buf[..n])?;
+                    } else {
+                        // Only the first `keep` bytes are read.
+                        for (i, b) in buf.iter_mut().enumerate().take(keep) {
+                            let mut one = [0u8];
+                            self.load(w, l, Space::Global, sa + i as u64, &mut one)?;
+                            *b = one[0];
+                        }
+                    }
+                    self.store(w, l, Space::Shared, d, &buf[..n])?;
+                }
+            }
             Op::ParamCopy { from, to, len } => {
                 let sb = self.scratch_len();
                 let oob = |a: u32| Error::OutOfBounds {

@@ -631,6 +631,15 @@ pub(crate) enum Op {
         rets: Vec<u32>,
         args: Vec<u32>,
     },
+    /// `cp.async.shared.global`: copies `size` bytes from global to shared
+    /// memory, the bytes past `src_size` zero; done at once in a
+    /// sequential model (the commit and wait instructions are no-ops).
+    CpAsync {
+        dst: Addr,
+        src: Addr,
+        size: u32,
+        src_size: Option<Src>,
+    },
     /// Copies `len` bytes within the param space (call arguments and
     /// return values of inlined calls).
     ParamCopy {
@@ -847,6 +856,18 @@ impl Op {
                 s(mask);
             }
             Op::Activemask { d } => *d += k,
+            Op::CpAsync {
+                dst, src, src_size, ..
+            } => {
+                for a in [dst, src] {
+                    if let Some(b) = &mut a.base {
+                        *b += k;
+                    }
+                }
+                if let Some(x) = src_size {
+                    s(x);
+                }
+            }
             Op::Bra { .. }
             | Op::Ret
             | Op::Exit

@@ -51,7 +51,9 @@
 //!   `@p`/`@!p`, and/or/xor/not on predicates.
 //! - **Memory**: ld/st/ldu in the param, global, shared, local, const and
 //!   generic spaces, `.v2`/`.v4`, every cache and ordering qualifier nvcc
-//!   emits (they do not change a sequential execution), cvta and isspacep.
+//!   emits (they do not change a sequential execution), cvta and isspacep;
+//!   `cp.async` from global to shared memory (copied at once; its commit
+//!   and wait instructions are no-ops).
 //!   atom and red on global, shared and generic addresses: add (integer,
 //!   f32, f64), min, max, inc, dec, cas, exch, and, or, xor.
 //! - **Control and threads**: bra, ret, exit, bar.sync/barrier.sync (with

@@ -783,3 +783,36 @@ fn reducing_barriers() {
         }
     }
 }
+
+#[test]
+fn async_copies_to_shared_memory() {
+    let m = kernel("cpasync");
+    let mut g = m.globals();
+    let n = 100usize;
+    let mut r = Rng(16);
+    let input: Vec<i32> = (0..4 * n).map(|_| (r.next() % 1000) as i32).collect();
+    let mut mem = VecMemory::default();
+    let pin = mem.alloc_i32(&input);
+    let pout = mem.alloc_i32(&vec![0; 128]);
+    launch(
+        &m,
+        &mut g,
+        "cpasync",
+        dims([2, 1, 1], [64, 1, 1], 0),
+        Params::new().ptr(pin).ptr(pout).i32(n as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let out = mem.i32s(pout);
+    for i in 0..128 {
+        let (b, t) = (i / 64, i % 64);
+        let j = b * 64 + 63 - t;
+        let v: [i32; 4] = if j < n {
+            input[4 * j..4 * j + 4].try_into().unwrap()
+        } else {
+            // Only the first 4 bytes (of element 0) are copied.
+            [input[0], 0, 0, 0]
+        };
+        assert_eq!(out[i], v[0] + 2 * v[1] + 3 * v[2] + 4 * v[3], "{i}");
+    }
+}

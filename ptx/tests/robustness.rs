@@ -19,6 +19,8 @@ const KERNELS: &[(&str, &str)] = &[
     ("intops", "intops"),
     ("calls", "calls"),
     ("calls", "dsin"),
+    ("cpasync", "cpasync"),
+    ("barred", "barred"),
 ];
 
 fn text(name: &str) -> String {
