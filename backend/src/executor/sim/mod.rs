@@ -47,7 +47,10 @@
 //! live allocation of the context, else the kernel faults. A module's PTX
 //! is parsed at the first launch that needs it; a PTX the interpreter
 //! cannot parse does not stop the module from loading, only its kernels
-//! from executing.
+//! from executing. Modules of a VM that load the same PTX text share one
+//! copy of it, parsed once; each loaded module has its own module-scope
+//! variables. A VM keeps at most 256 MiB of distinct PTX (64 MiB per
+//! module): a module beyond still loads, but its kernels cannot execute.
 //!
 //! - **Timing-only kernels** do not execute: the built-in [`SPIN_KERNEL`],
 //!   and kernels configured with `execute = false` (kernels that spin on a
@@ -94,6 +97,7 @@ mod image;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
 use fairgpu_protocol::cuda::ParamInfo;
@@ -134,6 +138,10 @@ const MAX_BLOCK_DIM: [u32; 3] = [1024, 1024, 64];
 const MAX_GRID_DIM: [u32; 3] = [i32::MAX as u32, 65535, 65535];
 /// Most dynamic shared memory per block (the opt-in attribute).
 const MAX_SHARED_BYTES: u32 = 232_448;
+/// Most bytes of distinct PTX text one executor (one VM's worker) keeps
+/// for its modules; texts beyond are not kept and their kernels cannot
+/// execute. A text loaded again is shared, not kept twice.
+const MAX_KEPT_PTX_TOTAL: usize = 256 * 1024 * 1024;
 /// CUDA_ERROR_LAUNCH_TIMEOUT.
 const LAUNCH_TIMEOUT: Status = Status(702);
 /// CUDA_ERROR_MISALIGNED_ADDRESS.
@@ -153,40 +161,99 @@ struct Function {
 struct Module {
     /// Kernel name -> parameter layout.
     kernels: HashMap<String, Vec<ParamInfo>>,
-    /// The PTX texts its kernels run from.
-    programs: Vec<Program>,
+    /// The PTX texts its kernels run from; `None` where the executor's
+    /// bound on kept PTX left a text out.
+    programs: Vec<Option<Program>>,
     /// Kernel name -> index in `programs`.
     source_of: HashMap<String, usize>,
 }
 
-/// One PTX text of a module, parsed by the first launch that executes
-/// from it.
-struct Program {
-    /// The text until it is parsed.
+/// A PTX text, shared by every module of the executor that loaded the same
+/// text, and parsed once, by the first launch that executes from it.
+struct SharedPtx {
     text: String,
-    /// What the interpreter made of it, with the module-scope variables
-    /// its launches share; `None` until a launch needed it.
-    parsed: Option<Result<Box<(ptx::Module, ptx::Globals)>, ptx::Error>>,
+    parsed: OnceLock<Result<ptx::Module, ptx::Error>>,
+}
+
+/// One PTX text of a loaded module, with that module's module-scope
+/// variables (created by its first launch).
+struct Program {
+    ptx: Arc<SharedPtx>,
+    globals: Option<ptx::Globals>,
 }
 
 impl Program {
-    /// Parses the text if no launch has yet.
-    fn parsed(&mut self) -> Result<(&ptx::Module, &mut ptx::Globals), &ptx::Error> {
-        let text = &mut self.text;
-        let parsed = self.parsed.get_or_insert_with(|| {
-            let text = std::mem::take(text);
-            ptx::Module::parse(&text).map(|m| {
-                let g = m.globals();
-                Box::new((m, g))
-            })
-        });
-        match parsed {
-            Ok(b) => {
-                let (m, g) = &mut **b;
-                Ok((m, g))
-            }
-            Err(e) => Err(e),
+    fn new(ptx: Arc<SharedPtx>) -> Program {
+        Program { ptx, globals: None }
+    }
+
+    /// The parsed module (parsing it if no launch has yet) and this
+    /// module's variables.
+    fn parsed(&mut self) -> Result<(&ptx::Module, &mut ptx::Globals), ptx::Error> {
+        let shared = &*self.ptx;
+        match shared
+            .parsed
+            .get_or_init(|| ptx::Module::parse(&shared.text))
+        {
+            Ok(m) => Ok((m, self.globals.get_or_insert_with(|| m.globals()))),
+            Err(e) => Err(e.clone()),
         }
+    }
+}
+
+/// The distinct PTX texts an executor keeps, by FNV-1a 64 hash.
+struct PtxTexts {
+    by_hash: HashMap<u64, Vec<Weak<SharedPtx>>>,
+    /// Most bytes kept ([`MAX_KEPT_PTX_TOTAL`]).
+    limit: usize,
+}
+
+impl PtxTexts {
+    fn new(limit: usize) -> PtxTexts {
+        PtxTexts {
+            by_hash: HashMap::new(),
+            limit,
+        }
+    }
+
+    /// The shared copy of `text`: an existing one if a live module holds
+    /// the same text, else a new one if the texts kept stay within the
+    /// limit, else `None`.
+    fn share(&mut self, text: String) -> Option<Arc<SharedPtx>> {
+        let hash = config::fnv1a64(text.as_bytes());
+        self.by_hash.retain(|_, v| {
+            v.retain(|w| w.strong_count() > 0);
+            !v.is_empty()
+        });
+        if let Some(same) = self
+            .by_hash
+            .get(&hash)
+            .into_iter()
+            .flatten()
+            .filter_map(Weak::upgrade)
+            .find(|p| p.text == text)
+        {
+            return Some(same);
+        }
+        let kept: usize = self
+            .by_hash
+            .values()
+            .flatten()
+            .filter_map(Weak::upgrade)
+            .map(|p| p.text.len())
+            .sum();
+        if kept.saturating_add(text.len()) > self.limit {
+            return None;
+        }
+        let shared = Arc::new(SharedPtx {
+            text,
+            parsed: OnceLock::new(),
+        });
+        self.by_hash
+            .entry(hash)
+            .or_default()
+            .push(Arc::downgrade(&shared));
+        Some(shared)
     }
 }
 
@@ -327,6 +394,8 @@ pub struct SimGpu {
     gpu_time_ns: u64,
     /// Bounds on one executed launch.
     limits: ptx::Limits,
+    /// The PTX texts of every context's modules.
+    ptx_texts: PtxTexts,
     executed: Executed,
     warned: HashSet<String>,
 }
@@ -446,6 +515,7 @@ impl SimGpu {
                 ..ptx::Limits::default()
             },
             executed: Executed::default(),
+            ptx_texts: PtxTexts::new(MAX_KEPT_PTX_TOTAL),
             warned: HashSet::new(),
         })
     }
@@ -533,15 +603,17 @@ impl SimGpu {
             .source_of
             .get(&name)
             .and_then(|&i| module.programs.get_mut(i))
+            .and_then(Option::as_mut)
         {
             None => Err(ptx::Error::Unsupported {
                 what: format!(
-                    "its PTX was not kept (a module keeps at most {} MiB of PTX)",
-                    image::MAX_KEPT_PTX >> 20
+                    "its PTX was not kept (a module keeps at most {} MiB of PTX, a VM {} MiB)",
+                    image::MAX_KEPT_PTX >> 20,
+                    MAX_KEPT_PTX_TOTAL >> 20
                 ),
             }),
             Some(program) => match program.parsed() {
-                Err(e) => Err(e.clone()),
+                Err(e) => Err(e),
                 Ok((m, globals)) => {
                     let mut memory = Allocations {
                         allocs: &mut c.allocs,
@@ -846,10 +918,7 @@ impl GpuExecutor for SimGpu {
             programs: img
                 .ptx
                 .into_iter()
-                .map(|p| Program {
-                    text: p.text,
-                    parsed: None,
-                })
+                .map(|p| self.ptx_texts.share(p.text).map(Program::new))
                 .collect(),
             source_of: img.source_of,
         };
@@ -1903,5 +1972,63 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn modules_share_ptx_text_but_not_variables() {
+        let ptx = ".version 7.0\n.target sm_50\n.address_size 64\n\n\
+            .global .align 4 .u32 counter = 5;\n\n\
+            .visible .entry bump(\n\t.param .u64 bump_param_0\n)\n{\n\
+            \t.reg .b32 %r<3>;\n\t.reg .b64 %rd<3>;\n\n\
+            \tld.param.u64 %rd1, [bump_param_0];\n\tcvta.to.global.u64 %rd2, %rd1;\n\
+            \tld.global.u32 %r1, [counter];\n\tadd.s32 %r2, %r1, 1;\n\
+            \tst.global.u32 [counter], %r2;\n\tst.global.u32 [%rd2], %r2;\n\tret;\n}\n";
+        let mut g = gpu(&SimDevice::private_virtual(0));
+        let ctx = g.create_context().expect("context");
+        let out = g.mem_alloc(ctx, 4).expect("alloc");
+        let (a, b) = (
+            g.module_load(ctx, ptx.as_bytes()).expect("load"),
+            g.module_load(ctx, ptx.as_bytes()).expect("load"),
+        );
+        let program = |g: &SimGpu, m: ModId| {
+            let c = &g.contexts[&ctx.0];
+            Arc::clone(&c.modules[&m.0].programs[0].as_ref().expect("kept").ptx)
+        };
+        assert!(Arc::ptr_eq(&program(&g, a), &program(&g, b)), "one copy");
+        let one = LaunchConfig {
+            grid: [1; 3],
+            block: [1; 3],
+            shared_mem: 0,
+        };
+        let bump = |g: &mut SimGpu, m: ModId| {
+            let (f, _) = g.function(ctx, m, "bump").expect("function");
+            g.launch(ctx, f, &one, &out.to_le_bytes(), None)
+                .expect("launch");
+            read_u32s(g, ctx, out, 1)[0]
+        };
+        // Each loaded module has its own `counter`, kept across launches.
+        assert_eq!(bump(&mut g, a), 6);
+        assert_eq!(bump(&mut g, a), 7);
+        assert_eq!(bump(&mut g, b), 6);
+        assert_eq!(bump(&mut g, a), 8);
+        // Reloaded after an unload: fresh variables.
+        g.module_unload(ctx, a).expect("unload");
+        let c = g.module_load(ctx, ptx.as_bytes()).expect("load");
+        assert_eq!(bump(&mut g, c), 6);
+    }
+
+    #[test]
+    fn kept_ptx_is_bounded_and_shared() {
+        let mut texts = PtxTexts::new(100);
+        let a = texts.share("a".repeat(60)).expect("fits");
+        let again = texts.share("a".repeat(60)).expect("shared");
+        assert!(Arc::ptr_eq(&a, &again));
+        assert!(texts.share("b".repeat(41)).is_none(), "over the limit");
+        let b = texts.share("b".repeat(40)).expect("fits exactly");
+        // Texts no module holds any more do not count.
+        drop((a, again));
+        let c = texts.share("c".repeat(60)).expect("room again");
+        assert_eq!(c.text.len() + b.text.len(), 100);
+        assert_eq!(texts.by_hash.len(), 2);
     }
 }
