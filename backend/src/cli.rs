@@ -47,8 +47,8 @@ pub enum Command {
     /// in the domain's `<devices>`). The VM must have `guest = "qemu"`.
     LibvirtXml(VmDeviceArgs),
     GpuCheck {
-        /// Executor for the check: cuda (a real GPU), sim (SimGpu, which
-        /// skips the result check of kernels it cannot execute) or auto.
+        /// Executor for the check: cuda (a real GPU), sim (SimGpu) or
+        /// auto.
         #[arg(long, default_value = "cuda", value_parser = ["cuda", "sim", "auto"])]
         executor: String,
     },
