@@ -653,6 +653,8 @@ impl SimGpu {
                         reason,
                         &format!("SimGpu cannot execute this kernel: {reason}; its launches fail with CUDA_ERROR_NOT_SUPPORTED"),
                     );
+                } else {
+                    tracing::debug!(kernel = %name, error = %e, "launch refused");
                 }
                 Err(err)
             }
