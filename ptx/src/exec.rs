@@ -5,7 +5,9 @@
 //! keeps one PC per thread and executes, at each step, the group of active
 //! threads at the lowest PC together (the lowest-PC reconvergence heuristic:
 //! in the structured code nvcc emits, threads that went ahead wait at the
-//! join point until the others arrive).
+//! join point until the others arrive). A warp that stays diverged for a
+//! whole turn runs its highest group first on its next turn, so that no
+//! group starves behind threads spinning at lower PCs.
 //!
 //! Threads wait in three ways: at a block barrier (`bar.sync`), which
 //! completes when every thread of the block that has not exited (or the
@@ -53,6 +55,8 @@ struct Warp {
     carry: u32,
     /// Predicates of threads waiting at a `bar.red`.
     redp: u32,
+    /// Whether this turn runs the highest-PC group first.
+    favor_high: bool,
     id: u32,
 }
 
@@ -206,6 +210,7 @@ impl<'a> Launch<'a> {
                 exists: 0,
                 carry: 0,
                 redp: 0,
+                favor_high: false,
                 id,
             })
             .collect();
@@ -231,6 +236,7 @@ impl<'a> Launch<'a> {
         // setup costs time in its threads only.
         for w in warps.iter_mut() {
             w.carry = 0;
+            w.favor_high = false;
             w.exists = 0;
             for l in 0..32u32 {
                 let t = w.id * 32 + l;
@@ -348,18 +354,22 @@ impl<'a> Launch<'a> {
         // The next group when the previous one held every active thread
         // and moved on together: no need to look at the other lanes.
         let mut known: Option<(u32, u32)> = None;
+        let mut diverged = false;
         while n < QUANTUM {
             let (pc, mask, all) = if let Some((pc, mask)) = known.take() {
                 (pc, mask, mask)
             } else {
-                let mut pc = u32::MAX;
+                // The group at the lowest PC, or at the highest on turns
+                // that favour the threads ahead.
+                let high = w.favor_high;
+                let mut pc = if high { 0 } else { u32::MAX };
                 let mut mask = 0u32;
                 let mut all = 0u32;
                 for l in 0..32 {
                     if w.st[l] == Lane::Active {
                         all |= 1 << l;
                         let p = w.pc[l];
-                        if p < pc {
+                        if mask == 0 || (if high { p > pc } else { p < pc }) {
                             pc = p;
                             mask = 1 << l;
                         } else if p == pc {
@@ -378,11 +388,17 @@ impl<'a> Launch<'a> {
                 break;
             }
             n += 1;
+            diverged = mask != all;
             let next = self.step(w, pc, mask)?;
             if mask == all {
                 known = next.map(|p| (p, mask));
             }
         }
+        // A warp that stays diverged for a whole turn alternates between
+        // running its lowest and its highest group, so that threads that
+        // went ahead (a lock's holder) progress while others spin, as with
+        // independent thread scheduling.
+        w.favor_high = n == QUANTUM && diverged && !w.favor_high;
         Ok(n > 0)
     }
 

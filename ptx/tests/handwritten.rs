@@ -561,3 +561,18 @@ fn call_chains_inline_up_to_a_depth() {
         r => panic!("{r:?}"),
     }
 }
+
+#[test]
+fn spin_locks_within_a_warp_make_progress() {
+    // Every thread takes a lock, increments a counter, and releases it.
+    let m = kernel_with(
+        "",
+        "LOOP:\natom.global.cas.b32 %r2, [%rd1], 0, 1;\nsetp.ne.u32 %p1, %r2, 0;\n\
+         @%p1 bra LOOP;\nld.volatile.global.u32 %r3, [%rd1+4];\nadd.s32 %r3, %r3, 1;\n\
+         st.volatile.global.u32 [%rd1+4], %r3;\nfence.acq_rel.gpu;\n\
+         atom.global.exch.b32 %r4, [%rd1], 0;",
+    );
+    let (r, out) = run_k(&m, 64, 2);
+    r.unwrap();
+    assert_eq!(out, [0, 64]);
+}
