@@ -576,3 +576,86 @@ fn spin_locks_within_a_warp_make_progress() {
     r.unwrap();
     assert_eq!(out, [0, 64]);
 }
+
+#[test]
+fn bit_field_logic_funnel_and_warp_reductions() {
+    let insts = [
+        "mov.u32 %r2, 0xF0F01234;\nbfe.u32 %r3, %r2, 4, 8;",
+        "bfe.s32 %r3, 0x8000, 12, 4;",
+        "mov.u32 %r2, 0xF0F01234;\nbfe.u32 %r3, %r2, 28, 8;",
+        "mov.u32 %r2, 0xF0F01234;\nbfe.s32 %r3, %r2, 28, 8;",
+        "bfe.u32 %r3, 0xFFFF, 3, 0;",
+        "bfi.b32 %r3, 0xAB, 0xFFFF0000, 4, 8;",
+        "lop3.b32 %r3, 0xF0F0F0F0, 0xCCCCCCCC, 0xAAAAAAAA, 0x96;",
+        "lop3.b32 %r3, 0xF0F0F0F0, 0xCCCCCCCC, 0xAAAAAAAA, 0xE8;",
+        "shf.l.wrap.b32 %r3, 0x80000001, 3, 36;",
+        "shf.r.clamp.b32 %r3, 0x80000001, 3, 40;",
+        "mul24.lo.s32 %r3, 0x00FFFFFF, 2;",
+        "mul24.hi.u32 %r3, 0xFFFFFF, 0xFFFFFF;",
+        "slct.s32.s32 %r3, 10, 20, -1;",
+        "slct.s32.s32 %r3, 10, 20, 0;",
+        "copysign.f32 %f1, 0fBF800000, 0f40000000;\nmov.b32 %r3, %f1;",
+        "testp.subnormal.f32 %p1, 0f00000001;\nselp.u32 %r3, 1, 0, %p1;",
+        "testp.notanumber.f32 %p1, 0f7FC00000;\nselp.u32 %r3, 1, 0, %p1;",
+        "cvt.sat.u8.s32 %r3, -5;",
+        "cvt.sat.u8.s32 %r3, 300;",
+        "cvt.sat.s8.s32 %r3, 200;",
+        "redux.sync.add.u32 %r3, %r1, -1;",
+        "redux.sync.max.s32 %r3, %r1, 0xff;",
+        "xor.b32 %r2, %r1, 7;\nredux.sync.min.u32 %r3, %r2, -1;",
+        "setp.lt.u32 %p1, %r1, 40;\nvote.sync.uni.pred %p2, %p1, -1;\nselp.u32 %r3, 1, 0, %p2;",
+        "setp.lt.u32 %p1, %r1, 3;\nvote.sync.uni.pred %p2, %p1, -1;\nselp.u32 %r3, 1, 0, %p2;",
+        "add.rz.f32 %f1, 0f3F800000, 0f33800000;\nmov.b32 %r3, %f1;",
+        "add.rp.f32 %f1, 0f3F800000, 0f33800000;\nmov.b32 %r3, %f1;",
+        "div.rm.f32 %f1, 0fBF800000, 0f40400000;\nmov.b32 %r3, %f1;",
+        "div.rp.f32 %f1, 0fBF800000, 0f40400000;\nmov.b32 %r3, %f1;",
+        "cvt.rzi.s32.f32 %r3, 0fC0600000;",
+        "cvt.rmi.s32.f32 %r3, 0fC0600000;",
+        "mov.b32 %r3, 7;\nbfind.u32 %r3, %r3;",
+        "mov.u32 %r3, 0xFFFFFFFF;\nadd.cc.u32 %r4, %r3, 1;\naddc.u32 %r3, 5, 0;",
+    ];
+    let want: [u32; 33] = [
+        0x23,
+        0xFFFF_FFF8,
+        0xF,
+        0xFFFF_FFFF,
+        0,
+        0xFFFF_0AB0,
+        0x9696_9696,
+        0xE8E8_E8E8,
+        0x38,
+        3,
+        0xFFFF_FFFE,
+        // Bits 47..16 of 0xFFFF_FE00_0001.
+        0xFFFF_FE00,
+        20,
+        10,
+        (-2.0f32).to_bits(),
+        1,
+        1,
+        0,
+        255,
+        127,
+        496,
+        7,
+        0,
+        1,
+        0,
+        1.0f32.to_bits(),
+        1.0f32.next_up().to_bits(),
+        // The nearest f32 to -1/3 lies below it, so it is also the one
+        // toward minus infinity.
+        (-1.0f32 / 3.0).to_bits(),
+        (-1.0f32 / 3.0).next_up().to_bits(),
+        (-3i32) as u32,
+        (-4i32) as u32,
+        2,
+        6,
+    ];
+    for (k, (inst, want)) in insts.iter().zip(want).enumerate() {
+        let m = kernel_with("", &format!("{inst}\nst.global.u32 [%rd3], %r3;"));
+        let (r, out) = run_k(&m, 32, 32);
+        r.unwrap_or_else(|e| panic!("{inst}: {e}"));
+        assert_eq!(out[0], want, "{k}: {inst}: {:#x}", out[0]);
+    }
+}
