@@ -168,6 +168,9 @@ pub struct GateConfig {
     pub idle: IdleBehaviour,
     /// The hybrid-spin budget.
     pub spin: Duration,
+    /// Not work-conserving: a grant is charged at least its wall-clock
+    /// length (with [`IdleBehaviour::Poll`], the whole slice).
+    pub reserve: bool,
     /// The VM, for log lines.
     pub vm: String,
 }
@@ -450,6 +453,8 @@ impl Gate {
                 self.collect_lease_marks(meter);
             }
             nanos(h.since.elapsed())
+        } else if self.cfg.reserve {
+            self.measured(meter, &mut h).max(nanos(h.since.elapsed()))
         } else {
             self.measured(meter, &mut h)
         };
@@ -929,6 +934,10 @@ mod tests {
     }
 
     fn rig(name: &str, accounting: Accounting, idle: IdleBehaviour) -> Rig {
+        rig_with(name, accounting, idle, false)
+    }
+
+    fn rig_with(name: &str, accounting: Accounting, idle: IdleBehaviour, reserve: bool) -> Rig {
         let dir = std::env::temp_dir();
         let pid = std::process::id();
         let file = GrantFile::create(&dir.join(format!("fairgpu-acct-{pid}-{name}")), 1).unwrap();
@@ -949,6 +958,7 @@ mod tests {
                 accounting,
                 idle,
                 spin: Duration::ZERO,
+                reserve,
                 vm: "vm".into(),
             },
         );
@@ -1110,5 +1120,30 @@ mod tests {
         r.idle_pass();
         assert_eq!(d.released(), seq);
         assert!(d.runnable(), "polling vGPUs stay runnable");
+    }
+
+    #[test]
+    fn without_work_conservation_an_idle_holder_keeps_and_pays_its_slice() {
+        let mut r = rig_with("reserve", Accounting::Sampled, IdleBehaviour::Poll, true);
+        let d = r.file.slot(0).unwrap();
+        assert!(!r.serve(Opcode::LaunchKernel));
+        let slice = Duration::from_millis(20);
+        let seq = d.grant(slice.as_nanos() as u64, false);
+        let granted = Instant::now();
+        assert!(r.serve(Opcode::LaunchKernel));
+        // Idle: the holder keeps the GPU until the slice's end.
+        assert!(r.idle_pass().is_some());
+        assert_ne!(d.released(), seq, "released an idle slice early");
+        while granted.elapsed() < slice {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        r.idle_pass();
+        assert_eq!(d.released(), seq);
+        assert!(
+            d.used_ns() >= slice.as_nanos() as u64,
+            "charged {} ns for a {slice:?} slice it kept",
+            d.used_ns()
+        );
+        assert!(d.runnable());
     }
 }

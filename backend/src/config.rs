@@ -12,6 +12,7 @@
 //! slice_ms = 6.0
 //! accounting = "sampled"   # sampled | every | events | none
 //! spin_us = 100
+//! work_conserving = true    # false: a holder keeps its whole slice
 //! [sim]                    # the SimGpu cost model (executor::sim::SimConfig)
 //! [[vm]]
 //! name = "vm1"
@@ -236,6 +237,7 @@ struct RawDaemon {
     slice_ms: Option<f64>,
     accounting: Option<String>,
     spin_us: Option<i64>,
+    work_conserving: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -386,6 +388,10 @@ pub struct SchedConfig {
     /// Hybrid spinning: how long a holder with nothing to issue keeps the
     /// grant before it yields it and is marked blocked.
     pub spin: std::time::Duration,
+    /// Off (`work_conserving = false`): a holder keeps the GPU for its
+    /// whole slice, idle or not, and is charged at least the slice's
+    /// wall-clock length; the reference FairGV's Fig. 10 compares with.
+    pub work_conserving: bool,
 }
 
 impl Default for SchedConfig {
@@ -396,6 +402,7 @@ impl Default for SchedConfig {
             slice: SliceConfig::default(),
             accounting: Accounting::Sampled,
             spin: std::time::Duration::from_micros(100),
+            work_conserving: true,
         }
     }
 }
@@ -535,6 +542,7 @@ fn validate_sched(raw: &RawDaemon) -> Result<SchedConfig, String> {
         slice,
         accounting,
         spin,
+        work_conserving: raw.work_conserving.unwrap_or(defaults.work_conserving),
     })
 }
 
@@ -1061,11 +1069,16 @@ pub fn describe(cfg: &Config) -> String {
     out.push_str(&match d.sched.policy {
         None => "scheduling: none (workers issue GPU work as it arrives)\n\n".to_owned(),
         Some(_) => format!(
-            "scheduling: policy {}, slice {}, accounting {}, spin {} us\n\n",
+            "scheduling: policy {}, slice {}, accounting {}, spin {} us{}\n\n",
             d.sched.policy_name(),
             d.sched.slice.slice(),
             d.sched.accounting,
-            d.sched.spin.as_micros()
+            d.sched.spin.as_micros(),
+            if d.sched.work_conserving {
+                ""
+            } else {
+                ", not work-conserving"
+            }
         ),
     });
     let rows: Vec<Vec<String>> = cfg
@@ -1384,6 +1397,9 @@ region = "/dev/shm/fairgpu-vm1"
         assert_eq!(c.spin, std::time::Duration::ZERO);
         let c = with("slice_ms = 0.5").unwrap();
         assert_eq!(c.slice.slice(), fairgpu_scheduler::Nanos::from_micros(500));
+        assert!(c.work_conserving);
+        assert!(!with("work_conserving = false").unwrap().work_conserving);
+        assert!(with("work_conserving = \"no\"").is_err());
     }
 
     #[test]

@@ -93,6 +93,10 @@ pub struct FairnessArgs {
     /// The daemon's hybrid-spin budget in microseconds (`[daemon] spin_us`).
     #[arg(long, value_name = "US")]
     pub spin_us: Option<u32>,
+    /// Holders keep the GPU for their whole slice, idle or not
+    /// (`[daemon] work_conserving = false`): Fig. 10's comparison.
+    #[arg(long)]
+    pub no_work_conserving: bool,
     /// Guests share the host's last CPU and the daemon its other CPUs, as
     /// in FairGV's setup (VMs sharing one core, the backend on its own);
     /// without it every process may run anywhere.
@@ -910,6 +914,7 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
             slice_ms: a.slice_ms,
             spin_us: a.spin_us,
             pin: a.pin,
+            no_work_conserving: a.no_work_conserving,
         },
     };
     if a.client == ClientKind::Libcuda {

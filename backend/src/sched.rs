@@ -115,8 +115,12 @@ pub fn build_policy(cfg: &SchedConfig) -> Option<Box<dyn Policy>> {
     Some(policy)
 }
 
-/// What a holder with nothing to issue does under `cfg`'s policy.
+/// What a holder with nothing to issue does under `cfg`'s policy: it
+/// polls (keeps the GPU) when work conservation is off.
 pub fn idle_behaviour(cfg: &SchedConfig) -> IdleBehaviour {
+    if !cfg.work_conserving {
+        return IdleBehaviour::Poll;
+    }
     build_policy(cfg).map_or(IdleBehaviour::Block, |p| p.idle_behaviour())
 }
 

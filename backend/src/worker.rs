@@ -131,6 +131,7 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<()> {
                     accounting: sched.accounting,
                     idle: crate::sched::idle_behaviour(sched),
                     spin: sched.spin,
+                    reserve: !sched.work_conserving,
                     vm: vm.name.clone(),
                 },
             );

@@ -170,6 +170,8 @@ pub struct Tuning {
     pub slice_ms: Option<f64>,
     /// `spin_us = US`.
     pub spin_us: Option<u32>,
+    /// `work_conserving = false` when set.
+    pub no_work_conserving: bool,
     /// Guests share the host's last CPU and the daemon (with its workers)
     /// has the others, as in FairGV's experiments (VMs sharing one core,
     /// the host's backend on its own); ignored on a one-CPU host.
@@ -276,6 +278,9 @@ fn config_text(cfg: &SessionConfig, socket: &Path, dir: &Path, regions: &[PathBu
     }
     if let Some(us) = cfg.tuning.spin_us {
         t.push_str(&format!("spin_us = {us}\n"));
+    }
+    if cfg.tuning.no_work_conserving {
+        t.push_str("work_conserving = false\n");
     }
     t.push_str("\n[sim]\nmemory_bytes = 4294967296\nname = \"fairgpu SimGpu\"\n\n");
     for (v, region) in cfg.vms.iter().zip(regions) {
