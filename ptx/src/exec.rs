@@ -1151,7 +1151,7 @@ impl<'a> Launch<'a> {
                     self.load(w, l, space, at, &mut buf[..total])?;
                     for (k, d) in ds.iter().enumerate().take(n as usize) {
                         let mut b8 = [0u8; 8];
-                        b8[..e].copy_from_slice(&buf[k * e..(k + 1) * e]);
+                        copy(&mut b8[..e], &buf[k * e..(k + 1) * e]);
                         let mut v = u64::from_le_bytes(b8);
                         if ty.is_signed() {
                             v = sext(v, ty.bits()) as u64;
@@ -1174,7 +1174,7 @@ impl<'a> Launch<'a> {
                     let mut buf = [0u8; 32];
                     for (k, s) in srcs.iter().enumerate().take(n as usize) {
                         let v = self.rd(w, *s, l);
-                        buf[k * e..(k + 1) * e].copy_from_slice(&v.to_le_bytes()[..e]);
+                        copy(&mut buf[k * e..(k + 1) * e], &v.to_le_bytes()[..e]);
                     }
                     self.store(w, l, space, at, &buf[..total])?;
                 }
@@ -1343,7 +1343,7 @@ impl<'a> Launch<'a> {
                 if sp == Space::Const || off.wrapping_sub(GLOBALS_BASE) < WINDOW_SIZE {
                     let r = range(off.wrapping_sub(GLOBALS_BASE), len, self.globals.len())
                         .ok_or_else(oob)?;
-                    buf.copy_from_slice(&self.globals[r]);
+                    copy(buf, &self.globals[r]);
                     Ok(())
                 } else {
                     self.mem.read(off, buf)
@@ -1351,25 +1351,25 @@ impl<'a> Launch<'a> {
             }
             Space::Shared => {
                 let r = range(off, len, self.shared.len()).ok_or_else(oob)?;
-                buf.copy_from_slice(&self.shared[r]);
+                copy(buf, &self.shared[r]);
                 Ok(())
             }
             Space::Local => {
                 let lb = self.func.local_bytes as usize;
                 let r = range(off, len, lb).ok_or_else(oob)?;
                 let base = slot * lb;
-                buf.copy_from_slice(&self.local[base + r.start..base + r.end]);
+                copy(buf, &self.local[base + r.start..base + r.end]);
                 Ok(())
             }
             Space::Param => {
                 if off < PARAM_SCRATCH_BASE {
                     let r = range(off, len, self.func.param_bytes as usize).ok_or_else(oob)?;
-                    buf.copy_from_slice(&self.params[r]);
+                    copy(buf, &self.params[r]);
                 } else {
                     let sb = self.scratch_len();
                     let r = range(off - PARAM_SCRATCH_BASE, len, sb).ok_or_else(oob)?;
                     let base = slot * sb;
-                    buf.copy_from_slice(&self.pscratch[base + r.start..base + r.end]);
+                    copy(buf, &self.pscratch[base + r.start..base + r.end]);
                 }
                 Ok(())
             }
@@ -1404,7 +1404,7 @@ impl<'a> Launch<'a> {
             Space::Global => {
                 if off.wrapping_sub(GLOBALS_BASE) < WINDOW_SIZE {
                     let r = range(off - GLOBALS_BASE, len, self.globals.len()).ok_or_else(oob)?;
-                    self.globals[r].copy_from_slice(data);
+                    copy(&mut self.globals[r], data);
                     Ok(())
                 } else {
                     self.mem.write(off, data)
@@ -1412,14 +1412,14 @@ impl<'a> Launch<'a> {
             }
             Space::Shared => {
                 let r = range(off, len, self.shared.len()).ok_or_else(oob)?;
-                self.shared[r].copy_from_slice(data);
+                copy(&mut self.shared[r], data);
                 Ok(())
             }
             Space::Local => {
                 let lb = self.func.local_bytes as usize;
                 let r = range(off, len, lb).ok_or_else(oob)?;
                 let base = slot * lb;
-                self.local[base + r.start..base + r.end].copy_from_slice(data);
+                copy(&mut self.local[base + r.start..base + r.end], data);
                 Ok(())
             }
             Space::Param => {
@@ -1432,11 +1432,25 @@ impl<'a> Launch<'a> {
                 )
                 .ok_or_else(oob)?;
                 let base = slot * sb;
-                self.pscratch[base + r.start..base + r.end].copy_from_slice(data);
+                copy(&mut self.pscratch[base + r.start..base + r.end], data);
                 Ok(())
             }
             Space::Const | Space::Generic => Err(oob()),
         }
+    }
+}
+
+/// `dst.copy_from_slice(src)` with the sizes of loads and stores spelled
+/// out, so that they compile to moves instead of calls of `memcpy`.
+#[inline(always)]
+fn copy(dst: &mut [u8], src: &[u8]) {
+    match dst.len() {
+        1 => dst[..1].copy_from_slice(&src[..1]),
+        2 => dst[..2].copy_from_slice(&src[..2]),
+        4 => dst[..4].copy_from_slice(&src[..4]),
+        8 => dst[..8].copy_from_slice(&src[..8]),
+        16 => dst[..16].copy_from_slice(&src[..16]),
+        _ => dst.copy_from_slice(src),
     }
 }
 
