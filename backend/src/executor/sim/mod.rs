@@ -119,6 +119,21 @@ use super::{
 
 /// First device address an executor hands out.
 const BASE_ADDR: u64 = 0x7000_0000_0000;
+// Allocations only grow upwards from BASE_ADDR, so they never meet the
+// interpreter's windows for shared, local, parameter and module memory.
+const _: () = {
+    let windows = [
+        ptx::SHARED_WINDOW,
+        ptx::LOCAL_WINDOW,
+        ptx::PARAM_WINDOW,
+        ptx::GLOBALS_BASE,
+    ];
+    let mut i = 0;
+    while i < windows.len() {
+        assert!(windows[i] + ptx::WINDOW_SIZE <= BASE_ADDR);
+        i += 1;
+    }
+};
 /// Alignment of every allocation.
 const ALLOC_ALIGN: u64 = 256;
 /// Unused addresses after each allocation.
