@@ -251,6 +251,45 @@ impl FuncParser<'_> {
                 })
             }
         };
+        if matches!(
+            base,
+            "add" | "sub" | "mul" | "fma" | "neg" | "abs" | "min" | "max"
+        ) && m.parts.iter().any(|p| matches!(*p, "f16" | "f16x2"))
+        {
+            let x2 = m.has("f16x2") || !m.has("f16");
+            m.has("rn");
+            let ftz = m.has("ftz");
+            let sat = m.has("sat");
+            let (op, n) = match base {
+                "add" => (HOp::Add, 3),
+                "sub" => (HOp::Sub, 3),
+                "mul" => (HOp::Mul, 3),
+                "fma" => (HOp::Fma, 4),
+                "neg" => (HOp::Neg, 2),
+                "abs" => (HOp::Abs, 2),
+                "min" => (HOp::Min, 3),
+                _ => (HOp::Max, 3),
+            };
+            if !m.all_used() || sat && matches!(op, HOp::Neg | HOp::Abs | HOp::Min | HOp::Max) {
+                return Err(unsup());
+            }
+            want(n)?;
+            let t = if x2 { Ty::B32 } else { Ty::B16 };
+            let opt = |k: usize, s: &Self| match ops.get(k) {
+                Some(o) => s.src(o, t, line),
+                None => Ok(Src::Imm(0)),
+            };
+            return Ok(Op::Half {
+                op,
+                x2,
+                ftz,
+                sat,
+                d: self.dst(&ops[0], line)?,
+                a: opt(1, self)?,
+                b: opt(2, self)?,
+                c: opt(3, self)?,
+            });
+        }
         let op = match base {
             "mov" => {
                 let ty = one_ty(&mut m).ok_or_else(unsup)?;
@@ -791,7 +830,7 @@ impl FuncParser<'_> {
                 });
                 let ftz = m.has("ftz");
                 let ty = one_ty(&mut m).ok_or_else(unsup)?;
-                if ty == Ty::Pred || matches!(ty, Ty::F16 | Ty::F16x2 | Ty::BF16 | Ty::BF16x2) {
+                if ty == Ty::Pred || matches!(ty, Ty::F16x2 | Ty::BF16 | Ty::BF16x2) {
                     return Err(unsup());
                 }
                 if ty.is_float()

@@ -983,6 +983,27 @@ impl<'a> Launch<'a> {
                     Self::wr(w, d, l, v);
                 }
             }
+            Op::Half {
+                op,
+                x2,
+                ftz,
+                sat,
+                d,
+                a,
+                b,
+                c,
+            } => {
+                for l in bits_of(exec) {
+                    let (x, y, z) = (self.rd(w, a, l), self.rd(w, b, l), self.rd(w, c, l));
+                    let mut r = 0u64;
+                    for h in 0..(1 + u32::from(x2)) {
+                        let part = |v: u64| (v >> (16 * h)) as u16;
+                        let v = half(op, ftz, sat, part(x), part(y), part(z));
+                        r |= u64::from(v) << (16 * h);
+                    }
+                    Self::wr(w, d, l, r);
+                }
+            }
             Op::Testp { op, ty, d, a } => {
                 for l in bits_of(exec) {
                     let x = self.rd(w, a, l);
@@ -1775,10 +1796,79 @@ fn fun(op: FUn, ty: Ty, m: FMode, x: u64) -> u64 {
     f32res(r, m)
 }
 
+/// Flushes an f16 subnormal to a zero of the same sign.
+fn ftz16(h: u16) -> u16 {
+    if h & 0x7c00 == 0 {
+        h & 0x8000
+    } else {
+        h
+    }
+}
+
+/// One half-precision operation, rounded to nearest even.
+fn half(op: HOp, ftz: bool, sat: bool, x: u16, y: u16, z: u16) -> u16 {
+    let (x, y, z) = if ftz {
+        (ftz16(x), ftz16(y), ftz16(z))
+    } else {
+        (x, y, z)
+    };
+    let f = |h: u16| f64::from(f16_to_f32(h));
+    let (a, b, c) = (f(x), f(y), f(z));
+    // Sums and products of halves are exact in f64; an fma's sum carries
+    // its error term.
+    let r = match op {
+        HOp::Neg => return x ^ 0x8000,
+        HOp::Abs => return x & 0x7fff,
+        HOp::Min | HOp::Max => {
+            let max = op == HOp::Max;
+            return if a.is_nan() && b.is_nan() {
+                CANONICAL_NAN_F16
+            } else if a.is_nan() {
+                y
+            } else if b.is_nan() {
+                x
+            } else if a == b {
+                // -0 < +0.
+                if (x & 0x8000 != 0) != max {
+                    x
+                } else {
+                    y
+                }
+            } else if (a < b) != max {
+                x
+            } else {
+                y
+            };
+        }
+        HOp::Add => round_to_f16(a + b, 0.0),
+        HOp::Sub => round_to_f16(a - b, 0.0),
+        HOp::Mul => round_to_f16(a * b, 0.0),
+        HOp::Fma => {
+            let (s, e) = two_sum(a * b, c);
+            round_to_f16(s, e)
+        }
+    };
+    let r = if ftz { ftz16(r) } else { r };
+    if sat {
+        let v = f16_to_f32(r);
+        if v.is_nan() || v <= 0.0 {
+            return 0;
+        }
+        if v >= 1.0 {
+            return 0x3c00;
+        }
+    }
+    r
+}
+
 fn compare(cmp: Cmp, ty: Ty, ftz: bool, x: u64, y: u64) -> bool {
     if ty.is_float() {
         let (a, b) = if ty == Ty::F64 {
             (f64::from_bits(x), f64::from_bits(y))
+        } else if ty == Ty::F16 {
+            let (a, b) = (x as u16, y as u16);
+            let (a, b) = if ftz { (ftz16(a), ftz16(b)) } else { (a, b) };
+            (f64::from(f16_to_f32(a)), f64::from(f16_to_f32(b)))
         } else {
             let (a, b) = (f32b(x), f32b(y));
             let (a, b) = if ftz { (ftz32(a), ftz32(b)) } else { (a, b) };

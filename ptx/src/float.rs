@@ -322,6 +322,39 @@ pub(crate) fn f32_to_f16(x: f32) -> u16 {
     sign | q as u16
 }
 
+/// PTX's canonical f16 NaN.
+pub(crate) const CANONICAL_NAN_F16: u16 = 0x7fff;
+
+/// Rounds the exact value `s + err` (`|err|` below half an f64 ulp of `s`;
+/// only its sign matters) to half precision, to nearest even.
+pub(crate) fn round_to_f16(s: f64, err: f64) -> u16 {
+    if s.is_nan() {
+        return CANONICAL_NAN_F16;
+    }
+    let sign: u16 = if s.is_sign_negative() { 0x8000 } else { 0 };
+    let a = s.abs();
+    if a.is_infinite() {
+        return sign | 0x7c00;
+    }
+    if a == 0.0 {
+        return sign;
+    }
+    // `a` is normal in f64 for every sum or product of halves.
+    let e = ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+    let ulp = e.max(-14) - 10;
+    let q = a * 2f64.powi(-ulp);
+    let r = q.floor();
+    let frac = q - r;
+    let toward = if sign != 0 { -err } else { err };
+    let up = frac > 0.5 || (frac == 0.5 && (toward > 0.0 || (toward == 0.0 && r % 2.0 == 1.0)));
+    let v = (if up { r + 1.0 } else { r }) * 2f64.powi(ulp);
+    if v >= 65536.0 {
+        return sign | 0x7c00;
+    }
+    // Exactly representable now.
+    sign | f32_to_f16(v as f32)
+}
+
 /// IEEE half precision to f32 (exact).
 pub(crate) fn f16_to_f32(h: u16) -> f32 {
     let sign = u32::from(h & 0x8000) << 16;
@@ -415,6 +448,26 @@ mod tests {
             18446744073709551616.0
         );
         assert_eq!(int_to_float(false, 7, Rnd::Rz, 24), 7.0);
+    }
+
+    #[test]
+    fn rounding_to_half() {
+        assert_eq!(round_to_f16(1.0, 0.0), 0x3c00);
+        // 1 + 2^-11 is the midpoint of 1 and 1 + 2^-10: ties to even,
+        // unless the exact value lies beyond it.
+        let mid = 1.0 + 2f64.powi(-11);
+        assert_eq!(round_to_f16(mid, 0.0), 0x3c00);
+        assert_eq!(round_to_f16(mid, 1e-30), 0x3c01);
+        assert_eq!(round_to_f16(-mid, -1e-30), 0xbc01);
+        assert_eq!(round_to_f16(65519.0, 0.0), 0x7bff);
+        assert_eq!(round_to_f16(65520.0, 0.0), 0x7c00);
+        assert_eq!(round_to_f16(65520.0, -1e-20), 0x7bff);
+        assert_eq!(round_to_f16(2f64.powi(-25), 0.0), 0);
+        assert_eq!(round_to_f16(2f64.powi(-25), 1e-40), 1);
+        assert_eq!(round_to_f16(3.0 * 2f64.powi(-25), 0.0), 2);
+        for h in (0..0x7c00u16).step_by(7) {
+            assert_eq!(round_to_f16(f64::from(f16_to_f32(h)), 0.0), h);
+        }
     }
 
     #[test]

@@ -338,6 +338,19 @@ pub(crate) enum Testp {
     Subnormal,
 }
 
+/// Half-precision arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HOp {
+    Add,
+    Sub,
+    Mul,
+    Fma,
+    Neg,
+    Abs,
+    Min,
+    Max,
+}
+
 /// What `cvt` does, decided at parse time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CvtKind {
@@ -490,6 +503,17 @@ pub(crate) enum Op {
         m: FMode,
         d: u32,
         a: Src,
+    },
+    /// `.f16` (one half) or `.f16x2` (both halves) arithmetic.
+    Half {
+        op: HOp,
+        x2: bool,
+        ftz: bool,
+        sat: bool,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
     },
     Testp {
         op: Testp,
@@ -741,6 +765,7 @@ impl Op {
                 s(b);
             }
             Op::Mad { d, a, b, c, .. }
+            | Op::Half { d, a, b, c, .. }
             | Op::Sad { d, a, b, c, .. }
             | Op::Bfe { d, a, b, c, .. }
             | Op::Prmt { d, a, b, c, .. }

@@ -39,8 +39,10 @@
 //!   `lg2`, `ex2`, `tanh`) compute the correctly rounded or host-libm
 //!   result, which differs from a GPU's within the instruction's stated
 //!   error bound. f64 NaN payloads follow the host; `fma.f64` with a
-//!   directed rounding is unsupported. Half precision: only
-//!   `cvt` between f16/bf16 and f32 (round to nearest); f16 arithmetic is
+//!   directed rounding is unsupported.
+//! - **Half precision**: add, sub, mul, fma (to nearest, `.ftz`, `.sat`),
+//!   neg, abs, min, max on `.f16` and `.f16x2`, `setp` on `.f16`, and
+//!   `cvt` between f16/bf16 and f32 (to nearest); bf16 arithmetic is
 //!   unsupported.
 //! - **cvt**: every integer/integer conversion (`.sat`, extension,
 //!   truncation), integer/float with all four rounding modes,
@@ -67,7 +69,7 @@
 //!   so they are deterministic and increase), `%dynamic_smem_size`.
 //!
 //! Anything else (textures, surfaces, tensor-core instructions, the calls
-//! above, f16 arithmetic, modifiers not listed) parses to an instruction that
+//! above, bf16 arithmetic, modifiers not listed) parses to an instruction that
 //! fails the launch with [`Error::Unsupported`] naming it when a thread
 //! reaches it.
 //!

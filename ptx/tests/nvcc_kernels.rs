@@ -816,3 +816,180 @@ fn async_copies_to_shared_memory() {
         assert_eq!(out[i], v[0] + 2 * v[1] + 3 * v[2] + 4 * v[3], "{i}");
     }
 }
+
+/// An f16 as an integer number of 2^-24 (every f16 is one).
+fn f16_units(h: u16) -> i128 {
+    let e = i128::from((h >> 10) & 0x1f);
+    let m = i128::from(h & 0x3ff);
+    let mag = if e == 0 { m } else { (m | 0x400) << (e - 1) };
+    if h & 0x8000 != 0 {
+        -mag
+    } else {
+        mag
+    }
+}
+
+/// Rounds `v` (in units of 2^-48) to the nearest f16, ties to even, by
+/// search over every non-negative f16 (65536 standing in for infinity).
+fn f16_nearest(v: i128) -> u16 {
+    let mag = v.abs();
+    let grid = |h: u16| {
+        if h == 0x7c00 {
+            65536i128 << 48
+        } else {
+            f16_units(h) << 24
+        }
+    };
+    let (mut lo, mut hi) = (0u16, 0x7c00u16);
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if grid(mid) <= mag {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let h = if mag >= grid(hi) {
+        hi
+    } else {
+        let (dl, dh) = (mag - grid(lo), grid(hi) - mag);
+        if dl < dh || (dl == dh && lo & 1 == 0) {
+            lo
+        } else {
+            hi
+        }
+    };
+    if v < 0 {
+        h | 0x8000
+    } else {
+        h
+    }
+}
+
+/// `f16_nearest` of an exact sum of terms with signs `sa` and `sb`: an
+/// exact zero is -0 only when both terms are negative (round to nearest).
+fn f16_sum(v: i128, sa: bool, sb: bool) -> u16 {
+    if v == 0 && sa && sb {
+        0x8000
+    } else {
+        f16_nearest(v)
+    }
+}
+
+fn f16_of(x: f32) -> u16 {
+    // x is a multiple of 2^-24 below 2^15 in the tests: exact in units.
+    f16_nearest((f64::from(x) * 2f64.powi(48)) as i128)
+}
+
+#[test]
+fn half_precision_arithmetic() {
+    let m = kernel("half");
+    let mut g = m.globals();
+    let n = 300usize;
+    let mut r = Rng(17);
+    let mut a: Vec<u16> = (0..n).map(|_| f16_of(r.f32() * 7.3)).collect();
+    let mut b: Vec<u16> = (0..n).map(|_| f16_of(r.f32() * 0.37)).collect();
+    // Subnormals, signed zeros, large values and a tie.
+    a[..6].copy_from_slice(&[0x0001, 0x8000, 0x7bff, 0x3c00, 0x0000, 0x3c01]);
+    b[..6].copy_from_slice(&[0x0003, 0x0000, 0x7bff, 0x1400, 0x8000, 0x3c00]);
+    let mut mem = VecMemory::default();
+    let bytes = |v: &[u16]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let pa = mem.alloc(bytes(&a));
+    let pb = mem.alloc(bytes(&b));
+    let po = mem.alloc(vec![0; 16 * n]);
+    launch(
+        &m,
+        &mut g,
+        "half_ops",
+        dims([3, 1, 1], [128, 1, 1], 0),
+        Params::new().ptr(pa).ptr(pb).ptr(po).i32(n as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let out: Vec<u16> = mem
+        .bytes(po)
+        .chunks(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect();
+    let tenth = f16_of(0.1);
+    let sat = |h: u16| {
+        let v = f16_units(h);
+        if v <= 0 {
+            0
+        } else if v >= 1 << 24 {
+            0x3c00
+        } else {
+            h
+        }
+    };
+    for i in 0..n {
+        let (x, y) = (a[i], b[i]);
+        let (ux, uy, ut) = (f16_units(x), f16_units(y), f16_units(tenth));
+        let (sx, sy) = (x & 0x8000 != 0, y & 0x8000 != 0);
+        let fma = f16_sum(ux * uy + (ut << 24), sx != sy, false);
+        let max = if ux > uy || (ux == uy && x & 0x8000 == 0) {
+            x
+        } else {
+            y
+        };
+        let min = if ux < uy || (ux == uy && x & 0x8000 != 0) {
+            x
+        } else {
+            y
+        };
+        let want = [
+            f16_sum((ux + uy) << 24, sx, sy),
+            f16_sum((ux - uy) << 24, sx, !sy),
+            if ux * uy == 0 {
+                u16::from(sx != sy) << 15
+            } else {
+                f16_nearest(ux * uy)
+            },
+            fma,
+            max,
+            min,
+            if ux < uy { x ^ 0x8000 } else { y & 0x7fff },
+            sat(fma),
+        ];
+        assert_eq!(out[8 * i..8 * i + 8], want, "{i}: {x:#x} {y:#x}");
+    }
+}
+
+#[test]
+fn packed_half_precision_arithmetic() {
+    let m = kernel("half");
+    let mut g = m.globals();
+    let n = 200usize;
+    let mut r = Rng(18);
+    let pair =
+        |r: &mut Rng, s: f32| u32::from(f16_of(r.f32() * s)) | u32::from(f16_of(r.f32() * s)) << 16;
+    let a: Vec<u32> = (0..n).map(|_| pair(&mut r, 3.0)).collect();
+    let b: Vec<u32> = (0..n).map(|_| pair(&mut r, 0.9)).collect();
+    let mut mem = VecMemory::default();
+    let (pa, pb) = (mem.alloc_u32(&a), mem.alloc_u32(&b));
+    let po = mem.alloc_u32(&vec![0; 2 * n]);
+    launch(
+        &m,
+        &mut g,
+        "half2_ops",
+        dims([2, 1, 1], [128, 1, 1], 0),
+        Params::new().ptr(pa).ptr(pb).ptr(po).i32(n as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let out = mem.u32s(po);
+    for i in 0..n {
+        let mut want = [0u32; 2];
+        for h in 0..2 {
+            let part = |v: u32| (v >> (16 * h)) as u16;
+            let (ux, uy) = (f16_units(part(a[i])), f16_units(part(b[i])));
+            let sq = f16_nearest(ux * ux);
+            let fma = f16_nearest(ux * uy + (f16_units(sq) << 24));
+            let sum = f16_nearest((ux + uy) << 24);
+            let diff = f16_nearest((f16_units(sum) - f16_units(sq)) << 24);
+            want[0] |= u32::from(fma) << (16 * h);
+            want[1] |= u32::from(diff) << (16 * h);
+        }
+        assert_eq!(out[2 * i..2 * i + 2], want, "{i}");
+    }
+}

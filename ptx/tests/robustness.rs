@@ -21,6 +21,8 @@ const KERNELS: &[(&str, &str)] = &[
     ("calls", "dsin"),
     ("cpasync", "cpasync"),
     ("barred", "barred"),
+    ("half", "half_ops"),
+    ("half", "half2_ops"),
 ];
 
 fn text(name: &str) -> String {
