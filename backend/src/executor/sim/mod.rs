@@ -6,11 +6,12 @@
 //!
 //! - **Device time** advances only by modelled work. A kernel's duration
 //!   comes from the cost model ([`SimConfig::kernels`], plus the built-in
-//!   [`SPIN_KERNEL`]), never from how long anything took on the host. All
-//!   SimGpus of a host share one [`SimDevice`] timeline; a launch reserves
-//!   `[start, start + duration)` on it with `start = max(stream ready,
-//!   now, device busy-until)`, so kernels run one at a time, first launched
-//!   first served, across every process. Nothing preempts a kernel.
+//!   [`SPIN_KERNEL`]) or from the instructions it executed, never from how
+//!   long anything took on the host. All SimGpus of a host share one
+//!   [`SimDevice`] timeline; a launch reserves `[start, start + duration)`
+//!   on it with `start = max(stream ready, launch arrival, device
+//!   busy-until)`, so kernels run one at a time, first served in the order
+//!   they reserve, across every process. Nothing preempts a kernel.
 //! - **Streams** each have a ready time: the end of their last kernel. A
 //!   launch starts no earlier than its stream is ready and makes the stream
 //!   ready at the kernel's end. The NULL stream is the legacy default stream:
@@ -78,11 +79,13 @@
 //!   that can never complete a sticky CUDA_ERROR_LAUNCH_TIMEOUT (sticky: the
 //!   context fails every later call, as on a GPU, whose memory the kernel
 //!   may have half written). PTX the interpreter does not implement fails
-//!   the launch with CUDA_ERROR_NOT_SUPPORTED, not sticky, and a warning in
-//!   the daemon's log naming the instruction. A kernel never silently
-//!   computes something else than a GPU would.
-//! - A kernel the cost model does not list and that cannot execute fails
-//!   its launch with [`ExecError::CannotExecute`] (CUDA_ERROR_NOT_SUPPORTED).
+//!   the launch with CUDA_ERROR_NOT_SUPPORTED ([`ExecError::CannotExecute`],
+//!   whether or not the cost model lists the kernel: `execute = false`
+//!   runs it timing-only), not sticky, and a warning in the daemon's log
+//!   naming the instruction; if the kernel had already written global
+//!   memory when it met the instruction, a sticky CUDA_ERROR_LAUNCH_FAILED
+//!   instead. A kernel never silently computes something else than a GPU
+//!   would.
 //!
 //! # Invariants
 //!
@@ -614,6 +617,10 @@ impl SimGpu {
             block: cfg.block,
             shared_bytes: cfg.shared_mem,
         };
+        let mut memory = Allocations {
+            allocs: &mut c.allocs,
+            wrote: false,
+        };
         let ran = match module
             .source_of
             .get(&name)
@@ -629,14 +636,10 @@ impl SimGpu {
             }),
             Some(program) => match program.parsed() {
                 Err(e) => Err(e),
-                Ok((m, globals)) => {
-                    let mut memory = Allocations {
-                        allocs: &mut c.allocs,
-                    };
-                    m.run(globals, &name, &dims, params, &mut memory, &limits)
-                }
+                Ok((m, globals)) => m.run(globals, &name, &dims, params, &mut memory, &limits),
             },
         };
+        let wrote = memory.wrote;
         match ran {
             Ok(stats) => {
                 let host_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -656,20 +659,24 @@ impl SimGpu {
                 Ok(stats)
             }
             Err(e) => {
-                let (err, sticky) = execution_error(&name, &e);
+                let (err, sticky) = execution_error(&name, &e, wrote);
+                if let ptx::Error::Parse { .. }
+                | ptx::Error::Unsupported { .. }
+                | ptx::Error::NoKernel(_) = &e
+                {
+                    let reason = e.to_string();
+                    let msg = format!(
+                        "SimGpu cannot execute this kernel: {reason}; its launches fail with {}",
+                        err.status()
+                    );
+                    self.warn_once(&name, &reason, &msg);
+                } else {
+                    tracing::debug!(kernel = %name, error = %e, sticky, "launch failed");
+                }
                 if sticky {
-                    tracing::debug!(kernel = %name, error = %e, "kernel faulted; its context is poisoned");
                     if let Some(c) = self.contexts.get_mut(&ctx.0) {
                         c.sticky = Some(err.clone());
                     }
-                } else if let ExecError::CannotExecute { reason, .. } = &err {
-                    self.warn_once(
-                        &name,
-                        reason,
-                        &format!("SimGpu cannot execute this kernel: {reason}; its launches fail with CUDA_ERROR_NOT_SUPPORTED"),
-                    );
-                } else {
-                    tracing::debug!(kernel = %name, error = %e, "launch refused");
                 }
                 Err(err)
             }
@@ -697,8 +704,12 @@ fn check_geometry(cfg: &LaunchConfig) -> ExecResult<()> {
 }
 
 /// The one mapping from interpreter errors to what the guest sees; `true`
-/// if the error is sticky (the context fails every later call).
-fn execution_error(kernel: &str, e: &ptx::Error) -> (ExecError, bool) {
+/// if the error is sticky (the context fails every later call). `wrote`:
+/// the kernel wrote global memory before it stopped. A kernel that stopped
+/// for a reason of SimGpu's (PTX it cannot execute) or a bad launch is not
+/// sticky unless it had written: then the context's memory holds half a
+/// result, and the error is a sticky CUDA_ERROR_LAUNCH_FAILED.
+fn execution_error(kernel: &str, e: &ptx::Error, wrote: bool) -> (ExecError, bool) {
     let fault = |status| ExecError::Driver {
         call: "cuLaunchKernel",
         status,
@@ -708,6 +719,7 @@ fn execution_error(kernel: &str, e: &ptx::Error) -> (ExecError, bool) {
         ptx::Error::Misaligned { .. } => (fault(MISALIGNED_ADDRESS), true),
         ptx::Error::Trap => (fault(Status::LAUNCH_FAILED), true),
         ptx::Error::Budget(_) | ptx::Error::Deadlock(..) => (fault(LAUNCH_TIMEOUT), true),
+        _ if wrote => (fault(Status::LAUNCH_FAILED), true),
         ptx::Error::BadLaunch(_) => (fault(Status::INVALID_VALUE), false),
         ptx::Error::Parse { .. } | ptx::Error::Unsupported { .. } | ptx::Error::NoKernel(_) => (
             ExecError::CannotExecute {
@@ -723,6 +735,8 @@ fn execution_error(kernel: &str, e: &ptx::Error) -> (ExecError, bool) {
 /// access must lie within one allocation.
 struct Allocations<'a> {
     allocs: &'a mut BTreeMap<DevPtr, Vec<u8>>,
+    /// Whether the kernel wrote any of them.
+    wrote: bool,
 }
 
 impl Allocations<'_> {
@@ -747,6 +761,7 @@ impl ptx::Memory for Allocations<'_> {
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), ptx::Error> {
         self.span(addr, data.len())?.copy_from_slice(data);
+        self.wrote = true;
         Ok(())
     }
 }
@@ -1661,6 +1676,7 @@ mod tests {
         let c = g.contexts.get_mut(&ctx.0).expect("context");
         let mut mem = Allocations {
             allocs: &mut c.allocs,
+            wrote: false,
         };
         use ptx::Memory as _;
         mem.write(a + 96, &[1, 2, 3, 4]).expect("last bytes of a");
@@ -1711,6 +1727,7 @@ mod tests {
         let c = g.contexts.get_mut(&other.0).expect("context");
         let mut mem = Allocations {
             allocs: &mut c.allocs,
+            wrote: false,
         };
         oob(mem.read(a, &mut buf));
     }
@@ -2047,5 +2064,31 @@ mod tests {
         let c = texts.share("c".repeat(60)).expect("room again");
         assert_eq!(c.text.len() + b.text.len(), 100);
         assert_eq!(texts.by_hash.len(), 2);
+    }
+
+    #[test]
+    fn a_kernel_stopped_after_writing_poisons_its_context() {
+        // Stores, then meets an instruction SimGpu cannot execute.
+        let ptx = ".version 8.0\n.target sm_90a\n.address_size 64\n\n\
+            .visible .entry half_done(\n\t.param .u64 half_done_param_0\n)\n{\n\
+            \t.reg .b32 %r<2>;\n\t.reg .b64 %rd<3>;\n\n\
+            \tld.param.u64 %rd1, [half_done_param_0];\n\tcvta.to.global.u64 %rd2, %rd1;\n\
+            \tmov.u32 %r1, 7;\n\tst.global.u32 [%rd2], %r1;\n\
+            \twgmma.fence.sync.aligned;\n\tret;\n}\n";
+        let mut g = gpu(&SimDevice::private_virtual(0));
+        let ctx = g.create_context().expect("context");
+        let m = g.module_load(ctx, ptx.as_bytes()).expect("load");
+        let (f, _) = g.function(ctx, m, "half_done").expect("function");
+        let out = g.mem_alloc(ctx, 4).expect("alloc");
+        let err = g
+            .launch(ctx, f, &LC, &out.to_le_bytes(), None)
+            .expect_err("cannot finish");
+        assert_eq!(err.status(), Status::LAUNCH_FAILED);
+        assert_eq!(
+            g.synchronize(ctx).map_err(|e| e.status()),
+            Err(Status::LAUNCH_FAILED),
+            "sticky: memory holds half a result"
+        );
+        assert_eq!(g.gpu_time_ns(), 0);
     }
 }
