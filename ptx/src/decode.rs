@@ -295,10 +295,9 @@ impl FuncParser<'_> {
                 let ty = one_ty(&mut m).ok_or_else(unsup)?;
                 want(2)?;
                 match (&ops[0], &ops[1]) {
-                    (Opnd::Vec(ds), a) => {
+                    (Opnd::Vec(_), a) => {
                         let (ds4, n) = self.vec_dsts(&ops[0], line)?;
                         let part = ty.bits() / u32::from(n);
-                        let _ = ds;
                         Op::Unpack {
                             ds: ds4,
                             n,
@@ -361,7 +360,6 @@ impl FuncParser<'_> {
                     Op::Ld {
                         space,
                         ty,
-                        dbits: self.dst_bits(ds[0]),
                         ds,
                         n,
                         addr: self.addr(&ops[1], line)?,
@@ -833,20 +831,20 @@ impl FuncParser<'_> {
                 if ty == Ty::Pred || matches!(ty, Ty::F16x2 | Ty::BF16 | Ty::BF16x2) {
                     return Err(unsup());
                 }
-                if ty.is_float()
-                    != matches!(
-                        cmp,
-                        Cmp::Equ
-                            | Cmp::Neu
-                            | Cmp::Ltu
-                            | Cmp::Leu
-                            | Cmp::Gtu
-                            | Cmp::Geu
-                            | Cmp::Num
-                            | Cmp::Nan
-                    )
-                    && !ty.is_float()
-                {
+                let unordered = matches!(
+                    cmp,
+                    Cmp::Equ
+                        | Cmp::Neu
+                        | Cmp::Ltu
+                        | Cmp::Leu
+                        | Cmp::Gtu
+                        | Cmp::Geu
+                        | Cmp::Num
+                        | Cmp::Nan
+                );
+                // Unordered comparisons exist for floats only; `lo`, `ls`,
+                // `hi`, `hs` for integers only.
+                if !ty.is_float() && unordered {
                     return Err(unsup());
                 }
                 if ty.is_float() && matches!(cmp, Cmp::Lo | Cmp::Ls | Cmp::Hi | Cmp::Hs) {

@@ -580,8 +580,6 @@ pub(crate) enum Op {
     Ld {
         space: Space,
         ty: Ty,
-        /// Width of each destination register, for extension.
-        dbits: u32,
         ds: Regs4,
         n: u8,
         addr: Addr,

@@ -637,7 +637,6 @@ pub(crate) struct FuncParser<'m> {
     shared: u64,
     local: u64,
     body_params: u64,
-    reg_bits: Vec<u8>,
 }
 
 impl<'m> FuncParser<'m> {
@@ -710,18 +709,16 @@ impl<'m> FuncParser<'m> {
             shared,
             local: m.local_top,
             body_params,
-            reg_bits: Vec::new(),
         })
     }
 
-    fn new_regs(&mut self, n: u32, bits: u32, line: u32) -> Result<u32, Error> {
+    fn new_regs(&mut self, n: u32, line: u32) -> Result<u32, Error> {
         let base = self.f.nregs;
         let end = base
             .checked_add(n)
             .filter(|&e| e <= MAX_REGS)
             .ok_or_else(|| perr(line, format!("more than {MAX_REGS} registers")))?;
         self.f.nregs = end;
-        self.reg_bits.resize(end as usize, bits as u8);
         Ok(base)
     }
 
@@ -859,10 +856,10 @@ impl<'m> FuncParser<'m> {
                     let decl = if p.eat_punct('<') {
                         let n = p.uint32()?;
                         p.expect_punct('>')?;
-                        let base = self.new_regs(n, bits, line)?;
+                        let base = self.new_regs(n, line)?;
                         RegDecl::Range { base, n, bits }
                     } else {
-                        let idx = self.new_regs(1, bits, line)?;
+                        let idx = self.new_regs(1, line)?;
                         RegDecl::One { idx, bits }
                     };
                     self.scopes
@@ -1131,13 +1128,9 @@ impl<'m> FuncParser<'m> {
         if let Some(s) = self.sink {
             return Ok(s);
         }
-        let s = self.new_regs(1, 64, line)?;
+        let s = self.new_regs(1, line)?;
         self.sink = Some(s);
         Ok(s)
-    }
-
-    pub(crate) fn dst_bits(&self, r: u32) -> u32 {
-        u32::from(self.reg_bits.get(r as usize).copied().unwrap_or(64))
     }
 
     pub(crate) fn src(&self, o: &Opnd<'_>, ty: Ty, line: u32) -> Result<Src, Error> {
