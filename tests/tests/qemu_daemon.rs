@@ -4,9 +4,10 @@
 //! the daemon's memfd region, and `fairgpu status --json` reports the
 //! peer, the doorbells and the vCPU threads.
 //!
-//! Needs `qemu-system-x86_64` and the image in `target/guest-image` (or
-//! `FAIRGPU_GUEST_IMAGE`); without them the tests are skipped unless
-//! `FAIRGPU_REQUIRE_QEMU` is set.
+//! The first test plays QEMU itself (this crate's ivshmem client) and runs
+//! everywhere. The others need `qemu-system-x86_64` and the image in
+//! `target/guest-image` (or `FAIRGPU_GUEST_IMAGE`); without them they are
+//! skipped unless `FAIRGPU_REQUIRE_QEMU` is set.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,7 +17,8 @@ use fairgpu::qemu::QemuStatus;
 use fairgpu::stats::WorkerState;
 use fairgpu_tests::qemu::{image, take_turn, Guest, GuestOptions, Image, Overlay};
 use fairgpu_tests::{
-    fairgpu_bin, run_command, status, vm, wait_for_status, DaemonProcess, TempDir,
+    fairgpu_bin, run_command, status, vm, wait_config, wait_for_status, wait_until, DaemonProcess,
+    TempDir,
 };
 
 /// Boot, run and power-off of one guest, at most.
@@ -131,6 +133,83 @@ fn status_json(config: &Path) -> serde_json::Value {
     );
     assert!(out.status.success(), "fairgpu status --json failed");
     serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
+/// Polls an eventfd until it counts something.
+fn wait_signalled(fd: &fairgpu_qemu::EventFd, what: &str) -> u64 {
+    wait_until(what, Duration::from_secs(20), || {
+        fd.take().expect("reading an eventfd")
+    })
+}
+
+#[test]
+fn a_peer_gets_the_memory_rings_the_host_and_is_woken() {
+    use fairgpu_protocol::layout::{Owner, CH_GUEST_SLEEPING, CH_OWNER};
+    use fairgpu_protocol::Opcode;
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::Ordering;
+
+    let setup = Setup::start("qemu_daemon-peer", |_| "device = \"doorbell\"".into());
+    // Connect as QEMU's ivshmem-doorbell device does.
+    let socket = setup.dir.join("vm1.ivshmem.sock");
+    let peer = fairgpu_qemu::client::Client::connect(&socket, Duration::from_secs(10))
+        .expect("connecting to the daemon's ivshmem server");
+    let fds = peer.read_setup(2).expect("the server's setup");
+    let me = peer.id();
+    let q = setup.wait_qemu("the peer", |q| q.peers == [me]);
+    assert_eq!(q.connects, 1);
+
+    // The memory is the region: a guest claims a channel and calls.
+    let path = PathBuf::from(format!(
+        "/proc/self/fd/{}",
+        peer.shared_memory().as_raw_fd()
+    ));
+    let region = fairgpu_frontend::GuestRegion::open(&path).expect("the region in the memory");
+    assert_eq!(region.layout().channels(), 2);
+    let mut ch = fairgpu_frontend::Channel::claim(region.clone(), wait_config())
+        .expect("claiming a channel");
+    let r = ch.call(Opcode::Nop, [7, 0, 0, 0, 0]).expect("a no-op");
+    assert_eq!(r.vals[0], 7);
+
+    // A guest that sleeps is woken by the worker through the daemon: the
+    // worker's wake after serving becomes this peer's vector 1.
+    let offs = region.layout().channel(ch.index()).unwrap();
+    let sleeping = region
+        .view()
+        .atomic_u32(offs.at(CH_GUEST_SLEEPING))
+        .unwrap();
+    let _ = fds[&me][1].take();
+    sleeping.store(1, Ordering::SeqCst);
+    let r = ch.call(Opcode::Nop, [8, 0, 0, 0, 0]).expect("a no-op");
+    assert_eq!(r.vals[0], 8);
+    assert!(wait_signalled(&fds[&me][1], "the wake interrupt") >= 1);
+    assert_eq!(fds[&me][0].take().unwrap(), None, "only the wake vector");
+    sleeping.store(0, Ordering::SeqCst);
+    setup.wait_qemu("the interrupt counted", |q| q.interrupts >= 1);
+
+    // The guest rings the host's doorbell (QEMU signals the host's eventfd
+    // for a Doorbell write of (0 << 16) | 0).
+    fds[&fairgpu_qemu::HOST_PEER_ID][0].signal().unwrap();
+    setup.wait_qemu("the doorbell counted", |q| q.doorbells >= 1);
+
+    // QEMU goes away with the channel still claimed: it is released.
+    let owner = region.view().atomic_u64(offs.at(CH_OWNER)).unwrap();
+    assert!(!Owner::from_word(owner.load(Ordering::SeqCst)).is_free());
+    drop(fds);
+    drop(peer);
+    let q = setup.wait_qemu("the peer gone", |q| {
+        q.peers.is_empty() && q.disconnects == 1 && q.channels_released == 1
+    });
+    assert_eq!(q.connects, 1);
+    assert!(Owner::from_word(owner.load(Ordering::SeqCst)).is_free());
+    // In a VM this channel's process went with QEMU; here it lingers and
+    // must not run its own release against a host that no longer serves it.
+    std::mem::forget(ch);
+    let status = status_json(&setup.config);
+    assert_eq!(
+        status["vms"][0]["qemu"]["channels_released"], 1,
+        "{status:#}"
+    );
 }
 
 fn assert_pinged(out: &str) {
