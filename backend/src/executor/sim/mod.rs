@@ -1026,6 +1026,8 @@ impl GpuExecutor for SimGpu {
                 "parameter buffer shorter than the kernel's parameter layout",
             ));
         }
+        // An unknown stream fails the launch before the kernel executes.
+        c.ready(stream)?;
         let model = func.model;
         if model.cost == Some(Cost::Fault) {
             let e = ExecError::Driver {
@@ -1863,6 +1865,16 @@ mod tests {
         let r = g.launch(ctx, trapper, &LC, &[], None);
         assert_eq!(status_of(r), Status::LAUNCH_FAILED);
         assert_eq!(status_of(g.synchronize(ctx)), Status::LAUNCH_FAILED);
+        // A launch on an unknown stream fails before it executes.
+        let r = g.launch(
+            good,
+            fill,
+            &LC,
+            &fill_params(good_out, 16),
+            Some(StreamId(9999)),
+        );
+        assert_eq!(r, Err(ExecError::Invalid("stream")));
+        assert_eq!(read_u32s(&mut g, good, good_out, 16), vec![0; 16]);
         // None of it touched the first context, and no fault was charged
         // device time.
         g.launch(good, fill, &LC, &fill_params(good_out, 16), None)
