@@ -118,10 +118,10 @@
 //!   earlier ones left (PTX leaves them undefined), never data of another
 //!   launch.
 //!
-//! Measured speed (release build, one core): about 50 million
-//! thread-instructions per second on a shared-memory tiled matmul and 70 to
-//! 110 million on reductions (`cargo run -p fairgpu-ptx --release --example
-//! speed`).
+//! Measured speed (release build, one core of a busy 2-core machine):
+//! about 70 million thread-instructions per second on a shared-memory tiled
+//! matmul and 85 to 100 million on reductions (`cargo run -p fairgpu-ptx
+//! --release --example speed`).
 
 mod decode;
 mod exec;
