@@ -28,10 +28,11 @@
 //! so its throughput (kernels per second, device time per second) is what
 //! fairness is measured by. Flow control bounds the work it has queued on
 //! the device, as a real driver's bounded launch queue does: an event is
-//! recorded after every batch of [`DEFAULT_WINDOW`]/[`FLOW_EVENTS`] kernels
-//! and, before it, the generator waits for the one recorded [`FLOW_EVENTS`]
-//! batches earlier, so at most [`DEFAULT_WINDOW`] kernels plus one batch
-//! are ever queued. These waits are counted apart from the profile's
+//! recorded after every batch of `window`/[`FLOW_EVENTS`] kernels and,
+//! before it, the generator waits for the one recorded [`FLOW_EVENTS`]
+//! batches earlier, so at most `window` kernels plus one batch are ever
+//! queued. The window ([`window`]) holds [`WINDOW_NS`] of device time, at
+//! least [`DEFAULT_WINDOW`] and at most [`MAX_WINDOW`] kernels. These waits are counted apart from the profile's
 //! synchronous calls.
 //!
 //! `--sleep-ratio R` makes any profile non-saturating, as NEON's Throttle
@@ -61,8 +62,24 @@ pub const SPIN_KERNEL: &str = "fairgpu_spin";
 /// Longest kernel a profile uses: LMD's 1.9 s kernels are capped here, so
 /// one launch does not hold a non-preemptive device for seconds.
 pub const MAX_PROFILE_KERNEL_US: f64 = 10_000.0;
-/// Kernels the generator keeps queued on the device at most.
+/// Kernels the generator keeps queued on the device at least (see
+/// [`window`]).
 pub const DEFAULT_WINDOW: u32 = 32;
+/// Device time the generator keeps queued, where that is more kernels than
+/// [`DEFAULT_WINDOW`]: two 6 ms slices, so a VM of short kernels can fill
+/// its grant from what it queued while it waited.
+pub const WINDOW_NS: u64 = 12_000_000;
+/// Most kernels queued at once, about a real driver's launch queue.
+pub const MAX_WINDOW: u32 = 1024;
+
+/// Kernels the generator keeps queued for kernels of `kernel_ns`:
+/// [`WINDOW_NS`] of device time, within [`DEFAULT_WINDOW`]..=[`MAX_WINDOW`],
+/// a multiple of [`FLOW_EVENTS`].
+pub fn window(kernel_ns: u64) -> u32 {
+    let k = WINDOW_NS.div_ceil(kernel_ns.max(1));
+    let w = k.clamp(u64::from(DEFAULT_WINDOW), u64::from(MAX_WINDOW)) as u32;
+    w.next_multiple_of(FLOW_EVENTS as u32).min(MAX_WINDOW)
+}
 /// Flow-control events (the window is split into this many batches).
 pub const FLOW_EVENTS: usize = 4;
 /// The event recorded before the first measured kernel.
@@ -645,7 +662,7 @@ pub fn generate(
     kernels += 1;
 
     let flow = FLOW_EVENTS as u64;
-    let batch = (u64::from(DEFAULT_WINDOW) / flow).max(1);
+    let batch = (u64::from(window(mix.kernel_ns)) / flow).max(1);
     let (mut copy_acc, mut sync_acc) = (0.0f64, 0.0f64);
     // Batches whose event was recorded, and how many of the first ones are
     // known complete (a synchronous call drains everything before it).
@@ -1001,13 +1018,26 @@ mod tests {
     }
 
     #[test]
+    fn the_window_holds_two_slices_of_work_within_bounds() {
+        assert_eq!(window(21_000), 572);
+        assert_eq!(window(1_605_000), DEFAULT_WINDOW);
+        assert_eq!(window(1), MAX_WINDOW);
+        assert_eq!(window(0), MAX_WINDOW);
+        for k in [1u64, 999, 21_000, 46_000, 133_000, 10_000_000] {
+            assert_eq!(window(k) % FLOW_EVENTS as u32, 0, "{k}");
+        }
+    }
+
+    #[test]
     fn flow_control_bounds_the_queue() {
         // MM syncs once per ~1473 kernels: flow control keeps the queue
         // within the window in between.
         let (fake, counts, _) = run_fake("MM", MixOptions::default(), 5000);
         assert!(counts.flow_waits > 100, "{}", counts.flow_waits);
-        let batch = u64::from(DEFAULT_WINDOW) / FLOW_EVENTS as u64;
-        assert_eq!(fake.max_queued, u64::from(DEFAULT_WINDOW) + batch);
+        let w = u64::from(window(207_000));
+        assert_eq!(w, 60, "12 ms of 207 us kernels, a multiple of 4");
+        let batch = w / FLOW_EVENTS as u64;
+        assert_eq!(fake.max_queued, w + batch);
         // The timed first kernel waits for its event too.
         assert_eq!(fake.event_syncs, counts.flow_waits + 1);
     }
