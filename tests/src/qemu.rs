@@ -5,8 +5,9 @@
 //! [`Overlay`] collects files to add to the image's initramfs (binaries,
 //! the shared libraries `ldd` finds for them, the guest's `/guest/run`
 //! script) and writes them as a second archive after the base one; [`Guest`]
-//! boots QEMU with that initramfs and the fairgpu device's arguments and
-//! collects its serial console, bounded in time.
+//! boots QEMU with that initramfs and the fairgpu device's arguments on a
+//! [`Machine`] (QEMU's default, or q35 with an IOMMU and the kernel
+//! arguments it needs) and collects its serial console, bounded in time.
 //!
 //! The image's `/init` runs `/guest/run` if present, prints
 //! `fairgpu-guest: exit STATUS` and powers the VM off, so QEMU (with
@@ -49,6 +50,45 @@ pub struct Image {
     pub vmlinuz: PathBuf,
     /// The base initramfs (gzip-compressed newc).
     pub initrd: PathBuf,
+}
+
+impl Image {
+    /// Whether the image was built with the vfio modules
+    /// (scripts/guest-image.sh puts them in `lib/modules`): the initramfs is
+    /// gzip, so look for the module's name in the decompressed archive.
+    pub fn has_vfio(&self) -> bool {
+        let out = Command::new("gzip")
+            .arg("-dc")
+            .arg(&self.initrd)
+            .output()
+            .expect("running gzip -dc on the initramfs");
+        let needle = b"vfio-pci.ko";
+        out.stdout.windows(needle.len()).any(|w| w == needle)
+    }
+}
+
+/// `target/<profile>/fairgpu-guest`, the guest tool (crate guest-tools).
+pub fn guest_tool() -> PathBuf {
+    let p = crate::profile_dir().join("fairgpu-guest");
+    assert!(
+        p.is_file(),
+        "{} not found: run `cargo build -p fairgpu-guest-tools` first",
+        p.display()
+    );
+    p
+}
+
+/// Whether the image can give a guest the MSI-X wake path (it has the
+/// vfio modules); if not, the test is skipped with a message, or fails
+/// when [`REQUIRE_ENV`] is set.
+pub fn image_has_vfio_or_skip(img: &Image) -> bool {
+    if img.has_vfio() {
+        return true;
+    }
+    let why = "the guest image has no vfio modules: rebuild it with scripts/guest-image.sh";
+    assert!(std::env::var_os(REQUIRE_ENV).is_none(), "{why}");
+    eprintln!("skipping: {why}");
+    false
 }
 
 /// The guest image, or `None` (test skipped, with a message) when QEMU or
@@ -332,6 +372,49 @@ impl Default for GuestOptions {
     }
 }
 
+/// The kernel command line every guest gets; [`Machine::kernel_args`]
+/// follow it.
+const KERNEL_ARGS: &str = "console=ttyS0 quiet panic=-1";
+
+/// The machine QEMU emulates for a [`Guest`] and what the guest's kernel
+/// needs for it: QEMU's default machine and the plain command line unless
+/// set.
+#[derive(Debug, Clone, Default)]
+pub struct Machine {
+    /// `-machine` value (such as `q35`); QEMU's default when `None`.
+    pub machine: Option<String>,
+    /// QEMU options placed before the fairgpu device's: a device that must
+    /// exist before the devices it serves (an IOMMU) goes here.
+    pub devices: Vec<String>,
+    /// Kernel command-line arguments after the console ones.
+    pub kernel_args: Vec<String>,
+}
+
+impl Machine {
+    /// q35 with an emulated Intel IOMMU (interrupt remapping on) and the
+    /// kernel told to use it: the guest's vfio-pci can then take the
+    /// ivshmem device and receive its MSI-X vectors.
+    pub fn q35_with_iommu() -> Machine {
+        Machine {
+            machine: Some("q35".into()),
+            devices: ["-device", "intel-iommu,intremap=on"]
+                .map(String::from)
+                .to_vec(),
+            kernel_args: vec!["intel_iommu=on".into()],
+        }
+    }
+
+    /// The kernel command line.
+    fn append(&self) -> String {
+        let mut line = KERNEL_ARGS.to_owned();
+        for a in &self.kernel_args {
+            line.push(' ');
+            line.push_str(a);
+        }
+        line
+    }
+}
+
 /// A booting guest: QEMU (TCG) with its serial console collected.
 #[derive(Debug)]
 pub struct Guest {
@@ -378,7 +461,7 @@ impl Finished {
 impl Guest {
     /// Boots the image's kernel with `initrd` (an [`Overlay`] written over
     /// the base image) and the extra QEMU arguments `device_args` (the
-    /// fairgpu device's).
+    /// fairgpu device's) on QEMU's default machine.
     pub fn boot(
         name: &str,
         img: &Image,
@@ -386,8 +469,25 @@ impl Guest {
         device_args: &[String],
         opts: &GuestOptions,
     ) -> Guest {
-        let mut child = Command::new(QEMU)
-            .args(["-accel", "tcg"])
+        Guest::boot_on(name, img, initrd, &Machine::default(), device_args, opts)
+    }
+
+    /// [`Guest::boot`] on `machine`, whose devices come before
+    /// `device_args` and whose kernel arguments follow the console's.
+    pub fn boot_on(
+        name: &str,
+        img: &Image,
+        initrd: &Path,
+        machine: &Machine,
+        device_args: &[String],
+        opts: &GuestOptions,
+    ) -> Guest {
+        let mut cmd = Command::new(QEMU);
+        cmd.args(["-accel", "tcg"]);
+        if let Some(m) = &machine.machine {
+            cmd.args(["-machine", m]);
+        }
+        let mut child = cmd
             .args(["-m", &opts.memory_mib.to_string()])
             .args(["-smp", &opts.cpus.to_string()])
             .args(["-nodefaults", "-no-reboot", "-display", "none"])
@@ -396,7 +496,8 @@ impl Guest {
             .arg(&img.vmlinuz)
             .arg("-initrd")
             .arg(initrd)
-            .args(["-append", "console=ttyS0 quiet panic=-1"])
+            .args(["-append", &machine.append()])
+            .args(&machine.devices)
             .args(device_args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -32,8 +32,11 @@ use fairgpu_protocol::{Opcode, RegionConfig};
 use fairgpu_qemu::{
     qemu_args, Device, Event, HostWaker, IvshmemServer, ServerConfig, SharedMemory, VmSpec,
 };
-use fairgpu_tests::qemu::{image, take_turn, Guest, GuestOptions, Image, Overlay, REQUIRE_ENV};
-use fairgpu_tests::{fairgpu_bin, profile_dir, unique_region_path, TempDir};
+use fairgpu_tests::qemu::{
+    guest_tool, image, image_has_vfio_or_skip, take_turn, Guest, GuestOptions, Image, Machine,
+    Overlay,
+};
+use fairgpu_tests::{fairgpu_bin, unique_region_path, TempDir};
 
 /// Boot, run and power-off of one guest, at most.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(150);
@@ -157,33 +160,9 @@ impl Drop for VmHost {
     }
 }
 
-/// `target/<profile>/fairgpu-guest`.
-fn guest_tool() -> PathBuf {
-    let p = profile_dir().join("fairgpu-guest");
-    assert!(
-        p.is_file(),
-        "{} not found: run `cargo build -p fairgpu-guest-tools` first",
-        p.display()
-    );
-    p
-}
-
-/// Whether the image was built with the vfio modules (scripts/guest-image.sh
-/// puts them in `lib/modules`): the initramfs is gzip, so look for the
-/// module's name in the decompressed archive.
-fn image_has_vfio(img: &Image) -> bool {
-    let out = std::process::Command::new("gzip")
-        .arg("-dc")
-        .arg(&img.initrd)
-        .output()
-        .expect("running gzip -dc on the initramfs");
-    let needle = b"vfio-pci.ko";
-    out.stdout.windows(needle.len()).any(|w| w == needle)
-}
-
 /// Boots a guest with `fairgpu` and `fairgpu-guest` and `run` as its
-/// script; `iommu` adds q35's intel-iommu (before the ivshmem device, as
-/// QEMU requires) and `intel_iommu=on`.
+/// script; `iommu` boots q35 with an intel-iommu (before the ivshmem
+/// device, as QEMU requires) and `intel_iommu=on`.
 fn boot(name: &str, img: &Image, dir: &TempDir, spec: &VmSpec, run: &str, iommu: bool) -> Guest {
     let initrd = dir.join(&format!("{name}-initrd"));
     let mut overlay = Overlay::new();
@@ -207,24 +186,19 @@ fn boot(name: &str, img: &Image, dir: &TempDir, spec: &VmSpec, run: &str, iommu:
         overlay.add_libraries(&bin, None, "/opt/fairgpu/lib");
     }
     overlay.write(&img.initrd, &initrd);
-    let mut args: Vec<String> = Vec::new();
-    if iommu {
-        args.extend(
-            [
-                "-machine",
-                "q35",
-                "-device",
-                "intel-iommu,intremap=on",
-                // QEMU keeps the last -append: this one replaces the
-                // helper's, adding intel_iommu=on.
-                "-append",
-                "console=ttyS0 quiet panic=-1 intel_iommu=on",
-            ]
-            .map(String::from),
-        );
-    }
-    args.extend(qemu_args(spec));
-    Guest::boot(name, img, &initrd, &args, &GuestOptions::default())
+    let machine = if iommu {
+        Machine::q35_with_iommu()
+    } else {
+        Machine::default()
+    };
+    Guest::boot_on(
+        name,
+        img,
+        &initrd,
+        &machine,
+        &qemu_args(spec),
+        &GuestOptions::default(),
+    )
 }
 
 /// The guest's script: `before`, info (every wait blocks: spin 0), ping,
@@ -318,10 +292,7 @@ fn latency_line_parses() {
 #[test]
 fn guest_with_an_iommu_is_woken_through_msix() {
     let Some(img) = image() else { return };
-    if !image_has_vfio(&img) {
-        let why = "the guest image has no vfio modules: rebuild it with scripts/guest-image.sh";
-        assert!(std::env::var_os(REQUIRE_ENV).is_none(), "{why}");
-        eprintln!("skipping: {why}");
+    if !image_has_vfio_or_skip(&img) {
         return;
     }
     let _turn = take_turn();
