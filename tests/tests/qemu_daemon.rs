@@ -5,7 +5,9 @@
 //! peer, the doorbells and the vCPU threads.
 //!
 //! The first test plays QEMU itself (this crate's ivshmem client) and runs
-//! everywhere. The others need `qemu-system-x86_64` and the image in
+//! everywhere. The MSI-X test boots q35 with an IOMMU so the guest's
+//! frontend waits on the device's vector 1 through vfio-pci, and needs the
+//! image's vfio modules and `fairgpu-guest` (crate guest-tools). The others need `qemu-system-x86_64` and the image in
 //! `target/guest-image` (or `FAIRGPU_GUEST_IMAGE`); without them they are
 //! skipped unless `FAIRGPU_REQUIRE_QEMU` is set.
 
@@ -15,7 +17,10 @@ use std::time::Duration;
 
 use fairgpu::qemu::QemuStatus;
 use fairgpu::stats::WorkerState;
-use fairgpu_tests::qemu::{image, take_turn, Guest, GuestOptions, Image, Overlay};
+use fairgpu_tests::qemu::{
+    guest_tool, image, image_has_vfio_or_skip, take_turn, Guest, GuestOptions, Image, Machine,
+    Overlay,
+};
 use fairgpu_tests::{
     fairgpu_bin, run_command, status, vm, wait_config, wait_for_status, wait_until, DaemonProcess,
     TempDir,
@@ -25,6 +30,8 @@ use fairgpu_tests::{
 const GUEST_TIMEOUT: Duration = Duration::from_secs(90);
 /// What `fairgpu ping` prints once its round trips and bulk copy are done.
 const VERIFIED: &str = "verified";
+/// No-op round trips `fairgpu-guest info` measures in the MSI-X guest.
+const INFO_CALLS: u32 = 300;
 
 /// A daemon with one `guest = "qemu"` VM "vm1" whose `[vm.ivshmem]` has
 /// the lines `ivshmem` returns for the test's directory.
@@ -84,8 +91,22 @@ impl Setup {
             .collect()
     }
 
-    /// Boots a guest running `run` as its /guest/run script.
+    /// Boots a guest running `run` as its /guest/run script on QEMU's
+    /// default machine.
     fn boot(&self, name: &str, img: &Image, run: &str) -> Guest {
+        self.boot_on(name, img, &Machine::default(), &[], run)
+    }
+
+    /// Boots a guest on `machine` running `run` as its /guest/run script,
+    /// with `fairgpu` and the binaries `tools` in its /bin.
+    fn boot_on(
+        &self,
+        name: &str,
+        img: &Image,
+        machine: &Machine,
+        tools: &[PathBuf],
+        run: &str,
+    ) -> Guest {
         let initrd = self.dir.join(&format!("{name}-initrd"));
         let mut overlay = Overlay::new();
         overlay.add_stripped("/bin/fairgpu", &fairgpu_bin()).add(
@@ -93,14 +114,24 @@ impl Setup {
             0o755,
             run.as_bytes().to_vec(),
         );
-        // The image's libraries may be older than what the binary just
-        // built needs: bring the host's.
-        overlay.add_libraries(&fairgpu_bin(), None, "/usr/local/lib/fairgpu");
+        for tool in tools {
+            let file = tool
+                .file_name()
+                .and_then(|n| n.to_str())
+                .expect("a tool's file name");
+            overlay.add_stripped(&format!("/bin/{file}"), tool);
+        }
+        // The image's libraries may be older than what the binaries just
+        // built need: bring the host's.
+        for bin in std::iter::once(fairgpu_bin()).chain(tools.iter().cloned()) {
+            overlay.add_libraries(&bin, None, "/usr/local/lib/fairgpu");
+        }
         overlay.write(&img.initrd, &initrd);
-        Guest::boot(
+        Guest::boot_on(
             name,
             img,
             &initrd,
+            machine,
             &self.qemu_args(),
             &GuestOptions::default(),
         )
@@ -342,4 +373,109 @@ fn the_daemon_reads_the_vcpu_threads_through_qmp() {
         !q.qmp_connected && q.vcpu_threads.is_empty()
     });
     eprintln!("after the guest: {q:?}");
+}
+
+/// From `fairgpu-guest info`'s latency line ("...; msix wake path, B
+/// blocks, W woken by interrupt, N naps, I interrupts received"): the wake
+/// path and the number before `what`.
+fn latency_field(out: &str, what: &str) -> (String, u64) {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("latency: ") && l.contains("round trips"))
+        .unwrap_or_else(|| panic!("no latency line in the guest's output:\n{out}"));
+    let path = line
+        .split(" wake path")
+        .next()
+        .and_then(|h| h.rsplit(' ').next())
+        .unwrap_or_default()
+        .to_owned();
+    let n = line
+        .split(what)
+        .next()
+        .and_then(|h| {
+            h.rsplit(|c: char| !c.is_ascii_digit())
+                .find(|w| !w.is_empty())
+        })
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no number before {what:?} in {line:?}"));
+    (path, n)
+}
+
+#[test]
+fn latency_field_parses() {
+    let line = "x\nlatency: 300 no-op round trips on channel 0: p50 1.0 µs, p99 2.0 µs; \
+                msix wake path, 290 blocks, 288 woken by interrupt, 0 naps, 301 interrupts received\n";
+    assert_eq!(
+        latency_field(line, " interrupts received"),
+        ("msix".to_owned(), 301)
+    );
+    assert_eq!(latency_field(line, " blocks"), ("msix".to_owned(), 290));
+}
+
+/// The whole host → guest wake path with the daemon as ivshmem server: a
+/// q35 guest with an IOMMU binds the device to vfio-pci and waits on MSI-X
+/// vector 1, which the daemon raises through its guest notifier when its
+/// worker answers a sleeping guest.
+#[test]
+fn a_guest_with_an_iommu_is_woken_by_the_daemon_through_msix() {
+    let Some(img) = image() else { return };
+    if !image_has_vfio_or_skip(&img) {
+        return;
+    }
+    let _turn = take_turn();
+    let setup = Setup::start("qemu_daemon-msix", |_| {
+        "device = \"doorbell\"\nvectors = 2".into()
+    });
+    let args = setup.qemu_args().join(" ");
+    assert!(
+        args.contains("-device ivshmem-doorbell,chardev=fairgpu-vm1,vectors=2"),
+        "{args}"
+    );
+    // A zero spin budget: every wait of info's round trips blocks and needs
+    // the daemon's interrupt.
+    let guest = setup.boot_on(
+        "msix",
+        &img,
+        &Machine::q35_with_iommu(),
+        &[guest_tool()],
+        &format!(
+            "#!/bin/sh\nunset FAIRGPU_REGION\n\
+             FAIRGPU_SPIN_US=0 fairgpu-guest info --count {INFO_CALLS} || exit 1\n\
+             fairgpu ping --count 200 || exit 1\n"
+        ),
+    );
+    let done = guest.finish(GUEST_TIMEOUT);
+    eprintln!("guest msix took {:.1?}:\n{}", done.took, done.output);
+    done.assert_run_succeeded();
+    let out = &done.output;
+    assert!(
+        out.lines().any(|l| l.starts_with("wake path: msix (auto)")),
+        "the guest did not choose the MSI-X path:\n{out}"
+    );
+    let (path, received) = latency_field(out, " interrupts received");
+    assert_eq!(path, "msix", "the channel left the MSI-X path:\n{out}");
+    let (_, woken) = latency_field(out, " woken by interrupt");
+    assert!(
+        received > 0 && woken > 0,
+        "no wait of the guest was ended by an interrupt:\n{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with(&format!("latency: {INFO_CALLS} no-op round trips"))),
+        "the guest's round trips did not all complete:\n{out}"
+    );
+    assert_pinged(out);
+
+    // The daemon counted the vector-1 interrupts it raised for this VM.
+    let q = setup.wait_qemu("QEMU gone", |q| q.peers.is_empty() && q.disconnects == 1);
+    eprintln!("after the guest: {q:?}");
+    let json = status_json(&setup.config);
+    let interrupts = json["vms"][0]["qemu"]["interrupts"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no qemu.interrupts in the status:\n{json:#}"));
+    assert!(
+        interrupts > 0,
+        "the daemon never interrupted the guest:\n{json:#}"
+    );
+    assert!(q.doorbells > 0, "the guest never rang the host: {q:?}");
 }
