@@ -3,6 +3,11 @@
 //! grant file, runs one worker process per VM and supervises it, runs the
 //! GPU scheduler thread ([`crate::sched`]), and answers the control socket.
 //!
+//! Startup: the control socket is bound first (a second daemon on it
+//! stops there, before it touches any region), but accepted on only once
+//! every VM's region exists and every worker was spawned: the first answer
+//! on the socket means the daemon is ready.
+//!
 //! Supervision: a worker that exits while the daemon is not shutting down
 //! is logged with its VM and exit status; every established channel of its
 //! region is failed at once with [`ChannelFailure::WorkerCrashed`] (so a
@@ -517,16 +522,6 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
             .map(|vm| vm.qemu.clone().map(|q| (vm.cfg.clone(), q)))
             .collect(),
     };
-    let control_thread = {
-        let shutdown = shutdown.clone();
-        std::thread::Builder::new()
-            .name("fairgpu-control-accept".into())
-            .spawn(move || {
-                control.run(&shutdown, move |req| source.handle(req));
-                drop(control);
-            })
-            .context("starting the control socket thread")?
-    };
     // The scheduler stops at the shutdown signal, as the supervisor does:
     // workers being stopped need no more grants.
     let sched_thread = match scheduler {
@@ -541,6 +536,34 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
         }
         None => None,
     };
+    for vm in &mut vms {
+        vm.start(&launch);
+    }
+    // Only now accept on the control socket: the first answer a client
+    // gets means every region exists and every worker was spawned. (The
+    // socket is bound since the start, so a second daemon is refused
+    // before it touches a region; connections made meanwhile wait in the
+    // listen queue.)
+    let control_thread = {
+        let shutdown = shutdown.clone();
+        std::thread::Builder::new()
+            .name("fairgpu-control-accept".into())
+            .spawn(move || {
+                control.run(&shutdown, move |req| source.handle(req));
+                drop(control);
+            })
+    };
+    let control_thread = match control_thread {
+        Ok(t) => t,
+        Err(e) => {
+            stop_workers(&mut vms);
+            shutdown.store(true, Ordering::Relaxed);
+            if let Some(t) = sched_thread {
+                let _ = t.join();
+            }
+            return Err(e).context("starting the control socket thread");
+        }
+    };
     tracing::info!(
         config = %config_path.display(),
         executor = %executor,
@@ -549,10 +572,6 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
         policy = sched_cfg.policy_name(),
         "daemon started"
     );
-
-    for vm in &mut vms {
-        vm.start(&launch);
-    }
     while !shutdown.load(Ordering::Relaxed) {
         for vm in &mut vms {
             vm.supervise(&launch);

@@ -646,8 +646,9 @@ pub struct DaemonProcess {
 pub const DAEMON_STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl DaemonProcess {
-    /// Starts `fairgpu serve --config CONFIG` and waits until its control
-    /// socket at `socket` accepts connections. `leftovers` (regions) are
+    /// Starts `fairgpu serve --config CONFIG` and waits until it answers a
+    /// status request on its control socket `socket` (then its regions
+    /// exist and its workers were spawned). `leftovers` (regions) are
     /// removed on drop should the daemon not remove them.
     pub fn start(config: &Path, socket: &Path, leftovers: &[PathBuf]) -> DaemonProcess {
         Self::start_with_env(config, socket, leftovers, &[])
@@ -680,23 +681,30 @@ impl DaemonProcess {
             log,
             exited: None,
         };
+        // The daemon binds its control socket first but answers only once
+        // every region exists and every worker was spawned: wait for an
+        // answer, not for the socket.
         let start = Instant::now();
-        while std::os::unix::net::UnixStream::connect(socket).is_err() {
+        loop {
+            let answer =
+                fairgpu::control::request(socket, &Request::Status {}, Duration::from_millis(500));
+            if answer.is_ok_and(|r| r.ok && r.status.is_some()) {
+                return d;
+            }
             assert!(
                 d.is_alive(),
-                "daemon exited ({:?}) before opening its control socket; log:\n{}",
+                "daemon exited ({:?}) before answering on its control socket; log:\n{}",
                 d.exited,
                 d.log()
             );
             assert!(
                 start.elapsed() < HOST_START_TIMEOUT,
-                "daemon did not open {} within {HOST_START_TIMEOUT:?}; log:\n{}",
+                "daemon did not answer on {} within {HOST_START_TIMEOUT:?}; log:\n{}",
                 socket.display(),
                 d.log()
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-        d
     }
 
     /// The daemon's process id.

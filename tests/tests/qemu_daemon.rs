@@ -59,8 +59,8 @@ impl Setup {
         )
         .expect("writing the configuration");
         let daemon = DaemonProcess::start(&config, &socket, &[]);
-        // The control socket listens before the VMs are set up; the first
-        // answer comes after (the ivshmem socket exists by then).
+        // The daemon answered: its regions and ivshmem sockets exist and
+        // the worker was spawned; wait for it to serve.
         wait_for_status(&daemon, "the worker to run", |s| {
             vm(s, "vm1").state == WorkerState::Running
         });
