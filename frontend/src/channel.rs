@@ -35,6 +35,14 @@ const BACKOFF_MIN: Duration = Duration::from_micros(20);
 /// (measured under TCG: 1 ms here gave a 0.5 ms median round trip through
 /// the doorbell, 100 µs gives 10 µs).
 const BACKOFF_MAX: Duration = Duration::from_micros(100);
+/// Longest a dropped channel waits for the host to finish its
+/// fire-and-forget requests before it gives up (and leaves the channel
+/// claimed: see [`Channel`]'s `Drop`).
+const DROP_DRAIN_LIMIT: Duration = if cfg!(test) {
+    Duration::from_millis(300)
+} else {
+    Duration::from_secs(10)
+};
 
 /// How a channel blocks once its spin budget is spent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,6 +172,8 @@ pub struct Channel {
     /// futex or the interrupt eventfd fails.
     mode: WaitMode,
     stats: WaitStats,
+    /// When waits give up (only while the channel is dropped).
+    give_up_at: Option<Instant>,
 }
 
 /// How a channel's waits ended, since it was claimed.
@@ -265,6 +275,7 @@ impl Channel {
                 m => m,
             },
             stats: WaitStats::default(),
+            give_up_at: None,
         };
         ch.heartbeat = (
             ch.region_u64(HEARTBEAT_OFF).load(Ordering::Relaxed),
@@ -751,20 +762,56 @@ impl Channel {
         }
     }
 
+    /// Fails the wait when the host failed the channel, when the claim is
+    /// no longer ours (the host released it: in a VM, when QEMU left; it
+    /// will not answer any more), or when a dropped channel's wait is over
+    /// its time.
     fn check_host_state(&mut self) -> Result<(), CallError> {
         if !self.host_reset {
             return Ok(());
         }
         let state = self.word(CH_HOST_STATE).load(Ordering::Acquire);
-        if state == 0 {
-            return Ok(());
+        if state != 0 {
+            let reason = ChannelFailure::from_state(state)
+                .map_or_else(|| format!("unknown state {state}"), |f| f.to_string());
+            return Err(self.fail(CallError::ChannelFailed {
+                channel: self.index,
+                reason,
+            }));
         }
-        let reason = ChannelFailure::from_state(state)
-            .map_or_else(|| format!("unknown state {state}"), |f| f.to_string());
-        Err(self.fail(CallError::ChannelFailed {
-            channel: self.index,
-            reason,
-        }))
+        if !self.claim_held() {
+            return Err(self.fail(CallError::ChannelFailed {
+                channel: self.index,
+                reason: "its claim was released by the host".into(),
+            }));
+        }
+        if self.give_up_at.is_some_and(|t| Instant::now() >= t) {
+            return Err(self.fail(CallError::ChannelFailed {
+                channel: self.index,
+                reason: format!(
+                    "no answer within {DROP_DRAIN_LIMIT:?} while the channel was released"
+                ),
+            }));
+        }
+        Ok(())
+    }
+
+    /// Whether the owner word still holds this claim (pid and generation).
+    fn claim_held(&self) -> bool {
+        let owner = self
+            .region
+            .view()
+            .atomic_u64(self.offs.at(CH_OWNER))
+            .expect("layout validated");
+        // Relaxed: only compared; nothing is read on the strength of it.
+        owner.load(Ordering::Relaxed) == self.owner().word()
+    }
+
+    fn owner(&self) -> Owner {
+        Owner {
+            generation: self.generation,
+            pid: self.pid,
+        }
     }
 
     fn check_heartbeat(&mut self) -> Result<(), CallError> {
@@ -789,10 +836,7 @@ impl Channel {
             .view()
             .atomic_u64(self.offs.at(CH_OWNER))
             .expect("layout validated");
-        let mine = Owner {
-            generation: self.generation,
-            pid: self.pid,
-        };
+        let mine = self.owner();
         let free = Owner {
             generation: self.generation,
             pid: 0,
@@ -809,14 +853,31 @@ impl Channel {
     }
 }
 
+/// Dropping a channel drains its fire-and-forget requests (a no-op call,
+/// answered once the host has executed everything before it) so the host is
+/// idle on it before anyone else can claim it, then releases the claim.
+/// The drain is skipped when no answer can come: the channel is broken,
+/// the host failed it, or the claim is no longer ours (the host released
+/// it). The drain gives up after [`DROP_DRAIN_LIMIT`]; the claim is then
+/// left in place, since the host may still be executing this channel's
+/// requests, and is reclaimed once this process has exited.
 impl Drop for Channel {
     fn drop(&mut self) {
-        // Drain fire-and-forget requests so the host is idle on this channel
-        // before anyone else can claim it.
+        let mut release = true;
         if self.broken.is_none() && self.in_flight == 0 && self.req.tail() != 0 {
-            let _ = self.call(Opcode::Nop, [0; REQUEST_ARGS]);
+            let serving = self.host_reset
+                && self.word(CH_HOST_STATE).load(Ordering::Acquire) == 0
+                && self.claim_held();
+            if serving {
+                self.give_up_at = Some(Instant::now() + DROP_DRAIN_LIMIT);
+                let drained = self.call(Opcode::Nop, [0; REQUEST_ARGS]);
+                let timed_out = self.give_up_at.is_some_and(|t| Instant::now() >= t);
+                release = drained.is_ok() || !timed_out;
+            }
         }
-        self.release_owner();
+        if release {
+            self.release_owner();
+        }
     }
 }
 
@@ -849,6 +910,195 @@ fn is_zombie(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::map::Mapping;
+    use crate::wake::WaitPreference;
+    use fairgpu_protocol::layout::{Layout, CH_REQ_TAIL, MAGIC};
+    use fairgpu_protocol::region::RegionView;
+    use fairgpu_protocol::RegionConfig;
+    use std::path::PathBuf;
+    use std::sync::mpsc;
+
+    /// A one-channel region in a file with a host that only completes the
+    /// claim handshake and never answers a request.
+    struct SilentHost {
+        path: PathBuf,
+        view: RegionView,
+        offs: ChannelOffsets,
+        _map: Arc<Mapping>,
+    }
+
+    impl SilentHost {
+        fn new(test: &str) -> SilentHost {
+            let cfg = RegionConfig {
+                channels: 1,
+                features: 0,
+                ..RegionConfig::default()
+            };
+            let layout = Layout::new(&cfg).expect("a valid layout");
+            let path =
+                std::env::temp_dir().join(format!("fairgpu-channel-{}-{test}", std::process::id()));
+            let map = Mapping::create(&path, layout.region_size()).expect("creating the region");
+            let view = map.view();
+            let mut header = layout.header();
+            header.magic = 0;
+            view.write_obj(0, &header).expect("writing the header");
+            view.atomic_u64(0).unwrap().store(MAGIC, Ordering::Release);
+            let offs = layout.channel(0).unwrap();
+            SilentHost {
+                path,
+                view,
+                offs,
+                _map: map,
+            }
+        }
+
+        fn u32_at(&self, rel: usize) -> &AtomicU32 {
+            self.view.atomic_u32(self.offs.at(rel)).unwrap()
+        }
+
+        fn owner(&self) -> Owner {
+            Owner::from_word(
+                self.view
+                    .atomic_u64(self.offs.at(CH_OWNER))
+                    .unwrap()
+                    .load(Ordering::Acquire),
+            )
+        }
+
+        /// Claims the channel, answering the handshake from a thread, and
+        /// leaves one fire-and-forget request in its ring (so that a drop
+        /// drains).
+        fn claim(&self) -> Channel {
+            let region = crate::GuestRegion::open_with(&self.path, WaitPreference::SleepBackoff)
+                .expect("opening the region");
+            let handshake = {
+                let view = self.view.clone();
+                let offs = self.offs;
+                std::thread::spawn(move || {
+                    let guest_gen = view.atomic_u32(offs.at(CH_GUEST_GEN)).unwrap();
+                    let deadline = Instant::now() + Duration::from_secs(30);
+                    loop {
+                        let g = guest_gen.load(Ordering::Acquire);
+                        if g != 0 {
+                            view.atomic_u32(offs.at(CH_HOST_GEN))
+                                .unwrap()
+                                .store(g, Ordering::Release);
+                            return;
+                        }
+                        assert!(Instant::now() < deadline, "no claim within 30 s");
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                })
+            };
+            let cfg = WaitConfig {
+                spin: Duration::from_micros(50),
+                host_timeout: None,
+            };
+            let mut ch = Channel::claim(region, cfg).expect("claiming the channel");
+            handshake.join().expect("the handshake thread");
+            ch.call_async(Opcode::Nop, [0; REQUEST_ARGS], &[])
+                .expect("a fire-and-forget call");
+            assert_eq!(self.u32_at(CH_REQ_TAIL).load(Ordering::Acquire), 1);
+            ch
+        }
+
+        /// Frees the claim as the daemon does when a VM's QEMU leaves.
+        fn release_claim(&self) {
+            let owner = self.view.atomic_u64(self.offs.at(CH_OWNER)).unwrap();
+            let mut o = Owner::from_word(owner.load(Ordering::Acquire));
+            o.pid = 0;
+            owner.store(o.word(), Ordering::Release);
+        }
+    }
+
+    impl Drop for SilentHost {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    /// Runs `f` on a thread; panics if it has not returned within a minute
+    /// (the bug it guards against is a wait that never ends).
+    fn returns<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("{what} did not return"))
+    }
+
+    #[test]
+    fn a_released_claim_fails_calls_and_is_dropped_without_a_drain() {
+        let host = SilentHost::new("released");
+        let mut ch = host.claim();
+        let generation = ch.generation();
+        host.release_claim();
+        let (ch, res) = returns("a call on a released claim", move || {
+            let r = ch.call(Opcode::Nop, [1, 0, 0, 0, 0]);
+            (ch, r)
+        });
+        match res {
+            Err(CallError::ChannelFailed { reason, .. }) => {
+                assert!(reason.contains("released"), "{reason}")
+            }
+            other => panic!("a call on a released claim returned {other:?}"),
+        }
+        // That call's request is in the ring; the drop adds none.
+        assert_eq!(host.u32_at(CH_REQ_TAIL).load(Ordering::Acquire), 2);
+        returns("dropping the channel", move || drop(ch));
+        assert_eq!(host.u32_at(CH_REQ_TAIL).load(Ordering::Acquire), 2);
+        let owner = host.owner();
+        assert!(
+            owner.is_free() && owner.generation == generation,
+            "{owner:?}"
+        );
+    }
+
+    #[test]
+    fn a_channel_released_before_its_drop_submits_no_drain() {
+        let host = SilentHost::new("released-drop");
+        let ch = host.claim();
+        host.release_claim();
+        returns("dropping the channel", move || drop(ch));
+        assert_eq!(
+            host.u32_at(CH_REQ_TAIL).load(Ordering::Acquire),
+            1,
+            "the drop submitted a drain on a claim that is not its own"
+        );
+    }
+
+    #[test]
+    fn a_failed_channel_is_released_without_a_drain() {
+        let host = SilentHost::new("failed");
+        let ch = host.claim();
+        let generation = ch.generation();
+        host.u32_at(CH_HOST_STATE)
+            .store(ChannelFailure::WorkerCrashed as u32, Ordering::Release);
+        returns("dropping the channel", move || drop(ch));
+        assert_eq!(host.u32_at(CH_REQ_TAIL).load(Ordering::Acquire), 1);
+        let owner = host.owner();
+        assert!(
+            owner.is_free() && owner.generation == generation,
+            "{owner:?}"
+        );
+    }
+
+    #[test]
+    fn a_drain_the_host_never_answers_gives_up_and_keeps_the_claim() {
+        let host = SilentHost::new("silent");
+        let ch = host.claim();
+        let mine = Owner {
+            generation: ch.generation(),
+            pid: std::process::id(),
+        };
+        returns("dropping the channel", move || drop(ch));
+        // The drain was submitted, never answered, and given up on; the
+        // host may still be executing, so the claim stays until this
+        // process exits.
+        assert_eq!(host.u32_at(CH_REQ_TAIL).load(Ordering::Acquire), 2);
+        assert_eq!(host.owner(), mine);
+    }
 
     #[test]
     fn pid_liveness_treats_zombies_as_dead() {

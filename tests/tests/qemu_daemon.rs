@@ -232,10 +232,20 @@ fn a_peer_gets_the_memory_rings_the_host_and_is_woken() {
         q.peers.is_empty() && q.disconnects == 1 && q.channels_released == 1
     });
     assert_eq!(q.connects, 1);
-    assert!(Owner::from_word(owner.load(Ordering::SeqCst)).is_free());
-    // In a VM this channel's process went with QEMU; here it lingers and
-    // must not run its own release against a host that no longer serves it.
-    std::mem::forget(ch);
+    let released = Owner::from_word(owner.load(Ordering::SeqCst));
+    assert!(released.is_free());
+    // In a VM this channel's process went with QEMU; here it lingers. Its
+    // claim is not its own any more: a call fails instead of waiting for
+    // an answer that never comes, and dropping it neither waits nor frees
+    // the channel again.
+    match ch.call(Opcode::Nop, [9, 0, 0, 0, 0]) {
+        Err(fairgpu_frontend::CallError::ChannelFailed { reason, .. }) => {
+            assert!(reason.contains("released"), "{reason}")
+        }
+        other => panic!("a call on the released claim returned {other:?}"),
+    }
+    drop(ch);
+    assert_eq!(Owner::from_word(owner.load(Ordering::SeqCst)), released);
     let status = status_json(&setup.config);
     assert_eq!(
         status["vms"][0]["qemu"]["channels_released"], 1,
