@@ -53,8 +53,9 @@
 //! [`CpuCoordinator`] is what the scheduler asks when it grants an
 //! interactive vGPU. [`LocalCoordinator`] wakes the VM's guest processes
 //! that sleep in the transport (their futex words), which is the whole of
-//! the vCPU wake-up in local mode; the QEMU implementation will deliver the
-//! VM's interrupt and nudge its vCPU threads (QMP gives their ids) instead.
+//! the vCPU wake-up in local mode; for QEMU VMs, `crate::qemu::coord`
+//! (backend/src/qemu/coord.rs) raises the VM's interrupt and nudges its
+//! vCPU threads (QMP gives their ids) instead.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
