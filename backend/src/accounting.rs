@@ -38,8 +38,12 @@
 //!     predict how many more requests fit in what is left of the slice,
 //!     issue those without interposition, synchronise every context they
 //!     used after the last, and add the time from the first of them to the
-//!     end of that synchronisation. If the samples alone fill the slice the
-//!     grant ends there.
+//!     end of that synchronisation. If the holder runs out of requests
+//!     before the last (its guest has not sent the next one yet), it
+//!     synchronises then and adds the time so far; the next request starts
+//!     a new stretch. So the time a guest takes to answer is not charged
+//!     as GPU time, which matters for interactive guests on a busy host.
+//!     If the samples alone fill the slice the grant ends there.
 //!   - `every`: synchronise after every request and add its time.
 //!   - `events`: record an executor event before and after every request on
 //!     the stream it uses; completed pairs are read without blocking
@@ -551,6 +555,34 @@ impl Gate {
         }
     }
 
+    /// `sampled`: the holder has nothing more to issue (its guest has not
+    /// sent the next request): if a bulk segment is open, synchronise its
+    /// channels and charge it up to now, so that the time until the guest's
+    /// next request is not charged as GPU time; the next request opens a new
+    /// segment. Releases (and returns true) if that fills the slice.
+    fn close_bulk_segment(&mut self, meter: &mut dyn Meter) -> bool {
+        let Some(h) = self.holding.as_mut() else {
+            return false;
+        };
+        let Phase::Bulk {
+            left,
+            since: Some(since),
+        } = h.phase
+        else {
+            return false;
+        };
+        for ch in h.dirty.drain(..) {
+            meter.sync_channel(ch);
+        }
+        h.used += nanos(since.elapsed());
+        h.phase = Phase::Bulk { left, since: None };
+        if h.used >= h.slice {
+            self.release(meter, Why::Full);
+            return true;
+        }
+        false
+    }
+
     /// Whether the lease held now was revoked.
     fn lease_revoked(&self) -> bool {
         self.holding
@@ -829,6 +861,16 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
                 IdleBehaviour::Block => Some(gate.cfg.spin - quiet),
             };
         }
+        if !pass.served
+            && !pass.deferred
+            && gate.cfg.accounting == Accounting::Sampled
+            && gate.close_bulk_segment(&mut self.inner)
+        {
+            return None;
+        }
+        let Some(h) = gate.holding.as_mut() else {
+            return None;
+        };
         let held = now.duration_since(h.since);
         let lease = Duration::from_nanos(h.slice);
         let cap = wall_cap(h.slice);
@@ -1145,5 +1187,38 @@ mod tests {
             d.used_ns()
         );
         assert!(d.runnable());
+    }
+
+    #[test]
+    fn sampled_does_not_charge_the_time_its_guest_takes_to_answer() {
+        let mut r = rig("think", Accounting::Sampled, IdleBehaviour::Poll);
+        let d = r.file.slot(0).unwrap();
+        assert!(!r.serve(Opcode::LaunchKernel));
+        let slice = Duration::from_millis(150);
+        let seq = d.grant(slice.as_nanos() as u64, false);
+        let granted = Instant::now();
+        for _ in 0..SAMPLES {
+            assert!(r.serve(Opcode::LaunchKernel));
+        }
+        assert_eq!(r.s.inner().syncs, SAMPLES);
+        // A stretch of bulk work, then nothing to issue: it is closed.
+        assert!(r.serve(Opcode::LaunchKernel));
+        r.idle_pass();
+        assert_eq!(r.s.inner().syncs, SAMPLES + 1);
+        // The guest takes 60 ms to send its next request.
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(r.serve(Opcode::LaunchKernel));
+        r.idle_pass();
+        assert_eq!(r.s.inner().syncs, SAMPLES + 2);
+        while granted.elapsed() < slice {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        r.idle_pass();
+        assert_eq!(d.released(), seq);
+        assert!(
+            d.used_ns() < 30_000_000,
+            "charged {} ns: the guest's 60 ms were charged",
+            d.used_ns()
+        );
     }
 }
