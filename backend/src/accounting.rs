@@ -868,9 +868,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         {
             return None;
         }
-        let Some(h) = gate.holding.as_mut() else {
-            return None;
-        };
+        let h = gate.holding.as_mut()?;
         let held = now.duration_since(h.since);
         let lease = Duration::from_nanos(h.slice);
         let cap = wall_cap(h.slice);

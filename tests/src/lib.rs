@@ -13,6 +13,7 @@
 //! The `fairgpu` binary must be built first (`cargo build -p fairgpu`);
 //! `scripts/test.sh` builds the workspace before it tests.
 
+pub mod cuda;
 pub mod qemu;
 
 use std::io::{BufRead, BufReader, Read, Write};

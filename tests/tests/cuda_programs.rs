@@ -18,14 +18,12 @@
 //! `target/<profile>/cuda-programs/`.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use fairgpu_tests::{
-    guest_lib_dir, profile_dir, run_command, status, vm, wait_for_status, DaemonProcess, Setup,
-    VM_QUOTA,
+    guest_lib_dir, run_command, status, vm, wait_for_status, DaemonProcess, Setup, VM_QUOTA,
 };
 
 /// The builds of each runtime program.
@@ -34,8 +32,6 @@ const VARIANTS: [&str; 3] = ["cu12", "cu12static", "cu13"];
 const DRIVER_VM: &str = "driver";
 /// How long one program may run.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long building all programs may take (about 20 s on two cores).
-const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
 /// The device the programs must see.
 const SIM_NAME: &str = "fairgpu cuda-programs SimGpu";
 const SIM_SM_COUNT: u32 = 46;
@@ -64,58 +60,14 @@ kernels = [
 /// Guest channels per VM: the threaded programs may claim several.
 const CHANNELS: u32 = 8;
 
-fn toolchain_prefix() -> PathBuf {
-    match std::env::var_os("FAIRGPU_CUDA_PREFIX") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/cuda-toolchain"),
-    }
-}
-
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
 /// The directory of built programs; `None` if the toolchain is missing and
-/// `FAIRGPU_ALLOW_NO_CUDA=1`. Builds once per test binary.
+/// `FAIRGPU_ALLOW_NO_CUDA=1`.
 fn programs() -> Option<&'static Path> {
-    static BUILT: OnceLock<Result<Option<PathBuf>, String>> = OnceLock::new();
-    match BUILT.get_or_init(build_programs) {
-        Ok(dir) => dir.as_deref(),
-        Err(e) => panic!("{e}"),
-    }
-}
-
-fn build_programs() -> Result<Option<PathBuf>, String> {
-    let prefix = toolchain_prefix();
-    if !prefix.join("env.sh").is_file() {
-        if std::env::var("FAIRGPU_ALLOW_NO_CUDA").is_ok_and(|v| v == "1") {
-            eprintln!("SKIPPED: CUDA toolchain not installed (run scripts/cuda-toolchain.sh)");
-            return Ok(None);
-        }
-        return Err(format!(
-            "CUDA toolchain not installed in {}: run scripts/cuda-toolchain.sh \
-             (or set FAIRGPU_ALLOW_NO_CUDA=1 to skip the CUDA program tests)",
-            prefix.display()
-        ));
-    }
-    let out = profile_dir().join("cuda-programs");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda/build.sh");
-    let built = run_command(
-        Command::new("bash")
-            .arg(&script)
-            .arg(&out)
-            .env("FAIRGPU_CUDA_PREFIX", &prefix),
-        BUILD_TIMEOUT,
-    );
-    if !built.status.success() {
-        return Err(format!(
-            "tests/cuda/build.sh failed ({}):\n{}{}",
-            built.status,
-            text(&built.stdout),
-            text(&built.stderr)
-        ));
-    }
-    Ok(Some(out))
+    fairgpu_tests::cuda::programs().map(|p| p.dir.as_path())
 }
 
 /// A daemon on SimGpu with one VM per runtime variant and one for the

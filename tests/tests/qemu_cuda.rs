@@ -35,13 +35,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use fairgpu::control::Status;
 use fairgpu_tests::qemu::{image, take_turn, Finished, Guest, GuestOptions, Image, Overlay};
 use fairgpu_tests::{
-    fairgpu_bin, guest_lib_dir, profile_dir, run_command, unique_region_path, vm, wait_for_status,
+    fairgpu_bin, guest_lib_dir, run_command, unique_region_path, vm, wait_for_status,
     DaemonProcess, TempDir, VM_QUOTA,
 };
 use serde_json::Value;
@@ -59,8 +58,6 @@ const GUEST_LIB: &str = "/opt/fairgpu/lib";
 /// What the guest's run script prints around each command.
 const MARK_BEGIN: &str = "fairgpu-cuda: begin ";
 const MARK_END: &str = "fairgpu-cuda: end ";
-/// How long building the programs may take (about 20 s on two cores).
-const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
 /// Boot, every program and power-off of the one guest of the first test.
 const PROGRAMS_TIMEOUT: Duration = Duration::from_secs(120);
 /// Boot, workload and power-off of each of the two guests of the second.
@@ -99,67 +96,10 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn toolchain_prefix() -> PathBuf {
-    match std::env::var_os("FAIRGPU_CUDA_PREFIX") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/cuda-toolchain"),
-    }
-}
-
 /// Every program `tests/cuda/build.sh` built; `None` if the toolchain is
-/// missing and `FAIRGPU_ALLOW_NO_CUDA=1`. Builds once per test binary.
+/// missing and `FAIRGPU_ALLOW_NO_CUDA=1`.
 fn built_programs() -> Option<&'static [PathBuf]> {
-    static BUILT: OnceLock<Result<Option<Vec<PathBuf>>, String>> = OnceLock::new();
-    match BUILT.get_or_init(build_programs) {
-        Ok(list) => list.as_deref(),
-        Err(e) => panic!("{e}"),
-    }
-}
-
-fn build_programs() -> Result<Option<Vec<PathBuf>>, String> {
-    let prefix = toolchain_prefix();
-    if !prefix.join("env.sh").is_file() {
-        if std::env::var("FAIRGPU_ALLOW_NO_CUDA").is_ok_and(|v| v == "1") {
-            eprintln!("SKIPPED: CUDA toolchain not installed (run scripts/cuda-toolchain.sh)");
-            return Ok(None);
-        }
-        return Err(format!(
-            "CUDA toolchain not installed in {}: run scripts/cuda-toolchain.sh \
-             (or set FAIRGPU_ALLOW_NO_CUDA=1 to skip the CUDA program tests)",
-            prefix.display()
-        ));
-    }
-    let out = profile_dir().join("cuda-programs");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda/build.sh");
-    let built = run_command(
-        Command::new("bash")
-            .arg(&script)
-            .arg(&out)
-            .env("FAIRGPU_CUDA_PREFIX", &prefix),
-        BUILD_TIMEOUT,
-    );
-    if !built.status.success() {
-        return Err(format!(
-            "tests/cuda/build.sh failed ({}):\n{}{}",
-            built.status,
-            text(&built.stdout),
-            text(&built.stderr)
-        ));
-    }
-    // The script prints the programs it built, one path a line.
-    let list: Vec<PathBuf> = text(&built.stdout)
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(PathBuf::from)
-        .collect();
-    if let Some(missing) = list.iter().find(|p| !p.is_file()) {
-        return Err(format!(
-            "tests/cuda/build.sh listed {}, which is not a file",
-            missing.display()
-        ));
-    }
-    Ok(Some(list))
+    fairgpu_tests::cuda::programs().map(|p| p.list.as_slice())
 }
 
 /// A program's file name.

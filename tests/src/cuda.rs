@@ -1,0 +1,90 @@
+//! The CUDA test programs of `tests/cuda/`, built once per test binary by
+//! `tests/cuda/build.sh` with the toolchain of `scripts/cuda-toolchain.sh`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::{profile_dir, run_command};
+
+/// How long building all programs may take (about 20 s on two cores).
+const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// The built programs.
+#[derive(Debug)]
+pub struct Programs {
+    /// Where they are.
+    pub dir: PathBuf,
+    /// Every program the script built, one path each.
+    pub list: Vec<PathBuf>,
+}
+
+/// The CUDA toolchain: `FAIRGPU_CUDA_PREFIX`, else
+/// `target/cuda-toolchain` of the repository.
+pub fn toolchain_prefix() -> PathBuf {
+    match std::env::var_os("FAIRGPU_CUDA_PREFIX") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/cuda-toolchain"),
+    }
+}
+
+/// The built programs; `None` if the toolchain is missing and
+/// `FAIRGPU_ALLOW_NO_CUDA=1`. Panics with the build's output if it fails.
+pub fn programs() -> Option<&'static Programs> {
+    static BUILT: OnceLock<Result<Option<Programs>, String>> = OnceLock::new();
+    match BUILT.get_or_init(build) {
+        Ok(p) => p.as_ref(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn build() -> Result<Option<Programs>, String> {
+    let prefix = toolchain_prefix();
+    if !prefix.join("env.sh").is_file() {
+        if std::env::var("FAIRGPU_ALLOW_NO_CUDA").is_ok_and(|v| v == "1") {
+            eprintln!("SKIPPED: CUDA toolchain not installed (run scripts/cuda-toolchain.sh)");
+            return Ok(None);
+        }
+        return Err(format!(
+            "CUDA toolchain not installed in {}: run scripts/cuda-toolchain.sh \
+             (or set FAIRGPU_ALLOW_NO_CUDA=1 to skip the CUDA program tests)",
+            prefix.display()
+        ));
+    }
+    let dir = profile_dir().join("cuda-programs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda/build.sh");
+    let built = run_command(
+        Command::new("bash")
+            .arg(&script)
+            .arg(&dir)
+            .env("FAIRGPU_CUDA_PREFIX", &prefix),
+        BUILD_TIMEOUT,
+    );
+    if !built.status.success() {
+        return Err(format!(
+            "tests/cuda/build.sh failed ({}):\n{}{}",
+            built.status,
+            text(&built.stdout),
+            text(&built.stderr)
+        ));
+    }
+    // The script prints the programs it built, one path a line.
+    let list: Vec<PathBuf> = text(&built.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    if let Some(missing) = list.iter().find(|p| !p.is_file()) {
+        return Err(format!(
+            "tests/cuda/build.sh listed {}, which is not a file",
+            missing.display()
+        ));
+    }
+    Ok(Some(Programs { dir, list }))
+}
