@@ -499,9 +499,10 @@ pub fn render_table(status: &Status) -> String {
 mod tests {
     use super::*;
 
+    /// A socket path in a directory of its own (removed by the test).
     fn sock(name: &str) -> PathBuf {
         std::env::temp_dir()
-            .join(format!("fairgpu-ctl-{}", std::process::id()))
+            .join(format!("fairgpu-ctl-{}-{name}", std::process::id()))
             .join(format!("{name}.sock"))
     }
 
@@ -574,6 +575,7 @@ mod tests {
         let server = t.join().unwrap();
         drop(server);
         assert!(!path.exists(), "the socket is removed on drop");
+        std::fs::remove_dir(path.parent().unwrap()).unwrap();
     }
 
     #[test]
@@ -658,5 +660,6 @@ mod tests {
             Err(ControlError::NotASocket(_))
         ));
         std::fs::remove_file(&path).unwrap();
+        std::fs::remove_dir(path.parent().unwrap()).unwrap();
     }
 }
