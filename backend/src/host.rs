@@ -299,16 +299,7 @@ impl RegionBells {
             if owner.is_free() {
                 continue;
             }
-            let free = Owner {
-                generation: owner.generation,
-                pid: 0,
-            };
-            // AcqRel CAS, as a guest's release: frees only the claim looked
-            // at; anything that changed it meanwhile wins.
-            if word
-                .compare_exchange(w, free.word(), Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            {
+            if free_claim(word, w) {
                 freed += 1;
             }
         }
@@ -326,6 +317,19 @@ impl RegionBells {
         }
         woken
     }
+}
+
+/// Frees the claim `w` that the owner word `word` held when looked at,
+/// keeping its generation; false if the word changed meanwhile.
+fn free_claim(word: &AtomicU64, w: u64) -> bool {
+    let free = Owner {
+        generation: Owner::from_word(w).generation,
+        pid: 0,
+    };
+    // AcqRel CAS, as a guest's release: frees only the exact claim looked
+    // at; a guest that released or reclaimed it meanwhile wins.
+    word.compare_exchange(w, free.word(), Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
 }
 
 /// Wakes the guest of channel `index` at `offs` if it published that it
@@ -968,16 +972,7 @@ impl<H: Handler> Server<H> {
             if owner.is_free() || pid_alive(owner.pid) {
                 continue;
             }
-            let free = Owner {
-                generation: owner.generation,
-                pid: 0,
-            };
-            // AcqRel CAS: only frees the exact dead claim we looked at; a
-            // guest that reclaimed it meanwhile wins.
-            if word
-                .compare_exchange(w, free.word(), Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            {
+            if free_claim(word, w) {
                 tracing::info!(
                     channel = i,
                     pid = owner.pid,

@@ -11,6 +11,37 @@ use crate::{profile_dir, run_command};
 /// How long building all programs may take (about 20 s on two cores).
 const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
 
+/// SMs of the device the programs' `[sim]` table describes.
+pub const SIM_SM_COUNT: u32 = 46;
+
+/// The `[sim]` table the CUDA programs run against, for a device named
+/// `name`: the kernels whose modelled duration the programs check, with the
+/// parameter it comes from (see tests/cuda/launch_args.cu for why five
+/// kernels of one signature read five different parameters); the spin
+/// kernels, which spin on the GPU's clock, are timing-only. Every other
+/// kernel executes (SimGpu's PTX interpreter) and costs its instructions.
+pub fn sim_table(name: &str) -> String {
+    format!(
+        r#"memory_bytes = 1073741824
+name = {name:?}
+sm_count = {SIM_SM_COUNT}
+kernels = [
+  {{ name = "spin", duration_param = 0, execute = false }},
+  {{ name = "args_i", duration_param = 3 }},
+  {{ name = "args_d", duration_param = 4 }},
+  {{ name = "args_p", duration_param = 6 }},
+  {{ name = "args_m", duration_param = 8 }},
+  {{ name = "args_n", duration_param = 9 }},
+  {{ name = "args_h", duration_hash = true }},
+  {{ name = "_ZN2fg6nestedEPhiy", duration_param = 2 }},
+  {{ name = "_Z4tmplIfEvPhT_y", duration_param = 2 }},
+  {{ name = "big_params", duration_param = 2 }},
+  {{ name = "mixed", duration_param = 9 }},
+]
+"#
+    )
+}
+
 /// The built programs.
 #[derive(Debug)]
 pub struct Programs {

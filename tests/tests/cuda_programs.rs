@@ -22,6 +22,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use fairgpu_tests::cuda::{sim_table, SIM_SM_COUNT};
 use fairgpu_tests::{
     guest_lib_dir, run_command, status, vm, wait_for_status, DaemonProcess, Setup, VM_QUOTA,
 };
@@ -34,29 +35,6 @@ const DRIVER_VM: &str = "driver";
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 /// The device the programs must see.
 const SIM_NAME: &str = "fairgpu cuda-programs SimGpu";
-const SIM_SM_COUNT: u32 = 46;
-/// The `[sim]` table: the kernels whose modelled duration the programs
-/// check, with the parameter it comes from (see tests/cuda/launch_args.cu
-/// for why five kernels of one signature read five different parameters);
-/// the spin kernels, which spin on the GPU's clock, are timing-only. Every
-/// other kernel executes and costs its instructions.
-const SIM: &str = r#"memory_bytes = 1073741824
-name = "fairgpu cuda-programs SimGpu"
-sm_count = 46
-kernels = [
-  { name = "spin", duration_param = 0, execute = false },
-  { name = "args_i", duration_param = 3 },
-  { name = "args_d", duration_param = 4 },
-  { name = "args_p", duration_param = 6 },
-  { name = "args_m", duration_param = 8 },
-  { name = "args_n", duration_param = 9 },
-  { name = "args_h", duration_hash = true },
-  { name = "_ZN2fg6nestedEPhiy", duration_param = 2 },
-  { name = "_Z4tmplIfEvPhT_y", duration_param = 2 },
-  { name = "big_params", duration_param = 2 },
-  { name = "mixed", duration_param = 9 },
-]
-"#;
 /// Guest channels per VM: the threaded programs may claim several.
 const CHANNELS: u32 = 8;
 
@@ -81,7 +59,7 @@ impl Sim {
     fn start(test: &str) -> Sim {
         let mut vms: Vec<(&str, u32, u32)> = VARIANTS.iter().map(|v| (*v, 1, CHANNELS)).collect();
         vms.push((DRIVER_VM, 1, CHANNELS));
-        let setup = Setup::with_sim(test, SIM, &vms);
+        let setup = Setup::with_sim(test, &sim_table(SIM_NAME), &vms);
         let daemon = setup.start();
         Sim { setup, daemon }
     }
@@ -449,11 +427,15 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
         return;
     };
     let lib = guest_lib_dir();
-    let backend = Setup::with_sim("cuda_two_hop_backend", SIM, &[("backend", 1, CHANNELS)]);
+    let backend = Setup::with_sim(
+        "cuda_two_hop_backend",
+        &sim_table(SIM_NAME),
+        &[("backend", 1, CHANNELS)],
+    );
     let backend_daemon = backend.start();
     let mut vms: Vec<(&str, u32, u32)> = VARIANTS.iter().map(|v| (*v, 1, CHANNELS)).collect();
     vms.push((DRIVER_VM, 1, CHANNELS));
-    let setup = Setup::with_executor("cuda_two_hop", "cuda", SIM, &vms);
+    let setup = Setup::with_executor("cuda_two_hop", "cuda", &sim_table(SIM_NAME), &vms);
     let daemon = setup.start_with_env(&[
         ("FAIRGPU_REGION", backend.regions[0].as_os_str()),
         ("LD_LIBRARY_PATH", lib.as_os_str()),

@@ -68,29 +68,6 @@ const WORKLOAD_SECONDS: &str = "3";
 const CHANNELS: u32 = 8;
 /// Each VM's arena per channel: copies of a few MiB take a few chunks.
 const ARENA: &str = "1MiB";
-/// The `[sim]` table, as tests/tests/cuda_programs.rs configures it: the
-/// kernels whose modelled duration the programs check, with the parameter
-/// it comes from (see tests/cuda/launch_args.cu); the spin kernels, which
-/// spin on the GPU's clock, are timing-only. Every other kernel executes
-/// (SimGpu's PTX interpreter) and costs its instructions. The workload
-/// generator's `fairgpu_spin` is built in.
-const SIM: &str = r#"memory_bytes = 1073741824
-name = "fairgpu qemu-cuda SimGpu"
-sm_count = 46
-kernels = [
-  { name = "spin", duration_param = 0, execute = false },
-  { name = "args_i", duration_param = 3 },
-  { name = "args_d", duration_param = 4 },
-  { name = "args_p", duration_param = 6 },
-  { name = "args_m", duration_param = 8 },
-  { name = "args_n", duration_param = 9 },
-  { name = "args_h", duration_hash = true },
-  { name = "_ZN2fg6nestedEPhiy", duration_param = 2 },
-  { name = "_Z4tmplIfEvPhT_y", duration_param = 2 },
-  { name = "big_params", duration_param = 2 },
-  { name = "mixed", duration_param = 9 },
-]
-"#;
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -353,9 +330,10 @@ impl VmDaemon {
         let dir = TempDir::new(test);
         let socket = dir.join("control.sock");
         let mut config = format!(
-            "[daemon]\ncontrol_socket = {:?}\nexecutor = \"sim\"\nstate_dir = {:?}\n\n[sim]\n{SIM}\n",
+            "[daemon]\ncontrol_socket = {:?}\nexecutor = \"sim\"\nstate_dir = {:?}\n\n[sim]\n{}\n",
             socket.display().to_string(),
-            dir.path().display().to_string()
+            dir.path().display().to_string(),
+            fairgpu_tests::cuda::sim_table("fairgpu qemu-cuda SimGpu")
         );
         let mut files = Vec::new();
         for (name, weight, device) in vms {
