@@ -15,7 +15,10 @@
 //!   transport's own opcodes) is served at once: it uses no GPU time.
 //! - **Grants.** The daemon grants by bumping the slot's grant word and
 //!   ringing the region's doorbell; the worker notices the new sequence the
-//!   next time it asks (before a held-back request, or after a pass).
+//!   next time it asks (before a held-back request, or after a pass). A
+//!   grant handed over while the previous holder drains is taken only once
+//!   that holder has released; meanwhile the worker sleeps on the holder's
+//!   release word between passes ([`crate::grants`], *Handoff*).
 //! - **Leases.** A grant given while no other VM waits for the GPU is an
 //!   uncontended *lease*: the holder issues without any interposition and
 //!   without a slice (the daemon charges it its wall-clock time slice by
@@ -33,17 +36,26 @@
 //!   not done (the daemon grants leases only after the other VMs have been
 //!   quiet for a while, so this is the only protection needed).
 //! - **Accounting** ([`Accounting`]), per grant:
-//!   - `sampled`: synchronise after each of the first [`SAMPLES`] requests
-//!     and time each (issue to end of synchronisation); from their average,
-//!     predict how many more requests fit in what is left of the slice,
-//!     issue those without interposition, synchronise every context they
+//!   - `sampled`: synchronise after each of the first [`SAMPLES`] pieces
+//!     of device work (kernels, copies, memsets) and time each (issue to
+//!     end of synchronisation); the ordering and synchronising requests in
+//!     between are not samples (their waits are added as they come). From
+//!     the samples' average, predict how many more pieces of work fit in
+//!     what is left of the slice, issue those (and whatever else comes
+//!     between them) without interposition, synchronise every context they
 //!     used after the last, and add the time from the first of them to the
-//!     end of that synchronisation. If the holder runs out of requests
-//!     before the last (its guest has not sent the next one yet), it
-//!     synchronises then and adds the time so far; the next request starts
-//!     a new stretch. So the time a guest takes to answer is not charged
-//!     as GPU time, which matters for interactive guests on a busy host.
-//!     If the samples alone fill the slice the grant ends there.
+//!     end of that synchronisation. Before that last synchronisation the
+//!     holder announces its drain with the usage it expects, so that the
+//!     daemon can hand the grant to the next VM meanwhile
+//!     ([`crate::sched`]). If the holder runs out of requests before the
+//!     last (its guest has not sent the next one yet), it looks, without
+//!     blocking, whether the device still runs its work: if so, the
+//!     stretch stays open (the device never idled, the guest's next
+//!     request continues it); once the device is done it synchronises and
+//!     adds the time so far, and the next request starts a new stretch. So
+//!     the time a guest takes to answer is not charged as GPU time, which
+//!     matters for interactive guests on a busy host. If the samples alone
+//!     fill the slice the grant ends there.
 //!   - `every`: synchronise after every request and add its time.
 //!   - `events`: record an executor event before and after every request on
 //!     the stream it uses; completed pairs are read without blocking
@@ -109,6 +121,14 @@ const LEASE_RECHECK: Duration = Duration::from_micros(100);
 const COLLECT_EVERY: Duration = Duration::from_millis(1);
 /// How often an idle lease holder looks whether its work in flight is done.
 const LEASE_IN_FLIGHT_RECHECK: Duration = Duration::from_millis(1);
+/// Bounds on how soon a `sampled` holder with nothing to issue looks again
+/// whether the device has finished its open segment.
+const SEGMENT_RECHECK_MIN: Duration = Duration::from_micros(20);
+const SEGMENT_RECHECK_MAX: Duration = Duration::from_millis(1);
+/// Longest sleep of a worker whose grant waits for the previous holder's
+/// release, between passes over its channels (it serves its guests'
+/// other requests meanwhile).
+const HANDOFF_WAIT: Duration = Duration::from_micros(500);
 
 /// Whether `op` puts work on the device or waits for it, and so is issued
 /// only under a grant: launches, copies, memsets, stream/event ordering
@@ -133,6 +153,23 @@ pub fn needs_grant(op: Opcode) -> bool {
     )
 }
 
+/// Whether `op` is device work (a kernel, copy or memset), the requests
+/// `sampled` accounting times and counts; the other requests that need the
+/// grant (ordering, synchronisation, module loads) take no device time of
+/// their own.
+fn is_work(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::LaunchKernel
+            | Opcode::MemcpyHtoD
+            | Opcode::MemcpyDtoH
+            | Opcode::MemcpyDtoD
+            | Opcode::MemsetD8
+            | Opcode::MemsetD16
+            | Opcode::MemsetD32
+    )
+}
+
 /// An accounting event recorded in one channel's context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mark {
@@ -150,6 +187,9 @@ pub trait Meter {
     /// Waits for all work of channel `ch`'s context, if it has one. The
     /// result is ignored (the guest sees errors at its own synchronisation).
     fn sync_channel(&mut self, ch: u32);
+    /// Whether work issued to channel `ch`'s context may still be running,
+    /// looking without blocking (false if it has no context).
+    fn channel_busy(&mut self, ch: u32) -> bool;
     /// Records an accounting event on the stream `req` uses in channel
     /// `ch`; `None` if the channel has no context, the request names no
     /// valid stream, or no event is available.
@@ -218,6 +258,9 @@ pub struct Gate {
     slot: GrantSlot,
     bell: Bell,
     cfg: GateConfig,
+    /// Every VM's slot, by index: a grant handed over while the previous
+    /// holder drains waits for that holder's release.
+    peers: Vec<GrantSlot>,
     /// The last grant sequence seen.
     seen: u32,
     holding: Option<Holding>,
@@ -251,8 +294,14 @@ struct Holding {
 enum Phase {
     /// `n` requests timed so far.
     Sampling { n: u32 },
-    /// `left` requests may still be issued; the first was issued at `since`.
-    Bulk { left: u64, since: Option<Instant> },
+    /// `left` requests may still be issued; the segment open since `since`
+    /// has `issued` requests on the device, `avg` ns each by the samples.
+    Bulk {
+        left: u64,
+        since: Option<Instant>,
+        issued: u64,
+        avg: u64,
+    },
 }
 
 /// Why a holder gives the grant back.
@@ -394,6 +443,7 @@ impl Gate {
             slot,
             bell,
             cfg,
+            peers: Vec::new(),
             seen,
             holding: None,
             runnable: false,
@@ -401,6 +451,14 @@ impl Gate {
             lease_marks: VecDeque::new(),
             grants: 0,
         }
+    }
+
+    /// Every VM's slot, by index (the grant file's), so that a grant
+    /// handed over while its previous holder drains can wait for that
+    /// holder's release. Without them such a grant is taken at once.
+    pub fn with_peers(mut self, peers: Vec<GrantSlot>) -> Gate {
+        self.peers = peers;
+        self
     }
 
     /// Whether the worker holds the grant now.
@@ -424,7 +482,7 @@ impl Gate {
     /// Takes a grant issued since the last look.
     fn try_take(&mut self, now: Instant) -> bool {
         let (seq, slice, lease) = self.slot.current_grant();
-        if seq == self.seen {
+        if seq == self.seen || self.waiting_for().is_some() {
             return false;
         }
         self.seen = seq;
@@ -444,6 +502,33 @@ impl Gate {
         true
     }
 
+    /// The previous holder the current grant waits for, while it has not
+    /// released: its slot and the grant it must release. Only meaningful
+    /// for a grant not taken yet.
+    fn waiting_for(&self) -> Option<(&GrantSlot, u32)> {
+        let (vm, seq) = self.slot.after()?;
+        let peer = self.peers.get(vm)?;
+        (peer.released() != seq).then_some((peer, seq))
+    }
+
+    /// A grant not taken yet that waits for the previous holder's release:
+    /// sleeps on that holder's release word (its release wakes this worker
+    /// directly) for at most [`HANDOFF_WAIT`], and asks for another pass at
+    /// once, which takes the grant if it was released. `None` if no grant
+    /// waits.
+    fn handoff_wait(&self) -> Option<Duration> {
+        if self.slot.current_grant().0 == self.seen {
+            return None;
+        }
+        let (vm, after) = self.slot.after()?;
+        let peer = self.peers.get(vm)?;
+        let released = peer.released();
+        if released != after {
+            peer.wait_release(released, HANDOFF_WAIT);
+        }
+        Some(Duration::ZERO)
+    }
+
     /// Finishes the measurement and releases the grant.
     fn release(&mut self, meter: &mut dyn Meter, why: Why) {
         let Some(mut h) = self.holding.take() else {
@@ -457,16 +542,49 @@ impl Gate {
                 self.collect_lease_marks(meter);
             }
             nanos(h.since.elapsed())
-        } else if self.cfg.reserve {
-            self.measured(meter, &mut h).max(nanos(h.since.elapsed()))
         } else {
-            self.measured(meter, &mut h)
+            if why == Why::Full {
+                self.announce_drain(&h);
+            }
+            let used = self.measured(meter, &mut h);
+            if self.cfg.reserve {
+                used.max(nanos(h.since.elapsed()))
+            } else {
+                used
+            }
         };
         let runnable = why == Why::Full || self.cfg.idle == IdleBehaviour::Poll;
         self.runnable = runnable;
         self.slot.release(h.seq, used, runnable);
         self.bell.ring();
         tracing::trace!(vm = %self.cfg.vm, seq = h.seq, lease = h.lease, used, ?why, "grant released");
+    }
+
+    /// A holder about to drain the open segment of a full `sampled` grant
+    /// announces what it will report, so that the daemon can hand the
+    /// grant to the next holder meanwhile ([`crate::grants`], *Closing* and
+    /// *Handoff*). The drain's end is estimated from the samples' average:
+    /// the segment's requests back to back, or now if the device ran them
+    /// faster than the guest sent them.
+    fn announce_drain(&self, h: &Holding) {
+        let Phase::Bulk {
+            since: Some(since),
+            issued,
+            avg,
+            ..
+        } = h.phase
+        else {
+            return;
+        };
+        if self.cfg.accounting != Accounting::Sampled || h.dirty.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let queued = since + Duration::from_nanos(issued.saturating_mul(avg));
+        let segment = nanos(queued.max(now).duration_since(since));
+        self.slot
+            .publish_closing(h.seq, h.used.saturating_add(segment));
+        self.bell.ring();
     }
 
     /// Finishes the measurement of a (non-lease) grant: its usage, ns.
@@ -555,11 +673,40 @@ impl Gate {
         }
     }
 
+    /// `sampled`, the holder has nothing to issue: whether the device still
+    /// runs the open bulk segment's work (looking without blocking). If so
+    /// the holder is busy, not idle, and the guest's next request extends
+    /// the segment (the device never idled); returns when to look again,
+    /// about when the segment's work should be done by the samples'
+    /// average.
+    fn segment_running(&mut self, meter: &mut dyn Meter, now: Instant) -> Option<Duration> {
+        let h = self.holding.as_mut()?;
+        let Phase::Bulk {
+            since: Some(since),
+            issued,
+            avg,
+            ..
+        } = h.phase
+        else {
+            return None;
+        };
+        if !h.dirty.iter().any(|&ch| meter.channel_busy(ch)) {
+            return None;
+        }
+        h.last_device = now;
+        let end = since + Duration::from_nanos(issued.saturating_mul(avg));
+        Some(
+            end.saturating_duration_since(now)
+                .clamp(SEGMENT_RECHECK_MIN, SEGMENT_RECHECK_MAX),
+        )
+    }
+
     /// `sampled`: the holder has nothing more to issue (its guest has not
-    /// sent the next request): if a bulk segment is open, synchronise its
-    /// channels and charge it up to now, so that the time until the guest's
-    /// next request is not charged as GPU time; the next request opens a new
-    /// segment. Releases (and returns true) if that fills the slice.
+    /// sent the next request) and the device has finished (or nearly) what
+    /// it issued: if a bulk segment is open, synchronise its channels and
+    /// charge it up to now, so that the time until the guest's next request
+    /// is not charged as GPU time; the next request opens a new segment.
+    /// Releases (and returns true) if that fills the slice.
     fn close_bulk_segment(&mut self, meter: &mut dyn Meter) -> bool {
         let Some(h) = self.holding.as_mut() else {
             return false;
@@ -567,6 +714,8 @@ impl Gate {
         let Phase::Bulk {
             left,
             since: Some(since),
+            avg,
+            ..
         } = h.phase
         else {
             return false;
@@ -575,7 +724,12 @@ impl Gate {
             meter.sync_channel(ch);
         }
         h.used += nanos(since.elapsed());
-        h.phase = Phase::Bulk { left, since: None };
+        h.phase = Phase::Bulk {
+            left,
+            since: None,
+            issued: 0,
+            avg,
+        };
         if h.used >= h.slice {
             self.release(meter, Why::Full);
             return true;
@@ -590,8 +744,8 @@ impl Gate {
             .is_some_and(|h| h.lease && self.slot.revoked(h.seq))
     }
 
-    /// Accounts for a request issued at `t0` under the grant.
-    fn account(&mut self, meter: &mut dyn Meter, ch: u32, t0: Instant) {
+    /// Accounts for a request `op` issued at `t0` under the grant.
+    fn account(&mut self, meter: &mut dyn Meter, ch: u32, op: Opcode, t0: Instant) {
         let Some(h) = self.holding.as_mut() else {
             return;
         };
@@ -604,6 +758,11 @@ impl Gate {
                 h.used >= h.slice
             }
             Accounting::Sampled => match h.phase {
+                Phase::Sampling { .. } if !is_work(op) => {
+                    // Not a sample: whatever it waited for is its time.
+                    h.used += nanos(t0.elapsed());
+                    h.used >= h.slice
+                }
                 Phase::Sampling { n } => {
                     meter.sync_channel(ch);
                     h.used += nanos(t0.elapsed());
@@ -613,21 +772,34 @@ impl Gate {
                     } else if n >= SAMPLES {
                         let avg = (h.used / u64::from(n)).max(1);
                         let left = (h.slice - h.used) / avg;
-                        h.phase = Phase::Bulk { left, since: None };
+                        h.phase = Phase::Bulk {
+                            left,
+                            since: None,
+                            issued: 0,
+                            avg,
+                        };
                         left == 0
                     } else {
                         h.phase = Phase::Sampling { n };
                         false
                     }
                 }
-                Phase::Bulk { left, since } => {
+                Phase::Bulk {
+                    left,
+                    since,
+                    issued,
+                    avg,
+                } => {
                     if !h.dirty.contains(&ch) {
                         h.dirty.push(ch);
                     }
-                    let left = left.saturating_sub(1);
+                    let work = u64::from(is_work(op));
+                    let left = left.saturating_sub(work);
                     h.phase = Phase::Bulk {
                         left,
                         since: Some(since.unwrap_or(t0)),
+                        issued: issued + work,
+                        avg,
                     };
                     left == 0
                 }
@@ -754,7 +926,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         if gate.cfg.accounting == Accounting::Events {
             gate.account_events(&mut self.inner, ch, req, start);
         } else {
-            gate.account(&mut self.inner, ch, t0);
+            gate.account(&mut self.inner, ch, req.op, t0);
         }
         result
     }
@@ -815,19 +987,21 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
                 gate.events.collected = now;
                 gate.events.collect(&mut self.inner);
             }
-            if !pass.deferred {
-                // Nothing waits for the GPU: yield (marked blocked) unless
-                // the policy polls, whose vGPUs never block.
-                if gate.cfg.idle == IdleBehaviour::Block {
-                    gate.publish_runnable(false);
-                }
-                // A grant given meanwhile is taken, to be released unused
-                // after the spin budget.
-                if !gate.try_take(now) {
-                    return None;
-                }
-            } else {
-                return None;
+            if pass.deferred {
+                // Held back until a grant comes (the daemon rings the
+                // doorbell), or until a grant handed over while its previous
+                // holder drains may be taken.
+                return gate.handoff_wait();
+            }
+            // Nothing waits for the GPU: yield (marked blocked) unless the
+            // policy polls, whose vGPUs never block.
+            if gate.cfg.idle == IdleBehaviour::Block {
+                gate.publish_runnable(false);
+            }
+            // A grant given meanwhile is taken, to be released unused after
+            // the spin budget.
+            if !gate.try_take(now) {
+                return gate.handoff_wait();
             }
         }
         if gate.lease_revoked() {
@@ -861,12 +1035,13 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
                 IdleBehaviour::Block => Some(gate.cfg.spin - quiet),
             };
         }
-        if !pass.served
-            && !pass.deferred
-            && gate.cfg.accounting == Accounting::Sampled
-            && gate.close_bulk_segment(&mut self.inner)
-        {
-            return None;
+        if !pass.served && !pass.deferred && gate.cfg.accounting == Accounting::Sampled {
+            if let Some(wait) = gate.segment_running(&mut self.inner, now) {
+                return Some(wait);
+            }
+            if gate.close_bulk_segment(&mut self.inner) {
+                return None;
+            }
         }
         let h = gate.holding.as_mut()?;
         let held = now.duration_since(h.since);
@@ -920,6 +1095,10 @@ mod tests {
         marks: u32,
         /// Marks report done.
         done: bool,
+        /// Channels report work still running.
+        busy: bool,
+        /// How long a synchronisation waits (the device's work).
+        sync_takes: Duration,
     }
 
     impl Handler for Fake {
@@ -936,8 +1115,13 @@ mod tests {
     }
 
     impl Meter for Fake {
+        fn channel_busy(&mut self, _: u32) -> bool {
+            self.busy
+        }
+
         fn sync_channel(&mut self, _: u32) {
             self.syncs += 1;
+            std::thread::sleep(self.sync_takes);
         }
         fn mark(&mut self, ch: u32, _: &ValidRequest) -> Option<Mark> {
             self.marks += 1;
@@ -980,7 +1164,8 @@ mod tests {
     fn rig_with(name: &str, accounting: Accounting, idle: IdleBehaviour, reserve: bool) -> Rig {
         let dir = std::env::temp_dir();
         let pid = std::process::id();
-        let file = GrantFile::create(&dir.join(format!("fairgpu-acct-{pid}-{name}")), 1).unwrap();
+        // Slot 0 is this worker's; slot 1 another VM's, for handoffs.
+        let file = GrantFile::create(&dir.join(format!("fairgpu-acct-{pid}-{name}")), 2).unwrap();
         let region = HostRegion::create(
             &dir.join(format!("fairgpu-acct-{pid}-{name}.region")),
             &RegionConfig {
@@ -1001,7 +1186,8 @@ mod tests {
                 reserve,
                 vm: "vm".into(),
             },
-        );
+        )
+        .with_peers(vec![file.slot(0).unwrap(), file.slot(1).unwrap()]);
         Rig {
             file,
             region,
@@ -1185,6 +1371,85 @@ mod tests {
             d.used_ns()
         );
         assert!(d.runnable());
+    }
+
+    /// A grant handed over while another VM's holder drains is taken only
+    /// once that holder has released.
+    #[test]
+    fn a_handed_over_grant_waits_for_the_previous_holder() {
+        let mut r = rig("handoff", Accounting::Sampled, IdleBehaviour::Block);
+        let (d, other) = (r.file.slot(0).unwrap(), r.file.slot(1).unwrap());
+        let theirs = other.grant(6_000_000, false);
+        assert!(!r.serve(Opcode::LaunchKernel));
+        let seq = d.grant_after(6_000_000, false, Some((1, theirs)));
+        assert!(!r.serve(Opcode::LaunchKernel), "the other VM still drains");
+        assert!(!r.s.gate().unwrap().holding());
+        // Held back, a pass asks to be called again at once (after sleeping
+        // on the other VM's release word, bounded).
+        let deferred = Pass {
+            served: false,
+            deferred: true,
+        };
+        assert_eq!(r.s.poll(deferred), Some(Duration::ZERO));
+        other.release(theirs, 6_000_000, true);
+        assert!(r.serve(Opcode::LaunchKernel));
+        assert!(r.s.gate().unwrap().holding());
+        assert_eq!(r.s.gate().unwrap().grants(), 1);
+        assert_ne!(d.released(), seq);
+        // A grant whose wait the daemon cancelled is taken at once.
+        let mut r = rig("handoff-cancel", Accounting::Sampled, IdleBehaviour::Block);
+        let (d, other) = (r.file.slot(0).unwrap(), r.file.slot(1).unwrap());
+        let theirs = other.grant(6_000_000, false);
+        d.grant_after(6_000_000, false, Some((1, theirs)));
+        assert!(!r.serve(Opcode::LaunchKernel));
+        d.cancel_after();
+        assert!(r.serve(Opcode::LaunchKernel));
+    }
+
+    /// `sampled` times device work only: ordering requests between samples
+    /// are neither synchronised nor counted; a full grant announces its
+    /// drain with an estimate before releasing; a segment whose work still
+    /// runs is not closed when the guest pauses.
+    #[test]
+    fn sampled_counts_device_work_and_announces_its_drain() {
+        let mut r = rig("work", Accounting::Sampled, IdleBehaviour::Poll);
+        let d = r.file.slot(0).unwrap();
+        assert!(!r.serve(Opcode::LaunchKernel));
+        let seq = d.grant(Duration::from_secs(5).as_nanos() as u64, false);
+        for _ in 0..SAMPLES {
+            assert!(r.serve(Opcode::LaunchKernel));
+            assert!(r.serve(Opcode::EventRecord));
+        }
+        assert_eq!(r.s.inner().syncs, SAMPLES, "only the kernels are samples");
+        // Bulk: the device still runs the segment, so a pause of the guest
+        // does not close it.
+        assert!(r.serve(Opcode::LaunchKernel));
+        r.s.inner().busy = true;
+        assert!(r.idle_pass().is_some());
+        assert_eq!(r.s.inner().syncs, SAMPLES);
+        r.s.inner().busy = false;
+        r.idle_pass();
+        assert_eq!(r.s.inner().syncs, SAMPLES + 1, "done: the segment closes");
+        assert_eq!(d.closing(), None, "no drain announced yet");
+        assert_ne!(d.released(), seq);
+        // Samples of 1 ms in a 50 ms slice: the bulk requests predicted to
+        // fill it are issued, then the grant announces its drain, with an
+        // estimate, and releases.
+        let mut r = rig("drain", Accounting::Sampled, IdleBehaviour::Block);
+        r.s.inner().sync_takes = Duration::from_millis(1);
+        let d = r.file.slot(0).unwrap();
+        assert!(!r.serve(Opcode::LaunchKernel));
+        let seq = d.grant(50_000_000, false);
+        let mut served = 0;
+        while d.released() != seq {
+            assert!(r.serve(Opcode::LaunchKernel), "the grant ended unannounced");
+            served += 1;
+            assert!(served < 100, "the grant never filled");
+        }
+        let closing = d.closing().expect("the drain was announced");
+        assert_eq!(closing.seq, seq);
+        assert!(closing.estimate_ns >= 5_000_000, "{closing:?}");
+        assert!(served > SAMPLES, "bulk requests were issued");
     }
 
     #[test]

@@ -667,6 +667,16 @@ impl Meter for CudaOps {
         }
     }
 
+    fn channel_busy(&mut self, ch: u32) -> bool {
+        let Some(Some(cx)) = self.contexts.get(ch as usize) else {
+            return false;
+        };
+        let exec = &mut self.exec;
+        std::iter::once(None)
+            .chain(cx.streams.values().map(|&s| Some(s)))
+            .any(|s| matches!(exec.stream_query(cx.ctx, s), Err(ExecError::NotReady)))
+    }
+
     fn mark(&mut self, ch: u32, req: &ValidRequest) -> Option<Mark> {
         let a = req.args;
         let handle = match req.op {

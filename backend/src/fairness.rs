@@ -102,6 +102,13 @@ pub struct FairnessArgs {
     /// without it every process may run anywhere.
     #[arg(long)]
     pub pin: bool,
+    /// The daemon's log filter in each run (tracing syntax, e.g.
+    /// "fairgpu::accounting=trace" for every grant taken and released).
+    /// With it each run's directory (configuration, daemon.log, the
+    /// workloads' logs) is kept, and its path printed; by default the
+    /// daemon logs warnings and the directory is removed.
+    #[arg(long, value_name = "FILTER")]
+    pub daemon_log: Option<String>,
     /// Run only the cases with this label (e.g. MM, "MM vs 400 us");
     /// repeatable. Every case when left out.
     #[arg(long = "case", value_name = "LABEL")]
@@ -432,7 +439,7 @@ pub struct PolicyNote {
 }
 
 /// Timing of one run, and the daemon's scheduling settings for it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Timing {
     /// Warm-up before the window.
     pub warmup: Duration,
@@ -462,7 +469,7 @@ pub fn measure(
     key: &PolicySupport,
     device: Device,
     client: ClientKind,
-    timing: Timing,
+    timing: &Timing,
     stop: &AtomicBool,
 ) -> RunResult {
     let window_s = timing.window.as_secs_f64();
@@ -478,7 +485,7 @@ fn measure_inner(
     key: &PolicySupport,
     device: Device,
     client: ClientKind,
-    timing: Timing,
+    timing: &Timing,
     stop: &AtomicBool,
 ) -> anyhow::Result<RunResult> {
     let mut session = Session::start(SessionConfig {
@@ -490,7 +497,7 @@ fn measure_inner(
         },
         vms: case.vms.clone(),
         client,
-        tuning: timing.tuning,
+        tuning: timing.tuning.clone(),
     })?;
     let obs = observe::Observer::start(session.socket(), OBSERVE_EVERY)?;
     let n = case.vms.len();
@@ -915,6 +922,7 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
             spin_us: a.spin_us,
             pin: a.pin,
             no_work_conserving: a.no_work_conserving,
+            daemon_log: a.daemon_log.clone(),
         },
     };
     if a.client == ClientKind::Libcuda {
@@ -958,7 +966,7 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
                     write!(say, "baseline: {} alone ... ", v.workload.describe())?;
                     say.flush()?;
                     let alone = Case::alone(&v.workload);
-                    let r = measure(&alone, "none", &none, a.device, a.client, timing, &stop);
+                    let r = measure(&alone, "none", &none, a.device, a.client, &timing, &stop);
                     match (r.status, r.vms.first()) {
                         (RunStatus::Ok, Some(vm)) => {
                             writeln!(say, "utilization {}", pct(r.utilization))?;
@@ -991,7 +999,7 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
                     Ok(key) => {
                         write!(say, "{exp} {} policy {p} ... ", case.label)?;
                         say.flush()?;
-                        let mut r = measure(&case, p, key, a.device, a.client, timing, &stop);
+                        let mut r = measure(&case, p, key, a.device, a.client, &timing, &stop);
                         r.annotate(&baselines);
                         match r.status {
                             RunStatus::Ok => writeln!(

@@ -13,11 +13,15 @@
 //!       0x04 lease     u32  1: the grant is an uncontended lease (see below)
 //!       0x08 slice_ns  u64  the grant's slice, written before the bump
 //!       0x10 revoke    u32  the sequence of a lease the daemon revokes
+//!       0x14 after     u32  0, or 1 + the VM whose release the grant waits for
+//!       0x18 after_seq u32  the grant of that VM whose release it waits for
 //!       ---- second cache line: written by the worker ----
 //!       0x40 release   u32  the grant sequence the worker released last (futex word)
 //!       0x44 runnable  u32  1: the worker has GPU work it may not issue yet
 //!       0x48 used_ns   u64  GPU time used in the released grant
 //!       0x50 sync_calls u64 synchronous device calls served so far
+//!       0x58 closing   u32  the grant whose final drain has begun
+//!       0x60 estimate  u64  the GPU time that grant should report, ns
 //!       slot 1 ...
 //! ```
 //!
@@ -45,6 +49,24 @@
 //!   pass; equal to its lease's sequence means it must drain and release.
 //!   Nothing else is published by it; the stale value of an earlier lease
 //!   never equals a later sequence.
+//! - **Closing** (worker): a holder that has issued the last request of its
+//!   grant and now waits for the device to finish it stores `estimate`
+//!   (Relaxed), stores the grant's sequence into `closing` (Release), then
+//!   rings the bell. The scheduler loads `closing` (Acquire); equal to the
+//!   outstanding grant's sequence means `estimate` is that grant's. The
+//!   worker writes it again only for a later grant, which the scheduler
+//!   makes after it read this one.
+//! - **Handoff** (daemon): a grant made while the previous holder drains
+//!   names it: `after` and `after_seq` are stored (Relaxed) before the
+//!   grant's Release bump, so the worker that loads `grant` with Acquire
+//!   sees them. That worker issues nothing until the previous holder's
+//!   `release` word (Acquire, pairing with that worker's Release store)
+//!   shows `after_seq`. It sleeps on that word, which the release wakes
+//!   (futex), so it starts as soon as the GPU is free, without the
+//!   scheduler's wake-up in between. If the previous holder's worker dies,
+//!   the
+//!   daemon stores 0 into `after` (Release; the waiter loads it with
+//!   Acquire) and rings the region's doorbell.
 //! - **Runnable** (worker): store `runnable` (Relaxed), then ring the bell
 //!   (Release). The scheduler loads the bell (Acquire) *before* it scans
 //!   the slots and futex-waits on the value it loaded, so a change made
@@ -62,7 +84,7 @@ use fairgpu_protocol::region::RegionView;
 /// `b"FGPUGRNT"` read as a little-endian u64.
 pub const GRANTS_MAGIC: u64 = u64::from_le_bytes(*b"FGPUGRNT");
 /// Layout version of the grant file.
-pub const GRANTS_VERSION: u64 = 1;
+pub const GRANTS_VERSION: u64 = 2;
 /// Where slot 0 starts.
 pub const SLOTS_OFF: usize = 0x40;
 /// Bytes per slot: two cache lines, one per writer.
@@ -75,14 +97,30 @@ const GRANT: usize = 0x00;
 const LEASE: usize = 0x04;
 const SLICE_NS: usize = 0x08;
 const REVOKE: usize = 0x10;
+const AFTER: usize = 0x14;
+const AFTER_SEQ: usize = 0x18;
 const RELEASE: usize = 0x40;
 const RUNNABLE: usize = 0x44;
 const USED_NS: usize = 0x48;
 const SYNC_CALLS: usize = 0x50;
+const CLOSING: usize = 0x58;
+const ESTIMATE: usize = 0x60;
 
 const _: () = assert!(
-    SYNC_CALLS + 8 <= SLOT_SIZE && RELEASE.is_multiple_of(64) && SLOTS_OFF.is_multiple_of(64)
+    ESTIMATE + 8 <= SLOT_SIZE
+        && AFTER_SEQ + 4 <= RELEASE
+        && RELEASE.is_multiple_of(64)
+        && SLOTS_OFF.is_multiple_of(64)
 );
+
+/// A holder's announcement that its grant's last work is on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closing {
+    /// The grant.
+    pub seq: u32,
+    /// The GPU time it should report, ns.
+    pub estimate_ns: u64,
+}
 
 /// Why a grant file could not be created or opened.
 #[derive(Debug, thiserror::Error)]
@@ -283,10 +321,21 @@ impl GrantSlot {
     /// returns the new grant sequence. The caller then rings the VM's region
     /// doorbell.
     pub fn grant(&self, slice_ns: u64, lease: bool) -> u32 {
+        self.grant_after(slice_ns, lease, None)
+    }
+
+    /// [`GrantSlot::grant`], to be taken only once VM `after.0`'s worker has
+    /// released its grant `after.1` (a handoff while that one drains).
+    pub fn grant_after(&self, slice_ns: u64, lease: bool, after: Option<(usize, u32)>) -> u32 {
         // Relaxed: published by the Release bump below.
         self.u64_at(SLICE_NS).store(slice_ns, Ordering::Relaxed);
         self.u32_at(LEASE)
             .store(u32::from(lease), Ordering::Relaxed);
+        let (vm, seq) = after.map_or((0, 0), |(vm, seq)| {
+            (u32::try_from(vm + 1).unwrap_or(0), seq)
+        });
+        self.u32_at(AFTER).store(vm, Ordering::Relaxed);
+        self.u32_at(AFTER_SEQ).store(seq, Ordering::Relaxed);
         // Release: publishes slice_ns; pairs with the worker's Acquire load
         // in `GrantSlot::current_grant`.
         let mut seq = self
@@ -308,6 +357,23 @@ impl GrantSlot {
         // Release: orders the revocation after the grant it names; pairs
         // with the worker's Acquire load in `revoked`.
         self.u32_at(REVOKE).store(seq, Ordering::Release);
+    }
+
+    /// The grant no longer waits for a previous holder (whose worker is
+    /// gone). The caller then rings the VM's region doorbell.
+    pub fn cancel_after(&self) {
+        // Release: pairs with the worker's Acquire load in `after`.
+        self.u32_at(AFTER).store(0, Ordering::Release);
+    }
+
+    /// The announcement of the last grant whose drain began, if any.
+    pub fn closing(&self) -> Option<Closing> {
+        // Acquire: pairs with the worker's Release store in `publish_closing`.
+        let seq = self.u32_at(CLOSING).load(Ordering::Acquire);
+        (seq != 0).then(|| Closing {
+            seq,
+            estimate_ns: self.u64_at(ESTIMATE).load(Ordering::Relaxed),
+        })
     }
 
     /// The sequence of the last grant this VM's worker released.
@@ -357,6 +423,27 @@ impl GrantSlot {
         )
     }
 
+    /// The previous holder the current grant waits for: its VM and the
+    /// grant it must release; `None` if there is none (or no more).
+    pub fn after(&self) -> Option<(usize, u32)> {
+        // Acquire: pairs with the daemon's Release store in `cancel_after`;
+        // the values of a grant were published by its bump, which the
+        // caller loaded (Acquire) in `current_grant` first.
+        let vm = self.u32_at(AFTER).load(Ordering::Acquire);
+        let seq = self.u32_at(AFTER_SEQ).load(Ordering::Relaxed);
+        (vm != 0).then(|| (vm as usize - 1, seq))
+    }
+
+    /// Announces that grant `seq`'s last work is on the device and that the
+    /// grant should report `estimate_ns`. The caller then rings the
+    /// [`Bell`].
+    pub fn publish_closing(&self, seq: u32, estimate_ns: u64) {
+        // Relaxed: published by the Release store of `closing` below.
+        self.u64_at(ESTIMATE).store(estimate_ns, Ordering::Relaxed);
+        // Release: pairs with the scheduler's Acquire load in `closing`.
+        self.u32_at(CLOSING).store(seq, Ordering::Release);
+    }
+
     /// Whether lease `seq` was revoked.
     pub fn revoked(&self, seq: u32) -> bool {
         // Acquire: pairs with the Release store in `revoke`.
@@ -374,6 +461,13 @@ impl GrantSlot {
         // scheduler's Acquire load in `released`.
         self.u32_at(RELEASE).store(seq, Ordering::Release);
         futex::wake(self.u32_at(RELEASE), i32::MAX);
+    }
+
+    /// Sleeps until this VM's worker has released a grant other than
+    /// `released` (at once if it has), for at most `timeout`: its release
+    /// wakes the word.
+    pub fn wait_release(&self, released: u32, timeout: Duration) {
+        futex::wait(self.u32_at(RELEASE), released, timeout);
     }
 
     /// Publishes whether the worker has GPU work waiting for a grant. The
@@ -435,8 +529,44 @@ mod tests {
         assert_eq!(w.current_grant(), (lease, 6_000_000, true));
         d.revoke(lease);
         assert!(w.revoked(lease) && !w.revoked(seq));
+        // Closing and handoff: slot 0's grant waits for slot 1's release.
+        assert_eq!(d.closing(), None);
+        w.publish_closing(lease, 5_900_000);
+        assert_eq!(
+            d.closing(),
+            Some(Closing {
+                seq: lease,
+                estimate_ns: 5_900_000
+            })
+        );
+        let (d0, w0) = (daemon.slot(0).unwrap(), worker.slot(0).unwrap());
+        assert_eq!(w0.after(), None);
+        let next = d0.grant_after(6_000_000, false, Some((1, lease)));
+        assert_eq!(w0.current_grant(), (next, 6_000_000, false));
+        assert_eq!(w0.after(), Some((1, lease)));
+        let peer = worker.slot(1).unwrap();
+        let waiter = {
+            let peer = peer.clone();
+            let before = peer.released();
+            std::thread::spawn(move || {
+                peer.wait_release(before, Duration::from_secs(30));
+                peer.released()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(10));
+        w.release(lease, 6_000_000, true);
+        assert_eq!(
+            waiter.join().unwrap(),
+            lease,
+            "the release wakes the waiter"
+        );
+        d0.cancel_after();
+        assert_eq!(w0.after(), None);
+        // An ordinary grant names nobody.
+        d0.grant(6_000_000, false);
+        assert_eq!(w0.after(), None);
         // Slots are independent.
-        assert_eq!(daemon.slot(0).unwrap().current_grant(), (0, 0, false));
+        assert_eq!(daemon.slot(0).unwrap().released(), 0);
         drop(worker);
         assert!(path.exists(), "an opener leaves the file");
         drop(daemon);

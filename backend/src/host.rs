@@ -703,7 +703,12 @@ impl<H: Handler> Server<H> {
             if now.duration_since(self.last_reap) >= REAP_EVERY {
                 self.reap_dead_owners();
             }
-            if now.duration_since(since) >= self.cfg.spin {
+            // Requests held back with no limit of the handler's wait for
+            // whoever admits them (the GPU scheduler rings the doorbell when
+            // it grants): spinning would only take the CPU from the worker
+            // that holds the GPU.
+            let held_back = self.deferred && limit.is_none();
+            if held_back || now.duration_since(since) >= self.cfg.spin {
                 self.block(limit);
                 idle_since = None;
             }

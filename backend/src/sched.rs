@@ -8,7 +8,9 @@
 //!    charged the wall-clock time it held the grant, and is blocked; the
 //!    holder's release word is compared with the outstanding grant's
 //!    sequence, and on a match the reported usage goes to
-//!    [`Policy::release`]; new synchronous calls go to
+//!    [`Policy::release`]; a holder that announced its drain is released
+//!    early (see *Handing the grant over* below), and the late release of
+//!    one released so corrects its charge; new synchronous calls go to
 //!    [`Policy::record_sync_call`]; each live worker's *runnable* flag is
 //!    compared with the policy's state and turned into `wake` or `block`.
 //! 2. If nobody holds the GPU, [`Policy::pick`]: write the slice, bump the
@@ -23,6 +25,24 @@
 //! The policy is work conserving (`pick` answers whenever someone is
 //! runnable), so the GPU is granted again in the same pass that saw the
 //! release.
+//!
+//! # Handing the grant over while the holder drains
+//!
+//! A `sampled` holder whose slice is full issues its last request, then
+//! waits for the device to finish (the drain) and releases. Waiting for
+//! that release before granting the next VM would leave the GPU idle for
+//! two process wake-ups (holder → scheduler → next worker) at every switch.
+//! So a holder announces its drain with the usage it expects to report
+//! ([`crate::grants`], *Closing*). If another VM is runnable, the scheduler
+//! releases the holder in the policy at once, charged that estimate, picks
+//! the next VM and grants it naming the draining holder (*Handoff*). The
+//! next worker, woken now, sleeps on the holder's release word and starts
+//! as soon as the holder releases: one wake-up, made by the holder itself,
+//! while the GPU finishes the holder's work. The holder's real report then
+//! corrects its charge ([`Policy::adjust`]), so every measured nanosecond
+//! is still charged; only the choice of the next VM used the estimate. A
+//! holder that dies while draining keeps its estimate, and the grant that
+//! waited for it stops waiting.
 //!
 //! # Uncontended leases
 //!
@@ -255,11 +275,23 @@ impl SchedHandle {
     }
 }
 
+/// A holder that announced its drain and was released early, charged its
+/// estimate, so that the next grant could be handed over meanwhile: its own
+/// release, when it comes, corrects the charge.
+#[derive(Debug, Clone, Copy)]
+struct Trailing {
+    vm: usize,
+    seq: u32,
+    estimate: u64,
+}
+
 /// The grant outstanding.
 #[derive(Debug)]
 struct Outstanding {
     vm: usize,
     seq: u32,
+    /// The draining holder this grant was handed over from.
+    after: Option<usize>,
     at: Instant,
     slice: Duration,
     /// An uncontended lease.
@@ -349,6 +381,7 @@ impl Scheduler {
         let mut epoch = vec![0u64; n];
         let mut sync_seen: Vec<u64> = h.slots.iter().map(GrantSlot::sync_calls).collect();
         let mut out: Option<Outstanding> = None;
+        let mut trailing: Option<Trailing> = None;
         // When each VM was last seen runnable or running.
         let mut active: Vec<Option<Instant>> = vec![None; n];
         while !shutdown.load(Ordering::Relaxed) {
@@ -369,6 +402,14 @@ impl Scheduler {
                     tracing::warn!(vm = %self.names[i], held = %held, "the GPU holder's worker is gone; its grant ends, charged the time it held it");
                     log_refusal(&self.names[i], core.policy.release(id, held, now));
                 }
+                if trailing.take_if(|t| t.vm == i).is_some() {
+                    // Its estimate stands; the grant handed over from it
+                    // must not wait for a release that will not come.
+                    if let Some(o) = out.as_ref().filter(|o| o.after == Some(i)) {
+                        h.slots[o.vm].cancel_after();
+                        self.regions[o.vm].ring_host();
+                    }
+                }
                 log_refusal(&self.names[i], core.policy.block(id, now));
                 sync_seen[i] = h.slots[i].sync_calls();
             }
@@ -384,6 +425,27 @@ impl Scheduler {
                         core.policy.release(VgpuId(o.vm as u32), used, now),
                     );
                     out = None;
+                } else if !o.lease
+                    && trailing.is_none()
+                    && h.slots[o.vm].closing().is_some_and(|c| c.seq == o.seq)
+                    && others_runnable(&*core.policy, VgpuId(o.vm as u32))
+                {
+                    // Its last work drains: charge the estimate now and
+                    // grant the next vGPU below, which starts the moment
+                    // this one releases.
+                    let estimate = h.slots[o.vm].closing().map_or(0, |c| c.estimate_ns);
+                    log_refusal(
+                        &self.names[o.vm],
+                        core.policy
+                            .release(VgpuId(o.vm as u32), Nanos(estimate), now),
+                    );
+                    tracing::debug!(vm = %self.names[o.vm], estimate, "handoff while draining");
+                    trailing = Some(Trailing {
+                        vm: o.vm,
+                        seq: o.seq,
+                        estimate,
+                    });
+                    out = None;
                 } else if !o.warned && o.deadline().is_some_and(|d| now_i > d) {
                     o.warned = true;
                     core.counters[o.vm].overruns += 1;
@@ -394,6 +456,22 @@ impl Scheduler {
                         "the GPU holder has not released its grant within {OVERRUN_GRACE:?} of its end; it keeps it and is charged what it reports"
                     );
                 }
+            }
+            if let Some(t) =
+                trailing.take_if(|t| h.slots[t.vm].released().wrapping_sub(t.seq) as i32 >= 0)
+            {
+                let slot = &h.slots[t.vm];
+                // Its own report, unless a later grant of the same VM was
+                // released before this look (then the estimate stands).
+                let correction = if slot.released() == t.seq {
+                    slot.used_ns() as i64 - t.estimate as i64
+                } else {
+                    0
+                };
+                log_refusal(
+                    &self.names[t.vm],
+                    core.policy.adjust(VgpuId(t.vm as u32), correction, now),
+                );
             }
             for i in 0..n {
                 if epoch[i].is_multiple_of(2) {
@@ -407,7 +485,7 @@ impl Scheduler {
                 for _ in 0..new {
                     log_refusal(&self.names[i], core.policy.record_sync_call(id, now));
                 }
-                if out.as_ref().is_some_and(|o| o.vm == i) {
+                if out.as_ref().is_some_and(|o| o.vm == i) || trailing.is_some_and(|t| t.vm == i) {
                     continue;
                 }
                 let state = core.policy.stats(id).map(|s| s.state);
@@ -434,7 +512,8 @@ impl Scheduler {
                         let lease = active.iter().enumerate().all(|(i, a)| {
                             i == vm || a.is_none_or(|t| now_i.duration_since(t) >= LEASE_QUIET)
                         });
-                        out = Some(self.grant(&mut core, g, lease, now_i));
+                        let after = trailing.filter(|t| t.vm != vm).map(|t| (t.vm, t.seq));
+                        out = Some(self.grant(&mut core, g, lease, after, now_i));
                     }
                 }
                 Some(o) if o.lease && o.revoked.is_none() => {
@@ -477,9 +556,16 @@ impl Scheduler {
         }
     }
 
-    fn grant(&self, core: &mut Core, g: Grant, lease: bool, now: Instant) -> Outstanding {
+    fn grant(
+        &self,
+        core: &mut Core,
+        g: Grant,
+        lease: bool,
+        after: Option<(usize, u32)>,
+        now: Instant,
+    ) -> Outstanding {
         let vm = g.id.0 as usize;
-        let seq = self.handle.slots[vm].grant(g.slice.as_nanos(), lease);
+        let seq = self.handle.slots[vm].grant_after(g.slice.as_nanos(), lease, after);
         self.regions[vm].ring_host();
         if g.wake_vcpu {
             core.counters[vm].cosched_wakes += 1;
@@ -489,6 +575,7 @@ impl Scheduler {
         Outstanding {
             vm,
             seq,
+            after: after.map(|(vm, _)| vm),
             at: now,
             slice: g.slice.as_duration(),
             lease,
@@ -552,6 +639,87 @@ mod tests {
         assert_eq!(idle_behaviour(&cfg), IdleBehaviour::Poll);
         cfg.policy = None;
         assert!(build_policy(&cfg).is_none());
+    }
+
+    /// A holder that announces its drain while another VM waits is
+    /// released with its estimate and the next grant names it; its own
+    /// release corrects the charge; if it dies instead, the next grant
+    /// stops waiting for it.
+    #[test]
+    fn a_draining_holder_hands_the_grant_over() {
+        let gpath = temp("handoff-grants");
+        let file = Arc::new(GrantFile::create(&gpath, 2).unwrap());
+        let rcfg = RegionConfig {
+            channels: 1,
+            ring_entries: 8,
+            arena_size: 64 * 1024,
+            ..Default::default()
+        };
+        let r0 = HostRegion::create(&temp("handoff-r0"), &rcfg).unwrap();
+        let r1 = HostRegion::create(&temp("handoff-r1"), &rcfg).unwrap();
+        let regions = vec![r0.bells(), r1.bells()];
+        let sched = Scheduler::new(
+            build_policy(&SchedConfig::default()).unwrap(),
+            file.clone(),
+            vec!["a".into(), "b".into()],
+            &[1, 1],
+            regions.clone(),
+            Box::new(LocalCoordinator::new(regions)),
+        )
+        .unwrap();
+        let h = sched.handle();
+        let stop = Arc::new(AtomicBool::new(false));
+        let t = {
+            let stop = stop.clone();
+            std::thread::spawn(move || sched.run(&stop))
+        };
+        let worker = GrantFile::open(&gpath, 2).unwrap();
+        let (w0, w1) = (worker.slot(0).unwrap(), worker.slot(1).unwrap());
+        let bell = worker.bell();
+        let wait_for = |what: &str, f: &dyn Fn() -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !f() {
+                assert!(Instant::now() < deadline, "timed out waiting for {what}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        h.worker_started(0);
+        h.worker_started(1);
+        w0.set_runnable(true);
+        w1.set_runnable(true);
+        bell.ring();
+        // Both wait, so a (the smaller id on a tie) gets an ordinary grant.
+        wait_for("a's grant", &|| w0.current_grant().0 == 1);
+        assert!(!w0.current_grant().2);
+        // a drains: released with its estimate, and b's grant waits for a.
+        w0.publish_closing(1, 5_000_000);
+        bell.ring();
+        wait_for("b's grant", &|| w1.current_grant().0 == 1);
+        assert_eq!(w1.after(), Some((0, 1)));
+        assert_eq!(h.vm(0).unwrap().charged_ns, 5_000_000);
+        assert_eq!(h.vm(0).unwrap().state, VgpuState::Runnable);
+        assert_eq!(h.vm(1).unwrap().state, VgpuState::Running);
+        // a's own report corrects the charge.
+        w0.release(1, 6_200_000, true);
+        bell.ring();
+        wait_for("a's correction", &|| {
+            h.vm(0).unwrap().charged_ns == 6_200_000
+        });
+        // b runs past a's tag and releases; a is next, waiting for nobody.
+        w1.release(1, 7_000_000, true);
+        bell.ring();
+        wait_for("a's second grant", &|| w0.current_grant().0 == 2);
+        assert_eq!(w0.after(), None);
+        // a drains again, b is handed the grant, then a's worker dies.
+        w0.publish_closing(2, 6_000_000);
+        bell.ring();
+        wait_for("b's second grant", &|| w1.current_grant().0 == 2);
+        assert_eq!(w1.after(), Some((0, 2)));
+        h.worker_gone(0);
+        wait_for("the cancelled wait", &|| w1.after().is_none());
+        assert_eq!(h.vm(0).unwrap().state, VgpuState::Blocked);
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
     }
 
     /// The scheduler thread against hand-driven worker slots: grants go to

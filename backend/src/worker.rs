@@ -134,7 +134,8 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<()> {
                     reserve: !sched.work_conserving,
                     vm: vm.name.clone(),
                 },
-            );
+            )
+            .with_peers((0..grants.slots()).filter_map(|i| grants.slot(i)).collect());
             tracing::info!(
                 policy = sched.policy_name(),
                 accounting = %sched.accounting,

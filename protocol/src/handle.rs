@@ -144,6 +144,14 @@ impl<T> HandleTable<T> {
         }
     }
 
+    /// The live objects, in slot order.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.slots.iter().filter_map(|s| match s {
+            Slot::Used { value, .. } => Some(value),
+            Slot::Free { .. } => None,
+        })
+    }
+
     /// Removes every object for which `keep` returns false.
     pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
         for i in 0..self.slots.len() {

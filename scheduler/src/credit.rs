@@ -498,6 +498,20 @@ impl Policy for Credit {
         Ok(())
     }
 
+    fn adjust(&mut self, id: VgpuId, correction: i64, now: Nanos) -> Result<(), SchedError> {
+        let now = self.clock.observe(now);
+        self.tick(now);
+        let e = self.entry_mut(id)?;
+        e.credit = e.credit.saturating_sub(correction);
+        let amount = correction.unsigned_abs();
+        e.charged = Nanos(if correction >= 0 {
+            e.charged.0.saturating_add(amount)
+        } else {
+            e.charged.0.saturating_sub(amount)
+        });
+        Ok(())
+    }
+
     fn record_sync_call(&mut self, id: VgpuId, now: Nanos) -> Result<(), SchedError> {
         let now = self.clock.observe(now);
         self.entry_mut(id)?.detector.record(now);
@@ -615,6 +629,22 @@ mod tests {
         assert_eq!(credit(&p, C), (9_000_000, CreditPriority::Under, true));
         // Under before Over; FIFO within Under (B was queued before C).
         assert_eq!(p.pick(ms(30)).unwrap().id, B);
+    }
+
+    #[test]
+    fn adjust_corrects_the_last_charge() {
+        let mut p = three(CreditVariant::HybridSpin);
+        let g = p.pick(Nanos::ZERO).unwrap();
+        assert_eq!(g.id, A);
+        p.release(A, ms(5), ms(6)).unwrap();
+        p.adjust(A, 1_500_000, ms(6)).unwrap();
+        assert_eq!(credit(&p, A), (-6_500_000, CreditPriority::Under, true));
+        assert_eq!(p.stats(A).unwrap().charged, Nanos(6_500_000));
+        p.adjust(A, -2_000_000, ms(6)).unwrap();
+        assert_eq!(credit(&p, A).0, -4_500_000);
+        assert_eq!(p.stats(A).unwrap().charged, Nanos(4_500_000));
+        assert_eq!(p.stats(A).unwrap().state, VgpuState::Runnable);
+        assert!(p.adjust(VgpuId(9), 1, ms(6)).is_err());
     }
 
     #[test]

@@ -327,6 +327,31 @@ impl Policy for FairQueuing {
         Ok(())
     }
 
+    fn adjust(&mut self, id: VgpuId, correction: i64, now: Nanos) -> Result<(), SchedError> {
+        self.clock.observe(now);
+        let e = self.vgpus.get_mut(&id).ok_or(SchedError::Unknown { id })?;
+        let queued = e.state == VgpuState::Runnable;
+        if queued {
+            self.runnable.remove(&(e.start, id));
+        }
+        let amount = Nanos(correction.unsigned_abs());
+        let dv = VirtualTime::charge(amount, e.weight);
+        if correction >= 0 {
+            e.start = e.start.saturating_add(dv);
+            e.finish = e.finish.saturating_add(dv);
+            e.charged = Nanos(e.charged.0.saturating_add(amount.0));
+        } else {
+            e.start = e.start.saturating_sub(dv);
+            e.finish = e.finish.saturating_sub(dv);
+            e.charged = Nanos(e.charged.0.saturating_sub(amount.0));
+        }
+        if queued {
+            self.runnable.insert((e.start, id));
+        }
+        self.update_vtime();
+        Ok(())
+    }
+
     fn record_sync_call(&mut self, id: VgpuId, now: Nanos) -> Result<(), SchedError> {
         let now = self.clock.observe(now);
         self.entry_mut(id)?.detector.record(now);
@@ -479,6 +504,42 @@ mod tests {
         assert_eq!(start(&p, A), vt_ms(8));
         assert_eq!(p.stats(A).unwrap().weight, 3);
         assert_eq!(p.stats(A).unwrap().charged, ms(12));
+    }
+
+    /// A release charged an estimate, corrected once the measurement is in:
+    /// the tags and totals end as if the measured time had been released,
+    /// and the order follows the corrected tag.
+    #[test]
+    fn an_estimated_release_is_corrected_by_adjust() {
+        let mut p = FairQueuing::default();
+        p.add(A, 2).unwrap();
+        p.add(B, 1).unwrap();
+        let mut now = Nanos::ZERO;
+        p.wake(A, now).unwrap();
+        p.wake(B, now).unwrap();
+        assert_eq!(p.pick(now).unwrap().id, A);
+        now += ms(6);
+        // Released with 5 ms (its estimate); B is granted meanwhile.
+        p.release(A, ms(5), now).unwrap();
+        assert_eq!(start(&p, A), VirtualTime::charge(ms(5), 2));
+        assert_eq!(p.pick(now).unwrap().id, B);
+        // A reports 7 ms: 2 ms more, at weight 2.
+        p.adjust(A, 2_000_000, now).unwrap();
+        assert_eq!(start(&p, A), VirtualTime::charge(ms(7), 2));
+        assert_eq!(p.stats(A).unwrap().charged, ms(7));
+        assert_eq!(p.stats(A).unwrap().state, VgpuState::Runnable);
+        now += ms(3);
+        p.release(B, ms(3), now).unwrap();
+        // A at 3.5 ms of virtual time, B at 3 ms: B goes first.
+        assert_eq!(p.pick(now).unwrap().id, B);
+        now += ms(1);
+        p.release(B, ms(1), now).unwrap();
+        // A too little: taken back, A now at 2.5 ms and first.
+        p.adjust(A, -2_000_000, now).unwrap();
+        assert_eq!(start(&p, A), VirtualTime::charge(ms(5), 2));
+        assert_eq!(p.stats(A).unwrap().charged, ms(5));
+        assert_eq!(p.pick(now).unwrap().id, A);
+        assert_eq!(p.adjust(C, 1, now), Err(SchedError::Unknown { id: C }));
     }
 
     #[test]

@@ -294,6 +294,14 @@ pub trait Policy: fmt::Debug + Send {
     /// which is charged to it (overruns included). It stays runnable.
     fn release(&mut self, id: VgpuId, used: Nanos, now: Nanos) -> Result<(), SchedError>;
 
+    /// Corrects what `id`'s last release charged by `correction` ns (added
+    /// when positive, taken back when negative): the driver released it
+    /// with an estimate before its measurement ended, to grant the next
+    /// vGPU while the last work drained. Its state is unchanged; the
+    /// correction counts toward its charged total as if it had been part of
+    /// that release.
+    fn adjust(&mut self, id: VgpuId, correction: i64, now: Nanos) -> Result<(), SchedError>;
+
     /// `id` issued a synchronous call: feeds the interactivity detector.
     fn record_sync_call(&mut self, id: VgpuId, now: Nanos) -> Result<(), SchedError>;
 

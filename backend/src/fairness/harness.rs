@@ -162,7 +162,7 @@ pub struct SessionConfig {
 
 /// `[daemon]` scheduling settings a session may set; `None` leaves the
 /// daemon's default.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tuning {
     /// `accounting = NAME`.
     pub accounting: Option<crate::config::Accounting>,
@@ -176,6 +176,8 @@ pub struct Tuning {
     /// has the others, as in FairGV's experiments (VMs sharing one core,
     /// the host's backend on its own); ignored on a one-CPU host.
     pub pin: bool,
+    /// The daemon's log filter; with it the run's directory is kept.
+    pub daemon_log: Option<String>,
 }
 
 /// CPUs for the daemon and for the guests under [`Tuning::pin`]: `None`
@@ -387,7 +389,8 @@ impl Session {
         let log = File::create(&session.daemon_log).map_err(io("creating the daemon log"))?;
         let exe = std::env::current_exe().map_err(io("locating the fairgpu binary"))?;
         let mut cmd = Command::new(exe);
-        cmd.args(["serve", "--log", "warn", "--config"])
+        let filter = session.cfg.tuning.daemon_log.as_deref().unwrap_or("warn");
+        cmd.args(["serve", "--log", filter, "--config"])
             .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -580,7 +583,14 @@ impl Drop for Session {
         for r in &self.regions {
             let _ = std::fs::remove_file(r);
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if self.cfg.tuning.daemon_log.is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!(
+                "kept {} (daemon.log, the workloads' logs)",
+                self.dir.display()
+            );
+        }
     }
 }
 
