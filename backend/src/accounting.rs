@@ -184,9 +184,12 @@ pub struct Mark {
 /// What accounting needs from the request handler: synchronising a
 /// channel's context, and events.
 pub trait Meter {
-    /// Waits for all work of channel `ch`'s context, if it has one. The
-    /// result is ignored (the guest sees errors at its own synchronisation).
-    fn sync_channel(&mut self, ch: u32);
+    /// Waits for all work of channel `ch`'s context, if it has one, and
+    /// returns when that work completed: the device's own completion
+    /// instant where the executor keeps one (SimGpu), otherwise the instant
+    /// the wait returned. The result is ignored (the guest sees errors at
+    /// its own synchronisation).
+    fn sync_channel(&mut self, ch: u32) -> Instant;
     /// Whether work issued to channel `ch`'s context may still be running,
     /// looking without blocking (false if it has no context).
     fn channel_busy(&mut self, ch: u32) -> bool;
@@ -537,7 +540,7 @@ impl Gate {
         let used = if h.lease {
             if self.cfg.accounting != Accounting::WallClock {
                 for ch in h.dirty.drain(..) {
-                    meter.sync_channel(ch);
+                    let _ = meter.sync_channel(ch);
                 }
                 self.collect_lease_marks(meter);
             }
@@ -595,10 +598,8 @@ impl Gate {
                     since: Some(since), ..
                 } = h.phase
                 {
-                    for ch in h.dirty.drain(..) {
-                        meter.sync_channel(ch);
-                    }
-                    h.used += nanos(since.elapsed());
+                    let end = drain(meter, &mut h.dirty);
+                    h.used += nanos(end.saturating_duration_since(since));
                 }
                 h.used
             }
@@ -720,10 +721,8 @@ impl Gate {
         else {
             return false;
         };
-        for ch in h.dirty.drain(..) {
-            meter.sync_channel(ch);
-        }
-        h.used += nanos(since.elapsed());
+        let end = drain(meter, &mut h.dirty);
+        h.used += nanos(end.saturating_duration_since(since));
         h.phase = Phase::Bulk {
             left,
             since: None,
@@ -744,8 +743,9 @@ impl Gate {
             .is_some_and(|h| h.lease && self.slot.revoked(h.seq))
     }
 
-    /// Accounts for a request `op` issued at `t0` under the grant.
-    fn account(&mut self, meter: &mut dyn Meter, ch: u32, op: Opcode, t0: Instant) {
+    /// Accounts for a request issued at `t0` under the grant.
+    fn account(&mut self, meter: &mut dyn Meter, ch: u32, req: &ValidRequest, t0: Instant) {
+        let op = req.op;
         let Some(h) = self.holding.as_mut() else {
             return;
         };
@@ -753,19 +753,17 @@ impl Gate {
         h.last_device = now;
         let full = match self.cfg.accounting {
             Accounting::Every => {
-                meter.sync_channel(ch);
-                h.used += nanos(t0.elapsed());
+                let end = meter.sync_channel(ch);
+                h.used += nanos(end.saturating_duration_since(t0));
                 h.used >= h.slice
             }
             Accounting::Sampled => match h.phase {
-                Phase::Sampling { .. } if !is_work(op) => {
-                    // Not a sample: whatever it waited for is its time.
-                    h.used += nanos(t0.elapsed());
-                    h.used >= h.slice
-                }
+                // Not a sample, and no device time of its own: the samples
+                // before it were synchronised, so it waited for nothing.
+                Phase::Sampling { .. } if !is_work(op) => false,
                 Phase::Sampling { n } => {
-                    meter.sync_channel(ch);
-                    h.used += nanos(t0.elapsed());
+                    let end = meter.sync_channel(ch);
+                    h.used += nanos(end.saturating_duration_since(t0));
                     let n = n + 1;
                     if h.used >= h.slice {
                         true
@@ -811,7 +809,24 @@ impl Gate {
         let capped = now.duration_since(h.since) >= wall_cap(h.slice);
         if full || capped {
             self.release(meter, Why::Full);
+        } else if req.needs_response && self.cfg.accounting == Accounting::Sampled {
+            // The guest waits for this answer: if the device has finished
+            // the segment's work (the request itself may have waited for
+            // it), the segment ends here, so that the time the guest takes
+            // to send its next request is not charged.
+            self.close_idle_segment(meter);
         }
+    }
+
+    /// `sampled`: closes the open bulk segment if the device has finished
+    /// its work (looking without blocking). Returns whether that released
+    /// the grant.
+    fn close_idle_segment(&mut self, meter: &mut dyn Meter) -> bool {
+        let running = self.holding.as_ref().is_some_and(|h| {
+            matches!(h.phase, Phase::Bulk { since: Some(_), .. })
+                && h.dirty.iter().any(|&ch| meter.channel_busy(ch))
+        });
+        !running && self.close_bulk_segment(meter)
     }
 
     /// Accounts for a request issued under the grant with `events`: `start`
@@ -887,6 +902,16 @@ impl Gate {
     }
 }
 
+/// Synchronises every channel in `dirty` (emptying it): when their work
+/// completed, the latest of them (now if there was none).
+fn drain(meter: &mut dyn Meter, dirty: &mut Vec<u32>) -> Instant {
+    dirty
+        .drain(..)
+        .map(|ch| meter.sync_channel(ch))
+        .max()
+        .unwrap_or_else(Instant::now)
+}
+
 /// The longest a holder keeps a grant of `slice` ns, in wall-clock time.
 fn wall_cap(slice: u64) -> Duration {
     Duration::from_nanos(slice.saturating_mul(u64::from(WALL_CAP_SLICES)))
@@ -926,7 +951,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         if gate.cfg.accounting == Accounting::Events {
             gate.account_events(&mut self.inner, ch, req, start);
         } else {
-            gate.account(&mut self.inner, ch, req.op, t0);
+            gate.account(&mut self.inner, ch, req, t0);
         }
         result
     }
@@ -1119,9 +1144,10 @@ mod tests {
             self.busy
         }
 
-        fn sync_channel(&mut self, _: u32) {
+        fn sync_channel(&mut self, _: u32) -> Instant {
             self.syncs += 1;
             std::thread::sleep(self.sync_takes);
+            Instant::now()
         }
         fn mark(&mut self, ch: u32, _: &ValidRequest) -> Option<Mark> {
             self.marks += 1;
@@ -1196,8 +1222,17 @@ mod tests {
     }
 
     impl Rig {
+        /// Serves a request the guest waits for.
         fn serve(&mut self, op: Opcode) -> bool {
-            let r = req(op, true);
+            self.serve_req(req(op, true))
+        }
+
+        /// Serves a request the guest does not wait for (a launch).
+        fn serve_async(&mut self, op: Opcode) -> bool {
+            self.serve_req(req(op, false))
+        }
+
+        fn serve_req(&mut self, r: ValidRequest) -> bool {
             if !self.s.may_issue(0, &r) {
                 return false;
             }
@@ -1273,7 +1308,7 @@ mod tests {
         let d = r.file.slot(0).unwrap();
         let seq = d.grant(10_000_000_000, false);
         for _ in 0..SAMPLES + 3 {
-            assert!(r.serve(Opcode::LaunchKernel));
+            assert!(r.serve_async(Opcode::LaunchKernel));
         }
         assert_eq!(r.s.inner().syncs, SAMPLES, "the samples only");
         // Idle for the (zero) spin budget: the bulk phase is synchronised and
@@ -1417,19 +1452,27 @@ mod tests {
         assert!(!r.serve(Opcode::LaunchKernel));
         let seq = d.grant(Duration::from_secs(5).as_nanos() as u64, false);
         for _ in 0..SAMPLES {
-            assert!(r.serve(Opcode::LaunchKernel));
-            assert!(r.serve(Opcode::EventRecord));
+            assert!(r.serve_async(Opcode::LaunchKernel));
+            assert!(r.serve_async(Opcode::EventRecord));
         }
         assert_eq!(r.s.inner().syncs, SAMPLES, "only the kernels are samples");
-        // Bulk: the device still runs the segment, so a pause of the guest
-        // does not close it.
-        assert!(r.serve(Opcode::LaunchKernel));
+        // Bulk: the device still runs the segment, so neither a call the
+        // guest waits for nor a pause of the guest closes it.
+        assert!(r.serve_async(Opcode::LaunchKernel));
         r.s.inner().busy = true;
+        assert!(r.serve(Opcode::EventQuery));
+        assert!(r.serve(Opcode::StreamSynchronize));
+        assert_eq!(r.s.inner().syncs, SAMPLES);
         assert!(r.idle_pass().is_some());
         assert_eq!(r.s.inner().syncs, SAMPLES);
         r.s.inner().busy = false;
         r.idle_pass();
         assert_eq!(r.s.inner().syncs, SAMPLES + 1, "done: the segment closes");
+        // A call the guest waits for, once the device is done, closes the
+        // next segment at once (the guest's answer time is not charged).
+        assert!(r.serve_async(Opcode::LaunchKernel));
+        assert!(r.serve(Opcode::StreamSynchronize));
+        assert_eq!(r.s.inner().syncs, SAMPLES + 2);
         assert_eq!(d.closing(), None, "no drain announced yet");
         assert_ne!(d.released(), seq);
         // Samples of 1 ms in a 50 ms slice: the bulk requests predicted to
@@ -1442,7 +1485,10 @@ mod tests {
         let seq = d.grant(50_000_000, false);
         let mut served = 0;
         while d.released() != seq {
-            assert!(r.serve(Opcode::LaunchKernel), "the grant ended unannounced");
+            assert!(
+                r.serve_async(Opcode::LaunchKernel),
+                "the grant ended unannounced"
+            );
             served += 1;
             assert!(served < 100, "the grant never filled");
         }

@@ -11,7 +11,7 @@
 //! policy = "fairgv"        # fairgv | credit-poll | credit-hs | strict | none
 //! slice_ms = 6.0
 //! accounting = "sampled"   # sampled | every | events | none
-//! spin_us = 100
+//! spin_us = 500
 //! work_conserving = true    # false: a holder keeps its whole slice
 //! [sim]                    # the SimGpu cost model (executor::sim::SimConfig)
 //! [[vm]]
@@ -395,13 +395,16 @@ pub struct SchedConfig {
 }
 
 impl Default for SchedConfig {
-    /// FairGV with a 6 ms slice, sampled accounting, a 100 µs spin budget.
+    /// FairGV with a 6 ms slice, sampled accounting, a 500 µs spin budget
+    /// (long enough for a guest's next request to arrive after an answer
+    /// on a loaded host: a shorter one hands the GPU away from interactive
+    /// VMs at every reply).
     fn default() -> Self {
         SchedConfig {
             policy: Some(PolicyKind::FairQueuing),
             slice: SliceConfig::default(),
             accounting: Accounting::Sampled,
-            spin: std::time::Duration::from_micros(100),
+            spin: std::time::Duration::from_micros(500),
             work_conserving: true,
         }
     }
@@ -1368,7 +1371,7 @@ region = "/dev/shm/fairgpu-vm1"
         assert_eq!(d.policy, Some(PolicyKind::FairQueuing));
         assert_eq!(d.slice.slice(), fairgpu_scheduler::Nanos::from_millis(6));
         assert_eq!(d.accounting, Accounting::Sampled);
-        assert_eq!(d.spin, std::time::Duration::from_micros(100));
+        assert_eq!(d.spin, std::time::Duration::from_micros(500));
         assert_eq!(d.policy_name(), "fairgv");
         let with = |lines: &str| {
             parse(&ONE_VM.replace("[daemon]", &format!("[daemon]\n{lines}")))

@@ -19,6 +19,7 @@
 //!   before anything is allocated.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
 
 use fairgpu_protocol::cuda::{
     image_hash, LaunchHeader, ParamInfo, MAX_DEVICE_NAME, MAX_IMAGE_CACHE, MAX_MODULE_IMAGE,
@@ -661,10 +662,14 @@ impl CudaOps {
 }
 
 impl Meter for CudaOps {
-    fn sync_channel(&mut self, ch: u32) {
-        if let Some(Some(cx)) = self.contexts.get(ch as usize) {
-            let _ = self.exec.synchronize(cx.ctx);
-        }
+    fn sync_channel(&mut self, ch: u32) -> Instant {
+        let Some(Some(cx)) = self.contexts.get(ch as usize) else {
+            return Instant::now();
+        };
+        let _ = self.exec.synchronize(cx.ctx);
+        let ago = self.exec.completed_ago(cx.ctx);
+        let now = Instant::now();
+        ago.and_then(|d| now.checked_sub(d)).unwrap_or(now)
     }
 
     fn channel_busy(&mut self, ch: u32) -> bool {

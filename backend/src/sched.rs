@@ -811,8 +811,8 @@ mod tests {
         bell.ring();
         // a is granted again, then its worker dies holding the grant.
         wait_for("a's grant", &|| w0.current_grant().0 == 2);
-        h.worker_gone(0);
         let before = h.vm(0).unwrap().charged_ns;
+        h.worker_gone(0);
         wait_for("a's implicit release", &|| {
             h.vm(0)
                 .is_some_and(|v| v.state == VgpuState::Blocked && v.charged_ns > before)

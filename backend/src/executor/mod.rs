@@ -172,6 +172,15 @@ pub trait GpuExecutor: Send {
     fn destroy_context(&mut self, ctx: CtxId);
     /// Waits for all work of the context.
     fn synchronize(&mut self, ctx: CtxId) -> ExecResult<()>;
+    /// How long ago the work issued to the context so far completed, if the
+    /// executor keeps the device's own clock (SimGpu): accounting charges a
+    /// synchronised stretch up to that instant rather than up to when the
+    /// waiting thread ran again. Zero if it has not completed; `None` when
+    /// unknown (a real GPU, whose synchronisation returns within
+    /// microseconds of the work's end).
+    fn completed_ago(&mut self, _ctx: CtxId) -> Option<std::time::Duration> {
+        None
+    }
 
     /// Allocates `bytes` of device memory.
     fn mem_alloc(&mut self, ctx: CtxId, bytes: u64) -> ExecResult<DevPtr>;

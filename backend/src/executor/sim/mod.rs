@@ -801,6 +801,12 @@ impl GpuExecutor for SimGpu {
         Ok(())
     }
 
+    fn completed_ago(&mut self, ctx: CtxId) -> Option<std::time::Duration> {
+        let t = self.ctx(ctx).ok()?.all_ready();
+        let now = self.device.now_ns();
+        Some(std::time::Duration::from_nanos(now.saturating_sub(t)))
+    }
+
     fn mem_alloc(&mut self, ctx: CtxId, bytes: u64) -> ExecResult<DevPtr> {
         self.ctx(ctx)?;
         if bytes == 0 {
@@ -1496,8 +1502,20 @@ mod tests {
         spin(&mut g, ctx, f, 3 * MS, Some(s));
         assert_eq!(g.stream_query(ctx, Some(s)), Err(ExecError::NotReady));
         assert_eq!(g.stream_query(ctx, None), Err(ExecError::NotReady));
+        assert_eq!(
+            g.completed_ago(ctx),
+            Some(std::time::Duration::ZERO),
+            "not done yet"
+        );
         g.stream_synchronize(ctx, Some(s)).expect("sync");
         assert_eq!(dev.now_ns(), 3 * MS);
+        // The device's own completion instant: the waiter's delay does not
+        // count (the virtual clock moves on without work).
+        dev.wait_until(5 * MS);
+        assert_eq!(
+            g.completed_ago(ctx),
+            Some(std::time::Duration::from_millis(2))
+        );
         assert_eq!(g.stream_query(ctx, Some(s)), Ok(()));
         assert!(g.stream_query(ctx, Some(StreamId(999))).is_err());
         g.stream_destroy(ctx, s).expect("destroy");
