@@ -134,23 +134,17 @@ const HANDOFF_WAIT: Duration = Duration::from_micros(500);
 /// only under a grant: launches, copies, memsets, stream/event ordering
 /// (event record, stream wait), synchronisations, module loads.
 pub fn needs_grant(op: Opcode) -> bool {
-    matches!(
-        op,
-        Opcode::LaunchKernel
-            | Opcode::MemcpyHtoD
-            | Opcode::MemcpyDtoH
-            | Opcode::MemcpyDtoD
-            | Opcode::MemsetD8
-            | Opcode::MemsetD16
-            | Opcode::MemsetD32
-            | Opcode::CtxSynchronize
-            | Opcode::StreamSynchronize
-            | Opcode::StreamWaitEvent
-            | Opcode::EventRecord
-            | Opcode::EventSynchronize
-            | Opcode::ModuleLoad
-            | Opcode::ModuleLoadCached
-    )
+    is_work(op)
+        || matches!(
+            op,
+            Opcode::CtxSynchronize
+                | Opcode::StreamSynchronize
+                | Opcode::StreamWaitEvent
+                | Opcode::EventRecord
+                | Opcode::EventSynchronize
+                | Opcode::ModuleLoad
+                | Opcode::ModuleLoadCached
+        )
 }
 
 /// Whether `op` is device work (a kernel, copy or memset), the requests

@@ -616,6 +616,69 @@ mod tests {
         std::env::temp_dir().join(format!("fairgpu-sched-test-{}-{name}", std::process::id()))
     }
 
+    /// The scheduler thread over two VMs with `weights`, and the workers'
+    /// view of the grant file, driven by hand.
+    struct ThreadRig {
+        h: SchedHandle,
+        worker: GrantFile,
+        stop: Arc<AtomicBool>,
+        thread: std::thread::JoinHandle<()>,
+        _regions: [HostRegion; 2],
+    }
+
+    impl ThreadRig {
+        fn start(name: &str, weights: [u32; 2]) -> ThreadRig {
+            let gpath = temp(&format!("{name}-grants"));
+            let file = Arc::new(GrantFile::create(&gpath, 2).unwrap());
+            let rcfg = RegionConfig {
+                channels: 1,
+                ring_entries: 8,
+                arena_size: 64 * 1024,
+                ..Default::default()
+            };
+            let region =
+                |i: u32| HostRegion::create(&temp(&format!("{name}-r{i}")), &rcfg).unwrap();
+            let regions = [region(0), region(1)];
+            let bells = vec![regions[0].bells(), regions[1].bells()];
+            let sched = Scheduler::new(
+                build_policy(&SchedConfig::default()).unwrap(),
+                file,
+                vec!["a".into(), "b".into()],
+                &weights,
+                bells.clone(),
+                Box::new(LocalCoordinator::new(bells)),
+            )
+            .unwrap();
+            let h = sched.handle();
+            let stop = Arc::new(AtomicBool::new(false));
+            let thread = {
+                let stop = stop.clone();
+                std::thread::spawn(move || sched.run(&stop))
+            };
+            ThreadRig {
+                h,
+                worker: GrantFile::open(&gpath, 2).unwrap(),
+                stop,
+                thread,
+                _regions: regions,
+            }
+        }
+
+        fn stop(self) {
+            self.stop.store(true, Ordering::Relaxed);
+            self.thread.join().unwrap();
+        }
+    }
+
+    /// Polls `f` until it holds (10 s at most).
+    fn wait_for(what: &str, f: &dyn Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     #[test]
     fn policies_follow_the_configuration() {
         let mut cfg = SchedConfig::default();
@@ -647,42 +710,9 @@ mod tests {
     /// stops waiting for it.
     #[test]
     fn a_draining_holder_hands_the_grant_over() {
-        let gpath = temp("handoff-grants");
-        let file = Arc::new(GrantFile::create(&gpath, 2).unwrap());
-        let rcfg = RegionConfig {
-            channels: 1,
-            ring_entries: 8,
-            arena_size: 64 * 1024,
-            ..Default::default()
-        };
-        let r0 = HostRegion::create(&temp("handoff-r0"), &rcfg).unwrap();
-        let r1 = HostRegion::create(&temp("handoff-r1"), &rcfg).unwrap();
-        let regions = vec![r0.bells(), r1.bells()];
-        let sched = Scheduler::new(
-            build_policy(&SchedConfig::default()).unwrap(),
-            file.clone(),
-            vec!["a".into(), "b".into()],
-            &[1, 1],
-            regions.clone(),
-            Box::new(LocalCoordinator::new(regions)),
-        )
-        .unwrap();
-        let h = sched.handle();
-        let stop = Arc::new(AtomicBool::new(false));
-        let t = {
-            let stop = stop.clone();
-            std::thread::spawn(move || sched.run(&stop))
-        };
-        let worker = GrantFile::open(&gpath, 2).unwrap();
-        let (w0, w1) = (worker.slot(0).unwrap(), worker.slot(1).unwrap());
-        let bell = worker.bell();
-        let wait_for = |what: &str, f: &dyn Fn() -> bool| {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !f() {
-                assert!(Instant::now() < deadline, "timed out waiting for {what}");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        };
+        let rig = ThreadRig::start("handoff", [1, 1]);
+        let (h, bell) = (&rig.h, rig.worker.bell());
+        let (w0, w1) = (rig.worker.slot(0).unwrap(), rig.worker.slot(1).unwrap());
         h.worker_started(0);
         h.worker_started(1);
         w0.set_runnable(true);
@@ -718,8 +748,7 @@ mod tests {
         h.worker_gone(0);
         wait_for("the cancelled wait", &|| w1.after().is_none());
         assert_eq!(h.vm(0).unwrap().state, VgpuState::Blocked);
-        stop.store(true, Ordering::Relaxed);
-        t.join().unwrap();
+        rig.stop();
     }
 
     /// The scheduler thread against hand-driven worker slots: grants go to
@@ -727,42 +756,9 @@ mod tests {
     /// worker releases implicitly.
     #[test]
     fn the_thread_grants_charges_and_survives_dead_workers() {
-        let gpath = temp("grants");
-        let file = Arc::new(GrantFile::create(&gpath, 2).unwrap());
-        let rcfg = RegionConfig {
-            channels: 1,
-            ring_entries: 8,
-            arena_size: 64 * 1024,
-            ..Default::default()
-        };
-        let r0 = HostRegion::create(&temp("r0"), &rcfg).unwrap();
-        let r1 = HostRegion::create(&temp("r1"), &rcfg).unwrap();
-        let regions = vec![r0.bells(), r1.bells()];
-        let sched = Scheduler::new(
-            build_policy(&SchedConfig::default()).unwrap(),
-            file.clone(),
-            vec!["a".into(), "b".into()],
-            &[1, 2],
-            regions.clone(),
-            Box::new(LocalCoordinator::new(regions)),
-        )
-        .unwrap();
-        let h = sched.handle();
-        let stop = Arc::new(AtomicBool::new(false));
-        let t = {
-            let stop = stop.clone();
-            std::thread::spawn(move || sched.run(&stop))
-        };
-        let worker = GrantFile::open(&gpath, 2).unwrap();
-        let (w0, w1) = (worker.slot(0).unwrap(), worker.slot(1).unwrap());
-        let bell = worker.bell();
-        let wait_for = |what: &str, f: &dyn Fn() -> bool| {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !f() {
-                assert!(Instant::now() < deadline, "timed out waiting for {what}");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        };
+        let rig = ThreadRig::start("grants", [1, 2]);
+        let (h, bell) = (&rig.h, rig.worker.bell());
+        let (w0, w1) = (rig.worker.slot(0).unwrap(), rig.worker.slot(1).unwrap());
         h.worker_started(0);
         h.worker_started(1);
         // Nobody is runnable: no grant.
@@ -826,7 +822,6 @@ mod tests {
         h.set_weight(0, 7).unwrap();
         assert_eq!(h.vm(0).unwrap().weight, 7);
         assert!(h.set_weight(0, 0).is_err());
-        stop.store(true, Ordering::Relaxed);
-        t.join().unwrap();
+        rig.stop();
     }
 }
