@@ -517,11 +517,11 @@ impl Gate {
         if self.slot.current_grant().0 == self.seen {
             return None;
         }
-        let (vm, after) = self.slot.after()?;
-        let peer = self.peers.get(vm)?;
-        let released = peer.released();
-        if released != after {
-            peer.wait_release(released, HANDOFF_WAIT);
+        if let Some((peer, _)) = self.waiting_for() {
+            peer.wait_release(peer.released(), HANDOFF_WAIT);
+        } else {
+            // Released (or cancelled) meanwhile: the next pass takes it.
+            self.slot.after()?;
         }
         Some(Duration::ZERO)
     }
