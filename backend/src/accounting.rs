@@ -16,9 +16,11 @@
 //! - **Grants.** The daemon grants by bumping the slot's grant word and
 //!   ringing the region's doorbell; the worker notices the new sequence the
 //!   next time it asks (before a held-back request, or after a pass). A
-//!   grant handed over while the previous holder drains is taken only once
-//!   that holder has released; meanwhile the worker sleeps on the holder's
-//!   release word between passes ([`crate::grants`], *Handoff*).
+//!   grant handed over while the previous holder drains is taken at once:
+//!   its work queues on the device behind the drain, so the device does
+//!   not idle between holders, and its first sample is charged at most the
+//!   VM's average from its last grant, the grant's clock starting when
+//!   that sample ran ([`crate::grants`], *Handoff*).
 //! - **Leases.** A grant given while no other VM waits for the GPU is an
 //!   uncontended *lease*: the holder issues without any interposition and
 //!   without a slice (the daemon charges it its wall-clock time slice by
@@ -39,7 +41,13 @@
 //!   - `sampled`: synchronise after each of the first [`SAMPLES`] pieces
 //!     of device work (kernels, copies, memsets) and time each (issue to
 //!     end of synchronisation); the ordering and synchronising requests in
-//!     between are not samples (their waits are added as they come). From
+//!     between are not samples (their waits are added as they come). A
+//!     sample is synchronised just before the next piece of device work,
+//!     when the worker runs out of requests, or when the guest waits for
+//!     an answer and the device has finished it (looking without
+//!     blocking): the guest's other calls meanwhile (event records, flow
+//!     control waits) are answered while the sample runs, so their round
+//!     trips do not leave the device idle. From
 //!     the samples' average, predict how many more pieces of work fit in
 //!     what is left of the slice, issue those (and whatever else comes
 //!     between them) without interposition, synchronise every context they
@@ -125,10 +133,6 @@ const LEASE_IN_FLIGHT_RECHECK: Duration = Duration::from_millis(1);
 /// whether the device has finished its open segment.
 const SEGMENT_RECHECK_MIN: Duration = Duration::from_micros(20);
 const SEGMENT_RECHECK_MAX: Duration = Duration::from_millis(1);
-/// Longest sleep of a worker whose grant waits for the previous holder's
-/// release, between passes over its channels (it serves its guests'
-/// other requests meanwhile).
-const HANDOFF_WAIT: Duration = Duration::from_micros(500);
 
 /// Whether `op` puts work on the device or waits for it, and so is issued
 /// only under a grant: launches, copies, memsets, stream/event ordering
@@ -255,8 +259,8 @@ pub struct Gate {
     slot: GrantSlot,
     bell: Bell,
     cfg: GateConfig,
-    /// Every VM's slot, by index: a grant handed over while the previous
-    /// holder drains waits for that holder's release.
+    /// Every VM's slot, by index: whether a handed-over grant's previous
+    /// holder still drains.
     peers: Vec<GrantSlot>,
     /// The last grant sequence seen.
     seen: u32,
@@ -267,6 +271,8 @@ pub struct Gate {
     /// End marks of a lease's requests not known to be done.
     lease_marks: VecDeque<Mark>,
     grants: u64,
+    /// The last grant's sampled average per request, ns.
+    avg: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -282,6 +288,9 @@ struct Holding {
     /// `events`: the grant's estimate reached the slice; it issues nothing
     /// more and releases once its own work is (all but) done.
     closing: bool,
+    /// Taken while the previous holder still drained: the first work
+    /// queues behind that holder's.
+    behind: bool,
     phase: Phase,
     /// Channels with work issued since their last synchronisation.
     dirty: Vec<u32>,
@@ -289,8 +298,12 @@ struct Holding {
 
 #[derive(Debug, Clone, Copy)]
 enum Phase {
-    /// `n` requests timed so far.
-    Sampling { n: u32 },
+    /// `n` requests timed so far; `pending` is the sample issued (channel
+    /// and instant) and not synchronised yet.
+    Sampling {
+        n: u32,
+        pending: Option<(u32, Instant)>,
+    },
     /// `left` requests may still be issued; the segment open since `since`
     /// has `issued` requests on the device, `avg` ns each by the samples.
     Bulk {
@@ -447,12 +460,14 @@ impl Gate {
             events: EventMeter::default(),
             lease_marks: VecDeque::new(),
             grants: 0,
+            avg: None,
         }
     }
 
     /// Every VM's slot, by index (the grant file's), so that a grant
-    /// handed over while its previous holder drains can wait for that
-    /// holder's release. Without them such a grant is taken at once.
+    /// handed over while its previous holder drains knows whether its
+    /// first work queues behind that holder's. Without them that first
+    /// work is charged in full.
     pub fn with_peers(mut self, peers: Vec<GrantSlot>) -> Gate {
         self.peers = peers;
         self
@@ -479,9 +494,10 @@ impl Gate {
     /// Takes a grant issued since the last look.
     fn try_take(&mut self, now: Instant) -> bool {
         let (seq, slice, lease) = self.slot.current_grant();
-        if seq == self.seen || self.waiting_for().is_some() {
+        if seq == self.seen {
             return false;
         }
+        let behind = self.behind_previous_holder();
         self.seen = seq;
         self.grants += 1;
         tracing::trace!(vm = %self.cfg.vm, seq, lease, "grant taken");
@@ -493,41 +509,35 @@ impl Gate {
             last_device: now,
             used: 0,
             closing: false,
-            phase: Phase::Sampling { n: 0 },
+            behind,
+            phase: Phase::Sampling {
+                n: 0,
+                pending: None,
+            },
             dirty: Vec::new(),
         });
         true
     }
 
-    /// The previous holder the current grant waits for, while it has not
-    /// released: its slot and the grant it must release. Only meaningful
-    /// for a grant not taken yet.
-    fn waiting_for(&self) -> Option<(&GrantSlot, u32)> {
-        let (vm, seq) = self.slot.after()?;
-        let peer = self.peers.get(vm)?;
-        (peer.released() != seq).then_some((peer, seq))
+    /// Whether the current grant was handed over while its previous holder
+    /// drains, and that holder has not released yet.
+    fn behind_previous_holder(&self) -> bool {
+        self.slot.after().is_some_and(|(vm, seq)| {
+            self.peers
+                .get(vm)
+                .is_some_and(|peer| peer.released() != seq)
+        })
     }
 
-    /// A grant not taken yet that waits for the previous holder's release:
-    /// sleeps on that holder's release word (its release wakes this worker
-    /// directly) for at most [`HANDOFF_WAIT`], and asks for another pass at
-    /// once, which takes the grant if it was released. `None` if no grant
-    /// waits.
-    fn handoff_wait(&self) -> Option<Duration> {
-        if self.slot.current_grant().0 == self.seen {
-            return None;
-        }
-        if let Some((peer, _)) = self.waiting_for() {
-            peer.wait_release(peer.released(), HANDOFF_WAIT);
-        } else {
-            // Released (or cancelled) meanwhile: the next pass takes it.
-            self.slot.after()?;
-        }
-        Some(Duration::ZERO)
+    /// A grant given since the last look and not taken yet: another pass,
+    /// at once, takes it. `None` if there is none.
+    fn grant_waiting(&self) -> Option<Duration> {
+        (self.slot.current_grant().0 != self.seen).then_some(Duration::ZERO)
     }
 
     /// Finishes the measurement and releases the grant.
     fn release(&mut self, meter: &mut dyn Meter, why: Why) {
+        self.finish_sample(meter);
         let Some(mut h) = self.holding.take() else {
             return;
         };
@@ -737,6 +747,51 @@ impl Gate {
             .is_some_and(|h| h.lease && self.slot.revoked(h.seq))
     }
 
+    /// `sampled`: synchronises the sample in flight, if any, and charges it.
+    /// Returns whether that filled the grant's slice.
+    fn finish_sample(&mut self, meter: &mut dyn Meter) -> bool {
+        let Some(h) = self.holding.as_mut() else {
+            return false;
+        };
+        let Phase::Sampling {
+            n,
+            pending: Some((ch, t0)),
+        } = h.phase
+        else {
+            return false;
+        };
+        let end = meter.sync_channel(ch);
+        let mut took = end.saturating_duration_since(t0);
+        if std::mem::take(&mut h.behind) {
+            // It queued behind the previous holder's drain: charged at most
+            // this VM's average (an upper bound on its own run), and the
+            // grant's clock starts when it started.
+            if let Some(avg) = self.avg {
+                took = took.min(Duration::from_nanos(avg));
+            }
+            h.since = end.checked_sub(took).unwrap_or(h.since);
+        }
+        h.used += nanos(took);
+        let n = n + 1;
+        if h.used >= h.slice {
+            return true;
+        }
+        if n < SAMPLES {
+            h.phase = Phase::Sampling { n, pending: None };
+            return false;
+        }
+        let avg = (h.used / u64::from(n)).max(1);
+        self.avg = Some(avg);
+        let left = (h.slice - h.used) / avg;
+        h.phase = Phase::Bulk {
+            left,
+            since: None,
+            issued: 0,
+            avg,
+        };
+        left == 0
+    }
+
     /// Accounts for a request issued at `t0` under the grant.
     fn account(&mut self, meter: &mut dyn Meter, ch: u32, req: &ValidRequest, t0: Instant) {
         let op = req.op;
@@ -755,26 +810,15 @@ impl Gate {
                 // Not a sample, and no device time of its own: the samples
                 // before it were synchronised, so it waited for nothing.
                 Phase::Sampling { .. } if !is_work(op) => false,
-                Phase::Sampling { n } => {
-                    let end = meter.sync_channel(ch);
-                    h.used += nanos(end.saturating_duration_since(t0));
-                    let n = n + 1;
-                    if h.used >= h.slice {
-                        true
-                    } else if n >= SAMPLES {
-                        let avg = (h.used / u64::from(n)).max(1);
-                        let left = (h.slice - h.used) / avg;
-                        h.phase = Phase::Bulk {
-                            left,
-                            since: None,
-                            issued: 0,
-                            avg,
-                        };
-                        left == 0
-                    } else {
-                        h.phase = Phase::Sampling { n };
-                        false
-                    }
+                Phase::Sampling { n, .. } => {
+                    // Synchronised before the next device work (or when the
+                    // worker runs out of requests), so that the guest's
+                    // other calls meanwhile overlap the sample's run.
+                    h.phase = Phase::Sampling {
+                        n,
+                        pending: Some((ch, t0)),
+                    };
+                    false
                 }
                 Phase::Bulk {
                     left,
@@ -805,11 +849,23 @@ impl Gate {
             self.release(meter, Why::Full);
         } else if req.needs_response && self.cfg.accounting == Accounting::Sampled {
             // The guest waits for this answer: if the device has finished
-            // the segment's work (the request itself may have waited for
-            // it), the segment ends here, so that the time the guest takes
-            // to send its next request is not charged.
-            self.close_idle_segment(meter);
+            // the sample's or the segment's work (the request itself may
+            // have waited for it), it ends here, so that the time the guest
+            // takes to send its next request is not charged.
+            if self.sample_done(meter) && self.finish_sample(meter) {
+                self.release(meter, Why::Full);
+            } else {
+                self.close_idle_segment(meter);
+            }
         }
+    }
+
+    /// `sampled`: whether a sample is in flight and the device has finished
+    /// it (looking without blocking).
+    fn sample_done(&self, meter: &mut dyn Meter) -> bool {
+        self.holding.as_ref().is_some_and(|h| {
+            matches!(h.phase, Phase::Sampling { pending: Some((ch, _)), .. } if !meter.channel_busy(ch))
+        })
     }
 
     /// `sampled`: closes the open bulk segment if the device has finished
@@ -956,6 +1012,17 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             gate.lease_marks.retain(|m| m.ch != ch);
             if let Some(h) = gate.holding.as_mut() {
                 h.dirty.retain(|&c| c != ch);
+                if let Phase::Sampling {
+                    n,
+                    pending: Some((c, t0)),
+                } = h.phase
+                {
+                    if c == ch {
+                        // Its context goes: charged what it has taken so far.
+                        h.used += nanos(t0.elapsed());
+                        h.phase = Phase::Sampling { n, pending: None };
+                    }
+                }
             }
         }
         self.inner.reset(ch);
@@ -986,6 +1053,9 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             gate.close_events_grant(&mut self.inner);
             return false;
         }
+        if is_work(req.op) && gate.finish_sample(&mut self.inner) {
+            gate.release(&mut self.inner, Why::Full);
+        }
         if gate.holding.is_some() || gate.try_take(Instant::now()) {
             return true;
         }
@@ -1010,7 +1080,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
                 // Held back until a grant comes (the daemon rings the
                 // doorbell), or until a grant handed over while its previous
                 // holder drains may be taken.
-                return gate.handoff_wait();
+                return gate.grant_waiting();
             }
             // Nothing waits for the GPU: yield (marked blocked) unless the
             // policy polls, whose vGPUs never block.
@@ -1020,7 +1090,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             // A grant given meanwhile is taken, to be released unused after
             // the spin budget.
             if !gate.try_take(now) {
-                return gate.handoff_wait();
+                return gate.grant_waiting();
             }
         }
         if gate.lease_revoked() {
@@ -1053,6 +1123,10 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
                 }
                 IdleBehaviour::Block => Some(gate.cfg.spin - quiet),
             };
+        }
+        if !pass.served && gate.finish_sample(&mut self.inner) {
+            gate.release(&mut self.inner, Why::Full);
+            return None;
         }
         if !pass.served && !pass.deferred && gate.cfg.accounting == Accounting::Sampled {
             if let Some(wait) = gate.segment_running(&mut self.inner, now) {
@@ -1402,37 +1476,49 @@ mod tests {
         assert!(d.runnable());
     }
 
-    /// A grant handed over while another VM's holder drains is taken only
-    /// once that holder has released.
+    /// A grant handed over while another VM's holder drains is taken at
+    /// once: its first work queues behind that holder's on the device and
+    /// is charged at most this VM's average. Once the holder has released
+    /// (or the daemon cancelled the wait), a first sample is charged in
+    /// full.
     #[test]
-    fn a_handed_over_grant_waits_for_the_previous_holder() {
+    fn a_handed_over_grant_queues_behind_the_draining_holder() {
         let mut r = rig("handoff", Accounting::Sampled, IdleBehaviour::Block);
         let (d, other) = (r.file.slot(0).unwrap(), r.file.slot(1).unwrap());
+        // A first grant sets this VM's average: about 1 ms a request.
+        r.s.inner().sync_takes = Duration::from_millis(1);
+        assert!(!r.serve_async(Opcode::LaunchKernel));
+        let first = d.grant(10_000_000_000, false);
+        for _ in 0..=SAMPLES {
+            assert!(r.serve_async(Opcode::LaunchKernel));
+        }
+        r.idle_pass();
+        assert_eq!(d.released(), first);
+        // The other VM drains; this VM's grant names it.
         let theirs = other.grant(6_000_000, false);
-        assert!(!r.serve(Opcode::LaunchKernel));
         let seq = d.grant_after(6_000_000, false, Some((1, theirs)));
-        assert!(!r.serve(Opcode::LaunchKernel), "the other VM still drains");
-        assert!(!r.s.gate().unwrap().holding());
-        // Held back, a pass asks to be called again at once (after sleeping
-        // on the other VM's release word, bounded).
-        let deferred = Pass {
-            served: false,
-            deferred: true,
-        };
-        assert_eq!(r.s.poll(deferred), Some(Duration::ZERO));
-        other.release(theirs, 6_000_000, true);
-        assert!(r.serve(Opcode::LaunchKernel));
+        assert!(
+            r.serve_async(Opcode::LaunchKernel),
+            "taken while the other VM drains"
+        );
         assert!(r.s.gate().unwrap().holding());
-        assert_eq!(r.s.gate().unwrap().grants(), 1);
-        assert_ne!(d.released(), seq);
-        // A grant whose wait the daemon cancelled is taken at once.
-        let mut r = rig("handoff-cancel", Accounting::Sampled, IdleBehaviour::Block);
-        let (d, other) = (r.file.slot(0).unwrap(), r.file.slot(1).unwrap());
-        let theirs = other.grant(6_000_000, false);
-        d.grant_after(6_000_000, false, Some((1, theirs)));
-        assert!(!r.serve(Opcode::LaunchKernel));
-        d.cancel_after();
-        assert!(r.serve(Opcode::LaunchKernel));
+        // Its request waits 100 ms behind the other VM's work.
+        r.s.inner().sync_takes = Duration::from_millis(100);
+        r.idle_pass();
+        assert_eq!(d.released(), seq);
+        assert!(
+            d.used_ns() < 50_000_000,
+            "charged {} ns for waiting behind another VM",
+            d.used_ns()
+        );
+        // The other VM has released: nothing queues behind it any more.
+        other.release(theirs, 6_000_000, true);
+        let seq = d.grant_after(6_000_000, false, Some((1, theirs)));
+        assert!(r.serve_async(Opcode::LaunchKernel));
+        r.s.inner().sync_takes = Duration::from_millis(20);
+        r.idle_pass();
+        assert_eq!(d.released(), seq);
+        assert!(d.used_ns() >= 20_000_000, "charged {} ns", d.used_ns());
     }
 
     /// `sampled` times device work only: ordering requests between samples
@@ -1449,11 +1535,21 @@ mod tests {
             assert!(r.serve_async(Opcode::LaunchKernel));
             assert!(r.serve_async(Opcode::EventRecord));
         }
-        assert_eq!(r.s.inner().syncs, SAMPLES, "only the kernels are samples");
+        // Each sample is synchronised before the next device work, not
+        // before the guest's other calls: the last one is still running.
+        assert_eq!(
+            r.s.inner().syncs,
+            SAMPLES - 1,
+            "only the kernels are samples"
+        );
+        r.s.inner().busy = true;
+        assert!(r.serve(Opcode::EventQuery));
+        assert!(r.serve(Opcode::StreamSynchronize));
+        assert_eq!(r.s.inner().syncs, SAMPLES - 1, "the sample still runs");
         // Bulk: the device still runs the segment, so neither a call the
         // guest waits for nor a pause of the guest closes it.
         assert!(r.serve_async(Opcode::LaunchKernel));
-        r.s.inner().busy = true;
+        assert_eq!(r.s.inner().syncs, SAMPLES, "the next work ends the sample");
         assert!(r.serve(Opcode::EventQuery));
         assert!(r.serve(Opcode::StreamSynchronize));
         assert_eq!(r.s.inner().syncs, SAMPLES);

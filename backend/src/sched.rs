@@ -36,13 +36,14 @@
 //! ([`crate::grants`], *Closing*). If another VM is runnable, the scheduler
 //! releases the holder in the policy at once, charged that estimate, picks
 //! the next VM and grants it naming the draining holder (*Handoff*). The
-//! next worker, woken now, sleeps on the holder's release word and starts
-//! as soon as the holder releases: one wake-up, made by the holder itself,
-//! while the GPU finishes the holder's work. The holder's real report then
-//! corrects its charge ([`Policy::adjust`]), so every measured nanosecond
-//! is still charged; only the choice of the next VM used the estimate. A
-//! holder that dies while draining keeps its estimate, and the grant that
-//! waited for it stops waiting.
+//! next worker, woken now, takes the grant at once: its work queues on the
+//! device behind the holder's, so the GPU goes from one VM's work to the
+//! next without waiting for any process to wake up, and the time its first
+//! work waits behind the drain is not charged to it. The holder's real
+//! report then corrects its charge ([`Policy::adjust`]), so every measured
+//! nanosecond is still charged; only the choice of the next VM used the
+//! estimate. A holder that dies while draining keeps its estimate, and the
+//! grant that named it stops naming it.
 //!
 //! # Uncontended leases
 //!
