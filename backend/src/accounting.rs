@@ -70,15 +70,17 @@
 //!     (device time between them, less any overlap with the channel's
 //!     previous pair). When what its own pairs measured plus its pairs
 //!     still in flight, estimated at the running average, reach the slice,
-//!     the grant issues nothing more and releases once at most one of its
-//!     pairs is in flight (looking without blocking, so the worker keeps
-//!     serving its other requests and the device never idles between
+//!     the grant issues nothing more and releases once at most one pair
+//!     (of any grant) is in flight (looking without blocking, so the worker
+//!     keeps serving its other requests and the device never idles between
 //!     grants); a pair still in flight at a release is charged at a later
-//!     release (it does not count against that grant's slice). Nothing is drained, so the first request of a grant may
-//!     queue behind the previous holder's last work, which its pair would
-//!     include: the first pair of a grant is charged at most the running
-//!     average. Only the very first pair of a VM is waited for, to have an
-//!     average at all.
+//!     release (it does not count against that grant's slice). Nothing is
+//!     drained, so the first request of a grant may queue behind the
+//!     previous holder's last work, which its pair would include: the
+//!     first pair of a grant is charged at most the running average, and
+//!     may lower that average but never set or raise it. Until a pair that
+//!     was not the first of its grant has set the average, pairs are
+//!     waited for (once per VM).
 //!   - `none`: no measurement; the grant is a wall-clock lease of one
 //!     slice and its wall-clock length is what is charged (the
 //!     time-sharing baselines). Work still queued on the device at the end
@@ -383,11 +385,18 @@ impl EventMeter {
                     let mut ns = self.measure(meter, p.start, p.end);
                     if p.first {
                         // It may have waited for the previous holder's work:
-                        // charged at most the average (an upper bound, so it
-                        // can still lower an average that is too high).
-                        ns = self.avg.map_or(ns, |a| ns.min(a));
+                        // charged at most the average, and it may lower an
+                        // average that is too high but never set or raise
+                        // one (a first pair that waited behind a long drain
+                        // would otherwise make every later grant close
+                        // after one request, each first pair waiting again).
+                        if let Some(a) = self.avg {
+                            ns = ns.min(a);
+                            self.avg = Some((a * 7 + ns) / 8);
+                        }
+                    } else {
+                        self.avg = Some(self.avg.map_or(ns, |a| (a * 7 + ns) / 8));
                     }
-                    self.avg = Some(self.avg.map_or(ns, |a| (a * 7 + ns) / 8));
                     self.unreported += ns;
                     if p.seq == self.this_seq {
                         self.this_grant += ns;
@@ -913,7 +922,8 @@ impl Gate {
         }
         if self.events.avg.is_none() {
             // Nothing measured yet, so nothing to estimate the pairs in
-            // flight with: wait for the first one (once per VM).
+            // flight with: wait for them (until a pair that was not the
+            // first of its grant has set the average, once per VM).
             while let Some(&Pair { end, .. }) = self.events.pending.front() {
                 match meter.mark_done(end) {
                     Some(false) => std::thread::sleep(Duration::from_micros(20)),
@@ -933,17 +943,19 @@ impl Gate {
         }
     }
 
-    /// A closing `events` grant releases once at most one of its pairs is
-    /// still in flight: the next holder then queues behind one request at
-    /// most (its first pair is charged no more than the average), and the
-    /// device never idles between grants. Returns whether it released.
+    /// A closing `events` grant releases once at most one pair is still in
+    /// flight: the next holder then queues behind one request at most (its
+    /// first pair is charged no more than the average), and the device
+    /// never idles between grants. Every pair counts, this grant's or an
+    /// earlier one's: a holder that released with earlier work still
+    /// queued (reported later, 0 now) would be granted again at once and
+    /// pile up more. Returns whether it released.
     fn close_events_grant(&mut self, meter: &mut dyn Meter) -> bool {
-        let Some(seq) = self.holding.as_ref().map(|h| h.seq) else {
+        if self.holding.is_none() {
             return false;
-        };
+        }
         self.events.collect(meter);
-        let in_flight = self.events.pending.iter().filter(|p| p.seq == seq).count();
-        if in_flight <= 1 {
+        if self.events.pending.len() <= 1 {
             self.release(meter, Why::Full);
             true
         } else {
