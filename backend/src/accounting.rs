@@ -273,7 +273,8 @@ pub struct Gate {
     /// End marks of a lease's requests not known to be done.
     lease_marks: VecDeque<Mark>,
     grants: u64,
-    /// The last grant's sampled average per request, ns.
+    /// A running average of the samples that ran alone, ns: what a sample
+    /// that queued behind another VM's drain is charged at most.
     avg: Option<u64>,
 }
 
@@ -779,18 +780,19 @@ impl Gate {
                 took = took.min(Duration::from_nanos(avg));
             }
             h.since = end.checked_sub(took).unwrap_or(h.since);
+        } else {
+            // Every sample that ran alone feeds the average, so that a VM
+            // whose samples fill its slices (long kernels) has one too.
+            let ns = nanos(took);
+            self.avg = Some(self.avg.map_or(ns, |a| (a * 3 + ns) / 4));
         }
         h.used += nanos(took);
         let n = n + 1;
-        if h.used >= h.slice {
-            return true;
-        }
-        if n < SAMPLES {
+        if h.used >= h.slice || n < SAMPLES {
             h.phase = Phase::Sampling { n, pending: None };
-            return false;
+            return h.used >= h.slice;
         }
         let avg = (h.used / u64::from(n)).max(1);
-        self.avg = Some(avg);
         let left = (h.slice - h.used) / avg;
         h.phase = Phase::Bulk {
             left,
@@ -1598,6 +1600,29 @@ mod tests {
         assert_eq!(closing.seq, seq);
         assert!(closing.estimate_ns >= 5_000_000, "{closing:?}");
         assert!(served > SAMPLES, "bulk requests were issued");
+    }
+
+    /// Samples that fill the slice end the grant, each charged once (the
+    /// last one is synchronised when the next work arrives, and not again
+    /// at the release).
+    #[test]
+    fn samples_that_fill_the_slice_are_charged_once() {
+        let mut r = rig("long", Accounting::Sampled, IdleBehaviour::Block);
+        r.s.inner().sync_takes = Duration::from_millis(1);
+        let d = r.file.slot(0).unwrap();
+        assert!(!r.serve_async(Opcode::LaunchKernel));
+        let seq = d.grant(2_500_000, false);
+        for _ in 0..3 {
+            assert!(r.serve_async(Opcode::LaunchKernel));
+        }
+        assert_eq!(r.s.inner().syncs, 2, "the third sample still runs");
+        assert!(
+            !r.serve_async(Opcode::LaunchKernel),
+            "the third sample filled the slice"
+        );
+        assert_eq!(d.released(), seq);
+        assert_eq!(r.s.inner().syncs, 3, "each sample synchronised once");
+        assert!(d.used_ns() >= 3_000_000, "charged {} ns", d.used_ns());
     }
 
     #[test]
