@@ -18,9 +18,11 @@
 //!   next time it asks (before a held-back request, or after a pass). A
 //!   grant handed over while the previous holder drains is taken at once:
 //!   its work queues on the device behind the drain, so the device does
-//!   not idle between holders, and its first sample is charged at most the
-//!   VM's average from its last grant, the grant's clock starting when
-//!   that sample ran ([`crate::grants`], *Handoff*).
+//!   not idle between holders, and its first sample is charged from when
+//!   the drain ended (the previous holder writes that instant with its
+//!   release), or at most the VM's running average of samples if that
+//!   release has not come yet; the grant's clock starts when that sample
+//!   ran ([`crate::grants`], *Handoff*).
 //! - **Leases.** A grant given while no other VM waits for the GPU is an
 //!   uncontended *lease*: the holder issues without any interposition and
 //!   without a slice (the daemon charges it its wall-clock time slice by
@@ -106,6 +108,7 @@ use fairgpu_protocol::wire::ValidRequest;
 use fairgpu_protocol::{Opcode, Status};
 use fairgpu_scheduler::IdleBehaviour;
 
+use crate::clock;
 use crate::config::Accounting;
 use crate::executor::{CtxId, EventId};
 use crate::grants::{Bell, GrantSlot};
@@ -294,6 +297,8 @@ struct Holding {
     /// Taken while the previous holder still drained: the first work
     /// queues behind that holder's.
     behind: bool,
+    /// When the final drain's work ended on the device.
+    drained: Option<Instant>,
     phase: Phase,
     /// Channels with work issued since their last synchronisation.
     dirty: Vec<u32>,
@@ -520,6 +525,7 @@ impl Gate {
             used: 0,
             closing: false,
             behind,
+            drained: None,
             phase: Phase::Sampling {
                 n: 0,
                 pending: None,
@@ -572,7 +578,8 @@ impl Gate {
         };
         let runnable = why == Why::Full || self.cfg.idle == IdleBehaviour::Poll;
         self.runnable = runnable;
-        self.slot.release(h.seq, used, runnable);
+        let drained = h.drained.map_or(0, clock::instant_ns);
+        self.slot.release_drained(h.seq, used, runnable, drained);
         self.bell.ring();
         tracing::trace!(vm = %self.cfg.vm, seq = h.seq, lease = h.lease, used, ?why, "grant released");
     }
@@ -614,6 +621,7 @@ impl Gate {
                 {
                     let end = drain(meter, &mut h.dirty);
                     h.used += nanos(end.saturating_duration_since(since));
+                    h.drained = Some(end);
                 }
                 h.used
             }
@@ -773,11 +781,25 @@ impl Gate {
         let end = meter.sync_channel(ch);
         let mut took = end.saturating_duration_since(t0);
         if std::mem::take(&mut h.behind) {
-            // It queued behind the previous holder's drain: charged at most
-            // this VM's average (an upper bound on its own run), and the
-            // grant's clock starts when it started.
-            if let Some(avg) = self.avg {
-                took = took.min(Duration::from_nanos(avg));
+            // It queued behind the previous holder's drain: charged from
+            // when that drain ended if the holder has said so by now, else
+            // at most this VM's average (an upper bound on its own run);
+            // the grant's clock starts when it started.
+            let drained = self.slot.after().and_then(|(vm, seq)| {
+                let peer = self.peers.get(vm)?;
+                (peer.released() == seq && peer.drained_ns() != 0).then(|| peer.drained_ns())
+            });
+            match drained {
+                Some(d) => {
+                    let from = clock::instant_ns(t0).max(d);
+                    took =
+                        Duration::from_nanos(clock::instant_ns(end).saturating_sub(from)).min(took);
+                }
+                None => {
+                    if let Some(avg) = self.avg {
+                        took = took.min(Duration::from_nanos(avg));
+                    }
+                }
             }
             h.since = end.checked_sub(took).unwrap_or(h.since);
         } else {
@@ -1492,9 +1514,9 @@ mod tests {
 
     /// A grant handed over while another VM's holder drains is taken at
     /// once: its first work queues behind that holder's on the device and
-    /// is charged at most this VM's average. Once the holder has released
-    /// (or the daemon cancelled the wait), a first sample is charged in
-    /// full.
+    /// is charged from when that holder's drain ended, if it has said so,
+    /// else at most this VM's average. Once the holder has released before
+    /// the grant is taken, a first sample is charged in full.
     #[test]
     fn a_handed_over_grant_queues_behind_the_draining_holder() {
         let mut r = rig("handoff", Accounting::Sampled, IdleBehaviour::Block);
@@ -1523,6 +1545,21 @@ mod tests {
         assert!(
             d.used_ns() < 50_000_000,
             "charged {} ns for waiting behind another VM",
+            d.used_ns()
+        );
+        // The other VM says when its drain ended (30 ms after this VM's
+        // request was issued): charged from there, 10 ms.
+        let theirs = other.grant(6_000_000, false);
+        let seq = d.grant_after(6_000_000, false, Some((1, theirs)));
+        assert!(r.serve_async(Opcode::LaunchKernel));
+        std::thread::sleep(Duration::from_millis(30));
+        other.release_drained(theirs, 6_000_000, true, clock::now_ns());
+        r.s.inner().sync_takes = Duration::from_millis(10);
+        r.idle_pass();
+        assert_eq!(d.released(), seq);
+        assert!(
+            (5_000_000..30_000_000).contains(&d.used_ns()),
+            "charged {} ns for 10 ms after the other VM's drain",
             d.used_ns()
         );
         // The other VM has released: nothing queues behind it any more.

@@ -22,6 +22,7 @@
 //!       0x50 sync_calls u64 synchronous device calls served so far
 //!       0x58 closing   u32  the grant whose final drain has begun
 //!       0x60 estimate  u64  the GPU time that grant should report, ns
+//!       0x68 drained   u64  when the released grant's work ended (CLOCK_MONOTONIC ns)
 //!       slot 1 ...
 //! ```
 //!
@@ -38,7 +39,7 @@
 //!   region wakes up. The worker loads `grant` with Acquire; a value that
 //!   differs from the last one it saw is a grant, and `slice_ns` is
 //!   visible.
-//! - **Release** (worker): store `used_ns` and `runnable` (Relaxed), store
+//! - **Release** (worker): store `drained`, `used_ns` and `runnable` (Relaxed), store
 //!   the grant's sequence into `release` (Release), then ring the bell
 //!   (Release increment + futex wake). The scheduler loads `release` with
 //!   Acquire; equal to the outstanding grant's sequence means released,
@@ -65,7 +66,10 @@
 //!   loads the previous holder's `release` word (Acquire, pairing with
 //!   that worker's Release store) when it takes the grant: not yet
 //!   `after_seq` means its first work waits behind the drain, and that
-//!   wait is not charged to it. If the previous holder's worker dies, the
+//!   wait is not charged to it: when that work ends it loads `release`
+//!   again, and a release seen then makes `drained` (stored Relaxed before
+//!   the Release store of `release`) visible, the instant the drain ended.
+//!   If the previous holder's worker dies, the
 //!   daemon stores 0 into `after` (Release; the new holder loads it with
 //!   Acquire) and rings the region's doorbell.
 //! - **Runnable** (worker): store `runnable` (Relaxed), then ring the bell
@@ -85,7 +89,7 @@ use fairgpu_protocol::region::RegionView;
 /// `b"FGPUGRNT"` read as a little-endian u64.
 pub const GRANTS_MAGIC: u64 = u64::from_le_bytes(*b"FGPUGRNT");
 /// Layout version of the grant file.
-pub const GRANTS_VERSION: u64 = 2;
+pub const GRANTS_VERSION: u64 = 3;
 /// Where slot 0 starts.
 pub const SLOTS_OFF: usize = 0x40;
 /// Bytes per slot: two cache lines, one per writer.
@@ -106,6 +110,7 @@ const USED_NS: usize = 0x48;
 const SYNC_CALLS: usize = 0x50;
 const CLOSING: usize = 0x58;
 const ESTIMATE: usize = 0x60;
+const DRAINED: usize = 0x68;
 
 const _: () = assert!(
     ESTIMATE + 8 <= SLOT_SIZE
@@ -390,6 +395,13 @@ impl GrantSlot {
         self.u64_at(USED_NS).load(Ordering::Relaxed)
     }
 
+    /// When the work of the grant released last ended on the device
+    /// (`CLOCK_MONOTONIC` ns), 0 if its holder did not say.
+    pub fn drained_ns(&self) -> u64 {
+        // Relaxed: ordered by the Acquire load in `released`.
+        self.u64_at(DRAINED).load(Ordering::Relaxed)
+    }
+
     /// Whether the worker has GPU work it may not issue yet.
     pub fn runnable(&self) -> bool {
         // Relaxed: ordered by the bell (`Bell::seen` Acquire before the scan).
@@ -454,6 +466,15 @@ impl GrantSlot {
     /// Releases grant `seq` having used `used_ns`, saying whether work is
     /// still waiting. The caller then rings the [`Bell`].
     pub fn release(&self, seq: u32, used_ns: u64, runnable: bool) {
+        self.release_drained(seq, used_ns, runnable, 0);
+    }
+
+    /// [`GrantSlot::release`], saying when the grant's work ended on the
+    /// device (`CLOCK_MONOTONIC` ns, 0 if unknown): the next holder, whose
+    /// first work may have queued behind it, is not charged for that wait.
+    pub fn release_drained(&self, seq: u32, used_ns: u64, runnable: bool, drained_ns: u64) {
+        // Relaxed: published by the Release store of `release` below.
+        self.u64_at(DRAINED).store(drained_ns, Ordering::Relaxed);
         // Relaxed: published by the Release store of `release` below.
         self.u64_at(USED_NS).store(used_ns, Ordering::Relaxed);
         self.u32_at(RUNNABLE)

@@ -22,6 +22,7 @@
 pub mod accounting;
 pub mod bench;
 pub mod cli;
+pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod control;

@@ -49,7 +49,7 @@ enum Clock {
 impl Clock {
     fn now(&self) -> u64 {
         match self {
-            Clock::Monotonic => monotonic::now_ns(),
+            Clock::Monotonic => crate::clock::now_ns(),
             // Relaxed: the virtual clock orders nothing but itself.
             Clock::Virtual(t) => t.load(Ordering::Relaxed),
         }
@@ -63,7 +63,7 @@ impl Clock {
     fn sleep_until(&self, t: u64) {
         match self {
             Clock::Monotonic => loop {
-                let now = monotonic::now_ns();
+                let now = crate::clock::now_ns();
                 if now >= t {
                     return;
                 }
@@ -77,24 +77,6 @@ impl Clock {
                 v.fetch_max(t, Ordering::Relaxed);
             }
         }
-    }
-}
-
-/// `CLOCK_MONOTONIC` through libc: the same clock in every process.
-mod monotonic {
-    /// Nanoseconds of `CLOCK_MONOTONIC`.
-    pub fn now_ns() -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec that outlives the call;
-        // CLOCK_MONOTONIC is always supported on Linux, so the call cannot
-        // fail (on failure `ts` stays zero, which is still a valid time).
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        (ts.tv_sec as u64)
-            .saturating_mul(1_000_000_000)
-            .saturating_add(ts.tv_nsec as u64)
     }
 }
 
