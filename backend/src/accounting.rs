@@ -294,8 +294,8 @@ struct Holding {
     /// `events`: the grant's estimate reached the slice; it issues nothing
     /// more and releases once its own work is (all but) done.
     closing: bool,
-    /// Taken while the previous holder still drained: the first work
-    /// queues behind that holder's.
+    /// Taken while the previous holder still drained: its samples may
+    /// queue behind that holder's work.
     behind: bool,
     /// When the final drain's work ended on the device.
     drained: Option<Instant>,
@@ -780,20 +780,25 @@ impl Gate {
         };
         let end = meter.sync_channel(ch);
         let mut took = end.saturating_duration_since(t0);
-        if std::mem::take(&mut h.behind) {
-            // It queued behind the previous holder's drain: charged from
+        // Whether it ran alone: then it feeds the average, so that a VM
+        // whose samples fill its slices (long kernels) has one too.
+        let mut alone = !h.behind;
+        if h.behind {
+            // It may have queued behind the previous holder's drain (any
+            // sample of the grant may: a copy or memset need not wait for
+            // the device, so the first kernel may come later): charged from
             // when that drain ended if the holder has said so by now, else
-            // at most this VM's average (an upper bound on its own run);
-            // the grant's clock starts when it started.
+            // at most this VM's average (an upper bound on its own run).
+            // The grant's clock starts when its first sample started.
             let drained = self.slot.after().and_then(|(vm, seq)| {
                 let peer = self.peers.get(vm)?;
                 (peer.released() == seq && peer.drained_ns() != 0).then(|| peer.drained_ns())
             });
             match drained {
+                Some(d) if clock::instant_ns(t0) >= d => alone = true,
                 Some(d) => {
-                    let from = clock::instant_ns(t0).max(d);
-                    took =
-                        Duration::from_nanos(clock::instant_ns(end).saturating_sub(from)).min(took);
+                    let ran = clock::instant_ns(end).saturating_sub(d);
+                    took = took.min(Duration::from_nanos(ran));
                 }
                 None => {
                     if let Some(avg) = self.avg {
@@ -801,10 +806,11 @@ impl Gate {
                     }
                 }
             }
-            h.since = end.checked_sub(took).unwrap_or(h.since);
-        } else {
-            // Every sample that ran alone feeds the average, so that a VM
-            // whose samples fill its slices (long kernels) has one too.
+            if n == 0 {
+                h.since = end.checked_sub(took).unwrap_or(h.since);
+            }
+        }
+        if alone {
             let ns = nanos(took);
             self.avg = Some(self.avg.map_or(ns, |a| (a * 3 + ns) / 4));
         }
@@ -1545,6 +1551,21 @@ mod tests {
         assert!(
             d.used_ns() < 50_000_000,
             "charged {} ns for waiting behind another VM",
+            d.used_ns()
+        );
+        // A copy first (it need not wait for the device), then a kernel
+        // that waits 100 ms behind the drain: the kernel is capped too.
+        let theirs = other.grant(6_000_000, false);
+        let seq = d.grant_after(6_000_000, false, Some((1, theirs)));
+        r.s.inner().sync_takes = Duration::ZERO;
+        assert!(r.serve(Opcode::MemcpyDtoH));
+        assert!(r.serve_async(Opcode::LaunchKernel));
+        r.s.inner().sync_takes = Duration::from_millis(100);
+        r.idle_pass();
+        assert_eq!(d.released(), seq);
+        assert!(
+            d.used_ns() < 50_000_000,
+            "charged {} ns: the kernel after a copy paid for the wait",
             d.used_ns()
         );
         // The other VM says when its drain ended (30 ms after this VM's
