@@ -1354,6 +1354,16 @@ mod tests {
         fn idle_pass(&mut self) -> Option<Duration> {
             self.s.poll(Pass::default())
         }
+
+        /// Lets the work in flight take `wait`, then ends grant `seq` (the
+        /// spin budget is zero); returns what it was charged.
+        fn end_grant(&mut self, seq: u32, wait: Duration) -> u64 {
+            self.s.inner().sync_takes = wait;
+            self.idle_pass();
+            let d = self.file.slot(0).unwrap();
+            assert_eq!(d.released(), seq);
+            d.used_ns()
+        }
     }
 
     #[test]
@@ -1527,6 +1537,11 @@ mod tests {
     fn a_handed_over_grant_queues_behind_the_draining_holder() {
         let mut r = rig("handoff", Accounting::Sampled, IdleBehaviour::Block);
         let (d, other) = (r.file.slot(0).unwrap(), r.file.slot(1).unwrap());
+        // A grant for this VM naming the other VM's, still draining.
+        let hand_over = || {
+            let theirs = other.grant(6_000_000, false);
+            (theirs, d.grant_after(6_000_000, false, Some((1, theirs))))
+        };
         // A first grant sets this VM's average: about 1 ms a request.
         r.s.inner().sync_takes = Duration::from_millis(1);
         assert!(!r.serve_async(Opcode::LaunchKernel));
@@ -1536,61 +1551,45 @@ mod tests {
         }
         r.idle_pass();
         assert_eq!(d.released(), first);
-        // The other VM drains; this VM's grant names it.
-        let theirs = other.grant(6_000_000, false);
-        let seq = d.grant_after(6_000_000, false, Some((1, theirs)));
+        // Its request waits 100 ms behind the other VM's work.
+        let (_, seq) = hand_over();
         assert!(
             r.serve_async(Opcode::LaunchKernel),
             "taken while the other VM drains"
         );
         assert!(r.s.gate().unwrap().holding());
-        // Its request waits 100 ms behind the other VM's work.
-        r.s.inner().sync_takes = Duration::from_millis(100);
-        r.idle_pass();
-        assert_eq!(d.released(), seq);
+        let used = r.end_grant(seq, Duration::from_millis(100));
         assert!(
-            d.used_ns() < 50_000_000,
-            "charged {} ns for waiting behind another VM",
-            d.used_ns()
+            used < 50_000_000,
+            "charged {used} ns for waiting behind another VM"
         );
         // A copy first (it need not wait for the device), then a kernel
         // that waits 100 ms behind the drain: the kernel is capped too.
-        let theirs = other.grant(6_000_000, false);
-        let seq = d.grant_after(6_000_000, false, Some((1, theirs)));
+        let (_, seq) = hand_over();
         r.s.inner().sync_takes = Duration::ZERO;
         assert!(r.serve(Opcode::MemcpyDtoH));
         assert!(r.serve_async(Opcode::LaunchKernel));
-        r.s.inner().sync_takes = Duration::from_millis(100);
-        r.idle_pass();
-        assert_eq!(d.released(), seq);
+        let used = r.end_grant(seq, Duration::from_millis(100));
         assert!(
-            d.used_ns() < 50_000_000,
-            "charged {} ns: the kernel after a copy paid for the wait",
-            d.used_ns()
+            used < 50_000_000,
+            "charged {used} ns: the kernel after a copy paid for the wait"
         );
         // The other VM says when its drain ended (30 ms after this VM's
         // request was issued): charged from there, 10 ms.
-        let theirs = other.grant(6_000_000, false);
-        let seq = d.grant_after(6_000_000, false, Some((1, theirs)));
+        let (theirs, seq) = hand_over();
         assert!(r.serve_async(Opcode::LaunchKernel));
         std::thread::sleep(Duration::from_millis(30));
         other.release_drained(theirs, 6_000_000, true, clock::now_ns());
-        r.s.inner().sync_takes = Duration::from_millis(10);
-        r.idle_pass();
-        assert_eq!(d.released(), seq);
+        let used = r.end_grant(seq, Duration::from_millis(10));
         assert!(
-            (5_000_000..30_000_000).contains(&d.used_ns()),
-            "charged {} ns for 10 ms after the other VM's drain",
-            d.used_ns()
+            (5_000_000..30_000_000).contains(&used),
+            "charged {used} ns for 10 ms after the other VM's drain"
         );
         // The other VM has released: nothing queues behind it any more.
-        other.release(theirs, 6_000_000, true);
         let seq = d.grant_after(6_000_000, false, Some((1, theirs)));
         assert!(r.serve_async(Opcode::LaunchKernel));
-        r.s.inner().sync_takes = Duration::from_millis(20);
-        r.idle_pass();
-        assert_eq!(d.released(), seq);
-        assert!(d.used_ns() >= 20_000_000, "charged {} ns", d.used_ns());
+        let used = r.end_grant(seq, Duration::from_millis(20));
+        assert!(used >= 20_000_000, "charged {used} ns");
     }
 
     /// `sampled` times device work only: ordering requests between samples
