@@ -322,6 +322,25 @@ enum Phase {
     },
 }
 
+impl Phase {
+    /// The open bulk segment: when it opened, and when its work should be
+    /// done, its requests back to back at the samples' average.
+    fn open_segment(&self) -> Option<(Instant, Instant)> {
+        match *self {
+            Phase::Bulk {
+                since: Some(since),
+                issued,
+                avg,
+                ..
+            } => Some((
+                since,
+                since + Duration::from_nanos(issued.saturating_mul(avg)),
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// Why a holder gives the grant back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Why {
@@ -591,20 +610,13 @@ impl Gate {
     /// the segment's requests back to back, or now if the device ran them
     /// faster than the guest sent them.
     fn announce_drain(&self, h: &Holding) {
-        let Phase::Bulk {
-            since: Some(since),
-            issued,
-            avg,
-            ..
-        } = h.phase
-        else {
+        let Some((since, queued)) = h.phase.open_segment() else {
             return;
         };
         if self.cfg.accounting != Accounting::Sampled || h.dirty.is_empty() {
             return;
         }
         let now = Instant::now();
-        let queued = since + Duration::from_nanos(issued.saturating_mul(avg));
         let segment = nanos(queued.max(now).duration_since(since));
         self.slot
             .publish_closing(h.seq, h.used.saturating_add(segment));
@@ -704,20 +716,11 @@ impl Gate {
     /// average.
     fn segment_running(&mut self, meter: &mut dyn Meter, now: Instant) -> Option<Duration> {
         let h = self.holding.as_mut()?;
-        let Phase::Bulk {
-            since: Some(since),
-            issued,
-            avg,
-            ..
-        } = h.phase
-        else {
-            return None;
-        };
+        let (_, end) = h.phase.open_segment()?;
         if !h.dirty.iter().any(|&ch| meter.channel_busy(ch)) {
             return None;
         }
         h.last_device = now;
-        let end = since + Duration::from_nanos(issued.saturating_mul(avg));
         Some(
             end.saturating_duration_since(now)
                 .clamp(SEGMENT_RECHECK_MIN, SEGMENT_RECHECK_MAX),
@@ -1120,8 +1123,8 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             }
             if pass.deferred {
                 // Held back until a grant comes (the daemon rings the
-                // doorbell), or until a grant handed over while its previous
-                // holder drains may be taken.
+                // doorbell); one that came since the pass looked is taken
+                // by another pass at once.
                 return gate.grant_waiting();
             }
             // Nothing waits for the GPU: yield (marked blocked) unless the
@@ -1132,7 +1135,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             // A grant given meanwhile is taken, to be released unused after
             // the spin budget.
             if !gate.try_take(now) {
-                return gate.grant_waiting();
+                return None;
             }
         }
         if gate.lease_revoked() {
