@@ -167,6 +167,9 @@ pub struct CudaOps {
     calls: u64,
     kernels: u64,
     images: ImageCache,
+    /// The first sticky error seen while the executor's sticky errors
+    /// poison the whole process (a real GPU): the worker must be replaced.
+    poisoned: Option<Status>,
 }
 
 impl std::fmt::Debug for CudaOps {
@@ -203,6 +206,7 @@ impl CudaOps {
             calls: 0,
             kernels: 0,
             images: ImageCache::default(),
+            poisoned: None,
         }
     }
 
@@ -218,6 +222,32 @@ impl CudaOps {
         }
     }
 
+    /// Notes `status` if it is a sticky error that poisons the executor's
+    /// process (see [`GpuExecutor::sticky_errors_poison_process`]).
+    fn note_error(&mut self, ch: u32, status: Status) {
+        if self.poisoned.is_none() && status.is_sticky() && self.exec.sticky_errors_poison_process()
+        {
+            tracing::warn!(
+                vm = %self.vm,
+                channel = ch,
+                %status,
+                "sticky GPU error: this worker's CUDA state is lost; it is replaced once its guests have let go"
+            );
+            self.poisoned = Some(status);
+        }
+    }
+
+    /// The sticky error that poisoned this worker's GPU state, once no
+    /// context is left: every guest that saw the error has released its
+    /// channel, so the worker can be replaced by a fresh process without
+    /// taking anything from a guest that could still use it. Until then
+    /// every call of every context fails with that error, as in a native
+    /// process after a device fault.
+    pub fn recycle_due(&self) -> Option<Status> {
+        self.poisoned
+            .filter(|_| self.contexts.iter().all(Option::is_none))
+    }
+
     /// The executor, for callers that need device properties.
     pub fn executor(&mut self) -> &mut dyn GpuExecutor {
         self.exec.as_mut()
@@ -229,10 +259,14 @@ impl CudaOps {
             self.contexts.resize_with(i + 1, || None);
         }
         if self.contexts[i].is_none() {
-            let ctx = self.exec.create_context().map_err(|e| {
-                tracing::warn!(vm = %self.vm, channel = ch, error = %e, "cannot create a context");
-                e.status()
-            })?;
+            let ctx = match self.exec.create_context() {
+                Ok(ctx) => ctx,
+                Err(e) => {
+                    tracing::warn!(vm = %self.vm, channel = ch, error = %e, "cannot create a context");
+                    self.note_error(ch, e.status());
+                    return Err(e.status());
+                }
+            };
             self.contexts[i] = Some(Context::new(ctx));
         }
         Ok(self.contexts[i].as_mut().expect("created above"))
@@ -631,8 +665,10 @@ impl Handler for CudaOps {
             Opcode::Nop | Opcode::CopyIn | Opcode::CopyOut => self.transport.handle(ch, req, arena),
             _ => self.cuda(ch, req, arena),
         };
-        if req.op == Opcode::LaunchKernel && result.is_ok() {
-            self.kernels += 1;
+        match result {
+            Ok(_) if req.op == Opcode::LaunchKernel => self.kernels += 1,
+            Ok(_) => {}
+            Err(status) => self.note_error(ch, status),
         }
         result
     }

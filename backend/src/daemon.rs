@@ -180,6 +180,19 @@ impl Vm {
             s.worker_gone(self.index);
         }
         let failed = self.region.fail_established(ChannelFailure::WorkerCrashed);
+        if status.code() == Some(crate::worker::RECYCLE_EXIT) {
+            // A sticky GPU error poisoned the worker's CUDA state and its
+            // guests have let go: a fresh process serves the VM at once.
+            tracing::warn!(
+                vm = %self.cfg.name,
+                pid,
+                channels_failed = failed,
+                "worker stopped after a sticky GPU error; starting a fresh one"
+            );
+            self.slot.set_state(WorkerState::Restarting);
+            self.restart_at = Some(Instant::now());
+            return;
+        }
         tracing::error!(
             vm = %self.cfg.name,
             pid,

@@ -18,7 +18,7 @@
 //! guests claim them again.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -92,15 +92,28 @@ fn executor_for(args: &WorkerArgs, cfg: &Config) -> anyhow::Result<Box<dyn GpuEx
     }
 }
 
+/// The exit status of a worker that stopped to be replaced by a fresh
+/// process: a sticky GPU error poisoned its CUDA state
+/// ([`CudaOps::recycle_due`]). The daemon restarts it at once, without
+/// backoff (EX_TEMPFAIL).
+pub const RECYCLE_EXIT: i32 = 75;
+
 /// Runs a worker until SIGTERM/SIGINT (or its daemon's death). Errors
-/// name the VM.
+/// name the VM. A worker whose GPU state was poisoned exits with
+/// [`RECYCLE_EXIT`] once its guests have let go.
 pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
     let span = tracing::info_span!("worker", vm = %args.vm);
     let _entered = span.enter();
-    serve(args).with_context(|| format!("worker of vm {:?}", args.vm))
+    let recycle = serve(args).with_context(|| format!("worker of vm {:?}", args.vm))?;
+    if recycle {
+        drop(_entered);
+        std::process::exit(RECYCLE_EXIT);
+    }
+    Ok(())
 }
 
-fn serve(args: &WorkerArgs) -> anyhow::Result<()> {
+/// Serves until stopped; true if it stopped to be recycled.
+fn serve(args: &WorkerArgs) -> anyhow::Result<bool> {
     crate::process::die_with_parent(libc::SIGTERM, args.daemon_pid)
         .context("tying the worker's life to its daemon")?;
     crate::process::precise_sleeps();
@@ -156,6 +169,8 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<()> {
         ops,
         slot: slot.clone(),
         channels: None,
+        shutdown: shutdown.clone(),
+        recycle: false,
     };
     let mut server = Server::adopt(region, handler, ServeConfig::default(), shutdown);
     let channels = server.stats();
@@ -167,9 +182,27 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<()> {
         "serving"
     );
     let publisher = server.run();
+    let recycle = publisher.recycle;
     drop(publisher);
-    tracing::info!("stopped");
-    Ok(())
+    tracing::info!(recycle, "stopped");
+    Ok(recycle)
+}
+
+impl Publisher {
+    /// Stops the server to have the worker replaced once its GPU state is
+    /// poisoned and no guest context is left ([`CudaOps::recycle_due`]).
+    fn recycle_if_due(&mut self) {
+        if self.recycle {
+            return;
+        }
+        if let Some(status) = self.ops.inner().recycle_due() {
+            tracing::warn!(%status, "GPU state poisoned and no guest context left: stopping to be replaced by a fresh worker");
+            self.recycle = true;
+            // Relaxed: a stop request; the server loop only needs to see it
+            // eventually, and nothing is published through it.
+            self.shutdown.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Wraps the handler and publishes usage on every tick.
@@ -178,6 +211,10 @@ struct Publisher {
     ops: Scheduled<CudaOps>,
     slot: Slot,
     channels: Option<Arc<[ChannelStats]>>,
+    /// The server's stop flag, raised to recycle a poisoned worker.
+    shutdown: Arc<AtomicBool>,
+    /// Whether the worker stopped to be recycled.
+    recycle: bool,
 }
 
 impl Handler for Publisher {
@@ -192,6 +229,8 @@ impl Handler for Publisher {
 
     fn reset(&mut self, ch: u32) {
         self.ops.reset(ch);
+        // The last context of a poisoned worker may just have gone.
+        self.recycle_if_due();
     }
 
     fn may_issue(&mut self, ch: u32, req: &fairgpu_protocol::wire::ValidRequest) -> bool {
@@ -221,5 +260,6 @@ impl Handler for Publisher {
             s.set(Field::ChannelsUsed, used as u64);
         }
         s.add(Field::Ticks, 1);
+        self.recycle_if_due();
     }
 }

@@ -275,6 +275,17 @@ impl Status {
     pub fn is_success(self) -> bool {
         self == Status::SUCCESS
     }
+
+    /// Whether this is one of the errors the CUDA documentation calls
+    /// sticky: a fault of device code (illegal or misaligned address,
+    /// illegal instruction, invalid PC or address space, hardware stack
+    /// error, device assert, a failed or timed-out launch) or an
+    /// uncorrectable ECC error. On a real driver it leaves the *process*
+    /// unable to use CUDA again: every later call, in every context of
+    /// that process, new ones included, returns the same error.
+    pub fn is_sticky(self) -> bool {
+        matches!(self.0, 214 | 700 | 702 | 710 | 714..=719)
+    }
 }
 
 impl std::fmt::Display for Status {

@@ -352,6 +352,41 @@ fn unsupported_and_out_of_bounds_kernels_fail_with_cuda_errors() {
     );
 }
 
+/// On a real GPU a sticky error (a kernel's illegal address) poisons the
+/// whole worker process: `cuCtxCreate` fails with the same error for every
+/// later guest (seen on an H100). SimGpu models that with
+/// `sticky_poisons_process`: after a faulting program has exited, the
+/// worker must be replaced by a fresh one, so the VM's next program runs.
+#[test]
+fn a_sticky_error_that_poisons_the_worker_is_followed_by_a_fresh_worker() {
+    let Some(dir) = programs() else {
+        return;
+    };
+    guest_lib_dir();
+    let v = VARIANTS[0];
+    let table = format!("{}sticky_poisons_process = true\n", sim_table(SIM_NAME));
+    let setup = Setup::with_sim("cuda_poison", &table, &[(v, 1, CHANNELS)]);
+    let daemon = setup.start();
+    let sim = Sim { setup, daemon };
+    let stdout = sim.run(&dir.join(format!("faults-{v}")), v);
+    assert!(
+        stdout.contains("OOB cudaErrorIllegalAddress\n"),
+        "faults-{v}:\n{stdout}"
+    );
+    // The poisoned worker stops once the faulting guest is gone, and the
+    // daemon starts a fresh one at once.
+    wait_for_status(&sim.daemon, "the poisoned worker to be replaced", |s| {
+        let vm = vm(s, v);
+        vm.restarts == 1 && vm.state == fairgpu::stats::WorkerState::Running
+    });
+    sim.run(&dir.join(format!("vector_add-{v}")), v);
+    let log = sim.daemon.log();
+    assert!(
+        log.contains("starting a fresh one"),
+        "the daemon did not say why it replaced the worker:\n{log}"
+    );
+}
+
 /// Without any libcuda.so.1, every program reports that there is no driver
 /// (exit 3, "NODRIVER"): libcudart answers cudaErrorInsufficientDriver.
 /// Skipped where the system has a libcuda.so.1 of its own.

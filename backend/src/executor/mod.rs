@@ -72,7 +72,44 @@ pub struct DeviceProps {
     pub attributes: Vec<(i32, i32)>,
 }
 
+/// Device attributes that advertise a feature fairgpu does not carry
+/// across the remoting boundary yet, with the feature's name: a device
+/// reports them as 0 whatever the hardware has, so that programs take
+/// their fallback instead of failing (or computing wrong data) in a call
+/// that is not forwarded. Remove an entry when its feature works end to end.
+pub const UNREMOTED_FEATURES: &[(i32, &str)] = &[
+    (83, "MANAGED_MEMORY"),
+    (88, "PAGEABLE_MEMORY_ACCESS"),
+    (89, "CONCURRENT_MANAGED_ACCESS"),
+    (91, "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM"),
+    (92, "CAN_USE_STREAM_MEM_OPS_V1"),
+    (93, "CAN_USE_64_BIT_STREAM_MEM_OPS_V1"),
+    (94, "CAN_USE_STREAM_WAIT_VALUE_NOR_V1"),
+    (95, "COOPERATIVE_LAUNCH"),
+    (96, "COOPERATIVE_MULTI_DEVICE_LAUNCH"),
+    (100, "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES"),
+    (101, "DIRECT_MANAGED_MEM_ACCESS_FROM_HOST"),
+    (102, "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED"),
+    (103, "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED"),
+    (104, "HANDLE_TYPE_WIN32_HANDLE_SUPPORTED"),
+    (105, "HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED"),
+    (110, "GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED"),
+    (112, "SPARSE_CUDA_ARRAY_SUPPORTED"),
+    (114, "TIMELINE_SEMAPHORE_INTEROP_SUPPORTED"),
+    (115, "MEMORY_POOLS_SUPPORTED"),
+    (116, "GPU_DIRECT_RDMA_SUPPORTED"),
+];
+
 impl DeviceProps {
+    /// Reports every attribute of [`UNREMOTED_FEATURES`] as 0.
+    pub fn mask_unremoted_features(&mut self) {
+        for (attr, value) in &mut self.attributes {
+            if UNREMOTED_FEATURES.iter().any(|(a, _)| a == attr) {
+                *value = 0;
+            }
+        }
+    }
+
     /// The value of attribute `a`, if the device reports it.
     pub fn attribute(&self, a: i32) -> Option<i32> {
         self.attributes
@@ -180,6 +217,17 @@ pub trait GpuExecutor: Send {
     /// microseconds of the work's end).
     fn completed_ago(&mut self, _ctx: CtxId) -> Option<std::time::Duration> {
         None
+    }
+
+    /// Whether a sticky error ([`Status::is_sticky`]) in one context
+    /// leaves every context of this executor's process unusable, as on a
+    /// real CUDA driver (new contexts included: `cuCtxCreate` then fails
+    /// with the same error). The worker then has to be replaced by a fresh
+    /// process once the faulting guest is gone ([`crate::cuda_ops::CudaOps::recycle_due`]).
+    /// SimGpu keeps its contexts apart, so its sticky errors stay in the
+    /// faulting context.
+    fn sticky_errors_poison_process(&self) -> bool {
+        false
     }
 
     /// Allocates `bytes` of device memory.

@@ -513,13 +513,19 @@ fn query_props(api: &Api, device: CUdevice) -> ExecResult<DeviceProps> {
         }
     }
 
-    Ok(DeviceProps {
+    let mut props = DeviceProps {
         name,
         total_mem: total as u64,
         uuid,
         driver_version,
         attributes,
-    })
+    };
+    // The hardware has managed memory, cooperative launches, memory pools
+    // and more that guest-lib does not forward yet: the guest must not be
+    // told they work (an H100 reported MANAGED_MEMORY = 1 and the guest's
+    // cudaMallocManaged then failed with cudaErrorNotSupported).
+    props.mask_unremoted_features();
+    Ok(props)
 }
 
 impl CudaExecutor {
@@ -716,6 +722,13 @@ impl Drop for CudaExecutor {
 impl GpuExecutor for CudaExecutor {
     fn device(&self) -> &DeviceProps {
         &self.props
+    }
+
+    fn sticky_errors_poison_process(&self) -> bool {
+        // Measured on an H100 (driver 580): after one context's kernel hit
+        // an illegal address, cuCtxCreate_v2 in the same process returned
+        // CUDA_ERROR_ILLEGAL_ADDRESS for every later guest.
+        true
     }
 
     fn device_free_mem(&mut self) -> ExecResult<u64> {

@@ -211,6 +211,25 @@ fn props_come_from_the_driver() {
 }
 
 #[test]
+fn features_guest_lib_does_not_forward_are_reported_absent() {
+    // The fake driver reports every attribute as non-zero (a * 10), as an
+    // H100 reports MANAGED_MEMORY = 1.
+    let e = exec();
+    let p = e.device();
+    for (attr, name) in super::super::UNREMOTED_FEATURES {
+        if attr % 7 != 0 {
+            assert_eq!(p.attribute(*attr), Some(0), "{name} advertised");
+        }
+    }
+    assert_eq!(p.attribute(83), Some(0), "MANAGED_MEMORY advertised");
+    assert_eq!(
+        p.attribute(97),
+        Some(970),
+        "an ordinary attribute is passed"
+    );
+}
+
+#[test]
 fn construction_failures_are_no_device() {
     fake::reset();
     fake::with(|s| s.fail = Some(("cuInit", 100)));

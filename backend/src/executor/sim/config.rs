@@ -47,6 +47,12 @@ pub struct SimConfig {
     /// Modelled throughput for executed kernels the cost model does not
     /// list: instructions (summed over threads) per µs of device time.
     pub executed_instructions_per_us: u64,
+    /// Whether a sticky error (a faulting kernel) poisons every context of
+    /// the worker's process, new ones included, as a real CUDA driver does
+    /// (`cuCtxCreate` then fails with the same error), instead of only the
+    /// faulting context. Default `false`; `true` models a GPU faithfully
+    /// and exercises the worker's recycling after a sticky error.
+    pub sticky_poisons_process: bool,
 }
 
 /// Default [`SimConfig::max_instructions`]: at the 30 to 80 million
@@ -74,6 +80,7 @@ impl Default for SimConfig {
             max_instructions: DEFAULT_MAX_INSTRUCTIONS,
             executed_base_us: DEFAULT_EXECUTED_BASE_US,
             executed_instructions_per_us: DEFAULT_EXECUTED_INSTRUCTIONS_PER_US,
+            sticky_poisons_process: false,
         }
     }
 }

@@ -416,6 +416,10 @@ pub struct SimGpu {
     ptx_texts: PtxTexts,
     executed: Executed,
     warned: HashSet<String>,
+    /// [`SimConfig::sticky_poisons_process`].
+    poison_process: bool,
+    /// The sticky error that poisoned every context, with `poison_process`.
+    poisoned: Option<ExecError>,
 }
 
 /// What the executor's executed kernels did, summed over its launches.
@@ -535,6 +539,8 @@ impl SimGpu {
             executed: Executed::default(),
             ptx_texts: PtxTexts::new(MAX_KEPT_PTX_TOTAL),
             warned: HashSet::new(),
+            poison_process: cfg.sticky_poisons_process,
+            poisoned: None,
         })
     }
 
@@ -560,7 +566,21 @@ impl SimGpu {
         id
     }
 
+    /// Makes `err` sticky for context `ctx`, and for the whole process
+    /// when sticky errors poison it ([`SimConfig::sticky_poisons_process`]).
+    fn set_sticky(&mut self, ctx: CtxId, err: &ExecError) {
+        if let Some(c) = self.contexts.get_mut(&ctx.0) {
+            c.sticky = Some(err.clone());
+        }
+        if self.poison_process && self.poisoned.is_none() {
+            self.poisoned = Some(err.clone());
+        }
+    }
+
     fn ctx(&self, ctx: CtxId) -> ExecResult<&Context> {
+        if let Some(e) = &self.poisoned {
+            return Err(e.clone());
+        }
         let c = self
             .contexts
             .get(&ctx.0)
@@ -572,6 +592,9 @@ impl SimGpu {
     }
 
     fn ctx_mut(&mut self, ctx: CtxId) -> ExecResult<&mut Context> {
+        if let Some(e) = &self.poisoned {
+            return Err(e.clone());
+        }
         let c = self
             .contexts
             .get_mut(&ctx.0)
@@ -674,9 +697,7 @@ impl SimGpu {
                     tracing::debug!(kernel = %name, error = %e, sticky, "launch failed");
                 }
                 if sticky {
-                    if let Some(c) = self.contexts.get_mut(&ctx.0) {
-                        c.sticky = Some(err.clone());
-                    }
+                    self.set_sticky(ctx, &err);
                 }
                 Err(err)
             }
@@ -783,7 +804,14 @@ impl GpuExecutor for SimGpu {
         self.gpu_time_ns
     }
 
+    fn sticky_errors_poison_process(&self) -> bool {
+        self.poison_process
+    }
+
     fn create_context(&mut self) -> ExecResult<CtxId> {
+        if let Some(e) = &self.poisoned {
+            return Err(e.clone());
+        }
         let id = self.id();
         self.contexts.insert(id, Context::default());
         Ok(CtxId(id))
@@ -1040,7 +1068,7 @@ impl GpuExecutor for SimGpu {
                 call: "cuLaunchKernel",
                 status: Status::ILLEGAL_ADDRESS,
             };
-            c.sticky = Some(e.clone());
+            self.set_sticky(ctx, &e);
             return Err(e);
         }
         // A configured duration is checked before the kernel executes: a
