@@ -254,6 +254,54 @@ fn occupancy(n: *mut i32, f: CUfunction, block: i32) -> CUresult {
     })
 }
 
+/// Dynamic shared memory each of `blocks` resident blocks of `block_size`
+/// threads may use on one multiprocessor of a device with `per_sm` bytes of
+/// shared memory per multiprocessor, at most `per_block` (the opt-in limit)
+/// per block, and `threads_per_sm` threads: 0 when that many blocks do not
+/// fit. Kernels report no static shared memory (`cuFuncGetAttribute`), so
+/// none is subtracted.
+fn available_dynamic_smem(
+    per_sm: i32,
+    per_block: i32,
+    threads_per_sm: i32,
+    blocks: i32,
+    block_size: i32,
+) -> Option<usize> {
+    if blocks <= 0 || block_size <= 0 {
+        return None;
+    }
+    if i64::from(blocks) * i64::from(block_size) > i64::from(threads_per_sm) {
+        return Some(0);
+    }
+    let share = (per_sm.max(0) / blocks).min(per_block.max(0));
+    Some(share as usize)
+}
+
+/// `cuOccupancyAvailableDynamicSMemPerBlock` (cuBLAS asks it while
+/// `cublasCreate` sets up), by the same model as the occupancy calls.
+#[no_mangle]
+pub extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
+    size: *mut usize,
+    f: CUfunction,
+    blocks: i32,
+    block_size: i32,
+) -> CUresult {
+    ffi_result(|| {
+        function_ref(f)?;
+        let info = state::device()?;
+        let n = available_dynamic_smem(
+            info.attribute(81)?,
+            info.attribute(97)?,
+            info.attribute(39)?,
+            blocks,
+            block_size,
+        )
+        .ok_or(err::INVALID_VALUE)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(size, n) }
+    })
+}
+
 /// `cuOccupancyMaxActiveBlocksPerMultiprocessor`: by thread count only.
 #[no_mangle]
 pub extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -275,4 +323,21 @@ pub extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     _flags: u32,
 ) -> CUresult {
     occupancy(n, f, block)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::available_dynamic_smem;
+
+    #[test]
+    fn available_dynamic_shared_memory_divides_the_multiprocessor() {
+        // H100: 233,472 bytes per SM, 232,448 opt-in per block, 2,048 threads.
+        let h100 = |blocks, size| available_dynamic_smem(233_472, 232_448, 2048, blocks, size);
+        assert_eq!(h100(1, 256), Some(232_448), "capped by the per-block limit");
+        assert_eq!(h100(2, 256), Some(116_736));
+        assert_eq!(h100(8, 256), Some(29_184));
+        assert_eq!(h100(16, 256), Some(0), "more threads than the SM holds");
+        assert_eq!(h100(0, 256), None);
+        assert_eq!(h100(1, 0), None);
+    }
 }

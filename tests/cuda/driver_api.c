@@ -328,7 +328,9 @@ static void kernels(void) {
             CHECK(p_cuEventElapsedTime(&ms, ev[k], ev[k + 1]));
             double w = (double)want[k] / 1e6;
             printf("TIME launch %d %.6f ms, modelled %.6f ms\n", k, ms, w);
-            EXPECT(ms >= w - 1e-3, "launch %d: %.6f ms, want %.6f ms", k, ms, w);
+            /* Modelled durations are SimGpu's; on a GPU only the spin
+             * kernel takes the time it is given. */
+            if (sim_timing()) EXPECT(ms >= w - 1e-3, "launch %d: %.6f ms, want %.6f ms", k, ms, w);
             if (ms > w + 1e-3) exact = 0;
         }
         if (exact || !sim_timing()) break;
