@@ -214,10 +214,79 @@ fn launch_ex(
     if config.is_null() {
         return err::INVALID_VALUE;
     }
-    // SAFETY: non-null; the caller passes a CUlaunchConfig (attributes such
-    // as clusters are not modelled and are ignored).
+    // SAFETY: non-null; the caller passes a CUlaunchConfig.
     let c = unsafe { &*config };
+    if let Err(e) = check_launch_attributes(c) {
+        return e;
+    }
     launch(f, c.grid, c.block, c.shared, c.stream, params, extra)
+}
+
+/// `CUlaunchAttribute`: an id, padding, and a 64-byte value union.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct LaunchAttribute {
+    id: u32,
+    pad: [u8; 4],
+    value: [u32; 16],
+}
+
+/// `CU_LAUNCH_ATTRIBUTE_COOPERATIVE`.
+const ATTR_COOPERATIVE: u32 = 2;
+/// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`.
+const ATTR_CLUSTER_DIMENSION: u32 = 4;
+/// Most attributes one launch may carry.
+const MAX_LAUNCH_ATTRIBUTES: u32 = 64;
+
+/// Refuses launch attributes whose semantics fairgpu does not carry to the
+/// host (thread-block clusters larger than one block, cooperative
+/// launches): running the kernel without them could compute wrong data,
+/// so the launch fails with CUDA_ERROR_NOT_SUPPORTED, named once. Hints
+/// (priorities, access policy windows, ...) are accepted and ignored.
+fn check_launch_attributes(c: &LaunchConfig) -> Result<(), CUresult> {
+    if c.num_attrs == 0 {
+        return Ok(());
+    }
+    if c.attrs.is_null() || c.num_attrs > MAX_LAUNCH_ATTRIBUTES {
+        return Err(err::INVALID_VALUE);
+    }
+    for i in 0..c.num_attrs as usize {
+        // SAFETY: the caller passes `num_attrs` (bounded above) attributes
+        // at `attrs` (checked for null); read_unaligned makes no alignment
+        // assumption about the caller's array.
+        let a = unsafe { c.attrs.cast::<LaunchAttribute>().add(i).read_unaligned() };
+        let refused = match a.id {
+            ATTR_CLUSTER_DIMENSION => a.value[..3].iter().any(|&d| d > 1),
+            ATTR_COOPERATIVE => a.value[0] != 0,
+            _ => false,
+        };
+        if refused {
+            return Err(crate::unsupported(if a.id == ATTR_COOPERATIVE {
+                "cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_COOPERATIVE"
+            } else {
+                "cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION"
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// `cuOccupancyMaxActiveClusters`: fairgpu launches no thread-block
+/// clusters (the device reports CLUSTER_LAUNCH = 0), so none can be active.
+#[no_mangle]
+pub extern "C" fn cuOccupancyMaxActiveClusters(
+    n: *mut i32,
+    f: CUfunction,
+    config: *const LaunchConfig,
+) -> CUresult {
+    ffi_result(|| {
+        function_ref(f)?;
+        if config.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(n, 0) }
+    })
 }
 
 /// `cuLaunchKernelEx`.

@@ -98,6 +98,7 @@ pub const UNREMOTED_FEATURES: &[(i32, &str)] = &[
     (114, "TIMELINE_SEMAPHORE_INTEROP_SUPPORTED"),
     (115, "MEMORY_POOLS_SUPPORTED"),
     (116, "GPU_DIRECT_RDMA_SUPPORTED"),
+    (120, "CLUSTER_LAUNCH"),
 ];
 
 impl DeviceProps {
