@@ -369,12 +369,19 @@ impl CudaOps {
                 Ok(vals(&[ptr]))
             }
             Opcode::MemFree => {
-                let size = cx.allocs.remove(&a[0]).ok_or(Status::INVALID_VALUE)?;
+                if !cx.allocs.contains_key(&a[0]) {
+                    return Err(Status::INVALID_VALUE);
+                }
+                // The quota is credited only once the executor has freed the
+                // memory: a free refused (a sticky context) leaves it
+                // allocated, so it stays counted until the context goes.
+                self.exec.mem_free(ctx, a[0]).map_err(exec_err)?;
+                let size = self.contexts[ch as usize]
+                    .as_mut()
+                    .and_then(|cx| cx.allocs.remove(&a[0]))
+                    .ok_or(Status::INVALID_VALUE)?;
                 self.mem_used -= size;
-                self.exec
-                    .mem_free(ctx, a[0])
-                    .map_err(exec_err)
-                    .map(|_| Answer::default())
+                Ok(Answer::default())
             }
             Opcode::MemcpyHtoD => {
                 let len = arena.len();

@@ -671,6 +671,49 @@ fn the_quota_is_shared_by_a_vm_s_channels_and_independent_of_other_vms() {
     assert_eq!(a.mem_get_info(), Ok((0, VM_QUOTA)));
 }
 
+/// A kernel that stores to the address it is given: with a bad one, a
+/// sticky CUDA_ERROR_ILLEGAL_ADDRESS on SimGpu (its PTX is executed).
+const WILD_STORE_PTX: &str = ".version 8.0\n.target sm_90\n.address_size 64\n\
+.visible .entry wild_store(.param .u64 p)\n{\n.reg .b64 %rd<2>;\n.reg .b32 %r<2>;\n\
+ld.param.u64 %rd1, [p];\nmov.u32 %r1, 7;\nst.global.u32 [%rd1], %r1;\nret;\n}\n";
+
+/// Finding: MemFree took the allocation off the quota before the executor
+/// freed it; in a context made sticky by a faulting kernel SimGpu refuses
+/// the free, so the memory stayed allocated but uncounted, and a guest
+/// could hold many times its quota.
+#[test]
+fn quota_bypass_through_frees_refused_by_a_sticky_context_is_closed() {
+    let rig = Rig::start("cuda_free_sticky");
+    let mut a = rig.cuda(0);
+    let held = a.mem_alloc(VM_QUOTA / 2).unwrap();
+    let module = a.module_load(WILD_STORE_PTX.as_bytes()).unwrap();
+    let k = a.module_get_function(module, "wild_store").unwrap();
+    a.launch(k.handle, ONE, ONE, 0, 0, &16u64.to_le_bytes())
+        .unwrap();
+    assert_eq!(
+        a.ctx_synchronize(),
+        Err(refused(Status::ILLEGAL_ADDRESS)),
+        "the wild store faults"
+    );
+    assert!(a.mem_free(held).is_err(), "a sticky context frees nothing");
+    // Still allocated, so still counted: the VM's other guests cannot
+    // allocate it again.
+    let mut b = rig.cuda(0);
+    assert_eq!(
+        b.mem_alloc(VM_QUOTA / 2 + 4096),
+        Err(refused(Status::OUT_OF_MEMORY))
+    );
+    wait_for_status(&rig.d, "vm1's held memory to be published", |s| {
+        vm(s, "vm1").mem_used == VM_QUOTA / 2
+    });
+    // Releasing the faulted channel destroys its context and returns it.
+    drop(a);
+    wait_for_status(&rig.d, "vm1's faulted context to be destroyed", |s| {
+        vm(s, "vm1").mem_used == 0
+    });
+    b.mem_alloc(VM_QUOTA).unwrap();
+}
+
 #[test]
 fn streams_and_events_order_kernels_on_the_modelled_device_timeline() {
     let rig = Rig::start("cuda_streams");
