@@ -946,7 +946,10 @@ impl<H: Handler> Server<H> {
         let off = ch.offs.at(CH_HOST_STATE);
         self.stats[i].failed.store(1, Ordering::Relaxed);
         if why != ChannelFailure::HostShutdown {
-            tracing::warn!(channel = ch.index, generation = ch.served_gen, reason = %why, "channel failed");
+            static LIMIT: RateLimit = RateLimit::new();
+            if let Some(suppressed) = LIMIT.admit() {
+                tracing::warn!(channel = ch.index, generation = ch.served_gen, reason = %why, suppressed, "channel failed");
+            }
         }
         // Release: pairs with the guest's Acquire load of host_state.
         self.u32_at(off).store(why as u32, Ordering::Release);
@@ -992,18 +995,58 @@ impl<H: Handler> Server<H> {
     }
 }
 
+/// At most one log line per second for a kind of guest-triggered
+/// warning, counting what it held back. A guest can trigger these at the
+/// rate of its own loop (8,500 "channel failed" lines in 5 s were seen):
+/// the log must not be a way to exhaust the host's disk or bury other VMs'
+/// lines.
+#[derive(Debug)]
+pub struct RateLimit {
+    last_sec: std::sync::atomic::AtomicU64,
+    suppressed: std::sync::atomic::AtomicU64,
+}
+
+impl RateLimit {
+    /// A limiter that has let nothing through yet.
+    pub const fn new() -> RateLimit {
+        RateLimit {
+            last_sec: std::sync::atomic::AtomicU64::new(u64::MAX),
+            suppressed: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a line may be logged now; if so, how many were held back
+    /// since the last one.
+    pub fn admit(&self) -> Option<u64> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.admit_at(now)
+    }
+
+    /// [`RateLimit::admit`] at `now_sec` (seconds of any monotone clock).
+    pub fn admit_at(&self, now_sec: u64) -> Option<u64> {
+        // Relaxed: a log throttle; a race lets at most one extra line
+        // through and orders nothing else.
+        if self.last_sec.swap(now_sec, Ordering::Relaxed) != now_sec {
+            Some(self.suppressed.swap(0, Ordering::Relaxed))
+        } else {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+impl Default for RateLimit {
+    fn default() -> Self {
+        RateLimit::new()
+    }
+}
+
 fn rate_limited_warn(ch: usize, e: &fairgpu_protocol::wire::RequestError) {
-    use std::sync::atomic::AtomicU64;
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    if LAST.swap(now, Ordering::Relaxed) != now {
-        let n = SUPPRESSED.swap(0, Ordering::Relaxed);
-        tracing::warn!(channel = ch, error = %e, suppressed = n, "bad request refused");
-    } else {
-        SUPPRESSED.fetch_add(1, Ordering::Relaxed);
+    static LIMIT: RateLimit = RateLimit::new();
+    if let Some(suppressed) = LIMIT.admit() {
+        tracing::warn!(channel = ch, error = %e, suppressed, "bad request refused");
     }
 }
 
@@ -1011,6 +1054,24 @@ fn rate_limited_warn(ch: usize, e: &fairgpu_protocol::wire::RequestError) {
 mod tests {
     use super::*;
     use crate::transport_ops::TransportOps;
+
+    /// Finding: the `channel failed` warning was not rate-limited (8,500
+    /// lines in 5 s from a guest's loop).
+    #[test]
+    fn a_guest_failing_channels_in_a_loop_gets_one_warning_a_second() {
+        let limit = RateLimit::new();
+        assert_eq!(limit.admit_at(100), Some(0), "the first line is logged");
+        for _ in 0..8_500 {
+            assert_eq!(limit.admit_at(100), None);
+        }
+        assert_eq!(
+            limit.admit_at(101),
+            Some(8_500),
+            "and says how many it held back"
+        );
+        assert_eq!(limit.admit_at(101), None);
+        assert_eq!(limit.admit_at(102), Some(1));
+    }
 
     fn temp_region(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("fairgpu-host-test-{}-{name}", std::process::id()))
