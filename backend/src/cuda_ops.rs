@@ -18,7 +18,7 @@
 //! - sizes from the guest are bounded by the limits of `protocol::cuda`
 //!   before anything is allocated.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
 
 use fairgpu_protocol::cuda::{
@@ -69,6 +69,10 @@ struct Context {
     allocs: BTreeMap<DevPtr, u64>,
     modules: HandleTable<ModId>,
     functions: HandleTable<Function>,
+    /// (module handle, executor function) -> its handle: asking for the
+    /// same kernel again returns the same handle, as the driver does, so a
+    /// guest cannot mint a handle (and a copy of the layout) per request.
+    function_of: HashMap<(u64, u64), Handle>,
     streams: HandleTable<StreamId>,
     events: HandleTable<EventId>,
     /// A module image being staged, and the size announced for it.
@@ -86,6 +90,7 @@ impl Context {
             allocs: BTreeMap::new(),
             modules: HandleTable::new(MAX_OBJECTS),
             functions: HandleTable::new(MAX_OBJECTS),
+            function_of: HashMap::new(),
             streams: HandleTable::new(MAX_OBJECTS),
             events: HandleTable::new(MAX_OBJECTS),
             staging: Vec::new(),
@@ -477,6 +482,7 @@ impl CudaOps {
                 let h = Handle(a[0]);
                 let m = cx.modules.remove(h).map_err(|_| Status::INVALID_HANDLE)?;
                 cx.functions.retain(|f| f.module != h);
+                cx.function_of.retain(|(m, _), _| *m != h.0);
                 self.exec
                     .module_unload(ctx, m)
                     .map_err(exec_err)
@@ -503,14 +509,22 @@ impl CudaOps {
                 arena.write(0, &layout)?;
                 let n = params.len() as u64;
                 let cx = self.contexts[ch as usize].as_mut().expect("context exists");
-                let f = cx
-                    .functions
-                    .insert(Function {
-                        id,
-                        module: h,
-                        params,
-                    })
-                    .map_err(|_| Status::OUT_OF_MEMORY)?;
+                let key = (h.0, id.0);
+                let f = match cx.function_of.get(&key) {
+                    Some(&f) => f,
+                    None => {
+                        let f = cx
+                            .functions
+                            .insert(Function {
+                                id,
+                                module: h,
+                                params,
+                            })
+                            .map_err(|_| Status::OUT_OF_MEMORY)?;
+                        cx.function_of.insert(key, f);
+                        f
+                    }
+                };
                 Ok(Answer {
                     vals: [f.0, n, 0, 0, 0],
                     out_len: layout.len() as u32,

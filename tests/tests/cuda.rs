@@ -714,6 +714,35 @@ fn quota_bypass_through_frees_refused_by_a_sticky_context_is_closed() {
     b.mem_alloc(VM_QUOTA).unwrap();
 }
 
+/// Finding: every `cuModuleGetFunction` minted a new handle holding a copy
+/// of the kernel's parameter layout, so 64-byte requests grew the worker by
+/// megabytes outside any quota. The same kernel now has one handle, as on
+/// the driver.
+#[test]
+fn handle_minting_by_asking_for_a_kernel_again_and_again_is_closed() {
+    let rig = Rig::start("cuda_function_handles");
+    let mut a = rig.cuda(0);
+    let module = a.module_load(WILD_STORE_PTX.as_bytes()).unwrap();
+    let first = a.module_get_function(module, "wild_store").unwrap();
+    for _ in 0..2_000 {
+        let again = a.module_get_function(module, "wild_store").unwrap();
+        assert_eq!(again.handle, first.handle, "a second handle for one kernel");
+        assert_eq!(again.params, first.params);
+    }
+    // After an unload the handle is dead, and a reload gets a live one.
+    a.module_unload(module).unwrap();
+    a.launch(first.handle, ONE, ONE, 0, 0, &0u64.to_le_bytes())
+        .unwrap();
+    assert_eq!(a.ctx_synchronize(), Err(deferred(Status::INVALID_HANDLE)));
+    let module = a.module_load(WILD_STORE_PTX.as_bytes()).unwrap();
+    let fresh = a.module_get_function(module, "wild_store").unwrap();
+    assert_ne!(fresh.handle, first.handle);
+    assert_eq!(
+        a.module_get_function(module, "wild_store").unwrap().handle,
+        fresh.handle
+    );
+}
+
 #[test]
 fn streams_and_events_order_kernels_on_the_modelled_device_timeline() {
     let rig = Rig::start("cuda_streams");

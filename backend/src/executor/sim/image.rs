@@ -48,6 +48,13 @@ const FLAG_COMPRESSED: u64 = 0x2000;
 const FLAG_ZSTD: u64 = 0x8000;
 /// Largest decompressed PTX entry accepted.
 const MAX_PTX: u64 = 64 * 1024 * 1024;
+/// Most bytes one image may decompress to, over all its entries: a guest
+/// cannot make one load cost more host work than this (about 0.1 to 0.3 s
+/// of a core for zstd or LZ4), however many entries it packs.
+pub const MAX_DECOMPRESSED: u64 = 64 * 1024 * 1024;
+/// Most PTX entries one image may carry (nvcc emits one per virtual
+/// architecture it was asked for: a handful).
+pub const MAX_PTX_ENTRIES: usize = 256;
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 /// Largest `.align` a parameter may ask for.
 const MAX_PARAM_ALIGN: u64 = 4096;
@@ -160,6 +167,13 @@ pub enum ImageError {
     /// More kernels than a module may declare (65536).
     #[error("module declares more than {MAX_KERNELS} kernels")]
     TooManyKernels,
+    /// Compressed entries that would decompress to more than
+    /// [`MAX_DECOMPRESSED`] bytes in all.
+    #[error("fatbin entries decompress to more than {MAX_DECOMPRESSED} bytes")]
+    DecompressionBomb,
+    /// More PTX entries than [`MAX_PTX_ENTRIES`].
+    #[error("fatbin carries more than {MAX_PTX_ENTRIES} PTX entries")]
+    TooManyEntries,
 }
 
 /// Parses a module image (PTX text, or a fatbin with PTX) into its
@@ -367,6 +381,10 @@ fn span(image: &[u8], what: &'static str, off: usize, len: u64) -> Result<usize,
 fn parse_fatbin(image: &[u8]) -> Result<ModuleImage, ImageError> {
     let mut sources = Sources::default();
     let (mut ptx, mut compressed, mut cubin, mut unreadable) = (0usize, 0usize, 0usize, 0usize);
+    // Bytes still allowed to come out of decompression, and PTX entries
+    // still allowed: both checked before any work on an entry.
+    let mut inflate_budget = MAX_DECOMPRESSED;
+    let mut entries_left = MAX_PTX_ENTRIES;
     let mut pos = 0usize;
     while le_u32(image, pos) == Some(FATBIN_MAGIC) {
         span(image, "fatbin header", pos, FATBIN_HEADER_LEN as u64)?;
@@ -396,9 +414,19 @@ fn parse_fatbin(image: &[u8]) -> Result<ModuleImage, ImageError> {
             let payload = &entry[data..data_end];
             match kind {
                 ENTRY_KIND_PTX => {
+                    entries_left = entries_left
+                        .checked_sub(1)
+                        .ok_or(ImageError::TooManyEntries)?;
                     let zstd = flags & FLAG_ZSTD != 0 || payload.starts_with(&ZSTD_MAGIC);
                     if zstd || flags & FLAG_COMPRESSED != 0 {
                         let size = le_u64(entry, e + 56).unwrap_or(0);
+                        // Charged at the size the entry states, before any
+                        // output exists (decompress stops there; a size it
+                        // refuses outright costs nothing).
+                        let inflates = if size <= MAX_PTX { size } else { 0 };
+                        inflate_budget = inflate_budget
+                            .checked_sub(inflates)
+                            .ok_or(ImageError::DecompressionBomb)?;
                         match decompress(payload, compressed_len, size, zstd) {
                             Some(plain) => match ptx_text(&plain) {
                                 Some(text) => {
@@ -978,6 +1006,49 @@ $L__BB0_2:
             ptx_arch(b".version 7.0\n.entry k() { ret; }\n.target sm_80"),
             0
         );
+    }
+
+    /// A fatbin of `n` LZ4 PTX entries, each `size` bytes of PTX once
+    /// decompressed (a few KiB compressed).
+    fn lz4_bomb(n: usize, size: usize) -> Vec<u8> {
+        let mut plain = VECADD_PTX.as_bytes().to_vec();
+        plain.resize(size, b' ');
+        let packed = lz4_flex::block::compress(&plain);
+        let one = fatbin(&packed, FLAG_COMPRESSED);
+        let e = 16 + 88;
+        let padded = packed.len().next_multiple_of(8);
+        let mut entry = one[e..e + 64 + padded].to_vec();
+        entry[16..20].copy_from_slice(&(packed.len() as u32).to_le_bytes());
+        entry[56..64].copy_from_slice(&(size as u64).to_le_bytes());
+        let body: Vec<u8> = entry.repeat(n);
+        let mut f = one[..16].to_vec();
+        f[8..16].copy_from_slice(&(body.len() as u64).to_le_bytes());
+        f.extend(body);
+        f
+    }
+
+    /// Finding: a 430 KB image of many compressed entries, each expanding
+    /// to 64 MiB, cost 25 s of the worker's CPU at every load.
+    #[test]
+    fn decompression_bomb_of_many_entries_is_refused_before_inflating() {
+        // 4 MiB entries: 16 fit the bound, 17 do not.
+        let fits = lz4_bomb(16, 4 << 20);
+        assert!(
+            fits.len() < 1 << 20,
+            "the bomb is small: {} bytes",
+            fits.len()
+        );
+        let m = parse_module(&fits).expect("16 entries of 4 MiB fit the bound");
+        assert_eq!(m.kernels.len(), 3);
+        assert!(matches!(
+            parse_module(&lz4_bomb(17, 4 << 20)),
+            Err(ImageError::DecompressionBomb)
+        ));
+        // Many small entries are bounded by count.
+        assert!(matches!(
+            parse_module(&lz4_bomb(MAX_PTX_ENTRIES + 1, 256)),
+            Err(ImageError::TooManyEntries)
+        ));
     }
 
     #[test]
