@@ -35,10 +35,17 @@
 //!   issue for the spin budget and none of its work is still in flight
 //!   (it does not block on that work to release). So that the drain (the wait of
 //!   the VM that caused the revocation) stays short, a lease holder keeps
-//!   at most [`LEASE_QUEUE`] requests in flight: it records an executor
-//!   event after each and holds the next request back while that many are
-//!   not done (the daemon grants leases only after the other VMs have been
-//!   quiet for a while, so this is the only protection needed).
+//!   about one slice of device work in flight: it records an executor
+//!   event after each request, learns what its requests cost from the
+//!   device time between consecutive completed events (rising at once to a
+//!   longer one, decaying slowly), and holds the next request back while
+//!   slice / cost requests are not done (at least one, at most
+//!   [`LEASE_QUEUE`]; one until a cost is known). Counting requests alone
+//!   let 30 one-second kernels sit in the queue, and the next VM waited
+//!   30 s. A request's cost is known only once it ran, so a VM that
+//!   switches from short to long requests can still queue up to
+//!   [`LEASE_QUEUE`] of them once; the charge (wall-clock time) falls on
+//!   it, and the runaway guard bounds any single request.
 //! - **Accounting** ([`Accounting`]), per grant:
 //!   - `sampled`: synchronise after each of the first [`SAMPLES`] pieces
 //!     of device work (kernels, copies, memsets) and time each (issue to
@@ -276,6 +283,12 @@ pub struct Gate {
     events: EventMeter,
     /// End marks of a lease's requests not known to be done.
     lease_marks: VecDeque<Mark>,
+    /// The last end mark of the lease seen done, kept (not yet unmarked)
+    /// so that the next one's device time can be read against it.
+    lease_done: Option<Mark>,
+    /// What one of this VM's requests costs on the device under a lease,
+    /// ns: the learned basis of the lease's queue depth.
+    lease_cost: Option<u64>,
     grants: u64,
     /// A running average of the samples that ran alone, ns: what a sample
     /// that queued behind another VM's drain is charged at most.
@@ -494,6 +507,8 @@ impl Gate {
             runnable: false,
             events: EventMeter::default(),
             lease_marks: VecDeque::new(),
+            lease_done: None,
+            lease_cost: None,
             grants: 0,
             avg: None,
         }
@@ -584,6 +599,11 @@ impl Gate {
                 }
                 self.collect_lease_marks(meter);
             }
+            // The next lease's first completion is not read against this
+            // one's (the gap between them is not device work).
+            if let Some(m) = self.lease_done.take() {
+                meter.unmark(m);
+            }
             nanos(h.since.elapsed())
         } else {
             if why == Why::Full {
@@ -670,26 +690,61 @@ impl Gate {
         }
     }
 
-    /// Forgets the lease's end marks that are done (or void).
+    /// Forgets the lease's end marks that are done (or void), learning
+    /// from the done ones.
     fn collect_lease_marks(&mut self, meter: &mut dyn Meter) {
-        self.lease_marks.retain(|&m| match meter.mark_done(m) {
-            Some(false) => true,
-            Some(true) => {
-                meter.unmark(m);
-                false
+        let marks = std::mem::take(&mut self.lease_marks);
+        for m in marks {
+            match meter.mark_done(m) {
+                Some(false) => self.lease_marks.push_back(m),
+                Some(true) => self.lease_mark_done(meter, m),
+                None => {}
             }
-            None => false,
+        }
+    }
+
+    /// A lease's end mark `m` is done: the device time since the previous
+    /// done mark of the same context is what the request in between cost.
+    fn lease_mark_done(&mut self, meter: &mut dyn Meter, m: Mark) {
+        if let Some(prev) = self.lease_done.take() {
+            if prev.ch == m.ch && prev.ctx == m.ctx {
+                if let Some(ns) = meter.mark_elapsed_ns(prev, m).filter(|&ns| ns >= 0) {
+                    self.learn_lease_cost(ns as u64);
+                }
+            }
+            meter.unmark(prev);
+        }
+        self.lease_done = Some(m);
+    }
+
+    /// Folds one request's device time into the lease cost: a longer one
+    /// is taken at once, shorter ones decay it by 1/8 each.
+    fn learn_lease_cost(&mut self, ns: u64) {
+        self.lease_cost = Some(match self.lease_cost {
+            Some(c) if ns < c => c - (c - ns) / 8,
+            _ => ns,
         });
     }
 
+    /// How many requests a lease holder may keep in flight: about one
+    /// slice of device work at the learned cost, at least one, at most
+    /// [`LEASE_QUEUE`]; one while no cost is known.
+    fn lease_depth(&self) -> usize {
+        let slice = self.holding.as_ref().map_or(1, |h| h.slice);
+        match self.lease_cost {
+            Some(cost) => (slice / cost.max(1)).clamp(1, LEASE_QUEUE as u64) as usize,
+            None => 1,
+        }
+    }
+
     /// Whether a lease holder must hold its next request back: it has
-    /// [`LEASE_QUEUE`] requests in flight.
+    /// [`Gate::lease_depth`] requests in flight.
     fn lease_full(&mut self, meter: &mut dyn Meter) -> bool {
-        if self.lease_marks.len() < LEASE_QUEUE {
+        if self.lease_marks.len() < self.lease_depth() {
             return false;
         }
         self.collect_lease_marks(meter);
-        self.lease_marks.len() >= LEASE_QUEUE
+        self.lease_marks.len() >= self.lease_depth()
     }
 
     /// Forgets done lease marks from the front (oldest first), without
@@ -699,8 +754,8 @@ impl Gate {
             match meter.mark_done(m) {
                 Some(false) => break,
                 Some(true) => {
-                    meter.unmark(m);
                     self.lease_marks.pop_front();
+                    self.lease_mark_done(meter, m);
                 }
                 None => {
                     self.lease_marks.pop_front();
@@ -1056,6 +1111,10 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         if let Some(gate) = self.gate.as_mut() {
             gate.events.forget(ch);
             gate.lease_marks.retain(|m| m.ch != ch);
+            // Its context (and the mark's event) goes with the channel.
+            if gate.lease_done.is_some_and(|m| m.ch == ch) {
+                gate.lease_done = None;
+            }
             if let Some(h) = gate.holding.as_mut() {
                 h.dirty.retain(|&c| c != ch);
                 if let Phase::Sampling {
@@ -1238,6 +1297,8 @@ mod tests {
         busy: bool,
         /// How long a synchronisation waits (the device's work).
         sync_takes: Duration,
+        /// Device time between two marks, ns (0: 1,000).
+        elapsed_ns: i64,
     }
 
     impl Handler for Fake {
@@ -1275,7 +1336,11 @@ mod tests {
             Some(self.done)
         }
         fn mark_elapsed_ns(&mut self, _: Mark, _: Mark) -> Option<i64> {
-            Some(1_000)
+            Some(if self.elapsed_ns == 0 {
+                1_000
+            } else {
+                self.elapsed_ns
+            })
         }
         fn unmark(&mut self, _: Mark) {}
     }
@@ -1462,12 +1527,19 @@ mod tests {
     fn a_lease_issues_freely_until_revoked_then_drains() {
         let mut r = rig("lease", Accounting::Sampled, IdleBehaviour::Block);
         let d = r.file.slot(0).unwrap();
-        let seq = d.grant(1, true);
+        let seq = d.grant(6_000_000, true);
+        // Requests done teach the lease what one costs (1 µs): the second
+        // completion is read against the first when the third is issued.
+        r.s.inner().done = true;
+        for _ in 0..3 {
+            assert!(r.serve(Opcode::LaunchKernel));
+        }
+        r.s.inner().done = false;
         for _ in 0..20 {
             assert!(r.serve(Opcode::LaunchKernel), "no slice under a lease");
         }
         assert_eq!(r.s.inner().syncs, 0, "no interposition under a lease");
-        assert_eq!(r.s.inner().marks, 20, "an end mark per request");
+        assert_eq!(r.s.inner().marks, 23, "an end mark per request");
         // Work in flight: not idle.
         assert!(r.idle_pass().is_some());
         assert_ne!(d.released(), seq);
@@ -1479,6 +1551,51 @@ mod tests {
         assert_eq!(r.s.inner().syncs, 1, "drained its channel");
         assert_eq!(d.released(), seq);
         assert!(d.runnable());
+    }
+
+    /// Finding: a lease allowed 1,024 requests in flight whatever they
+    /// cost, and 30 one-second kernels made another VM wait 30 s. A lease
+    /// keeps about one slice of device work in flight.
+    #[test]
+    fn cross_vm_stall_by_long_kernels_under_a_lease_is_bounded_to_a_slice() {
+        let mut r = rig("lease-long", Accounting::Sampled, IdleBehaviour::Block);
+        r.s.inner().elapsed_ns = 1_000_000_000;
+        let d = r.file.slot(0).unwrap();
+        d.grant(6_000_000, true);
+        assert!(r.serve_async(Opcode::LaunchKernel));
+        assert!(
+            !r.serve_async(Opcode::LaunchKernel),
+            "a request of unknown cost is the only one in flight"
+        );
+        // Two completions teach the cost: one second a request.
+        r.s.inner().done = true;
+        assert!(r.serve_async(Opcode::LaunchKernel));
+        assert!(r.serve_async(Opcode::LaunchKernel));
+        r.s.inner().done = false;
+        for _ in 0..30 {
+            assert!(
+                !r.serve_async(Opcode::LaunchKernel),
+                "a second one-second kernel queued under a 6 ms slice"
+            );
+        }
+    }
+
+    #[test]
+    fn a_lease_of_short_requests_keeps_a_deep_queue() {
+        let mut r = rig("lease-short", Accounting::Sampled, IdleBehaviour::Block);
+        // 1 µs requests: a 6 ms slice holds 6,000, capped at LEASE_QUEUE.
+        let d = r.file.slot(0).unwrap();
+        d.grant(6_000_000, true);
+        r.s.inner().done = true;
+        for _ in 0..3 {
+            assert!(r.serve_async(Opcode::LaunchKernel));
+        }
+        r.s.inner().done = false;
+        // The third request is still in flight.
+        for i in 1..LEASE_QUEUE {
+            assert!(r.serve_async(Opcode::LaunchKernel), "request {i} held back");
+        }
+        assert!(!r.serve_async(Opcode::LaunchKernel));
     }
 
     #[test]
