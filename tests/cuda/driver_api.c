@@ -316,13 +316,14 @@ static void kernels(void) {
     CHECK(p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     CUevent ev[8];
     for (int k = 0; k < 8; k++) CHECK(p_cuEventCreate(&ev[k], CU_EVENT_DEFAULT));
-    for (int attempt = 0;; attempt++) {
+    {
         unsigned long long want[8];
-        /* A head start keeps the stream busy while the launches are issued,
-         * so the events measure the kernels only. */
-        int n = launches(spin, mixed, s, ev, (200 * MS) << (2 * attempt), want);
+        /* A head start keeps the stream busy while the launches are issued.
+         * The events may still include idle time (the host's pace, a
+         * scheduler's sample synchronising the device): only the lower
+         * bound is checked here; exact durations through GPU_NS. */
+        int n = launches(spin, mixed, s, ev, 200 * MS, want);
         CHECK(p_cuEventSynchronize(ev[n]));
-        int exact = 1;
         for (int k = 0; k < n; k++) {
             float ms = -1;
             CHECK(p_cuEventElapsedTime(&ms, ev[k], ev[k + 1]));
@@ -331,10 +332,7 @@ static void kernels(void) {
             /* Modelled durations are SimGpu's; on a GPU only the spin
              * kernel takes the time it is given. */
             if (sim_timing()) EXPECT(ms >= w - 1e-3, "launch %d: %.6f ms, want %.6f ms", k, ms, w);
-            if (ms > w + 1e-3) exact = 0;
         }
-        if (exact || !sim_timing()) break;
-        EXPECT(attempt < 2, "the kernels' times are not their modelled durations");
     }
     CHECK(p_cuCtxSynchronize());
     for (int k = 0; k < 8; k++) CHECK(p_cuEventDestroy(ev[k]));

@@ -296,36 +296,29 @@ int main() {
     unsigned char* out = nullptr;
     CHECK(cudaMalloc((void**)&out, out_len));
 
-    std::vector<Launch> l;
-    for (int attempt = 0;; attempt++) {
-        CHECK(cudaMemset(out, 0, out_len));
-        // A head start, so that the kernels run back to back however slowly
-        // this host issues them, and the events measure only the kernels.
-        unsigned long long head = (200 * MS) << (2 * attempt);
-        spin<<<1, 1, 0, s>>>(head);
-        CHECK(cudaGetLastError());
-        gpu_ns += head;
-        l = launch_all(s, ev, out);
-        EXPECT(l.size() <= (size_t)max_launches, "too many launches");
-        CHECK(cudaStreamSynchronize(s));
-
-        bool exact = true;
-        for (size_t k = 0; k < l.size(); k++) {
-            float ms = elapsed_ms(ev[k], ev[k + 1]);
-            double want = (double)l[k].ns / 1e6;
-            std::printf("TIME %s %.6f ms, modelled %.6f ms\n", l[k].name, ms, want);
-            if (sim_timing()) {
-                // Far below: another parameter, or other bytes, were read.
-                EXPECT(ms >= want - 1e-3, "%s: %.6f ms, want %.6f: its duration parameter "
-                       "did not arrive intact", l[k].name, ms, want);
-                if (ms > want + 1e-3) exact = false;
-            }
+    // A head start, so that the kernels usually run back to back however
+    // slowly this host issues them. The events may still include idle time
+    // (the host's pace, a scheduler's sample synchronising the device), so
+    // only the lower bound is checked: a kernel that took less than its
+    // modelled duration read another parameter, or other bytes. That each
+    // duration arrived exactly is checked by the VM's GPU time (GPU_NS),
+    // and the bytes themselves by the results below.
+    CHECK(cudaMemset(out, 0, out_len));
+    const unsigned long long head = 200 * MS;
+    spin<<<1, 1, 0, s>>>(head);
+    CHECK(cudaGetLastError());
+    gpu_ns += head;
+    std::vector<Launch> l = launch_all(s, ev, out);
+    EXPECT(l.size() <= (size_t)max_launches, "too many launches");
+    CHECK(cudaStreamSynchronize(s));
+    for (size_t k = 0; k < l.size(); k++) {
+        float ms = elapsed_ms(ev[k], ev[k + 1]);
+        double want = (double)l[k].ns / 1e6;
+        std::printf("TIME %s %.6f ms, modelled %.6f ms\n", l[k].name, ms, want);
+        if (sim_timing()) {
+            EXPECT(ms >= want - 1e-3, "%s: %.6f ms, want at least %.6f: its duration parameter "
+                   "did not arrive intact", l[k].name, ms, want);
         }
-        if (exact) break;
-        // The events include idle time: this host was slower than the head
-        // start. Try again with a longer one; a wrong parameter fails every
-        // time.
-        EXPECT(attempt < 2, "the kernels' times are not their modelled durations");
     }
 
     if (check_results()) {

@@ -22,34 +22,27 @@ static void launch_spin(unsigned long long ns, cudaStream_t s) {
     gpu_ns += ns;
 }
 
-// Elapsed time of a kernel between two events is at least its duration;
-// with SimGpu's modelled durations, and the stream kept busy so that the
-// host's pace cannot add idle time, exactly its duration.
+// Elapsed time of a kernel between two events is at least its duration
+// (SimGpu's modelled one). Not checked: that it is exactly that; the events
+// include idle time when the host (or a scheduler's sample, which
+// synchronises the device) falls behind the busy stream.
 static void event_timing() {
     cudaStream_t s;
     CHECK(cudaStreamCreate(&s));
     cudaEvent_t ev[4];
     for (auto& e : ev) CHECK(cudaEventCreate(&e));
     const unsigned long long d[3] = {3 * MS, 1 * MS + 234567, 7 * MS};
-    for (int attempt = 0;; attempt++) {
-        launch_spin(100 * MS << (2 * attempt), s);  // keeps the stream busy
-        CHECK(cudaEventRecord(ev[0], s));
-        for (int i = 0; i < 3; i++) {
-            launch_spin(d[i], s);
-            CHECK(cudaEventRecord(ev[i + 1], s));
-        }
-        CHECK(cudaEventSynchronize(ev[3]));
-        bool exact = true;
-        for (int i = 0; i < 3; i++) {
-            float ms = elapsed_ms(ev[i], ev[i + 1]);
-            double want = (double)d[i] / 1e6;
-            EXPECT(ms >= want - 1e-3, "kernel %d of %.6f ms took %.6f ms by events", i, want, ms);
-            if (ms > want + 1e-3) exact = false;
-        }
-        if (exact || !sim_timing()) break;
-        // The host was slower than the busy stream: the events include idle
-        // time. Try again with a longer head start.
-        EXPECT(attempt < 2, "elapsed times are not the modelled durations");
+    launch_spin(100 * MS, s);  // keeps the stream busy
+    CHECK(cudaEventRecord(ev[0], s));
+    for (int i = 0; i < 3; i++) {
+        launch_spin(d[i], s);
+        CHECK(cudaEventRecord(ev[i + 1], s));
+    }
+    CHECK(cudaEventSynchronize(ev[3]));
+    for (int i = 0; i < 3; i++) {
+        float ms = elapsed_ms(ev[i], ev[i + 1]);
+        double want = (double)d[i] / 1e6;
+        EXPECT(ms >= want - 1e-3, "kernel %d of %.6f ms took %.6f ms by events", i, want, ms);
     }
     for (auto& e : ev) CHECK(cudaEventDestroy(e));
     CHECK(cudaStreamDestroy(s));
