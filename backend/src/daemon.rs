@@ -43,6 +43,7 @@ use crate::host::HostRegion;
 use crate::qemu::coord::{Coordinator, QmpWatcher, Target, Watch};
 use crate::qemu::doorbell::Doorbell;
 use crate::qemu::QemuState;
+use crate::region_socket::RegionSocket;
 use crate::sched::{SchedHandle, Scheduler};
 use crate::stats::{Field, Slot, StatsFile, WorkerState};
 
@@ -84,6 +85,41 @@ struct Vm {
     /// The ivshmem server of a doorbell VM. Declared after `region`: the
     /// server stops after the daemon's mapping is gone.
     doorbell: Option<Doorbell>,
+    /// A local VM's sealed region and the socket handing it to guests.
+    local: Option<LocalRegion>,
+}
+
+/// A local VM's region: a sealed memfd (its workers inherit it), handed to
+/// guests by the region socket at the VM's region path.
+#[derive(Debug)]
+struct LocalRegion {
+    memory: std::fs::File,
+    _socket: RegionSocket,
+}
+
+impl LocalRegion {
+    /// Creates the memfd, writes the region into it and binds the socket.
+    fn create(v: &VmConfig) -> anyhow::Result<(HostRegion, LocalRegion)> {
+        use std::os::fd::AsRawFd;
+        let size = fairgpu_protocol::Layout::new(&v.region)?.region_size() as u64;
+        let memory = fairgpu_qemu::sealed_memfd(&format!("fairgpu-{}", v.name), size)
+            .context("creating the region's memfd")?;
+        let proc_path = PathBuf::from(format!("/proc/self/fd/{}", memory.as_raw_fd()));
+        let region = HostRegion::format(&proc_path, &v.region)
+            .context("writing the region into its memfd")?;
+        let handed = memory
+            .try_clone()
+            .context("duplicating the region's descriptor")?;
+        let socket = RegionSocket::bind(&v.region_path, handed, &v.name)
+            .with_context(|| format!("binding the region socket {}", v.region_path.display()))?;
+        Ok((
+            region,
+            LocalRegion {
+                memory,
+                _socket: socket,
+            },
+        ))
+    }
 }
 
 /// What a worker needs to be started.
@@ -101,7 +137,12 @@ struct WorkerLaunch {
 }
 
 impl WorkerLaunch {
-    fn spawn(&self, vm: &VmConfig, doorbell: Option<&Doorbell>) -> std::io::Result<Child> {
+    fn spawn(
+        &self,
+        vm: &VmConfig,
+        doorbell: Option<&Doorbell>,
+        local: Option<&LocalRegion>,
+    ) -> std::io::Result<Child> {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("worker")
@@ -124,7 +165,15 @@ impl WorkerLaunch {
             cmd.arg("--grants").arg(p);
         }
         match doorbell {
-            None => cmd.spawn(),
+            None => match local {
+                None => cmd.spawn(),
+                Some(l) => {
+                    // The sealed region, kept at its number.
+                    use std::os::fd::{AsFd, AsRawFd};
+                    cmd.args(["--region-fd", &l.memory.as_raw_fd().to_string()]);
+                    fairgpu_qemu::os::spawn_keeping(&mut cmd, &[l.memory.as_fd()])
+                }
+            },
             Some(d) => {
                 // The memory and the wake relay, kept at their numbers.
                 use std::os::fd::AsRawFd;
@@ -145,7 +194,7 @@ impl Vm {
         // serves, which must not be overwritten.
         self.slot.set_state(WorkerState::Starting);
         self.slot.set(Field::StartedMs, crate::stats::unix_ms());
-        match launch.spawn(&self.cfg, self.doorbell.as_ref()) {
+        match launch.spawn(&self.cfg, self.doorbell.as_ref(), self.local.as_ref()) {
             Ok(child) => {
                 tracing::info!(vm = %self.cfg.name, pid = child.id(), "worker started");
                 self.slot.set(Field::Pid, child.id().into());
@@ -398,25 +447,30 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
     let mut vms = Vec::with_capacity(cfg.vms.len());
     for (i, v) in cfg.vms.iter().enumerate() {
         let qemu = v.qemu.as_ref().map(|_| Arc::new(QemuState::default()));
-        let (region, doorbell) = match &qemu {
+        let (region, doorbell, local) = match &qemu {
             Some(state) if v.doorbell().is_some() => {
                 let (region, d) = Doorbell::start(v, state.clone())
                     .with_context(|| format!("vm {:?}: its ivshmem-doorbell device", v.name))?;
-                (region, Some(d))
+                (region, Some(d), None)
             }
-            _ => {
+            None => {
+                if v.region_path.exists() {
+                    tracing::warn!(vm = %v.name, region = %v.region_path.display(), "replacing an existing file at the region path");
+                }
+                let (region, local) = LocalRegion::create(v)
+                    .with_context(|| format!("vm {:?}: creating its region", v.name))?;
+                (region, None, Some(local))
+            }
+            Some(_) => {
                 if v.region_path.exists() {
                     tracing::warn!(vm = %v.name, region = %v.region_path.display(), "replacing an existing file at the region path");
                 }
                 let region = HostRegion::create(&v.region_path, &v.region)
                     .with_context(|| format!("vm {:?}: creating its region", v.name))?;
-                if v.guest == crate::config::GuestKind::Qemu {
-                    // QEMU maps the file as a PCI BAR, whose size is a power of two.
-                    fairgpu_qemu::grow_to_bar_size(&v.region_path).with_context(|| {
-                        format!("vm {:?}: sizing its region for ivshmem", v.name)
-                    })?;
-                }
-                (region, None)
+                // QEMU maps the file as a PCI BAR, whose size is a power of two.
+                fairgpu_qemu::grow_to_bar_size(&v.region_path)
+                    .with_context(|| format!("vm {:?}: sizing its region for ivshmem", v.name))?;
+                (region, None, None)
             }
         };
         let slot = stats.slot(i).expect("one slot per VM");
@@ -452,6 +506,7 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
             restart_at: None,
             qemu,
             doorbell,
+            local,
         });
     }
 

@@ -36,6 +36,7 @@ pub mod grants;
 pub mod host;
 pub mod process;
 pub mod qemu;
+pub mod region_socket;
 pub mod sched;
 pub mod stats;
 pub mod top;

@@ -26,6 +26,7 @@
 pub mod arena;
 pub mod channel;
 pub mod cuda;
+pub mod fdpass;
 pub mod futex;
 pub mod map;
 pub mod pci;

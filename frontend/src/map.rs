@@ -26,9 +26,17 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// Maps an existing file (or sysfs `resource2`) read-write, whole.
+    /// Maps an existing file (or sysfs `resource2`) read-write, whole. If
+    /// `path` is a unix socket, it is a local VM's region socket: the
+    /// daemon answers a connection with the region's sealed memfd
+    /// ([`receive_region`]), which is mapped instead.
     pub fn open(path: &Path) -> io::Result<Arc<Mapping>> {
-        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        use std::os::unix::fs::FileTypeExt;
+        let file = if std::fs::metadata(path)?.file_type().is_socket() {
+            receive_region(path)?
+        } else {
+            OpenOptions::new().read(true).write(true).open(path)?
+        };
         let len = file.metadata()?.len();
         Self::map(&file, len, path)
     }
@@ -115,6 +123,49 @@ impl Drop for Mapping {
         // SAFETY: we own this mapping and the last view holding it is gone.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
+}
+
+/// The first message on a region socket: "fgregion" as a little-endian
+/// i64, with the region's memfd attached.
+pub const REGION_HELLO: i64 = i64::from_le_bytes(*b"fgregion");
+/// How long [`receive_region`] waits for the daemon's answer.
+const HANDOVER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Connects to the region socket at `path` and receives the region's
+/// memory: a memfd sealed against shrinking and growing, so that no
+/// process holding it (this one included) can truncate it under another's
+/// mapping. Anything else the socket sends is refused.
+pub fn receive_region(path: &Path) -> io::Result<File> {
+    use crate::fdpass::{recv_i64, Received};
+    let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+    let sock = std::os::unix::net::UnixStream::connect(path)?;
+    sock.set_read_timeout(Some(HANDOVER_TIMEOUT))?;
+    let fd = match recv_i64(&sock)? {
+        Received::Message(REGION_HELLO, Some(fd)) => fd,
+        Received::Message(REGION_HELLO, None) => {
+            return Err(bad(format!(
+                "{}: no region came with the hello",
+                path.display()
+            )))
+        }
+        Received::Message(..) | Received::Closed => {
+            return Err(bad(format!(
+                "{} is not a fairgpu region socket",
+                path.display()
+            )))
+        }
+    };
+    let want = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+    // SAFETY: F_GET_SEALS reads a flag word of a descriptor we own; it
+    // touches no memory of ours.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & want != want {
+        return Err(bad(format!(
+            "{}: the region passed is not sealed against resizing",
+            path.display()
+        )));
+    }
+    Ok(File::from(fd))
 }
 
 /// sysfs paths of the BAR2 (`resource2`) of every ivshmem PCI device

@@ -42,6 +42,6 @@ pub use qmp::{Qmp, QmpError, VcpuThread};
 pub use server::{
     Event, InterruptError, Interrupter, IvshmemServer, ServerConfig, ServerError, HOST_PEER_ID,
 };
-pub use shm::{bar_size, grow_to_bar_size, SharedMemory, ShmError};
+pub use shm::{bar_size, grow_to_bar_size, sealed_memfd, SharedMemory, ShmError};
 pub use sys::EventFd;
 pub use wake::{HostWaker, WakeError};

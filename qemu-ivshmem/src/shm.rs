@@ -68,6 +68,23 @@ pub fn grow_to_bar_size(path: &Path) -> Result<u64, ShmError> {
     Ok(want)
 }
 
+/// A new memfd of `size` bytes, zero-filled, sealed against shrinking and
+/// growing (and against changing its seals): whoever it is passed to can
+/// map and write it, but never truncate it under another's mapping, which
+/// would turn that mapping's accesses into SIGBUS.
+pub fn sealed_memfd(name: &str, size: u64) -> Result<File, ShmError> {
+    let fd = sys::memfd_create(name).map_err(io_err(format!("memfd_create({name})")))?;
+    let file = File::from(fd);
+    file.set_len(size)
+        .map_err(io_err(format!("sizing memfd {name} to {size} bytes")))?;
+    sys::add_seals(
+        file.as_fd(),
+        libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+    )
+    .map_err(io_err(format!("sealing memfd {name}")))?;
+    Ok(file)
+}
+
 /// Shared memory for an ivshmem server: a file descriptor and its size.
 #[derive(Debug)]
 pub struct SharedMemory {
@@ -82,17 +99,8 @@ impl SharedMemory {
     /// another's mapping (which would turn accesses into SIGBUS).
     pub fn memfd(name: &str, size: u64) -> Result<SharedMemory, ShmError> {
         check_size(size)?;
-        let fd = sys::memfd_create(name).map_err(io_err(format!("memfd_create({name})")))?;
-        let file = File::from(fd);
-        file.set_len(size)
-            .map_err(io_err(format!("sizing memfd {name} to {size} bytes")))?;
-        sys::add_seals(
-            file.as_fd(),
-            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
-        )
-        .map_err(io_err(format!("sealing memfd {name}")))?;
         Ok(SharedMemory {
-            file,
+            file: sealed_memfd(name, size)?,
             size,
             origin: None,
         })

@@ -340,3 +340,58 @@ fn sigterm_stops_the_daemon_and_removes_its_files() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("is `fairgpu serve` running?"));
 }
+
+/// The attack: a local guest opens its region the way it must to map it
+/// (read-write) and truncates it. With a region file, the worker died of
+/// SIGBUS at its next access, then the daemon (failing the channels), and
+/// every VM with it. Now the region is a sealed memfd handed over by the
+/// region socket: the truncation fails for the guest, and both VMs, the
+/// attacker's included, go on being served by the workers they had.
+#[test]
+fn a_guest_truncating_its_region_cannot_take_down_the_daemon() {
+    use std::os::unix::fs::FileTypeExt;
+    let setup = Setup::new(
+        "daemon_truncate",
+        &[("attacker", 1, 2), ("bystander", 1, 2)],
+    );
+    let d = setup.start();
+    let before = status(&d);
+    let mut bystander = claim(&setup.regions[1], wait_config());
+    nop(&mut bystander, 1);
+    let mut attacker = claim(&setup.regions[0], wait_config());
+    nop(&mut attacker, 1);
+
+    // Whatever is at the region path, get a writable descriptor of the
+    // region's memory, as a guest must to map it, and shrink it.
+    let path = &setup.regions[0];
+    let memory = if std::fs::metadata(path).unwrap().file_type().is_socket() {
+        fairgpu_frontend::map::receive_region(path).expect("the region from its socket")
+    } else {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .expect("the region file, read-write")
+    };
+    let full = memory.metadata().unwrap().len();
+    let e = memory
+        .set_len(4096)
+        .expect_err("a guest truncated its region");
+    assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}");
+    let e = memory
+        .set_len(full * 2)
+        .expect_err("a guest grew its region");
+    assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}");
+    assert_eq!(memory.metadata().unwrap().len(), full);
+
+    // Everyone is still served, by the same workers.
+    nop(&mut attacker, 2);
+    nop(&mut bystander, 2);
+    let mut again = claim(&setup.regions[0], wait_config());
+    nop(&mut again, 3);
+    let after = status(&d);
+    for name in ["attacker", "bystander"] {
+        let (b, a) = (vm(&before, name), vm(&after, name));
+        assert_eq!((a.restarts, a.worker_pid), (0, b.worker_pid), "vm {name}");
+    }
+}

@@ -178,12 +178,14 @@ impl QemuStatus {
     }
 }
 
-/// The descriptors a daemon passes to the worker of a doorbell VM (hidden
-/// `fairgpu worker` options).
+/// The descriptors a daemon passes to its workers (hidden `fairgpu worker`
+/// options): the region's memory for a local VM (its sealed memfd) and a
+/// doorbell VM (the memfd or region file), and for a doorbell VM the wake
+/// relay.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct WorkerFds {
-    /// The region's memory (the daemon's memfd or region file), inherited.
-    #[arg(long, hide = true, requires = "wake_fd")]
+    /// The region's memory, inherited.
+    #[arg(long, hide = true)]
     pub region_fd: Option<i32>,
     /// An eventfd, inherited: signalling it makes the daemon raise the
     /// guests' wake vector.
@@ -193,29 +195,40 @@ pub struct WorkerFds {
 
 impl WorkerFds {
     /// The worker's region: the inherited memory of a doorbell VM, whose
-    /// sleeping guests are woken through the daemon's relay; else the
-    /// region file.
+    /// sleeping guests are woken through the daemon's relay; the inherited
+    /// memfd of a local VM; else (a plain QEMU VM, or a worker started by
+    /// hand) the region file.
     pub fn attach(&self, vm: &VmConfig) -> anyhow::Result<HostRegion> {
+        let doorbell = vm.doorbell().is_some();
         let (region_fd, wake_fd) = match (self.region_fd, self.wake_fd) {
             (None, None) => {
-                if vm.doorbell().is_some() {
+                if doorbell {
                     bail!("vm {:?} has an ivshmem-doorbell device: the daemon passes --region-fd and --wake-fd", vm.name);
                 }
                 return HostRegion::attach(&vm.region_path, &vm.region)
                     .with_context(|| format!("attaching to {}", vm.region_path.display()));
             }
-            (Some(r), Some(w)) if r != w => (r, w),
+            (Some(r), None) if !doorbell => (r, None),
+            (Some(_), None) => {
+                bail!(
+                    "vm {:?} has an ivshmem-doorbell device: --wake-fd is missing",
+                    vm.name
+                )
+            }
+            (Some(r), Some(w)) if r != w => (r, Some(w)),
             _ => bail!("--region-fd and --wake-fd name two different descriptors"),
         };
-        if vm.doorbell().is_none() {
+        if !doorbell && wake_fd.is_some() {
             bail!(
-                "vm {:?} has no ivshmem-doorbell device, but --region-fd was given",
+                "vm {:?} has no ivshmem-doorbell device, but --wake-fd was given",
                 vm.name
             );
         }
         // Checked before they are taken: nothing else may be closed by
         // mistake if the numbers are wrong.
-        check_fd_kind(wake_fd, "anon_inode:[eventfd]")?;
+        if let Some(w) = wake_fd {
+            check_fd_kind(w, "anon_inode:[eventfd]")?;
+        }
         let link = std::fs::read_link(format!("/proc/self/fd/{region_fd}"))
             .with_context(|| format!("--region-fd {region_fd} is not open"))?;
         if link
@@ -230,10 +243,14 @@ impl WorkerFds {
         // here knows their numbers, and each is taken once, here.
         let region = unsafe { fairgpu_qemu::os::take_inherited(region_fd) }
             .with_context(|| format!("taking --region-fd {region_fd}"))?;
-        // SAFETY: as above.
-        let wake = unsafe { fairgpu_qemu::os::take_inherited(wake_fd) }
-            .with_context(|| format!("taking --wake-fd {wake_fd}"))?;
-        let wake = EventFd::from_owned(wake);
+        let wake = match wake_fd {
+            // SAFETY: as above.
+            Some(w) => Some(EventFd::from_owned(
+                unsafe { fairgpu_qemu::os::take_inherited(w) }
+                    .with_context(|| format!("taking --wake-fd {w}"))?,
+            )),
+            None => None,
+        };
         // Kept open for the worker's life, so the path stays valid in logs.
         let raw = region.into_raw_fd();
         let path = PathBuf::from(format!("/proc/self/fd/{raw}"));
@@ -241,14 +258,17 @@ impl WorkerFds {
             .with_context(|| format!("mapping the region passed as descriptor {raw}"))?;
         tracing::debug!(
             region_fd = raw,
-            wake_fd,
-            "serving the daemon's ivshmem memory"
+            ?wake_fd,
+            "serving the daemon's region memory"
         );
-        Ok(region.with_guest_notifier(Arc::new(move |_channel| {
-            // A full counter still means "signalled"; an error cannot
-            // happen on a live eventfd and would only cost this wake.
-            let _ = wake.signal();
-        })))
+        Ok(match wake {
+            None => region,
+            Some(wake) => region.with_guest_notifier(Arc::new(move |_channel| {
+                // A full counter still means "signalled"; an error cannot
+                // happen on a live eventfd and would only cost this wake.
+                let _ = wake.signal();
+            })),
+        })
     }
 }
 
