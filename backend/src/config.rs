@@ -974,29 +974,37 @@ fn validate_vm(raw: RawVm, daemon: &DaemonConfig) -> Result<VmConfig, String> {
             daemon,
         )?),
     };
-    let region_path =
-        match (&raw.region, &qemu) {
-            (Some(r), _) => {
-                if !r.is_absolute() {
-                    return Err(format!(
-                        "region = {:?} must be an absolute path",
+    let region_path = match (&raw.region, &qemu) {
+        (Some(r), _) => {
+            if !r.is_absolute() {
+                return Err(format!(
+                    "region = {:?} must be an absolute path",
+                    r.display().to_string()
+                ));
+            }
+            // A local VM's region path is its region socket.
+            if qemu.is_none() && r.as_os_str().len() > MAX_SOCKET_PATH {
+                return Err(format!(
+                        "region = {:?} is longer than {MAX_SOCKET_PATH} bytes (a local VM's region is a Unix socket)",
                         r.display().to_string()
                     ));
-                }
-                r.clone()
             }
-            (
-                None,
-                Some(QemuConfig {
-                    device: IvshmemDevice::Doorbell { socket, .. },
-                    ..
-                }),
-            ) => socket.clone(),
-            (None, _) => return Err(
-                "region is missing: the region file guests map (e.g. \"/dev/shm/fairgpu-NAME\")"
+            r.clone()
+        }
+        (
+            None,
+            Some(QemuConfig {
+                device: IvshmemDevice::Doorbell { socket, .. },
+                ..
+            }),
+        ) => socket.clone(),
+        (None, _) => {
+            return Err(
+                "region is missing: where guests open the region (e.g. \"/dev/shm/fairgpu-NAME\")"
                     .into(),
-            ),
-        };
+            )
+        }
+    };
     let channels = u32::try_from(raw.channels)
         .ok()
         .filter(|c| (MIN_CHANNELS..=MAX_CHANNELS).contains(c))
@@ -1360,6 +1368,9 @@ region = "/dev/shm/fairgpu-vm1"
         assert!(err("this is not toml").contains("test.toml"));
         let missing = err(&ONE_VM.replace("memory = \"1GiB\"\n", ""));
         assert!(missing.contains("memory"), "{missing}");
+        let long_region = format!("/dev/shm/{}", "r".repeat(110));
+        let e = err(&ONE_VM.replace("/dev/shm/fairgpu-vm1", &long_region));
+        assert!(e.contains("107") && e.contains("Unix socket"), "{e}");
         let long = format!("/tmp/{}/c.sock", "d".repeat(120));
         assert!(err(&ONE_VM.replace("/tmp/x/control.sock", &long)).contains("107"));
     }
