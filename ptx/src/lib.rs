@@ -338,6 +338,31 @@ impl Module {
         self.kernels.keys().map(String::as_str)
     }
 
+    /// Bytes [`Module::globals`] allocates: the module-scope variables.
+    pub fn globals_len(&self) -> usize {
+        self.globals_init.len()
+    }
+
+    /// About how many bytes of host memory the parsed module holds: its
+    /// instructions, parameters and names, and the variables' initializers.
+    /// An estimate for accounting, from the element sizes, not the
+    /// allocator's.
+    pub fn host_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let funcs: usize = self
+            .funcs
+            .iter()
+            .map(|f| {
+                size_of::<ir::Func>()
+                    + f.insts.len() * size_of::<ir::Inst>()
+                    + (f.params.len() + f.rets.len()) * size_of::<ir::Param>()
+                    + f.name.len()
+            })
+            .sum();
+        let vars: usize = self.vars.iter().map(|v| v.name.len() + 32).sum();
+        funcs + vars + self.globals_init.len() + self.kernels.len() * 64
+    }
+
     /// Fresh module-scope variables, with their initializers.
     pub fn globals(&self) -> Globals {
         Globals {
