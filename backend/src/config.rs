@@ -54,6 +54,9 @@ pub const WEIGHTS: std::ops::RangeInclusive<u32> = 1..=10_000;
 pub const MAX_NAME_LEN: usize = 64;
 /// Most VMs one daemon serves.
 pub const MAX_VMS: usize = 1024;
+/// Smallest `host_memory` a VM may be given.
+pub const MIN_HOST_MEMORY: u64 = 16 << 20;
+
 /// Longest Unix socket path (`sun_path` holds 108 bytes with the NUL).
 pub const MAX_SOCKET_PATH: usize = 107;
 /// Largest configuration file read.
@@ -247,6 +250,7 @@ struct RawVm {
     #[serde(default = "default_weight")]
     weight: i64,
     memory: SizeSpec,
+    host_memory: Option<SizeSpec>,
     region: Option<PathBuf>,
     #[serde(default = "default_channels")]
     channels: i64,
@@ -558,6 +562,9 @@ pub struct VmConfig {
     pub weight: u32,
     /// Device-memory quota in bytes.
     pub memory: u64,
+    /// Host-memory budget in bytes: what its guests may make its worker
+    /// hold ([`crate::executor::host_memory`]).
+    pub host_memory: u64,
     /// The region file; for a doorbell VM whose region is a memfd (no
     /// `region` key), the ivshmem socket through which it is reached.
     pub region_path: PathBuf,
@@ -957,6 +964,21 @@ fn validate_vm(raw: RawVm, daemon: &DaemonConfig) -> Result<VmConfig, String> {
     if memory == 0 {
         return Err(format!("memory = {} must be more than 0 bytes", raw.memory));
     }
+    let host_memory = match &raw.host_memory {
+        None => crate::executor::host_memory::DEFAULT_HOST_MEMORY,
+        Some(spec) => {
+            let b = spec
+                .bytes()
+                .map_err(|e| format!("host_memory = {spec}: {e}"))?;
+            if b < MIN_HOST_MEMORY {
+                return Err(format!(
+                    "host_memory = {spec} is below {} (modules and their variables need room)",
+                    format_size(MIN_HOST_MEMORY)
+                ));
+            }
+            b
+        }
+    };
     let qemu = match raw.guest {
         GuestKind::Local => {
             if raw.ivshmem.is_some() {
@@ -1059,6 +1081,7 @@ fn validate_vm(raw: RawVm, daemon: &DaemonConfig) -> Result<VmConfig, String> {
         name: raw.name,
         weight,
         memory,
+        host_memory,
         region_path,
         region,
         guest: raw.guest,

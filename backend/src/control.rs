@@ -148,6 +148,13 @@ pub struct VmStatus {
     pub mem_used: u64,
     /// Device-memory quota, bytes.
     pub mem_quota: u64,
+    /// Host memory the worker holds for the VM's guests (parsed modules,
+    /// module variables, images), bytes.
+    #[serde(default)]
+    pub host_mem_used: u64,
+    /// The VM's host-memory budget, bytes.
+    #[serde(default)]
+    pub host_mem_limit: u64,
     /// Live device contexts.
     pub contexts: u32,
     /// Device time used, over every worker of the VM, ns.
@@ -461,6 +468,11 @@ pub fn render_table(status: &Status) -> String {
                 v.state.to_string(),
                 format!("{}/{}", v.channels_used, v.channels_total),
                 format!("{} / {}", format_size(v.mem_used), format_size(v.mem_quota)),
+                format!(
+                    "{} / {}",
+                    format_size(v.host_mem_used),
+                    format_size(v.host_mem_limit)
+                ),
                 format_gpu_time(v.gpu_time_ns),
                 v.kernels.to_string(),
                 v.calls.to_string(),
@@ -480,7 +492,16 @@ pub fn render_table(status: &Status) -> String {
         })
         .collect();
     let mut headers = vec![
-        "VM", "WEIGHT", "PID", "STATE", "CHANNELS", "MEMORY", "GPU TIME", "KERNELS", "CALLS",
+        "VM",
+        "WEIGHT",
+        "PID",
+        "STATE",
+        "CHANNELS",
+        "MEMORY",
+        "HOST MEMORY",
+        "GPU TIME",
+        "KERNELS",
+        "CALLS",
         "RESTARTS",
     ];
     if scheduled {
@@ -591,6 +612,8 @@ mod tests {
             channels_total: 4,
             mem_used: 512 << 20,
             mem_quota: 4 << 30,
+            host_mem_used: 3 << 20,
+            host_mem_limit: 1 << 30,
             contexts: 1,
             gpu_time_ns: 1_500_000,
             calls: 77,

@@ -31,6 +31,7 @@ use fairgpu_protocol::{Opcode, Status};
 use serde::Serialize;
 
 use crate::accounting::{Mark, Meter};
+use crate::executor::host_memory::{HostCharge, HostMemory};
 use crate::executor::{
     CtxId, DevPtr, EventId, ExecError, FnId, GpuExecutor, LaunchConfig, ModId, StreamId,
 };
@@ -52,6 +53,10 @@ pub struct Usage {
     pub calls: u64,
     /// Kernel launches served (accepted by the executor).
     pub kernels: u64,
+    /// Host memory held for the VM's guests, bytes.
+    pub host_mem_used: u64,
+    /// The VM's host-memory budget, bytes.
+    pub host_mem_limit: u64,
 }
 
 #[derive(Debug)]
@@ -132,7 +137,7 @@ impl Context {
 /// Bounded by [`MAX_IMAGE_CACHE`] bytes, oldest evicted first.
 #[derive(Debug, Default)]
 struct ImageCache {
-    images: VecDeque<([u64; 2], std::sync::Arc<[u8]>)>,
+    images: VecDeque<([u64; 2], std::sync::Arc<[u8]>, HostCharge)>,
     bytes: u64,
 }
 
@@ -140,23 +145,29 @@ impl ImageCache {
     fn get(&self, hash: [u64; 2], size: u64) -> Option<std::sync::Arc<[u8]>> {
         self.images
             .iter()
-            .find(|(h, i)| *h == hash && i.len() as u64 == size)
-            .map(|(_, i)| i.clone())
+            .find(|(h, i, _)| *h == hash && i.len() as u64 == size)
+            .map(|(_, i, _)| i.clone())
     }
 
-    fn insert(&mut self, image: std::sync::Arc<[u8]>) {
+    /// Keeps `image`, charged to the VM's host memory; an image the
+    /// budget cannot hold is not cached (only later loads pay for it).
+    fn insert(&mut self, image: std::sync::Arc<[u8]>, budget: &std::sync::Arc<HostMemory>) {
         let hash = image_hash(&image);
         if image.len() as u64 > MAX_IMAGE_CACHE || self.get(hash, image.len() as u64).is_some() {
             return;
         }
-        self.bytes += image.len() as u64;
-        self.images.push_back((hash, image));
-        while self.bytes > MAX_IMAGE_CACHE {
-            let Some((_, old)) = self.images.pop_front() else {
+        // Evicted first, so that the budget sees the room they leave.
+        while self.bytes + image.len() as u64 > MAX_IMAGE_CACHE {
+            let Some((_, old, _)) = self.images.pop_front() else {
                 break;
             };
             self.bytes -= old.len() as u64;
         }
+        let Ok(charge) = budget.charge(image.len() as u64, "a cached module image") else {
+            return;
+        };
+        self.bytes += image.len() as u64;
+        self.images.push_back((hash, image, charge));
     }
 }
 
@@ -172,6 +183,9 @@ pub struct CudaOps {
     calls: u64,
     kernels: u64,
     images: ImageCache,
+    /// The VM's host-memory budget (cached images here; the executor
+    /// charges its own holdings to the same budget).
+    host_memory: std::sync::Arc<HostMemory>,
     /// The first sticky error seen while the executor's sticky errors
     /// poison the whole process (a real GPU): the worker must be replaced.
     poisoned: Option<Status>,
@@ -212,7 +226,15 @@ impl CudaOps {
             kernels: 0,
             images: ImageCache::default(),
             poisoned: None,
+            host_memory: HostMemory::unlimited(),
         }
+    }
+
+    /// Charges what this handler keeps for the guests to `budget`, the
+    /// VM's (give the executor the same one).
+    pub fn with_host_memory(mut self, budget: std::sync::Arc<HostMemory>) -> CudaOps {
+        self.host_memory = budget;
+        self
     }
 
     /// What the VM uses now.
@@ -224,6 +246,8 @@ impl CudaOps {
             gpu_time_ns: self.exec.gpu_time_ns(),
             calls: self.calls,
             kernels: self.kernels,
+            host_mem_used: self.host_memory.used(),
+            host_mem_limit: self.host_memory.limit(),
         }
     }
 
@@ -468,7 +492,7 @@ impl CudaOps {
                 let image: std::sync::Arc<[u8]> = std::mem::take(&mut cx.staging).into();
                 cx.staging_total = 0;
                 let h = self.load_module(ch, ctx, &image)?;
-                self.images.insert(image);
+                self.images.insert(image, &self.host_memory);
                 Ok(vals(&[h]))
             }
             Opcode::ModuleLoadCached => {

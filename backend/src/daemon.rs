@@ -310,6 +310,8 @@ impl StatusSource {
                     channels_total: s.channels_total,
                     mem_used: s.mem_used,
                     mem_quota: s.mem_quota,
+                    host_mem_used: s.host_mem_used,
+                    host_mem_limit: s.host_mem_limit,
                     contexts: s.contexts,
                     gpu_time_ns: s.gpu_time_ns,
                     calls: s.calls,

@@ -28,12 +28,12 @@ use serde::{Deserialize, Serialize};
 /// `b"FGPUSTAT"` read as a little-endian u64.
 pub const STATS_MAGIC: u64 = u64::from_le_bytes(*b"FGPUSTAT");
 /// Layout version of the stats file.
-pub const STATS_VERSION: u64 = 2;
+pub const STATS_VERSION: u64 = 3;
 /// Where slot 0 starts.
 pub const SLOTS_OFF: usize = 0x40;
 /// Counters per slot.
-pub const SLOT_FIELDS: usize = 16;
-/// Bytes per slot (two cache lines).
+pub const SLOT_FIELDS: usize = 24;
+/// Bytes per slot (three cache lines).
 pub const SLOT_SIZE: usize = SLOT_FIELDS * 8;
 /// Most slots a stats file may hold (one per VM).
 pub const MAX_SLOTS: usize = 4096;
@@ -77,8 +77,13 @@ pub enum Field {
     Kernels = 14,
     /// Kernel launches served by earlier workers of this VM. Daemon.
     PriorKernels = 15,
+    /// Host memory the VM's guests make the worker hold, bytes
+    /// ([`crate::executor::host_memory`]). Worker.
+    HostMemUsed = 16,
+    /// The VM's host-memory budget, bytes. Worker.
+    HostMemLimit = 17,
     /// First unused index.
-    Reserved = 16,
+    Reserved = 18,
 }
 
 /// What a VM's worker is doing.
@@ -304,6 +309,7 @@ impl Slot {
             Field::Pid,
             Field::ChannelsUsed,
             Field::MemUsed,
+            Field::HostMemUsed,
             Field::GpuTimeNs,
             Field::Calls,
             Field::Contexts,
@@ -325,6 +331,8 @@ impl Slot {
             channels_total: self.get(Field::ChannelsTotal) as u32,
             mem_used: self.get(Field::MemUsed),
             mem_quota: self.get(Field::MemQuota),
+            host_mem_used: self.get(Field::HostMemUsed),
+            host_mem_limit: self.get(Field::HostMemLimit),
             gpu_time_ns: self
                 .get(Field::PriorGpuTimeNs)
                 .saturating_add(self.get(Field::GpuTimeNs)),
@@ -358,6 +366,10 @@ pub struct SlotSnapshot {
     pub mem_used: u64,
     /// Device-memory quota, bytes.
     pub mem_quota: u64,
+    /// Host memory held for the VM's guests, bytes.
+    pub host_mem_used: u64,
+    /// The VM's host-memory budget, bytes (0: not yet published).
+    pub host_mem_limit: u64,
     /// Device time over every worker of the VM, ns.
     pub gpu_time_ns: u64,
     /// Requests served over every worker of the VM.

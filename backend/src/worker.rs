@@ -26,6 +26,7 @@ use anyhow::{bail, Context};
 use crate::accounting::{Gate, GateConfig, Scheduled};
 use crate::config::{Config, ExecutorChoice, VmConfig};
 use crate::cuda_ops::CudaOps;
+use crate::executor::host_memory::HostMemory;
 use crate::executor::GpuExecutor;
 use crate::grants::GrantFile;
 use crate::host::{Answer, ArenaSlice, ChannelStats, Handler, ServeConfig, Server};
@@ -65,12 +66,16 @@ pub struct WorkerArgs {
 
 /// The worker's request handler: the CUDA driver API, which also serves
 /// the transport opcodes. Swapping the handler is this one function.
-fn handler_for(executor: Box<dyn GpuExecutor>, vm: &VmConfig) -> CudaOps {
-    CudaOps::new(executor, vm.name.clone(), vm.memory)
+fn handler_for(executor: Box<dyn GpuExecutor>, vm: &VmConfig, budget: Arc<HostMemory>) -> CudaOps {
+    CudaOps::new(executor, vm.name.clone(), vm.memory).with_host_memory(budget)
 }
 
 /// Builds the executor the daemon chose.
-fn executor_for(args: &WorkerArgs, cfg: &Config) -> anyhow::Result<Box<dyn GpuExecutor>> {
+fn executor_for(
+    args: &WorkerArgs,
+    cfg: &Config,
+    budget: Arc<HostMemory>,
+) -> anyhow::Result<Box<dyn GpuExecutor>> {
     match args.executor {
         ExecutorChoice::Sim => {
             let path = args
@@ -80,7 +85,8 @@ fn executor_for(args: &WorkerArgs, cfg: &Config) -> anyhow::Result<Box<dyn GpuEx
             let device = crate::executor::sim::SimDevice::open(path)
                 .with_context(|| format!("opening the SimGpu device {}", path.display()))?;
             let gpu = crate::executor::sim::SimGpu::new(cfg.sim.clone(), device)
-                .context("starting SimGpu")?;
+                .context("starting SimGpu")?
+                .with_host_memory(budget);
             Ok(Box::new(gpu))
         }
         ExecutorChoice::Cuda => {
@@ -131,8 +137,9 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<bool> {
     let stats = StatsFile::open(&args.stats, cfg.vms.len())?;
     let slot = stats.slot(index).context("stats slot")?;
     let region = args.ivshmem.attach(vm)?;
-    let executor = executor_for(args, &cfg)?;
-    let ops = handler_for(executor, vm);
+    let budget = HostMemory::new(vm.host_memory);
+    let executor = executor_for(args, &cfg, budget.clone())?;
+    let ops = handler_for(executor, vm, budget);
     let sched = &cfg.daemon.sched;
     let ops = match (&args.grants, sched.policy) {
         (Some(path), Some(_)) => {
@@ -247,6 +254,8 @@ impl Handler for Publisher {
         let s = &self.slot;
         s.set(Field::MemUsed, u.mem_used);
         s.set(Field::MemQuota, u.mem_quota);
+        s.set(Field::HostMemUsed, u.host_mem_used);
+        s.set(Field::HostMemLimit, u.host_mem_limit);
         s.set(Field::Contexts, u.contexts.into());
         s.set(Field::GpuTimeNs, u.gpu_time_ns);
         s.set(Field::Calls, u.calls);

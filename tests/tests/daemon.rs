@@ -145,6 +145,13 @@ fn two_vms_serve_their_guests_and_status_shows_them() {
     assert_eq!((va.weight, va.channels_total), (2, 2));
     assert_eq!((vb.weight, vb.channels_total), (1, 3));
     assert_eq!((va.mem_quota, vb.mem_quota), (64 << 20, 64 << 20));
+    // The module beta loaded is held on the host, within its budget.
+    assert_eq!((va.host_mem_limit, vb.host_mem_limit), (1 << 30, 1 << 30));
+    assert!(
+        vb.host_mem_used >= SPIN_PTX.len() as u64 && vb.host_mem_used < 1 << 30,
+        "{}",
+        vb.host_mem_used
+    );
     assert_eq!(vb.contexts, 1);
     assert_eq!(va.restarts + vb.restarts, 0);
     assert_ne!(va.worker_pid, vb.worker_pid, "one worker per VM");

@@ -15,6 +15,7 @@
 //! - [`cuda::CudaExecutor`]: a real NVIDIA GPU through cudarc.
 
 pub mod cuda;
+pub mod host_memory;
 pub mod sim;
 
 use fairgpu_protocol::cuda::ParamInfo;
@@ -148,6 +149,10 @@ pub enum ExecError {
     /// The device is out of memory.
     #[error("out of device memory allocating {0} bytes")]
     OutOfMemory(u64),
+    /// The VM's host-memory budget cannot hold what the call needs
+    /// (`host_memory` in its configuration).
+    #[error("{0}")]
+    HostMemory(#[from] host_memory::HostMemoryExceeded),
     /// A module image the executor cannot load.
     #[error("invalid module image: {0}")]
     InvalidImage(String),
@@ -181,7 +186,7 @@ impl ExecError {
         match self {
             ExecError::Driver { status, .. } => *status,
             ExecError::NoDevice(_) => Status::NO_DEVICE,
-            ExecError::OutOfMemory(_) => Status::OUT_OF_MEMORY,
+            ExecError::OutOfMemory(_) | ExecError::HostMemory(_) => Status::OUT_OF_MEMORY,
             ExecError::InvalidImage(_) => Status::INVALID_IMAGE,
             ExecError::NotFound(_) => Status::NOT_FOUND,
             ExecError::CannotEmulate(_) | ExecError::CannotExecute { .. } => Status::NOT_SUPPORTED,

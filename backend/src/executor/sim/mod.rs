@@ -115,6 +115,7 @@ pub use device::{SimDevice, DEVICE_FILE_LEN};
 pub use image::{parse_image, parse_module, ImageError, KernelDecl, ModuleImage, PtxSource};
 
 use self::config::{Cost, CostModel, KernelModel};
+use super::host_memory::{HostCharge, HostMemory, HostMemoryExceeded};
 use super::{
     attr, CtxId, DevPtr, DeviceProps, EventId, ExecError, ExecResult, FnId, GpuExecutor,
     LaunchConfig, ModId, StreamId,
@@ -187,17 +188,56 @@ struct Module {
 }
 
 /// A PTX text, shared by every module of the executor that loaded the same
-/// text, and parsed once, by the first launch that executes from it.
+/// text, and parsed once, by the first launch that executes from it. The
+/// parsed module is charged to the VM's host memory while it is kept.
 struct SharedPtx {
     text: String,
-    parsed: OnceLock<Result<ptx::Module, ptx::Error>>,
+    parsed: OnceLock<Result<(ptx::Module, HostCharge), ptx::Error>>,
+    /// The text's bytes, charged while it is kept.
+    _charge: HostCharge,
+}
+
+/// Why a launch could not get the code it runs.
+enum ProgramError {
+    /// The PTX does not parse (for every launch from it).
+    Ptx(ptx::Error),
+    /// The VM's host memory cannot hold the parsed module or the module's
+    /// variables (for now: another launch may fit once memory is freed).
+    HostMemory(HostMemoryExceeded),
+}
+
+impl SharedPtx {
+    /// The parsed module, parsing the text if no launch has yet. A parse
+    /// error is kept; a refused charge is not (the parse is retried).
+    fn parsed(&self, budget: &Arc<HostMemory>) -> Result<&ptx::Module, ProgramError> {
+        if self.parsed.get().is_none() {
+            let parsed = match ptx::Module::parse(&self.text) {
+                Ok(m) => {
+                    let bytes = m.host_bytes() as u64;
+                    let charge = budget
+                        .charge(bytes, "a parsed PTX module")
+                        .map_err(ProgramError::HostMemory)?;
+                    Ok((m, charge))
+                }
+                Err(e) => Err(e),
+            };
+            // Single-threaded per executor: nothing set it meanwhile.
+            let _ = self.parsed.set(parsed);
+        }
+        match self.parsed.get() {
+            Some(Ok((m, _))) => Ok(m),
+            Some(Err(e)) => Err(ProgramError::Ptx(e.clone())),
+            None => unreachable!("set above"),
+        }
+    }
 }
 
 /// One PTX text of a loaded module, with that module's module-scope
-/// variables (created by its first launch).
+/// variables (created by its first launch, charged to the VM's host
+/// memory while the module is loaded).
 struct Program {
     ptx: Arc<SharedPtx>,
-    globals: Option<ptx::Globals>,
+    globals: Option<(ptx::Globals, HostCharge)>,
 }
 
 impl Program {
@@ -207,15 +247,19 @@ impl Program {
 
     /// The parsed module (parsing it if no launch has yet) and this
     /// module's variables.
-    fn parsed(&mut self) -> Result<(&ptx::Module, &mut ptx::Globals), ptx::Error> {
-        let shared = &*self.ptx;
-        match shared
-            .parsed
-            .get_or_init(|| ptx::Module::parse(&shared.text))
-        {
-            Ok(m) => Ok((m, self.globals.get_or_insert_with(|| m.globals()))),
-            Err(e) => Err(e.clone()),
+    fn parsed(
+        &mut self,
+        budget: &Arc<HostMemory>,
+    ) -> Result<(&ptx::Module, &mut ptx::Globals), ProgramError> {
+        let m = self.ptx.parsed(budget)?;
+        if self.globals.is_none() {
+            let charge = budget
+                .charge(m.globals_len() as u64, "a module's variables")
+                .map_err(ProgramError::HostMemory)?;
+            self.globals = Some((m.globals(), charge));
         }
+        let (globals, _) = self.globals.as_mut().expect("created above");
+        Ok((m, globals))
     }
 }
 
@@ -237,7 +281,7 @@ impl PtxTexts {
     /// The shared copy of `text`: an existing one if a live module holds
     /// the same text, else a new one if the texts kept stay within the
     /// limit, else `None`.
-    fn share(&mut self, text: String) -> Option<Arc<SharedPtx>> {
+    fn share(&mut self, text: String, budget: &Arc<HostMemory>) -> Option<Arc<SharedPtx>> {
         let hash = config::fnv1a64(text.as_bytes());
         self.by_hash.retain(|_, v| {
             v.retain(|w| w.strong_count() > 0);
@@ -263,9 +307,11 @@ impl PtxTexts {
         if kept.saturating_add(text.len()) > self.limit {
             return None;
         }
+        let charge = budget.charge(text.len() as u64, "a PTX text").ok()?;
         let shared = Arc::new(SharedPtx {
             text,
             parsed: OnceLock::new(),
+            _charge: charge,
         });
         self.by_hash
             .entry(hash)
@@ -420,6 +466,8 @@ pub struct SimGpu {
     poison_process: bool,
     /// The sticky error that poisoned every context, with `poison_process`.
     poisoned: Option<ExecError>,
+    /// The VM's host-memory budget: parsed modules and module variables.
+    host_memory: Arc<HostMemory>,
 }
 
 /// What the executor's executed kernels did, summed over its launches.
@@ -541,7 +589,15 @@ impl SimGpu {
             warned: HashSet::new(),
             poison_process: cfg.sticky_poisons_process,
             poisoned: None,
+            host_memory: HostMemory::unlimited(),
         })
+    }
+
+    /// Charges what the guests make this executor hold on the host (parsed
+    /// modules, module variables) to `budget`, the VM's.
+    pub fn with_host_memory(mut self, budget: Arc<HostMemory>) -> SimGpu {
+        self.host_memory = budget;
+        self
     }
 
     /// What this executor's executed kernels did so far.
@@ -624,6 +680,7 @@ impl SimGpu {
     ) -> ExecResult<ptx::RunStats> {
         check_geometry(cfg)?;
         let limits = self.limits;
+        let budget = self.host_memory.clone();
         let started = Instant::now();
         let c = self.ctx_mut(ctx)?;
         let func = c
@@ -652,13 +709,17 @@ impl SimGpu {
         {
             None => Err(ptx::Error::Unsupported {
                 what: format!(
-                    "its PTX was not kept (a module keeps at most {} MiB of PTX, a VM {} MiB)",
+                    "its PTX was not kept (a module keeps at most {} MiB of PTX, a VM {} MiB, within its host memory)",
                     image::MAX_KEPT_PTX >> 20,
                     MAX_KEPT_PTX_TOTAL >> 20
                 ),
             }),
-            Some(program) => match program.parsed() {
-                Err(e) => Err(e),
+            Some(program) => match program.parsed(&budget) {
+                Err(ProgramError::Ptx(e)) => Err(e),
+                Err(ProgramError::HostMemory(e)) => {
+                    tracing::debug!(kernel = %name, error = %e, "launch refused");
+                    return Err(ExecError::HostMemory(e));
+                }
                 Ok((m, globals)) => m.run(globals, &name, &dims, params, &mut memory, &limits),
             },
         };
@@ -984,7 +1045,11 @@ impl GpuExecutor for SimGpu {
             programs: img
                 .ptx
                 .into_iter()
-                .map(|p| self.ptx_texts.share(p.text).map(Program::new))
+                .map(|p| {
+                    self.ptx_texts
+                        .share(p.text, &self.host_memory)
+                        .map(Program::new)
+                })
                 .collect(),
             source_of: img.source_of,
         };
@@ -2111,17 +2176,80 @@ mod tests {
 
     #[test]
     fn kept_ptx_is_bounded_and_shared() {
+        let budget = HostMemory::unlimited();
         let mut texts = PtxTexts::new(100);
-        let a = texts.share("a".repeat(60)).expect("fits");
-        let again = texts.share("a".repeat(60)).expect("shared");
+        let a = texts.share("a".repeat(60), &budget).expect("fits");
+        let again = texts.share("a".repeat(60), &budget).expect("shared");
         assert!(Arc::ptr_eq(&a, &again));
-        assert!(texts.share("b".repeat(41)).is_none(), "over the limit");
-        let b = texts.share("b".repeat(40)).expect("fits exactly");
+        assert!(
+            texts.share("b".repeat(41), &budget).is_none(),
+            "over the limit"
+        );
+        let b = texts.share("b".repeat(40), &budget).expect("fits exactly");
+        assert_eq!(budget.used(), 100, "kept texts are charged once");
         // Texts no module holds any more do not count.
         drop((a, again));
-        let c = texts.share("c".repeat(60)).expect("room again");
+        assert_eq!(budget.used(), 40);
+        let c = texts.share("c".repeat(60), &budget).expect("room again");
         assert_eq!(c.text.len() + b.text.len(), 100);
         assert_eq!(texts.by_hash.len(), 2);
+        // A budget that cannot hold a text keeps it out.
+        let small = HostMemory::new(10);
+        assert!(texts.share("d".repeat(11), &small).is_none());
+    }
+
+    /// The attack: load many modules whose PTX declares a 16 MiB `.global`
+    /// array and launch a kernel of each. Every module got its own copy of
+    /// the variables in the worker's memory, counted nowhere: 64 MiB of
+    /// device quota grew the worker to gigabytes. Now the variables are
+    /// charged to the VM's host memory: the launch that would pass it fails
+    /// with CUDA_ERROR_OUT_OF_MEMORY, nothing else does, and unloading
+    /// gives the memory back.
+    #[test]
+    fn module_globals_cannot_grow_the_worker_past_the_vms_host_memory() {
+        const BIG: u64 = 16 << 20;
+        let ptx = format!(
+            ".version 7.0\n.target sm_50\n.address_size 64\n\n\
+             .global .align 4 .b8 big[{BIG}];\n\n\
+             .visible .entry touch()\n{{\n\t.reg .b32 %r<2>;\n\
+             \tmov.u32 %r1, 1;\n\tst.global.u32 [big], %r1;\n\tret;\n}}\n"
+        );
+        let budget = HostMemory::new(64 << 20);
+        let mut g = gpu(&SimDevice::private_virtual(0)).with_host_memory(budget.clone());
+        let ctx = g.create_context().expect("context");
+        let one = LaunchConfig {
+            grid: [1; 3],
+            block: [1; 3],
+            shared_mem: 0,
+        };
+        let mut loaded = Vec::new();
+        let mut refused = None;
+        for i in 0..40 {
+            let m = g.module_load(ctx, ptx.as_bytes()).expect("load");
+            let (f, _) = g.function(ctx, m, "touch").expect("function");
+            loaded.push(m);
+            if let Err(e) = g.launch(ctx, f, &one, &[], None) {
+                refused = Some((i, e));
+                break;
+            }
+        }
+        let (i, e) = refused.expect("some launch was refused");
+        assert_eq!(e.status(), Status::OUT_OF_MEMORY, "{e}");
+        assert!(i < 4, "refused only at module {i}");
+        assert!(budget.used() <= budget.limit());
+        // Refused for memory, not broken: the context still works, and
+        // unloading a module makes room for the next one's variables.
+        let first = loaded.remove(0);
+        g.module_unload(ctx, first).expect("unload");
+        let last = *loaded.last().expect("a module");
+        let (f, _) = g.function(ctx, last, "touch").expect("function");
+        g.launch(ctx, f, &one, &[], None)
+            .expect("a launch once memory is free");
+        for m in loaded {
+            g.module_unload(ctx, m).expect("unload");
+        }
+        g.destroy_context(ctx);
+        assert_eq!(budget.used(), 0, "everything charged was given back");
     }
 
     #[test]
