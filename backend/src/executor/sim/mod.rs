@@ -185,6 +185,8 @@ struct Module {
     programs: Vec<Option<Program>>,
     /// Kernel name -> index in `programs`.
     source_of: HashMap<String, usize>,
+    /// The kernel table's bytes, charged while the module is loaded.
+    _charge: HostCharge,
 }
 
 /// A PTX text, shared by every module of the executor that loaded the same
@@ -1035,6 +1037,15 @@ impl GpuExecutor for SimGpu {
     fn module_load(&mut self, ctx: CtxId, image: &[u8]) -> ExecResult<ModId> {
         self.ctx(ctx)?;
         let img = parse_module(image).map_err(|e| ExecError::InvalidImage(e.to_string()))?;
+        // Names, layouts and map entries: what the table holds, roughly.
+        let table: usize = img
+            .kernels
+            .iter()
+            .map(|k| 2 * k.name.len() + k.params.len() * size_of::<ParamInfo>() + 128)
+            .sum();
+        let charge = self
+            .host_memory
+            .charge(table as u64, "a module's kernel table")?;
         let id = self.id();
         let module = Module {
             kernels: img
@@ -1052,6 +1063,7 @@ impl GpuExecutor for SimGpu {
                 })
                 .collect(),
             source_of: img.source_of,
+            _charge: charge,
         };
         self.ctx_mut(ctx)?.modules.insert(id, module);
         Ok(ModId(id))
