@@ -194,7 +194,11 @@ fn check_fatbin(image: &[u8]) -> Result<(), String> {
         if (entry_header as usize) < FATBIN_ENTRY_HEADER_MIN {
             return Err(format!("fatbin entry header of {entry_header} bytes"));
         }
-        let entry = u64::from(entry_header) + payload;
+        // A payload size near 2^64 must not wrap into a small entry: the
+        // driver would then read the payload's real size past the image.
+        let entry = u64::from(entry_header)
+            .checked_add(payload)
+            .ok_or_else(|| "fatbin entry outside the fatbin".to_string())?;
         if !within(at as u64, entry, end) {
             return Err("fatbin entry outside the fatbin".to_string());
         }
@@ -327,5 +331,18 @@ mod tests {
         assert!(prepare_image(&tiny_entry_header).is_err());
 
         assert!(prepare_image(&FATBIN_MAGIC.to_le_bytes()).is_err());
+    }
+
+    /// Found by the `module_image` fuzz target: an entry whose payload size
+    /// is so large that header + payload wraps around 2^64 looked like a
+    /// small entry inside the fatbin (in release builds; a panic with
+    /// overflow checks), and the driver would have read the payload's real
+    /// size past the guest's image.
+    #[test]
+    fn a_fatbin_entry_whose_size_wraps_around_is_refused() {
+        let mut wrapping = fatbin(&[(64, 128)], 0);
+        let payload = u64::MAX - 63 + 32; // 64 + payload == 32 (mod 2^64)
+        wrapping[16 + 8..16 + 16].copy_from_slice(&payload.to_le_bytes());
+        assert!(prepare_image(&wrapping).unwrap_err().contains("entry"));
     }
 }
