@@ -5,7 +5,8 @@
 #
 # Environment:
 #   CARGO_BUILD_JOBS          parallel rustc jobs (default: nproc)
-#   FAIRGPU_SKIP_FUZZ_CHECK   if set (to anything), skip checking fuzz/
+#   FAIRGPU_SKIP_FUZZ_CHECK   if set (to anything), skip checking and running fuzz/
+#   FAIRGPU_FUZZ_SECONDS      how long each fuzz target runs (default 20)
 #   FAIRGPU_CUDA_PREFIX       where the CUDA toolchain is installed (default:
 #                             target/cuda-toolchain)
 set -euo pipefail
@@ -136,6 +137,9 @@ if [[ -z "${FAIRGPU_SKIP_FUZZ_CHECK+set}" ]]; then
     step "fuzz targets: fmt and check"
     cargo fmt --manifest-path fuzz/Cargo.toml -- --check
     cargo check --manifest-path fuzz/Cargo.toml --no-default-features
+    # Every target, briefly, with libFuzzer (built on stable): a crash fails.
+    step "fuzz targets: ${FAIRGPU_FUZZ_SECONDS:-20} s each"
+    scripts/fuzz.sh --seconds "${FAIRGPU_FUZZ_SECONDS:-20}"
 fi
 
 step "all checks passed"
