@@ -242,6 +242,7 @@ pub fn gettid() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::net::UnixStream;
 
     #[test]
     fn eventfd_counts_signals() {
