@@ -2,7 +2,6 @@
 //! register indices, immediates as bits, and branch targets as instruction
 //! indices, so that execution is a loop over a slice.
 
-use std::sync::Arc;
 /// A PTX fundamental type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Ty {
@@ -675,8 +674,8 @@ pub(crate) enum Op {
     Nop,
     Trap,
     /// An instruction the interpreter does not implement; executing it
-    /// fails the launch with its name. Shared: inlining copies it.
-    Unsupported(Arc<str>),
+    /// fails the launch with its name.
+    Unsupported(String),
 }
 
 /// A guard predicate `@%p` or `@!%p`.
