@@ -5,6 +5,7 @@
 //! ```toml
 //! [daemon]
 //! control_socket = "/run/fairgpu/control.sock"
+//! control_group = "fairgpu-admin"  # may use the control socket (default: none)
 //! executor = "auto"        # auto | sim | cuda
 //! gpu = 0
 //! state_dir = "/dev/shm"
@@ -19,6 +20,8 @@
 //! weight = 1
 //! memory = "4GiB"
 //! region = "/dev/shm/fairgpu-vm1"
+//! group = "fairgpu-vm1"    # may open the region (default: the daemon's user alone)
+//! mode = "0660"            # "0600" | "0660" (default: 0660 with group, else 0600)
 //! channels = 4
 //! ring_entries = 256
 //! arena = "4MiB"
@@ -47,6 +50,7 @@ use fairgpu_scheduler::{PolicyKind, SliceConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::executor::sim::SimConfig;
+use crate::perms::{Access, GroupSpec};
 
 /// Smallest and largest VM weight.
 pub const WEIGHTS: std::ops::RangeInclusive<u32> = 1..=10_000;
@@ -231,6 +235,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawDaemon {
     control_socket: Option<PathBuf>,
+    control_group: Option<String>,
     #[serde(default)]
     executor: ExecutorChoice,
     #[serde(default)]
@@ -252,6 +257,8 @@ struct RawVm {
     memory: SizeSpec,
     host_memory: Option<SizeSpec>,
     region: Option<PathBuf>,
+    group: Option<String>,
+    mode: Option<String>,
     #[serde(default = "default_channels")]
     channels: i64,
     ring_entries: Option<i64>,
@@ -364,6 +371,9 @@ pub struct Config {
 pub struct DaemonConfig {
     /// Where the control socket listens.
     pub control_socket: PathBuf,
+    /// The group that may use the control socket besides the daemon's
+    /// user (mode 0660); `None`: the daemon's user alone (0600).
+    pub control_group: Option<GroupSpec>,
     /// Which executor workers use.
     pub executor: ExecutorChoice,
     /// CUDA device ordinal.
@@ -570,6 +580,9 @@ pub struct VmConfig {
     pub region_path: PathBuf,
     /// The region's shape.
     pub region: RegionConfig,
+    /// Who may open the region (its socket or file, and the ivshmem
+    /// socket of a doorbell device): by default the daemon's user alone.
+    pub access: Access,
     /// Where its guests run.
     pub guest: GuestKind,
     /// Its QEMU device, for `guest = "qemu"`.
@@ -774,8 +787,15 @@ fn validate_daemon(raw: RawDaemon) -> Result<DaemonConfig, String> {
             state_dir.display().to_string()
         ));
     }
+    let control_group = raw
+        .control_group
+        .as_deref()
+        .map(GroupSpec::parse)
+        .transpose()
+        .map_err(|e| format!("control_group = {e}"))?;
     Ok(DaemonConfig {
         control_socket,
+        control_group,
         executor: raw.executor,
         gpu,
         state_dir,
@@ -1077,6 +1097,7 @@ fn validate_vm(raw: RawVm, daemon: &DaemonConfig) -> Result<VmConfig, String> {
         features,
     };
     Layout::new(&region).map_err(|e| format!("the region's shape is invalid: {e}"))?;
+    let access = Access::from_config(raw.mode.as_deref(), raw.group.as_deref())?;
     Ok(VmConfig {
         name: raw.name,
         weight,
@@ -1084,6 +1105,7 @@ fn validate_vm(raw: RawVm, daemon: &DaemonConfig) -> Result<VmConfig, String> {
         host_memory,
         region_path,
         region,
+        access,
         guest: raw.guest,
         qemu,
     })
@@ -1093,11 +1115,14 @@ fn validate_vm(raw: RawVm, daemon: &DaemonConfig) -> Result<VmConfig, String> {
 pub fn describe(cfg: &Config) -> String {
     let d = &cfg.daemon;
     let mut out = format!(
-        "configuration OK: {} VMs, executor {}, gpu {}, control socket {}, state dir {}\n",
+        "configuration OK: {} VMs, executor {}, gpu {}, control socket {} ({}), state dir {}\n",
         cfg.vms.len(),
         d.executor,
         d.gpu,
         d.control_socket.display(),
+        d.control_group
+            .as_ref()
+            .map_or_else(|| "0600".to_owned(), |g| format!("0660 group {g}")),
         d.state_dir.display()
     );
     out.push_str(&match d.sched.policy {
@@ -1140,12 +1165,13 @@ pub fn describe(cfg: &Config) -> String {
                     ),
                     None => format!("{} ({})", v.region_path.display(), format_size(size)),
                 },
+                v.access.to_string(),
             ]
         })
         .collect();
     out.push_str(&crate::control::format_table(
         &[
-            "VM", "WEIGHT", "MEMORY", "CHANNELS", "RING", "ARENA", "REGION",
+            "VM", "WEIGHT", "MEMORY", "CHANNELS", "RING", "ARENA", "REGION", "ACCESS",
         ],
         &rows,
     ));
@@ -1263,6 +1289,7 @@ region = "/dev/shm/fairgpu-vm1"
             Some((Path::new("/run/fairgpu/vm3.ivshmem.sock"), 2))
         );
         assert!(vm.region_is_memfd());
+        assert_eq!(vm.access.group, Some(GroupSpec::Name("fairgpu-vm3".into())));
         let q = vm.qemu.as_ref().unwrap();
         assert_eq!(q.qmp.as_deref(), Some(Path::new("/run/fairgpu/vm3.qmp")));
         assert!(!q.nudge);
@@ -1311,6 +1338,50 @@ region = "/dev/shm/fairgpu-vm1"
         assert_eq!(format_size(0), "0 B");
         assert_eq!(format_size(512 << 20), "512 MiB");
         assert_eq!(format_size(3 << 29), "1.5 GiB");
+    }
+
+    #[test]
+    fn region_access_and_control_group() {
+        let c = parse(ONE_VM).unwrap();
+        assert_eq!(c.vms[0].access, Access::default());
+        assert_eq!(c.daemon.control_group, None);
+        let c = parse(
+            &ONE_VM
+                .replace("memory =", "group = \"kvm\"\nmemory =")
+                .replace("[daemon]", "[daemon]\ncontrol_group = \"1001\""),
+        )
+        .unwrap();
+        assert_eq!(c.vms[0].access.mode, 0o660);
+        assert_eq!(c.vms[0].access.group, Some(GroupSpec::Name("kvm".into())));
+        assert_eq!(c.daemon.control_group, Some(GroupSpec::Id(1001)));
+        assert!(describe(&c).contains("0660 group kvm"), "{}", describe(&c));
+        assert!(
+            describe(&c).contains("(0660 group 1001)"),
+            "{}",
+            describe(&c)
+        );
+        let c = parse(&ONE_VM.replace("memory =", "mode = \"0660\"\nmemory =")).unwrap();
+        assert_eq!(
+            (c.vms[0].access.mode, &c.vms[0].access.group),
+            (0o660, &None)
+        );
+        for (text, want) in [
+            (
+                ONE_VM.replace("memory =", "mode = \"0666\"\nmemory ="),
+                "vm \"vm1\": mode = \"0666\" opens the region to every user",
+            ),
+            (
+                ONE_VM.replace("memory =", "group = \"a b\"\nmemory ="),
+                "vm \"vm1\": group = \"a b\" is not a group name",
+            ),
+            (
+                ONE_VM.replace("[daemon]", "[daemon]\ncontrol_group = \"\""),
+                "[daemon]: control_group = \"\" is not a group name",
+            ),
+        ] {
+            let e = err(&text);
+            assert!(e.contains(want), "{e}");
+        }
     }
 
     #[test]

@@ -16,9 +16,16 @@
 //! open. Nothing a client sends can stop the daemon. At most
 //! [`MAX_CLIENTS`] connections are served at once; idle ones are closed
 //! after [`IDLE_TIMEOUT`].
+//!
+//! Who may connect: the daemon's user, and `[daemon] control_group` if set
+//! (the socket is 0600, or 0660 with that group). The socket's directory is
+//! created 0700 if missing; daemon and client both refuse a directory
+//! others could write, and at the default path (`/tmp/fairgpu-<uid>`,
+//! which anyone could create first) also a symlink or a directory that is
+//! not this user's ([`crate::perms::check_socket_dir`]).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -27,6 +34,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::perms::{self, Access, DirTrust, GroupSpec, PermsError};
 use crate::stats::WorkerState;
 
 /// Longest request line, in bytes.
@@ -206,9 +214,46 @@ pub enum ControlError {
         #[source]
         source: io::Error,
     },
+    /// The socket's directory is unsafe, or its mode or group could not
+    /// be set.
+    #[error("control socket {path}")]
+    Perms {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: PermsError,
+    },
     /// The daemon's reply was not valid.
     #[error("bad reply from the daemon: {0}")]
     BadReply(String),
+}
+
+fn perms_err(path: &Path) -> impl FnOnce(PermsError) -> ControlError + '_ {
+    move |source| ControlError::Perms {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// How far the directory of the socket at `path` must be trusted: the
+/// default one is at a well-known path someone else could create first.
+fn dir_trust(path: &Path) -> DirTrust {
+    if path == crate::config::default_control_socket() {
+        DirTrust::Ours
+    } else {
+        DirTrust::Named
+    }
+}
+
+/// Checks the directory of the socket at `path` as a client must before
+/// connecting ([`perms::check_socket_dir`]; the default directory must be
+/// ours).
+pub fn check_socket_dir(path: &Path) -> Result<(), PermsError> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => perms::check_socket_dir(dir, dir_trust(path)),
+        None => Ok(()),
+    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ControlError + '_ {
@@ -226,17 +271,12 @@ pub struct ControlServer {
 }
 
 impl ControlServer {
-    /// Binds `path`, creating its directory (mode 0700) if needed. A stale
+    /// Binds `path` with mode 0600, or 0660 and `group`, creating its
+    /// directory (mode 0700) if needed and refusing an unsafe one. A stale
     /// socket left by a dead daemon is replaced; a live one is an error.
-    pub fn bind(path: &Path) -> Result<ControlServer, ControlError> {
+    pub fn bind(path: &Path, group: Option<&GroupSpec>) -> Result<ControlServer, ControlError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if !dir.exists() {
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(dir)
-                    .map_err(io_err(path))?;
-            }
+            perms::ensure_socket_dir(dir, dir_trust(path)).map_err(perms_err(path))?;
         }
         match std::fs::symlink_metadata(path) {
             Ok(m) if !m.file_type().is_socket() => {
@@ -252,13 +292,15 @@ impl ControlServer {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err(path)(e)),
         }
-        let listener = UnixListener::bind(path).map_err(io_err(path))?;
+        let access = Access {
+            mode: group.map_or(perms::PRIVATE_MODE, |_| perms::GROUP_MODE),
+            group: group.cloned(),
+        };
+        let listener = perms::bind_listener(path, &access).map_err(perms_err(path))?;
         let server = ControlServer {
             listener,
             path: path.to_owned(),
         };
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
-            .map_err(io_err(path))?;
         server
             .listener
             .set_nonblocking(true)
@@ -371,8 +413,12 @@ fn serve_client(
     }
 }
 
-/// Sends one request to the daemon at `path` and returns its reply.
+/// Sends one request to the daemon at `path` and returns its reply. A
+/// socket in a directory others could write (or, at the default path, one
+/// that is not ours) is refused before connecting: whoever answers there
+/// need not be the daemon.
 pub fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Reply, ControlError> {
+    check_socket_dir(path).map_err(perms_err(path))?;
     let mut stream = UnixStream::connect(path).map_err(io_err(path))?;
     stream
         .set_read_timeout(Some(timeout))
@@ -539,9 +585,9 @@ mod tests {
     #[test]
     fn requests_are_answered_and_garbage_is_refused() {
         let path = sock("basic");
-        let server = ControlServer::bind(&path).unwrap();
+        let server = ControlServer::bind(&path, None).unwrap();
         assert!(matches!(
-            ControlServer::bind(&path),
+            ControlServer::bind(&path, None),
             Err(ControlError::InUse(_))
         ));
         let stop = Arc::new(AtomicBool::new(false));
@@ -596,6 +642,42 @@ mod tests {
         let server = t.join().unwrap();
         drop(server);
         assert!(!path.exists(), "the socket is removed on drop");
+        std::fs::remove_dir(path.parent().unwrap()).unwrap();
+    }
+
+    /// The attack: the socket's directory was used whoever could write
+    /// it, so another user could replace the socket with a fake daemon's.
+    #[test]
+    fn a_socket_dir_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let path = sock("world");
+        let dir = path.parent().unwrap();
+        std::fs::create_dir(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = ControlServer::bind(&path, None).map(drop).unwrap_err();
+        let e = format!("{:#}", anyhow::Error::from(e));
+        assert!(
+            e.contains(&dir.display().to_string()) && e.contains("writable"),
+            "{e}"
+        );
+        assert!(!path.exists());
+        std::fs::remove_dir(dir).unwrap();
+    }
+
+    /// The attack: a socket of mode 0660 in a directory the daemon's group
+    /// may enter let every member (QEMU's user) set any VM's weight.
+    #[test]
+    fn a_group_member_cannot_reach_the_control_socket() {
+        use std::os::unix::fs::PermissionsExt;
+        let path = sock("private");
+        let server = ControlServer::bind(&path, None).unwrap();
+        let mode = std::fs::symlink_metadata(&path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777;
+        assert_eq!(mode, 0o600, "control socket mode {mode:o}");
+        drop(server);
         std::fs::remove_dir(path.parent().unwrap()).unwrap();
     }
 
@@ -675,11 +757,11 @@ mod tests {
             let _stale = UnixListener::bind(&path).unwrap();
         }
         assert!(path.exists());
-        let s = ControlServer::bind(&path).unwrap();
+        let s = ControlServer::bind(&path, None).unwrap();
         drop(s);
         std::fs::write(&path, b"x").unwrap();
         assert!(matches!(
-            ControlServer::bind(&path),
+            ControlServer::bind(&path, None),
             Err(ControlError::NotASocket(_))
         ));
         std::fs::remove_file(&path).unwrap();

@@ -110,7 +110,7 @@ impl LocalRegion {
         let handed = memory
             .try_clone()
             .context("duplicating the region's descriptor")?;
-        let socket = RegionSocket::bind(&v.region_path, handed, &v.name)
+        let socket = RegionSocket::bind(&v.region_path, handed, &v.name, &v.access)
             .with_context(|| format!("binding the region socket {}", v.region_path.display()))?;
         Ok((
             region,
@@ -421,7 +421,10 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
 
     // Bind first: a second daemon on the same socket stops here, before it
     // touches any region.
-    let control = ControlServer::bind(&cfg.daemon.control_socket)?;
+    let control = ControlServer::bind(
+        &cfg.daemon.control_socket,
+        cfg.daemon.control_group.as_ref(),
+    )?;
     let state_dir = &cfg.daemon.state_dir;
     std::fs::create_dir_all(state_dir)
         .with_context(|| format!("creating state_dir {}", state_dir.display()))?;
@@ -472,6 +475,8 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
                 // QEMU maps the file as a PCI BAR, whose size is a power of two.
                 fairgpu_qemu::grow_to_bar_size(&v.region_path)
                     .with_context(|| format!("vm {:?}: sizing its region for ivshmem", v.name))?;
+                crate::perms::apply(&v.region_path, crate::perms::Kind::File, &v.access)
+                    .with_context(|| format!("vm {:?}: giving its region its access", v.name))?;
                 (region, None, None)
             }
         };

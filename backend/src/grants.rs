@@ -507,6 +507,18 @@ mod tests {
         std::env::temp_dir().join(format!("fairgpu-grants-test-{}-{name}", std::process::id()))
     }
 
+    /// The attack: a grant file of mode 0660 let every member of the
+    /// daemon's group grant any VM the GPU or revoke another's grant.
+    #[test]
+    fn a_vm_group_member_cannot_write_the_grant_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let path = temp_path("private");
+        let f = GrantFile::create(&path, 1).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o600, "grant file mode {mode:o}");
+        drop(f);
+    }
+
     #[test]
     fn grant_and_release_round_trip_between_mappings() {
         let path = temp_path("basic");

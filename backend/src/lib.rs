@@ -14,6 +14,8 @@
 //! - [`sched`]: the daemon's GPU scheduler thread; [`grants`]: its control
 //!   block shared with the workers; [`accounting`]: the worker's side
 //!   (issue only under the grant, measure GPU time).
+//! - [`perms`]: who may open the regions, sockets and files the daemon
+//!   creates.
 //!
 //! Invariants: a guest's bad request fails that request; a guest's corrupt
 //! ring fails that channel; nothing a guest writes can stop the server or
@@ -34,6 +36,7 @@ pub mod fairness;
 pub mod gpu_check;
 pub mod grants;
 pub mod host;
+pub mod perms;
 pub mod process;
 pub mod qemu;
 pub mod region_socket;

@@ -14,7 +14,7 @@
 //! `SCM_RIGHTS`) and closes it; the guest side is
 //! [`fairgpu_frontend::map::receive_region`], which `Mapping::open` uses
 //! when the region path is a socket. Who may connect is the socket file's
-//! ownership and mode, as it was the region file's.
+//! ownership and mode: the VM's [`Access`], set before the socket listens.
 //!
 //! Invariants: one thread per socket does the accepting, never the
 //! daemon's main loop; a connection costs it one non-blocking send (an
@@ -34,6 +34,8 @@ use std::time::Duration;
 use fairgpu_frontend::fdpass::send_i64;
 pub use fairgpu_frontend::map::REGION_HELLO;
 
+use crate::perms::Access;
+
 /// How long the accepting thread backs off after a failed `accept` (out of
 /// descriptors), so that it never spins.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
@@ -51,18 +53,20 @@ pub struct RegionSocket {
 
 impl RegionSocket {
     /// Binds a unix socket at `path` (replacing a stale file or socket
-    /// there) with mode 0660, and starts handing `memory` to every process
+    /// there) with `access`, and starts handing `memory` to every process
     /// that connects.
-    pub fn bind(path: &Path, memory: File, name: &str) -> io::Result<RegionSocket> {
-        use std::os::unix::fs::PermissionsExt;
+    pub fn bind(
+        path: &Path,
+        memory: File,
+        name: &str,
+        access: &Access,
+    ) -> io::Result<RegionSocket> {
         match std::fs::remove_file(path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        let listener = UnixListener::bind(path)?;
-        // The same access the region file had: the daemon's user and group.
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+        let listener = crate::perms::bind_listener(path, access).map_err(io::Error::other)?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let stop = stop.clone();
@@ -144,7 +148,7 @@ mod tests {
         let path = temp("share");
         let memory = fairgpu_qemu::sealed_memfd("t", 1 << 16).unwrap();
         let mine = memory.try_clone().unwrap();
-        let socket = RegionSocket::bind(&path, memory, "t").unwrap();
+        let socket = RegionSocket::bind(&path, memory, "t", &Access::default()).unwrap();
         let a = fairgpu_frontend::map::receive_region(&path).unwrap();
         let b = fairgpu_frontend::map::receive_region(&path).unwrap();
         a.write_all_at(b"hello", 100).unwrap();

@@ -430,6 +430,18 @@ mod tests {
         assert!(!path.exists(), "the creator removes the file");
     }
 
+    /// The attack: a stats file of mode 0660 let every member of the
+    /// daemon's group (QEMU's user, local guests) rewrite any VM's usage.
+    #[test]
+    fn a_vm_group_member_cannot_write_the_stats_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let path = temp_path("private");
+        let f = StatsFile::create(&path, 1).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o600, "stats file mode {mode:o}");
+        drop(f);
+    }
+
     #[test]
     fn open_refuses_other_files() {
         let path = temp_path("garbage");

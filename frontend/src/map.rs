@@ -42,7 +42,8 @@ impl Mapping {
     }
 
     /// Creates `path` (replacing a stale one) with `len` zero bytes and maps it.
-    /// The file is readable and writable by owner and group only.
+    /// The file is readable and writable by its owner only; a caller that
+    /// shares it (a region file) widens the mode afterwards.
     pub fn create(path: &Path, len: usize) -> io::Result<Arc<Mapping>> {
         match std::fs::remove_file(path) {
             Ok(()) => {}
@@ -53,7 +54,7 @@ impl Mapping {
             .read(true)
             .write(true)
             .create_new(true)
-            .mode(0o660)
+            .mode(0o600)
             .open(path)?;
         file.set_len(len as u64)?;
         Self::map(&file, len as u64, path)

@@ -39,6 +39,16 @@ pub enum ObserveError {
     /// The daemon answered with an error.
     #[error("the daemon refused: {0}")]
     Refused(String),
+    /// The socket's directory is one someone else could have put a
+    /// socket in.
+    #[error("control socket {path}")]
+    UnsafeDir {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: crate::perms::PermsError,
+    },
 }
 
 /// One VM as the daemon reports it (the fields used here).
@@ -135,12 +145,17 @@ pub struct StatusClient {
 const MAX_REPLY: u64 = 16 << 20;
 
 impl StatusClient {
-    /// Connects to the socket at `path`.
+    /// Connects to the socket at `path`, refusing one in an unsafe
+    /// directory as [`crate::control::request`] does.
     pub fn connect(path: &Path) -> Result<StatusClient, ObserveError> {
         let io = |source| ObserveError::Io {
             path: path.to_owned(),
             source,
         };
+        crate::control::check_socket_dir(path).map_err(|source| ObserveError::UnsafeDir {
+            path: path.to_owned(),
+            source,
+        })?;
         let s = UnixStream::connect(path).map_err(io)?;
         s.set_read_timeout(Some(Duration::from_secs(10)))
             .map_err(io)?;

@@ -72,6 +72,8 @@ impl Doorbell {
             }
             let region = HostRegion::create(path, &vm.region).context("creating the region")?;
             fairgpu_qemu::grow_to_bar_size(path).context("sizing the region for ivshmem")?;
+            crate::perms::apply(path, crate::perms::Kind::File, &vm.access)
+                .context("giving the region its access")?;
             let shm = SharedMemory::open(path).context("opening the region for QEMU")?;
             (region, shm)
         };
@@ -91,13 +93,10 @@ impl Doorbell {
         };
         let mut server = IvshmemServer::bind(socket, shm, cfg)
             .with_context(|| format!("starting the ivshmem server on {}", socket.display()))?;
-        // Like the region files: the daemon's user and group (QEMU's user
-        // joins the group), nobody else.
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
-                .with_context(|| format!("setting the mode of {}", socket.display()))?;
-        }
+        // Like the region: the VM's access (by default the daemon's user
+        // alone; QEMU's user is given the VM's group).
+        crate::perms::apply(socket, crate::perms::Kind::Socket, &vm.access)
+            .with_context(|| format!("giving {} the VM's access", socket.display()))?;
         let relay = Arc::new(EventFd::new().context("creating the wake relay eventfd")?);
         server.forward(relay.clone(), VECTOR_WAKE)?;
         let irq = server.interrupter();
