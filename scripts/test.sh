@@ -142,5 +142,12 @@ if [[ -z "${FAIRGPU_SKIP_FUZZ_CHECK+set}" ]]; then
     scripts/fuzz.sh --seconds "${FAIRGPU_FUZZ_SECONDS:-20}"
 fi
 
+# The daemon under chaos: 8 VMs of mixed workloads (and the CUDA programs
+# built above), guests and workers SIGKILLed at random; leaks, hangs,
+# reclaim and fairness checked (see scripts/soak.sh --help). The debug
+# binaries are the ones built above.
+step "soak (90 s)"
+scripts/soak.sh --profile debug 90s
+
 step "all checks passed"
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$results"
