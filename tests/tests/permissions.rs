@@ -112,7 +112,13 @@ fn set_weight_refuses_a_fake_daemon_in_a_world_writable_default_socket_dir() {
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let _fake = fake_daemon(&dir.join("control.sock"));
-    let out = set_weight_with_runtime_dir(runtime.path());
+    assert_set_weight_refused(runtime.path(), &dir, "writable");
+}
+
+/// Runs `set-weight` with the default socket directory under `runtime`
+/// and checks that it refused, naming `dir` and `why`.
+fn assert_set_weight_refused(runtime: &Path, dir: &Path, why: &str) {
+    let out = set_weight_with_runtime_dir(runtime);
     let err = text(&out.stderr);
     assert!(
         !out.status.success(),
@@ -120,7 +126,7 @@ fn set_weight_refuses_a_fake_daemon_in_a_world_writable_default_socket_dir() {
         text(&out.stdout)
     );
     assert!(
-        err.contains(&dir.display().to_string()) && err.contains("writable"),
+        err.contains(&dir.display().to_string()) && err.contains(why),
         "{err}"
     );
 }
@@ -136,17 +142,7 @@ fn set_weight_refuses_a_fake_daemon_behind_a_symlinked_default_socket_dir() {
     let dir = runtime.join("fairgpu");
     std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
     let _fake = fake_daemon(&elsewhere.join("control.sock"));
-    let out = set_weight_with_runtime_dir(runtime.path());
-    let err = text(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "set-weight believed a fake daemon: {}",
-        text(&out.stdout)
-    );
-    assert!(
-        err.contains(&dir.display().to_string()) && err.contains("symlink"),
-        "{err}"
-    );
+    assert_set_weight_refused(runtime.path(), &dir, "symlink");
 }
 
 /// The daemon refuses to serve from a default directory that someone else
