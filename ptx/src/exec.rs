@@ -34,6 +34,13 @@ pub const MAX_REGISTER_FILE: u64 = 256 << 20;
 pub const MAX_BLOCK_THREADS: u64 = 1024;
 /// Named barriers per block.
 const BARRIERS: usize = 16;
+/// What setting up one block costs against [`Limits::max_instructions`],
+/// in instructions: launches of many tiny blocks spend their time there.
+pub const BLOCK_SETUP_COST: u64 = 32;
+/// What setting up each warp of a block costs besides (one instruction
+/// for each of its 32 lanes, which are reset whether they hold a thread
+/// or not).
+pub const WARP_SETUP_COST: u64 = 32;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lane {
@@ -68,7 +75,11 @@ pub(crate) struct Launch<'a> {
     pub mem: &'a mut dyn Memory,
     pub globals: &'a mut [u8],
     pub limits: &'a Limits,
+    /// Instructions executed so far, over all threads.
     insts: u64,
+    /// How many instructions may still execute: the budget less what the
+    /// blocks' setup has cost so far.
+    allowed: u64,
     shared: Vec<u8>,
     /// Per-thread local memory, lane-major within a warp, warps in order.
     local: Vec<u8>,
@@ -142,6 +153,7 @@ impl<'a> Launch<'a> {
             globals,
             limits,
             insts: 0,
+            allowed: limits.max_instructions,
             shared: Vec::new(),
             local: Vec::new(),
             pscratch: Vec::new(),
@@ -214,10 +226,12 @@ impl<'a> Launch<'a> {
                 id,
             })
             .collect();
+        let setup = BLOCK_SETUP_COST + WARP_SETUP_COST * nwarps;
         for z in 0..d.grid[2] {
             for y in 0..d.grid[1] {
                 for x in 0..d.grid[0] {
                     self.ctaid = [x, y, z];
+                    self.charge_setup(setup)?;
                     self.run_block(&mut warps, threads as u32)?;
                 }
             }
@@ -228,12 +242,26 @@ impl<'a> Launch<'a> {
         })
     }
 
+    /// Charges a block's setup against the budget, so that a grid of many
+    /// tiny blocks is bounded like any other launch. Executed instructions
+    /// ([`RunStats::instructions`], `%clock`) do not include it.
+    fn charge_setup(&mut self, cost: u64) -> Result<(), Error> {
+        match self.allowed.checked_sub(cost) {
+            Some(a) if self.insts <= a => {
+                self.allowed = a;
+                Ok(())
+            }
+            _ => Err(Error::Budget(self.limits.max_instructions)),
+        }
+    }
+
     fn run_block(&mut self, warps: &mut [Warp], threads: u32) -> Result<(), Error> {
         let [bx, by, _] = self.dims.block;
         // Registers, shared and local memory are undefined at a block's
         // start in PTX; they are zero at the launch's start and otherwise
         // hold what the previous block of this launch left, so a block's
-        // setup costs time in its threads only.
+        // setup costs time in its warps' lanes only (what `charge_setup`
+        // charged).
         for w in warps.iter_mut() {
             w.carry = 0;
             w.favor_high = false;
@@ -487,7 +515,7 @@ impl<'a> Launch<'a> {
         let func = self.func;
         let inst = &func.insts[pc as usize];
         self.insts += u64::from(mask.count_ones());
-        if self.insts > self.limits.max_instructions {
+        if self.insts > self.allowed {
             return Err(Error::Budget(self.limits.max_instructions));
         }
         let exec = match inst.guard {
@@ -1296,7 +1324,11 @@ impl<'a> Launch<'a> {
             }
             Op::Nop => {}
             Op::Trap => return Err(Error::Trap),
-            Op::Unsupported(ref what) => return Err(Error::Unsupported { what: what.clone() }),
+            Op::Unsupported(ref what) => {
+                return Err(Error::Unsupported {
+                    what: what.to_string(),
+                })
+            }
             // Control flow and warp operations are handled by `step`.
             _ => {}
         }

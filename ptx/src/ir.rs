@@ -2,6 +2,7 @@
 //! register indices, immediates as bits, and branch targets as instruction
 //! indices, so that execution is a loop over a slice.
 
+use std::sync::Arc;
 /// A PTX fundamental type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Ty {
@@ -674,8 +675,8 @@ pub(crate) enum Op {
     Nop,
     Trap,
     /// An instruction the interpreter does not implement; executing it
-    /// fails the launch with its name.
-    Unsupported(String),
+    /// fails the launch with its name. Shared: inlining copies it.
+    Unsupported(Arc<str>),
 }
 
 /// A guard predicate `@%p` or `@!%p`.

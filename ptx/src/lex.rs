@@ -3,13 +3,13 @@
 use crate::Error;
 
 /// One token and the line it starts on.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Token<'a> {
     pub kind: Tok<'a>,
     pub line: u32,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Tok<'a> {
     /// Identifiers, directives (`.reg`), registers (`%r1`), labels
     /// (`$L__BB0_2`) and dotted opcodes (`ld.global.f32`).
@@ -41,115 +41,142 @@ fn err(line: u32, msg: impl Into<String>) -> Error {
     }
 }
 
-/// Splits `text` into tokens, dropping comments and whitespace.
-pub(crate) fn lex(text: &str) -> Result<Vec<Token<'_>>, Error> {
-    let b = text.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    let mut line: u32 = 1;
-    while i < b.len() {
-        let c = b[i];
-        if c == b'\n' {
-            line = line.saturating_add(1);
-            i += 1;
-            continue;
+/// Reads the tokens of a text one at a time, dropping comments and
+/// whitespace. A copy is a position to come back to: tokens are lexed as
+/// the parser reaches them and never held all at once, so parsing takes no
+/// memory in proportion to the number of tokens.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lexer<'a> {
+    text: &'a str,
+    /// Byte offset of the next token (or of whitespace before it).
+    at: usize,
+    line: u32,
+}
+
+impl<'a> Lexer<'a> {
+    pub(crate) fn new(text: &'a str) -> Lexer<'a> {
+        Lexer {
+            text,
+            at: 0,
+            line: 1,
         }
-        if c.is_ascii_whitespace() {
-            i += 1;
-            continue;
-        }
-        if c == b'/' && b.get(i + 1) == Some(&b'/') {
-            while i < b.len() && b[i] != b'\n' {
-                i += 1;
+    }
+
+    /// The next token; `None` at the end of the text.
+    pub(crate) fn next_token(&mut self) -> Result<Option<Token<'a>>, Error> {
+        let text = self.text;
+        let b = text.as_bytes();
+        let mut i = self.at;
+        let mut line = self.line;
+        let r = loop {
+            if i >= b.len() {
+                break Ok(None);
             }
-            continue;
-        }
-        if c == b'/' && b.get(i + 1) == Some(&b'*') {
-            let start = line;
-            i += 2;
-            loop {
-                if i + 1 >= b.len() {
-                    return Err(err(start, "unterminated comment"));
-                }
-                if b[i] == b'*' && b[i + 1] == b'/' {
-                    i += 2;
-                    break;
-                }
-                if b[i] == b'\n' {
-                    line = line.saturating_add(1);
-                }
+            let c = b[i];
+            if c == b'\n' {
+                line = line.saturating_add(1);
                 i += 1;
+                continue;
             }
-            continue;
-        }
-        let start = i;
-        if c == b'"' {
-            i += 1;
-            while i < b.len() && b[i] != b'"' {
-                if b[i] == b'\n' {
+            if c.is_ascii_whitespace() {
+                i += 1;
+                continue;
+            }
+            if c == b'/' && b.get(i + 1) == Some(&b'/') {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            if c == b'/' && b.get(i + 1) == Some(&b'*') {
+                let start = line;
+                i += 2;
+                loop {
+                    if i + 1 >= b.len() {
+                        return Err(err(start, "unterminated comment"));
+                    }
+                    if b[i] == b'*' && b[i + 1] == b'/' {
+                        i += 2;
+                        break;
+                    }
+                    if b[i] == b'\n' {
+                        line = line.saturating_add(1);
+                    }
+                    i += 1;
+                }
+                continue;
+            }
+            let start = i;
+            if c == b'"' {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    if b[i] == b'\n' {
+                        return Err(err(line, "unterminated string"));
+                    }
+                    i += 1;
+                }
+                if i >= b.len() {
                     return Err(err(line, "unterminated string"));
                 }
                 i += 1;
+                break Ok(Some(Tok::Str(&text[start + 1..i - 1])));
             }
-            if i >= b.len() {
-                return Err(err(line, "unterminated string"));
-            }
-            i += 1;
-            out.push(Token {
-                kind: Tok::Str(&text[start + 1..i - 1]),
-                line,
-            });
-            continue;
-        }
-        if ident_start(c) {
-            i += 1;
-            loop {
-                if i < b.len() && ident_cont(b[i]) {
-                    i += 1;
-                } else if i + 2 < b.len()
-                    && b[i] == b':'
-                    && b[i + 1] == b':'
-                    && ident_cont(b[i + 2])
-                {
-                    // `L2::128B` inside qualifiers.
-                    i += 2;
-                } else {
-                    break;
-                }
-            }
-            out.push(Token {
-                kind: Tok::Ident(&text[start..i]),
-                line,
-            });
-            continue;
-        }
-        if c.is_ascii_digit() {
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.') {
-                // An exponent sign belongs to a decimal float.
-                if (b[i] == b'e' || b[i] == b'E')
-                    && !text[start..i].starts_with("0x")
-                    && !text[start..i].starts_with("0X")
-                    && matches!(b.get(i + 1), Some(b'+') | Some(b'-'))
-                {
-                    i += 2;
-                    continue;
-                }
+            if ident_start(c) {
                 i += 1;
+                loop {
+                    if i < b.len() && ident_cont(b[i]) {
+                        i += 1;
+                    } else if i + 2 < b.len()
+                        && b[i] == b':'
+                        && b[i + 1] == b':'
+                        && ident_cont(b[i + 2])
+                    {
+                        // `L2::128B` inside qualifiers.
+                        i += 2;
+                    } else {
+                        break;
+                    }
+                }
+                break Ok(Some(Tok::Ident(&text[start..i])));
             }
-            let kind = number(&text[start..i])
-                .ok_or_else(|| err(line, format!("bad number {:?}", truncate(&text[start..i]))))?;
-            out.push(Token { kind, line });
-            continue;
-        }
-        if c.is_ascii_punctuation() {
-            out.push(Token {
-                kind: Tok::Punct(c as char),
-                line,
-            });
-            i += 1;
-            continue;
-        }
-        return Err(err(line, format!("unexpected byte {c:#04x}")));
+            if c.is_ascii_digit() {
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.') {
+                    // An exponent sign belongs to a decimal float.
+                    if (b[i] == b'e' || b[i] == b'E')
+                        && !text[start..i].starts_with("0x")
+                        && !text[start..i].starts_with("0X")
+                        && matches!(b.get(i + 1), Some(b'+') | Some(b'-'))
+                    {
+                        i += 2;
+                        continue;
+                    }
+                    i += 1;
+                }
+                let s = &text[start..i];
+                break number(s)
+                    .map(Some)
+                    .ok_or_else(|| err(line, format!("bad number {:?}", truncate(s))));
+            }
+            if c.is_ascii_punctuation() {
+                i += 1;
+                break Ok(Some(Tok::Punct(c as char)));
+            }
+            break Err(err(line, format!("unexpected byte {c:#04x}")));
+        };
+        let kind = r?;
+        self.at = i;
+        self.line = line;
+        Ok(kind.map(|kind| Token { kind, line }))
+    }
+}
+
+/// Splits `text` into tokens.
+#[cfg(test)]
+pub(crate) fn lex(text: &str) -> Result<Vec<Token<'_>>, Error> {
+    let mut l = Lexer::new(text);
+    let mut out = Vec::new();
+    while let Some(t) = l.next_token()? {
+        out.push(t);
     }
     Ok(out)
 }

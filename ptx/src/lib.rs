@@ -109,11 +109,15 @@
 //! - Parsing is bounded: text length, registers, instructions, and the
 //!   sizes of shared, local, parameter and module variables have limits
 //!   (the `MAX_*` constants), checked before anything is allocated; so are
-//!   a launch's block size, shared memory and register file.
+//!   a launch's block size, shared memory and register file. Nothing is
+//!   held per token (the lexer runs as the parser reaches each token, and
+//!   initializers are written as they are read), and inlining stops as soon
+//!   as the module would pass `2 * MAX_INSTS` instructions, so a module's
+//!   memory is bounded by these limits whatever its text.
 //! - An instruction the interpreter does not implement stops the launch with
 //!   [`Error::Unsupported`] naming it; a kernel never silently computes
 //!   something different from a GPU.
-//! - Work is bounded by [`Limits`]. Registers, shared and local memory are
+//! - Work is bounded by [`Limits`], blocks' setup included. Registers, shared and local memory are
 //!   zero when a launch starts; later blocks of the same launch see what
 //!   earlier ones left (PTX leaves them undefined), never data of another
 //!   launch.
@@ -134,7 +138,9 @@ use std::collections::HashMap;
 
 use thiserror::Error;
 
-pub use exec::{MAX_BLOCK_THREADS, MAX_REGISTER_FILE, MAX_SHARED_BYTES};
+pub use exec::{
+    BLOCK_SETUP_COST, MAX_BLOCK_THREADS, MAX_REGISTER_FILE, MAX_SHARED_BYTES, WARP_SETUP_COST,
+};
 pub use parse::{
     MAX_GLOBALS, MAX_INSTS, MAX_LOCAL, MAX_PARAM_BYTES, MAX_PARAM_SCRATCH, MAX_REGS,
     MAX_STATIC_SHARED, MAX_TEXT_BYTES,
@@ -215,7 +221,10 @@ pub struct Dims {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Instructions executed over all threads before the launch fails with
-    /// [`Error::Budget`].
+    /// [`Error::Budget`]. Each block's setup counts too, as
+    /// [`BLOCK_SETUP_COST`] plus [`WARP_SETUP_COST`] for each of its warps,
+    /// so that a grid of many tiny blocks is bounded like any other launch
+    /// ([`RunStats::instructions`] counts executed instructions only).
     pub max_instructions: u64,
     /// Most local memory per thread a kernel may declare (its `.local`
     /// variables), in bytes; a kernel declaring more fails with

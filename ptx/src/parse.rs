@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use crate::ir::*;
-use crate::lex::{lex, Tok, Token};
+use crate::lex::{Lexer, Tok, Token};
 use crate::{Error, GLOBALS_BASE};
 
 /// Longest PTX text accepted.
@@ -17,8 +17,10 @@ pub const MAX_TEXT_BYTES: usize = 64 << 20;
 /// Most registers one function may declare.
 pub const MAX_REGS: u32 = 1 << 18;
 /// Most instructions in one function (after inlining); a module holds at
-/// most twice as many in all.
+/// most twice as many in all, counted as calls are inlined.
 pub const MAX_INSTS: usize = 1 << 20;
+/// Most instructions in a module, after inlining.
+const MODULE_INSTS: usize = 2 * MAX_INSTS;
 /// Deepest chain of calls that is inlined.
 const MAX_CALL_DEPTH: u32 = 32;
 /// Most bytes of static `.shared` variables per function.
@@ -71,6 +73,30 @@ enum RegDecl {
     Range { base: u32, n: u32, bits: u32 },
 }
 
+/// Longest guest-chosen name an unsupported instruction's message quotes.
+const MAX_QUOTED: usize = 120;
+/// Longest message an unsupported instruction keeps.
+const MAX_UNSUPPORTED: usize = 2 * MAX_QUOTED;
+
+/// At most `max` bytes of `s`, cut at a character boundary.
+fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// An unsupported instruction. Its message is bounded, and the copies that
+/// inlining makes share it, so instructions hold no more host memory than
+/// the instruction limits allow for.
+fn unsupported(what: &str) -> Op {
+    Op::Unsupported(clip(what, MAX_UNSUPPORTED).into())
+}
+
 fn perr(line: u32, msg: impl Into<String>) -> Error {
     Error::Parse {
         line,
@@ -86,38 +112,83 @@ fn align_up(v: u64, a: u64) -> u64 {
     }
 }
 
+/// The parser's view of the text: the current token, lexed on demand.
 struct P<'a> {
-    t: Vec<Token<'a>>,
-    i: usize,
+    /// Where the current token starts (a mark to come back to).
+    at: Lexer<'a>,
+    /// Just past the current token.
+    after: Lexer<'a>,
+    cur: Option<Token<'a>>,
+    /// Line of the last token read, for errors at the end of the text.
+    last_line: u32,
+    /// The first lexical error. It ends the tokens, and it is the module's
+    /// error, as if the whole text had been lexed first.
+    err: Option<Error>,
 }
 
 impl<'a> P<'a> {
-    fn peek(&self) -> Option<&Tok<'a>> {
-        self.t.get(self.i).map(|t| &t.kind)
+    fn new(text: &'a str) -> P<'a> {
+        let l = Lexer::new(text);
+        let mut p = P {
+            at: l,
+            after: l,
+            cur: None,
+            last_line: 0,
+            err: None,
+        };
+        p.reset(l);
+        p
     }
-    fn peek_at(&self, k: usize) -> Option<&Tok<'a>> {
-        self.t.get(self.i + k).map(|t| &t.kind)
+    /// Makes the token at `at` the current one.
+    fn reset(&mut self, at: Lexer<'a>) {
+        self.at = at;
+        self.after = at;
+        self.cur = match self.after.next_token() {
+            Ok(t) => t,
+            Err(e) => {
+                self.err.get_or_insert(e);
+                None
+            }
+        };
+        if let Some(t) = self.cur {
+            self.last_line = t.line;
+        }
+    }
+    /// Where the current token starts, for [`P::reset`].
+    fn mark(&self) -> Lexer<'a> {
+        self.at
+    }
+    /// Moves to the next token.
+    fn bump(&mut self) {
+        if self.cur.is_some() {
+            self.reset(self.after);
+        }
+    }
+    fn peek(&self) -> Option<&Tok<'a>> {
+        self.cur.as_ref().map(|t| &t.kind)
+    }
+    /// The token after the current one.
+    fn peek_second(&self) -> Option<Tok<'a>> {
+        self.cur?;
+        let mut l = self.after;
+        l.next_token().ok().flatten().map(|t| t.kind)
     }
     fn line(&self) -> u32 {
-        self.t
-            .get(self.i)
-            .or_else(|| self.t.last())
-            .map_or(0, |t| t.line)
+        self.cur.map_or(self.last_line, |t| t.line)
     }
     fn next(&mut self) -> Result<Tok<'a>, Error> {
         let t = self
-            .t
-            .get(self.i)
+            .cur
             .ok_or_else(|| perr(self.line(), "unexpected end of text"))?;
-        self.i += 1;
-        Ok(t.kind.clone())
+        self.bump();
+        Ok(t.kind)
     }
     fn is_punct(&self, c: char) -> bool {
         self.peek() == Some(&Tok::Punct(c))
     }
     fn eat_punct(&mut self, c: char) -> bool {
         if self.is_punct(c) {
-            self.i += 1;
+            self.bump();
             true
         } else {
             false
@@ -141,7 +212,7 @@ impl<'a> P<'a> {
     }
     fn eat_ident(&mut self, s: &str) -> bool {
         if self.is_ident(s) {
-            self.i += 1;
+            self.bump();
             true
         } else {
             false
@@ -206,7 +277,9 @@ struct VarDecl<'a> {
     ty: Ty,
     /// Element count (`None` for `[]`); 1 for scalars.
     count: Option<u64>,
-    init: Option<Vec<Opnd<'a>>>,
+    /// Whether `= initializer` follows (read by [`var_decl`], left to the
+    /// caller by [`var_head`]).
+    has_init: bool,
 }
 
 /// Parses a whole module.
@@ -217,11 +290,15 @@ pub(crate) fn parse(text: &str) -> Result<Parsed, Error> {
             format!("text of {} bytes exceeds {MAX_TEXT_BYTES}", text.len()),
         ));
     }
-    let toks = lex(text)?;
-    let mut p = P { t: toks, i: 0 };
+    let mut p = P::new(text);
     let mut m = ModuleState::default();
     while p.peek().is_some() {
-        m.top_level(&mut p)?;
+        if let Err(e) = m.top_level(&mut p) {
+            return Err(p.err.take().unwrap_or(e));
+        }
+    }
+    if let Some(e) = p.err.take() {
+        return Err(e);
     }
     inline_calls(&mut m.funcs, &m.func_names)?;
     m.out.funcs = m.funcs.into_iter().flatten().collect();
@@ -251,6 +328,7 @@ struct ModuleState {
 impl ModuleState {
     fn top_level(&mut self, p: &mut P<'_>) -> Result<(), Error> {
         let line = p.line();
+        let start = p.mark();
         let d = match p.next()? {
             Tok::Ident(d) => d,
             Tok::Punct(';') => return Ok(()),
@@ -294,7 +372,7 @@ impl ModuleState {
                 self.decl(p, ext)?;
             }
             _ => {
-                p.i -= 1;
+                p.reset(start);
                 self.decl(p, false)?;
             }
         }
@@ -308,16 +386,16 @@ impl ModuleState {
             ".entry" => self.function(p, true),
             ".func" => self.function(p, false),
             ".global" | ".const" => {
-                let v = var_decl(p)?;
-                p.expect_punct(';')?;
-                self.global_var(v, ext, line)
+                let v = var_head(p)?;
+                self.global_var(p, v, ext, line)?;
+                p.expect_punct(';')
             }
             ".shared" => {
-                let v = var_decl(p)?;
-                p.expect_punct(';')?;
-                if v.init.is_some() {
+                let v = var_head(p)?;
+                if v.has_init {
                     return Err(perr(line, "shared variables have no initializers"));
                 }
+                p.expect_punct(';')?;
                 match v.count {
                     None => {
                         self.extern_shared.push(v.name.to_owned());
@@ -345,41 +423,62 @@ impl ModuleState {
         }
     }
 
-    fn global_var(&mut self, v: VarDecl<'_>, ext: bool, line: u32) -> Result<(), Error> {
-        let count = match v.count {
-            Some(n) => n,
-            None if ext => 0,
-            None => {
-                // `[]` sized by the initializer.
-                v.init.as_ref().map_or(0, |i| i.len() as u64)
-            }
+    /// Lays out a module variable and reads its initializer (`v` is what
+    /// precedes it), writing each element to the variables' bytes as it is
+    /// read.
+    fn global_var<'a>(
+        &mut self,
+        p: &mut P<'a>,
+        v: VarDecl<'a>,
+        ext: bool,
+        line: u32,
+    ) -> Result<(), Error> {
+        // Elements declared; `[]` is sized by the initializer.
+        let declared = match v.count {
+            Some(n) => Some(n),
+            None if ext => Some(0),
+            None => None,
         };
         let esz = u64::from(v.ty.bytes());
-        let size = count.saturating_mul(esz);
         let off = align_up(self.out.globals_init.len() as u64, v.align.max(esz));
-        let end = off.saturating_add(size);
+        let too_large = || perr(line, "module variables exceed the limit");
+        let end = off.saturating_add(declared.unwrap_or(0).saturating_mul(esz));
         if end > u64::from(MAX_GLOBALS) {
-            return Err(perr(line, "module variables exceed the limit"));
+            return Err(too_large());
         }
         self.out.globals_init.resize(end as usize, 0);
-        if let Some(init) = &v.init {
-            if init.len() as u64 > count {
-                return Err(perr(line, format!("too many initializers for {}", v.name)));
-            }
-            for (k, o) in init.iter().enumerate() {
-                let bits = match o {
-                    Opnd::Name(n) => match self.syms.get(*n) {
-                        Some(Sym::Addr(a)) => *a,
-                        _ => return Err(perr(line, format!("unknown symbol {n}"))),
-                    },
-                    o => imm(o, v.ty, line)?,
-                };
-                let at = (off + k as u64 * esz) as usize;
-                let bytes = bits.to_le_bytes();
-                self.out.globals_init[at..at + esz as usize]
-                    .copy_from_slice(&bytes[..esz as usize]);
-            }
+        let mut count = 0u64;
+        if v.has_init {
+            let (syms, bytes) = (&self.syms, &mut self.out.globals_init);
+            initializer(
+                p,
+                &mut |o| {
+                    if declared.is_some_and(|n| count >= n) {
+                        return Err(perr(line, format!("too many initializers for {}", v.name)));
+                    }
+                    let bits = match o {
+                        Opnd::Name(n) => match syms.get(n) {
+                            Some(Sym::Addr(a)) => *a,
+                            _ => return Err(perr(line, format!("unknown symbol {n}"))),
+                        },
+                        o => imm(&o, v.ty, line)?,
+                    };
+                    let at = off + count * esz;
+                    if at + esz > u64::from(MAX_GLOBALS) {
+                        return Err(too_large());
+                    }
+                    let (at, n) = (at as usize, esz as usize);
+                    if bytes.len() < at + n {
+                        bytes.resize(at + n, 0);
+                    }
+                    bytes[at..at + n].copy_from_slice(&bits.to_le_bytes()[..n]);
+                    count += 1;
+                    Ok(())
+                },
+                0,
+            )?;
         }
+        let size = declared.unwrap_or(count) * esz;
         self.out.globals.push(GlobalVar {
             name: v.name.to_owned(),
             offset: off as u32,
@@ -432,7 +531,7 @@ impl ModuleState {
         }
         let f = FuncParser::new(self, name, is_entry, &params, &rets, line)?.body(p)?;
         self.insts += f.insts.len();
-        if self.insts > 2 * MAX_INSTS {
+        if self.insts > MODULE_INSTS {
             return Err(perr(line, "too many instructions in the module"));
         }
         self.local_top = u64::from(f.local_bytes);
@@ -466,8 +565,9 @@ fn param_list<'a>(p: &mut P<'a>) -> Result<Vec<VarDecl<'a>>, Error> {
     }
 }
 
-/// `[.align N] [.v2|.v4] [.ptr .space .align N] .type name[[N]]... [= init]`.
-fn var_decl<'a>(p: &mut P<'a>) -> Result<VarDecl<'a>, Error> {
+/// `[.align N] [.v2|.v4] [.ptr .space .align N] .type name[[N]]... [=]`:
+/// a variable declaration up to its initializer.
+fn var_head<'a>(p: &mut P<'a>) -> Result<VarDecl<'a>, Error> {
     let line = p.line();
     let mut align = 0u64;
     let mut ty = None;
@@ -510,24 +610,32 @@ fn var_decl<'a>(p: &mut P<'a>) -> Result<VarDecl<'a>, Error> {
         p.expect_punct(']')?;
         count = count.map(|c| c.saturating_mul(n));
     }
-    let init = if p.eat_punct('=') {
-        let mut v = Vec::new();
-        initializer(p, &mut v, 0)?;
-        Some(v)
-    } else {
-        None
-    };
     Ok(VarDecl {
         name,
         align: align.max(u64::from(ty.bytes())),
         ty,
         count,
-        init,
+        has_init: p.eat_punct('='),
     })
 }
 
-/// A (possibly nested) initializer, flattened.
-fn initializer<'a>(p: &mut P<'a>, out: &mut Vec<Opnd<'a>>, depth: u32) -> Result<(), Error> {
+/// A variable declaration and its initializer, which is checked and
+/// dropped (only module variables keep theirs).
+fn var_decl<'a>(p: &mut P<'a>) -> Result<VarDecl<'a>, Error> {
+    let v = var_head(p)?;
+    if v.has_init {
+        initializer(p, &mut |_| Ok(()), 0)?;
+    }
+    Ok(v)
+}
+
+/// A (possibly nested) initializer, flattened: each element goes to `out`
+/// as it is read, so that nothing holds the whole initializer.
+fn initializer<'a>(
+    p: &mut P<'a>,
+    out: &mut dyn FnMut(Opnd<'a>) -> Result<(), Error>,
+    depth: u32,
+) -> Result<(), Error> {
     if depth > MAX_NESTING {
         return Err(perr(p.line(), "initializer nested too deeply"));
     }
@@ -543,19 +651,14 @@ fn initializer<'a>(p: &mut P<'a>, out: &mut Vec<Opnd<'a>>, depth: u32) -> Result
             p.expect_punct(',')?;
         }
     }
-    if out.len() >= MAX_GLOBALS as usize {
-        return Err(perr(p.line(), "initializer too long"));
-    }
     // `generic(sym)` is the symbol's address.
     if p.eat_ident("generic") {
         p.expect_punct('(')?;
         let n = p.ident()?;
         p.expect_punct(')')?;
-        out.push(Opnd::Name(n));
-        return Ok(());
+        return out(Opnd::Name(n));
     }
-    out.push(simple_operand(p)?);
-    Ok(())
+    out(simple_operand(p)?)
 }
 
 /// A literal, a name, or `!name`.
@@ -753,9 +856,10 @@ impl<'m> FuncParser<'m> {
                     p.next()?;
                 }
                 Some(Tok::Ident(s)) if s.starts_with('.') => self.directive(p)?,
-                Some(Tok::Ident(s)) if p.peek_at(1) == Some(&Tok::Punct(':')) => {
+                Some(Tok::Ident(s)) if p.peek_second() == Some(Tok::Punct(':')) => {
                     let s = (*s).to_owned();
-                    p.i += 2;
+                    p.bump();
+                    p.bump();
                     let at = self.f.insts.len() as u32;
                     if self.labels.insert(s.clone(), at).is_some() {
                         return Err(perr(line, format!("label {s} defined twice")));
@@ -787,7 +891,7 @@ impl<'m> FuncParser<'m> {
     /// Lays out the function's own `.shared` variables (which may appear
     /// after instructions that use extern shared arrays).
     fn prescan_shared(&mut self, p: &mut P<'_>) -> Result<(), Error> {
-        let save = p.i;
+        let save = p.mark();
         let mut depth = 1u32;
         let mut align = self.m.shared_align.max(16);
         while depth > 0 {
@@ -812,7 +916,7 @@ impl<'m> FuncParser<'m> {
                 _ => {}
             }
         }
-        p.i = save;
+        p.reset(save);
         self.f.static_shared = self.shared as u32;
         self.f.dyn_shared_base = align_up(self.shared, align) as u32;
         Ok(())
@@ -972,7 +1076,7 @@ impl<'m> FuncParser<'m> {
             p.skip_statement()?;
             self.f.insts.push(Inst {
                 guard,
-                op: Op::Unsupported(format!("{opcode} (line {line})")),
+                op: unsupported(&format!("{} (line {line})", clip(opcode, MAX_QUOTED))),
                 line,
             });
             return Ok(());
@@ -995,7 +1099,7 @@ impl<'m> FuncParser<'m> {
         p.expect_punct(';')?;
         let op = match self.decode(opcode, &ops, line) {
             Ok(op) => op,
-            Err(Error::Unsupported { what }) => Op::Unsupported(what),
+            Err(Error::Unsupported { what }) => unsupported(&what),
             Err(e) => return Err(e),
         };
         if let Op::Bra { .. } = op {
@@ -1091,9 +1195,10 @@ impl<'m> FuncParser<'m> {
             if let Opnd::Name(n) = o {
                 // `name+4` as an immediate address.
                 if p.is_punct('+') {
-                    if let Some(Tok::Int(v)) = p.peek_at(1) {
-                        let off = *v as i64;
-                        p.i += 2;
+                    if let Some(Tok::Int(v)) = p.peek_second() {
+                        let off = v as i64;
+                        p.bump();
+                        p.bump();
                         return Ok(Opnd::Mem {
                             reg: None,
                             sym: Some(n),
@@ -1310,14 +1415,17 @@ fn sreg(n: &str) -> Option<Sreg> {
 /// Replaces every `call` by the callee's body (callees first). Calls of
 /// functions without a body, recursive calls and calls whose arguments do
 /// not match the callee become [`Op::Unsupported`].
+///
+/// The module's instructions are counted as each function grows, and a
+/// function that would take them past `2 * MAX_INSTS` fails the module
+/// before its new body is allocated: the module never holds more than its
+/// limit, however many functions inline large callees.
 fn inline_calls(funcs: &mut [Option<Func>], names: &[String]) -> Result<(), Error> {
     let mut state = vec![0u8; funcs.len()];
+    // At most MODULE_INSTS: `ModuleState::function` checked as it parsed.
+    let mut module_insts: usize = funcs.iter().flatten().map(|f| f.insts.len()).sum();
     for i in 0..funcs.len() {
-        expand(i, funcs, names, &mut state, 0)?;
-    }
-    let total: usize = funcs.iter().flatten().map(|f| f.insts.len()).sum();
-    if total > 2 * MAX_INSTS {
-        return Err(perr(0, "inlined calls make the module too long"));
+        expand(i, funcs, names, &mut state, &mut module_insts, 0)?;
     }
     Ok(())
 }
@@ -1329,6 +1437,7 @@ fn expand(
     funcs: &mut [Option<Func>],
     names: &[String],
     state: &mut [u8],
+    module_insts: &mut usize,
     depth: u32,
 ) -> Result<(), Error> {
     // Too deep a chain: the caller's call stays unsupported.
@@ -1349,9 +1458,9 @@ fn expand(
         })
         .collect();
     for c in callees {
-        expand(c, funcs, names, state, depth + 1)?;
+        expand(c, funcs, names, state, module_insts, depth + 1)?;
     }
-    let r = splice(&mut f, funcs, names, state);
+    let r = splice(&mut f, funcs, names, state, module_insts);
     funcs[i] = Some(f);
     state[i] = 2;
     r
@@ -1362,6 +1471,7 @@ fn splice(
     funcs: &[Option<Func>],
     names: &[String],
     state: &[u8],
+    module_insts: &mut usize,
 ) -> Result<(), Error> {
     if !f.insts.iter().any(|x| matches!(x.op, Op::Call { .. })) {
         return Ok(());
@@ -1374,6 +1484,8 @@ fn splice(
         (state[*func as usize] == 2 && c.params.len() == args.len() && c.rets.len() == rets.len())
             .then_some(c)
     };
+    // The module's instructions other than this function's.
+    let others = *module_insts - f.insts.len();
     let old = std::mem::take(&mut f.insts);
     // Where each old instruction lands.
     let mut at = Vec::with_capacity(old.len() + 1);
@@ -1392,7 +1504,14 @@ fn splice(
         if total > MAX_INSTS {
             return Err(perr(inst.line, "inlined calls make the function too long"));
         }
+        if others + total > MODULE_INSTS {
+            return Err(perr(
+                inst.line,
+                format!("inlined calls make the module longer than {MODULE_INSTS} instructions"),
+            ));
+        }
     }
+    *module_insts = others + total;
     at.push(total as u32);
     let mut out: Vec<Inst> = Vec::with_capacity(total);
     for (k, inst) in old.into_iter().enumerate() {
@@ -1464,8 +1583,9 @@ fn splice(
                 let name = names.get(*func as usize).map_or("?", String::as_str);
                 out.push(Inst {
                     guard: inst.guard,
-                    op: Op::Unsupported(format!(
-                        "call of {name} (no body, recursive, or mismatched arguments; line {line})"
+                    op: unsupported(&format!(
+                        "call of {} (no body, recursive, or mismatched arguments; line {line})",
+                        clip(name, MAX_QUOTED)
                     )),
                     line,
                 });

@@ -142,6 +142,35 @@ fn budget_stops_an_endless_loop() {
     assert_eq!(r, Err(Error::Budget(100_000)));
 }
 
+/// Probe finding "max_instructions does not charge per-block setup": a
+/// kernel of one instruction over a grid of one-thread blocks executed one
+/// instruction per block, so the default budget let a launch run for most
+/// of a minute. Each block's setup now counts against the same budget.
+#[test]
+fn grid_of_one_thread_blocks_is_stopped_by_the_budget() {
+    let m = Module::parse(&format!("{HEAD}.visible .entry k()\n{{\nret;\n}}\n")).unwrap();
+    let lim = Limits {
+        max_instructions: 200_000,
+        ..Limits::default()
+    };
+    let run = |blocks: u32| {
+        m.run(
+            &mut m.globals(),
+            "k",
+            &dims([blocks, 1, 1], [1, 1, 1], 0),
+            &[],
+            &mut VecMemory::default(),
+            &lim,
+        )
+    };
+    // 100,000 executed instructions, half the budget: the blocks' setup
+    // makes up the rest.
+    assert_eq!(run(100_000), Err(Error::Budget(200_000)));
+    // A few blocks still fit, and only executed instructions are reported.
+    let st = run(100).expect("fits the budget");
+    assert_eq!((st.instructions, st.threads), (100, 100));
+}
+
 #[test]
 fn barriers_that_cannot_complete_deadlock() {
     // Half the threads wait at barrier 1, the other half at barrier 2.
@@ -359,6 +388,25 @@ fn malformed_text_is_a_parse_error() {
         Module::parse(".address_size 32"),
         Err(Error::Unsupported { .. })
     ));
+    // Tokens are lexed as parsing reaches them; a lexical error anywhere
+    // still fails the module with the lexer's message and line.
+    let good = format!("{HEAD}.visible .entry k()\n{{\nret;\n}}\n");
+    for (bad, msg) in [
+        ("/* open", "unterminated comment"),
+        ("\"open", "unterminated string"),
+        ("0fXYZ", "bad number"),
+        ("\u{e9}", "unexpected byte"),
+    ] {
+        for text in [format!("{good}{bad}\n"), good.replace("ret;", bad)] {
+            match Module::parse(&text) {
+                Err(Error::Parse { line, msg: m }) => {
+                    assert!(m.contains(msg), "{text}: {m}");
+                    assert!(line >= 5, "{text}: line {line}");
+                }
+                r => panic!("{text}: {r:?}"),
+            }
+        }
+    }
 }
 
 #[test]

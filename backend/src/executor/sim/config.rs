@@ -39,7 +39,8 @@ pub struct SimConfig {
     /// How long kernels take, by name.
     pub kernels: Vec<KernelCost>,
     /// Instructions (summed over threads) one executed launch may run on
-    /// the worker's CPU before it fails with CUDA_ERROR_LAUNCH_TIMEOUT.
+    /// the worker's CPU before it fails with CUDA_ERROR_LAUNCH_TIMEOUT;
+    /// each block's setup counts too (`fairgpu_ptx::Limits`).
     pub max_instructions: u64,
     /// Modelled duration of an executed kernel the cost model does not
     /// list, before its instructions are counted, µs.

@@ -65,7 +65,9 @@
 //!   times and [`GpuExecutor::gpu_time_ns`] are the same whether a kernel
 //!   executes or not.
 //! - **CPU is bounded**: a launch may execute at most
-//!   [`SimConfig::max_instructions`] instructions (over all its threads).
+//!   [`SimConfig::max_instructions`] instructions (over all its threads,
+//!   with a fixed cost for each block's setup, so that a grid of many tiny
+//!   blocks is bounded too).
 //!   Executing happens while the worker serves the launch, under its VM's
 //!   grant when the daemon schedules the GPU: a launch that executes for
 //!   seconds keeps the other VMs' work waiting that long in wall-clock
