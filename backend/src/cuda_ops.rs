@@ -86,10 +86,45 @@ struct Context {
     /// Accounting events ready for reuse, and how many exist.
     acct_free: Vec<EventId>,
     acct_events: usize,
+    /// Bytes of parameter layouts `functions` hold.
+    param_bytes: u64,
+    /// What this context is charged against the VM's host memory: at
+    /// least [`Context::host_bytes`], and before a request at least that
+    /// plus what the request may add ([`growth_bound`]).
+    held: HostCharge,
+}
+
+/// Host memory charged for any context, besides its tables: the context
+/// itself, its accounting events (at most [`MAX_ACCT_EVENTS`]) and the
+/// executor's bookkeeping for it.
+const CONTEXT_BYTES: u64 = 64 << 10;
+/// Host memory charged for each allocation and each function lookup entry
+/// (a map node, with room for the allocator's overhead).
+const ENTRY_BYTES: u64 = 64;
+/// How far a context's charge may stay above what it holds before it is
+/// given back, so that most requests take no atomic operation.
+const SETTLE_SLACK: u64 = 64 << 10;
+
+/// At most how many bytes request `req` can add to its context's
+/// [`Context::host_bytes`]: one entry in each table, plus a staging
+/// buffer's announced size when the request starts one, plus the arena
+/// (a function's parameter layout is written back into it, so it is no
+/// larger; a staged chunk is copied from it).
+fn growth_bound(req: &ValidRequest, arena: &ArenaSlice<'_>) -> u64 {
+    // A push grows a table by two slots' worth (`HandleTable::host_bytes`);
+    // no slot is larger than 128 bytes.
+    let tables = 4 * 2 * 128 + 2 * ENTRY_BYTES;
+    match req.op {
+        Opcode::ModuleStage if req.args[0] == 0 => {
+            tables + req.args[1].min(MAX_MODULE_IMAGE) + arena.len() as u64
+        }
+        Opcode::ModuleStage | Opcode::ModuleGetFunction => tables + arena.len() as u64,
+        _ => tables,
+    }
 }
 
 impl Context {
-    fn new(ctx: CtxId) -> Self {
+    fn new(ctx: CtxId, held: HostCharge) -> Self {
         Context {
             ctx,
             allocs: BTreeMap::new(),
@@ -102,6 +137,49 @@ impl Context {
             staging_total: 0,
             acct_free: Vec::new(),
             acct_events: 0,
+            param_bytes: 0,
+            held,
+        }
+    }
+
+    /// Host memory this context holds for its guest, as charged: a fixed
+    /// part, the staging buffer's announced size (its capacity), each
+    /// handle table's slots, each allocation and lookup entry, and the
+    /// functions' parameter layouts.
+    fn host_bytes(&self) -> u64 {
+        CONTEXT_BYTES
+            + self.staging_total
+            + self.modules.host_bytes()
+            + self.functions.host_bytes()
+            + self.streams.host_bytes()
+            + self.events.host_bytes()
+            + ENTRY_BYTES * (self.allocs.len() + self.function_of.len()) as u64
+            + self.param_bytes
+    }
+
+    /// Grows the charge to cover what a request bounded by `bound` may
+    /// add; refused (out of memory) before the request does anything.
+    fn reserve(&mut self, bound: u64) -> Result<(), Status> {
+        let need = self.host_bytes() + bound;
+        if self.held.bytes() < need {
+            self.held
+                .resize(need, "a channel's CUDA tables and staging buffer")
+                .map_err(|_| Status::OUT_OF_MEMORY)?;
+        }
+        Ok(())
+    }
+
+    /// Brings the charge back near what the context holds after a request.
+    fn settle(&mut self) {
+        let have = self.host_bytes();
+        let held = self.held.bytes();
+        if held > have + 2 * SETTLE_SLACK || held < have {
+            // Shrinking always succeeds; growing here is only a safety net
+            // (`reserve` charged the request's bound before it ran).
+            let _ = self.held.resize(
+                have + SETTLE_SLACK,
+                "a channel's CUDA tables and staging buffer",
+            );
         }
     }
 
@@ -130,6 +208,11 @@ impl Context {
             .copied()
             .map_err(|_| Status::INVALID_HANDLE)
     }
+}
+
+/// Host memory a parameter layout holds.
+fn param_bytes(params: &[ParamInfo]) -> u64 {
+    std::mem::size_of_val(params) as u64
 }
 
 /// Module images this VM loaded, by hash, so that a process loading the
@@ -233,6 +316,7 @@ impl CudaOps {
     /// Charges what this handler keeps for the guests to `budget`, the
     /// VM's (give the executor the same one).
     pub fn with_host_memory(mut self, budget: std::sync::Arc<HostMemory>) -> CudaOps {
+        self.transport = TransportOps::new(budget.clone());
         self.host_memory = budget;
         self
     }
@@ -288,6 +372,10 @@ impl CudaOps {
             self.contexts.resize_with(i + 1, || None);
         }
         if self.contexts[i].is_none() {
+            let held = self
+                .host_memory
+                .charge(CONTEXT_BYTES + SETTLE_SLACK, "a channel's CUDA context")
+                .map_err(|_| Status::OUT_OF_MEMORY)?;
             let ctx = match self.exec.create_context() {
                 Ok(ctx) => ctx,
                 Err(e) => {
@@ -296,7 +384,7 @@ impl CudaOps {
                     return Err(e.status());
                 }
             };
-            self.contexts[i] = Some(Context::new(ctx));
+            self.contexts[i] = Some(Context::new(ctx, held));
         }
         Ok(self.contexts[i].as_mut().expect("created above"))
     }
@@ -374,6 +462,7 @@ impl CudaOps {
         let quota = self.quota;
         let mem_used = self.mem_used;
         let cx = self.context(ch)?;
+        cx.reserve(growth_bound(req, arena))?;
         let ctx = cx.ctx;
         match req.op {
             Opcode::CtxSynchronize => self
@@ -471,7 +560,11 @@ impl CudaOps {
                     return Err(Status::INVALID_VALUE);
                 }
                 if off == 0 {
+                    // Its whole announced size at once (and charged so,
+                    // `growth_bound`): the chunks never reallocate it. The
+                    // old buffer is freed first.
                     cx.staging = Vec::new();
+                    cx.staging = Vec::with_capacity(total as usize);
                     cx.staging_total = total;
                 }
                 let end = off
@@ -505,7 +598,15 @@ impl CudaOps {
             Opcode::ModuleUnload => {
                 let h = Handle(a[0]);
                 let m = cx.modules.remove(h).map_err(|_| Status::INVALID_HANDLE)?;
-                cx.functions.retain(|f| f.module != h);
+                let mut shed = 0;
+                cx.functions.retain(|f| {
+                    let keep = f.module != h;
+                    if !keep {
+                        shed += param_bytes(&f.params);
+                    }
+                    keep
+                });
+                cx.param_bytes -= shed;
                 cx.function_of.retain(|(m, _), _| *m != h.0);
                 self.exec
                     .module_unload(ctx, m)
@@ -537,6 +638,7 @@ impl CudaOps {
                 let f = match cx.function_of.get(&key) {
                     Some(&f) => f,
                     None => {
+                        let bytes = param_bytes(&params);
                         let f = cx
                             .functions
                             .insert(Function {
@@ -546,6 +648,7 @@ impl CudaOps {
                             })
                             .map_err(|_| Status::OUT_OF_MEMORY)?;
                         cx.function_of.insert(key, f);
+                        cx.param_bytes += bytes;
                         f
                     }
                 };
@@ -708,7 +811,13 @@ impl Handler for CudaOps {
         self.calls += 1;
         let result = match req.op {
             Opcode::Nop | Opcode::CopyIn | Opcode::CopyOut => self.transport.handle(ch, req, arena),
-            _ => self.cuda(ch, req, arena),
+            _ => {
+                let r = self.cuda(ch, req, arena);
+                if let Some(Some(cx)) = self.contexts.get_mut(ch as usize) {
+                    cx.settle();
+                }
+                r
+            }
         };
         match result {
             Ok(_) if req.op == Opcode::LaunchKernel => self.kernels += 1,

@@ -2,31 +2,58 @@
 //! per-channel scratch buffer. They exist to measure the transport and to
 //! test it end to end without any device behind it.
 
+use std::sync::Arc;
+
 use fairgpu_protocol::wire::ValidRequest;
 use fairgpu_protocol::{Opcode, Status};
 
+use crate::executor::host_memory::{HostCharge, HostMemory};
 use crate::host::{Answer, ArenaSlice, Handler};
 
 /// Largest scratch buffer a channel may address through CopyIn/CopyOut.
 pub const SCRATCH_LIMIT: usize = 64 * 1024 * 1024;
 
 /// Executes Nop, CopyIn and CopyOut.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TransportOps {
-    scratch: Vec<Vec<u8>>,
+    /// Each channel's scratch buffer and its charge (its capacity).
+    scratch: Vec<(Vec<u8>, HostCharge)>,
+    /// What the scratch buffers are charged to.
+    budget: Arc<HostMemory>,
+}
+
+impl Default for TransportOps {
+    fn default() -> Self {
+        TransportOps::new(HostMemory::unlimited())
+    }
 }
 
 impl TransportOps {
+    /// Transport ops whose scratch buffers are charged to `budget`.
+    pub fn new(budget: Arc<HostMemory>) -> Self {
+        TransportOps {
+            scratch: Vec::new(),
+            budget,
+        }
+    }
+
     fn scratch(&mut self, ch: u32, end: usize) -> Result<&mut Vec<u8>, Status> {
         if end > SCRATCH_LIMIT {
             return Err(Status::INVALID_VALUE);
         }
         let ch = ch as usize;
         if self.scratch.len() <= ch {
-            self.scratch.resize_with(ch + 1, Vec::new);
+            let budget = &self.budget;
+            self.scratch
+                .resize_with(ch + 1, || (Vec::new(), budget.empty()));
         }
-        let buf = &mut self.scratch[ch];
+        let (buf, charge) = &mut self.scratch[ch];
         if buf.len() < end {
+            charge
+                .resize(end as u64, "a channel's transport scratch buffer")
+                .map_err(|_| Status::OUT_OF_MEMORY)?;
+            // Exactly `end`, so that the capacity is what was charged.
+            buf.reserve_exact(end - buf.len());
             buf.resize(end, 0);
         }
         Ok(buf)
@@ -65,8 +92,10 @@ impl Handler for TransportOps {
     }
 
     fn reset(&mut self, ch: u32) {
-        if let Some(buf) = self.scratch.get_mut(ch as usize) {
+        if let Some((buf, charge)) = self.scratch.get_mut(ch as usize) {
             *buf = Vec::new();
+            // Shrinking always succeeds.
+            let _ = charge.resize(0, "a channel's transport scratch buffer");
         }
     }
 }

@@ -72,6 +72,13 @@ impl<T> HandleTable<T> {
         self.len
     }
 
+    /// Host memory the table's slots may hold, bytes: twice the slots ever
+    /// used (a `Vec` grown one push at a time never holds more), at least
+    /// four. What the values own besides (their heap data) is not counted.
+    pub fn host_bytes(&self) -> u64 {
+        (2 * self.slots.len().max(4) * std::mem::size_of::<Slot<T>>()) as u64
+    }
+
     /// Whether the table holds no objects.
     pub fn is_empty(&self) -> bool {
         self.len == 0

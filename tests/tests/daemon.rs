@@ -402,3 +402,62 @@ fn a_guest_truncating_its_region_cannot_take_down_the_daemon() {
         assert_eq!((a.restarts, a.worker_pid), (0, b.worker_pid), "vm {name}");
     }
 }
+
+/// The attack: a guest's channels each ask the worker to hold a large
+/// buffer for them, cheaply: a 4 KiB CopyIn at the top of the transport's
+/// 64 MiB scratch space, or a module image announced at 256 MiB and staged
+/// a chunk at a time. Neither counted against anything, so one VM's 256
+/// channels could make its worker hold gigabytes. Both are now charged to
+/// the VM's host memory: the request that would pass it fails with
+/// CUDA_ERROR_OUT_OF_MEMORY, the worker carries on, and a channel's release
+/// gives its buffers back.
+#[test]
+fn staging_and_scratch_buffers_cannot_grow_the_worker_past_the_vms_host_memory() {
+    const LIMIT: u64 = 32 << 20;
+    const HIGH: u64 = 24 << 20;
+    let setup = Setup::new("daemon_host_memory", &[("hoarder", 1, 4)]);
+    // The only [[vm]] table is the last one: this line belongs to it.
+    let mut config = std::fs::read_to_string(&setup.config).unwrap();
+    config.push_str(&format!("host_memory = {LIMIT}\n"));
+    std::fs::write(&setup.config, config).unwrap();
+    let d = setup.start();
+    let chunk = vec![0x5au8; 4096];
+    let oom = CallError::Cuda(fairgpu_protocol::Status::OUT_OF_MEMORY);
+
+    let mut a = claim(&setup.regions[0], wait_config());
+    a.send_bulk(Opcode::CopyIn, [HIGH, 0, 0, 0, 0], 0, &chunk)
+        .expect("a scratch buffer within the budget");
+    let mut b = claim(&setup.regions[0], wait_config());
+    assert_eq!(
+        b.send_bulk(Opcode::CopyIn, [HIGH, 0, 0, 0, 0], 0, &chunk)
+            .err(),
+        Some(oom.clone()),
+        "a second channel's scratch buffer past the budget"
+    );
+    assert_eq!(
+        b.send_bulk(Opcode::ModuleStage, [0, 16 << 20, 0, 0, 0], 0, &chunk)
+            .err(),
+        Some(oom.clone()),
+        "a staging buffer past the budget"
+    );
+    let s = wait_for_status(&d, "the scratch buffer counted", |s| {
+        vm(s, "hoarder").host_mem_used > HIGH
+    });
+    let v = vm(&s, "hoarder");
+    assert!(v.host_mem_used <= LIMIT, "{} > {LIMIT}", v.host_mem_used);
+
+    // The attacker's first channel goes: its buffer is given back, and the
+    // module image that did not fit now stages.
+    drop(a);
+    wait_until("room for the staging buffer", GUARD, || {
+        match b.send_bulk(Opcode::ModuleStage, [0, 16 << 20, 0, 0, 0], 0, &chunk) {
+            Ok(_) => Some(()),
+            Err(e) if e == oom => None,
+            Err(e) => panic!("staging failed otherwise: {e}"),
+        }
+    });
+    nop(&mut b, 7);
+    let s = status(&d);
+    let v = vm(&s, "hoarder");
+    assert_eq!((v.restarts, v.state), (0, WorkerState::Running));
+}

@@ -2,8 +2,10 @@
 //! worker hold on their behalf, besides the device-memory quota.
 //!
 //! What is charged: module-scope variables SimGpu creates for each loaded
-//! module, parsed PTX modules, the PTX texts SimGpu keeps, and the module
-//! images and kernel tables the worker keeps for its guests. Each holding
+//! module, parsed PTX modules, the PTX texts SimGpu keeps, the module
+//! images and kernel tables the worker keeps for its guests, each channel's
+//! handle tables, kernel parameter layouts, module staging buffer and
+//! transport scratch buffer. Each holding
 //! takes a [`HostCharge`] when it is made and gives its bytes back when the
 //! charge is dropped with it, so the count follows the holdings without
 //! bookkeeping at each release. A charge that would pass the limit is
@@ -80,6 +82,15 @@ impl HostMemory {
             })
     }
 
+    /// A charge of nothing yet, to be grown with [`HostCharge::resize`] by a
+    /// holding whose size changes (a staging buffer, a table).
+    pub fn empty(self: &Arc<Self>) -> HostCharge {
+        HostCharge {
+            budget: self.clone(),
+            bytes: 0,
+        }
+    }
+
     /// Bytes charged now.
     pub fn used(&self) -> u64 {
         // Relaxed: a statistic.
@@ -103,6 +114,25 @@ impl HostCharge {
     /// The bytes charged.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Makes this charge `bytes`: growing is admitted like a new charge of
+    /// the difference (and on refusal the charge stays as it was),
+    /// shrinking always succeeds.
+    pub fn resize(&mut self, bytes: u64, what: &'static str) -> Result<(), HostMemoryExceeded> {
+        if bytes > self.bytes {
+            let more = self.budget.charge(bytes - self.bytes, what)?;
+            // The difference now belongs to this charge: forget `more`
+            // without returning it.
+            std::mem::forget(more);
+        } else {
+            // Relaxed: as in `charge`; these bytes were admitted earlier.
+            self.budget
+                .used
+                .fetch_sub(self.bytes - bytes, Ordering::Relaxed);
+        }
+        self.bytes = bytes;
+        Ok(())
     }
 }
 
@@ -131,6 +161,25 @@ mod tests {
         drop(c);
         assert_eq!(b.used(), 0);
         assert!(b.charge(u64::MAX, "huge").is_err());
+        assert_eq!(b.used(), 0);
+    }
+
+    #[test]
+    fn a_resized_charge_grows_within_the_limit_and_gives_back_what_it_sheds() {
+        let b = HostMemory::new(100);
+        let other = b.charge(30, "other").unwrap();
+        let mut c = b.empty();
+        c.resize(50, "grow").unwrap();
+        assert_eq!(b.used(), 80);
+        let e = c.resize(71, "too much").unwrap_err();
+        assert_eq!((e.bytes, e.used), (21, 80));
+        assert_eq!((c.bytes(), b.used()), (50, 80));
+        c.resize(70, "to the limit").unwrap();
+        assert_eq!(b.used(), 100);
+        c.resize(10, "shrink").unwrap();
+        assert_eq!(b.used(), 40);
+        drop(other);
+        drop(c);
         assert_eq!(b.used(), 0);
     }
 }
