@@ -14,6 +14,9 @@
 //! - [`sched`]: the daemon's GPU scheduler thread; [`grants`]: its control
 //!   block shared with the workers; [`accounting`]: the worker's side
 //!   (issue only under the grant, measure GPU time).
+//! - [`executor`] (the `fairgpu-executor` crate): the `GpuExecutor` seam,
+//!   SimGpu and the CudaExecutor; [`cuda_ops`] validates each CUDA request
+//!   before an executor sees it.
 //! - [`perms`]: who may open the regions, sockets and files the daemon
 //!   creates.
 //!
@@ -21,17 +24,18 @@
 //! ring fails that channel; nothing a guest writes can stop the server or
 //! touch another channel.
 
+pub use fairgpu_executor as executor;
+pub use fairgpu_executor::clock;
+
 pub mod accounting;
 pub mod bench;
 pub mod cli;
-pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod control;
 pub mod cuda_ops;
 pub mod daemon;
 pub mod demo;
-pub mod executor;
 pub mod fairness;
 pub mod gpu_check;
 pub mod grants;

@@ -7,14 +7,14 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(kernels) = fairgpu::executor::sim::parse_image(data) {
+    if let Ok(kernels) = fairgpu_executor::sim::parse_image(data) {
         for k in &kernels {
             for p in &k.params {
                 assert!(u64::from(p.offset) + u64::from(p.size) <= u64::from(u32::MAX));
             }
         }
     }
-    if let Ok(img) = fairgpu::executor::cuda::prepare_image(data) {
+    if let Ok(img) = fairgpu_executor::cuda::prepare_image(data) {
         // ELF and fatbin images go as they are; PTX text up to and with its
         // first NUL (the driver reads no further), or with one appended.
         match data.iter().position(|&b| b == 0) {

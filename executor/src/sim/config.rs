@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use fairgpu_protocol::cuda::{ParamInfo, MAX_NAME, MAX_PARAMS};
 use serde::{Deserialize, Serialize};
 
-use crate::executor::{ExecError, ExecResult};
+use crate::{ExecError, ExecResult};
 
 /// The kernel every SimGpu knows without configuration: it runs for as many
 /// nanoseconds as its first parameter (a u64) says.

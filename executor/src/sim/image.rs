@@ -955,7 +955,7 @@ $L__BB0_2:
     fn nvcc13_zstd_fatbin_yields_its_kernels() {
         // The .nv_fatbin section of tests/cuda/streams_events.cu as nvcc 13
         // builds it by default: an sm_75 cubin and zstd-compressed PTX.
-        let fatbin = include_bytes!("../../../tests/fixtures/spin-nvcc13-zstd.fatbin");
+        let fatbin = include_bytes!("../../tests/fixtures/spin-nvcc13-zstd.fatbin");
         let kernels = parse_image(fatbin).expect("parses");
         let spin = kernels
             .iter()

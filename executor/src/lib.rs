@@ -11,9 +11,21 @@
 //! may trust the ranges it is given.
 //!
 //! Implementations:
-//! - [`sim::SimGpu`]: the embedded default without a GPU.
+//! - [`sim::SimGpu`]: the embedded default without a GPU, a model of a
+//!   non-preemptive GPU that executes PTX with `fairgpu-ptx`.
 //! - [`cuda::CudaExecutor`]: a real NVIDIA GPU through cudarc.
+//!
+//! Besides: decoding of the module images guests send (fatbins, compressed
+//! entries: `cuda::prepare_image`, `sim::parse_image`), the VM's
+//! host-memory budget that everything an executor keeps for a guest is
+//! charged to ([`host_memory`]), and the host clock that SimGpu's shared
+//! device timeline and the worker's accounting share ([`clock`]).
+//!
+//! This crate knows nothing of rings, channels or the daemon: the worker
+//! (`fairgpu`'s request layer) validates every request before it reaches an
+//! executor.
 
+pub mod clock;
 pub mod cuda;
 pub mod host_memory;
 pub mod sim;
@@ -229,7 +241,7 @@ pub trait GpuExecutor: Send {
     /// leaves every context of this executor's process unusable, as on a
     /// real CUDA driver (new contexts included: `cuCtxCreate` then fails
     /// with the same error). The worker then has to be replaced by a fresh
-    /// process once the faulting guest is gone ([`crate::cuda_ops::CudaOps::recycle_due`]).
+    /// process once the faulting guest is gone (`CudaOps::recycle_due` in the worker).
     /// SimGpu keeps its contexts apart, so its sticky errors stay in the
     /// faulting context.
     fn sticky_errors_poison_process(&self) -> bool {
