@@ -66,7 +66,7 @@ Checks (each printed PASS/FAIL with its numbers; any FAIL exits 1)
                    left in the work directory, and no worker survives
   fairness         MMR of the GPU time the VMs got between the end of the
                    warm-up and the end of the chaos, as the fairness harness
-                   defines it (backend/src/fairness/metrics.rs): with every
+                   defines it (benches/src/fairness/metrics.rs): with every
                    VM busy its ideal share is w_i / sum(w), x_i = measured
                    share / ideal share, MMR = min x_i / max x_i; at least
                    --min-mmr
@@ -88,7 +88,7 @@ The MMR threshold (default 0.5)
 Options
   --profile P     release (default) or debug: use target/P/fairgpu and
                   target/P/libcuda.so, building them with cargo when missing
-                  (cargo build [--release] --locked -p fairgpu -p fairgpu-guest)
+                  (cargo build [--release] --locked -p fairgpu-cli -p fairgpu-guest)
   --warmup SECS   warm-up before the RSS/fd baseline and the fairness window
                   (default: a quarter of DURATION, at most 60 s)
   --min-mmr X     the fairness threshold (default 0.5)
@@ -168,7 +168,7 @@ if [[ ! -x $bin || ! -f $lib ]]; then
         . "${CARGO_HOME:-$HOME/.cargo}/env"
     fi
     command -v cargo >/dev/null 2>&1 || die "$bin or $lib missing and no cargo to build them"
-    flags=(--locked -p fairgpu -p fairgpu-guest)
+    flags=(--locked -p fairgpu-cli -p fairgpu-guest)
     [[ $profile == release ]] && flags=(--release "${flags[@]}")
     printf 'soak: building: cargo build %s\n' "${flags[*]}"
     cargo build "${flags[@]}"

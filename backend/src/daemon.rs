@@ -413,7 +413,7 @@ fn probe_cuda(gpu: u32) -> Result<(), crate::executor::ExecError> {
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
-    let shutdown = crate::commands::shutdown_flag()?;
+    let shutdown = crate::process::shutdown_flag().context("installing signal handlers")?;
     let cfg = Config::load(config_path)?;
     let config_path = std::fs::canonicalize(config_path)
         .with_context(|| format!("resolving {}", config_path.display()))?;

@@ -1,14 +1,10 @@
-//! The fairgpu host.
+//! The fairgpu host: the daemon and the per-VM worker. The `fairgpu`
+//! command (crate `fairgpu-cli`) runs them; benchmarks, the demo and
+//! `top` (crate `fairgpu-benches`) drive them from outside.
 //!
 //! - [`host`]: create a region and serve its channels (rings, validation,
 //!   dispatch, failure isolation, waiting).
 //! - [`transport_ops`]: the transport's own no-op and bulk-copy opcodes.
-//! - [`bench`]: `fairgpu bench transport`.
-//! - [`demo`]: `fairgpu demo`.
-//! - [`fairness`]: `fairgpu bench fairness`, FairGV's fairness experiments.
-//! - [`top`]: `fairgpu top`, a running daemon's GPU shares, live.
-//! - [`workload`]: `fairgpu __workload`, a CUDA workload generator that
-//!   loads `libcuda.so.1` as CUDA programs do.
 //! - [`daemon`]: `fairgpu serve`, one supervised [`worker`] process per VM,
 //!   configured by [`config`], observed through [`stats`] and [`control`].
 //! - [`sched`]: the daemon's GPU scheduler thread; [`grants`]: its control
@@ -28,16 +24,10 @@ pub use fairgpu_executor as executor;
 pub use fairgpu_executor::clock;
 
 pub mod accounting;
-pub mod bench;
-pub mod cli;
-pub mod commands;
 pub mod config;
 pub mod control;
 pub mod cuda_ops;
 pub mod daemon;
-pub mod demo;
-pub mod fairness;
-pub mod gpu_check;
 pub mod grants;
 pub mod host;
 pub mod perms;
@@ -46,7 +36,5 @@ pub mod qemu;
 pub mod region_socket;
 pub mod sched;
 pub mod stats;
-pub mod top;
 pub mod transport_ops;
 pub mod worker;
-pub mod workload;

@@ -1,6 +1,7 @@
-//! Process control the daemon and its workers need: signals to child
-//! processes and the worker's parent-death signal. The only `unsafe` of
-//! the daemon lives here.
+//! Process control the daemon, its workers and the benchmarks need:
+//! signals to child processes, the worker's parent-death signal, a flag
+//! raised by SIGINT/SIGTERM, CPU pinning. The only `unsafe` of the daemon
+//! lives here.
 
 use std::io;
 
@@ -52,5 +53,43 @@ pub fn precise_sleeps() {
     let r = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
     if r != 0 {
         tracing::debug!(error = %io::Error::last_os_error(), "cannot lower the timer slack");
+    }
+}
+
+/// Flags that become true on SIGINT or SIGTERM.
+pub fn shutdown_flag() -> io::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, flag.clone())?;
+    }
+    Ok(flag)
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    pin_to_cpus(&[cpu])
+}
+
+/// Restricts the calling thread (and what it starts later) to `cpus`.
+/// Allocates nothing, so it may run between fork and exec.
+pub fn pin_to_cpus(cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "cpu index too large",
+            ));
+        }
+        // SAFETY: cpu < CPU_SETSIZE (checked), so CPU_SET stays inside `set`.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t.
+    let r = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }

@@ -123,7 +123,7 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<bool> {
     crate::process::die_with_parent(libc::SIGTERM, args.daemon_pid)
         .context("tying the worker's life to its daemon")?;
     crate::process::precise_sleeps();
-    let shutdown = crate::commands::shutdown_flag()?;
+    let shutdown = crate::process::shutdown_flag().context("installing signal handlers")?;
     let cfg = Config::load(&args.config)?;
     if format!("{:016x}", cfg.fingerprint) != args.fingerprint {
         bail!(

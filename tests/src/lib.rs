@@ -10,7 +10,7 @@
 //! daemon ([`DaemonProcess`]); [`status`] and [`wait_for_status`] read what
 //! it publishes on its control socket.
 //!
-//! The `fairgpu` binary must be built first (`cargo build -p fairgpu`);
+//! The `fairgpu` binary must be built first (`cargo build -p fairgpu-cli`);
 //! `scripts/test.sh` builds the workspace before it tests.
 
 pub mod cuda;

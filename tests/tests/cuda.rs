@@ -32,7 +32,7 @@ const SIM_NAME: &str = "cuda-test SimGpu";
 const SM_COUNT: i32 = 24;
 /// fairgpu's own kernels: `fairgpu_axpy` (SimGpu executes it) and
 /// `fairgpu_spin(ns)` (timing-only, modelled as `ns` of device time).
-const KERNELS_PTX: &str = include_str!("../../backend/kernels/fairgpu.ptx");
+const KERNELS_PTX: &str = include_str!("../../benches/kernels/fairgpu.ptx");
 /// One millisecond of device time, in ns.
 const MS: u64 = 1_000_000;
 /// Bound on a child guest's start-up and on its work.

@@ -25,7 +25,7 @@ const CLI_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// fairgpu's own kernels; SimGpu models `fairgpu_spin(ns)` as `ns` of
 /// device time.
-const SPIN_PTX: &str = include_str!("../../backend/kernels/fairgpu.ptx");
+const SPIN_PTX: &str = include_str!("../../benches/kernels/fairgpu.ptx");
 /// How long the spin kernel runs.
 const SPIN_NS: u64 = 2_000_000;
 

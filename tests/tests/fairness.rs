@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use fairgpu::fairness::metrics;
+use fairgpu_benches::fairness::metrics;
 use fairgpu_tests::{fairgpu_bin, guest_lib_dir, run_command, vm, wait_for_status, Setup, TempDir};
 use serde_json::Value;
 

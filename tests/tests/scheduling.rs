@@ -54,7 +54,7 @@ use fairgpu_tests::{
 
 /// fairgpu's own kernels; `fairgpu_spin(ns)` is modelled as `ns` of
 /// device time.
-const KERNELS_PTX: &str = include_str!("../../backend/kernels/fairgpu.ptx");
+const KERNELS_PTX: &str = include_str!("../../benches/kernels/fairgpu.ptx");
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
 /// Modelled device time over which shares are measured (about as much

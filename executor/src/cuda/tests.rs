@@ -693,8 +693,8 @@ fn the_executor_may_change_threads() {
     assert_send::<CudaExecutor>();
 }
 
-/// Runs on a host with an NVIDIA GPU: `cargo test -p fairgpu --lib
-/// executor::cuda -- --ignored`.
+/// Runs on a host with an NVIDIA GPU: `cargo test -p fairgpu-executor --lib
+/// cuda -- --ignored`.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn real_gpu_round_trip() {

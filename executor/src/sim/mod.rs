@@ -2065,7 +2065,7 @@ mod tests {
     fn the_spin_kernel_never_executes() {
         // Its PTX spins on %globaltimer: executed, it would exhaust any
         // budget.
-        let spin_ptx = include_str!("../../../backend/kernels/fairgpu.ptx");
+        let spin_ptx = include_str!("../../../benches/kernels/fairgpu.ptx");
         let cfg = SimConfig {
             max_instructions: 100,
             ..SimConfig::default()

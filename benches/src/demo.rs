@@ -16,12 +16,23 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use clap::Args;
 
-use crate::cli::DemoArgs;
 use crate::fairness::harness::{self, PolicySupport, Session, SessionConfig, VmSpec, WorkloadSpec};
 use crate::fairness::metrics;
 use crate::fairness::observe::Observer;
 use crate::workload::ClientKind;
+
+/// `fairgpu demo` options.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// How long the guests run, in seconds.
+    #[arg(long, default_value_t = 15.0)]
+    pub seconds: f64,
+    /// Where the daemon runs kernels: sim (SimGpu) or cuda (a GPU host).
+    #[arg(long, value_enum, default_value_t = crate::fairness::harness::Device::Sim)]
+    pub device: crate::fairness::harness::Device,
+}
 
 /// The demo's VMs: weight and workload profile (FairGV Table 3).
 const VMS: [(&str, u32, &str); 4] = [
@@ -95,7 +106,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
     }
     println!();
 
-    let stop = crate::commands::shutdown_flag()?;
+    let stop = fairgpu::process::shutdown_flag().context("installing signal handlers")?;
     let mut session = Session::start(SessionConfig {
         label: "demo".into(),
         device: a.device,
@@ -182,7 +193,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
         .collect();
     print!(
         "{}",
-        crate::control::format_table(
+        fairgpu::control::format_table(
             &["VM", "WEIGHT", "WORKLOAD", "TARGET", "SHARE", "X", "KERNELS", "SYNC P99"],
             &rows
         )

@@ -18,58 +18,74 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Subcommands.
+/// Subcommands, in the order `--help` lists them: the daemon and its
+/// clients first, then the demo, benchmarks and checks, then the tools
+/// for QEMU guests and for the transport alone. Each summary is one line;
+/// `fairgpu help COMMAND` shows the rest.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// The daemon with four VMs of different weights running different
-    /// CUDA workloads (through fairgpu's libcuda.so.1), and a live table of
-    /// each VM's target and measured share of the GPU; then a summary.
-    Demo(DemoArgs),
-    /// Create a shared-memory region and serve it in the foreground (local
-    /// mode: guests find it through FAIRGPU_REGION=PATH). Stops cleanly on
-    /// SIGINT or SIGTERM and removes the region file.
-    ServeRegion(ServeRegionArgs),
-    /// Claim a channel of a running region as a guest would, measure the
-    /// round trip and check a bulk copy.
-    Ping(PingArgs),
-    /// Benchmarks.
+    /// Run the daemon: one vGPU worker per VM, the GPU scheduler, the
+    /// control socket.
+    #[command(long_about = SERVE_ABOUT)]
+    Serve(ServeArgs),
+    /// Show the running daemon's VMs: worker, channels, memory, GPU time.
+    #[command(long_about = STATUS_ABOUT)]
+    Status(StatusArgs),
+    /// Change a VM's weight (its share of the GPU) while the daemon runs.
+    #[command(long_about = SET_WEIGHT_ABOUT)]
+    SetWeight(SetWeightArgs),
+    /// Watch the running daemon's GPU shares live.
+    ///
+    /// Each VM's weight, target and measured share of the GPU (last
+    /// interval and since start), kernels per second, and the Min-Max
+    /// Ratio so far. Refreshes until Ctrl-C.
+    Top(fairgpu_benches::top::TopArgs),
+    /// Four VMs of different weights sharing the GPU, live, then a summary.
+    ///
+    /// Starts the daemon with four VMs of different weights, each running a
+    /// different CUDA workload through fairgpu's libcuda.so.1, shows a live
+    /// table of each VM's target and measured share of the GPU, then a
+    /// summary. Runs on SimGpu unless --device cuda.
+    Demo(fairgpu_benches::demo::DemoArgs),
+    /// Benchmarks: the transport, FairGV's fairness experiments.
     #[command(subcommand)]
     Bench(BenchCommand),
-    /// End-to-end check of the GPU path: start the daemon with one VM, load
-    /// fairgpu's PTX kernels as a guest, launch them and check the results
-    /// against the CPU, time a kernel with events, show the accounting.
-    /// Exits non-zero if a check fails. `scripts/gpu-check.sh` runs it.
-    /// Print the QEMU options that give configured VM NAME its fairgpu
-    /// device (ivshmem-plain over the VM's region file). The VM must have
-    /// `guest = "qemu"` in the configuration.
-    QemuArgs(VmDeviceArgs),
-    /// Print the libvirt `<shmem>` element for configured VM NAME (put it
-    /// in the domain's `<devices>`). The VM must have `guest = "qemu"`.
-    LibvirtXml(VmDeviceArgs),
+    /// End-to-end check of the GPU path against the CPU.
+    ///
+    /// Starts the daemon with one VM, loads fairgpu's PTX kernels as a
+    /// guest, launches them and checks the results against the CPU, times a
+    /// kernel with events and shows the accounting. Exits non-zero if a
+    /// check fails. `scripts/gpu-check.sh` runs it.
     GpuCheck {
         /// Executor for the check: cuda (a real GPU), sim (SimGpu) or
         /// auto.
         #[arg(long, default_value = "cuda", value_parser = ["cuda", "sim", "auto"])]
         executor: String,
     },
-    /// Run the daemon: create every VM's region, run one vGPU worker
-    /// process per VM and supervise it, answer the control socket.
-    #[command(long_about = SERVE_ABOUT)]
-    Serve(ServeArgs),
-    /// Show the running daemon's VMs: worker, channels, device memory, GPU
-    /// time, calls and restarts.
-    #[command(long_about = STATUS_ABOUT)]
-    Status(StatusArgs),
-    /// Change a VM's weight (its share of the GPU) while the daemon runs.
-    #[command(long_about = SET_WEIGHT_ABOUT)]
-    SetWeight(SetWeightArgs),
-    /// The running daemon's VMs live: weight, target and measured share of
-    /// the GPU (last interval and since start), kernels per second, and
-    /// the Min-Max Ratio so far. Refreshes until Ctrl-C.
-    Top(crate::top::TopArgs),
+    /// Print the QEMU options that give a configured VM its fairgpu device.
+    ///
+    /// The device is ivshmem-plain over the VM's region file (or
+    /// ivshmem-doorbell through the daemon's server). The VM must have
+    /// `guest = "qemu"` in the configuration.
+    QemuArgs(VmDeviceArgs),
+    /// Print the libvirt `<shmem>` element for a configured VM.
+    ///
+    /// Put it in the domain's `<devices>`. The VM must have
+    /// `guest = "qemu"` in the configuration.
+    LibvirtXml(VmDeviceArgs),
+    /// Serve a bare shared-memory region in the foreground (transport only).
+    ///
+    /// Local mode: guests find it through FAIRGPU_REGION=PATH. Serves the
+    /// transport's own opcodes (no-op, bulk copies), no CUDA. Stops cleanly
+    /// on SIGINT or SIGTERM and removes the region file.
+    ServeRegion(ServeRegionArgs),
+    /// Claim a channel of a running region as a guest would and time it.
+    ///
+    /// Measures the round trip and checks a bulk copy.
+    Ping(PingArgs),
     /// Internal: the vGPU worker of one VM, started by `fairgpu serve`.
     #[command(hide = true)]
-    Worker(crate::worker::WorkerArgs),
+    Worker(fairgpu::worker::WorkerArgs),
     /// Internal: the echo peer of the Unix-socket baseline.
     #[command(hide = true, name = "__socket-echo")]
     SocketEcho {
@@ -83,7 +99,7 @@ pub enum Command {
     /// Internal: a closed-loop CUDA workload (FairGV Table 3 profiles,
     /// Throttle, custom) through libcuda.so.1; prints a JSON report.
     #[command(hide = true, name = "__workload")]
-    Workload(crate::workload::WorkloadArgs),
+    Workload(fairgpu_benches::workload::WorkloadArgs),
 }
 
 const SERVE_ABOUT: &str = "\
@@ -213,78 +229,21 @@ pub struct PingArgs {
     pub count: u32,
 }
 
-/// `fairgpu demo` options.
-#[derive(Debug, Clone, Args)]
-pub struct DemoArgs {
-    /// How long the guests run, in seconds.
-    #[arg(long, default_value_t = 15.0)]
-    pub seconds: f64,
-    /// Where the daemon runs kernels: sim (SimGpu) or cuda (a GPU host).
-    #[arg(long, value_enum, default_value_t = crate::fairness::harness::Device::Sim)]
-    pub device: crate::fairness::harness::Device,
-}
-
 /// Benchmarks.
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Transport between two processes on this machine: synchronous round
-    /// trip (p50, p99), fire-and-forget submission rate, bulk arena
-    /// bandwidth, and the round trip over a Unix socket as a baseline.
-    Transport(TransportArgs),
-    /// FairGV's fairness experiments (Figs. 8-11) on the daemon: per
-    /// experiment and policy, the daemon with one VM per workload
+    /// The transport between two processes: round trip, rate, bandwidth.
+    ///
+    /// Synchronous round trip (p50, p99), fire-and-forget submission rate,
+    /// bulk arena bandwidth, and the round trip over a Unix socket as a
+    /// baseline.
+    Transport(fairgpu_benches::bench::TransportArgs),
+    /// FairGV's fairness experiments (Figs. 8-11) on the daemon.
+    ///
+    /// Per experiment and policy, the daemon with one VM per workload
     /// (workloads are real driver-API clients through libcuda.so.1), each
     /// VM's device-time share from the daemon's accounting, the Min-Max
     /// Ratio, the aggregated overhead and the utilization. Writes
     /// results.json and fairness.svg into --out.
-    Fairness(crate::fairness::FairnessArgs),
-}
-
-/// `fairgpu bench transport` options.
-#[derive(Debug, Clone, Args)]
-pub struct TransportArgs {
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Timed synchronous round trips.
-    #[arg(long, default_value_t = 200_000)]
-    pub samples: u32,
-    /// Fire-and-forget calls to submit for the throughput figure.
-    #[arg(long, default_value_t = 4_000_000)]
-    pub async_calls: u64,
-    /// MiB to move in each direction for the bandwidth figures.
-    #[arg(long, default_value_t = 2048)]
-    pub bulk_mib: u64,
-    /// Do not pin the two processes to separate CPUs.
-    #[arg(long)]
-    pub no_pin: bool,
-}
-
-/// Pins the calling thread to `cpu`.
-pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
-    pin_to_cpus(&[cpu])
-}
-
-/// Restricts the calling thread (and what it starts later) to `cpus`.
-/// Allocates nothing, so it may run between fork and exec.
-pub fn pin_to_cpus(cpus: &[usize]) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &cpu in cpus {
-        if cpu >= libc::CPU_SETSIZE as usize {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "cpu index too large",
-            ));
-        }
-        // SAFETY: cpu < CPU_SETSIZE (checked), so CPU_SET stays inside `set`.
-        unsafe { libc::CPU_SET(cpu, &mut set) };
-    }
-    // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t.
-    let r = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    Fairness(fairgpu_benches::fairness::FairnessArgs),
 }

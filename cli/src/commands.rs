@@ -1,24 +1,15 @@
 //! What each subcommand does.
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use fairgpu_frontend::{Channel, GuestRegion, WaitConfig};
 use fairgpu_protocol::{Opcode, RegionConfig};
 
-use crate::cli::{
-    pin_to_cpu, BenchCommand, Command, PingArgs, ServeArgs, ServeRegionArgs, StatusArgs,
-};
-use crate::host::{HostRegion, ServeConfig, Server};
-use crate::transport_ops::TransportOps;
-
-/// Runs one subcommand.
-pub fn run(cmd: Command) -> anyhow::Result<()> {
-    run_with_log(cmd, "info")
-}
+use crate::cli::{BenchCommand, Command, PingArgs, ServeArgs, ServeRegionArgs, StatusArgs};
+use fairgpu::host::{HostRegion, ServeConfig, Server};
+use fairgpu::transport_ops::TransportOps;
 
 /// Runs one subcommand; `log` is the log filter in effect, which the
 /// daemon hands on to its workers.
@@ -27,13 +18,13 @@ pub fn run_with_log(cmd: Command, log: &str) -> anyhow::Result<()> {
         Command::Serve(a) => serve(&a, log),
         Command::Status(a) => status(&a),
         Command::SetWeight(a) => set_weight(&a),
-        Command::Top(a) => crate::top::run(&a),
-        Command::Worker(a) => crate::worker::run(&a),
-        Command::Workload(a) => crate::workload::run(&a),
-        Command::Demo(a) => crate::demo::run(&a),
+        Command::Top(a) => fairgpu_benches::top::run(&a),
+        Command::Worker(a) => fairgpu::worker::run(&a),
+        Command::Workload(a) => fairgpu_benches::workload::run(&a),
+        Command::Demo(a) => fairgpu_benches::demo::run(&a),
         Command::ServeRegion(a) => serve_region(&a),
         Command::Ping(a) => ping(&a),
-        Command::GpuCheck { executor } => crate::gpu_check::run(&executor),
+        Command::GpuCheck { executor } => fairgpu_benches::gpu_check::run(&executor),
         Command::QemuArgs(a) => {
             let args = fairgpu_qemu::qemu_args(&vm_device(&a)?);
             println!(
@@ -49,19 +40,10 @@ pub fn run_with_log(cmd: Command, log: &str) -> anyhow::Result<()> {
             print!("{}", fairgpu_qemu::libvirt_xml(&vm_device(&a)?));
             Ok(())
         }
-        Command::Bench(BenchCommand::Transport(a)) => crate::bench::transport(&a),
-        Command::Bench(BenchCommand::Fairness(a)) => crate::fairness::bench(&a),
-        Command::SocketEcho { path, cpu } => crate::bench::socket_echo(&path, cpu),
+        Command::Bench(BenchCommand::Transport(a)) => fairgpu_benches::bench::transport(&a),
+        Command::Bench(BenchCommand::Fairness(a)) => fairgpu_benches::fairness::bench(&a),
+        Command::SocketEcho { path, cpu } => fairgpu_benches::bench::socket_echo(&path, cpu),
     }
-}
-
-/// Flags that become true on SIGINT or SIGTERM.
-pub fn shutdown_flag() -> anyhow::Result<Arc<AtomicBool>> {
-    let flag = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, flag.clone()).context("installing signal handlers")?;
-    }
-    Ok(flag)
 }
 
 /// The region configuration the arguments ask for.
@@ -82,7 +64,7 @@ fn serve_region(a: &ServeRegionArgs) -> anyhow::Result<()> {
     let cfg = region_config(a)?;
     let region = HostRegion::create(&a.region, &cfg)?;
     if let Some(cpu) = a.cpu {
-        pin_to_cpu(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
+        fairgpu::process::pin_to_cpu(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
     }
     tracing::info!(
         region = %a.region.display(),
@@ -93,7 +75,7 @@ fn serve_region(a: &ServeRegionArgs) -> anyhow::Result<()> {
         "serving region; guests use FAIRGPU_REGION={}",
         a.region.display()
     );
-    let shutdown = shutdown_flag()?;
+    let shutdown = fairgpu::process::shutdown_flag().context("installing signal handlers")?;
     let server = Server::new(
         region,
         TransportOps::default(),
@@ -105,21 +87,6 @@ fn serve_region(a: &ServeRegionArgs) -> anyhow::Result<()> {
     server.run();
     tracing::info!("shut down");
     Ok(())
-}
-
-/// Opens a region, waiting up to `timeout` for its host to create it.
-pub fn open_region_wait(path: &Path, timeout: Duration) -> anyhow::Result<Arc<GuestRegion>> {
-    let start = Instant::now();
-    loop {
-        match GuestRegion::open(path) {
-            Ok(r) => return Ok(r),
-            Err(e) if start.elapsed() > timeout => {
-                return Err(e)
-                    .with_context(|| format!("waiting for the host to create {}", path.display()))
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    }
 }
 
 fn ping(a: &PingArgs) -> anyhow::Result<()> {
@@ -156,8 +123,8 @@ fn ping(a: &PingArgs) -> anyhow::Result<()> {
     println!(
         "{} round trips: p50 {} ns, p99 {} ns; bulk copy of {} bytes verified",
         samples.len(),
-        crate::bench::percentile(&samples, 50.0),
-        crate::bench::percentile(&samples, 99.0),
+        fairgpu_benches::bench::percentile(&samples, 50.0),
+        fairgpu_benches::bench::percentile(&samples, 99.0),
         data.len()
     );
     Ok(())
@@ -165,11 +132,11 @@ fn ping(a: &PingArgs) -> anyhow::Result<()> {
 
 fn serve(a: &ServeArgs, log: &str) -> anyhow::Result<()> {
     if a.check {
-        let cfg = crate::config::Config::load(&a.config)?;
-        print!("{}", crate::config::describe(&cfg));
+        let cfg = fairgpu::config::Config::load(&a.config)?;
+        print!("{}", fairgpu::config::describe(&cfg));
         return Ok(());
     }
-    crate::daemon::serve(&a.config, log)
+    fairgpu::daemon::serve(&a.config, log)
 }
 
 /// The daemon's control socket: `socket`, else `config`'s, else the default.
@@ -179,19 +146,19 @@ fn control_socket(
 ) -> anyhow::Result<std::path::PathBuf> {
     Ok(match (socket, config) {
         (Some(s), _) => s.to_owned(),
-        (None, Some(c)) => crate::config::Config::load(c)?.daemon.control_socket,
-        (None, None) => crate::config::default_control_socket(),
+        (None, Some(c)) => fairgpu::config::Config::load(c)?.daemon.control_socket,
+        (None, None) => fairgpu::config::default_control_socket(),
     })
 }
 
 fn set_weight(a: &crate::cli::SetWeightArgs) -> anyhow::Result<()> {
     let socket = control_socket(a.socket.as_deref(), a.config.as_deref())?;
-    let req = crate::control::Request::SetWeight {
+    let req = fairgpu::control::Request::SetWeight {
         vm: a.vm.clone(),
         weight: a.weight,
     };
     let reply =
-        crate::control::request(&socket, &req, Duration::from_secs(10)).with_context(|| {
+        fairgpu::control::request(&socket, &req, Duration::from_secs(10)).with_context(|| {
             format!(
                 "asking the daemon at {} (is `fairgpu serve` running?)",
                 socket.display()
@@ -209,9 +176,9 @@ fn set_weight(a: &crate::cli::SetWeightArgs) -> anyhow::Result<()> {
 
 fn status(a: &StatusArgs) -> anyhow::Result<()> {
     let socket = control_socket(a.socket.as_deref(), a.config.as_deref())?;
-    let reply = crate::control::request(
+    let reply = fairgpu::control::request(
         &socket,
-        &crate::control::Request::Status {},
+        &fairgpu::control::Request::Status {},
         Duration::from_secs(10),
     )
     .with_context(|| {
@@ -230,18 +197,18 @@ fn status(a: &StatusArgs) -> anyhow::Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
-        print!("{}", crate::control::render_table(&status));
+        print!("{}", fairgpu::control::render_table(&status));
     }
     Ok(())
 }
 
 /// The ivshmem device of a configured VM whose guests run in QEMU.
 fn vm_device(a: &crate::cli::VmDeviceArgs) -> anyhow::Result<fairgpu_qemu::VmSpec> {
-    let cfg = crate::config::Config::load(&a.config)?;
+    let cfg = fairgpu::config::Config::load(&a.config)?;
     let (_, vm) = cfg
         .vm(&a.vm)
         .with_context(|| format!("no VM named {:?} in {}", a.vm, a.config.display()))?;
-    crate::qemu::device_spec(vm, a.qmp.as_deref())
+    fairgpu::qemu::device_spec(vm, a.qmp.as_deref())
 }
 
 /// `s` quoted for a POSIX shell when it needs it.

@@ -2,7 +2,7 @@
 //!
 //! Starts the daemon (`fairgpu serve`) with one VM on the chosen executor,
 //! then, as a guest, queries the device, copies data in, loads fairgpu's own
-//! PTX kernels (`backend/kernels/fairgpu.ptx`), launches `fairgpu_axpy` and
+//! PTX kernels (`benches/kernels/fairgpu.ptx`), launches `fairgpu_axpy` and
 //! checks every result against the CPU, times a `fairgpu_spin` kernel with
 //! events, reads the daemon's accounting, and prints a short report. With
 //! `--executor sim` the same path runs on SimGpu, which executes
@@ -18,8 +18,8 @@ use fairgpu_frontend::{Channel, WaitConfig};
 use fairgpu_protocol::cuda::ParamInfo;
 
 use crate::bench::Reaped;
-use crate::commands::open_region_wait;
-use crate::executor::attr;
+use crate::open_region_wait;
+use fairgpu::executor::attr;
 
 /// fairgpu's own kernels as PTX text.
 pub const KERNELS_PTX: &str = include_str!("../kernels/fairgpu.ptx");

@@ -13,12 +13,34 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use clap::Args;
 use fairgpu_frontend::{Channel, WaitConfig};
 use fairgpu_protocol::Opcode;
 use serde::Serialize;
 
-use crate::cli::{pin_to_cpu, TransportArgs};
-use crate::commands::open_region_wait;
+use fairgpu::process::pin_to_cpu;
+
+use crate::open_region_wait;
+
+/// `fairgpu bench transport` options.
+#[derive(Debug, Clone, Args)]
+pub struct TransportArgs {
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Timed synchronous round trips.
+    #[arg(long, default_value_t = 200_000)]
+    pub samples: u32,
+    /// Fire-and-forget calls to submit for the throughput figure.
+    #[arg(long, default_value_t = 4_000_000)]
+    pub async_calls: u64,
+    /// MiB to move in each direction for the bandwidth figures.
+    #[arg(long, default_value_t = 2048)]
+    pub bulk_mib: u64,
+    /// Do not pin the two processes to separate CPUs.
+    #[arg(long)]
+    pub no_pin: bool,
+}
 
 /// Every figure of one transport run.
 #[derive(Debug, Clone, Serialize)]

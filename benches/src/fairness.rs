@@ -710,7 +710,7 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
             "  note: the daemon accepted policy {policy} but does not report the policy it runs\n"
         ));
     }
-    out.push_str(&crate::control::format_table(
+    out.push_str(&fairgpu::control::format_table(
         &[
             "CASE",
             "VM",
@@ -745,7 +745,7 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
         .collect();
     if !summary.is_empty() {
         out.push('\n');
-        out.push_str(&crate::control::format_table(
+        out.push_str(&fairgpu::control::format_table(
             &[
                 "CASE",
                 "MMR",
@@ -912,7 +912,7 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
             accounting: match a.accounting.as_deref() {
                 None => None,
                 Some(n) => Some(
-                    crate::config::Accounting::ALL
+                    fairgpu::config::Accounting::ALL
                         .into_iter()
                         .find(|x| x.name() == n)
                         .ok_or_else(|| anyhow::anyhow!("unknown accounting {n:?}"))?,
@@ -928,7 +928,7 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
     if a.client == ClientKind::Libcuda {
         harness::guest_library()?;
     }
-    let stop = crate::commands::shutdown_flag()?;
+    let stop = fairgpu::process::shutdown_flag().context("installing signal handlers")?;
     // Tables go to stdout, or to stderr when stdout carries the JSON.
     let mut say: Box<dyn std::io::Write> = if a.json {
         Box::new(std::io::stderr())

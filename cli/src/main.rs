@@ -1,7 +1,10 @@
 //! The `fairgpu` binary: parse arguments, set up logging, run a command.
 
+mod cli;
+mod commands;
+
 use clap::Parser;
-use fairgpu::cli::Cli;
+use cli::Cli;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -11,7 +14,7 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    match fairgpu::commands::run_with_log(cli.command, &cli.log) {
+    match commands::run_with_log(cli.command, &cli.log) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("fairgpu: {e:#}");

@@ -47,7 +47,7 @@ pub enum ObserveError {
         path: PathBuf,
         /// Why.
         #[source]
-        source: crate::perms::PermsError,
+        source: fairgpu::perms::PermsError,
     },
 }
 
@@ -146,13 +146,13 @@ const MAX_REPLY: u64 = 16 << 20;
 
 impl StatusClient {
     /// Connects to the socket at `path`, refusing one in an unsafe
-    /// directory as [`crate::control::request`] does.
+    /// directory as [`fairgpu::control::request`] does.
     pub fn connect(path: &Path) -> Result<StatusClient, ObserveError> {
         let io = |source| ObserveError::Io {
             path: path.to_owned(),
             source,
         };
-        crate::control::check_socket_dir(path).map_err(|source| ObserveError::UnsafeDir {
+        fairgpu::control::check_socket_dir(path).map_err(|source| ObserveError::UnsafeDir {
             path: path.to_owned(),
             source,
         })?;
