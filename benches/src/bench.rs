@@ -18,7 +18,7 @@ use fairgpu_frontend::{Channel, WaitConfig};
 use fairgpu_protocol::Opcode;
 use serde::Serialize;
 
-use fairgpu::process::pin_to_cpu;
+use fairgpu_worker::process::pin_to_cpu;
 
 use crate::open_region_wait;
 

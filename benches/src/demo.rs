@@ -106,7 +106,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
     }
     println!();
 
-    let stop = fairgpu::process::shutdown_flag().context("installing signal handlers")?;
+    let stop = fairgpu_worker::process::shutdown_flag().context("installing signal handlers")?;
     let mut session = Session::start(SessionConfig {
         label: "demo".into(),
         device: a.device,
@@ -193,7 +193,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
         .collect();
     print!(
         "{}",
-        fairgpu::control::format_table(
+        fairgpu_config::table::format_table(
             &["VM", "WEIGHT", "WORKLOAD", "TARGET", "SHARE", "X", "KERNELS", "SYNC P99"],
             &rows
         )

@@ -103,7 +103,7 @@ pub struct FairnessArgs {
     #[arg(long)]
     pub pin: bool,
     /// The daemon's log filter in each run (tracing syntax, e.g.
-    /// "fairgpu::accounting=trace" for every grant taken and released).
+    /// "fairgpu_worker::accounting=trace" for every grant taken and released).
     /// With it each run's directory (configuration, daemon.log, the
     /// workloads' logs) is kept, and its path printed; by default the
     /// daemon logs warnings and the directory is removed.
@@ -710,7 +710,7 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
             "  note: the daemon accepted policy {policy} but does not report the policy it runs\n"
         ));
     }
-    out.push_str(&fairgpu::control::format_table(
+    out.push_str(&fairgpu_config::table::format_table(
         &[
             "CASE",
             "VM",
@@ -745,7 +745,7 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
         .collect();
     if !summary.is_empty() {
         out.push('\n');
-        out.push_str(&fairgpu::control::format_table(
+        out.push_str(&fairgpu_config::table::format_table(
             &[
                 "CASE",
                 "MMR",
@@ -912,7 +912,7 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
             accounting: match a.accounting.as_deref() {
                 None => None,
                 Some(n) => Some(
-                    fairgpu::config::Accounting::ALL
+                    fairgpu_config::Accounting::ALL
                         .into_iter()
                         .find(|x| x.name() == n)
                         .ok_or_else(|| anyhow::anyhow!("unknown accounting {n:?}"))?,
@@ -928,7 +928,7 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
     if a.client == ClientKind::Libcuda {
         harness::guest_library()?;
     }
-    let stop = fairgpu::process::shutdown_flag().context("installing signal handlers")?;
+    let stop = fairgpu_worker::process::shutdown_flag().context("installing signal handlers")?;
     // Tables go to stdout, or to stderr when stdout carries the JSON.
     let mut say: Box<dyn std::io::Write> = if a.json {
         Box::new(std::io::stderr())

@@ -19,7 +19,7 @@ use fairgpu_protocol::cuda::ParamInfo;
 
 use crate::bench::Reaped;
 use crate::open_region_wait;
-use fairgpu::executor::attr;
+use fairgpu_executor::attr;
 
 /// fairgpu's own kernels as PTX text.
 pub const KERNELS_PTX: &str = include_str!("../kernels/fairgpu.ptx");

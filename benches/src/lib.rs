@@ -14,10 +14,10 @@
 //! - [`gpu_check`]: `fairgpu gpu-check`, the end-to-end check of the GPU
 //!   path against the CPU.
 //!
-//! This crate depends on the daemon's crate (`fairgpu`) only for what an
-//! operator's tool uses: the configuration, the control socket and its
-//! status, process helpers. Nothing here runs inside the daemon or a
-//! worker.
+//! This crate uses the daemon's crates only for what an operator's tool
+//! uses: the configuration (`fairgpu-config`), the control socket and its
+//! status (`fairgpu-daemon`), process helpers (`fairgpu-worker`). Nothing
+//! here runs inside the daemon or a worker.
 
 use std::path::Path;
 use std::sync::Arc;

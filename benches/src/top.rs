@@ -20,7 +20,8 @@ use anyhow::Context;
 
 use crate::fairness::metrics;
 use crate::fairness::observe::{Observed, Observer};
-use fairgpu::control::{format_gpu_time, format_table};
+use fairgpu_config::table::format_table;
+use fairgpu_daemon::control::format_gpu_time;
 
 /// How often `top` reads the daemon (shares are computed from the change
 /// points it sees).
@@ -223,8 +224,8 @@ pub fn run(a: &TopArgs) -> anyhow::Result<()> {
     }
     let socket = match (&a.socket, &a.config) {
         (Some(s), _) => s.clone(),
-        (None, Some(c)) => fairgpu::config::Config::load(c)?.daemon.control_socket,
-        (None, None) => fairgpu::config::default_control_socket(),
+        (None, Some(c)) => fairgpu_config::Config::load(c)?.daemon.control_socket,
+        (None, None) => fairgpu_config::default_control_socket(),
     };
     let obs = Observer::start(&socket, POLL_EVERY).with_context(|| {
         format!(
@@ -235,7 +236,7 @@ pub fn run(a: &TopArgs) -> anyhow::Result<()> {
     let first = obs
         .wait_for(Duration::from_secs(10), |_| true)
         .map_err(|e| anyhow::anyhow!("no status from the daemon: {e}"))?;
-    let stop = fairgpu::process::shutdown_flag().context("installing signal handlers")?;
+    let stop = fairgpu_worker::process::shutdown_flag().context("installing signal handlers")?;
     let terminal = std::io::stdout().is_terminal();
     let mut stdout = std::io::stdout();
     let since = obs.now();

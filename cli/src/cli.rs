@@ -85,7 +85,7 @@ pub enum Command {
     Ping(PingArgs),
     /// Internal: the vGPU worker of one VM, started by `fairgpu serve`.
     #[command(hide = true)]
-    Worker(fairgpu::worker::WorkerArgs),
+    Worker(fairgpu_worker::WorkerArgs),
     /// Internal: the echo peer of the Unix-socket baseline.
     #[command(hide = true, name = "__socket-echo")]
     SocketEcho {

@@ -8,8 +8,8 @@ use fairgpu_frontend::{Channel, GuestRegion, WaitConfig};
 use fairgpu_protocol::{Opcode, RegionConfig};
 
 use crate::cli::{BenchCommand, Command, PingArgs, ServeArgs, ServeRegionArgs, StatusArgs};
-use fairgpu::host::{HostRegion, ServeConfig, Server};
-use fairgpu::transport_ops::TransportOps;
+use fairgpu_worker::host::{HostRegion, ServeConfig, Server};
+use fairgpu_worker::transport_ops::TransportOps;
 
 /// Runs one subcommand; `log` is the log filter in effect, which the
 /// daemon hands on to its workers.
@@ -19,7 +19,7 @@ pub fn run_with_log(cmd: Command, log: &str) -> anyhow::Result<()> {
         Command::Status(a) => status(&a),
         Command::SetWeight(a) => set_weight(&a),
         Command::Top(a) => fairgpu_benches::top::run(&a),
-        Command::Worker(a) => fairgpu::worker::run(&a),
+        Command::Worker(a) => fairgpu_worker::run(&a),
         Command::Workload(a) => fairgpu_benches::workload::run(&a),
         Command::Demo(a) => fairgpu_benches::demo::run(&a),
         Command::ServeRegion(a) => serve_region(&a),
@@ -64,7 +64,8 @@ fn serve_region(a: &ServeRegionArgs) -> anyhow::Result<()> {
     let cfg = region_config(a)?;
     let region = HostRegion::create(&a.region, &cfg)?;
     if let Some(cpu) = a.cpu {
-        fairgpu::process::pin_to_cpu(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
+        fairgpu_worker::process::pin_to_cpu(cpu)
+            .with_context(|| format!("pinning to CPU {cpu}"))?;
     }
     tracing::info!(
         region = %a.region.display(),
@@ -75,7 +76,8 @@ fn serve_region(a: &ServeRegionArgs) -> anyhow::Result<()> {
         "serving region; guests use FAIRGPU_REGION={}",
         a.region.display()
     );
-    let shutdown = fairgpu::process::shutdown_flag().context("installing signal handlers")?;
+    let shutdown =
+        fairgpu_worker::process::shutdown_flag().context("installing signal handlers")?;
     let server = Server::new(
         region,
         TransportOps::default(),
@@ -132,11 +134,11 @@ fn ping(a: &PingArgs) -> anyhow::Result<()> {
 
 fn serve(a: &ServeArgs, log: &str) -> anyhow::Result<()> {
     if a.check {
-        let cfg = fairgpu::config::Config::load(&a.config)?;
-        print!("{}", fairgpu::config::describe(&cfg));
+        let cfg = fairgpu_config::Config::load(&a.config)?;
+        print!("{}", fairgpu_config::describe(&cfg));
         return Ok(());
     }
-    fairgpu::daemon::serve(&a.config, log)
+    fairgpu_daemon::daemon::serve(&a.config, log)
 }
 
 /// The daemon's control socket: `socket`, else `config`'s, else the default.
@@ -146,19 +148,19 @@ fn control_socket(
 ) -> anyhow::Result<std::path::PathBuf> {
     Ok(match (socket, config) {
         (Some(s), _) => s.to_owned(),
-        (None, Some(c)) => fairgpu::config::Config::load(c)?.daemon.control_socket,
-        (None, None) => fairgpu::config::default_control_socket(),
+        (None, Some(c)) => fairgpu_config::Config::load(c)?.daemon.control_socket,
+        (None, None) => fairgpu_config::default_control_socket(),
     })
 }
 
 fn set_weight(a: &crate::cli::SetWeightArgs) -> anyhow::Result<()> {
     let socket = control_socket(a.socket.as_deref(), a.config.as_deref())?;
-    let req = fairgpu::control::Request::SetWeight {
+    let req = fairgpu_daemon::control::Request::SetWeight {
         vm: a.vm.clone(),
         weight: a.weight,
     };
-    let reply =
-        fairgpu::control::request(&socket, &req, Duration::from_secs(10)).with_context(|| {
+    let reply = fairgpu_daemon::control::request(&socket, &req, Duration::from_secs(10))
+        .with_context(|| {
             format!(
                 "asking the daemon at {} (is `fairgpu serve` running?)",
                 socket.display()
@@ -176,9 +178,9 @@ fn set_weight(a: &crate::cli::SetWeightArgs) -> anyhow::Result<()> {
 
 fn status(a: &StatusArgs) -> anyhow::Result<()> {
     let socket = control_socket(a.socket.as_deref(), a.config.as_deref())?;
-    let reply = fairgpu::control::request(
+    let reply = fairgpu_daemon::control::request(
         &socket,
-        &fairgpu::control::Request::Status {},
+        &fairgpu_daemon::control::Request::Status {},
         Duration::from_secs(10),
     )
     .with_context(|| {
@@ -197,18 +199,18 @@ fn status(a: &StatusArgs) -> anyhow::Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
-        print!("{}", fairgpu::control::render_table(&status));
+        print!("{}", fairgpu_daemon::control::render_table(&status));
     }
     Ok(())
 }
 
 /// The ivshmem device of a configured VM whose guests run in QEMU.
 fn vm_device(a: &crate::cli::VmDeviceArgs) -> anyhow::Result<fairgpu_qemu::VmSpec> {
-    let cfg = fairgpu::config::Config::load(&a.config)?;
+    let cfg = fairgpu_config::Config::load(&a.config)?;
     let (_, vm) = cfg
         .vm(&a.vm)
         .with_context(|| format!("no VM named {:?} in {}", a.vm, a.config.display()))?;
-    fairgpu::qemu::device_spec(vm, a.qmp.as_deref())
+    fairgpu_daemon::qemu::device_spec(vm, a.qmp.as_deref())
 }
 
 /// `s` quoted for a POSIX shell when it needs it.

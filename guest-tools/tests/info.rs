@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use fairgpu::host::{HostRegion, ServeConfig, Server};
-use fairgpu::transport_ops::TransportOps;
 use fairgpu_frontend::{Channel, GuestRegion, WaitConfig};
 use fairgpu_guest_tools::{collect, InfoOptions};
 use fairgpu_protocol::RegionConfig;
+use fairgpu_worker::host::{HostRegion, ServeConfig, Server};
+use fairgpu_worker::transport_ops::TransportOps;
 
 struct Host {
     path: PathBuf,

@@ -24,9 +24,9 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fairgpu::control::{Request, Status, VmStatus};
-use fairgpu::stats::WorkerState;
+use fairgpu_daemon::control::{Request, Status, VmStatus};
 use fairgpu_frontend::{Channel, GuestRegion, WaitConfig};
+use fairgpu_worker::stats::WorkerState;
 
 /// How long a host may take to create its region.
 pub const HOST_START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -687,8 +687,11 @@ impl DaemonProcess {
         // answer, not for the socket.
         let start = Instant::now();
         loop {
-            let answer =
-                fairgpu::control::request(socket, &Request::Status {}, Duration::from_millis(500));
+            let answer = fairgpu_daemon::control::request(
+                socket,
+                &Request::Status {},
+                Duration::from_millis(500),
+            );
             if answer.is_ok_and(|r| r.ok && r.status.is_some()) {
                 return d;
             }
@@ -864,7 +867,7 @@ impl Setup {
 
 /// The daemon's status, through its control socket.
 pub fn status(d: &DaemonProcess) -> Status {
-    let reply = fairgpu::control::request(d.socket(), &Request::Status {}, STATUS_TIMEOUT)
+    let reply = fairgpu_daemon::control::request(d.socket(), &Request::Status {}, STATUS_TIMEOUT)
         .unwrap_or_else(|e| panic!("status request: {e}; log:\n{}", d.log()));
     assert!(reply.ok, "status refused: {:?}", reply.error);
     reply.status.expect("a status")

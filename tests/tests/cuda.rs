@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fairgpu::executor::attr;
+use fairgpu_executor::attr;
 use fairgpu_frontend::cuda::Cuda;
 use fairgpu_frontend::CallError;
 use fairgpu_protocol::cuda::ParamInfo;

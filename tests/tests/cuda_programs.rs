@@ -377,7 +377,7 @@ fn a_sticky_error_that_poisons_the_worker_is_followed_by_a_fresh_worker() {
     // daemon starts a fresh one at once.
     wait_for_status(&sim.daemon, "the poisoned worker to be replaced", |s| {
         let vm = vm(s, v);
-        vm.restarts == 1 && vm.state == fairgpu::stats::WorkerState::Running
+        vm.restarts == 1 && vm.state == fairgpu_worker::stats::WorkerState::Running
     });
     sim.run(&dir.join(format!("vector_add-{v}")), v);
     let log = sim.daemon.log();

@@ -7,8 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fairgpu::control::Status;
-use fairgpu::stats::WorkerState;
+use fairgpu_daemon::control::Status;
 use fairgpu_frontend::cuda::Cuda;
 use fairgpu_frontend::{CallError, Channel, WaitConfig};
 use fairgpu_protocol::layout::ChannelFailure;
@@ -17,6 +16,7 @@ use fairgpu_tests::{
     claim, fairgpu_bin, run_command, signal_process, status, vm, wait_config, wait_for_status,
     wait_until, with_timeout, Setup, TempDir,
 };
+use fairgpu_worker::stats::WorkerState;
 
 /// Generous bound on anything the daemon or a guest should do promptly.
 const GUARD: Duration = Duration::from_secs(20);

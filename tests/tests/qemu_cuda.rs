@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fairgpu::control::Status;
+use fairgpu_daemon::control::Status;
 use fairgpu_tests::qemu::{image, take_turn, Finished, Guest, GuestOptions, Image, Overlay};
 use fairgpu_tests::{
     fairgpu_bin, guest_lib_dir, run_command, unique_region_path, vm, wait_for_status,

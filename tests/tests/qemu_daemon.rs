@@ -15,8 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use fairgpu::qemu::QemuStatus;
-use fairgpu::stats::WorkerState;
+use fairgpu_daemon::qemu::QemuStatus;
 use fairgpu_tests::qemu::{
     guest_tool, image, image_has_vfio_or_skip, take_turn, Guest, GuestOptions, Image, Machine,
     Overlay,
@@ -25,6 +24,7 @@ use fairgpu_tests::{
     fairgpu_bin, run_command, status, vm, wait_config, wait_for_status, wait_until, DaemonProcess,
     TempDir,
 };
+use fairgpu_worker::stats::WorkerState;
 
 /// Boot, run and power-off of one guest, at most.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(90);

@@ -20,14 +20,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use fairgpu::host::{HostRegion, ServeConfig, Server};
-use fairgpu::transport_ops::TransportOps;
 use fairgpu_protocol::RegionConfig;
 use fairgpu_qemu::{
     qemu_args, Device, Event, HostWaker, IvshmemServer, ServerConfig, SharedMemory, VmSpec,
 };
 use fairgpu_tests::qemu::{image, take_turn, Guest, GuestOptions, Image, Overlay};
 use fairgpu_tests::{fairgpu_bin, unique_region_path, TempDir};
+use fairgpu_worker::host::{HostRegion, ServeConfig, Server};
+use fairgpu_worker::transport_ops::TransportOps;
 
 /// Boot, run and power-off of one guest, at most.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(90);

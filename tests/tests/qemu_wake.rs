@@ -24,8 +24,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use fairgpu::host::{GuestNotifier, HostRegion, ServeConfig, Server};
-use fairgpu::transport_ops::TransportOps;
 use fairgpu_frontend::vfio::{InterruptWait, HOST_TO_GUEST_VECTOR};
 use fairgpu_frontend::{Channel, GuestRegion, WaitConfig, WaitMode};
 use fairgpu_protocol::{Opcode, RegionConfig};
@@ -37,6 +35,8 @@ use fairgpu_tests::qemu::{
     Overlay,
 };
 use fairgpu_tests::{fairgpu_bin, unique_region_path, TempDir};
+use fairgpu_worker::host::{GuestNotifier, HostRegion, ServeConfig, Server};
+use fairgpu_worker::transport_ops::TransportOps;
 
 /// Boot, run and power-off of one guest, at most.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(150);

@@ -45,7 +45,7 @@ use std::sync::{Arc, Barrier};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use fairgpu::control::Status;
+use fairgpu_daemon::control::Status;
 use fairgpu_frontend::cuda::Cuda;
 use fairgpu_tests::{
     claim, fairgpu_bin, run_command, status, vm, wait_config, wait_for_status, wait_until,

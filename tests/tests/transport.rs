@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use fairgpu::transport_ops::SCRATCH_LIMIT;
 use fairgpu_frontend::{CallError, Channel, OpenError};
 use fairgpu_protocol::{Opcode, Status};
 use fairgpu_tests::{
     assert_bytes_eq, child_read_line, child_setup, is_child, pattern, wait_config, GuestChild,
     HostProcess,
 };
+use fairgpu_worker::transport_ops::SCRATCH_LIMIT;
 
 /// Sends `data` to the scratch buffer at `off` and reads it back.
 fn round_trip(ch: &mut Channel, off: u64, data: &[u8], what: &str) {

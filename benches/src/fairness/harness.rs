@@ -165,7 +165,7 @@ pub struct SessionConfig {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tuning {
     /// `accounting = NAME`.
-    pub accounting: Option<fairgpu::config::Accounting>,
+    pub accounting: Option<fairgpu_config::Accounting>,
     /// `slice_ms = MS`.
     pub slice_ms: Option<f64>,
     /// `spin_us = US`.
@@ -196,7 +196,7 @@ fn restrict_to(cmd: &mut Command, cpus: Vec<usize>) {
     // takes no lock.
     unsafe {
         cmd.pre_exec(move || {
-            fairgpu::process::pin_to_cpus(&cpus)?;
+            fairgpu_worker::process::pin_to_cpus(&cpus)?;
             Ok(())
         });
     }
@@ -220,7 +220,7 @@ pub fn policy_support(name: &str) -> Result<PolicySupport, String> {
         "[daemon]\ncontrol_socket = \"/tmp/fairgpu-policy-probe.sock\"\npolicy = {name:?}\n\n\
          [[vm]]\nname = \"probe\"\nmemory = \"1MiB\"\nregion = \"/dev/shm/fairgpu-policy-probe\"\n"
     );
-    match fairgpu::config::Config::parse(&text, Path::new("policy probe")) {
+    match fairgpu_config::Config::parse(&text, Path::new("policy probe")) {
         Ok(_) => Ok(PolicySupport::Key),
         Err(e) => {
             let msg = e.to_string();
@@ -298,7 +298,7 @@ fn config_text(cfg: &SessionConfig, socket: &Path, dir: &Path, regions: &[PathBu
 
 /// Sends `sig` to our child `pid`.
 fn signal(pid: u32, sig: libc::c_int) {
-    let _ = fairgpu::process::send_signal(pid, sig);
+    let _ = fairgpu_worker::process::send_signal(pid, sig);
 }
 
 /// Waits up to `timeout` for `child` to exit.
@@ -634,10 +634,10 @@ mod tests {
             Path::new("/tmp/x"),
             &regions,
         );
-        let c = fairgpu::config::Config::parse(&text, Path::new("t")).unwrap();
+        let c = fairgpu_config::Config::parse(&text, Path::new("t")).unwrap();
         assert_eq!(c.vms.len(), 2);
         assert_eq!(c.vms[1].weight, 3);
-        assert_eq!(c.daemon.executor, fairgpu::config::ExecutorChoice::Sim);
+        assert_eq!(c.daemon.executor, fairgpu_config::ExecutorChoice::Sim);
         assert_eq!(
             WorkloadSpec {
                 profile: "Throttle".into(),

@@ -47,7 +47,7 @@ pub enum ObserveError {
         path: PathBuf,
         /// Why.
         #[source]
-        source: fairgpu::perms::PermsError,
+        source: fairgpu_config::perms::PermsError,
     },
 }
 
@@ -146,15 +146,17 @@ const MAX_REPLY: u64 = 16 << 20;
 
 impl StatusClient {
     /// Connects to the socket at `path`, refusing one in an unsafe
-    /// directory as [`fairgpu::control::request`] does.
+    /// directory as [`fairgpu_daemon::control::request`] does.
     pub fn connect(path: &Path) -> Result<StatusClient, ObserveError> {
         let io = |source| ObserveError::Io {
             path: path.to_owned(),
             source,
         };
-        fairgpu::control::check_socket_dir(path).map_err(|source| ObserveError::UnsafeDir {
-            path: path.to_owned(),
-            source,
+        fairgpu_daemon::control::check_socket_dir(path).map_err(|source| {
+            ObserveError::UnsafeDir {
+                path: path.to_owned(),
+                source,
+            }
         })?;
         let s = UnixStream::connect(path).map_err(io)?;
         s.set_read_timeout(Some(Duration::from_secs(10)))

@@ -38,6 +38,12 @@
 //! ```
 //!
 //! `examples/fairgpu.toml` is the complete, commented example.
+//!
+//! Besides: [`perms`], who may open what the daemon creates (the modes and
+//! groups this file sets); [`policy`], the scheduling policy it asks for;
+//! [`table`], the plain-text tables `fairgpu serve --check` and `status`
+//! print. The daemon and every worker read the same file through this
+//! crate.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -49,7 +55,11 @@ use fairgpu_protocol::limits::{
 use fairgpu_scheduler::{PolicyKind, SliceConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::executor::sim::SimConfig;
+use fairgpu_executor::sim::SimConfig;
+
+pub mod perms;
+pub mod policy;
+pub mod table;
 use crate::perms::{Access, GroupSpec};
 
 /// Smallest and largest VM weight.
@@ -573,7 +583,7 @@ pub struct VmConfig {
     /// Device-memory quota in bytes.
     pub memory: u64,
     /// Host-memory budget in bytes: what its guests may make its worker
-    /// hold ([`crate::executor::host_memory`]).
+    /// hold ([`fairgpu_executor::host_memory`]).
     pub host_memory: u64,
     /// The region file; for a doorbell VM whose region is a memfd (no
     /// `region` key), the ivshmem socket through which it is reached.
@@ -985,7 +995,7 @@ fn validate_vm(raw: RawVm, daemon: &DaemonConfig) -> Result<VmConfig, String> {
         return Err(format!("memory = {} must be more than 0 bytes", raw.memory));
     }
     let host_memory = match &raw.host_memory {
-        None => crate::executor::host_memory::DEFAULT_HOST_MEMORY,
+        None => fairgpu_executor::host_memory::DEFAULT_HOST_MEMORY,
         Some(spec) => {
             let b = spec
                 .bytes()
@@ -1169,7 +1179,7 @@ pub fn describe(cfg: &Config) -> String {
             ]
         })
         .collect();
-    out.push_str(&crate::control::format_table(
+    out.push_str(&crate::table::format_table(
         &[
             "VM", "WEIGHT", "MEMORY", "CHANNELS", "RING", "ARENA", "REGION", "ACCESS",
         ],

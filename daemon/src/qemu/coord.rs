@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 use fairgpu_qemu::{Qmp, QmpError};
 
 use super::QemuState;
-use crate::host::RegionBells;
 use crate::sched::CpuCoordinator;
+use fairgpu_worker::host::RegionBells;
 
 /// First delay before reconnecting to a QMP socket.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -415,7 +415,7 @@ mod tests {
 
     use fairgpu_protocol::layout::{RegionConfig, CH_GUEST_SLEEPING};
 
-    use crate::host::HostRegion;
+    use fairgpu_worker::host::HostRegion;
 
     fn temp(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("fairgpu-coord-{}-{name}", std::process::id()))

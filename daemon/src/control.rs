@@ -22,8 +22,9 @@
 //! created 0700 if missing; daemon and client both refuse a directory
 //! others could write, and at the default path (`/tmp/fairgpu-<uid>`,
 //! which anyone could create first) also a symlink or a directory that is
-//! not this user's ([`crate::perms::check_socket_dir`]).
+//! not this user's ([`fairgpu_config::perms::check_socket_dir`]).
 
+use fairgpu_config::table::format_table;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -34,8 +35,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::perms::{self, Access, DirTrust, GroupSpec, PermsError};
-use crate::stats::WorkerState;
+use fairgpu_config::perms::{self, Access, DirTrust, GroupSpec, PermsError};
+use fairgpu_worker::stats::WorkerState;
 
 /// Longest request line, in bytes.
 pub const MAX_REQUEST: usize = 64 * 1024;
@@ -239,7 +240,7 @@ fn perms_err(path: &Path) -> impl FnOnce(PermsError) -> ControlError + '_ {
 /// How far the directory of the socket at `path` must be trusted: the
 /// default one is at a well-known path someone else could create first.
 fn dir_trust(path: &Path) -> DirTrust {
-    if path == crate::config::default_control_socket() {
+    if path == fairgpu_config::default_control_socket() {
         DirTrust::Ours
     } else {
         DirTrust::Named
@@ -439,34 +440,6 @@ pub fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Reply, C
     serde_json::from_slice(&reply).map_err(|e| ControlError::BadReply(e.to_string()))
 }
 
-/// Lays `rows` out under `headers` in left-aligned columns separated by
-/// two spaces.
-pub fn format_table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
-        let mut l = String::new();
-        for (i, (cell, w)) in cells.zip(&widths).enumerate() {
-            if i > 0 {
-                l.push_str("  ");
-            }
-            l.push_str(&format!("{cell:<w$}"));
-        }
-        out.push_str(l.trim_end());
-        out.push('\n');
-    };
-    line(&mut headers.iter().copied());
-    for row in rows {
-        line(&mut row.iter().map(String::as_str));
-    }
-    out
-}
-
 /// GPU time for people: "0 s", "12.3 ms", "4.567 s".
 pub fn format_gpu_time(ns: u64) -> String {
     match ns {
@@ -479,7 +452,7 @@ pub fn format_gpu_time(ns: u64) -> String {
 
 /// The `fairgpu status` table.
 pub fn render_table(status: &Status) -> String {
-    use crate::config::format_size;
+    use fairgpu_config::format_size;
     let d = &status.daemon;
     let sched = match (&d.slice_ms, &d.accounting) {
         (Some(slice), Some(acct)) => format!(

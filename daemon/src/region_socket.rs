@@ -34,7 +34,7 @@ use std::time::Duration;
 use fairgpu_frontend::fdpass::send_i64;
 pub use fairgpu_frontend::map::REGION_HELLO;
 
-use crate::perms::Access;
+use fairgpu_config::perms::Access;
 
 /// How long the accepting thread backs off after a failed `accept` (out of
 /// descriptors), so that it never spins.
@@ -66,7 +66,8 @@ impl RegionSocket {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        let listener = crate::perms::bind_listener(path, access).map_err(io::Error::other)?;
+        let listener =
+            fairgpu_config::perms::bind_listener(path, access).map_err(io::Error::other)?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let stop = stop.clone();

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use fairgpu_protocol::wire::ValidRequest;
 use fairgpu_protocol::{Opcode, Status};
 
-use crate::executor::host_memory::{HostCharge, HostMemory};
 use crate::host::{Answer, ArenaSlice, Handler};
+use fairgpu_executor::host_memory::{HostCharge, HostMemory};
 
 /// Largest scratch buffer a channel may address through CopyIn/CopyOut.
 pub const SCRATCH_LIMIT: usize = 64 * 1024 * 1024;

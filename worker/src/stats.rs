@@ -78,7 +78,7 @@ pub enum Field {
     /// Kernel launches served by earlier workers of this VM. Daemon.
     PriorKernels = 15,
     /// Host memory the VM's guests make the worker hold, bytes
-    /// ([`crate::executor::host_memory`]). Worker.
+    /// ([`fairgpu_executor::host_memory`]). Worker.
     HostMemUsed = 16,
     /// The VM's host-memory budget, bytes. Worker.
     HostMemLimit = 17,

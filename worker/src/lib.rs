@@ -1,6 +1,19 @@
 //! The vGPU worker: one process per VM, started and supervised by the
 //! daemon (`fairgpu worker`, a hidden subcommand).
 //!
+//! The crate holds everything the worker runs and the files it shares
+//! with its daemon:
+//! - [`host`]: serve a region's channels (rings, validation, dispatch,
+//!   failure isolation, waiting); [`transport_ops`]: the transport's own
+//!   no-op and bulk-copy opcodes.
+//! - [`cuda_ops`]: the CUDA request layer (per-channel handles, device
+//!   pointers checked against the channel's allocations, quotas) in front
+//!   of a `fairgpu_executor::GpuExecutor`.
+//! - [`accounting`]: issue only under the grant, measure GPU time.
+//! - [`grants`] and [`stats`]: the daemon's grant file and stats file,
+//!   shared with its workers; [`process`]: process control both need.
+//! - [`fds`]: the descriptors the daemon passes to its worker.
+//!
 //! It re-reads the daemon's configuration file (refusing one that changed
 //! since the daemon read it), attaches to the VM's region (created by the
 //! daemon; never re-created or removed here), builds the executor the
@@ -23,14 +36,23 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 
+pub mod accounting;
+pub mod cuda_ops;
+pub mod fds;
+pub mod grants;
+pub mod host;
+pub mod process;
+pub mod stats;
+pub mod transport_ops;
+
 use crate::accounting::{Gate, GateConfig, Scheduled};
-use crate::config::{Config, ExecutorChoice, VmConfig};
 use crate::cuda_ops::CudaOps;
-use crate::executor::host_memory::HostMemory;
-use crate::executor::GpuExecutor;
 use crate::grants::GrantFile;
 use crate::host::{Answer, ArenaSlice, ChannelStats, Handler, ServeConfig, Server};
 use crate::stats::{Field, Slot, StatsFile, WorkerState};
+use fairgpu_config::{Config, ExecutorChoice, VmConfig};
+use fairgpu_executor::host_memory::HostMemory;
+use fairgpu_executor::GpuExecutor;
 
 /// What the daemon tells a worker.
 #[derive(Debug, Clone, clap::Args)]
@@ -61,7 +83,7 @@ pub struct WorkerArgs {
     pub grants: Option<PathBuf>,
     /// An ivshmem-doorbell VM's inherited region and wake relay.
     #[command(flatten)]
-    pub ivshmem: crate::qemu::WorkerFds,
+    pub ivshmem: crate::fds::WorkerFds,
 }
 
 /// The worker's request handler: the CUDA driver API, which also serves
@@ -82,15 +104,15 @@ fn executor_for(
                 .sim_device
                 .as_deref()
                 .context("--executor sim needs --sim-device")?;
-            let device = crate::executor::sim::SimDevice::open(path)
+            let device = fairgpu_executor::sim::SimDevice::open(path)
                 .with_context(|| format!("opening the SimGpu device {}", path.display()))?;
-            let gpu = crate::executor::sim::SimGpu::new(cfg.sim.clone(), device)
+            let gpu = fairgpu_executor::sim::SimGpu::new(cfg.sim.clone(), device)
                 .context("starting SimGpu")?
                 .with_host_memory(budget);
             Ok(Box::new(gpu))
         }
         ExecutorChoice::Cuda => {
-            let gpu = crate::executor::cuda::CudaExecutor::new(cfg.daemon.gpu as usize)
+            let gpu = fairgpu_executor::cuda::CudaExecutor::new(cfg.daemon.gpu as usize)
                 .with_context(|| format!("opening CUDA device {}", cfg.daemon.gpu))?;
             Ok(Box::new(gpu))
         }
@@ -149,7 +171,7 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<bool> {
                 grants.bell(),
                 GateConfig {
                     accounting: sched.accounting,
-                    idle: crate::sched::idle_behaviour(sched),
+                    idle: fairgpu_config::policy::idle_behaviour(sched),
                     spin: sched.spin,
                     reserve: !sched.work_conserving,
                     vm: vm.name.clone(),

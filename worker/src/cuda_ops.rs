@@ -31,12 +31,12 @@ use fairgpu_protocol::{Opcode, Status};
 use serde::Serialize;
 
 use crate::accounting::{Mark, Meter};
-use crate::executor::host_memory::{HostCharge, HostMemory};
-use crate::executor::{
-    CtxId, DevPtr, EventId, ExecError, FnId, GpuExecutor, LaunchConfig, ModId, StreamId,
-};
 use crate::host::{Answer, ArenaSlice, Handler};
 use crate::transport_ops::TransportOps;
+use fairgpu_executor::host_memory::{HostCharge, HostMemory};
+use fairgpu_executor::{
+    CtxId, DevPtr, EventId, ExecError, FnId, GpuExecutor, LaunchConfig, ModId, StreamId,
+};
 
 /// What a VM uses, for status and accounting.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

@@ -1,5 +1,5 @@
 //! The daemon's GPU scheduler: one thread that drives a
-//! [`fairgpu_scheduler::Policy`] over the grant file ([`crate::grants`]).
+//! [`fairgpu_scheduler::Policy`] over the grant file ([`fairgpu_worker::grants`]).
 //!
 //! # The loop
 //!
@@ -33,7 +33,7 @@
 //! that release before granting the next VM would leave the GPU idle for
 //! two process wake-ups (holder → scheduler → next worker) at every switch.
 //! So a holder announces its drain with the usage it expects to report
-//! ([`crate::grants`], *Closing*). If another VM is runnable, the scheduler
+//! ([`fairgpu_worker::grants`], *Closing*). If another VM is runnable, the scheduler
 //! releases the holder in the policy at once, charged that estimate, picks
 //! the next VM and grants it naming the draining holder (*Handoff*). The
 //! next worker, woken now, takes the grant at once: its work queues on the
@@ -48,7 +48,7 @@
 //! # Uncontended leases
 //!
 //! A grant made while no other VM is runnable, nor was for [`LEASE_QUIET`],
-//! is a *lease* ([`crate::accounting`]): its holder issues without
+//! is a *lease* ([`fairgpu_worker::accounting`]): its holder issues without
 //! interposition and without a slice (keeping a bounded number of requests
 //! in flight). Meanwhile the scheduler charges it its wall-clock time
 //! slice by slice itself (`release` of the elapsed time, then `pick`, which
@@ -75,21 +75,17 @@
 //! interactive vGPU. [`LocalCoordinator`] wakes the VM's guest processes
 //! that sleep in the transport (their futex words), which is the whole of
 //! the vCPU wake-up in local mode; for QEMU VMs, `crate::qemu::coord`
-//! (backend/src/qemu/coord.rs) raises the VM's interrupt and nudges its
+//! (daemon/src/qemu/coord.rs) raises the VM's interrupt and nudges its
 //! vCPU threads (QMP gives their ids) instead.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use fairgpu_scheduler::{
-    Credit, CreditConfig, CreditVariant, ExecutionMode, FairQueuing, FairQueuingConfig, Grant,
-    IdleBehaviour, Nanos, Policy, PolicyKind, SchedError, VgpuId, VgpuState,
-};
+use fairgpu_scheduler::{Grant, Nanos, Policy, SchedError, VgpuId, VgpuState};
 
-use crate::config::{Accounting, SchedConfig};
-use crate::grants::{Bell, GrantFile, GrantSlot};
-use crate::host::RegionBells;
+use fairgpu_worker::grants::{Bell, GrantFile, GrantSlot};
+use fairgpu_worker::host::RegionBells;
 
 /// Longest sleep of the scheduler thread; also the rate at which idle VMs'
 /// synchronous calls are sampled (the interactivity window is 10 ms).
@@ -105,46 +101,6 @@ pub const LEASE_QUIET: Duration = Duration::from_millis(100);
 /// Most synchronous calls fed to the policy per VM per pass (the detector
 /// needs only more than its threshold).
 const MAX_SYNC_RECORDS: u64 = 64;
-
-/// The policy `cfg` asks for, with its slice; `None` for `policy = "none"`.
-/// Credit variants are collaborative (they charge measured usage) unless
-/// the accounting is `none`, which gives the paper's time-sharing baselines.
-pub fn build_policy(cfg: &SchedConfig) -> Option<Box<dyn Policy>> {
-    let kind = cfg.policy?;
-    let policy: Box<dyn Policy> = match kind {
-        PolicyKind::FairQueuing => Box::new(FairQueuing::new(FairQueuingConfig {
-            slice: cfg.slice,
-            wake_grace: cfg.slice.slice(),
-            ..FairQueuingConfig::default()
-        })),
-        PolicyKind::CreditPoll | PolicyKind::CreditHybridSpin | PolicyKind::StrictCoSchedule => {
-            let mode = if cfg.accounting == Accounting::WallClock {
-                ExecutionMode::TimeShared
-            } else {
-                ExecutionMode::Collaborative
-            };
-            let credit = CreditConfig::new(cfg.slice, CreditConfig::PERIOD)
-                .expect("the default period is valid")
-                .with_mode(mode);
-            let variant = match kind {
-                PolicyKind::CreditPoll => CreditVariant::Poll,
-                PolicyKind::CreditHybridSpin => CreditVariant::HybridSpin,
-                _ => CreditVariant::StrictCoSchedule,
-            };
-            Box::new(Credit::new(variant, credit))
-        }
-    };
-    Some(policy)
-}
-
-/// What a holder with nothing to issue does under `cfg`'s policy: it
-/// polls (keeps the GPU) when work conservation is off.
-pub fn idle_behaviour(cfg: &SchedConfig) -> IdleBehaviour {
-    if !cfg.work_conserving {
-        return IdleBehaviour::Poll;
-    }
-    build_policy(cfg).map_or(IdleBehaviour::Block, |p| p.idle_behaviour())
-}
 
 /// Asks the CPU side to run a VM's vCPU now (FairGV Algorithm 4).
 pub trait CpuCoordinator: Send + std::fmt::Debug {
@@ -609,9 +565,8 @@ fn log_refusal(vm: &str, r: Result<(), SchedError>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::HostRegion;
     use fairgpu_protocol::layout::RegionConfig;
-    use fairgpu_scheduler::SliceConfig;
+    use fairgpu_worker::host::HostRegion;
 
     fn temp(name: &str) -> std::path::PathBuf {
         std::env::temp_dir().join(format!("fairgpu-sched-test-{}-{name}", std::process::id()))
@@ -642,7 +597,8 @@ mod tests {
             let regions = [region(0), region(1)];
             let bells = vec![regions[0].bells(), regions[1].bells()];
             let sched = Scheduler::new(
-                build_policy(&SchedConfig::default()).unwrap(),
+                fairgpu_config::policy::build_policy(&fairgpu_config::SchedConfig::default())
+                    .unwrap(),
                 file,
                 vec!["a".into(), "b".into()],
                 &weights,
@@ -678,31 +634,6 @@ mod tests {
             assert!(Instant::now() < deadline, "timed out waiting for {what}");
             std::thread::sleep(Duration::from_millis(1));
         }
-    }
-
-    #[test]
-    fn policies_follow_the_configuration() {
-        let mut cfg = SchedConfig::default();
-        assert_eq!(
-            build_policy(&cfg).map(|p| (p.kind(), p.execution_mode())),
-            Some((PolicyKind::FairQueuing, ExecutionMode::Collaborative))
-        );
-        cfg.policy = Some(PolicyKind::CreditHybridSpin);
-        assert_eq!(
-            build_policy(&cfg).unwrap().execution_mode(),
-            ExecutionMode::Collaborative
-        );
-        cfg.accounting = Accounting::WallClock;
-        cfg.slice = SliceConfig::preemptive();
-        let mut p = build_policy(&cfg).unwrap();
-        assert_eq!(p.execution_mode(), ExecutionMode::TimeShared);
-        p.add(VgpuId(0), 1).unwrap();
-        p.wake(VgpuId(0), Nanos::ZERO).unwrap();
-        assert_eq!(p.pick(Nanos::ZERO).unwrap().slice, Nanos::from_millis(30));
-        cfg.policy = Some(PolicyKind::CreditPoll);
-        assert_eq!(idle_behaviour(&cfg), IdleBehaviour::Poll);
-        cfg.policy = None;
-        assert!(build_policy(&cfg).is_none());
     }
 
     /// A holder that announces its drain while another VM waits is

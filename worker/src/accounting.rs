@@ -64,7 +64,7 @@
 //!     end of that synchronisation. Before that last synchronisation the
 //!     holder announces its drain with the usage it expects, so that the
 //!     daemon can hand the grant to the next VM meanwhile
-//!     ([`crate::sched`]). If the holder runs out of requests before the
+//!     (the daemon's scheduler thread, `fairgpu_daemon::sched`). If the holder runs out of requests before the
 //!     last (its guest has not sent the next one yet), it looks, without
 //!     blocking, whether the device still runs its work: if so, the
 //!     stretch stays open (the device never idled, the guest's next
@@ -115,11 +115,11 @@ use fairgpu_protocol::wire::ValidRequest;
 use fairgpu_protocol::{Opcode, Status};
 use fairgpu_scheduler::IdleBehaviour;
 
-use crate::clock;
-use crate::config::Accounting;
-use crate::executor::{CtxId, EventId};
 use crate::grants::{Bell, GrantSlot};
 use crate::host::{Answer, ArenaSlice, Handler, Pass};
+use fairgpu_config::Accounting;
+use fairgpu_executor::clock;
+use fairgpu_executor::{CtxId, EventId};
 
 /// Requests timed one by one at the start of a grant (`sampled`).
 pub const SAMPLES: u32 = 5;

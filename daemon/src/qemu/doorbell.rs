@@ -26,8 +26,8 @@ use anyhow::Context;
 use fairgpu_qemu::{Event, EventFd, HostWaker, IvshmemServer, ServerConfig, SharedMemory};
 
 use super::{QemuState, VECTOR_WAKE};
-use crate::config::VmConfig;
-use crate::host::{HostRegion, RegionBells};
+use fairgpu_config::VmConfig;
+use fairgpu_worker::host::{HostRegion, RegionBells};
 
 /// How long one poll of the server waits before re-checking the stop flag.
 const POLL_SLICE: Duration = Duration::from_millis(100);
@@ -72,7 +72,7 @@ impl Doorbell {
             }
             let region = HostRegion::create(path, &vm.region).context("creating the region")?;
             fairgpu_qemu::grow_to_bar_size(path).context("sizing the region for ivshmem")?;
-            crate::perms::apply(path, crate::perms::Kind::File, &vm.access)
+            fairgpu_config::perms::apply(path, fairgpu_config::perms::Kind::File, &vm.access)
                 .context("giving the region its access")?;
             let shm = SharedMemory::open(path).context("opening the region for QEMU")?;
             (region, shm)
@@ -95,7 +95,7 @@ impl Doorbell {
             .with_context(|| format!("starting the ivshmem server on {}", socket.display()))?;
         // Like the region: the VM's access (by default the daemon's user
         // alone; QEMU's user is given the VM's group).
-        crate::perms::apply(socket, crate::perms::Kind::Socket, &vm.access)
+        fairgpu_config::perms::apply(socket, fairgpu_config::perms::Kind::Socket, &vm.access)
             .with_context(|| format!("giving {} the VM's access", socket.display()))?;
         let relay = Arc::new(EventFd::new().context("creating the wake relay eventfd")?);
         server.forward(relay.clone(), VECTOR_WAKE)?;

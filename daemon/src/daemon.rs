@@ -34,18 +34,18 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use fairgpu_protocol::layout::ChannelFailure;
 
-use crate::config::{Config, ExecutorChoice, VmConfig, WEIGHTS};
 use crate::control::{
     ControlServer, DaemonStatus, Reply, Request, Status, VmSchedStatus, VmStatus,
 };
-use crate::grants::GrantFile;
-use crate::host::HostRegion;
 use crate::qemu::coord::{Coordinator, QmpWatcher, Target, Watch};
 use crate::qemu::doorbell::Doorbell;
 use crate::qemu::QemuState;
 use crate::region_socket::RegionSocket;
 use crate::sched::{SchedHandle, Scheduler};
-use crate::stats::{Field, Slot, StatsFile, WorkerState};
+use fairgpu_config::{Config, ExecutorChoice, VmConfig, WEIGHTS};
+use fairgpu_worker::grants::GrantFile;
+use fairgpu_worker::host::HostRegion;
+use fairgpu_worker::stats::{Field, Slot, StatsFile, WorkerState};
 
 /// First restart delay after a crash.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -193,7 +193,8 @@ impl Vm {
         // Before the spawn: the worker stores `Running` itself once it
         // serves, which must not be overwritten.
         self.slot.set_state(WorkerState::Starting);
-        self.slot.set(Field::StartedMs, crate::stats::unix_ms());
+        self.slot
+            .set(Field::StartedMs, fairgpu_worker::stats::unix_ms());
         match launch.spawn(&self.cfg, self.doorbell.as_ref(), self.local.as_ref()) {
             Ok(child) => {
                 tracing::info!(vm = %self.cfg.name, pid = child.id(), "worker started");
@@ -229,7 +230,7 @@ impl Vm {
             s.worker_gone(self.index);
         }
         let failed = self.region.fail_established(ChannelFailure::WorkerCrashed);
-        if status.code() == Some(crate::worker::RECYCLE_EXIT) {
+        if status.code() == Some(fairgpu_worker::RECYCLE_EXIT) {
             // A sticky GPU error poisoned the worker's CUDA state and its
             // guests have let go: a fresh process serves the VM at once.
             tracing::warn!(
@@ -407,13 +408,14 @@ fn resolve_executor(cfg: &Config) -> anyhow::Result<ExecutorChoice> {
 }
 
 /// Whether CUDA device `gpu` can be opened (the executor is dropped again).
-fn probe_cuda(gpu: u32) -> Result<(), crate::executor::ExecError> {
-    crate::executor::cuda::CudaExecutor::new(gpu as usize).map(drop)
+fn probe_cuda(gpu: u32) -> Result<(), fairgpu_executor::ExecError> {
+    fairgpu_executor::cuda::CudaExecutor::new(gpu as usize).map(drop)
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
-    let shutdown = crate::process::shutdown_flag().context("installing signal handlers")?;
+    let shutdown =
+        fairgpu_worker::process::shutdown_flag().context("installing signal handlers")?;
     let cfg = Config::load(config_path)?;
     let config_path = std::fs::canonicalize(config_path)
         .with_context(|| format!("resolving {}", config_path.display()))?;
@@ -436,7 +438,7 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
     let sim_device = if executor == ExecutorChoice::Sim {
         let path = state_dir.join(format!("fairgpu-{pid}.simgpu"));
         sim_guard = Some(RemoveOnDrop(path.clone()));
-        crate::executor::sim::SimDevice::create(&path)
+        fairgpu_executor::sim::SimDevice::create(&path)
             .with_context(|| format!("creating the SimGpu device file {}", path.display()))?;
         Some(path)
     } else {
@@ -475,8 +477,12 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
                 // QEMU maps the file as a PCI BAR, whose size is a power of two.
                 fairgpu_qemu::grow_to_bar_size(&v.region_path)
                     .with_context(|| format!("vm {:?}: sizing its region for ivshmem", v.name))?;
-                crate::perms::apply(&v.region_path, crate::perms::Kind::File, &v.access)
-                    .with_context(|| format!("vm {:?}: giving its region its access", v.name))?;
+                fairgpu_config::perms::apply(
+                    &v.region_path,
+                    fairgpu_config::perms::Kind::File,
+                    &v.access,
+                )
+                .with_context(|| format!("vm {:?}: giving its region its access", v.name))?;
                 (region, None, None)
             }
         };
@@ -487,7 +493,7 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
             tracing::info!(
                 vm = %v.name,
                 weight = v.weight,
-                memory = %crate::config::format_size(v.memory),
+                memory = %fairgpu_config::format_size(v.memory),
                 channels = v.region.channels,
                 "region created for the ivshmem-doorbell device"
             );
@@ -495,7 +501,7 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
             tracing::info!(
                 vm = %v.name,
                 weight = v.weight,
-                memory = %crate::config::format_size(v.memory),
+                memory = %fairgpu_config::format_size(v.memory),
                 region = %v.region_path.display(),
                 channels = v.region.channels,
                 "region created; guests use FAIRGPU_REGION={}",
@@ -539,7 +545,10 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
     };
 
     let sched_cfg = cfg.daemon.sched;
-    let scheduler = match (&grants_file, crate::sched::build_policy(&sched_cfg)) {
+    let scheduler = match (
+        &grants_file,
+        fairgpu_config::policy::build_policy(&sched_cfg),
+    ) {
         (Some(file), Some(policy)) => {
             let regions: Vec<_> = vms.iter().map(|v| v.region.bells()).collect();
             let s = Scheduler::new(
@@ -684,7 +693,7 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
 /// for), local VMs by their futex words.
 fn coordinator(
     vms: &[Vm],
-    regions: Vec<crate::host::RegionBells>,
+    regions: Vec<fairgpu_worker::host::RegionBells>,
     qmp: Option<&QmpWatcher>,
 ) -> Coordinator {
     let targets = vms
@@ -707,7 +716,7 @@ fn stop_workers(vms: &mut [Vm]) {
         vm.restart_at = None;
         vm.slot.set_state(WorkerState::Stopping);
         if let Some(child) = &vm.worker {
-            if let Err(e) = crate::process::send_signal(child.id(), libc::SIGTERM) {
+            if let Err(e) = fairgpu_worker::process::send_signal(child.id(), libc::SIGTERM) {
                 tracing::warn!(vm = %vm.cfg.name, error = %e, "cannot signal the worker");
             }
         }
