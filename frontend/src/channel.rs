@@ -19,6 +19,7 @@ use fairgpu_protocol::{Opcode, Request, Status};
 use crate::arena::ArenaAlloc;
 use crate::futex;
 use crate::region::GuestRegion;
+pub use crate::wake::WaitMode;
 use crate::WaitConfig;
 
 /// How many bulk chunks may be in flight; each chunk is a quarter arena.
@@ -43,23 +44,6 @@ const DROP_DRAIN_LIMIT: Duration = if cfg!(test) {
 } else {
     Duration::from_secs(10)
 };
-
-/// How a channel blocks once its spin budget is spent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitMode {
-    /// On the channel's `guest_wake` futex, woken by the host (local mode).
-    Futex,
-    /// On the eventfd of the ivshmem device's MSI-X vector 1, received
-    /// through vfio-pci, which the host raises when it wakes a channel that
-    /// published `guest_sleeping` (in a VM with an IOMMU; see
-    /// [`crate::vfio`]). A poll timeout of one block slice is the safety net.
-    Interrupt,
-    /// Sleeping with a bounded exponential backoff, re-checking after each
-    /// sleep: the kernel refused to block on the region (in a VM the region
-    /// is a PFN-mapped BAR and FUTEX_WAIT fails with EFAULT; the host's
-    /// wake could not cross the VM boundary anyway).
-    SleepBackoff,
-}
 
 /// Why a call failed. Clone so a broken channel can repeat its cause.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

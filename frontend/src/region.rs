@@ -7,10 +7,10 @@ use std::sync::Arc;
 use fairgpu_protocol::layout::{Layout, RegionHeader, MAGIC};
 use fairgpu_protocol::region::RegionView;
 
-use crate::channel::WaitMode;
 use crate::map::{ivshmem_bars, ivshmem_doorbell_registers, Mapping};
 use crate::pci::{self, IvshmemDevice};
 use crate::vfio::{InterruptWait, MapBars, VfioDevice, VfioPaths, HOST_TO_GUEST_VECTOR};
+use crate::wake::WaitMode;
 use crate::wake::{error_chain, WaitPreference, WakeChoice, WAIT_ENV};
 use crate::OpenError;
 

@@ -15,7 +15,22 @@
 //! `guest_sleeping` word (see `channel.rs`); only how the guest blocks and
 //! how the host's wake reaches it differ.
 
-use crate::channel::WaitMode;
+/// How a channel blocks once its spin budget is spent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitMode {
+    /// On the channel's `guest_wake` futex, woken by the host (local mode).
+    Futex,
+    /// On the eventfd of the ivshmem device's MSI-X vector 1, received
+    /// through vfio-pci, which the host raises when it wakes a channel that
+    /// published `guest_sleeping` (in a VM with an IOMMU; see
+    /// [`crate::vfio`]). A poll timeout of one block slice is the safety net.
+    Interrupt,
+    /// Sleeping with a bounded exponential backoff, re-checking after each
+    /// sleep: the kernel refused to block on the region (in a VM the region
+    /// is a PFN-mapped BAR and FUTEX_WAIT fails with EFAULT; the host's
+    /// wake could not cross the VM boundary anyway).
+    SleepBackoff,
+}
 
 /// Environment variable that forces a wake path.
 pub const WAIT_ENV: &str = "FAIRGPU_WAIT";

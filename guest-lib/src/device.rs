@@ -23,7 +23,7 @@ pub extern "C" fn cuInit(flags: u32) -> CUresult {
         if flags != 0 {
             return Err(err::INVALID_VALUE);
         }
-        state::install_hooks();
+        crate::hooks::install_hooks();
         state::init().map(|_| ())
     })
 }

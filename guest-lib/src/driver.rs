@@ -81,7 +81,7 @@ pub extern "C" fn cuGetExportTable(table: *mut *const c_void, uuid: *const [u8; 
         if table.is_null() || uuid.is_null() {
             return Err(err::INVALID_VALUE);
         }
-        crate::state::install_hooks();
+        crate::hooks::install_hooks();
         // SAFETY: non-null; a CUuuid is 16 bytes.
         let id = unsafe { *uuid };
         let t = export_tables::get_export_table(&id).ok_or(err::INVALID_VALUE)?;

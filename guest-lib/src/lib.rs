@@ -34,6 +34,7 @@ mod context;
 mod device;
 mod driver;
 pub mod export_tables;
+mod hooks;
 mod integrity;
 mod launch;
 mod md2;

@@ -20,7 +20,6 @@
 
 use crate::float::*;
 use crate::ir::*;
-use crate::parse::PARAM_SCRATCH_BASE;
 use crate::{Dims, Error, Limits, Memory, RunStats};
 use crate::{GLOBALS_BASE, LOCAL_WINDOW, PARAM_WINDOW, SHARED_WINDOW, WINDOW_SIZE};
 

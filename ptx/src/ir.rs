@@ -3,6 +3,12 @@
 //! indices, so that execution is a loop over a slice.
 
 use std::sync::Arc;
+
+/// Most bytes of one function's parameters.
+pub const MAX_PARAM_BYTES: u32 = 32 << 10;
+/// Param-space offset where the scratch of `.func` parameters and body
+/// `.param` variables starts (kernel parameters lie below it).
+pub(crate) const PARAM_SCRATCH_BASE: u64 = MAX_PARAM_BYTES as u64;
 /// A PTX fundamental type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Ty {
@@ -725,7 +731,7 @@ pub(crate) struct Func {
     pub local_bytes: u32,
     /// End of the param scratch (`.func` parameters and `.param` variables
     /// of bodies, at module-wide offsets from
-    /// [`crate::parse::PARAM_SCRATCH_BASE`]) this function and its callees
+    /// [`PARAM_SCRATCH_BASE`]) this function and its callees
     /// use.
     pub scratch_end: u32,
 }

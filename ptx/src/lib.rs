@@ -127,7 +127,6 @@
 //! matmul and 85 to 100 million on reductions (`cargo run -p fairgpu-ptx
 //! --release --example speed`).
 
-mod decode;
 mod exec;
 mod float;
 mod ir;
@@ -141,9 +140,10 @@ use thiserror::Error;
 pub use exec::{
     BLOCK_SETUP_COST, MAX_BLOCK_THREADS, MAX_REGISTER_FILE, MAX_SHARED_BYTES, WARP_SETUP_COST,
 };
+pub use ir::MAX_PARAM_BYTES;
 pub use parse::{
-    MAX_GLOBALS, MAX_INSTS, MAX_LOCAL, MAX_PARAM_BYTES, MAX_PARAM_SCRATCH, MAX_REGS,
-    MAX_STATIC_SHARED, MAX_TEXT_BYTES,
+    MAX_GLOBALS, MAX_INSTS, MAX_LOCAL, MAX_PARAM_SCRATCH, MAX_REGS, MAX_STATIC_SHARED,
+    MAX_TEXT_BYTES,
 };
 
 /// Size of each address window below.

@@ -12,6 +12,10 @@ use crate::ir::*;
 use crate::lex::{Lexer, Tok, Token};
 use crate::{Error, GLOBALS_BASE};
 
+/// Instruction operands and modifiers into `ir::Op`s: the parser's
+/// instruction half.
+mod decode;
+
 /// Longest PTX text accepted.
 pub const MAX_TEXT_BYTES: usize = 64 << 20;
 /// Most registers one function may declare.
@@ -29,11 +33,6 @@ pub const MAX_STATIC_SHARED: u32 = 256 << 10;
 pub const MAX_LOCAL: u32 = 16 << 20;
 /// Most bytes of module-scope `.global` and `.const` variables.
 pub const MAX_GLOBALS: u32 = 64 << 20;
-/// Most bytes of one function's parameters.
-pub const MAX_PARAM_BYTES: u32 = 32 << 10;
-/// Param-space offset where the scratch of `.func` parameters and body
-/// `.param` variables starts (kernel parameters lie below it).
-pub(crate) const PARAM_SCRATCH_BASE: u64 = MAX_PARAM_BYTES as u64;
 /// Most bytes of param scratch in one module.
 pub const MAX_PARAM_SCRATCH: u32 = 16 << 10;
 
@@ -1072,7 +1071,7 @@ impl<'m> FuncParser<'m> {
             guard = Some(Guard { reg, neg });
         }
         let opcode = p.ident()?;
-        if !crate::decode::known(opcode) {
+        if !decode::known(opcode) {
             p.skip_statement()?;
             self.f.insts.push(Inst {
                 guard,

@@ -76,3 +76,19 @@ pub use policy::{
     SchedError, Standing, UnknownPolicy, VgpuId, VgpuState, VgpuStats, VirtualTime, WEIGHTS,
 };
 pub use time::{Clock, ManualClock, Nanos};
+
+// Here rather than in `policy`, which every policy depends on: building
+// one of each kind is what depends on them all.
+impl PolicyKind {
+    /// A policy of this kind with the paper's default settings.
+    pub fn build(self) -> Box<dyn Policy> {
+        match self {
+            PolicyKind::FairQueuing => Box::new(FairQueuing::default()),
+            PolicyKind::CreditPoll => Box::new(Credit::poll(CreditConfig::default())),
+            PolicyKind::CreditHybridSpin => Box::new(Credit::hybrid_spin(CreditConfig::default())),
+            PolicyKind::StrictCoSchedule => {
+                Box::new(Credit::strict_coschedule(CreditConfig::default()))
+            }
+        }
+    }
+}

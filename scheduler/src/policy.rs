@@ -354,20 +354,6 @@ impl PolicyKind {
             PolicyKind::StrictCoSchedule => "strict-cosched",
         }
     }
-
-    /// A policy of this kind with the paper's default settings.
-    pub fn build(self) -> Box<dyn Policy> {
-        use crate::credit::{Credit, CreditConfig};
-        use crate::fair_queuing::FairQueuing;
-        match self {
-            PolicyKind::FairQueuing => Box::new(FairQueuing::default()),
-            PolicyKind::CreditPoll => Box::new(Credit::poll(CreditConfig::default())),
-            PolicyKind::CreditHybridSpin => Box::new(Credit::hybrid_spin(CreditConfig::default())),
-            PolicyKind::StrictCoSchedule => {
-                Box::new(Credit::strict_coschedule(CreditConfig::default()))
-            }
-        }
-    }
 }
 
 impl fmt::Display for PolicyKind {

@@ -4,8 +4,8 @@
 //! cache hint, a type we do not implement) makes the instruction
 //! [`Error::Unsupported`] with its full name, rather than being ignored.
 
+use super::{FuncParser, Opnd};
 use crate::ir::*;
-use crate::parse::{FuncParser, Opnd};
 use crate::Error;
 
 /// Qualifiers of loads, stores and atomics that do not change the result of
