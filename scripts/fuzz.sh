@@ -56,7 +56,11 @@ for t in "${targets[@]}"; do
     [[ -n $runs ]] && limit=(-runs="$runs")
     log=$(mktemp)
     printf '\n== fuzz %s (%s) ==\n' "$t" "${limit[*]}"
-    if "$bin" "$corpus" "${limit[@]}" -artifact_prefix="$artifacts" -print_final_stats=1 \
+    # Committed seeds (fuzz/seeds/<target>/), when a target has them, are
+    # read at the start; new inputs go to the corpus only.
+    seeds=()
+    [[ -d fuzz/seeds/$t ]] && seeds=("fuzz/seeds/$t")
+    if "$bin" "$corpus" "${seeds[@]}" "${limit[@]}" -artifact_prefix="$artifacts" -print_final_stats=1 \
         -rss_limit_mb=4096 -timeout=10 >"$log" 2>&1; then
         grep -E '^(Done|stat::number_of_executed_units|stat::new_units_added|stat::peak_rss_mb)|#[0-9]+.*DONE' "$log" || true
         echo "corpus: $(find "$corpus" -type f | wc -l) inputs"

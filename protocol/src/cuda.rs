@@ -97,8 +97,12 @@ impl LaunchHeader {
         if self.grid.contains(&0) || self.block.contains(&0) {
             return Err("zero grid or block dimension");
         }
-        let threads =
-            u64::from(self.block[0]) * u64::from(self.block[1]) * u64::from(self.block[2]);
+        // Saturating: three u32 dimensions can pass u64 (and a wrapped
+        // product could look small).
+        let threads = self
+            .block
+            .iter()
+            .fold(1u64, |n, &d| n.saturating_mul(u64::from(d)));
         if threads > 1024 {
             return Err("more than 1024 threads per block");
         }
@@ -186,6 +190,30 @@ mod tests {
         }
         .validate()
         .is_err());
+    }
+
+    /// Found by the `cuda_requests` fuzz target: block dimensions whose
+    /// product passes u64 panicked the worker in builds with overflow
+    /// checks, and in others wrapped to a small thread count that passed.
+    #[test]
+    fn a_block_whose_thread_count_overflows_u64_is_refused() {
+        for block in [
+            [u32::MAX; 3],
+            [1 << 21, 1 << 21, 1 << 22], // 2^64: wraps to 0
+            [1 << 31, 1 << 31, 4],       // 2^64 too
+        ] {
+            let h = LaunchHeader {
+                grid: [1; 3],
+                block,
+                shared_mem: 0,
+                param_bytes: 0,
+            };
+            assert_eq!(
+                h.validate(),
+                Err("more than 1024 threads per block"),
+                "{block:?}"
+            );
+        }
     }
 
     #[test]

@@ -172,7 +172,11 @@ impl<'a> Launch<'a> {
         if d.block.contains(&0) || d.grid.contains(&0) {
             return bad(format!("empty grid {:?} or block {:?}", d.grid, d.block));
         }
-        let threads: u64 = d.block.iter().map(|&v| u64::from(v)).product();
+        // Saturating: a product of three u32 can pass u64.
+        let threads = d
+            .block
+            .iter()
+            .fold(1u64, |n, &v| n.saturating_mul(u64::from(v)));
         if threads > MAX_BLOCK_THREADS {
             return bad(format!(
                 "{threads} threads per block exceed {MAX_BLOCK_THREADS}"

@@ -246,6 +246,21 @@ impl HostRegion {
     pub fn view(&self) -> &RegionView {
         &self.view
     }
+
+    /// Bytes `range` of channel `ch`'s arena, as a handler sees a request's
+    /// data (for tools and fuzzing that drive a handler directly); `None`
+    /// if the channel or the range is not in the region.
+    pub fn arena_slice(&self, ch: u32, range: std::ops::Range<u32>) -> Option<ArenaSlice<'_>> {
+        let offs = self.layout.channel(ch)?;
+        if range.start > range.end || range.end > self.layout.arena_size() {
+            return None;
+        }
+        Some(ArenaSlice {
+            view: &self.view,
+            base: offs.arena + range.start as usize,
+            len: range.len(),
+        })
+    }
 }
 
 impl Drop for HostRegion {

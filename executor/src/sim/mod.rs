@@ -773,7 +773,11 @@ impl SimGpu {
 /// The launch geometry a GPU accepts; checked before a kernel executes,
 /// as the interpreter's memory grows with it.
 fn check_geometry(cfg: &LaunchConfig) -> ExecResult<()> {
-    let threads: u64 = cfg.block.iter().map(|&d| u64::from(d)).product();
+    // Saturating: a product of three u32 can pass u64.
+    let threads = cfg
+        .block
+        .iter()
+        .fold(1u64, |n, &d| n.saturating_mul(u64::from(d)));
     let dims_ok = cfg.block.iter().zip(MAX_BLOCK_DIM).all(|(&d, m)| d <= m)
         && cfg.grid.iter().zip(MAX_GRID_DIM).all(|(&d, m)| d <= m);
     if !dims_ok || threads > MAX_BLOCK_THREADS {

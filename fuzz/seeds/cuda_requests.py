@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Writes the seed inputs of the `cuda_requests` fuzz target (see its doc
+comment for the record format) into fuzz/seeds/cuda_requests/: a guest's
+ordinary session (allocate, fill, load fairgpu's kernels, look one up,
+launch it, copy the result back, free), so that mutations start from
+sequences that reach module loading and kernel execution.
+
+Run from the repository root: python3 fuzz/seeds/cuda_requests.py
+"""
+import re
+import struct
+from pathlib import Path
+
+root = Path(__file__).resolve().parents[2]
+opcodes = re.search(r"pub const ALL: \[Opcode; \d+\] = \[(.*?)\];",
+                    (root / "protocol/src/opcode.rs").read_text(), re.S).group(1)
+OPS = [m for m in re.findall(r"Opcode::(\w+)", opcodes)]
+PTX = (root / "benches/kernels/fairgpu.ptx").read_bytes()
+# SimGpu's first allocations in a fresh context (the target's launches
+# still run if these are wrong: their accesses fail the bounds check).
+BASE = 0x7000_0000_0000
+
+
+def lit(v):
+    return bytes([0]) + struct.pack("<Q", v)
+
+
+def earlier(i):
+    return bytes([2, i])
+
+
+def record(ch, op, args, arena=b""):
+    args = list(args) + [lit(0)] * (5 - len(args))
+    return (bytes([ch, OPS.index(op)]) + b"".join(args)
+            + struct.pack("<H", len(arena)) + arena)
+
+
+def session(ch):
+    name = b"fairgpu_axpy"
+    header = struct.pack("<3I3III", 4, 1, 1, 256, 1, 1, 0, 24)
+    params = struct.pack("<QQfI", BASE, BASE + 4096, 2.0, 1024)
+    return b"".join([
+        record(ch, "MemAlloc", [lit(4096)]),
+        record(ch, "MemAlloc", [lit(4096)]),
+        record(ch, "MemsetD32", [earlier(0), lit(0x3F800000), lit(1024), lit(0)]),
+        record(ch, "ModuleStage", [lit(0), lit(len(PTX))], PTX),
+        record(ch, "ModuleLoad", [lit(len(PTX))]),
+        record(ch, "ModuleGetFunction", [earlier(0), lit(len(name))],
+               name + bytes(64 - len(name))),
+        record(ch, "LaunchKernel", [earlier(0), lit(0)], header + params),
+        record(ch, "CtxSynchronize", []),
+        record(ch, "MemcpyDtoH", [lit(BASE + 4096), lit(0)], bytes(256)),
+        record(ch, "StreamCreate", [lit(0)]),
+        record(ch, "EventCreate", [lit(0)]),
+        record(ch, "EventRecord", [earlier(0), earlier(1)]),
+        record(ch, "EventSynchronize", [earlier(0)]),
+    ])
+
+
+out = root / "fuzz/seeds/cuda_requests"
+out.mkdir(parents=True, exist_ok=True)
+(out / "session").write_bytes(session(0))
+(out / "two-channels-and-a-reset").write_bytes(session(0) + session(1) + bytes([0x80])
+                                                + session(0))
+print(f"wrote {len(list(out.iterdir()))} seeds to {out.relative_to(root)}")
