@@ -267,6 +267,19 @@ impl IvshmemServer {
         shm: SharedMemory,
         cfg: ServerConfig,
     ) -> Result<IvshmemServer, ServerError> {
+        Self::bind_with(path, shm, cfg, |p| UnixListener::bind(p))
+    }
+
+    /// [`IvshmemServer::bind`] with the listening socket made by `listen`
+    /// (given the path, after a stale socket is removed): a caller that
+    /// must set the socket's owner and mode before anyone can connect
+    /// binds it itself.
+    pub fn bind_with(
+        path: &Path,
+        shm: SharedMemory,
+        cfg: ServerConfig,
+        listen: impl FnOnce(&Path) -> io::Result<UnixListener>,
+    ) -> Result<IvshmemServer, ServerError> {
         let check = |field, value: u16, max: u16| {
             if value == 0 || value > max {
                 return Err(ServerError::Config {
@@ -280,8 +293,7 @@ impl IvshmemServer {
         check("vectors", cfg.vectors, MAX_VECTORS)?;
         check("max_peers", cfg.max_peers, MAX_PEERS)?;
         remove_stale_socket(path)?;
-        let listener =
-            UnixListener::bind(path).map_err(io_err(format!("binding {}", path.display())))?;
+        let listener = listen(path).map_err(io_err(format!("binding {}", path.display())))?;
         listener
             .set_nonblocking(true)
             .map_err(io_err("making the listener non-blocking"))?;

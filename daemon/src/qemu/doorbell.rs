@@ -91,12 +91,13 @@ impl Doorbell {
             max_peers: 1,
             send_timeout: SEND_TIMEOUT,
         };
-        let mut server = IvshmemServer::bind(socket, shm, cfg)
-            .with_context(|| format!("starting the ivshmem server on {}", socket.display()))?;
         // Like the region: the VM's access (by default the daemon's user
-        // alone; QEMU's user is given the VM's group).
-        fairgpu_config::perms::apply(socket, fairgpu_config::perms::Kind::Socket, &vm.access)
-            .with_context(|| format!("giving {} the VM's access", socket.display()))?;
+        // alone; QEMU's user is given the VM's group), set before the
+        // socket listens, so no one else can connect in between.
+        let mut server = IvshmemServer::bind_with(socket, shm, cfg, |path| {
+            fairgpu_config::perms::bind_listener(path, &vm.access).map_err(std::io::Error::other)
+        })
+        .with_context(|| format!("starting the ivshmem server on {}", socket.display()))?;
         let relay = Arc::new(EventFd::new().context("creating the wake relay eventfd")?);
         server.forward(relay.clone(), VECTOR_WAKE)?;
         let irq = server.interrupter();
