@@ -243,3 +243,47 @@ impl std::fmt::Debug for Serving {
         f.debug_struct("Serving").field("vm", &self.vm).finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::path::Path;
+
+    use super::*;
+
+    /// A doorbell VM (region in a memfd) whose ivshmem socket is at
+    /// `socket`, with the extra `[[vm]]` lines `access`.
+    fn doorbell_vm(socket: &Path, access: &str) -> VmConfig {
+        let text = format!(
+            "[daemon]\ncontrol_socket = \"/run/f/control.sock\"\n[[vm]]\nname = \"vm1\"\n\
+             memory = 1\nguest = \"qemu\"\n{access}\n[vm.ivshmem]\ndevice = \"doorbell\"\n\
+             socket = {:?}\n",
+            socket.display().to_string()
+        );
+        let cfg = fairgpu_config::Config::parse(&text, Path::new("test.toml")).unwrap();
+        cfg.vms.into_iter().next().unwrap()
+    }
+
+    /// The ivshmem socket is QEMU's way into the VM's memory: it gets the
+    /// VM's access (the daemon's user alone by default, the VM's group
+    /// with `group`), set before it listens, like a region socket.
+    #[test]
+    fn a_doorbell_vms_ivshmem_socket_has_the_vms_access() {
+        let dir = std::env::temp_dir().join(format!("fairgpu-doorbell-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let gid = std::fs::metadata(&dir).unwrap().gid();
+        for (access, mode) in [
+            (String::new(), 0o600),
+            (format!("group = \"{gid}\"\nmode = \"0660\""), 0o660),
+        ] {
+            let socket = dir.join("vm1.ivshmem.sock");
+            let vm = doorbell_vm(&socket, &access);
+            let (_region, doorbell) = Doorbell::start(&vm, Arc::default()).unwrap();
+            let meta = std::fs::metadata(&socket).unwrap();
+            assert_eq!(meta.permissions().mode() & 0o7777, mode, "{access:?}");
+            assert_eq!(meta.gid(), gid);
+            drop(doorbell);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
