@@ -23,6 +23,9 @@ pub const MAX_REGS: u32 = 1 << 18;
 /// Most instructions in one function (after inlining); a module holds at
 /// most twice as many in all, counted as calls are inlined.
 pub const MAX_INSTS: usize = 1 << 20;
+/// Most labels in one function (nvcc emits one per basic block); bounds
+/// the parser's label table, which lives while the function is parsed.
+pub const MAX_LABELS: usize = 1 << 17;
 /// Most instructions in a module, after inlining.
 const MODULE_INSTS: usize = 2 * MAX_INSTS;
 /// Deepest chain of calls that is inlined.
@@ -860,6 +863,12 @@ impl<'m> FuncParser<'m> {
                     p.bump();
                     p.bump();
                     let at = self.f.insts.len() as u32;
+                    if self.labels.len() >= MAX_LABELS {
+                        return Err(perr(
+                            line,
+                            format!("more than {MAX_LABELS} labels in one function"),
+                        ));
+                    }
                     if self.labels.insert(s.clone(), at).is_some() {
                         return Err(perr(line, format!("label {s} defined twice")));
                     }

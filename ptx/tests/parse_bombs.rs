@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 
-use fairgpu_ptx::{Error, Module, MAX_INSTS};
+use fairgpu_ptx::{Error, Module, MAX_INSTS, MAX_LABELS};
 
 const HEAD: &str = ".version 9.0\n.target sm_80\n.address_size 64\n";
 
@@ -140,4 +140,36 @@ fn ptx_initializer_bomb_stays_within_the_text_size() {
         grown < bound,
         "parsing took {grown} bytes, more than {bound}"
     );
+}
+
+/// A function of nothing but labels: each took a label-table entry (a
+/// string and its hash slot, some 60 bytes) for its 8 bytes of text, so 2
+/// million of them took more host memory than the text while the
+/// function was parsed. A function may now hold `MAX_LABELS`.
+#[test]
+fn ptx_label_bomb_is_refused() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let n = 2_000_000;
+    let mut text = format!("{HEAD}.visible .entry k()\n{{\n");
+    for i in 0..n {
+        text += &format!("L{i:x}:\n");
+    }
+    text += "ret;\n}\n";
+    let (r, grown) = peak_growth(|| Module::parse(&text).map(|_| ()));
+    match r {
+        Err(Error::Parse { msg, .. }) => assert!(msg.contains("labels"), "{msg}"),
+        r => panic!("{r:?}"),
+    }
+    let bound = text.len() as u64;
+    assert!(
+        grown < bound,
+        "parsing took {grown} bytes, more than {bound}"
+    );
+    // A function at the limit parses.
+    let mut ok = format!("{HEAD}.visible .entry k()\n{{\n");
+    for i in 0..MAX_LABELS {
+        ok += &format!("L{i:x}:\n");
+    }
+    ok += "ret;\n}\n";
+    assert!(Module::parse(&ok).is_ok());
 }
