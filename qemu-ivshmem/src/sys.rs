@@ -1,54 +1,47 @@
-//! Every system call of this crate that needs `unsafe`: memfd creation and
-//! sealing, and eventfds. Passing file descriptors over unix sockets with
-//! `SCM_RIGHTS` lives in the guest transport (`fairgpu_frontend::fdpass`),
-//! which needs it to receive its region, and is re-exported here. Each
-//! function is safe to call; the unsafe blocks inside only hand the kernel
-//! pointers to live, correctly sized local buffers.
+//! This crate's system calls: memfd creation and sealing and eventfds
+//! through `rustix` (safe), polling, process spawning and nice values
+//! through `libc` in small `unsafe` blocks that only hand the kernel
+//! pointers to live, correctly sized local buffers. Passing file
+//! descriptors over unix sockets with `SCM_RIGHTS` lives in the guest
+//! transport (`fairgpu_frontend::fdpass`), which needs it to receive its
+//! region, and is re-exported here. Each function is safe to call.
 
 use std::ffi::CString;
 use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
+use rustix::event::EventfdFlags;
+use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::io::Errno;
+
 pub use fairgpu_frontend::fdpass::{recv_i64, send_i64, Received};
 
 /// Creates an anonymous memory file (`memfd_create`) with sealing allowed.
 pub fn memfd_create(name: &str) -> io::Result<OwnedFd> {
     let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `name` is a NUL-terminated string that outlives the call; the
-    // flags are valid for memfd_create.
-    let fd =
-        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: memfd_create returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(rustix::fs::memfd_create(
+        name.as_c_str(),
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )?)
 }
 
 /// Adds `F_SEAL_*` seals to a memfd.
 pub fn add_seals(fd: BorrowedFd<'_>, seals: libc::c_int) -> io::Result<()> {
-    // SAFETY: F_ADD_SEALS takes an int argument and touches no memory.
-    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(rustix::fs::fcntl_add_seals(
+        fd,
+        SealFlags::from_bits_retain(seals as u32),
+    )?)
 }
 
 /// The seals a file carries (0 for files that cannot be sealed).
 pub fn get_seals(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
-    // SAFETY: F_GET_SEALS takes no argument and touches no memory.
-    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
+    match rustix::fs::fcntl_get_seals(fd) {
+        Ok(seals) => Ok(seals.bits() as libc::c_int),
         // Files outside tmpfs/hugetlbfs cannot be sealed: EINVAL.
-        if e.raw_os_error() == Some(libc::EINVAL) {
-            return Ok(0);
-        }
-        return Err(e);
+        Err(Errno::INVAL) => Ok(0),
+        Err(e) => Err(e.into()),
     }
-    Ok(r)
 }
 
 /// An eventfd: a kernel counter that is readable while non-zero.
@@ -58,13 +51,10 @@ pub struct EventFd(OwnedFd);
 impl EventFd {
     /// A new non-blocking, close-on-exec eventfd with counter 0.
     pub fn new() -> io::Result<EventFd> {
-        // SAFETY: eventfd takes two integers and touches no memory.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: eventfd returned a new descriptor that nothing else owns.
-        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+        Ok(EventFd(rustix::event::eventfd(
+            0,
+            EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK,
+        )?))
     }
 
     /// Wraps a descriptor received from a peer. Nothing checks that it is an
@@ -76,45 +66,30 @@ impl EventFd {
     /// Adds 1 to the counter, waking whoever polls it. A counter already at
     /// its maximum (the peer never reads) counts as signalled.
     pub fn signal(&self) -> io::Result<()> {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live local u64.
-        let r = unsafe {
-            libc::write(
-                self.0.as_raw_fd(),
-                (&one as *const u64).cast(),
-                size_of::<u64>(),
-            )
-        };
-        if r == size_of::<u64>() as isize {
-            return Ok(());
+        match rustix::io::write(&self.0, &1u64.to_ne_bytes()) {
+            Ok(n) if n == size_of::<u64>() => Ok(()),
+            Ok(_) => Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "short eventfd write",
+            )),
+            Err(Errno::AGAIN) => Ok(()),
+            Err(e) => Err(e.into()),
         }
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::WouldBlock {
-            return Ok(());
-        }
-        Err(e)
     }
 
     /// Reads and clears the counter: `Some(n)` if it was signalled `n` times,
     /// `None` if it was 0.
     pub fn take(&self) -> io::Result<Option<u64>> {
-        let mut v: u64 = 0;
-        // SAFETY: reads at most 8 bytes into a live local u64.
-        let r = unsafe {
-            libc::read(
-                self.0.as_raw_fd(),
-                (&mut v as *mut u64).cast(),
-                size_of::<u64>(),
-            )
-        };
-        if r == size_of::<u64>() as isize {
-            return Ok(Some(v));
+        let mut v = [0u8; size_of::<u64>()];
+        match rustix::io::read(&self.0, &mut v) {
+            Ok(n) if n == v.len() => Ok(Some(u64::from_ne_bytes(v))),
+            Ok(_) => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "short eventfd read",
+            )),
+            Err(Errno::AGAIN) => Ok(None),
+            Err(e) => Err(e.into()),
         }
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::WouldBlock {
-            return Ok(None);
-        }
-        Err(e)
     }
 }
 
