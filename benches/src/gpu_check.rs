@@ -21,8 +21,7 @@ use crate::bench::Reaped;
 use crate::open_region_wait;
 use fairgpu_executor::attr;
 
-/// fairgpu's own kernels as PTX text.
-pub const KERNELS_PTX: &str = include_str!("../kernels/fairgpu.ptx");
+use crate::workload::KERNELS_PTX;
 
 /// Runs the check with `executor` ("cuda", "sim" or "auto").
 pub fn run(executor: &str) -> anyhow::Result<()> {

@@ -107,18 +107,16 @@ const SETTLE_SLACK: u64 = 64 << 10;
 
 /// At most how many bytes request `req` can add to its context's
 /// [`Context::host_bytes`]: one entry in each table, plus a staging
-/// buffer's announced size when the request starts one, plus the arena
-/// (a function's parameter layout is written back into it, so it is no
-/// larger; a staged chunk is copied from it).
+/// buffer's announced size when the request starts one (later chunks fill
+/// that capacity and add nothing), plus for a function lookup its
+/// parameter layout (written back into the arena, so no larger than it).
 fn growth_bound(req: &ValidRequest, arena: &ArenaSlice<'_>) -> u64 {
     // A push grows a table by two slots' worth (`HandleTable::host_bytes`);
     // no slot is larger than 128 bytes.
     let tables = 4 * 2 * 128 + 2 * ENTRY_BYTES;
     match req.op {
-        Opcode::ModuleStage if req.args[0] == 0 => {
-            tables + req.args[1].min(MAX_MODULE_IMAGE) + arena.len() as u64
-        }
-        Opcode::ModuleStage | Opcode::ModuleGetFunction => tables + arena.len() as u64,
+        Opcode::ModuleStage if req.args[0] == 0 => tables + req.args[1].min(MAX_MODULE_IMAGE),
+        Opcode::ModuleGetFunction => tables + arena.len() as u64,
         _ => tables,
     }
 }
