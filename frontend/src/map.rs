@@ -156,11 +156,10 @@ pub fn receive_region(path: &Path) -> io::Result<File> {
             )))
         }
     };
-    let want = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
-    // SAFETY: F_GET_SEALS reads a flag word of a descriptor we own; it
-    // touches no memory of ours.
-    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-    if seals < 0 || seals & want != want {
+    use rustix::fs::SealFlags;
+    let want = SealFlags::SHRINK | SealFlags::GROW;
+    let sealed = rustix::fs::fcntl_get_seals(&fd).is_ok_and(|seals| seals.contains(want));
+    if !sealed {
         return Err(bad(format!(
             "{}: the region passed is not sealed against resizing",
             path.display()

@@ -102,24 +102,21 @@ impl AsFd for EventFd {
 /// Waits until one of `fds` is readable (or hung up) or `timeout_ms`
 /// passes; returns, per descriptor, whether it needs attention.
 pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) -> io::Result<Vec<bool>> {
-    let mut pfds: Vec<libc::pollfd> = fds
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut pfds: Vec<PollFd<'_>> = fds
         .iter()
-        .map(|fd| libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
+        .map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN))
         .collect();
-    // SAFETY: `pfds` is a live array of `pfds.len()` pollfd structures.
-    let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(vec![false; fds.len()]);
-        }
-        return Err(e);
+    // A negative timeout waits without limit, as poll(2)'s -1 does.
+    let timeout = (timeout_ms >= 0).then(|| Timespec {
+        tv_sec: i64::from(timeout_ms / 1000),
+        tv_nsec: i64::from(timeout_ms % 1000) * 1_000_000,
+    });
+    match rustix::event::poll(&mut pfds, timeout.as_ref()) {
+        Ok(_) => Ok(pfds.iter().map(|p| !p.revents().is_empty()).collect()),
+        Err(rustix::io::Errno::INTR) => Ok(vec![false; fds.len()]),
+        Err(e) => Err(e.into()),
     }
-    Ok(pfds.iter().map(|p| p.revents != 0).collect())
 }
 
 /// Spawns `cmd` with the descriptors `fds` kept open across `exec` at
@@ -175,43 +172,33 @@ pub unsafe fn take_inherited(fd: RawFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// `tid` as the id `getpriority`/`setpriority` take: 0 means the caller,
+/// a negative id names nobody.
+fn priority_target(tid: i32) -> io::Result<Option<rustix::process::Pid>> {
+    if tid < 0 {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(rustix::process::Pid::from_raw(tid))
+}
+
 /// The nice value of thread (or process) `tid`.
 pub fn get_nice(tid: i32) -> io::Result<i32> {
-    let id = libc::id_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
-    // getpriority may legitimately return -1, so errno is cleared first and
-    // read after.
-    // SAFETY: __errno_location takes nothing and returns this thread's
-    // errno slot.
-    let errno = unsafe { libc::__errno_location() };
-    // SAFETY: the slot is valid for writes for the thread's life.
-    unsafe { errno.write(0) };
-    // SAFETY: getpriority takes integers and touches no memory.
-    let r = unsafe { libc::getpriority(libc::PRIO_PROCESS, id) };
-    if r == -1 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(0) {
-            return Err(e);
-        }
-    }
-    Ok(r)
+    Ok(rustix::process::getpriority_process(priority_target(tid)?)?)
 }
 
 /// Sets the nice value of thread (or process) `tid` (on Linux,
 /// `PRIO_PROCESS` with a thread id applies to that thread only). Lowering
 /// it below what `RLIMIT_NICE` allows needs `CAP_SYS_NICE`: `EACCES`.
 pub fn set_nice(tid: i32, nice: i32) -> io::Result<()> {
-    let id = libc::id_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
-    // SAFETY: setpriority takes integers and touches no memory.
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, id, nice) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(rustix::process::setpriority_process(
+        priority_target(tid)?,
+        nice,
+    )?)
 }
 
 /// This thread's kernel thread id.
 pub fn gettid() -> i32 {
-    // SAFETY: gettid takes nothing and cannot fail.
-    unsafe { libc::gettid() }
+    rustix::thread::gettid().as_raw_nonzero().get()
 }
 
 #[cfg(test)]

@@ -11,13 +11,16 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::time::Duration;
 
+use vfio_bindings::bindings::vfio as linux;
+
 /// `VFIO_TYPE` (`';'`) in the ioctl number's type byte.
-const VFIO_TYPE: u64 = b';' as u64;
+const VFIO_TYPE: u64 = linux::VFIO_TYPE as u64;
 /// `VFIO_BASE`: the first vfio ioctl's number.
-const VFIO_BASE: u64 = 100;
+const VFIO_BASE: u64 = linux::VFIO_BASE as u64;
 
 /// `_IO(VFIO_TYPE, VFIO_BASE + n)`: vfio ioctls carry neither a direction
 /// nor a size in their number; the size travels in each struct's `argsz`.
+/// (The bindings crate has the structs and flags but not these numbers.)
 const fn vfio_io(n: u64) -> u64 {
     (VFIO_TYPE << 8) | (VFIO_BASE + n)
 }
@@ -44,96 +47,32 @@ pub const VFIO_DEVICE_GET_IRQ_INFO: u64 = vfio_io(9);
 pub const VFIO_DEVICE_SET_IRQS: u64 = vfio_io(10);
 
 /// The only vfio API version there is.
-pub const VFIO_API_VERSION: i32 = 0;
-/// Type 1 IOMMU.
-pub const VFIO_TYPE1_IOMMU: u64 = 1;
+pub const VFIO_API_VERSION: i32 = linux::VFIO_API_VERSION as i32;
+/// Type 1 IOMMU (the argument of `VFIO_CHECK_EXTENSION`/`VFIO_SET_IOMMU`).
+pub const VFIO_TYPE1_IOMMU: u64 = linux::VFIO_TYPE1_IOMMU as u64;
 /// Type 1 IOMMU, version 2 semantics (preferred).
-pub const VFIO_TYPE1V2_IOMMU: u64 = 3;
+pub const VFIO_TYPE1V2_IOMMU: u64 = linux::VFIO_TYPE1v2_IOMMU as u64;
 /// No IOMMU at all (`enable_unsafe_noiommu_mode`; no DMA protection).
-pub const VFIO_NOIOMMU_IOMMU: u64 = 8;
+pub const VFIO_NOIOMMU_IOMMU: u64 = linux::VFIO_NOIOMMU_IOMMU as u64;
 
-/// The group's devices are all bound to vfio (or unbound): usable.
-pub const VFIO_GROUP_FLAGS_VIABLE: u32 = 1 << 0;
-/// The device is a PCI device.
-pub const VFIO_DEVICE_FLAGS_PCI: u32 = 1 << 1;
-/// The region can be mmap'ed.
-pub const VFIO_REGION_INFO_FLAG_MMAP: u32 = 1 << 2;
-
-/// `VFIO_PCI_CONFIG_REGION_INDEX`: PCI configuration space.
-pub const VFIO_PCI_CONFIG_REGION_INDEX: u32 = 7;
-/// `VFIO_PCI_MSIX_IRQ_INDEX`.
-pub const VFIO_PCI_MSIX_IRQ_INDEX: u32 = 2;
-
-/// `VFIO_IRQ_SET_DATA_EVENTFD`: `data` holds one eventfd per vector.
-pub const VFIO_IRQ_SET_DATA_EVENTFD: u32 = 1 << 2;
-/// `VFIO_IRQ_SET_ACTION_TRIGGER`: signal the eventfd on the interrupt.
-pub const VFIO_IRQ_SET_ACTION_TRIGGER: u32 = 1 << 5;
+pub use linux::{
+    VFIO_DEVICE_FLAGS_PCI, VFIO_GROUP_FLAGS_VIABLE, VFIO_IRQ_SET_ACTION_TRIGGER,
+    VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX,
+    VFIO_REGION_INFO_FLAG_MMAP,
+};
 
 /// `struct vfio_group_status`.
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct GroupStatus {
-    /// Size of this struct.
-    pub argsz: u32,
-    /// `VFIO_GROUP_FLAGS_*`.
-    pub flags: u32,
-}
-const _: () = assert!(size_of::<GroupStatus>() == 8);
-
-/// `struct vfio_device_info`, up to `num_irqs` (the kernel accepts any
-/// `argsz` covering that much; the capability fields are not used).
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct DeviceInfo {
-    /// Size of this struct.
-    pub argsz: u32,
-    /// `VFIO_DEVICE_FLAGS_*`.
-    pub flags: u32,
-    /// Regions of the device (for PCI: BARs, ROM, config, VGA).
-    pub num_regions: u32,
-    /// Interrupt indexes (for PCI: INTx, MSI, MSI-X, error, request).
-    pub num_irqs: u32,
-}
-const _: () = assert!(size_of::<DeviceInfo>() == 16);
-const _: () = assert!(offset_of!(DeviceInfo, num_irqs) == 12);
-
+pub type GroupStatus = linux::vfio_group_status;
+/// `struct vfio_device_info` (the capability fields are not used).
+pub type DeviceInfo = linux::vfio_device_info;
 /// `struct vfio_region_info`.
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RegionInfo {
-    /// Size of this struct.
-    pub argsz: u32,
-    /// `VFIO_REGION_INFO_FLAG_*`.
-    pub flags: u32,
-    /// Which region (for PCI: `VFIO_PCI_*_REGION_INDEX`).
-    pub index: u32,
-    /// Offset of the first capability, if any.
-    pub cap_offset: u32,
-    /// Region size in bytes.
-    pub size: u64,
-    /// Offset of the region in the device fd.
-    pub offset: u64,
-}
-const _: () = assert!(size_of::<RegionInfo>() == 32);
-const _: () = assert!(offset_of!(RegionInfo, size) == 16);
-const _: () = assert!(offset_of!(RegionInfo, offset) == 24);
-
+pub type RegionInfo = linux::vfio_region_info;
 /// `struct vfio_irq_info`.
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct IrqInfo {
-    /// Size of this struct.
-    pub argsz: u32,
-    /// `VFIO_IRQ_INFO_*`.
-    pub flags: u32,
-    /// Which interrupt index (for PCI: `VFIO_PCI_*_IRQ_INDEX`).
-    pub index: u32,
-    /// Vectors of that index.
-    pub count: u32,
-}
-const _: () = assert!(size_of::<IrqInfo>() == 16);
+pub type IrqInfo = linux::vfio_irq_info;
 
-/// `struct vfio_irq_set` followed by one eventfd: triggers one vector.
+/// `struct vfio_irq_set` followed by one eventfd: triggers one vector. The
+/// bindings end `vfio_irq_set` in a flexible array, so this fixed form of
+/// it stays ours.
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct IrqSetEventfd {
@@ -152,6 +91,7 @@ pub struct IrqSetEventfd {
 }
 const _: () = assert!(size_of::<IrqSetEventfd>() == 24);
 const _: () = assert!(offset_of!(IrqSetEventfd, fd) == 20);
+const _: () = assert!(offset_of!(IrqSetEventfd, fd) == size_of::<linux::vfio_irq_set>());
 
 /// An ioctl whose argument is an integer value.
 pub fn ioctl_val(fd: BorrowedFd<'_>, req: u64, arg: u64) -> io::Result<i32> {
@@ -171,14 +111,14 @@ pub fn ioctl_val(fd: BorrowedFd<'_>, req: u64, arg: u64) -> io::Result<i32> {
 /// The type is `repr(C)`, starts with a `u32` `argsz`, and is the struct
 /// (or a kernel-accepted prefix of it) that the ioctls used with it expect.
 pub unsafe trait VfioArg: Copy {}
-// SAFETY: `struct vfio_group_status`, layout asserted above.
+// SAFETY: the next four are the header's structs as bindgen generated
+// them (`repr(C)`, `argsz` first, layouts asserted in the bindings crate).
 unsafe impl VfioArg for GroupStatus {}
-// SAFETY: a prefix of `struct vfio_device_info` through `num_irqs`, which
-// the kernel accepts (its minimum size); layout asserted above.
+// SAFETY: as above, `struct vfio_device_info`.
 unsafe impl VfioArg for DeviceInfo {}
-// SAFETY: `struct vfio_region_info`, layout asserted above.
+// SAFETY: as above, `struct vfio_region_info`.
 unsafe impl VfioArg for RegionInfo {}
-// SAFETY: `struct vfio_irq_info`, layout asserted above.
+// SAFETY: as above, `struct vfio_irq_info`.
 unsafe impl VfioArg for IrqInfo {}
 // SAFETY: `struct vfio_irq_set` with one `__s32` of data, layout asserted.
 unsafe impl VfioArg for IrqSetEventfd {}
@@ -236,36 +176,17 @@ pub fn group_get_device_fd(group: BorrowedFd<'_>, name: &str) -> io::Result<Owne
 
 /// Reads `buf.len()` bytes at `off` of the device fd.
 pub fn pread_exact(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64) -> io::Result<()> {
-    // SAFETY: the kernel writes at most buf.len() bytes into the live buffer.
-    let r = unsafe {
-        libc::pread(
-            fd.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            off as libc::off_t,
-        )
-    };
-    match r {
-        n if n < 0 => Err(io::Error::last_os_error()),
-        n if n as usize == buf.len() => Ok(()),
+    let want = buf.len();
+    match rustix::io::pread(fd, buf, off)? {
+        n if n == want => Ok(()),
         _ => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
     }
 }
 
 /// Writes `buf` at `off` of the device fd.
 pub fn pwrite_all(fd: BorrowedFd<'_>, buf: &[u8], off: u64) -> io::Result<()> {
-    // SAFETY: the kernel reads at most buf.len() bytes from the live buffer.
-    let r = unsafe {
-        libc::pwrite(
-            fd.as_raw_fd(),
-            buf.as_ptr().cast(),
-            buf.len(),
-            off as libc::off_t,
-        )
-    };
-    match r {
-        n if n < 0 => Err(io::Error::last_os_error()),
-        n if n as usize == buf.len() => Ok(()),
+    match rustix::io::pwrite(fd, buf, off)? {
+        n if n == buf.len() => Ok(()),
         _ => Err(io::Error::from(io::ErrorKind::WriteZero)),
     }
 }
@@ -331,76 +252,50 @@ impl Drop for DeviceMapping {
 
 /// A new non-blocking, close-on-exec eventfd.
 pub fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd takes two integers and touches no memory.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: eventfd returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    use rustix::event::EventfdFlags;
+    Ok(rustix::event::eventfd(
+        0,
+        EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK,
+    )?)
 }
 
 /// Reads and resets a non-blocking eventfd's counter; 0 if it was zero.
 pub fn eventfd_take(fd: BorrowedFd<'_>) -> io::Result<u64> {
-    let mut v = 0u64;
-    // SAFETY: reads 8 bytes into a live local u64.
-    let r = unsafe {
-        libc::read(
-            fd.as_raw_fd(),
-            (&mut v as *mut u64).cast(),
-            size_of::<u64>(),
-        )
-    };
-    if r == size_of::<u64>() as isize {
-        return Ok(v);
-    }
-    let e = io::Error::last_os_error();
-    match e.kind() {
-        io::ErrorKind::WouldBlock => Ok(0),
-        _ => Err(e),
+    let mut v = [0u8; 8];
+    match rustix::io::read(fd, &mut v) {
+        Ok(8) => Ok(u64::from_ne_bytes(v)),
+        Ok(_) => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+        Err(rustix::io::Errno::AGAIN) => Ok(0),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// Adds 1 to an eventfd's counter.
 pub fn eventfd_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
-    let one = 1u64;
-    // SAFETY: writes 8 bytes from a live local u64.
-    let r = unsafe {
-        libc::write(
-            fd.as_raw_fd(),
-            (&one as *const u64).cast(),
-            size_of::<u64>(),
-        )
-    };
-    if r == size_of::<u64>() as isize {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error();
-    match e.kind() {
+    match rustix::io::write(fd, &1u64.to_ne_bytes()) {
+        Ok(8) => Ok(()),
+        Ok(_) => Err(io::Error::from(io::ErrorKind::WriteZero)),
         // The counter is at its maximum: it is signalled already.
-        io::ErrorKind::WouldBlock => Ok(()),
-        _ => Err(e),
+        Err(rustix::io::Errno::AGAIN) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// Waits until `fd` is readable or `timeout` passes; true if readable.
 pub fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut p = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
+    // At least 1 ms, as before: a zero timeout would spin its callers.
+    let timeout = timeout.max(Duration::from_millis(1));
+    let ts = Timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as i64,
+        tv_nsec: timeout.subsec_nanos().into(),
     };
-    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
-    // SAFETY: one live pollfd, count 1.
-    let r = unsafe { libc::poll(&mut p, 1, ms) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(false);
-        }
-        return Err(e);
+    match rustix::event::poll(&mut p, Some(&ts)) {
+        Ok(n) => Ok(n > 0 && p[0].revents().contains(PollFlags::IN)),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(e.into()),
     }
-    Ok(r > 0 && p.revents & libc::POLLIN != 0)
 }
 
 #[cfg(test)]
