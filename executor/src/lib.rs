@@ -67,6 +67,35 @@ pub mod attr {
     pub const COMPUTE_CAPABILITY_MAJOR: i32 = 75;
     /// CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR.
     pub const COMPUTE_CAPABILITY_MINOR: i32 = 76;
+    /// CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN.
+    pub const MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: i32 = 97;
+}
+
+/// `CUfunction_attribute` values.
+pub mod func_attr {
+    /// Most threads a block of this function may have.
+    pub const MAX_THREADS_PER_BLOCK: i32 = 0;
+    /// Static shared memory per block, bytes.
+    pub const SHARED_SIZE_BYTES: i32 = 1;
+    /// User constant memory, bytes.
+    pub const CONST_SIZE_BYTES: i32 = 2;
+    /// Local memory per thread, bytes.
+    pub const LOCAL_SIZE_BYTES: i32 = 3;
+    /// Registers per thread.
+    pub const NUM_REGS: i32 = 4;
+    /// PTX virtual architecture the function was compiled for (major × 10 + minor).
+    pub const PTX_VERSION: i32 = 5;
+    /// Binary architecture of the code that runs (major × 10 + minor).
+    pub const BINARY_VERSION: i32 = 6;
+    /// Whether compiled with `-Xptxas --dlcm=ca`.
+    pub const CACHE_MODE_CA: i32 = 7;
+    /// Most dynamic shared memory a launch may ask for (settable).
+    pub const MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
+    /// Preferred shared-memory carveout, percent or -1 (settable).
+    pub const PREFERRED_SHARED_MEMORY_CARVEOUT: i32 = 9;
+    /// The last attribute CUDA 12/13 define
+    /// (`CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE`).
+    pub const LAST: i32 = 15;
 }
 
 /// What the guest learns about the device.
@@ -299,6 +328,17 @@ pub trait GpuExecutor: Send {
         module: ModId,
         name: &str,
     ) -> ExecResult<(FnId, Vec<ParamInfo>)>;
+    /// `cuFuncGetAttribute`: a [`func_attr`] value of function `f`, which
+    /// describes the code this executor runs for it.
+    fn function_attribute(&mut self, ctx: CtxId, f: FnId, attr: i32) -> ExecResult<i32>;
+    /// `cuFuncSetAttribute`: sets a settable [`func_attr`] of `f`.
+    fn set_function_attribute(
+        &mut self,
+        ctx: CtxId,
+        f: FnId,
+        attr: i32,
+        value: i32,
+    ) -> ExecResult<()>;
     /// Launches a kernel with its packed parameter buffer.
     fn launch(
         &mut self,

@@ -258,6 +258,29 @@ impl Cuda {
         })
     }
 
+    /// `cuFuncGetAttribute`: the host's answer, which describes the code
+    /// that runs for the function.
+    pub fn func_get_attribute(&mut self, function: u64, attr: i32) -> Result<i32, CallError> {
+        let attr = u64::try_from(attr).map_err(|_| CallError::Cuda(Status::INVALID_VALUE))?;
+        // The i32's bits travel in the low half.
+        Ok(self.call(Opcode::FuncGetAttribute, &[function, attr])?[0] as u32 as i32)
+    }
+
+    /// `cuFuncSetAttribute`.
+    pub fn func_set_attribute(
+        &mut self,
+        function: u64,
+        attr: i32,
+        value: i32,
+    ) -> Result<(), CallError> {
+        let attr = u64::try_from(attr).map_err(|_| CallError::Cuda(Status::INVALID_VALUE))?;
+        self.call(
+            Opcode::FuncSetAttribute,
+            &[function, attr, u64::from(value as u32)],
+        )
+        .map(|_| ())
+    }
+
     /// `cuLaunchKernel` with a packed parameter buffer (fire-and-forget).
     pub fn launch(
         &mut self,

@@ -122,6 +122,9 @@ fn launch(
         require_current()?;
         check_geometry(grid, block, shared)?;
         let func = function_ref(f)?;
+        if shared > 0 && shared > func.max_dynamic_shared()? {
+            return Err(err::INVALID_VALUE);
+        }
         // SAFETY: the arguments come straight from the application's launch.
         let buf = unsafe { pack(func, params, extra)? };
         let stream = stream_handle(s);
@@ -326,13 +329,14 @@ fn occupancy(n: *mut i32, f: CUfunction, block: i32) -> CUresult {
 /// Dynamic shared memory each of `blocks` resident blocks of `block_size`
 /// threads may use on one multiprocessor of a device with `per_sm` bytes of
 /// shared memory per multiprocessor, at most `per_block` (the opt-in limit)
-/// per block, and `threads_per_sm` threads: 0 when that many blocks do not
-/// fit. Kernels report no static shared memory (`cuFuncGetAttribute`), so
-/// none is subtracted.
+/// per block, and `threads_per_sm` threads, for a kernel with
+/// `static_smem` bytes of static shared memory: 0 when that many blocks do
+/// not fit.
 fn available_dynamic_smem(
     per_sm: i32,
     per_block: i32,
     threads_per_sm: i32,
+    static_smem: i32,
     blocks: i32,
     block_size: i32,
 ) -> Option<usize> {
@@ -342,8 +346,8 @@ fn available_dynamic_smem(
     if i64::from(blocks) * i64::from(block_size) > i64::from(threads_per_sm) {
         return Some(0);
     }
-    let share = (per_sm.max(0) / blocks).min(per_block.max(0));
-    Some(share as usize)
+    let share = (per_sm.max(0) / blocks).min(per_block.max(0)) - static_smem.max(0);
+    Some(share.max(0) as usize)
 }
 
 /// `cuOccupancyAvailableDynamicSMemPerBlock` (cuBLAS asks it while
@@ -356,12 +360,15 @@ pub extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
     block_size: i32,
 ) -> CUresult {
     ffi_result(|| {
-        function_ref(f)?;
+        let func = function_ref(f)?;
         let info = state::device()?;
+        // CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, as the host's code has it.
+        let static_smem = state::with(|cu| cu.func_get_attribute(func.host, 1))?;
         let n = available_dynamic_smem(
             info.attribute(81)?,
             info.attribute(97)?,
             info.attribute(39)?,
+            static_smem,
             blocks,
             block_size,
         )
@@ -401,12 +408,21 @@ mod tests {
     #[test]
     fn available_dynamic_shared_memory_divides_the_multiprocessor() {
         // H100: 233,472 bytes per SM, 232,448 opt-in per block, 2,048 threads.
-        let h100 = |blocks, size| available_dynamic_smem(233_472, 232_448, 2048, blocks, size);
+        let h100 = |blocks, size| available_dynamic_smem(233_472, 232_448, 2048, 0, blocks, size);
         assert_eq!(h100(1, 256), Some(232_448), "capped by the per-block limit");
         assert_eq!(h100(2, 256), Some(116_736));
         assert_eq!(h100(8, 256), Some(29_184));
         assert_eq!(h100(16, 256), Some(0), "more threads than the SM holds");
         assert_eq!(h100(0, 256), None);
         assert_eq!(h100(1, 0), None);
+        // A kernel's static shared memory comes off its dynamic share.
+        let with_static =
+            |s, blocks| available_dynamic_smem(233_472, 232_448, 2048, s, blocks, 256);
+        assert_eq!(with_static(4096, 2), Some(116_736 - 4096));
+        assert_eq!(
+            with_static(200_000, 2),
+            Some(0),
+            "static alone fills the share"
+        );
     }
 }

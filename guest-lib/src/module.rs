@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void, CStr, CString};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 
 use fairgpu_protocol::cuda::{ParamInfo, MAX_MODULE_IMAGE};
@@ -36,6 +37,28 @@ pub struct GuestFunction {
     pub params: Vec<ParamInfo>,
     name: CString,
     module: usize,
+    /// The host's MAX_DYNAMIC_SHARED_SIZE_BYTES, once asked (-1 before), so
+    /// that a launch asking more fails at once, as on a driver.
+    max_dynamic_shared: AtomicI64,
+}
+
+/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`.
+const MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
+
+impl GuestFunction {
+    /// Most dynamic shared memory a launch of this function may ask for.
+    pub fn max_dynamic_shared(&self) -> Result<u32, CUresult> {
+        // Relaxed: the value is a cache of the host's answer; any thread
+        // that finds it unset asks the host itself.
+        let known = self.max_dynamic_shared.load(Ordering::Relaxed);
+        if let Ok(v) = u32::try_from(known) {
+            return Ok(v);
+        }
+        let v = state::with(|cu| cu.func_get_attribute(self.host, MAX_DYNAMIC_SHARED_SIZE_BYTES))?;
+        self.max_dynamic_shared
+            .store(i64::from(v.max(0)), Ordering::Relaxed);
+        Ok(u32::try_from(v).unwrap_or(0))
+    }
 }
 
 #[derive(Debug)]
@@ -213,6 +236,7 @@ fn get_function(m: CUmodule, name: *const c_char) -> Result<*mut GuestFunction, 
         params: k.params,
         name: name.to_owned(),
         module: m as usize,
+        max_dynamic_shared: AtomicI64::new(-1),
     }));
     cache.insert(key, f as usize);
     register(&FUNCTIONS, f as usize);
@@ -355,30 +379,17 @@ pub extern "C" fn cuKernelGetFunction(pf: *mut CUfunction, k: CUkernel) -> CUres
     })
 }
 
-/// Function attributes as a driver reports them for a typical kernel.
-fn attribute(a: i32) -> Result<i32, CUresult> {
-    let info = state::device()?;
-    let cc = info.attribute(75)? * 10 + info.attribute(76)?;
-    Ok(match a {
-        0 => 1024,               // MAX_THREADS_PER_BLOCK
-        1..=3 => 0,              // static shared, const, local bytes
-        4 => 32,                 // NUM_REGS
-        5 | 6 => cc,             // PTX_VERSION, BINARY_VERSION
-        7 => 0,                  // CACHE_MODE_CA
-        8 => info.attribute(8)?, // MAX_DYNAMIC_SHARED_SIZE_BYTES
-        9 => -1,                 // PREFERRED_SHARED_MEMORY_CARVEOUT
-        10..=20 => 0,
-        _ => return Err(err::INVALID_VALUE),
-    })
-}
-
 /// `cuFuncGetAttribute`.
 #[no_mangle]
 pub extern "C" fn cuFuncGetAttribute(v: *mut i32, a: i32, f: CUfunction) -> CUresult {
     ffi_result(|| {
-        function_ref(f)?;
+        let func = function_ref(f)?;
+        if v.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let value = state::with(|cu| cu.func_get_attribute(func.host, a))?;
         // SAFETY: caller passes a writable slot (checked for null).
-        unsafe { out(v, attribute(a)?) }
+        unsafe { out(v, value) }
     })
 }
 
@@ -393,16 +404,26 @@ pub extern "C" fn cuKernelGetAttribute(
     cuFuncGetAttribute(v, a, k)
 }
 
-/// `cuFuncSetAttribute`: accepted (limits are the executor's business).
+/// `cuFuncSetAttribute`: forwarded; the executor checks the value and
+/// holds launches to it (`MAX_DYNAMIC_SHARED_SIZE_BYTES`).
 #[no_mangle]
-pub extern "C" fn cuFuncSetAttribute(f: CUfunction, _a: i32, _v: i32) -> CUresult {
-    ffi_result(|| function_ref(f).map(|_| ()))
+pub extern "C" fn cuFuncSetAttribute(f: CUfunction, a: i32, v: i32) -> CUresult {
+    ffi_result(|| {
+        let func = function_ref(f)?;
+        state::with(|cu| cu.func_set_attribute(func.host, a, v))?;
+        if a == MAX_DYNAMIC_SHARED_SIZE_BYTES {
+            // Relaxed: see `max_dynamic_shared`.
+            func.max_dynamic_shared
+                .store(i64::from(v), Ordering::Relaxed);
+        }
+        Ok(())
+    })
 }
 
 /// `cuKernelSetAttribute`.
 #[no_mangle]
-pub extern "C" fn cuKernelSetAttribute(_a: i32, _v: i32, k: CUkernel, _dev: CUdevice) -> CUresult {
-    ffi_result(|| function_ref(k).map(|_| ()))
+pub extern "C" fn cuKernelSetAttribute(a: i32, v: i32, k: CUkernel, _dev: CUdevice) -> CUresult {
+    cuFuncSetAttribute(k, a, v)
 }
 
 /// `cuFuncSetCacheConfig`: accepted.

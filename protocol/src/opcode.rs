@@ -72,6 +72,12 @@ pub enum Opcode {
     /// [`crate::cuda::image_hash`] (`args[0]`, `args[1]`) and size
     /// (`args[2]`) → `vals[0]` = module; `NOT_FOUND` if not cached.
     ModuleLoadCached = 0x0134,
+    /// `cuFuncGetAttribute(args[0] = function, args[1] = attribute)` →
+    /// `vals[0]` (i32), describing the code the executor runs.
+    FuncGetAttribute = 0x0135,
+    /// `cuFuncSetAttribute(args[0] = function, args[1] = attribute,
+    /// args[2] = value as i32)`.
+    FuncSetAttribute = 0x0136,
     /// `cuLaunchKernel(args[0] = function, args[1] = stream)`, arena:
     /// [`crate::cuda::LaunchHeader`] then the packed parameters.
     LaunchKernel = 0x0140,
@@ -123,7 +129,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 36] = [
+    pub const ALL: [Opcode; 38] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -148,6 +154,8 @@ impl Opcode {
         Opcode::ModuleUnload,
         Opcode::ModuleGetFunction,
         Opcode::ModuleLoadCached,
+        Opcode::FuncGetAttribute,
+        Opcode::FuncSetAttribute,
         Opcode::LaunchKernel,
         Opcode::StreamCreate,
         Opcode::StreamDestroy,

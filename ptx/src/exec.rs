@@ -1791,6 +1791,30 @@ fn fbin(op: FBin, ty: Ty, m: FMode, x: u64, y: u64) -> u64 {
     f32res(r, m)
 }
 
+/// `rcp.approx.ftz.f64` and `rsqrt.approx.ftz.f64` as the PTX ISA defines
+/// them: the function of `a`'s 32 most significant bits (sign, exponent,
+/// 20 mantissa bits; a subnormal is flushed to a signed zero), its result's
+/// 32 most significant bits, the low 32 zero. Here the function is computed
+/// exactly and truncated, an approximation within the instruction's error.
+fn high_word_approx(a: f64, f: impl Fn(f64) -> f64) -> u64 {
+    const HIGH: u64 = 0xffff_ffff_0000_0000;
+    let a = if a.is_subnormal() {
+        0.0f64.copysign(a)
+    } else {
+        a
+    };
+    let r = f(f64::from_bits(a.to_bits() & HIGH));
+    let r = if r.is_subnormal() {
+        0.0f64.copysign(r)
+    } else {
+        r
+    };
+    if r.is_nan() {
+        return r.to_bits();
+    }
+    r.to_bits() & HIGH
+}
+
 fn fun(op: FUn, ty: Ty, m: FMode, x: u64) -> u64 {
     if ty == Ty::F64 {
         let a = f64::from_bits(x);
@@ -1798,9 +1822,11 @@ fn fun(op: FUn, ty: Ty, m: FMode, x: u64) -> u64 {
             FUn::Abs => return x & !(1 << 63),
             FUn::Neg => return x ^ (1 << 63),
             FUn::Rcp => div_f64(1.0, a, m.rnd),
+            FUn::RcpApprox if m.ftz => return high_word_approx(a, |x| 1.0 / x),
             FUn::RcpApprox => 1.0 / a,
             FUn::Sqrt => sqrt_f64(a, m.rnd),
             FUn::SqrtApprox => a.sqrt(),
+            FUn::Rsqrt if m.ftz => return high_word_approx(a, |x| 1.0 / x.sqrt()),
             FUn::Rsqrt => 1.0 / a.sqrt(),
             // Rejected at decode time for f64.
             FUn::Sin | FUn::Cos | FUn::Lg2 | FUn::Ex2 | FUn::Tanh => f64::NAN,

@@ -250,6 +250,20 @@ pub struct RunStats {
     pub threads: u64,
 }
 
+/// What a kernel needs of the device, as `cuFuncGetAttribute` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelInfo {
+    /// Bytes of static `.shared` memory a block needs.
+    pub static_shared: u32,
+    /// Bytes of `.local` memory a thread needs (its callees' included).
+    pub local_bytes: u32,
+    /// PTX registers the kernel declares after inlining (virtual
+    /// registers: not what a hardware register allocator would assign).
+    pub registers: u32,
+    /// Bytes of the module's `.const` variables.
+    pub const_bytes: u32,
+}
+
 /// A parsed PTX module.
 #[derive(Debug)]
 pub struct Module {
@@ -340,6 +354,23 @@ impl Module {
     /// Whether the module defines the kernel `name` (an `.entry`).
     pub fn has_kernel(&self, name: &str) -> bool {
         self.kernels.contains_key(name)
+    }
+
+    /// The resources kernel `name` needs; `None` if the module has no such
+    /// kernel.
+    pub fn kernel_info(&self, name: &str) -> Option<KernelInfo> {
+        let f = &self.funcs[*self.kernels.get(name)?];
+        let const_bytes = self
+            .vars
+            .iter()
+            .filter(|v| v.constant)
+            .fold(0u32, |n, v| n.saturating_add(v.size));
+        Some(KernelInfo {
+            static_shared: f.static_shared,
+            local_bytes: f.local_bytes,
+            registers: f.nregs,
+            const_bytes,
+        })
     }
 
     /// Names of the module's kernels.

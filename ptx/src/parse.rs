@@ -49,6 +49,8 @@ pub(crate) struct GlobalVar {
     pub name: String,
     pub offset: u32,
     pub size: u32,
+    /// Declared in `.const` (not `.global`).
+    pub constant: bool,
 }
 
 /// A parsed module.
@@ -389,7 +391,7 @@ impl ModuleState {
             ".func" => self.function(p, false),
             ".global" | ".const" => {
                 let v = var_head(p)?;
-                self.global_var(p, v, ext, line)?;
+                self.global_var(p, v, ext, d == ".const", line)?;
                 p.expect_punct(';')
             }
             ".shared" => {
@@ -433,6 +435,7 @@ impl ModuleState {
         p: &mut P<'a>,
         v: VarDecl<'a>,
         ext: bool,
+        constant: bool,
         line: u32,
     ) -> Result<(), Error> {
         // Elements declared; `[]` is sized by the initializer.
@@ -485,6 +488,7 @@ impl ModuleState {
             name: v.name.to_owned(),
             offset: off as u32,
             size: size as u32,
+            constant,
         });
         self.syms
             .insert(v.name.to_owned(), Sym::Addr(GLOBALS_BASE + off));

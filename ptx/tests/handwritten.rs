@@ -707,3 +707,52 @@ fn bit_field_logic_funnel_and_warp_reductions() {
         assert_eq!(out[0], want, "{k}: {inst}: {:#x}", out[0]);
     }
 }
+
+/// `rcp.approx.ftz.f64` (CuPy's `log` seeds a Newton iteration with it):
+/// the reciprocal of the operand's 32 most significant bits, in the
+/// result's 32 most significant bits, the low 32 zero; subnormals flushed.
+#[test]
+fn rcp_approx_ftz_f64_uses_the_high_words() {
+    let m = kernel_with(
+        ".reg .b64 %x<4>;",
+        "mul.wide.u32 %rd4, %r1, 8;\nadd.s64 %rd5, %rd1, %rd4;\n\
+         ld.global.f64 %fd1, [%rd5];\nrcp.approx.ftz.f64 %fd2, %fd1;\n\
+         st.global.f64 [%rd5], %fd2;",
+    );
+    let inputs = [3.0f64, -0.1, 1.0 + f64::EPSILON, 5e-324, f64::INFINITY, 0.0];
+    let mut mem = VecMemory::default();
+    let words: Vec<u32> = inputs
+        .iter()
+        .flat_map(|x| {
+            let b = x.to_bits();
+            [b as u32, (b >> 32) as u32]
+        })
+        .collect();
+    let out = mem.alloc_u32(&words);
+    let mut g = m.globals();
+    launch(
+        &m,
+        &mut g,
+        "k",
+        dims([1, 1, 1], [inputs.len() as u32, 1, 1], 0),
+        Params::new().ptr(out),
+        &mut mem,
+    )
+    .expect("runs");
+    let got: Vec<f64> = mem
+        .u32s(out)
+        .chunks(2)
+        .map(|w| f64::from_bits(u64::from(w[0]) | (u64::from(w[1]) << 32)))
+        .collect();
+    for (x, r) in inputs.iter().zip(&got) {
+        assert_eq!(r.to_bits() & 0xffff_ffff, 0, "low word of rcp({x}) = {r}");
+    }
+    assert!((got[0] - 1.0 / 3.0).abs() < 1e-6, "{}", got[0]);
+    assert!((got[1] + 10.0).abs() < 1e-4, "{}", got[1]);
+    // 1 + 2^-52 differs from 1 only in its low word: exactly 1.
+    assert_eq!(got[2], 1.0);
+    // A subnormal is flushed to zero: its reciprocal is infinite.
+    assert_eq!(got[3], f64::INFINITY);
+    assert_eq!(got[4], 0.0);
+    assert_eq!(got[5], f64::INFINITY);
+}

@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 7] = [
+const COMPUTE_PROGRAMS: [&str; 8] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -277,6 +277,7 @@ const COMPUTE_PROGRAMS: [&str; 7] = [
     "histogram",
     "scan",
     "struct_arg",
+    "func_attributes",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -487,6 +488,7 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
         "launch_args",
         "struct_arg",
         "matmul",
+        "func_attributes",
     ] {
         for v in VARIANTS {
             runs.push((format!("{p}-{v}"), v));

@@ -655,6 +655,31 @@ impl CudaOps {
                     out_len: layout.len() as u32,
                 })
             }
+            Opcode::FuncGetAttribute | Opcode::FuncSetAttribute => {
+                let f = cx
+                    .functions
+                    .get(Handle(a[0]))
+                    .map_err(|_| Status::INVALID_HANDLE)?;
+                cx.modules
+                    .get(f.module)
+                    .map_err(|_| Status::INVALID_HANDLE)?;
+                let id = f.id;
+                let attr = i32::try_from(a[1]).map_err(|_| Status::INVALID_VALUE)?;
+                if req.op == Opcode::FuncGetAttribute {
+                    let v = self
+                        .exec
+                        .function_attribute(ctx, id, attr)
+                        .map_err(exec_err)?;
+                    // The i32's bits, as the guest reads them back.
+                    return Ok(vals(&[u64::from(v as u32)]));
+                }
+                // The value travels as an i32's bits in the low half.
+                let value = u32::try_from(a[2]).map_err(|_| Status::INVALID_VALUE)? as i32;
+                self.exec
+                    .set_function_attribute(ctx, id, attr, value)
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
             Opcode::LaunchKernel => {
                 let f = cx
                     .functions

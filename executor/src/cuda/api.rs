@@ -156,6 +156,8 @@ driver_api! {
     cuModuleUnload(CUmodule);
     cuModuleGetFunction(*mut CUfunction, CUmodule, *const c_char);
     cuFuncGetParamInfo(CUfunction, usize, *mut usize, *mut usize);
+    cuFuncGetAttribute(*mut c_int, c_int, CUfunction);
+    cuFuncSetAttribute(CUfunction, c_int, c_int);
     cuLaunchKernel(
         CUfunction,
         c_uint,

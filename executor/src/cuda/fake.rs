@@ -72,6 +72,8 @@ pub(super) struct State {
     pub allocs: BTreeMap<u64, Alloc>,
     pub modules: HashMap<usize, usize>,
     pub functions: HashMap<usize, (usize, &'static str)>,
+    /// `cuFuncSetAttribute` values, by function and attribute.
+    pub func_attrs: HashMap<(usize, i32), i32>,
     pub streams: HashMap<usize, usize>,
     pub events: HashMap<usize, Event>,
     /// Module images as received (up to their NUL).
@@ -616,6 +618,46 @@ fn layout_of(s: &State, f: CUfunction) -> Option<&'static [(usize, usize)]> {
     KERNELS.iter().find(|(k, _)| k == kernel).map(|(_, l)| *l)
 }
 
+/// `cuFuncGetAttribute`: what was set, else an sm_90 kernel's values.
+unsafe extern "C" fn func_get_attribute(v: *mut c_int, attr: c_int, f: CUfunction) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuFuncGetAttribute", true) {
+            return r;
+        }
+        if !s.functions.contains_key(&f.addr()) {
+            return INVALID_HANDLE;
+        }
+        let value = match (s.func_attrs.get(&(f.addr(), attr)), attr) {
+            (Some(&set), _) => set,
+            (None, 0) => 1024,
+            (None, 5 | 6) => 90,
+            (None, 8) => 49152,
+            (None, 9) => -1,
+            (None, 1..=15) => 0,
+            _ => return INVALID_VALUE,
+        };
+        out(v, value);
+        0
+    })
+}
+
+/// `cuFuncSetAttribute`: kept for `cuFuncGetAttribute`.
+unsafe extern "C" fn func_set_attribute(f: CUfunction, attr: c_int, value: c_int) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuFuncSetAttribute", true) {
+            return r;
+        }
+        if !s.functions.contains_key(&f.addr()) {
+            return INVALID_HANDLE;
+        }
+        if !(8..=15).contains(&attr) {
+            return INVALID_VALUE;
+        }
+        s.func_attrs.insert((f.addr(), attr), value);
+        0
+    })
+}
+
 unsafe extern "C" fn func_get_param_info(
     f: CUfunction,
     index: usize,
@@ -920,6 +962,8 @@ pub(super) fn api() -> &'static Api {
         cuModuleUnload: module_unload,
         cuModuleGetFunction: module_get_function,
         cuFuncGetParamInfo: func_get_param_info,
+        cuFuncGetAttribute: func_get_attribute,
+        cuFuncSetAttribute: func_set_attribute,
         cuLaunchKernel: launch_kernel,
         cuStreamCreate: stream_create,
         cuStreamDestroy_v2: stream_destroy,

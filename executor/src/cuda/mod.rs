@@ -1074,6 +1074,42 @@ impl GpuExecutor for CudaExecutor {
         Ok((FnId(id), layout))
     }
 
+    fn function_attribute(&mut self, ctx: CtxId, f: FnId, attr: i32) -> ExecResult<i32> {
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        let raw = c
+            .functions
+            .get(&f.0)
+            .ok_or(ExecError::Invalid("function"))?
+            .raw;
+        let mut v: c_int = 0;
+        // SAFETY: `raw` is a live function of the current context and `v`
+        // a valid out-pointer; the driver checks the attribute.
+        let result = unsafe { (api.cuFuncGetAttribute)(&mut v, attr, raw) };
+        check("cuFuncGetAttribute", result)?;
+        Ok(v)
+    }
+
+    fn set_function_attribute(
+        &mut self,
+        ctx: CtxId,
+        f: FnId,
+        attr: i32,
+        value: i32,
+    ) -> ExecResult<()> {
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        let raw = c
+            .functions
+            .get(&f.0)
+            .ok_or(ExecError::Invalid("function"))?
+            .raw;
+        // SAFETY: `raw` is a live function of the current context; the
+        // driver checks the attribute and value.
+        let result = unsafe { (api.cuFuncSetAttribute)(raw, attr, value) };
+        check("cuFuncSetAttribute", result)
+    }
+
     fn launch(
         &mut self,
         ctx: CtxId,

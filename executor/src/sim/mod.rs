@@ -119,7 +119,7 @@ pub use image::{parse_image, parse_module, ImageError, KernelDecl, ModuleImage, 
 use self::config::{Cost, CostModel, KernelModel};
 use super::host_memory::{HostCharge, HostMemory, HostMemoryExceeded};
 use super::{
-    attr, CtxId, DevPtr, DeviceProps, EventId, ExecError, ExecResult, FnId, GpuExecutor,
+    attr, func_attr, CtxId, DevPtr, DeviceProps, EventId, ExecError, ExecResult, FnId, GpuExecutor,
     LaunchConfig, ModId, StreamId,
 };
 
@@ -159,6 +159,13 @@ const MAX_BLOCK_DIM: [u32; 3] = [1024, 1024, 64];
 const MAX_GRID_DIM: [u32; 3] = [i32::MAX as u32, 65535, 65535];
 /// Most dynamic shared memory per block (the opt-in attribute).
 const MAX_SHARED_BYTES: u32 = 232_448;
+/// Shared memory per block a launch gets without opting in (the device's
+/// MAX_SHARED_MEMORY_PER_BLOCK): a function's default
+/// MAX_DYNAMIC_SHARED_SIZE_BYTES is this less its static shared memory.
+const DEFAULT_SHARED_BYTES: u32 = 49_152;
+/// Registers per thread a kernel reports at most (the hardware's limit);
+/// SimGpu has no register file and reports the PTX's own count up to it.
+const MAX_REPORTED_REGS: u32 = 255;
 /// Most bytes of distinct PTX text one executor (one VM's worker) keeps
 /// for its modules; texts beyond are not kept and their kernels cannot
 /// execute. A text loaded again is shared, not kept twice.
@@ -176,6 +183,8 @@ struct Function {
     name: String,
     params: Vec<ParamInfo>,
     model: KernelModel,
+    /// Values set by `cuFuncSetAttribute`, by attribute.
+    set: [Option<i32>; func_attr::LAST as usize + 1],
 }
 
 /// A loaded module.
@@ -187,6 +196,8 @@ struct Module {
     programs: Vec<Option<Program>>,
     /// Kernel name -> index in `programs`.
     source_of: HashMap<String, usize>,
+    /// The `NN` of each program's `.target sm_NN` (0: none), by index.
+    archs: Vec<u32>,
     /// The kernel table's bytes, charged while the module is loaded.
     _charge: HostCharge,
 }
@@ -675,6 +686,81 @@ impl SimGpu {
 
     /// Runs kernel `f` of context `ctx` to completion; the error is the
     /// guest's (see [`execution_error`]).
+    /// The `NN` of the `.target sm_NN` of the PTX function `f` runs from:
+    /// the code SimGpu executes for it. [`image::SIM_ARCH`] when the text
+    /// names no target.
+    fn function_arch(&self, ctx: CtxId, f: FnId) -> ExecResult<u32> {
+        let c = self.ctx(ctx)?;
+        let func = c
+            .functions
+            .get(&f.0)
+            .ok_or(ExecError::Invalid("function"))?;
+        let module = c
+            .modules
+            .get(&func.module)
+            .ok_or(ExecError::Invalid("module"))?;
+        let arch = module
+            .source_of
+            .get(&func.name)
+            .and_then(|&i| module.archs.get(i))
+            .copied()
+            .unwrap_or(0);
+        Ok(if arch == 0 { image::SIM_ARCH } else { arch })
+    }
+
+    /// What kernel `f` needs of the device, from its parsed PTX (parsing it
+    /// if no launch has yet, charged as a launch's parse is).
+    fn kernel_info(&mut self, ctx: CtxId, f: FnId) -> ExecResult<ptx::KernelInfo> {
+        let budget = self.host_memory.clone();
+        let c = self.ctx_mut(ctx)?;
+        let func = c
+            .functions
+            .get(&f.0)
+            .ok_or(ExecError::Invalid("function"))?;
+        let name = func.name.clone();
+        let module = c
+            .modules
+            .get(&func.module)
+            .ok_or(ExecError::Invalid("module"))?;
+        let cannot = |reason: String| ExecError::CannotExecute {
+            kernel: name.clone(),
+            reason,
+        };
+        let program = module
+            .source_of
+            .get(&name)
+            .and_then(|&i| module.programs.get(i))
+            .and_then(Option::as_ref)
+            .ok_or_else(|| cannot("its PTX was not kept".into()))?;
+        match program.ptx.parsed(&budget) {
+            Ok(m) => m
+                .kernel_info(&name)
+                .ok_or_else(|| cannot("its PTX does not define it".into())),
+            Err(ProgramError::Ptx(e)) => Err(cannot(e.to_string())),
+            Err(ProgramError::HostMemory(e)) => Err(ExecError::HostMemory(e)),
+        }
+    }
+
+    /// Most dynamic shared memory a launch of `f` may ask for: what
+    /// `cuFuncSetAttribute` set, else the default less the kernel's static
+    /// shared memory (the whole default if its PTX cannot be parsed: its
+    /// launch fails for that reason, or it is timing-only).
+    fn max_dynamic_shared(&mut self, ctx: CtxId, f: FnId) -> ExecResult<u32> {
+        let func = self
+            .ctx(ctx)?
+            .functions
+            .get(&f.0)
+            .ok_or(ExecError::Invalid("function"))?;
+        if let Some(v) = func.set[func_attr::MAX_DYNAMIC_SHARED_SIZE_BYTES as usize] {
+            return Ok(u32::try_from(v).unwrap_or(0));
+        }
+        Ok(match self.kernel_info(ctx, f) {
+            Ok(info) => DEFAULT_SHARED_BYTES.saturating_sub(info.static_shared),
+            Err(ExecError::CannotExecute { .. }) => DEFAULT_SHARED_BYTES,
+            Err(e) => return Err(e),
+        })
+    }
+
     fn execute(
         &mut self,
         ctx: CtxId,
@@ -1053,7 +1139,9 @@ impl GpuExecutor for SimGpu {
             .host_memory
             .charge(table as u64, "a module's kernel table")?;
         let id = self.id();
+        let archs = img.ptx.iter().map(|p| p.arch).collect();
         let module = Module {
+            archs,
             kernels: img
                 .kernels
                 .into_iter()
@@ -1114,10 +1202,79 @@ impl GpuExecutor for SimGpu {
                 name: name.to_owned(),
                 params: params.clone(),
                 model,
+                set: Default::default(),
             },
         );
         self.next_id += 1;
         Ok((FnId(id), params))
+    }
+
+    fn function_attribute(&mut self, ctx: CtxId, f: FnId, a: i32) -> ExecResult<i32> {
+        let arch = self.function_arch(ctx, f)?;
+        let set = {
+            let func = &self.ctx(ctx)?.functions[&f.0];
+            usize::try_from(a)
+                .ok()
+                .and_then(|i| func.set.get(i).copied().flatten())
+        };
+        let to_i32 = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+        Ok(match a {
+            func_attr::MAX_THREADS_PER_BLOCK => MAX_BLOCK_THREADS as i32,
+            // The code that runs is the PTX itself: both versions are its
+            // target (a fatbin's PTX for compute_100 runs as compute_100
+            // code, and a program tuning itself by PTX_VERSION must see
+            // that, not the device's 9.0).
+            func_attr::PTX_VERSION | func_attr::BINARY_VERSION => to_i32(arch),
+            func_attr::CACHE_MODE_CA => 0,
+            func_attr::PREFERRED_SHARED_MEMORY_CARVEOUT => set.unwrap_or(-1),
+            10..=func_attr::LAST => set.unwrap_or(0),
+            func_attr::SHARED_SIZE_BYTES
+            | func_attr::CONST_SIZE_BYTES
+            | func_attr::LOCAL_SIZE_BYTES
+            | func_attr::NUM_REGS
+            | func_attr::MAX_DYNAMIC_SHARED_SIZE_BYTES => {
+                let info = self.kernel_info(ctx, f)?;
+                match a {
+                    func_attr::SHARED_SIZE_BYTES => to_i32(info.static_shared),
+                    func_attr::CONST_SIZE_BYTES => to_i32(info.const_bytes),
+                    func_attr::LOCAL_SIZE_BYTES => to_i32(info.local_bytes),
+                    func_attr::NUM_REGS => to_i32(info.registers.clamp(1, MAX_REPORTED_REGS)),
+                    _ => to_i32(self.max_dynamic_shared(ctx, f)?),
+                }
+            }
+            _ => return Err(ExecError::Invalid("function attribute")),
+        })
+    }
+
+    fn set_function_attribute(
+        &mut self,
+        ctx: CtxId,
+        f: FnId,
+        a: i32,
+        value: i32,
+    ) -> ExecResult<()> {
+        self.function_arch(ctx, f)?;
+        let ok = match a {
+            func_attr::MAX_DYNAMIC_SHARED_SIZE_BYTES => {
+                let info = self.kernel_info(ctx, f)?;
+                u32::try_from(value)
+                    .is_ok_and(|v| v <= MAX_SHARED_BYTES.saturating_sub(info.static_shared))
+            }
+            func_attr::PREFERRED_SHARED_MEMORY_CARVEOUT => (-1..=100).contains(&value),
+            // Cluster dimensions, non-portable sizes, scheduling policy.
+            11..=func_attr::LAST => value >= 0,
+            _ => false,
+        };
+        if !ok {
+            return Err(ExecError::Invalid("function attribute or value"));
+        }
+        let func = self
+            .ctx_mut(ctx)?
+            .functions
+            .get_mut(&f.0)
+            .ok_or(ExecError::Invalid("function"))?;
+        func.set[a as usize] = Some(value);
+        Ok(())
     }
 
     fn launch(
@@ -1145,6 +1302,16 @@ impl GpuExecutor for SimGpu {
         }
         // An unknown stream fails the launch before the kernel executes.
         c.ready(stream)?;
+        if cfg.shared_mem > 0 && cfg.shared_mem > self.max_dynamic_shared(ctx, f)? {
+            return Err(ExecError::Invalid(
+                "dynamic shared memory above the function's MAX_DYNAMIC_SHARED_SIZE_BYTES",
+            ));
+        }
+        let c = self.ctx_mut(ctx)?;
+        let func = c
+            .functions
+            .get(&f.0)
+            .ok_or(ExecError::Invalid("function"))?;
         let model = func.model;
         if model.cost == Some(Cost::Fault) {
             let e = ExecError::Driver {
@@ -1781,6 +1948,98 @@ mod tests {
     const WGMMA_PTX: &str = ".version 8.0\n.target sm_90a\n.address_size 64\n\n\
         .visible .entry hopper(\n\t.param .u64 hopper_param_0\n)\n{\n\
         \twgmma.fence.sync.aligned;\n\tret;\n}\n";
+
+    /// Function attributes describe the PTX SimGpu runs: a fatbin's
+    /// compute_100 PTX reports PTX_VERSION 100 on this 9.0 device, so host
+    /// code tuning itself by it (CUB) matches the device code. Reporting the
+    /// device's 9.0 gave CuPy's CUB reductions wrong sums.
+    #[test]
+    fn function_attributes_describe_the_code_that_runs() {
+        let ptx = |target: &str| {
+            format!(
+                ".version 8.0\n{target}.address_size 64\n\
+                 .const .align 4 .b8 table[40];\n\
+                 .visible .entry k(.param .u64 p)\n{{\n\
+                 .reg .b32 %r<4>;\n.shared .align 4 .b8 tile[1200];\n.local .align 8 .b8 spill[24];\n\
+                 mov.u32 %r1, %tid.x;\nret;\n}}\n"
+            )
+        };
+        let mut g = gpu(&SimDevice::private());
+        let ctx = g.create_context().unwrap();
+        for (target, want) in [(".target sm_100\n", 100), (".target sm_75\n", 75), ("", 90)] {
+            let m = g.module_load(ctx, ptx(target).as_bytes()).unwrap();
+            let (f, _) = g.function(ctx, m, "k").unwrap();
+            let at = |g: &mut SimGpu, a| g.function_attribute(ctx, f, a).unwrap();
+            assert_eq!(at(&mut g, func_attr::PTX_VERSION), want, "{target:?}");
+            assert_eq!(at(&mut g, func_attr::BINARY_VERSION), want, "{target:?}");
+            assert_eq!(at(&mut g, func_attr::SHARED_SIZE_BYTES), 1200);
+            assert_eq!(at(&mut g, func_attr::CONST_SIZE_BYTES), 40);
+            assert_eq!(at(&mut g, func_attr::LOCAL_SIZE_BYTES), 24);
+            assert_eq!(at(&mut g, func_attr::MAX_THREADS_PER_BLOCK), 1024);
+            assert_eq!(
+                at(&mut g, func_attr::MAX_DYNAMIC_SHARED_SIZE_BYTES),
+                49152 - 1200
+            );
+            assert_eq!(at(&mut g, func_attr::PREFERRED_SHARED_MEMORY_CARVEOUT), -1);
+        }
+        // A fatbin whose only PTX is for compute_100 runs it, and says so.
+        let fb = fatbin(ptx(".target sm_100\n").as_bytes(), 0);
+        let m = g.module_load(ctx, &fb).unwrap();
+        let (f, _) = g.function(ctx, m, "k").unwrap();
+        assert_eq!(
+            g.function_attribute(ctx, f, func_attr::PTX_VERSION)
+                .unwrap(),
+            100
+        );
+        assert!(matches!(
+            g.function_attribute(ctx, f, 16),
+            Err(ExecError::Invalid(_))
+        ));
+        assert!(matches!(
+            g.function_attribute(ctx, FnId(999_999), 0),
+            Err(ExecError::Invalid(_))
+        ));
+    }
+
+    /// Launches are held to MAX_DYNAMIC_SHARED_SIZE_BYTES: 48 KiB less the
+    /// static shared memory by default, up to the opt-in limit once set.
+    #[test]
+    fn dynamic_shared_memory_is_held_to_the_function_attribute() {
+        let mut g = gpu(&SimDevice::private());
+        let ctx = g.create_context().unwrap();
+        let m = g.module_load(ctx, FILL_PTX.as_bytes()).unwrap();
+        let (fill, _) = g.function(ctx, m, "fill").unwrap();
+        let out = g.mem_alloc(ctx, 64 * 4).unwrap();
+        let launch = |g: &mut SimGpu, shared_mem| {
+            let lc = LaunchConfig {
+                grid: [1, 1, 1],
+                block: [64, 1, 1],
+                shared_mem,
+            };
+            g.launch(ctx, fill, &lc, &fill_params(out, 64), None)
+        };
+        launch(&mut g, 49152).expect("the default limit");
+        assert!(matches!(launch(&mut g, 49153), Err(ExecError::Invalid(_))));
+        let max = func_attr::MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        assert!(
+            g.set_function_attribute(ctx, fill, max, 232_449).is_err(),
+            "above opt-in"
+        );
+        assert!(g.set_function_attribute(ctx, fill, max, -1).is_err());
+        assert!(
+            g.set_function_attribute(ctx, fill, func_attr::NUM_REGS, 8)
+                .is_err(),
+            "read-only"
+        );
+        g.set_function_attribute(ctx, fill, max, 100_000).unwrap();
+        assert_eq!(g.function_attribute(ctx, fill, max).unwrap(), 100_000);
+        launch(&mut g, 100_000).expect("opted in");
+        assert!(matches!(
+            launch(&mut g, 100_001),
+            Err(ExecError::Invalid(_))
+        ));
+        assert_eq!(read_u32s(&mut g, ctx, out, 3), [0, 3, 6]);
+    }
 
     fn fill_params(out: DevPtr, n: u32) -> Vec<u8> {
         let mut p = out.to_le_bytes().to_vec();

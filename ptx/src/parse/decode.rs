@@ -976,7 +976,19 @@ impl FuncParser<'_> {
                     "tanh" if approx && ty == Ty::F32 => FUn::Tanh,
                     _ => return Err(unsup()),
                 };
-                let fm = fmode(&mut m, ty).ok_or_else(unsup)?;
+                // `rcp.approx.ftz.f64` and `rsqrt.approx.ftz.f64` are the only
+                // f64 forms with `.ftz`: the fast approximations of the
+                // 32 most significant bits.
+                let fm = if ty == Ty::F64 && approx && matches!(base, "rcp" | "rsqrt") {
+                    let ftz = m.has("ftz");
+                    FMode {
+                        rnd: Rnd::Rn,
+                        ftz,
+                        sat: false,
+                    }
+                } else {
+                    fmode(&mut m, ty).ok_or_else(unsup)?
+                };
                 want(2)?;
                 Op::FUn {
                     op,
