@@ -8,6 +8,8 @@
 #           runtime (nvidia-cuda-runtime): libcudart.so.13, 13.x headers
 #   cu12/   the CUDA 12.9 runtime (nvidia-cuda-runtime-cu12): libcudart.so.12,
 #           libcudart_static.a, 12.9 headers (cuda.h, cuda_runtime.h, ...)
+#   cupy/   with --with-cupy: CuPy for CUDA 12 and NVRTC 12.9 (PyPI), for
+#           tests/cupy/check.py (about 600 MB)
 #   env.sh  the variables below, written last: its presence means the
 #           install is complete
 #
@@ -16,6 +18,10 @@
 #   CUDA_NVCC            nvcc 13
 #   CUDA12_INCLUDE       12.9 headers      CUDA12_LIB  libcudart.so.12, libcudart_static.a
 #   CUDA13_INCLUDE       13.x headers      CUDA13_LIB  libcudart.so.13
+#   with --with-cupy:
+#   CUPY_PYTHONPATH      CuPy and NumPy (for PYTHONPATH)
+#   CUPY_CUDA_PATH       the CUDA 12.9 headers' root (CuPy's CUDA_PATH)
+#   CUPY_NVRTC_LIB       libnvrtc.so.12 (for LD_LIBRARY_PATH)
 #
 # nvcc needs a host C++ compiler (g++) to compile.
 #
@@ -38,6 +44,28 @@ CUDA13_WHEELS=(
     "nvidia-cuda-runtime==$CUDA13_VERSION"
 )
 CUDA12_WHEELS=("nvidia-cuda-runtime-cu12==$CUDA12_RUNTIME_VERSION")
+# CuPy compiles its kernels at run time with NVRTC; the NVRTC of the CUDA
+# 12 runtime above. NumPy is left to pip (its wheels follow the Python).
+CUPY_WHEELS=(
+    "cupy-cuda12x==14.2.0"
+    "nvidia-cuda-nvrtc-cu12==12.9.86"
+    "numpy>=2"
+)
+
+with_cupy=0
+for arg in "$@"; do
+    case $arg in
+    --with-cupy) with_cupy=1 ;;
+    -h | --help)
+        sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "cuda-toolchain: unknown argument $arg (see --help)" >&2
+        exit 2
+        ;;
+    esac
+done
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 prefix=${FAIRGPU_CUDA_PREFIX:-$repo/target/cuda-toolchain}
@@ -90,6 +118,9 @@ install() {
 rm -f "$prefix/env.sh"
 install "$prefix/cu13" "${CUDA13_WHEELS[@]}"
 install "$prefix/cu12" "${CUDA12_WHEELS[@]}"
+if [[ $with_cupy == 1 ]]; then
+    install "$prefix/cupy" "${CUPY_WHEELS[@]}"
+fi
 
 cu13="$prefix/cu13/nvidia/cu13"
 cu12="$prefix/cu12/nvidia/cuda_runtime"
@@ -117,6 +148,14 @@ export CUDA13_INCLUDE='$cu13/include'
 export CUDA13_LIB='$cu13/lib'
 EOF
 )
+if [[ -f $prefix/cupy/.fairgpu-installed ]]; then
+    nvrtc="$prefix/cupy/nvidia/cuda_nvrtc/lib"
+    [[ -e $nvrtc/libnvrtc.so.12 && -d $prefix/cupy/cupy ]] ||
+        die "CuPy or NVRTC missing from $prefix/cupy; remove it and retry"
+    env_text+=$'\n'"export CUPY_PYTHONPATH='$prefix/cupy'"
+    env_text+=$'\n'"export CUPY_CUDA_PATH='$cu12'"
+    env_text+=$'\n'"export CUPY_NVRTC_LIB='$nvrtc'"
+fi
 printf '%s\n' "$env_text" >"$prefix/env.sh.tmp"
 mv "$prefix/env.sh.tmp" "$prefix/env.sh"
 command -v g++ >/dev/null 2>&1 || say "warning: no g++ on PATH; nvcc needs it to compile"
