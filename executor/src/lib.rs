@@ -328,6 +328,12 @@ pub trait GpuExecutor: Send {
         module: ModId,
         name: &str,
     ) -> ExecResult<(FnId, Vec<ParamInfo>)>;
+    /// `cuModuleGetGlobal`: the device address and size of the module
+    /// variable (`__device__`, `__constant__`) `name`. Copies and memsets
+    /// reach it as device memory of the context, and the module's kernels
+    /// see what they write.
+    fn module_global(&mut self, ctx: CtxId, module: ModId, name: &str)
+        -> ExecResult<(DevPtr, u64)>;
     /// `cuFuncGetAttribute`: a [`func_attr`] value of function `f`, which
     /// describes the code this executor runs for it.
     fn function_attribute(&mut self, ctx: CtxId, f: FnId, attr: i32) -> ExecResult<i32>;

@@ -258,6 +258,18 @@ impl Cuda {
         })
     }
 
+    /// `cuModuleGetGlobal`: the device address and size of module variable
+    /// `name`.
+    pub fn module_get_global(&mut self, module: u64, name: &str) -> Result<(u64, u64), CallError> {
+        let r = self.ch.call_with(
+            Opcode::ModuleGetGlobal,
+            args(&[module, name.len() as u64]),
+            name.as_bytes(),
+            &mut [],
+        )?;
+        Ok((r.vals[0], r.vals[1]))
+    }
+
     /// `cuFuncGetAttribute`: the host's answer, which describes the code
     /// that runs for the function.
     pub fn func_get_attribute(&mut self, function: u64, attr: i32) -> Result<i32, CallError> {

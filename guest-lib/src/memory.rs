@@ -19,6 +19,37 @@ use crate::{context, ffi_result};
 
 static DEVICE: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
 static HOST: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+/// Module variables handed out by `cuModuleGetGlobal`: address → (size,
+/// module). Device memory for attributes and copies, never freed by
+/// `cuMemFree`; gone with their module.
+static GLOBALS: Mutex<BTreeMap<u64, (u64, usize)>> = Mutex::new(BTreeMap::new());
+
+/// Records a module variable the host placed at `ptr`.
+pub fn register_global(ptr: u64, size: u64, module: usize) -> Result<(), CUresult> {
+    GLOBALS
+        .lock()
+        .map_err(|_| err::UNKNOWN)?
+        .insert(ptr, (size, module));
+    Ok(())
+}
+
+/// Forgets the variables of an unloaded module.
+pub fn forget_globals(module: usize) {
+    if let Ok(mut g) = GLOBALS.lock() {
+        g.retain(|_, (_, m)| *m != module);
+    }
+}
+
+fn find_global(ptr: u64) -> Option<(u64, u64)> {
+    let m = GLOBALS.lock().ok()?;
+    let (&base, &(size, _)) = m.range(..=ptr).next_back()?;
+    (ptr < base + size.max(1)).then_some((base, size))
+}
+
+/// The device range (allocation or module variable) holding `ptr`.
+fn find_device(ptr: u64) -> Option<(u64, u64)> {
+    find(&DEVICE, ptr).or_else(|| find_global(ptr))
+}
 
 fn find(map: &Mutex<BTreeMap<u64, u64>>, ptr: u64) -> Option<(u64, u64)> {
     let m = map.lock().ok()?;
@@ -34,7 +65,7 @@ fn find_host(ptr: usize) -> Option<(usize, usize)> {
 
 /// Whether `ptr` lies in a device allocation of this process.
 pub fn is_device(ptr: u64) -> bool {
-    find(&DEVICE, ptr).is_some()
+    find_device(ptr).is_some()
 }
 
 fn slice<'a>(p: *const c_void, n: usize) -> Result<&'a [u8], CUresult> {
@@ -143,7 +174,7 @@ pub extern "C" fn cuMemGetAddressRange_v2(
 ) -> CUresult {
     ffi_result(|| {
         state::device()?;
-        let (b, s) = find(&DEVICE, dptr).ok_or(err::NOT_FOUND)?;
+        let (b, s) = find_device(dptr).ok_or(err::NOT_FOUND)?;
         // SAFETY: either slot may be null per the API; non-null ones are writable.
         unsafe {
             if !base.is_null() {
@@ -390,7 +421,7 @@ unsafe fn pointer_attribute(
     attr: i32,
     ptr: CUdeviceptr,
 ) -> Result<bool, CUresult> {
-    let dev = find(&DEVICE, ptr);
+    let dev = find_device(ptr);
     let host = find_host(ptr as usize);
     let known = dev.is_some() || host.is_some();
     let (base, size) = dev

@@ -19,7 +19,9 @@ use fairgpu_protocol::cuda::{ParamInfo, MAX_MODULE_IMAGE};
 use crate::context::{out, require_current};
 use crate::ffi_result;
 use crate::state;
-use crate::types::{err, CUdevice, CUfunction, CUkernel, CUlibrary, CUmodule, CUresult};
+use crate::types::{
+    err, CUdevice, CUdeviceptr, CUfunction, CUkernel, CUlibrary, CUmodule, CUresult,
+};
 
 /// A loaded module.
 #[derive(Debug)]
@@ -206,6 +208,7 @@ fn unload(m: CUmodule) -> Result<(), CUresult> {
     let module = module_ref(m)?;
     state::with(|cu| cu.module_unload(module.host))?;
     forget(&MODULES, m as usize);
+    crate::memory::forget_globals(m as usize);
     for f in module.functions.lock().map_err(|_| err::UNKNOWN)?.values() {
         if forget(&FUNCTIONS, *f) {
             // SAFETY: functions are boxes owned by their module, freed once here.
@@ -292,6 +295,48 @@ pub extern "C" fn cuModuleGetFunction(
     })
 }
 
+/// A module variable's address and size (either out-slot may be null).
+fn get_global(
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    m: CUmodule,
+    name: *const c_char,
+) -> Result<(), CUresult> {
+    state::device()?;
+    let module = module_ref(m)?;
+    if name.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: the name is a C string per the API.
+    let name = unsafe { CStr::from_ptr(name) }
+        .to_str()
+        .map_err(|_| err::INVALID_VALUE)?;
+    let (ptr, size) = state::with(|cu| cu.module_get_global(module.host, name))?;
+    crate::memory::register_global(ptr, size, m as usize)?;
+    // SAFETY: non-null slots are writable per the API.
+    unsafe {
+        if !dptr.is_null() {
+            out(dptr, ptr)?;
+        }
+        if !bytes.is_null() {
+            out(bytes, usize::try_from(size).map_err(|_| err::UNKNOWN)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// `cuModuleGetGlobal_v2`: a `__device__` or `__constant__` variable, as
+/// device memory copies and memsets reach (`cudaMemcpyToSymbol`).
+#[no_mangle]
+pub extern "C" fn cuModuleGetGlobal_v2(
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    m: CUmodule,
+    name: *const c_char,
+) -> CUresult {
+    ffi_result(|| get_global(dptr, bytes, m, name))
+}
+
 /// `cuModuleGetLoadingMode`: lazy, as libcudart expects of current drivers.
 #[no_mangle]
 pub extern "C" fn cuModuleGetLoadingMode(mode: *mut u32) -> CUresult {
@@ -329,6 +374,20 @@ fn library_ref(l: CUlibrary) -> Result<&'static GuestLibrary, CUresult> {
     }
     // SAFETY: registered libraries are live boxes until unloaded.
     Ok(unsafe { &*(l as *const GuestLibrary) })
+}
+
+/// `cuLibraryGetGlobal`: as `cuModuleGetGlobal` on the library's module.
+#[no_mangle]
+pub extern "C" fn cuLibraryGetGlobal(
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    l: CUlibrary,
+    name: *const c_char,
+) -> CUresult {
+    ffi_result(|| {
+        let lib = library_ref(l)?;
+        get_global(dptr, bytes, lib.module as CUmodule, name)
+    })
 }
 
 /// `cuLibraryGetModule`.

@@ -78,6 +78,9 @@ pub enum Opcode {
     /// `cuFuncSetAttribute(args[0] = function, args[1] = attribute,
     /// args[2] = value as i32)`.
     FuncSetAttribute = 0x0136,
+    /// `cuModuleGetGlobal(args[0] = module, args[1] = name length)`, name
+    /// in the arena → `vals[0]` = device address, `vals[1]` = size.
+    ModuleGetGlobal = 0x0137,
     /// `cuLaunchKernel(args[0] = function, args[1] = stream)`, arena:
     /// [`crate::cuda::LaunchHeader`] then the packed parameters.
     LaunchKernel = 0x0140,
@@ -129,7 +132,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 38] = [
+    pub const ALL: [Opcode; 39] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -156,6 +159,7 @@ impl Opcode {
         Opcode::ModuleLoadCached,
         Opcode::FuncGetAttribute,
         Opcode::FuncSetAttribute,
+        Opcode::ModuleGetGlobal,
         Opcode::LaunchKernel,
         Opcode::StreamCreate,
         Opcode::StreamDestroy,

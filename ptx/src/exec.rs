@@ -73,6 +73,8 @@ pub(crate) struct Launch<'a> {
     pub params: &'a [u8],
     pub mem: &'a mut dyn Memory,
     pub globals: &'a mut [u8],
+    /// The caller's second address of `globals` (0: none).
+    pub globals_alias: u64,
     pub limits: &'a Limits,
     /// Instructions executed so far, over all threads.
     insts: u64,
@@ -142,9 +144,11 @@ impl<'a> Launch<'a> {
         params: &'a [u8],
         mem: &'a mut dyn Memory,
         globals: &'a mut [u8],
+        globals_alias: u64,
         limits: &'a Limits,
     ) -> Launch<'a> {
         Launch {
+            globals_alias,
             func,
             dims,
             params,
@@ -1355,6 +1359,13 @@ impl<'a> Launch<'a> {
     /// Maps an address in `space` to a concrete space and offset.
     fn resolve(&self, space: Space, at: u64) -> (Space, u64) {
         let win = |b: u64| at.wrapping_sub(b) < WINDOW_SIZE;
+        // The caller's address of the module variables is theirs too.
+        if matches!(space, Space::Global | Space::Generic)
+            && self.globals_alias != 0
+            && at.wrapping_sub(self.globals_alias) < self.globals.len() as u64
+        {
+            return (Space::Global, GLOBALS_BASE + (at - self.globals_alias));
+        }
         match space {
             Space::Generic => {
                 if win(SHARED_WINDOW) {

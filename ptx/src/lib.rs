@@ -279,6 +279,13 @@ pub struct Module {
 pub struct Globals {
     bytes: Vec<u8>,
     vars: Vec<(String, u64, u64)>,
+    /// A second address of the variables in the caller's address space
+    /// (0: none): where `cuModuleGetGlobal` placed them. A kernel given
+    /// such a pointer (`cudaGetSymbolAddress`) reaches the same bytes.
+    alias: u64,
+    /// The variables' bytes when they are in (`bytes` is empty while a
+    /// caller holds them).
+    size: usize,
 }
 
 impl Globals {
@@ -289,6 +296,39 @@ impl Globals {
             .iter()
             .find(|(n, _, _)| n == name)
             .map(|&(_, a, s)| (a, s))
+    }
+
+    /// Bytes of all the variables.
+    pub fn len(&self) -> usize {
+        self.size
+    }
+
+    /// Whether the module has no variable bytes.
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// Makes `[base, base + len())` a second address of the variables for
+    /// the kernels that run with them (see [`Globals`]).
+    pub fn set_alias(&mut self, base: u64) {
+        self.alias = base;
+    }
+
+    /// Takes the variables' bytes out, so that a caller can keep them in
+    /// its own memory between launches; [`Globals::put_bytes`] gives them
+    /// back. Until then, nothing can run with these globals.
+    pub fn take_bytes(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.bytes)
+    }
+
+    /// Gives back bytes [`Globals::take_bytes`] took. Returns them, changing
+    /// nothing, if they are not [`Globals::len`] bytes long.
+    pub fn put_bytes(&mut self, bytes: Vec<u8>) -> Result<(), Vec<u8>> {
+        if bytes.len() != self.size {
+            return Err(bytes);
+        }
+        self.bytes = bytes;
+        Ok(())
     }
 
     /// Whether `[addr, addr+len)` lies within the variables.
@@ -406,6 +446,8 @@ impl Module {
     /// Fresh module-scope variables, with their initializers.
     pub fn globals(&self) -> Globals {
         Globals {
+            alias: 0,
+            size: self.globals_init.len(),
             bytes: self.globals_init.clone(),
             vars: self
                 .vars
@@ -446,6 +488,7 @@ impl Module {
             params,
             memory,
             &mut globals.bytes,
+            globals.alias,
             limits,
         )
         .run()

@@ -1022,3 +1022,55 @@ fn a_module_image_crosses_the_channel_once_per_vm() {
     let s = wait_for_status(&rig.d, "vm2's calls", |s| vm(s, "vm2").calls >= first);
     assert!(vm(&s, "vm2").calls >= first, "vm2 used vm1's cached image");
 }
+
+/// A module with a variable and a kernel that adds it to its output.
+const GLOBAL_PTX: &str = ".version 8.0\n.target sm_90\n.address_size 64\n\
+.global .align 4 .u32 bias = 5;\n\
+.visible .entry add_bias(.param .u64 p)\n{\n.reg .b64 %rd<2>;\n.reg .b32 %r<3>;\n\
+ld.param.u64 %rd1, [p];\nld.global.u32 %r1, [bias];\nld.global.u32 %r2, [%rd1];\n\
+add.u32 %r2, %r2, %r1;\nst.global.u32 [%rd1], %r2;\nret;\n}\n";
+
+/// Module variables over the wire: `cuModuleGetGlobal` gives an address
+/// that copies reach and the module's kernels read; another channel's
+/// module has its own; after an unload the range is refused, not reused
+/// behind the guest's back.
+#[test]
+fn module_variables_are_device_memory_of_their_context_until_unloaded() {
+    let rig = Rig::start("cuda_module_globals");
+    let mut a = rig.cuda(0);
+    let mut b = rig.cuda(0);
+    let ma = a.module_load(GLOBAL_PTX.as_bytes()).unwrap();
+    let mb = b.module_load(GLOBAL_PTX.as_bytes()).unwrap();
+    let (pa, size) = a.module_get_global(ma, "bias").unwrap();
+    assert_eq!(size, 4);
+    assert_eq!(
+        a.module_get_global(ma, "nothing"),
+        Err(refused(Status::NOT_FOUND))
+    );
+    let mut got = [0u8; 4];
+    a.memcpy_dtoh(&mut got, pa, 0).unwrap();
+    assert_eq!(u32::from_le_bytes(got), 5, "the initializer");
+    a.memcpy_htod(pa, &40u32.to_le_bytes()).unwrap();
+    // Past the variable's end is refused.
+    assert!(a.memcpy_htod(pa, &[0u8; 8]).is_err());
+    // The kernel reads what the host wrote; b's variable is untouched.
+    let run = |cu: &mut Cuda, m: u64| {
+        let out = cu.mem_alloc(4).unwrap();
+        cu.memcpy_htod(out, &2u32.to_le_bytes()).unwrap();
+        let k = cu.module_get_function(m, "add_bias").unwrap();
+        cu.launch(k.handle, ONE, ONE, 0, 0, &out.to_le_bytes())
+            .unwrap();
+        let mut r = [0u8; 4];
+        cu.memcpy_dtoh(&mut r, out, 0).unwrap();
+        u32::from_le_bytes(r)
+    };
+    assert_eq!(run(&mut a, ma), 42);
+    assert_eq!(run(&mut b, mb), 7);
+    // b cannot reach a's variable by its address.
+    assert!(b.memcpy_dtoh(&mut got, pa, 0).is_err());
+    // Unloaded: the address is refused, and a new module starts afresh.
+    a.module_unload(ma).unwrap();
+    assert!(a.memcpy_htod(pa, &1u32.to_le_bytes()).is_err());
+    let ma = a.module_load(GLOBAL_PTX.as_bytes()).unwrap();
+    assert_eq!(run(&mut a, ma), 7);
+}

@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 8] = [
+const COMPUTE_PROGRAMS: [&str; 9] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -278,6 +278,7 @@ const COMPUTE_PROGRAMS: [&str; 8] = [
     "scan",
     "struct_arg",
     "func_attributes",
+    "globals",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -489,6 +490,7 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
         "struct_arg",
         "matmul",
         "func_attributes",
+        "globals",
     ] {
         for v in VARIANTS {
             runs.push((format!("{p}-{v}"), v));

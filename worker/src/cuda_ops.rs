@@ -72,6 +72,9 @@ struct Context {
     ctx: CtxId,
     /// Allocation base → size.
     allocs: BTreeMap<DevPtr, u64>,
+    /// Module variables the guest asked for: address → (size, module).
+    /// Copies and memsets may use them as they use allocations.
+    globals: BTreeMap<DevPtr, (u64, Handle)>,
     modules: HandleTable<ModId>,
     functions: HandleTable<Function>,
     /// (module handle, executor function) -> its handle: asking for the
@@ -126,6 +129,7 @@ impl Context {
         Context {
             ctx,
             allocs: BTreeMap::new(),
+            globals: BTreeMap::new(),
             modules: HandleTable::new(MAX_OBJECTS),
             functions: HandleTable::new(MAX_OBJECTS),
             function_of: HashMap::new(),
@@ -151,7 +155,7 @@ impl Context {
             + self.functions.host_bytes()
             + self.streams.host_bytes()
             + self.events.host_bytes()
-            + ENTRY_BYTES * (self.allocs.len() + self.function_of.len()) as u64
+            + ENTRY_BYTES * (self.allocs.len() + self.function_of.len() + self.globals.len()) as u64
             + self.param_bytes
     }
 
@@ -181,11 +185,16 @@ impl Context {
         }
     }
 
-    /// Checks that `ptr..ptr + len` lies inside one allocation.
+    /// Checks that `ptr..ptr + len` lies inside one allocation, or one
+    /// module variable the guest was given.
     fn check_range(&self, ptr: DevPtr, len: u64) -> Result<(), Status> {
         let end = ptr.checked_add(len).ok_or(Status::INVALID_VALUE)?;
         match self.allocs.range(..=ptr).next_back() {
-            Some((&base, &size)) if end <= base + size => Ok(()),
+            Some((&base, &size)) if end <= base + size => return Ok(()),
+            _ => {}
+        }
+        match self.globals.range(..=ptr).next_back() {
+            Some((&base, &(size, _))) if end <= base + size => Ok(()),
             _ => Err(Status::INVALID_VALUE),
         }
     }
@@ -280,6 +289,22 @@ impl std::fmt::Debug for CudaOps {
             .field("mem_used", &self.mem_used)
             .finish_non_exhaustive()
     }
+}
+
+/// A kernel or variable name of `len` bytes at the start of the arena:
+/// UTF-8, no NUL, at most [`MAX_NAME`] bytes.
+fn read_name(len: u64, arena: &ArenaSlice<'_>) -> Result<String, Status> {
+    let len = usize::try_from(len).map_err(|_| Status::INVALID_VALUE)?;
+    if len == 0 || len > MAX_NAME || len > arena.len() {
+        return Err(Status::INVALID_VALUE);
+    }
+    let mut name = vec![0u8; len];
+    arena.read(0, &mut name)?;
+    let name = String::from_utf8(name).map_err(|_| Status::INVALID_VALUE)?;
+    if name.contains('\0') {
+        return Err(Status::INVALID_VALUE);
+    }
+    Ok(name)
 }
 
 fn exec_err(e: ExecError) -> Status {
@@ -606,6 +631,7 @@ impl CudaOps {
                 });
                 cx.param_bytes -= shed;
                 cx.function_of.retain(|(m, _), _| *m != h.0);
+                cx.globals.retain(|_, (_, m)| *m != h);
                 self.exec
                     .module_unload(ctx, m)
                     .map_err(exec_err)
@@ -614,16 +640,7 @@ impl CudaOps {
             Opcode::ModuleGetFunction => {
                 let h = Handle(a[0]);
                 let m = *cx.modules.get(h).map_err(|_| Status::INVALID_HANDLE)?;
-                let name_len = usize::try_from(a[1]).map_err(|_| Status::INVALID_VALUE)?;
-                if name_len == 0 || name_len > MAX_NAME || name_len > arena.len() {
-                    return Err(Status::INVALID_VALUE);
-                }
-                let mut name = vec![0u8; name_len];
-                arena.read(0, &mut name)?;
-                let name = String::from_utf8(name).map_err(|_| Status::INVALID_VALUE)?;
-                if name.contains('\0') {
-                    return Err(Status::INVALID_VALUE);
-                }
+                let name = read_name(a[1], arena)?;
                 let (id, params) = self.exec.function(ctx, m, &name).map_err(exec_err)?;
                 let layout = ParamInfo::encode_all(&params);
                 if layout.len() > arena.len() {
@@ -654,6 +671,20 @@ impl CudaOps {
                     vals: [f.0, n, 0, 0, 0],
                     out_len: layout.len() as u32,
                 })
+            }
+            Opcode::ModuleGetGlobal => {
+                let h = Handle(a[0]);
+                let m = *cx.modules.get(h).map_err(|_| Status::INVALID_HANDLE)?;
+                let name = read_name(a[1], arena)?;
+                if cx.globals.len() >= MAX_OBJECTS {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let (ptr, size) = self.exec.module_global(ctx, m, &name).map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                if size > 0 {
+                    cx.globals.insert(ptr, (size, h));
+                }
+                Ok(vals(&[ptr, size]))
             }
             Opcode::FuncGetAttribute | Opcode::FuncSetAttribute => {
                 let f = cx

@@ -155,6 +155,7 @@ driver_api! {
     cuModuleLoadData(*mut CUmodule, *const c_void);
     cuModuleUnload(CUmodule);
     cuModuleGetFunction(*mut CUfunction, CUmodule, *const c_char);
+    cuModuleGetGlobal_v2(*mut CUdeviceptr, *mut usize, CUmodule, *const c_char);
     cuFuncGetParamInfo(CUfunction, usize, *mut usize, *mut usize);
     cuFuncGetAttribute(*mut c_int, c_int, CUfunction);
     cuFuncSetAttribute(CUfunction, c_int, c_int);

@@ -74,6 +74,8 @@ pub(super) struct State {
     pub functions: HashMap<usize, (usize, &'static str)>,
     /// `cuFuncSetAttribute` values, by function and attribute.
     pub func_attrs: HashMap<(usize, i32), i32>,
+    /// Module -> the address of its `fake_global`.
+    pub globals: HashMap<usize, u64>,
     pub streams: HashMap<usize, usize>,
     pub events: HashMap<usize, Event>,
     /// Module images as received (up to their NUL).
@@ -618,6 +620,48 @@ fn layout_of(s: &State, f: CUfunction) -> Option<&'static [(usize, usize)]> {
     KERNELS.iter().find(|(k, _)| k == kernel).map(|(_, l)| *l)
 }
 
+/// `cuModuleGetGlobal_v2`: every module has one 16-byte variable,
+/// `fake_global`, created (zeroed) the first time it is asked for.
+unsafe extern "C" fn module_get_global(
+    p: *mut CUdeviceptr,
+    size: *mut usize,
+    m: CUmodule,
+    name: *const c_char,
+) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuModuleGetGlobal_v2", true) {
+            return r;
+        }
+        if s.modules.get(&m.addr()) != Some(&s.current) {
+            return INVALID_HANDLE;
+        }
+        // SAFETY: the caller passes a NUL-terminated name.
+        if unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes() != b"fake_global" {
+            return NOT_FOUND;
+        }
+        let base = match s.globals.get(&m.addr()) {
+            Some(&b) => b,
+            None => {
+                let b = s.next_dev;
+                s.next_dev += 512;
+                let ctx = s.current;
+                s.allocs.insert(
+                    b,
+                    Alloc {
+                        ctx,
+                        bytes: vec![0; 16],
+                    },
+                );
+                s.globals.insert(m.addr(), b);
+                b
+            }
+        };
+        out(p, base);
+        out(size, 16);
+        0
+    })
+}
+
 /// `cuFuncGetAttribute`: what was set, else an sm_90 kernel's values.
 unsafe extern "C" fn func_get_attribute(v: *mut c_int, attr: c_int, f: CUfunction) -> CuResult {
     with(|s| {
@@ -961,6 +1005,7 @@ pub(super) fn api() -> &'static Api {
         cuModuleLoadData: module_load_data,
         cuModuleUnload: module_unload,
         cuModuleGetFunction: module_get_function,
+        cuModuleGetGlobal_v2: module_get_global,
         cuFuncGetParamInfo: func_get_param_info,
         cuFuncGetAttribute: func_get_attribute,
         cuFuncSetAttribute: func_set_attribute,

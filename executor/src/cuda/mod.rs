@@ -1074,6 +1074,32 @@ impl GpuExecutor for CudaExecutor {
         Ok((FnId(id), layout))
     }
 
+    fn module_global(
+        &mut self,
+        ctx: CtxId,
+        module: ModId,
+        name: &str,
+    ) -> ExecResult<(DevPtr, u64)> {
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        let raw = c
+            .modules
+            .get(&module.0)
+            .ok_or(ExecError::Invalid("module"))?
+            .raw;
+        let cname = CString::new(name).map_err(|_| ExecError::NotFound(name.to_string()))?;
+        let (mut ptr, mut size): (CUdeviceptr, usize) = (0, 0);
+        // SAFETY: `raw` is a live module of the current context, both
+        // out-pointers are valid, `cname` is NUL-terminated and alive.
+        let result =
+            unsafe { (api.cuModuleGetGlobal_v2)(&mut ptr, &mut size, raw, cname.as_ptr()) };
+        if result == CUDA_ERROR_NOT_FOUND {
+            return Err(ExecError::NotFound(name.to_string()));
+        }
+        check("cuModuleGetGlobal_v2", result)?;
+        Ok((ptr, size as u64))
+    }
+
     fn function_attribute(&mut self, ctx: CtxId, f: FnId, attr: i32) -> ExecResult<i32> {
         let api = self.api;
         let c = self.enter(ctx)?;

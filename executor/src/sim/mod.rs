@@ -125,6 +125,15 @@ use super::{
 
 /// First device address an executor hands out.
 const BASE_ADDR: u64 = 0x7000_0000_0000;
+/// Where a context's module variables are (`cuModuleGetGlobal`): each
+/// module that has some gets a slot of [`VARS_SLOT`] bytes of addresses
+/// below [`BASE_ADDR`], reused once the module is unloaded.
+const VARS_BASE: u64 = 0x6000_0000_0000;
+/// Addresses per module's variables: more than `ptx::MAX_GLOBALS`.
+const VARS_SLOT: u64 = 1 << 28;
+const _: () = assert!(VARS_SLOT > fairgpu_ptx::MAX_GLOBALS as u64);
+/// How many modules with variables a context may hold at once.
+const MAX_VAR_SLOTS: u64 = (BASE_ADDR - VARS_BASE) / VARS_SLOT;
 // Allocations only grow upwards from BASE_ADDR, so they never meet the
 // interpreter's windows for shared, local, parameter and module memory.
 const _: () = {
@@ -219,6 +228,8 @@ enum ProgramError {
     /// The VM's host memory cannot hold the parsed module or the module's
     /// variables (for now: another launch may fit once memory is freed).
     HostMemory(HostMemoryExceeded),
+    /// The context holds [`MAX_VAR_SLOTS`] modules with variables.
+    TooManyModules,
 }
 
 impl SharedPtx {
@@ -252,7 +263,11 @@ impl SharedPtx {
 /// memory while the module is loaded).
 struct Program {
     ptx: Arc<SharedPtx>,
-    globals: Option<(ptx::Globals, HostCharge)>,
+    /// The module's variables, once a launch or `cuModuleGetGlobal` needed
+    /// them, and the address of their bytes in the context's allocations
+    /// (None when there are none): between launches the bytes live there,
+    /// so copies and memsets reach them as any device memory.
+    globals: Option<(ptx::Globals, Option<DevPtr>, HostCharge)>,
 }
 
 impl Program {
@@ -260,21 +275,65 @@ impl Program {
         Program { ptx, globals: None }
     }
 
-    /// The parsed module (parsing it if no launch has yet) and this
-    /// module's variables.
+    /// The parsed module (parsing it if no launch has yet), this module's
+    /// variables and their address in `allocs`, creating them there (in a
+    /// slot of `slots`) the first time.
     fn parsed(
         &mut self,
         budget: &Arc<HostMemory>,
-    ) -> Result<(&ptx::Module, &mut ptx::Globals), ProgramError> {
+        allocs: &mut BTreeMap<DevPtr, Vec<u8>>,
+        slots: &mut VarSlots,
+    ) -> Result<(&ptx::Module, &mut ptx::Globals, Option<DevPtr>), ProgramError> {
         let m = self.ptx.parsed(budget)?;
         if self.globals.is_none() {
             let charge = budget
                 .charge(m.globals_len() as u64, "a module's variables")
                 .map_err(ProgramError::HostMemory)?;
-            self.globals = Some((m.globals(), charge));
+            let mut globals = m.globals();
+            let base = if globals.is_empty() {
+                None
+            } else {
+                let base = slots.take().ok_or(ProgramError::TooManyModules)?;
+                globals.set_alias(base);
+                allocs.insert(base, globals.take_bytes());
+                Some(base)
+            };
+            self.globals = Some((globals, base, charge));
         }
-        let (globals, _) = self.globals.as_mut().expect("created above");
-        Ok((m, globals))
+        let (globals, base, _) = self.globals.as_mut().expect("created above");
+        Ok((m, globals, *base))
+    }
+
+    /// Gives the variables' slot back and drops their bytes.
+    fn release(&mut self, allocs: &mut BTreeMap<DevPtr, Vec<u8>>, slots: &mut VarSlots) {
+        if let Some((_, Some(base), _)) = self.globals.take() {
+            allocs.remove(&base);
+            slots.give(base);
+        }
+    }
+}
+
+/// The slots of a context's module variables (see [`VARS_BASE`]).
+#[derive(Default)]
+struct VarSlots {
+    next: u64,
+    free: Vec<DevPtr>,
+}
+
+impl VarSlots {
+    fn take(&mut self) -> Option<DevPtr> {
+        if let Some(b) = self.free.pop() {
+            return Some(b);
+        }
+        if self.next >= MAX_VAR_SLOTS {
+            return None;
+        }
+        self.next += 1;
+        Some(VARS_BASE + (self.next - 1) * VARS_SLOT)
+    }
+
+    fn give(&mut self, base: DevPtr) {
+        self.free.push(base);
     }
 }
 
@@ -364,6 +423,8 @@ struct Context {
     events: HashMap<u64, Event>,
     /// Set by a faulting kernel: every later call of the context fails.
     sticky: Option<ExecError>,
+    /// Addresses of its modules' variables.
+    var_slots: VarSlots,
 }
 
 impl Context {
@@ -453,8 +514,13 @@ impl Context {
         self.events.get(&e.0).ok_or(ExecError::Invalid("event"))
     }
 
+    /// Bytes of the guest's allocations (module variables, below
+    /// [`BASE_ADDR`], are charged to host memory instead).
     fn allocated(&self) -> u64 {
-        self.allocs.values().map(|b| b.len() as u64).sum()
+        self.allocs
+            .range(BASE_ADDR..)
+            .map(|(_, b)| b.len() as u64)
+            .sum()
     }
 }
 
@@ -738,6 +804,7 @@ impl SimGpu {
                 .ok_or_else(|| cannot("its PTX does not define it".into())),
             Err(ProgramError::Ptx(e)) => Err(cannot(e.to_string())),
             Err(ProgramError::HostMemory(e)) => Err(ExecError::HostMemory(e)),
+            Err(ProgramError::TooManyModules) => Err(too_many_modules()),
         }
     }
 
@@ -791,6 +858,7 @@ impl SimGpu {
             allocs: &mut c.allocs,
             wrote: false,
         };
+        let slots = &mut c.var_slots;
         let ran = match module
             .source_of
             .get(&name)
@@ -804,13 +872,39 @@ impl SimGpu {
                     MAX_KEPT_PTX_TOTAL >> 20
                 ),
             }),
-            Some(program) => match program.parsed(&budget) {
+            Some(program) => match program.parsed(&budget, memory.allocs, slots) {
                 Err(ProgramError::Ptx(e)) => Err(e),
                 Err(ProgramError::HostMemory(e)) => {
                     tracing::debug!(kernel = %name, error = %e, "launch refused");
                     return Err(ExecError::HostMemory(e));
                 }
-                Ok((m, globals)) => m.run(globals, &name, &dims, params, &mut memory, &limits),
+                Err(ProgramError::TooManyModules) => return Err(too_many_modules()),
+                Ok((m, globals, base)) => {
+                    // The variables' bytes are the kernel's while it runs
+                    // (at their own addresses and at `base`, through the
+                    // alias), and the context's memory again after.
+                    let lent = match base {
+                        None => Ok(()),
+                        Some(b) => match memory.allocs.remove(&b).map(|v| globals.put_bytes(v)) {
+                            Some(Ok(())) => Ok(()),
+                            Some(Err(v)) => {
+                                memory.allocs.insert(b, v);
+                                Err(())
+                            }
+                            None => Err(()),
+                        },
+                    };
+                    match lent {
+                        Err(()) => Err(ptx::Error::BadLaunch("the module's variables are missing".into())),
+                        Ok(()) => {
+                            let ran = m.run(globals, &name, &dims, params, &mut memory, &limits);
+                            if let Some(b) = base {
+                                memory.allocs.insert(b, globals.take_bytes());
+                            }
+                            ran
+                        }
+                    }
+                }
             },
         };
         let wrote = memory.wrote;
@@ -858,6 +952,13 @@ impl SimGpu {
 
 /// The launch geometry a GPU accepts; checked before a kernel executes,
 /// as the interpreter's memory grows with it.
+fn too_many_modules() -> ExecError {
+    ExecError::Driver {
+        call: "cuModuleLoad",
+        status: Status::OUT_OF_MEMORY,
+    }
+}
+
 fn check_geometry(cfg: &LaunchConfig) -> ExecResult<()> {
     // Saturating: a product of three u32 can pass u64.
     let threads = cfg
@@ -1021,9 +1122,12 @@ impl GpuExecutor for SimGpu {
 
     fn mem_free(&mut self, ctx: CtxId, ptr: DevPtr) -> ExecResult<()> {
         let c = self.ctx_mut(ctx)?;
-        let b = c.allocs.remove(&ptr).ok_or(ExecError::Invalid(
-            "pointer is not an allocation of this context",
-        ))?;
+        let b = (ptr >= BASE_ADDR)
+            .then(|| c.allocs.remove(&ptr))
+            .flatten()
+            .ok_or(ExecError::Invalid(
+                "pointer is not an allocation of this context",
+            ))?;
         self.used = self.used.saturating_sub(b.len() as u64);
         Ok(())
     }
@@ -1165,9 +1269,13 @@ impl GpuExecutor for SimGpu {
 
     fn module_unload(&mut self, ctx: CtxId, module: ModId) -> ExecResult<()> {
         let c = self.ctx_mut(ctx)?;
-        c.modules
+        let mut m = c
+            .modules
             .remove(&module.0)
             .ok_or(ExecError::Invalid("module"))?;
+        for p in m.programs.iter_mut().flatten() {
+            p.release(&mut c.allocs, &mut c.var_slots);
+        }
         c.functions.retain(|_, f| f.module != module.0);
         c.function_ids.retain(|(m, _), _| *m != module.0);
         Ok(())
@@ -1207,6 +1315,35 @@ impl GpuExecutor for SimGpu {
         );
         self.next_id += 1;
         Ok((FnId(id), params))
+    }
+
+    fn module_global(
+        &mut self,
+        ctx: CtxId,
+        module: ModId,
+        name: &str,
+    ) -> ExecResult<(DevPtr, u64)> {
+        let budget = self.host_memory.clone();
+        let c = self.ctx_mut(ctx)?;
+        let m = c
+            .modules
+            .get_mut(&module.0)
+            .ok_or(ExecError::Invalid("module"))?;
+        // The variables of the (first) PTX text that declares `name`: a
+        // module's kernels normally all run from one text.
+        for p in m.programs.iter_mut().flatten() {
+            match p.parsed(&budget, &mut c.allocs, &mut c.var_slots) {
+                Ok((_, globals, base)) => {
+                    if let (Some((addr, size)), Some(base)) = (globals.symbol(name), base) {
+                        return Ok((base + (addr - ptx::GLOBALS_BASE), size));
+                    }
+                }
+                Err(ProgramError::Ptx(_)) => {}
+                Err(ProgramError::HostMemory(e)) => return Err(ExecError::HostMemory(e)),
+                Err(ProgramError::TooManyModules) => return Err(too_many_modules()),
+            }
+        }
+        Err(ExecError::NotFound(name.to_owned()))
     }
 
     fn function_attribute(&mut self, ctx: CtxId, f: FnId, a: i32) -> ExecResult<i32> {
@@ -1999,6 +2136,73 @@ mod tests {
             g.function_attribute(ctx, FnId(999_999), 0),
             Err(ExecError::Invalid(_))
         ));
+    }
+
+    /// Module variables are context memory at their own addresses: copies
+    /// reach them, kernels see the bytes (by symbol and through the
+    /// address), they cost no device memory, cannot be freed as an
+    /// allocation, and their addresses go with the module.
+    #[test]
+    fn module_variables_live_at_their_own_addresses() {
+        let ptx = ".version 8.0\n.target sm_80\n.address_size 64\n\
+            .global .align 8 .u64 var[2] = {11, 22};\n\
+            .visible .entry k(.param .u64 p)\n{\n.reg .b64 %rd<4>;\n\
+            ld.param.u64 %rd1, [p];\nld.global.u64 %rd2, [var+8];\n\
+            st.global.u64 [%rd1], %rd2;\nmov.u64 %rd3, 99;\nst.global.u64 [var], %rd3;\nret;\n}\n";
+        let mut g = gpu(&SimDevice::private());
+        let ctx = g.create_context().unwrap();
+        let free = g.device_free_mem().unwrap();
+        let m = g.module_load(ctx, ptx.as_bytes()).unwrap();
+        let (addr, size) = g.module_global(ctx, m, "var").unwrap();
+        assert_eq!(size, 16);
+        assert!(matches!(
+            g.module_global(ctx, m, "nope"),
+            Err(ExecError::NotFound(_))
+        ));
+        assert_eq!(
+            g.device_free_mem().unwrap(),
+            free,
+            "variables are not allocations"
+        );
+        assert!(g.mem_free(ctx, addr).is_err());
+        g.memcpy_htod(ctx, addr + 8, &77u64.to_le_bytes(), None)
+            .unwrap();
+        let (k, _) = g.function(ctx, m, "k").unwrap();
+        let lc = LaunchConfig {
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_mem: 0,
+        };
+        // Its own address as the kernel's pointer: the alias reaches the
+        // variables while the kernel runs with them.
+        g.launch(ctx, k, &lc, &addr.to_le_bytes(), None).unwrap();
+        let mut b = [0u8; 16];
+        g.memcpy_dtoh(ctx, &mut b, addr, None).unwrap();
+        assert_eq!(
+            u64::from_le_bytes(b[..8].try_into().unwrap()),
+            99,
+            "stored by symbol"
+        );
+        assert_eq!(
+            u64::from_le_bytes(b[8..].try_into().unwrap()),
+            77,
+            "written by the host"
+        );
+        let out = g.mem_alloc(ctx, 8).unwrap();
+        g.launch(ctx, k, &lc, &out.to_le_bytes(), None).unwrap();
+        g.memcpy_dtoh(ctx, &mut b[..8], out, None).unwrap();
+        assert_eq!(u64::from_le_bytes(b[..8].try_into().unwrap()), 77);
+        g.module_unload(ctx, m).unwrap();
+        assert!(
+            g.memcpy_dtoh(ctx, &mut b, addr, None).is_err(),
+            "gone with the module"
+        );
+        // A new module gets fresh variables (the slot is reused).
+        let m = g.module_load(ctx, ptx.as_bytes()).unwrap();
+        let (again, _) = g.module_global(ctx, m, "var").unwrap();
+        assert_eq!(again, addr);
+        g.memcpy_dtoh(ctx, &mut b, again, None).unwrap();
+        assert_eq!(u64::from_le_bytes(b[..8].try_into().unwrap()), 11);
     }
 
     /// Launches are held to MAX_DYNAMIC_SHARED_SIZE_BYTES: 48 KiB less the
