@@ -434,3 +434,44 @@ pub extern "C" fn cuCtxSynchronize_v2(_ctx: CUcontext) -> CUresult {
         Err(e) => e,
     })
 }
+
+/// `cuCtxGetId`: a context's unique id (NULL: the current context), the
+/// value the CUDA 13 export table gives for it too.
+#[no_mangle]
+pub extern "C" fn cuCtxGetId(ctx: CUcontext, id: *mut u64) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        let ctx = if ctx.is_null() { current() } else { ctx };
+        if ctx.is_null() {
+            return Err(err::INVALID_CONTEXT);
+        }
+        if !valid(ctx) {
+            return Err(err::INVALID_CONTEXT);
+        }
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(id, ctx as usize as u64) }
+    })
+}
+
+/// `cuProfilerInitialize`: nothing to set up; succeeds.
+#[no_mangle]
+pub extern "C" fn cuProfilerInitialize(
+    _config: *const std::ffi::c_char,
+    _output: *const std::ffi::c_char,
+    _mode: u32,
+) -> CUresult {
+    ffi_result(|| state::device().map(|_| ()))
+}
+
+/// `cuProfilerStart`: no profiler runs in the guest; succeeds, as the
+/// driver does when no profiler is attached.
+#[no_mangle]
+pub extern "C" fn cuProfilerStart() -> CUresult {
+    ffi_result(|| state::device().map(|_| ()))
+}
+
+/// `cuProfilerStop`: see `cuProfilerStart`.
+#[no_mangle]
+pub extern "C" fn cuProfilerStop() -> CUresult {
+    ffi_result(|| state::device().map(|_| ()))
+}

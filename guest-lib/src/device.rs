@@ -164,3 +164,65 @@ pub extern "C" fn cuDeviceGetPCIBusId(bus_id: *mut c_char, len: i32, dev: CUdevi
         Ok(())
     })
 }
+
+/// `cuDeviceGetByPCIBusId`: device 0 when the id names its PCI address
+/// (`[domain:]bus:device[.function]`, hexadecimal, as `cuDeviceGetPCIBusId`
+/// writes it), else INVALID_VALUE.
+#[no_mangle]
+pub extern "C" fn cuDeviceGetByPCIBusId(dev: *mut CUdevice, bus_id: *const c_char) -> CUresult {
+    ffi_result(|| {
+        let info = state::device()?;
+        if bus_id.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        // SAFETY: the API passes a NUL-terminated string.
+        let text = unsafe { std::ffi::CStr::from_ptr(bus_id) }
+            .to_str()
+            .map_err(|_| err::INVALID_VALUE)?;
+        let want = (
+            info.attribute(50)?,
+            info.attribute(33)?,
+            info.attribute(34)?,
+        );
+        if parse_bus_id(text) != Some(want) {
+            return Err(err::INVALID_VALUE);
+        }
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(dev, 0) }
+    })
+}
+
+/// (domain, bus, device) of a PCI bus id; the function must be 0.
+fn parse_bus_id(text: &str) -> Option<(i32, i32, i32)> {
+    let hex = |s: &str| i32::from_str_radix(s, 16).ok().filter(|v| *v >= 0);
+    let (addr, function) = match text.rsplit_once('.') {
+        Some((a, f)) => (a, hex(f)?),
+        None => (text, 0),
+    };
+    if function != 0 {
+        return None;
+    }
+    let parts: Vec<&str> = addr.split(':').collect();
+    match parts[..] {
+        [bus, device] => Some((0, hex(bus)?, hex(device)?)),
+        [domain, bus, device] => Some((hex(domain)?, hex(bus)?, hex(device)?)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bus_id;
+
+    #[test]
+    fn bus_ids_parse_as_the_driver_writes_and_reads_them() {
+        assert_eq!(parse_bus_id("0000:65:00.0"), Some((0, 0x65, 0)));
+        assert_eq!(parse_bus_id("0001:0a:1f.0"), Some((1, 0xa, 0x1f)));
+        assert_eq!(parse_bus_id("65:00.0"), Some((0, 0x65, 0)));
+        assert_eq!(parse_bus_id("65:00"), Some((0, 0x65, 0)));
+        assert_eq!(parse_bus_id("0000:65:00.1"), None, "function 1");
+        assert_eq!(parse_bus_id("garbage"), None);
+        assert_eq!(parse_bus_id("0000:zz:00.0"), None);
+        assert_eq!(parse_bus_id(""), None);
+    }
+}

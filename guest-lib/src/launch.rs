@@ -314,16 +314,146 @@ pub extern "C" fn cuLaunchKernelEx_ptsz(
     launch_ex(config, f, params, extra)
 }
 
-fn occupancy(n: *mut i32, f: CUfunction, block: i32) -> CUresult {
-    ffi_result(|| {
-        function_ref(f)?;
+/// What bounds how many blocks of a kernel one multiprocessor holds.
+#[derive(Debug, Clone, Copy)]
+struct SmLimits {
+    threads: i32,
+    blocks: i32,
+    shared: i32,
+}
+
+impl SmLimits {
+    fn of_device() -> Result<SmLimits, CUresult> {
+        let d = state::device()?;
+        Ok(SmLimits {
+            threads: d.attribute(39)?,
+            blocks: d.attribute(106)?,
+            shared: d.attribute(81)?,
+        })
+    }
+
+    /// Resident blocks of `block` threads each using `smem` bytes of
+    /// shared memory (static and dynamic): by threads (in whole warps),
+    /// blocks and shared memory per multiprocessor.
+    fn blocks(&self, block: i32, smem: u64) -> i32 {
         if block <= 0 {
+            return 0;
+        }
+        let warps = (i64::from(block) + 31) / 32 * 32;
+        let by_threads = i64::from(self.threads.max(0)) / warps;
+        let by_shared = match smem {
+            0 => i64::MAX,
+            b => i64::from(self.shared.max(0)) / i64::try_from(b).unwrap_or(i64::MAX),
+        };
+        by_threads.min(by_shared).min(i64::from(self.blocks.max(0))) as i32
+    }
+}
+
+/// A kernel's static shared memory, as the host's code has it.
+fn static_smem(func: &GuestFunction) -> Result<u64, CUresult> {
+    // CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES.
+    let v = state::with(|cu| cu.func_get_attribute(func.host, 1))?;
+    Ok(u64::try_from(v).unwrap_or(0))
+}
+
+fn occupancy(n: *mut i32, f: CUfunction, block: i32, dynamic: usize) -> CUresult {
+    ffi_result(|| {
+        let func = function_ref(f)?;
+        if block <= 0 || n.is_null() {
             return Err(err::INVALID_VALUE);
         }
-        let per_sm = state::device()?.attribute(39)?.max(block);
+        let smem = static_smem(func)?.saturating_add(dynamic as u64);
+        let blocks = SmLimits::of_device()?.blocks(block, smem);
         // SAFETY: caller passes a writable slot (checked for null).
-        unsafe { out(n, (per_sm / block).max(1)) }
+        unsafe { out(n, blocks) }
     })
+}
+
+/// `size_t (*)(int blockSize)`: dynamic shared memory a block size needs.
+type SmemForBlock = Option<unsafe extern "C" fn(i32) -> usize>;
+
+/// The block size (a multiple of 32, at most `limit` if positive and the
+/// kernel's and device's maximum) that keeps the most threads resident,
+/// the larger on ties, and the grid that fills the device with it.
+fn potential_block_size(
+    min_grid: *mut i32,
+    block_size: *mut i32,
+    f: CUfunction,
+    smem_for: SmemForBlock,
+    dynamic: usize,
+    limit: i32,
+) -> CUresult {
+    ffi_result(|| {
+        let func = function_ref(f)?;
+        if min_grid.is_null() || block_size.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let d = state::device()?;
+        // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK.
+        let kernel_max = state::with(|cu| cu.func_get_attribute(func.host, 0))?;
+        let mut max = kernel_max.min(d.attribute(1)?);
+        if limit > 0 {
+            max = max.min(limit);
+        }
+        let sms = SmLimits::of_device()?;
+        let fixed = static_smem(func)?;
+        let (mut best, mut best_blocks, mut best_threads) = (0, 0, -1i64);
+        let mut size = max / 32 * 32;
+        while size > 0 {
+            let dynamic = match smem_for {
+                // SAFETY: the application's callback, called as the driver
+                // calls it: with a block size, returning bytes.
+                Some(cb) => unsafe { cb(size) },
+                None => dynamic,
+            };
+            let blocks = sms.blocks(size, fixed.saturating_add(dynamic as u64));
+            let threads = i64::from(blocks) * i64::from(size);
+            if threads > best_threads {
+                (best, best_blocks, best_threads) = (size, blocks, threads);
+            }
+            size -= 32;
+        }
+        if best == 0 && max > 0 {
+            // Fewer than 32 threads allowed: that many.
+            best = max;
+            best_blocks = sms.blocks(max, fixed.saturating_add(dynamic as u64));
+        }
+        let grid = best_blocks.saturating_mul(d.attribute(16)?);
+        // SAFETY: both slots were checked for null; the caller passes them
+        // writable.
+        unsafe {
+            out(block_size, best)?;
+            out(min_grid, grid)
+        }
+    })
+}
+
+/// `cuOccupancyMaxPotentialBlockSize` (the dynamic-shared-memory callback
+/// runs here, in the guest).
+#[no_mangle]
+pub extern "C" fn cuOccupancyMaxPotentialBlockSize(
+    min_grid: *mut i32,
+    block_size: *mut i32,
+    f: CUfunction,
+    smem_for: SmemForBlock,
+    dynamic: usize,
+    limit: i32,
+) -> CUresult {
+    potential_block_size(min_grid, block_size, f, smem_for, dynamic, limit)
+}
+
+/// `cuOccupancyMaxPotentialBlockSizeWithFlags` (no flag changes the model).
+#[no_mangle]
+pub extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
+    min_grid: *mut i32,
+    block_size: *mut i32,
+    f: CUfunction,
+    smem_for: SmemForBlock,
+    dynamic: usize,
+    limit: i32,
+    _flags: u32,
+) -> CUresult {
+    potential_block_size(min_grid, block_size, f, smem_for, dynamic, limit)
 }
 
 /// Dynamic shared memory each of `blocks` resident blocks of `block_size`
@@ -378,15 +508,17 @@ pub extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
     })
 }
 
-/// `cuOccupancyMaxActiveBlocksPerMultiprocessor`: by thread count only.
+/// `cuOccupancyMaxActiveBlocksPerMultiprocessor`: by threads, blocks and
+/// shared memory (the kernel's static and `smem` dynamic bytes) per
+/// multiprocessor.
 #[no_mangle]
 pub extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     n: *mut i32,
     f: CUfunction,
     block: i32,
-    _smem: usize,
+    smem: usize,
 ) -> CUresult {
-    occupancy(n, f, block)
+    occupancy(n, f, block, smem)
 }
 
 /// `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`.
@@ -395,15 +527,31 @@ pub extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     n: *mut i32,
     f: CUfunction,
     block: i32,
-    _smem: usize,
+    smem: usize,
     _flags: u32,
 ) -> CUresult {
-    occupancy(n, f, block)
+    occupancy(n, f, block, smem)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::available_dynamic_smem;
+    use super::{available_dynamic_smem, SmLimits};
+
+    #[test]
+    fn resident_blocks_are_bounded_by_threads_blocks_and_shared_memory() {
+        let h100 = SmLimits {
+            threads: 2048,
+            blocks: 32,
+            shared: 233_472,
+        };
+        assert_eq!(h100.blocks(256, 0), 8);
+        assert_eq!(h100.blocks(32, 0), 32, "at most 32 blocks");
+        assert_eq!(h100.blocks(33, 0), 32, "whole warps: 64 threads each");
+        assert_eq!(h100.blocks(1024, 0), 2);
+        assert_eq!(h100.blocks(128, 100_000), 2, "shared memory bounds it");
+        assert_eq!(h100.blocks(128, 300_000), 0);
+        assert_eq!(h100.blocks(0, 0), 0);
+    }
 
     #[test]
     fn available_dynamic_shared_memory_divides_the_multiprocessor() {

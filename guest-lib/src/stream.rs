@@ -362,3 +362,37 @@ pub extern "C" fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent)
 pub extern "C" fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent) -> CUresult {
     elapsed(ms, start, end)
 }
+
+fn stream_id(s: CUstream, id: *mut u64) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        let h = stream_handle(s);
+        // The NULL, legacy and per-thread default streams are one stream on
+        // the host: one id. A created stream's id is its host handle, never
+        // 0 and never reused while it lives.
+        if h != 0 {
+            let known = FLAGS
+                .lock()
+                .map_err(|_| err::UNKNOWN)?
+                .as_ref()
+                .is_some_and(|m| m.contains_key(&h));
+            if !known {
+                return Err(err::INVALID_HANDLE);
+            }
+        }
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(id, h) }
+    })
+}
+
+/// `cuStreamGetId`: a stream's unique id.
+#[no_mangle]
+pub extern "C" fn cuStreamGetId(s: CUstream, id: *mut u64) -> CUresult {
+    stream_id(s, id)
+}
+
+/// `cuStreamGetId_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetId_ptsz(s: CUstream, id: *mut u64) -> CUresult {
+    stream_id(s, id)
+}

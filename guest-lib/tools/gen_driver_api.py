@@ -7,6 +7,7 @@ Facts come from NVIDIA's public headers in the PyPI runtime wheels
 (nvidia-cuda-runtime-cu12 for 12.x, nvidia-cuda-runtime for 13.x):
   - cudaTypedefs.h declares one PFN_<name>_v<version>[_ptds|_ptsz] type per
     (entry point, ABI version, variant): the keys cuGetProcAddress answers;
+    (cudaProfilerTypedefs.h does the same for cuProfiler*);
   - cuda.h maps each public name to its newest symbol
     (`#define cuMemAlloc cuMemAlloc_v2`, `__CUDA_API_PTDS(...)`).
 Older ABI versions of a name map to the name itself, then _v2, _v3, ... in
@@ -14,6 +15,7 @@ version order; the newest must agree with cuda.h's define (checked).
 
 Usage: gen_driver_api.py INCLUDE_DIR [INCLUDE_DIR ...] > driver_api.tsv
 """
+import os
 import re
 import sys
 from collections import defaultdict
@@ -30,6 +32,8 @@ def main(dirs):
     declared = set()
     for d in dirs:
         typedefs = open(f"{d}/cudaTypedefs.h", encoding="utf-8", errors="replace").read()
+        if os.path.exists(f"{d}/cudaProfilerTypedefs.h"):
+            typedefs += open(f"{d}/cudaProfilerTypedefs.h", encoding="utf-8", errors="replace").read()
         for name, ver, var in PFN.findall(typedefs):
             versions[name].add(int(ver))
             variants[(name, int(ver))].add(var.lstrip("_"))

@@ -7,7 +7,9 @@
  * Covers: cuInit, the device queries, the primary context, a context of
  * its own (cuCtxCreate), cuModuleLoadData from PTX text, cuModuleGetFunction,
  * cuLaunchKernel with kernelParams and with an `extra` packed buffer,
- * event timing around launches, memory allocation, copies and memsets.
+ * event timing around launches, memory allocation, copies and memsets;
+ * function attributes, a module variable, occupancy (the block-size
+ * callback), context and stream ids, PCI bus ids, the profiler calls.
  *
  * Kernel durations are SimGpu's modelled ones (configuration: "spin" and
  * "mixed" take their duration from parameter 0 and 9), so event times show
@@ -26,6 +28,10 @@
 #include <time.h>
 
 #define PROGRAM "driver_api"
+
+/* cudaProfiler.h's two calls (the header is not in the runtime wheel). */
+CUresult CUDAAPI cuProfilerStart(void);
+CUresult CUDAAPI cuProfilerStop(void);
 
 static void fail(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static void fail(const char* fmt, ...) {
@@ -51,7 +57,11 @@ static void fail(const char* fmt, ...) {
     X(cuModuleGetFunction) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo)       \
     X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuMemsetD32)              \
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)              \
-    X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)
+    X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)        \
+    X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuModuleGetGlobal) X(cuCtxGetId)           \
+    X(cuStreamGetId) X(cuDeviceGetPCIBusId) X(cuDeviceGetByPCIBusId) X(cuProfilerStart)       \
+    X(cuProfilerStop) X(cuOccupancyMaxPotentialBlockSize)                                     \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
 #define DECLARE(fn) static __typeof__(fn)* p_##fn;
 DRIVER_CALLS(DECLARE)
@@ -340,6 +350,102 @@ static void kernels(void) {
     CHECK(p_cuModuleUnload(mod));
 }
 
+/* A kernel with 1,024 bytes of static shared memory and a module variable. */
+static const char MISC_PTX[] =
+    ".version 7.0\n"
+    ".target sm_70\n"
+    ".address_size 64\n"
+    ".global .align 4 .u32 answer = 42;\n"
+    ".visible .entry staged(.param .u64 p)\n"
+    "{\n"
+    "\t.reg .b32 %r<3>;\n"
+    "\t.reg .b64 %rd<3>;\n"
+    "\t.shared .align 4 .b8 buf[1024];\n"
+    "\tmov.u32 %r1, %tid.x;\n"
+    "\tmul.wide.u32 %rd1, %r1, 4;\n"
+    "\tmov.u64 %rd2, buf;\n"
+    "\tadd.s64 %rd2, %rd2, %rd1;\n"
+    "\tst.shared.u32 [%rd2], %r1;\n"
+    "\tret;\n"
+    "}\n";
+
+/* Dynamic shared memory a block of `n` threads asks for. */
+static size_t smem_for_block(int n) { return (size_t)n * 16; }
+
+static void misc(CUdevice dev, CUcontext ctx) {
+    CUmodule mod;
+    CHECK(p_cuModuleLoadData(&mod, MISC_PTX));
+    CUfunction f;
+    CHECK(p_cuModuleGetFunction(&f, mod, "staged"));
+    int v = -1;
+    CHECK(p_cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f));
+    EXPECT(v == 1024, "SHARED_SIZE_BYTES %d", v);
+    CHECK(p_cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_PTX_VERSION, f));
+    EXPECT(v == 70, "PTX_VERSION %d of .target sm_70 code", v);
+    CHECK(p_cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f));
+    EXPECT(v == 48 * 1024 - 1024, "MAX_DYNAMIC_SHARED_SIZE_BYTES %d", v);
+    CHECK(p_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 64 * 1024));
+    CHECK(p_cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f));
+    EXPECT(v == 64 * 1024, "MAX_DYNAMIC_SHARED_SIZE_BYTES %d after set", v);
+
+    CUdeviceptr answer;
+    size_t bytes = 0;
+    CHECK(p_cuModuleGetGlobal(&answer, &bytes, mod, "answer"));
+    EXPECT(bytes == 4, "answer is %zu bytes", bytes);
+    unsigned got = 0;
+    CHECK(p_cuMemcpyDtoH(&got, answer, 4));
+    EXPECT(got == 42, "answer = %u", got);
+    EXPECT(p_cuModuleGetGlobal(&answer, &bytes, mod, "question") == CUDA_ERROR_NOT_FOUND,
+           "an unknown variable was found");
+
+    /* The block size chosen keeps at least as many threads resident as any
+     * other multiple of 32, by the driver's own occupancy. */
+    int min_grid = 0, block = 0;
+    CHECK(p_cuOccupancyMaxPotentialBlockSize(&min_grid, &block, f, smem_for_block, 0, 0));
+    EXPECT(block > 0 && block % 32 == 0 && block <= 1024, "block size %d", block);
+    int sms = 0;
+    CHECK(p_cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    int chosen = 0;
+    CHECK(p_cuOccupancyMaxActiveBlocksPerMultiprocessor(&chosen, f, block, smem_for_block(block)));
+    EXPECT(chosen > 0 && min_grid == chosen * sms, "min grid %d with %d blocks/SM on %d SMs",
+           min_grid, chosen, sms);
+    for (int b = 32; b <= 1024; b += 32) {
+        int n = 0;
+        CHECK(p_cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, b, smem_for_block(b)));
+        EXPECT(n * b <= chosen * block, "block %d keeps %d threads, the chosen %d keeps %d", b,
+               n * b, block, chosen * block);
+    }
+    int limited = 0;
+    CHECK(p_cuOccupancyMaxPotentialBlockSize(&min_grid, &limited, f, NULL, 0, 100));
+    EXPECT(limited > 0 && limited <= 100, "block size %d under a limit of 100", limited);
+    CHECK(p_cuModuleUnload(mod));
+
+    unsigned long long id = 0, again = 0;
+    CHECK(p_cuCtxGetId(ctx, &id));
+    CHECK(p_cuCtxGetId(NULL, &again));
+    EXPECT(id == again, "the current context's id %llu, by handle %llu", again, id);
+    CUstream s1, s2;
+    CHECK(p_cuStreamCreate(&s1, 0));
+    CHECK(p_cuStreamCreate(&s2, 0));
+    unsigned long long i1 = 0, i2 = 0;
+    CHECK(p_cuStreamGetId(s1, &i1));
+    CHECK(p_cuStreamGetId(s2, &i2));
+    EXPECT(i1 != i2, "two streams share the id %llu", i1);
+    CHECK(p_cuStreamDestroy(s1));
+    CHECK(p_cuStreamDestroy(s2));
+
+    char bus[32];
+    CHECK(p_cuDeviceGetPCIBusId(bus, sizeof bus, dev));
+    CUdevice found = -1;
+    CHECK(p_cuDeviceGetByPCIBusId(&found, bus));
+    EXPECT(found == dev, "cuDeviceGetByPCIBusId(%s) = %d", bus, found);
+    EXPECT(p_cuDeviceGetByPCIBusId(&found, "ffff:ff:1f.0") != CUDA_SUCCESS,
+           "a bus id of no device was found");
+
+    CHECK(p_cuProfilerStart());
+    CHECK(p_cuProfilerStop());
+}
+
 /* A context of its own, beside the primary one. */
 static void own_context(CUdevice dev, CUcontext primary) {
     CUcontext ctx = NULL, cur = NULL;
@@ -388,6 +494,7 @@ int main(void) {
 
     memory();
     kernels();
+    misc(dev, ctx);
     own_context(dev, ctx);
 
     CHECK(p_cuCtxSynchronize());
