@@ -460,7 +460,8 @@ impl<'a> Launch<'a> {
                 Op::Shfl { mask, .. }
                 | Op::Vote { mask, .. }
                 | Op::WarpSync { mask }
-                | Op::Redux { mask, .. } => *mask,
+                | Op::Redux { mask, .. }
+                | Op::Match { mask, .. } => *mask,
                 _ => continue,
             };
             let required =
@@ -606,7 +607,8 @@ impl<'a> Launch<'a> {
             Op::Shfl { mask: m, .. }
             | Op::Vote { mask: m, .. }
             | Op::WarpSync { mask: m }
-            | Op::Redux { mask: m, .. } => {
+            | Op::Redux { mask: m, .. }
+            | Op::Match { mask: m, .. } => {
                 for l in bits_of(mask & !exec) {
                     w.pc[l] = next;
                 }
@@ -732,6 +734,34 @@ impl<'a> Launch<'a> {
                         VoteMode::Uni => u64::from(t == 0 || t == m),
                     };
                     Self::wr(w, d, l, v);
+                }
+            }
+            Op::Match {
+                all,
+                bits,
+                d,
+                dp,
+                a,
+                mask,
+            } => {
+                let mut vals = [0u64; 32];
+                for l in bits_of(here) {
+                    vals[l] = self.rd(w, a, l) & mask_of(bits);
+                }
+                for l in bits_of(here) {
+                    let m = self.rd(w, mask, l) as u32 & here;
+                    let same = bits_of(m)
+                        .filter(|&k| vals[k] == vals[l])
+                        .fold(0u32, |acc, k| acc | 1 << k);
+                    if all {
+                        let uniform = same == m;
+                        Self::wr(w, d, l, if uniform { u64::from(m) } else { 0 });
+                        if let Some(p) = dp {
+                            Self::wr(w, p, l, u64::from(uniform));
+                        }
+                    } else {
+                        Self::wr(w, d, l, u64::from(same));
+                    }
                 }
             }
             Op::Redux {
@@ -2069,6 +2099,8 @@ pub(crate) fn cvt(kind: CvtKind, dty: Ty, sty: Ty, sat: bool, ftz: bool, x: u64)
         CvtKind::FloatFloat(rnd) => {
             let v = float_in(sty, ftz, x);
             match dty {
+                // `.sat` clamps to [0, 1], NaN to 0.
+                Ty::F64 if sat => (if v.is_nan() { 0.0 } else { v.clamp(0.0, 1.0) }).to_bits(),
                 Ty::F64 => v.to_bits(),
                 Ty::F32 => {
                     // Widening sources are exact; f64 narrows with `rnd`.

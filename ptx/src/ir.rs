@@ -643,6 +643,16 @@ pub(crate) enum Op {
     Activemask {
         d: u32,
     },
+    /// `match.any.sync.b32|b64 d, a, mask` (`all`: false) and
+    /// `match.all.sync.b32|b64 d{|p}, a, mask` (`all`: true).
+    Match {
+        all: bool,
+        bits: u32,
+        d: u32,
+        dp: Option<u32>,
+        a: Src,
+        mask: Src,
+    },
     /// `redux.sync.op.type d, a, mask`.
     Redux {
         op: AtomOp,
@@ -882,6 +892,14 @@ impl Op {
             }
             Op::Vote { d, a, mask, .. } | Op::Redux { d, a, mask, .. } => {
                 *d += k;
+                s(a);
+                s(mask);
+            }
+            Op::Match { d, dp, a, mask, .. } => {
+                *d += k;
+                if let Some(p) = dp {
+                    *p += k;
+                }
                 s(a);
                 s(mask);
             }

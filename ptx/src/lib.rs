@@ -38,7 +38,9 @@
 //!   `div.full`, `rcp.approx`, `sqrt.approx`, `rsqrt`, `sin`, `cos`,
 //!   `lg2`, `ex2`, `tanh`) compute the correctly rounded or host-libm
 //!   result, which differs from a GPU's within the instruction's stated
-//!   error bound. f64 NaN payloads follow the host; `fma.f64` with a
+//!   error bound; `rcp.approx.ftz.f64` and `rsqrt.approx.ftz.f64` work on
+//!   the operand's 32 high bits and zero the result's low 32, as the ISA
+//!   defines them. f64 NaN payloads follow the host; `fma.f64` with a
 //!   directed rounding is unsupported.
 //! - **Half precision**: add, sub, mul, fma (to nearest, `.ftz`, `.sat`),
 //!   neg, abs, min, max on `.f16` and `.f16x2`, `setp` on `.f16`, and
@@ -47,7 +49,8 @@
 //! - **cvt**: every integer/integer conversion (`.sat`, extension,
 //!   truncation), integer/float with all four rounding modes,
 //!   float/integer with `.rni/.rzi/.rmi/.rpi` (saturating, NaN to 0),
-//!   f32/f64 in both directions, float rounding to integral values.
+//!   f32/f64 in both directions, float rounding to integral values, and
+//!   same-type copies with `.ftz`/`.sat` (`cvt.ftz.sat.f32.f32`).
 //! - **Predicates**: setp (all comparisons, ordered and unordered, with
 //!   `.and/.or/.xor` combining and `p|q` destinations), selp, slct, guards
 //!   `@p`/`@!p`, and/or/xor/not on predicates.
@@ -62,11 +65,13 @@
 //!   ids and thread counts), bar.arrive, bar.red (popc, and, or),
 //!   bar.warp.sync, membar/fence (no-ops
 //!   in a sequential model), shfl.sync (up, down, bfly, idx with segment
-//!   masks), vote.sync (all, any, uni, ballot), activemask, redux.sync,
+//!   masks), vote.sync (all, any, uni, ballot), match.sync (any, all with
+//!   `d|p`, b32 and b64), activemask, redux.sync,
 //!   trap; special registers `%tid`, `%ntid`, `%ctaid`, `%nctaid`,
 //!   `%laneid`, `%warpid`, `%lanemask_*`, `%clock`, `%clock64`,
 //!   `%globaltimer` (clocks count the launch's thread-instructions so far,
-//!   so they are deterministic and increase), `%dynamic_smem_size`.
+//!   so they are deterministic and increase), `%dynamic_smem_size`; the
+//!   predefined constant `WARP_SZ` (32).
 //!
 //! Anything else (textures, surfaces, tensor-core instructions, the calls
 //! above, bf16 arithmetic, modifiers not listed) parses to an instruction that

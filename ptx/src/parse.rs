@@ -1259,6 +1259,10 @@ impl<'m> FuncParser<'m> {
                 if let Some(s) = sreg(n) {
                     return Ok(Src::Sreg(s));
                 }
+                // The one predefined constant name PTX has.
+                if *n == "WARP_SZ" && self.lookup_sym(n).is_none() {
+                    return Ok(Src::Imm(32));
+                }
                 match self.lookup_sym(n) {
                     Some(Sym::Addr(a)) => Ok(Src::Imm(a)),
                     Some(Sym::Func(_)) => Err(Error::Unsupported {

@@ -756,3 +756,72 @@ fn rcp_approx_ftz_f64_uses_the_high_words() {
     assert_eq!(got[4], 0.0);
     assert_eq!(got[5], f64::INFINITY);
 }
+
+/// `WARP_SZ`, PTX's predefined warp size, as an operand.
+#[test]
+fn warp_sz_is_thirty_two() {
+    let m = kernel_with(
+        "",
+        "mov.u32 %r2, WARP_SZ;\nadd.u32 %r2, %r2, %r1;\nst.global.u32 [%rd3], %r2;",
+    );
+    let (r, out) = run_k(&m, 4, 4);
+    r.unwrap();
+    assert_eq!(out, [32, 33, 34, 35]);
+}
+
+/// `cvt.ftz.sat.f32.f32` (CuPy's float32 ufuncs): clamps to [0, 1], NaN to
+/// 0, and flushes subnormals; `cvt.rni.f32.f32` rounds to an integer.
+#[test]
+fn cvt_saturating_and_rounding_within_f32() {
+    let m = kernel_with(
+        "",
+        "mul.wide.u32 %rd4, %r1, 4;\nadd.s64 %rd5, %rd1, %rd4;\n\
+         ld.global.f32 %f1, [%rd5];\ncvt.ftz.sat.f32.f32 %f2, %f1;\n\
+         cvt.rni.f32.f32 %f3, %f1;\nadd.f32 %f4, %f2, %f3;\n\
+         st.global.f32 [%rd5], %f2;",
+    );
+    let inputs = [-2.5f32, 0.25, 1.5, f32::NAN, 1e-40, 0.75];
+    let mut mem = VecMemory::default();
+    let out = mem.alloc_u32(&inputs.iter().map(|f| f.to_bits()).collect::<Vec<_>>());
+    let mut g = m.globals();
+    launch(
+        &m,
+        &mut g,
+        "k",
+        dims([1, 1, 1], [inputs.len() as u32, 1, 1], 0),
+        Params::new().ptr(out),
+        &mut mem,
+    )
+    .expect("runs");
+    let got: Vec<f32> = mem.u32s(out).into_iter().map(f32::from_bits).collect();
+    assert_eq!(got, [0.0, 0.25, 1.0, 0.0, 0.0, 0.75]);
+}
+
+/// `match.any.sync.b32`: the lanes holding the same value;
+/// `match.all.sync.b32 d|p`: the mask and true when every lane agrees.
+#[test]
+fn match_sync_groups_lanes_by_value() {
+    // Value: lane % 3 for `any`; all lanes 7 (and then one 8) for `all`.
+    let m = kernel_with(
+        "",
+        "rem.u32 %r2, %r1, 3;\nmatch.any.sync.b32 %r3, %r2, -1;\n\
+         mov.u32 %r4, 7;\nmatch.all.sync.b32 %r5|%p1, %r4, -1;\n\
+         setp.eq.u32 %p2, %r1, 5;\nselp.u32 %r6, 8, 7, %p2;\n\
+         match.all.sync.b32 %r7|%p3, %r6, -1;\n\
+         selp.u32 %r8, 1, 0, %p1;\nselp.u32 %r9, 1, 0, %p3;\n\
+         setp.eq.u32 %p4, %r5, -1;\nselp.u32 %r10, 1, 0, %p4;\n\
+         setp.eq.u32 %p5, %r7, 0;\nselp.u32 %r11, 1, 0, %p5;\n\
+         add.u32 %r8, %r8, %r10;\nshl.b32 %r9, %r9, 4;\nadd.u32 %r8, %r8, %r9;\n\
+         shl.b32 %r11, %r11, 8;\nadd.u32 %r8, %r8, %r11;\n\
+         xor.b32 %r12, %r3, %r8;\nst.global.u32 [%rd3], %r3;\n\
+         mul.wide.u32 %rd6, %r1, 4;\nadd.s64 %rd7, %rd3, 128;\nst.global.u32 [%rd7], %r8;",
+    );
+    let (r, out) = run_k(&m, 32, 64);
+    r.unwrap();
+    let by_rem = |k: u32| (0..32).filter(|l| l % 3 == k).fold(0u32, |m, l| m | 1 << l);
+    for l in 0..32u32 {
+        assert_eq!(out[l as usize], by_rem(l % 3), "any, lane {l}");
+        // all-7 agrees (p1 = 1, d = full mask), one 8 breaks it (p3 = 0, d = 0).
+        assert_eq!(out[32 + l as usize], 1 + 1 + (1 << 8), "all, lane {l}");
+    }
+}

@@ -120,6 +120,7 @@ pub(crate) fn known(opcode: &str) -> bool {
             | "brkpt"
             | "shfl"
             | "vote"
+            | "match"
             | "activemask"
             | "redux"
             | "atom"
@@ -1025,7 +1026,13 @@ impl FuncParser<'_> {
                     (false, true) => CvtKind::FloatInt(irnd.ok_or_else(unsup)?),
                     (true, true) => {
                         if dty == sty {
-                            CvtKind::FloatRound(irnd.ok_or_else(unsup)?)
+                            match irnd {
+                                Some(r) => CvtKind::FloatRound(r),
+                                // No rounding to an integer: a copy with
+                                // `.ftz` and `.sat` applied.
+                                None if frnd.is_none() => CvtKind::FloatFloat(Rnd::Rn),
+                                None => return Err(unsup()),
+                            }
                         } else if dty.bits() > sty.bits() {
                             // Widening is exact.
                             CvtKind::FloatFloat(Rnd::Rn)
@@ -1256,6 +1263,36 @@ impl FuncParser<'_> {
                     mode,
                     d: self.dst(&ops[0], line)?,
                     a: self.src(&ops[1], Ty::Pred, line)?,
+                    mask: self.src(&ops[2], Ty::B32, line)?,
+                }
+            }
+            "match" => {
+                // `match.any.sync.b32 d, a, mask`; `match.all.sync.b32 d{|p}, a, mask`.
+                if !m.has("sync") {
+                    return Err(unsup());
+                }
+                let all = match m.one_of(&["any", "all"]) {
+                    Some("all") => true,
+                    Some(_) => false,
+                    None => return Err(unsup()),
+                };
+                let ty = one_ty(&mut m).ok_or_else(unsup)?;
+                let bits = match ty {
+                    Ty::B32 => 32,
+                    Ty::B64 => 64,
+                    _ => return Err(unsup()),
+                };
+                want(3)?;
+                let (d, dp) = match &ops[0] {
+                    Opnd::Pair(d, p) if all => (self.dst(d, line)?, Some(self.dst(p, line)?)),
+                    o => (self.dst(o, line)?, None),
+                };
+                Op::Match {
+                    all,
+                    bits,
+                    d,
+                    dp,
+                    a: self.src(&ops[1], ty, line)?,
                     mask: self.src(&ops[2], Ty::B32, line)?,
                 }
             }
