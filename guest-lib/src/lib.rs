@@ -40,6 +40,7 @@ mod launch;
 mod md2;
 mod memory;
 mod module;
+mod pool;
 mod proc_address;
 mod state;
 mod stream;

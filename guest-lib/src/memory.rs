@@ -92,17 +92,35 @@ fn slice_mut<'a>(p: *mut c_void, n: usize) -> Result<&'a mut [u8], CUresult> {
     Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), n) })
 }
 
+/// Allocates `size` bytes of device memory, counted against the VM's
+/// quota, and records it as this process's.
+pub fn device_alloc(size: u64) -> Result<u64, CUresult> {
+    require_current()?;
+    if size == 0 {
+        return Err(err::INVALID_VALUE);
+    }
+    let p = state::with(|cu| cu.mem_alloc(size))?;
+    DEVICE.lock().map_err(|_| err::UNKNOWN)?.insert(p, size);
+    Ok(p)
+}
+
+/// Frees an allocation of this process (0: nothing).
+pub fn device_free(dptr: CUdeviceptr) -> Result<(), CUresult> {
+    state::device()?;
+    if dptr == 0 {
+        return Ok(());
+    }
+    state::with(|cu| cu.mem_free(dptr))?;
+    DEVICE.lock().map_err(|_| err::UNKNOWN)?.remove(&dptr);
+    Ok(())
+}
+
 fn alloc(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
     ffi_result(|| {
-        require_current()?;
-        if size == 0 {
+        if dptr.is_null() {
             return Err(err::INVALID_VALUE);
         }
-        let p = state::with(|cu| cu.mem_alloc(size as u64))?;
-        DEVICE
-            .lock()
-            .map_err(|_| err::UNKNOWN)?
-            .insert(p, size as u64);
+        let p = device_alloc(size as u64)?;
         // SAFETY: caller passes a writable slot (checked for null).
         unsafe { out(dptr, p) }
     })
@@ -141,12 +159,8 @@ pub extern "C" fn cuMemAllocPitch_v2(
 #[no_mangle]
 pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     ffi_result(|| {
-        state::device()?;
-        if dptr == 0 {
-            return Ok(());
-        }
-        state::with(|cu| cu.mem_free(dptr))?;
-        DEVICE.lock().map_err(|_| err::UNKNOWN)?.remove(&dptr);
+        device_free(dptr)?;
+        crate::pool::forget(dptr);
         Ok(())
     })
 }

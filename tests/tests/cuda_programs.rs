@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 9] = [
+const COMPUTE_PROGRAMS: [&str; 10] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -279,6 +279,7 @@ const COMPUTE_PROGRAMS: [&str; 9] = [
     "struct_arg",
     "func_attributes",
     "globals",
+    "stream_ordered",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -491,6 +492,7 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
         "matmul",
         "func_attributes",
         "globals",
+        "stream_ordered",
     ] {
         for v in VARIANTS {
             runs.push((format!("{p}-{v}"), v));

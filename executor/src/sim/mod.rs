@@ -636,6 +636,7 @@ fn attributes(sm_count: u32) -> Vec<(i32, i32)> {
         (84, 0),       // MULTI_GPU_BOARD
         (97, 232_448), // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
         (106, 32),     // MAX_BLOCKS_PER_MULTIPROCESSOR
+        (115, 1),      // MEMORY_POOLS_SUPPORTED (the guest library's pools)
     ]
 }
 
