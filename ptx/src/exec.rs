@@ -20,6 +20,7 @@
 
 use crate::float::*;
 use crate::ir::*;
+use crate::printf;
 use crate::{Dims, Error, Limits, Memory, RunStats};
 use crate::{GLOBALS_BASE, LOCAL_WINDOW, PARAM_WINDOW, SHARED_WINDOW, WINDOW_SIZE};
 
@@ -75,6 +76,11 @@ pub(crate) struct Launch<'a> {
     pub globals: &'a mut [u8],
     /// The caller's second address of `globals` (0: none).
     pub globals_alias: u64,
+    /// Where `printf` and failed assertions write (None: discarded), and
+    /// how long it may grow: text that would pass the limit is dropped, as
+    /// a full FIFO drops it on a GPU.
+    output: Option<&'a mut Vec<u8>>,
+    output_limit: usize,
     pub limits: &'a Limits,
     /// Instructions executed so far, over all threads.
     insts: u64,
@@ -149,6 +155,8 @@ impl<'a> Launch<'a> {
     ) -> Launch<'a> {
         Launch {
             globals_alias,
+            output: None,
+            output_limit: 0,
             func,
             dims,
             params,
@@ -165,6 +173,129 @@ impl<'a> Launch<'a> {
             arrivals: [0; BARRIERS],
             counts: [None; BARRIERS],
         }
+    }
+
+    /// Makes `printf` and failed assertions append to `out`, up to `limit`
+    /// bytes in all.
+    pub(crate) fn with_output(mut self, out: &'a mut Vec<u8>, limit: usize) -> Launch<'a> {
+        self.output = Some(out);
+        self.output_limit = limit;
+        self
+    }
+
+    /// Appends `text` to the output if it fits in what is left of it.
+    fn emit(&mut self, text: &[u8]) {
+        let limit = self.output_limit;
+        if let Some(out) = self.output.as_deref_mut() {
+            if out.len().saturating_add(text.len()) <= limit {
+                out.extend_from_slice(text);
+            }
+        }
+    }
+
+    /// A u64 the caller put in param-space variable `at`.
+    fn param_u64(&mut self, w: &Warp, l: usize, at: u32) -> Result<u64, Error> {
+        let mut b = [0u8; 8];
+        self.load(w, l, Space::Param, u64::from(at), &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// The NUL-terminated string at generic address `addr`, at most
+    /// [`printf::MAX_STRING`] bytes of it.
+    fn string_at(&mut self, w: &Warp, l: usize, addr: u64) -> Result<Vec<u8>, Error> {
+        let mut s = Vec::new();
+        while s.len() < printf::MAX_STRING {
+            let mut b = [0u8; 1];
+            self.load(
+                w,
+                l,
+                Space::Generic,
+                addr.wrapping_add(s.len() as u64),
+                &mut b,
+            )?;
+            if b[0] == 0 {
+                break;
+            }
+            s.push(b[0]);
+        }
+        Ok(s)
+    }
+
+    /// `vprintf` for lane `l`: the number of arguments it used, -1 for a
+    /// NULL format.
+    fn printf(&mut self, w: &Warp, l: usize, fmt: u32, args: u32) -> Result<i32, Error> {
+        let fmt = self.param_u64(w, l, fmt)?;
+        if fmt == 0 {
+            return Ok(-1);
+        }
+        let args = self.param_u64(w, l, args)?;
+        let text = self.string_at(w, l, fmt)?;
+        struct Lane<'x, 'a> {
+            launch: &'x mut Launch<'a>,
+            w: &'x Warp,
+            l: usize,
+            args: u64,
+            err: Option<Error>,
+        }
+        impl printf::Source for Lane<'_, '_> {
+            fn string(&mut self, addr: u64) -> Option<Vec<u8>> {
+                self.launch
+                    .string_at(self.w, self.l, addr)
+                    .map_err(|e| self.err = Some(e))
+                    .ok()
+            }
+            fn arg(&mut self, off: u64, len: u64) -> Option<u64> {
+                let mut b = [0u8; 8];
+                let at = self.args.wrapping_add(off);
+                self.launch
+                    .load(self.w, self.l, Space::Generic, at, &mut b[..len as usize])
+                    .map_err(|e| self.err = Some(e))
+                    .ok()?;
+                Some(u64::from_le_bytes(b))
+            }
+        }
+        let mut lane = Lane {
+            launch: self,
+            w,
+            l,
+            args,
+            err: None,
+        };
+        match printf::format(&text, &mut lane) {
+            Some((out, used)) => {
+                self.emit(&out);
+                Ok(used as i32)
+            }
+            None => Err(lane.err.unwrap_or(Error::OutOfBounds {
+                space: "generic",
+                addr: args,
+                len: 0,
+            })),
+        }
+    }
+
+    /// `__assertfail`: prints the message as the CUDA runtime does.
+    fn assert_fail(&mut self, w: &Warp, l: usize, args: [u32; 5]) -> Result<(), Error> {
+        let mut text = |k: usize| -> Result<String, Error> {
+            let p = self.param_u64(w, l, args[k])?;
+            Ok(String::from_utf8_lossy(&self.string_at(w, l, p)?).into_owned())
+        };
+        let (message, file, function) = (text(0)?, text(1)?, text(3)?);
+        let mut b = [0u8; 4];
+        self.load(w, l, Space::Param, u64::from(args[2]), &mut b)?;
+        let line = u32::from_le_bytes(b);
+        let id = |s: Sreg| self.rd(w, Src::Sreg(s), l);
+        let line = format!(
+            "{file}:{line}: {function}: block: [{},{},{}], thread: [{},{},{}] Assertion `{message}` failed.\n",
+            id(Sreg::Ctaid(0)),
+            id(Sreg::Ctaid(1)),
+            id(Sreg::Ctaid(2)),
+            id(Sreg::Tid(0)),
+            id(Sreg::Tid(1)),
+            id(Sreg::Tid(2)),
+        );
+        self.emit(line.as_bytes());
+        Ok(())
     }
 
     /// Checks the launch against the kernel and the limits, then runs every
@@ -1358,6 +1489,20 @@ impl<'a> Launch<'a> {
                 return Err(Error::Unsupported {
                     what: format!("call (line {line})"),
                 })
+            }
+            Op::Printf { fmt, args, ret } => {
+                for l in bits_of(exec) {
+                    let n = self.printf(w, l, fmt, args)?;
+                    if let Some(r) = ret {
+                        self.store(w, l, Space::Param, u64::from(r), &n.to_le_bytes())?;
+                    }
+                }
+            }
+            Op::AssertFail { args } => {
+                for l in bits_of(exec) {
+                    self.assert_fail(w, l, args)?;
+                }
+                return Err(Error::Assert);
             }
             Op::Nop => {}
             Op::Trap => return Err(Error::Trap),

@@ -661,6 +661,18 @@ pub(crate) enum Op {
         a: Src,
         mask: Src,
     },
+    /// `call vprintf, (fmt, args)`: formats into the launch's output. The
+    /// operands are param-space addresses of the caller's variables.
+    Printf {
+        fmt: u32,
+        args: u32,
+        ret: Option<u32>,
+    },
+    /// `call __assertfail, (message, file, line, function, char_size)`:
+    /// prints the failed assertion and stops the launch.
+    AssertFail {
+        args: [u32; 5],
+    },
     /// `call` of a `.func`; replaced by the callee's body when the module
     /// is loaded.
     Call {
@@ -920,6 +932,8 @@ impl Op {
             | Op::Ret
             | Op::Exit
             | Op::Call { .. }
+            | Op::Printf { .. }
+            | Op::AssertFail { .. }
             | Op::ParamCopy { .. }
             | Op::Nop
             | Op::Trap

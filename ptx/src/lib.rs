@@ -137,6 +137,7 @@ mod float;
 mod ir;
 mod lex;
 mod parse;
+mod printf;
 
 use std::collections::HashMap;
 
@@ -195,6 +196,10 @@ pub enum Error {
     /// The kernel executed `trap` (or `brkpt`).
     #[error("kernel trapped")]
     Trap,
+    /// A device-side `assert` failed (`__assertfail`); its message is in
+    /// the launch's output.
+    #[error("device-side assertion failed")]
+    Assert,
     /// [`Limits::max_instructions`] was reached.
     #[error("instruction budget of {0} exhausted")]
     Budget(u64),
@@ -468,7 +473,9 @@ impl Module {
         }
     }
 
-    /// Runs kernel `name` over the whole grid, to completion.
+    /// Runs kernel `name` over the whole grid, to completion. What its
+    /// `printf`s and failed assertions print is discarded (see
+    /// [`Module::run_with_output`]).
     pub fn run(
         &self,
         globals: &mut Globals,
@@ -477,6 +484,47 @@ impl Module {
         params: &[u8],
         memory: &mut dyn Memory,
         limits: &Limits,
+    ) -> Result<RunStats, Error> {
+        self.launch(globals, name, dims, params, memory, limits, None)
+    }
+
+    /// As [`Module::run`], appending what the kernel prints (`printf`, and
+    /// the message of a failed `assert`, after which the launch fails with
+    /// [`Error::Assert`]) to `output`, which grows to at most `limit` bytes:
+    /// text that does not fit is dropped, as from a GPU's full printf FIFO.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_with_output(
+        &self,
+        globals: &mut Globals,
+        name: &str,
+        dims: &Dims,
+        params: &[u8],
+        memory: &mut dyn Memory,
+        limits: &Limits,
+        output: &mut Vec<u8>,
+        limit: usize,
+    ) -> Result<RunStats, Error> {
+        self.launch(
+            globals,
+            name,
+            dims,
+            params,
+            memory,
+            limits,
+            Some((output, limit)),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        &self,
+        globals: &mut Globals,
+        name: &str,
+        dims: &Dims,
+        params: &[u8],
+        memory: &mut dyn Memory,
+        limits: &Limits,
+        output: Option<(&mut Vec<u8>, usize)>,
     ) -> Result<RunStats, Error> {
         let &i = self
             .kernels
@@ -487,7 +535,7 @@ impl Module {
                 "module variables of another module".into(),
             ));
         }
-        exec::Launch::new(
+        let launch = exec::Launch::new(
             &self.funcs[i],
             dims,
             params,
@@ -495,7 +543,10 @@ impl Module {
             &mut globals.bytes,
             globals.alias,
             limits,
-        )
-        .run()
+        );
+        match output {
+            Some((out, limit)) => launch.with_output(out, limit).run(),
+            None => launch.run(),
+        }
     }
 }

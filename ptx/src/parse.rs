@@ -1595,14 +1595,26 @@ fn splice(
                 f.local_bytes = f.local_bytes.max(c.local_bytes);
                 f.scratch_end = f.scratch_end.max(c.scratch_end);
             }
-            (Op::Call { func, .. }, None) => {
+            (Op::Call { func, rets, args }, None) => {
                 let name = names.get(*func as usize).map_or("?", String::as_str);
-                out.push(Inst {
-                    guard: inst.guard,
-                    op: unsupported(&format!(
+                let op = match (name, &args[..], &rets[..]) {
+                    // The CUDA runtime's device functions the driver provides.
+                    ("vprintf", &[fmt, a], rets) if rets.len() <= 1 => Op::Printf {
+                        fmt,
+                        args: a,
+                        ret: rets.first().copied(),
+                    },
+                    ("__assertfail", &[m, fl, ln, fun, size], []) => Op::AssertFail {
+                        args: [m, fl, ln, fun, size],
+                    },
+                    _ => unsupported(&format!(
                         "call of {} (no body, recursive, or mismatched arguments; line {line})",
                         clip(name, MAX_QUOTED)
                     )),
+                };
+                out.push(Inst {
+                    guard: inst.guard,
+                    op,
                     line,
                 });
             }

@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use fairgpu_ptx::{Error, Limits};
 
 #[test]
 fn vecadd() {
@@ -992,4 +993,93 @@ fn packed_half_precision_arithmetic() {
         }
         assert_eq!(out[2 * i..2 * i + 2], want, "{i}");
     }
+}
+
+/// `printf` in a kernel (nvcc's `vprintf` call): each thread's line, with
+/// its conversions formatted as the C library formats them, in the
+/// launch's output; nothing printed beyond the output's limit.
+#[test]
+fn printf_writes_each_threads_line() {
+    let m = kernel("prints");
+    let mut g = m.globals();
+    let v: Vec<u32> = vec![3, 10, 7, 0];
+    let mut mem = VecMemory::default();
+    let pv = mem.alloc_u32(&v);
+    let p = Params::new().ptr(pv).i32(4);
+    let mut out = Vec::new();
+    m.run_with_output(
+        &mut g,
+        "prints",
+        &dims([2, 1, 1], [2, 1, 1], 0),
+        &p.0,
+        &mut mem,
+        &Limits::default(),
+        &mut out,
+        1 << 20,
+    )
+    .expect("runs");
+    let text = String::from_utf8(out).expect("utf-8");
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_unstable();
+    let want = |t: u32, b: u32, x: u32| {
+        let i = b * 2 + t;
+        format!(
+            "thread {t} of block {b}: v={x} {:5.2} {}|{}|{}|{x:x}",
+            f64::from(x) * 0.5,
+            if i % 2 == 1 { "odd" } else { "even" },
+            char::from(b'A' + i as u8),
+            i64::from(x) << 33
+        )
+    };
+    let mut expected = vec![want(0, 0, 3), want(1, 0, 10), want(0, 1, 7), want(1, 1, 0)];
+    expected.sort_unstable();
+    assert_eq!(lines, expected);
+    // A limit shorter than one line drops them all.
+    let mut small = Vec::new();
+    m.run_with_output(
+        &mut g,
+        "prints",
+        &dims([1, 1, 1], [1, 1, 1], 0),
+        &p.0,
+        &mut mem,
+        &Limits::default(),
+        &mut small,
+        10,
+    )
+    .expect("runs");
+    assert!(small.is_empty());
+}
+
+/// `assert` in a kernel (nvcc's `__assertfail`): the runtime's message for
+/// each failing thread, then the launch fails with `Error::Assert`.
+#[test]
+fn a_failed_assert_prints_and_stops_the_launch() {
+    let m = kernel("prints");
+    let mut g = m.globals();
+    let mut mem = VecMemory::default();
+    let ok = mem.alloc_u32(&[1, 2, 3, 4]);
+    let mut out = Vec::new();
+    let run = |mem: &mut VecMemory, g: &mut fairgpu_ptx::Globals, out: &mut Vec<u8>, v| {
+        m.run_with_output(
+            g,
+            "checks",
+            &dims([1, 1, 1], [4, 1, 1], 0),
+            &Params::new().ptr(v).i32(4).0,
+            mem,
+            &Limits::default(),
+            out,
+            1 << 20,
+        )
+    };
+    run(&mut mem, &mut g, &mut out, ok).expect("no assertion fails");
+    assert!(out.is_empty());
+    let bad = mem.alloc_u32(&[1, (-5i32) as u32, 3, 4]);
+    assert_eq!(run(&mut mem, &mut g, &mut out, bad), Err(Error::Assert));
+    let text = String::from_utf8(out).expect("utf-8");
+    assert!(
+        text.contains("prints.cu:")
+            && text.contains("block: [0,0,0], thread: [1,0,0] Assertion `v[i] >= 0` failed."),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 1, "{text}");
 }
