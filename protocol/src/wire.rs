@@ -264,6 +264,8 @@ impl Status {
     pub const NOT_READY: Status = Status(600);
     /// CUDA_ERROR_LAUNCH_FAILED.
     pub const LAUNCH_FAILED: Status = Status(719);
+    /// CUDA_ERROR_ASSERT: a device-side assertion failed (sticky).
+    pub const ASSERT: Status = Status(710);
     /// CUDA_ERROR_ILLEGAL_ADDRESS.
     pub const ILLEGAL_ADDRESS: Status = Status(700);
     /// CUDA_ERROR_NOT_SUPPORTED.
@@ -304,6 +306,7 @@ impl std::fmt::Display for Status {
             Status::NOT_FOUND => "CUDA_ERROR_NOT_FOUND",
             Status::NOT_READY => "CUDA_ERROR_NOT_READY",
             Status::LAUNCH_FAILED => "CUDA_ERROR_LAUNCH_FAILED",
+            Status::ASSERT => "CUDA_ERROR_ASSERT",
             Status::ILLEGAL_ADDRESS => "CUDA_ERROR_ILLEGAL_ADDRESS",
             Status::NOT_SUPPORTED => "CUDA_ERROR_NOT_SUPPORTED",
             Status::UNKNOWN => "CUDA_ERROR_UNKNOWN",

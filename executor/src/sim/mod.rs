@@ -996,6 +996,7 @@ fn execution_error(kernel: &str, e: &ptx::Error, wrote: bool) -> (ExecError, boo
         ptx::Error::OutOfBounds { .. } => (fault(Status::ILLEGAL_ADDRESS), true),
         ptx::Error::Misaligned { .. } => (fault(MISALIGNED_ADDRESS), true),
         ptx::Error::Trap => (fault(Status::LAUNCH_FAILED), true),
+        ptx::Error::Assert => (fault(Status::ASSERT), true),
         ptx::Error::Budget(_) | ptx::Error::Deadlock(..) => (fault(LAUNCH_TIMEOUT), true),
         _ if wrote => (fault(Status::LAUNCH_FAILED), true),
         ptx::Error::BadLaunch(_) => (fault(Status::INVALID_VALUE), false),
