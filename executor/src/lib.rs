@@ -334,6 +334,17 @@ pub trait GpuExecutor: Send {
     /// see what they write.
     fn module_global(&mut self, ctx: CtxId, module: ModId, name: &str)
         -> ExecResult<(DevPtr, u64)>;
+    /// Whether function `f` can print (device `printf` or `assert`): its
+    /// launches may leave output for [`GpuExecutor::take_output`].
+    fn function_prints(&mut self, _ctx: CtxId, _f: FnId) -> bool {
+        false
+    }
+    /// Takes up to `max` bytes of what the context's kernels printed, in
+    /// order, and says how many more wait. An executor whose device prints
+    /// elsewhere (a real driver prints to the worker's own stdout) has none.
+    fn take_output(&mut self, _ctx: CtxId, _max: usize) -> ExecResult<(Vec<u8>, u64)> {
+        Ok((Vec::new(), 0))
+    }
     /// `cuFuncGetAttribute`: a [`func_attr`] value of function `f`, which
     /// describes the code this executor runs for it.
     fn function_attribute(&mut self, ctx: CtxId, f: FnId, attr: i32) -> ExecResult<i32>;

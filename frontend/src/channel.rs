@@ -355,6 +355,24 @@ impl Channel {
         self.sync_call(op, args, input, output, false)
     }
 
+    /// As [`Channel::call_with`], for a call that must not consume the
+    /// error of an earlier fire-and-forget request (taking printed output
+    /// after a failed kernel): such an error is kept for the next call.
+    pub fn call_with_keeping_errors(
+        &mut self,
+        op: Opcode,
+        args: [u64; REQUEST_ARGS],
+        input: &[u8],
+        output: &mut [u8],
+    ) -> Result<Reply, CallError> {
+        self.check_usable()?;
+        if self.in_flight != 0 {
+            return Err(CallError::Busy(self.in_flight));
+        }
+        let t = self.submit(op, args, input, output.len(), true)?;
+        self.complete_with(t, output, Deferred::Keep)
+    }
+
     /// [`Channel::call_with`]; with `owns_deferred`, a fire-and-forget
     /// failure reported with the response is this call's own error.
     fn sync_call(
@@ -370,7 +388,12 @@ impl Channel {
             return Err(CallError::Busy(self.in_flight));
         }
         let t = self.submit(op, args, input, output.len(), true)?;
-        self.complete(t, output, owns_deferred)
+        let mode = if owns_deferred {
+            Deferred::Own
+        } else {
+            Deferred::Report
+        };
+        self.complete_with(t, output, mode)
     }
 
     /// A fire-and-forget call: returns once the request is in the ring. Its
@@ -460,7 +483,7 @@ impl Channel {
             };
             let start = i * chunk;
             let end = (start + chunk).min(out.len());
-            match self.complete(t, &mut out[start..end], false) {
+            match self.complete_with(t, &mut out[start..end], Deferred::Report) {
                 Ok(_) => {}
                 Err(e) if e.is_fatal() => return Err(e),
                 Err(e) => {
@@ -568,22 +591,31 @@ impl Channel {
     /// Waits for the response to `t` and copies its output. With
     /// `owns_deferred`, a fire-and-forget failure the response reports is
     /// this call's own error.
-    fn complete(
+    fn complete_with(
         &mut self,
         t: Ticket,
         output: &mut [u8],
-        owns_deferred: bool,
+        mode: Deferred,
     ) -> Result<Reply, CallError> {
         let mut resp =
             self.wait(|c| c.resp.pop().map_err(|e| CallError::Protocol(e.to_string())))?;
         self.in_flight -= 1;
         self.async_covered = self.async_covered.max(t.async_before);
-        if owns_deferred && resp.deferred != 0 {
-            // The first failure: an earlier chunk's, before this one's.
-            resp.status = resp.deferred;
-            resp.deferred = 0;
+        match mode {
+            Deferred::Own if resp.deferred != 0 => {
+                // The first failure: an earlier chunk's, before this one's.
+                resp.status = resp.deferred;
+                resp.deferred = 0;
+            }
+            Deferred::Keep if resp.deferred != 0 => {
+                if self.deferred.is_none() {
+                    self.deferred = Some(Status(resp.deferred));
+                }
+                resp.deferred = 0;
+            }
+            _ => {}
         }
-        let res = self.finish(t, resp, output);
+        let res = self.finish(t, resp, output, mode != Deferred::Keep);
         self.arena.responded(t.idx);
         self.arena
             .reclaim(self.req.refresh_head().unwrap_or(self.req.tail()));
@@ -595,6 +627,7 @@ impl Channel {
         t: Ticket,
         resp: fairgpu_protocol::Response,
         output: &mut [u8],
+        report_deferred: bool,
     ) -> Result<Reply, CallError> {
         // Responses come in request order, so this must answer `t`.
         if resp.call_id != t.call_id {
@@ -619,12 +652,14 @@ impl Channel {
             }
             return Err(CallError::Cuda(Status(resp.status)));
         }
-        if let Some(s) = self
-            .deferred
-            .take()
-            .or((resp.deferred != 0).then_some(Status(resp.deferred)))
-        {
-            return Err(CallError::Deferred(s));
+        if report_deferred {
+            if let Some(s) = self
+                .deferred
+                .take()
+                .or((resp.deferred != 0).then_some(Status(resp.deferred)))
+            {
+                return Err(CallError::Deferred(s));
+            }
         }
         Ok(Reply {
             vals: resp.vals,
@@ -1104,4 +1139,16 @@ mod tests {
         child.wait().expect("reaping");
         assert!(!pid_alive(pid));
     }
+}
+
+/// What a synchronous call does with the first failure of earlier
+/// fire-and-forget requests that its response reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deferred {
+    /// Returns it as [`CallError::Deferred`] (the usual case).
+    Report,
+    /// Treats it as this call's own error (the last chunk of a bulk send).
+    Own,
+    /// Keeps it for the next call, which reports it.
+    Keep,
 }

@@ -20,6 +20,10 @@ pub struct Kernel {
     pub handle: u64,
     /// Offset and size of each parameter in the packed buffer.
     pub params: Vec<ParamInfo>,
+    /// Whether the kernel can print (device `printf`, `assert`): after
+    /// launching it, take the output at the next flush point
+    /// ([`Cuda::take_output`]).
+    pub prints: bool,
 }
 
 impl Kernel {
@@ -255,7 +259,35 @@ impl Cuda {
         Ok(Kernel {
             handle: r.vals[0],
             params,
+            prints: r.vals[2] & 1 != 0,
         })
+    }
+
+    /// Appends to `out` everything the channel's kernels printed and the
+    /// host still holds, in order.
+    pub fn take_output(&mut self, out: &mut Vec<u8>) -> Result<(), CallError> {
+        /// Bytes asked for per request.
+        const CHUNK: usize = 64 << 10;
+        /// Most bytes one call takes (a host keeps at most 1 MiB).
+        const MAX_TAKEN: usize = 4 << 20;
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            // An earlier launch's failure stays for the next call: this one
+            // only takes what was printed.
+            let r = self.ch.call_with_keeping_errors(
+                Opcode::CtxTakeOutput,
+                args(&[]),
+                &[],
+                &mut buf,
+            )?;
+            let n = (r.data_len as usize).min(buf.len());
+            out.extend_from_slice(&buf[..n]);
+            // Stop when nothing is left, or nothing came, or at a bound (a
+            // host that keeps saying "more" would loop forever).
+            if r.vals[0] == 0 || n == 0 || out.len() >= MAX_TAKEN {
+                return Ok(());
+            }
+        }
     }
 
     /// `cuModuleGetGlobal`: the device address and size of module variable

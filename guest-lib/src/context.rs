@@ -416,7 +416,7 @@ pub extern "C" fn cuCtxSetLimit(limit: u32, value: usize) -> CUresult {
 fn synchronize() -> CUresult {
     ffi_result(|| {
         require_current()?;
-        state::with(|cu| cu.ctx_synchronize())
+        state::with_sync(|cu| cu.ctx_synchronize())
     })
 }
 
@@ -430,7 +430,7 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
 #[no_mangle]
 pub extern "C" fn cuCtxSynchronize_v2(_ctx: CUcontext) -> CUresult {
     ffi(|| match state::device() {
-        Ok(_) => ffi_result(|| state::with(|cu| cu.ctx_synchronize())),
+        Ok(_) => ffi_result(|| state::with_sync(|cu| cu.ctx_synchronize())),
         Err(e) => e,
     })
 }

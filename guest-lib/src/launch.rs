@@ -128,7 +128,11 @@ fn launch(
         // SAFETY: the arguments come straight from the application's launch.
         let buf = unsafe { pack(func, params, extra)? };
         let stream = stream_handle(s);
-        state::with(|cu| cu.launch(func.host, grid, block, shared, stream, &buf))
+        state::with(|cu| cu.launch(func.host, grid, block, shared, stream, &buf))?;
+        if func.prints {
+            state::note_printing_launch();
+        }
+        Ok(())
     })
 }
 

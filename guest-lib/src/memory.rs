@@ -221,8 +221,9 @@ fn dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize, stream: CUstream) -> CUres
         require_current()?;
         let out = slice_mut(dst, n)?;
         let s = stream_handle(stream);
-        // Also for the async form: the bytes come back with the response.
-        state::with(|cu| cu.memcpy_dtoh(out, src, s))
+        // Also for the async form: the bytes come back with the response,
+        // so this is a blocking copy, where printed output is flushed.
+        state::with_sync(|cu| cu.memcpy_dtoh(out, src, s))
     })
 }
 

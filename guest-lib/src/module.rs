@@ -37,6 +37,8 @@ pub struct GuestFunction {
     pub host: u64,
     /// Parameter layout.
     pub params: Vec<ParamInfo>,
+    /// Whether the kernel can print (its launches leave output to take).
+    pub prints: bool,
     name: CString,
     module: usize,
     /// The host's MAX_DYNAMIC_SHARED_SIZE_BYTES, once asked (-1 before), so
@@ -206,7 +208,7 @@ pub fn load(image: *const c_void) -> Result<*mut GuestModule, CUresult> {
 fn unload(m: CUmodule) -> Result<(), CUresult> {
     state::device()?;
     let module = module_ref(m)?;
-    state::with(|cu| cu.module_unload(module.host))?;
+    state::with_sync(|cu| cu.module_unload(module.host))?;
     forget(&MODULES, m as usize);
     crate::memory::forget_globals(m as usize);
     for f in module.functions.lock().map_err(|_| err::UNKNOWN)?.values() {
@@ -236,6 +238,7 @@ fn get_function(m: CUmodule, name: *const c_char) -> Result<*mut GuestFunction, 
     let k = state::with(|cu| cu.module_get_function(module.host, &key))?;
     let f = Box::into_raw(Box::new(GuestFunction {
         host: k.handle,
+        prints: k.prints,
         params: k.params,
         name: name.to_owned(),
         module: m as usize,

@@ -6,6 +6,7 @@
 //! of one process serialize on the producer side of their channel.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use fairgpu_frontend::cuda::Cuda;
@@ -76,6 +77,9 @@ fn connect() -> Result<DeviceInfo, CUresult> {
     // Release the channel when the process exits normally; a killed process
     // has its channel reclaimed by the host.
     extern "C" fn release_at_exit() {
+        // What kernels printed and no synchronization took yet is printed
+        // now, as the driver does when the context goes.
+        flush_output();
         if let Ok(mut g) = CONN.lock() {
             drop(g.take());
         }
@@ -101,6 +105,74 @@ pub fn device() -> Result<&'static DeviceInfo, CUresult> {
         Some(r) => r.as_ref().map_err(|e| *e),
         None => Err(err::NOT_INITIALIZED),
     }
+}
+
+/// Kernels that can print were launched since their output was last
+/// taken. Relaxed: a hint within this process; the output itself travels
+/// in order on the channel, behind the launches that made it, and a flag
+/// set after a flush took it is seen by a later flush.
+static OUTPUT_PENDING: AtomicBool = AtomicBool::new(false);
+
+/// Records the launch of a kernel that can print.
+pub fn note_printing_launch() {
+    OUTPUT_PENDING.store(true, Ordering::Relaxed);
+}
+
+/// Writes what the kernels printed to the program's stdout, as the driver
+/// does at synchronization points; nothing to do (no round trip) unless a
+/// kernel that can print was launched since the last flush.
+pub fn flush_output() {
+    if !OUTPUT_PENDING.swap(false, Ordering::Relaxed) {
+        return;
+    }
+    let mut out = Vec::new();
+    {
+        let mut g = CONN.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(cu) = g.as_mut() {
+            // An error leaves what came so far; the call that failed says why.
+            let _ = cu.take_output(&mut out);
+        }
+    }
+    write_output(&out);
+}
+
+/// Writes printed output records to the C library's `stdout` (printf) or
+/// `stderr` (assert messages), behind what the program printed itself, and
+/// flushes them.
+fn write_output(bytes: &[u8]) {
+    unsafe extern "C" {
+        /// The C library's standard output stream.
+        static mut stdout: *mut libc::FILE;
+        /// The C library's standard error stream.
+        static mut stderr: *mut libc::FILE;
+    }
+    for (stream, text) in fairgpu_protocol::cuda::output_records(bytes) {
+        // SAFETY: `stdout` and `stderr` are the C library's streams, valid
+        // for the life of the process (read by value, no reference taken);
+        // fwrite reads `text.len()` bytes of a live slice; fwrite and
+        // fflush lock the stream themselves.
+        unsafe {
+            let out = if stream == fairgpu_protocol::cuda::STDERR {
+                stderr
+            } else {
+                stdout
+            };
+            if !out.is_null() && !text.is_empty() {
+                libc::fwrite(text.as_ptr().cast(), 1, text.len(), out);
+                libc::fflush(out);
+            }
+        }
+    }
+}
+
+/// [`with`] at a point where the driver flushes kernels' printed output
+/// (synchronizations, blocking copies, module unloads): the output is
+/// written after `f`, whatever `f` returned (a failed `assert`'s message
+/// comes with the error it caused).
+pub fn with_sync<T>(f: impl FnOnce(&mut Cuda) -> Result<T, CallError>) -> Result<T, CUresult> {
+    let r = with(f);
+    flush_output();
+    r
 }
 
 /// Runs `f` on the channel; maps its error to a CUresult.

@@ -78,7 +78,7 @@ pub extern "C" fn cuStreamDestroy_v2(s: CUstream) -> CUresult {
 fn synchronize(s: CUstream) -> CUresult {
     ffi_result(|| {
         require_current()?;
-        state::with(|cu| cu.stream_synchronize(stream_handle(s)))
+        state::with_sync(|cu| cu.stream_synchronize(stream_handle(s)))
     })
 }
 
@@ -339,7 +339,7 @@ pub extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
 pub extern "C" fn cuEventSynchronize(e: CUevent) -> CUresult {
     ffi_result(|| {
         require_current()?;
-        state::with(|cu| cu.event_synchronize(e as u64))
+        state::with_sync(|cu| cu.event_synchronize(e as u64))
     })
 }
 

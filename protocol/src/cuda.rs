@@ -158,6 +158,29 @@ impl ParamInfo {
     }
 }
 
+/// Printed output (`CtxTakeOutput`) is a sequence of records: one byte
+/// naming the stream (`STDOUT` for device `printf`, `STDERR` for a failed
+/// device `assert`'s message, as the CUDA runtime prints them), the text's
+/// length as a little-endian u32, then the text.
+pub const STDOUT: u8 = 1;
+/// See [`STDOUT`].
+pub const STDERR: u8 = 2;
+
+/// Splits output records ([`STDOUT`]) into (stream, text); a truncated
+/// last record is dropped.
+pub fn output_records(mut bytes: &[u8]) -> Vec<(u8, &[u8])> {
+    let mut out = Vec::new();
+    while bytes.len() >= 5 {
+        let len = u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;
+        let Some(text) = bytes.get(5..5usize.saturating_add(len)) else {
+            break;
+        };
+        out.push((bytes[0], text));
+        bytes = &bytes[5 + len..];
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,5 +268,19 @@ mod tests {
         assert_eq!(ParamInfo::decode_all(&b), Some(p.clone()));
         assert_eq!(ParamInfo::packed_size(&p), 32);
         assert_eq!(ParamInfo::decode_all(&b[..5]), None);
+    }
+
+    #[test]
+    fn output_records_split_and_drop_a_truncated_tail() {
+        let mut b = vec![STDOUT, 3, 0, 0, 0];
+        b.extend_from_slice(b"abc");
+        b.extend_from_slice(&[STDERR, 0, 0, 0, 0]);
+        b.extend_from_slice(&[STDOUT, 9, 0, 0, 0, b'x']);
+        assert_eq!(
+            output_records(&b),
+            vec![(STDOUT, &b"abc"[..]), (STDERR, &b""[..])]
+        );
+        assert!(output_records(&[STDOUT, 0xff, 0xff, 0xff, 0xff]).is_empty());
+        assert!(output_records(&[]).is_empty());
     }
 }

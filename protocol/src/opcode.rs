@@ -40,6 +40,10 @@ pub enum Opcode {
     DeviceGetUuid = 0x0105,
     /// `cuCtxSynchronize`.
     CtxSynchronize = 0x0110,
+    /// Takes what the channel's kernels printed (device `printf`, failed
+    /// `assert`s): as many bytes as the arena slice holds, written there;
+    /// `vals[0]` = bytes still waiting.
+    CtxTakeOutput = 0x0111,
     /// `cuMemAlloc(args[0] = bytes)` → `vals[0]` = device pointer.
     MemAlloc = 0x0120,
     /// `cuMemFree(args[0] = device pointer)`.
@@ -66,7 +70,8 @@ pub enum Opcode {
     /// `cuModuleUnload(args[0] = module)`.
     ModuleUnload = 0x0132,
     /// `cuModuleGetFunction(args[0] = module, args[1] = name length)`, name in the arena →
-    /// `vals[0]` = function, `vals[1]` = parameter count, layout in the arena.
+    /// `vals[0]` = function, `vals[1]` = parameter count, `vals[2]` = flags
+    /// (bit 0: the kernel can print), layout in the arena.
     ModuleGetFunction = 0x0133,
     /// Loads an image the host already holds for this VM, named by its
     /// [`crate::cuda::image_hash`] (`args[0]`, `args[1]`) and size
@@ -132,7 +137,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 39] = [
+    pub const ALL: [Opcode; 40] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -143,6 +148,7 @@ impl Opcode {
         Opcode::DeviceTotalMem,
         Opcode::DeviceGetUuid,
         Opcode::CtxSynchronize,
+        Opcode::CtxTakeOutput,
         Opcode::MemAlloc,
         Opcode::MemFree,
         Opcode::MemGetInfo,

@@ -183,11 +183,15 @@ impl<'a> Launch<'a> {
         self
     }
 
-    /// Appends `text` to the output if it fits in what is left of it.
-    fn emit(&mut self, text: &[u8]) {
+    /// Appends `text` as one record of stream `stream` ([`crate::STDOUT`]
+    /// or [`crate::STDERR`]) to the output, if it fits in what is left.
+    fn emit(&mut self, stream: u8, text: &[u8]) {
         let limit = self.output_limit;
         if let Some(out) = self.output.as_deref_mut() {
-            if out.len().saturating_add(text.len()) <= limit {
+            let record = 5usize.saturating_add(text.len());
+            if out.len().saturating_add(record) <= limit {
+                out.push(stream);
+                out.extend_from_slice(&(text.len() as u32).to_le_bytes());
                 out.extend_from_slice(text);
             }
         }
@@ -263,7 +267,7 @@ impl<'a> Launch<'a> {
         };
         match printf::format(&text, &mut lane) {
             Some((out, used)) => {
-                self.emit(&out);
+                self.emit(crate::STDOUT, &out);
                 Ok(used as i32)
             }
             None => Err(lane.err.unwrap_or(Error::OutOfBounds {
@@ -294,7 +298,7 @@ impl<'a> Launch<'a> {
             id(Sreg::Tid(1)),
             id(Sreg::Tid(2)),
         );
-        self.emit(line.as_bytes());
+        self.emit(crate::STDERR, line.as_bytes());
         Ok(())
     }
 

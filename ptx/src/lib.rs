@@ -152,6 +152,8 @@ pub use parse::{
     MAX_TEXT_BYTES,
 };
 
+pub use fairgpu_protocol::cuda::{output_records, STDERR, STDOUT};
+
 /// Size of each address window below.
 pub const WINDOW_SIZE: u64 = 1 << 40;
 /// Generic addresses of the block's shared memory: `SHARED_WINDOW + offset`.
@@ -423,6 +425,17 @@ impl Module {
         })
     }
 
+    /// Whether kernel `name` can print (it calls `vprintf` or
+    /// `__assertfail`).
+    pub fn kernel_prints(&self, name: &str) -> bool {
+        self.kernels.get(name).is_some_and(|&i| {
+            self.funcs[i]
+                .insts
+                .iter()
+                .any(|x| matches!(x.op, ir::Op::Printf { .. } | ir::Op::AssertFail { .. }))
+        })
+    }
+
     /// Names of the module's kernels.
     pub fn kernel_names(&self) -> impl Iterator<Item = &str> {
         self.kernels.keys().map(String::as_str)
@@ -488,10 +501,11 @@ impl Module {
         self.launch(globals, name, dims, params, memory, limits, None)
     }
 
-    /// As [`Module::run`], appending what the kernel prints (`printf`, and
-    /// the message of a failed `assert`, after which the launch fails with
-    /// [`Error::Assert`]) to `output`, which grows to at most `limit` bytes:
-    /// text that does not fit is dropped, as from a GPU's full printf FIFO.
+    /// As [`Module::run`], appending what the kernel prints to `output`, as
+    /// records (see [`STDOUT`]): each `printf`'s text for stdout, and the
+    /// message of a failed `assert` for stderr, after which the launch fails
+    /// with [`Error::Assert`]. `output` grows to at most `limit` bytes: a
+    /// record that does not fit is dropped, as from a GPU's full FIFO.
     #[allow(clippy::too_many_arguments)]
     pub fn run_with_output(
         &self,

@@ -1018,7 +1018,12 @@ fn printf_writes_each_threads_line() {
         1 << 20,
     )
     .expect("runs");
-    let text = String::from_utf8(out).expect("utf-8");
+    let records = fairgpu_ptx::output_records(&out);
+    assert!(records.iter().all(|(s, _)| *s == fairgpu_ptx::STDOUT));
+    let text: String = records
+        .iter()
+        .map(|(_, t)| String::from_utf8_lossy(t).into_owned())
+        .collect();
     let mut lines: Vec<&str> = text.lines().collect();
     lines.sort_unstable();
     let want = |t: u32, b: u32, x: u32| {
@@ -1075,7 +1080,10 @@ fn a_failed_assert_prints_and_stops_the_launch() {
     assert!(out.is_empty());
     let bad = mem.alloc_u32(&[1, (-5i32) as u32, 3, 4]);
     assert_eq!(run(&mut mem, &mut g, &mut out, bad), Err(Error::Assert));
-    let text = String::from_utf8(out).expect("utf-8");
+    let records = fairgpu_ptx::output_records(&out);
+    assert_eq!(records.len(), 1, "one failing thread: {records:?}");
+    assert_eq!(records[0].0, fairgpu_ptx::STDERR, "asserts print to stderr");
+    let text = String::from_utf8_lossy(records[0].1).into_owned();
     assert!(
         text.contains("prints.cu:")
             && text.contains("block: [0,0,0], thread: [1,0,0] Assertion `v[i] >= 0` failed."),

@@ -1074,3 +1074,71 @@ fn module_variables_are_device_memory_of_their_context_until_unloaded() {
     let ma = a.module_load(GLOBAL_PTX.as_bytes()).unwrap();
     assert_eq!(run(&mut a, ma), 7);
 }
+
+/// A kernel that prints its thread index, and one whose thread 1 fails an
+/// assertion (as nvcc emits `printf` and `assert`).
+const PRINTS_PTX: &str = ".version 8.0\n.target sm_80\n.address_size 64\n\
+.extern .func (.param .b32 func_retval0) vprintf (.param .b64 p0, .param .b64 p1);\n\
+.extern .func __assertfail (.param .b64 a0, .param .b64 a1, .param .b32 a2, .param .b64 a3, .param .b64 a4);\n\
+.global .align 1 .b8 fmt[12] = {116, 105, 100, 32, 37, 100, 10, 0, 0, 0, 0, 0};\n\
+.global .align 1 .b8 msg[4] = {120, 62, 48, 0};\n\
+.visible .entry say()\n{\n.local .align 8 .b8 depot[8];\n.reg .b32 %r<3>;\n.reg .b64 %rd<5>;\n\
+mov.u64 %rd1, depot;\ncvta.local.u64 %rd2, %rd1;\nmov.u32 %r1, %tid.x;\nst.local.u32 [%rd1], %r1;\n\
+mov.u64 %rd3, fmt;\ncvta.global.u64 %rd4, %rd3;\n\
+{\n.param .b64 param0;\nst.param.b64 [param0], %rd4;\n.param .b64 param1;\nst.param.b64 [param1], %rd2;\n\
+.param .b32 retval0;\ncall.uni (retval0), vprintf, (param0, param1);\n}\nret;\n}\n\
+.visible .entry fails()\n{\n.reg .pred %p<2>;\n.reg .b32 %r<3>;\n.reg .b64 %rd<3>;\n\
+mov.u32 %r1, %tid.x;\nsetp.ne.u32 %p1, %r1, 1;\n@%p1 bra DONE;\nmov.u64 %rd1, msg;\ncvta.global.u64 %rd2, %rd1;\n\
+{\n.param .b64 param0;\nst.param.b64 [param0], %rd2;\n.param .b64 param1;\nst.param.b64 [param1], %rd2;\n\
+.param .b32 param2;\nst.param.b32 [param2], 12;\n.param .b64 param3;\nst.param.b64 [param3], %rd2;\n\
+.param .b64 param4;\nst.param.b64 [param4], 1;\ncall.uni __assertfail, (param0, param1, param2, param3, param4);\n}\n\
+DONE:\nret;\n}\n";
+
+/// Device output over the wire: kernels that can print say so, their
+/// lines wait on the host until taken (in order, as stdout records), and
+/// a failed assertion's message (a stderr record) can still be taken from
+/// the context it made sticky.
+#[test]
+fn printed_output_is_taken_in_order_even_after_a_failed_assert() {
+    let rig = Rig::start("cuda_printf");
+    let mut cu = rig.cuda(0);
+    let m = cu.module_load(PRINTS_PTX.as_bytes()).unwrap();
+    let say = cu.module_get_function(m, "say").unwrap();
+    assert!(say.prints);
+    let quiet = cu.module_load(WILD_STORE_PTX.as_bytes()).unwrap();
+    assert!(!cu.module_get_function(quiet, "wild_store").unwrap().prints);
+    cu.launch(say.handle, ONE, [3, 1, 1], 0, 0, &[]).unwrap();
+    cu.launch(say.handle, ONE, [1, 1, 1], 0, 0, &[]).unwrap();
+    cu.ctx_synchronize().unwrap();
+    let mut out = Vec::new();
+    cu.take_output(&mut out).unwrap();
+    let records = fairgpu_protocol::cuda::output_records(&out);
+    let lines: Vec<(u8, &[u8])> = records.clone();
+    assert_eq!(
+        lines,
+        vec![
+            (fairgpu_protocol::cuda::STDOUT, &b"tid 0\n"[..]),
+            (fairgpu_protocol::cuda::STDOUT, &b"tid 1\n"[..]),
+            (fairgpu_protocol::cuda::STDOUT, &b"tid 2\n"[..]),
+            (fairgpu_protocol::cuda::STDOUT, &b"tid 0\n"[..]),
+        ]
+    );
+    out.clear();
+    cu.take_output(&mut out).unwrap();
+    assert!(out.is_empty(), "taken once");
+    let fails = cu.module_get_function(m, "fails").unwrap();
+    assert!(fails.prints);
+    cu.launch(fails.handle, ONE, [4, 1, 1], 0, 0, &[]).unwrap();
+    assert_eq!(
+        cu.ctx_synchronize().map_err(|e| e.status()),
+        Err(Status::ASSERT)
+    );
+    cu.take_output(&mut out).unwrap();
+    let records = fairgpu_protocol::cuda::output_records(&out);
+    assert_eq!(records.len(), 1, "{out:?}");
+    assert_eq!(records[0].0, fairgpu_protocol::cuda::STDERR);
+    assert_eq!(
+        records[0].1,
+        &b"x>0:12: x>0: block: [0,0,0], thread: [1,0,0] Assertion `x>0` failed.\n"[..]
+    );
+}

@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 10] = [
+const COMPUTE_PROGRAMS: [&str; 11] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -280,6 +280,7 @@ const COMPUTE_PROGRAMS: [&str; 10] = [
     "func_attributes",
     "globals",
     "stream_ordered",
+    "device_printf",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -542,6 +543,60 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
                 "{program}: backend GPU time"
             );
         }
+    }
+}
+
+/// Device `printf` and `assert` reach the program as on a GPU: each
+/// thread's line on stdout between what the host printed before and after
+/// the synchronization, formatted as C formats it; a failed assert's
+/// message (file, line, function, block, thread, expression) on stderr.
+#[test]
+fn device_printf_and_assert_reach_the_programs_own_streams() {
+    let Some(dir) = programs() else {
+        return;
+    };
+    guest_lib_dir();
+    let sim = Sim::start("cuda_printf");
+    for v in VARIANTS {
+        let out = run_command(
+            Command::new(dir.join(format!("device_printf-{v}")))
+                .env("LD_LIBRARY_PATH", guest_lib_dir())
+                .env("FAIRGPU_REGION", sim.region(v)),
+            RUN_TIMEOUT,
+        );
+        let stdout = text(&out.stdout);
+        let stderr = text(&out.stderr);
+        assert!(
+            out.status.success() && stdout.ends_with("PASS device_printf\n"),
+            "{v} ({}):\n{stdout}{stderr}",
+            out.status
+        );
+        let lines: Vec<&str> = stdout.lines().collect();
+        let mut want = vec!["HOST before".to_owned()];
+        for b in 0..2 {
+            for t in 0..3 {
+                want.push(format!(
+                    "hello from block {b} thread {t}: {} {:.3} {}    ab|{t:<4}|{:x}",
+                    7 * t,
+                    1.5 * f64::from(t),
+                    if t % 2 == 1 { "odd" } else { "even" },
+                    255 + b
+                ));
+            }
+        }
+        want.push("HOST after".to_owned());
+        want.push("PASS device_printf".to_owned());
+        assert_eq!(lines, want, "{v}: stdout");
+        let messages: Vec<&str> = stderr.lines().filter(|l| l.contains("Assertion")).collect();
+        assert_eq!(messages.len(), 1, "{v}: stderr\n{stderr}");
+        assert!(
+            messages[0].ends_with(
+                ": block: [0,0,0], thread: [2,0,0] Assertion `v[threadIdx.x] >= 0` failed."
+            ) && messages[0].contains("device_printf.cu:")
+                && messages[0].contains("check("),
+            "{v}: {}",
+            messages[0]
+        );
     }
 }
 

@@ -493,6 +493,16 @@ impl CudaOps {
                 .synchronize(ctx)
                 .map_err(exec_err)
                 .map(|_| Answer::default()),
+            Opcode::CtxTakeOutput => {
+                // Works in a context a failed assert made sticky: its
+                // message is what the guest needs to see.
+                let (text, left) = self.exec.take_output(ctx, arena.len()).map_err(exec_err)?;
+                arena.write(0, &text)?;
+                Ok(Answer {
+                    vals: [left, 0, 0, 0, 0],
+                    out_len: text.len() as u32,
+                })
+            }
             Opcode::MemAlloc => {
                 let bytes = a[0];
                 if bytes == 0 {
@@ -642,6 +652,7 @@ impl CudaOps {
                 let m = *cx.modules.get(h).map_err(|_| Status::INVALID_HANDLE)?;
                 let name = read_name(a[1], arena)?;
                 let (id, params) = self.exec.function(ctx, m, &name).map_err(exec_err)?;
+                let prints = self.exec.function_prints(ctx, id);
                 let layout = ParamInfo::encode_all(&params);
                 if layout.len() > arena.len() {
                     return Err(Status::INVALID_VALUE);
@@ -668,7 +679,7 @@ impl CudaOps {
                     }
                 };
                 Ok(Answer {
-                    vals: [f.0, n, 0, 0, 0],
+                    vals: [f.0, n, u64::from(prints), 0, 0],
                     out_len: layout.len() as u32,
                 })
             }

@@ -172,6 +172,9 @@ const MAX_SHARED_BYTES: u32 = 232_448;
 /// MAX_SHARED_MEMORY_PER_BLOCK): a function's default
 /// MAX_DYNAMIC_SHARED_SIZE_BYTES is this less its static shared memory.
 const DEFAULT_SHARED_BYTES: u32 = 49_152;
+/// Bytes of printed output a context holds until the guest takes them
+/// (the driver's default CU_LIMIT_PRINTF_FIFO_SIZE); more is dropped.
+const PRINTF_FIFO: usize = 1 << 20;
 /// Registers per thread a kernel reports at most (the hardware's limit);
 /// SimGpu has no register file and reports the PTX's own count up to it.
 const MAX_REPORTED_REGS: u32 = 255;
@@ -425,6 +428,10 @@ struct Context {
     sticky: Option<ExecError>,
     /// Addresses of its modules' variables.
     var_slots: VarSlots,
+    /// What its kernels printed and the guest has not taken yet (at most
+    /// [`PRINTF_FIFO`] bytes), and its charge to the VM's host memory.
+    output: Vec<u8>,
+    output_charge: Option<HostCharge>,
 }
 
 impl Context {
@@ -753,6 +760,23 @@ impl SimGpu {
 
     /// Runs kernel `f` of context `ctx` to completion; the error is the
     /// guest's (see [`execution_error`]).
+    /// Charges the context's printed output to the VM's host memory; what
+    /// does not fit the budget is dropped.
+    fn charge_output(&mut self, ctx: CtxId, budget: &Arc<HostMemory>) {
+        let Some(c) = self.contexts.get_mut(&ctx.0) else {
+            return;
+        };
+        let want = c.output.len() as u64;
+        let charge = c.output_charge.get_or_insert_with(|| budget.empty());
+        if charge.bytes() != want && charge.resize(want, "printed output").is_err() {
+            let kept = usize::try_from(charge.bytes())
+                .unwrap_or(0)
+                .min(c.output.len());
+            c.output.truncate(kept);
+            c.output.shrink_to(kept);
+        }
+    }
+
     /// The `NN` of the `.target sm_NN` of the PTX function `f` runs from:
     /// the code SimGpu executes for it. [`image::SIM_ARCH`] when the text
     /// names no target.
@@ -860,6 +884,7 @@ impl SimGpu {
             wrote: false,
         };
         let slots = &mut c.var_slots;
+        let output = &mut c.output;
         let ran = match module
             .source_of
             .get(&name)
@@ -898,7 +923,16 @@ impl SimGpu {
                     match lent {
                         Err(()) => Err(ptx::Error::BadLaunch("the module's variables are missing".into())),
                         Ok(()) => {
-                            let ran = m.run(globals, &name, &dims, params, &mut memory, &limits);
+                            let ran = m.run_with_output(
+                                globals,
+                                &name,
+                                &dims,
+                                params,
+                                &mut memory,
+                                &limits,
+                                output,
+                                PRINTF_FIFO,
+                            );
                             if let Some(b) = base {
                                 memory.allocs.insert(b, globals.take_bytes());
                             }
@@ -909,6 +943,7 @@ impl SimGpu {
             },
         };
         let wrote = memory.wrote;
+        self.charge_output(ctx, &budget);
         match ran {
             Ok(stats) => {
                 let host_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -1317,6 +1352,42 @@ impl GpuExecutor for SimGpu {
         );
         self.next_id += 1;
         Ok((FnId(id), params))
+    }
+
+    fn function_prints(&mut self, ctx: CtxId, f: FnId) -> bool {
+        let budget = self.host_memory.clone();
+        let Ok(c) = self.ctx(ctx) else {
+            return false;
+        };
+        let Some(func) = c.functions.get(&f.0) else {
+            return false;
+        };
+        let Some(module) = c.modules.get(&func.module) else {
+            return false;
+        };
+        module
+            .source_of
+            .get(&func.name)
+            .and_then(|&i| module.programs.get(i))
+            .and_then(Option::as_ref)
+            .and_then(|p| p.ptx.parsed(&budget).ok())
+            .is_some_and(|m| m.kernel_prints(&func.name))
+    }
+
+    fn take_output(&mut self, ctx: CtxId, max: usize) -> ExecResult<(Vec<u8>, u64)> {
+        let budget = self.host_memory.clone();
+        let c = self
+            .contexts
+            .get_mut(&ctx.0)
+            .ok_or(ExecError::Invalid("context"))?;
+        let n = max.min(c.output.len());
+        let taken: Vec<u8> = c.output.drain(..n).collect();
+        let left = c.output.len() as u64;
+        if c.output.is_empty() {
+            c.output = Vec::new();
+        }
+        self.charge_output(ctx, &budget);
+        Ok((taken, left))
     }
 
     fn module_global(
