@@ -67,7 +67,10 @@
 //!   in a sequential model), shfl.sync (up, down, bfly, idx with segment
 //!   masks), vote.sync (all, any, uni, ballot), match.sync (any, all with
 //!   `d|p`, b32 and b64), activemask, redux.sync,
-//!   trap; special registers `%tid`, `%ntid`, `%ctaid`, `%nctaid`,
+//!   trap, the CUDA runtime's `vprintf` (C conversions over nvcc's
+//!   argument buffer; output through [`Module::run_with_output`]) and
+//!   `__assertfail` (the runtime's message, then [`Error::Assert`]);
+//!   special registers `%tid`, `%ntid`, `%ctaid`, `%nctaid`,
 //!   `%laneid`, `%warpid`, `%lanemask_*`, `%clock`, `%clock64`,
 //!   `%globaltimer` (clocks count the launch's thread-instructions so far,
 //!   so they are deterministic and increase), `%dynamic_smem_size`; the
