@@ -120,13 +120,7 @@ fn alloc_from(pool: usize, dptr: *mut CUdeviceptr, size: usize) -> Result<(), CU
     if dptr.is_null() {
         return Err(err::INVALID_VALUE);
     }
-    with(|p| {
-        if p.pools.contains_key(&pool) {
-            Ok(())
-        } else {
-            Err(err::INVALID_VALUE)
-        }
-    })?;
+    known(pool)?;
     let ptr = device_alloc(size as u64)?;
     let recorded = with(|p| {
         let Some(pl) = p.pools.get_mut(&pool) else {
@@ -145,6 +139,17 @@ fn alloc_from(pool: usize, dptr: *mut CUdeviceptr, size: usize) -> Result<(), CU
     }
     // SAFETY: non-null slot provided by the caller.
     unsafe { out(dptr, ptr) }
+}
+
+/// INVALID_VALUE unless `pool` is a live pool's handle.
+fn known(pool: usize) -> Result<(), CUresult> {
+    with(|p| {
+        if p.pools.contains_key(&pool) {
+            Ok(())
+        } else {
+            Err(err::INVALID_VALUE)
+        }
+    })
 }
 
 fn current_pool() -> Result<usize, CUresult> {
@@ -333,13 +338,7 @@ pub extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
 pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, _keep: usize) -> CUresult {
     ffi_result(|| {
         state::device()?;
-        with(|p| {
-            if p.pools.contains_key(&(pool as usize)) {
-                Ok(())
-            } else {
-                Err(err::INVALID_VALUE)
-            }
-        })
+        known(pool as usize)
     })
 }
 
@@ -460,13 +459,7 @@ pub unsafe extern "C" fn cuMemPoolSetAccess(
 ) -> CUresult {
     ffi_result(|| {
         state::device()?;
-        with(|p| {
-            if p.pools.contains_key(&(pool as usize)) {
-                Ok(())
-            } else {
-                Err(err::INVALID_VALUE)
-            }
-        })?;
+        known(pool as usize)?;
         if count > 0 && map.is_null() {
             return Err(err::INVALID_VALUE);
         }
@@ -493,13 +486,7 @@ pub unsafe extern "C" fn cuMemPoolGetAccess(
 ) -> CUresult {
     ffi_result(|| {
         state::device()?;
-        with(|p| {
-            if p.pools.contains_key(&(pool as usize)) {
-                Ok(())
-            } else {
-                Err(err::INVALID_VALUE)
-            }
-        })?;
+        known(pool as usize)?;
         if location.is_null() {
             return Err(err::INVALID_VALUE);
         }

@@ -199,6 +199,18 @@ impl Context {
         }
     }
 
+    /// The function guest handle `h` names, while its module is loaded.
+    fn function(&self, h: u64) -> Result<&Function, Status> {
+        let f = self
+            .functions
+            .get(Handle(h))
+            .map_err(|_| Status::INVALID_HANDLE)?;
+        self.modules
+            .get(f.module)
+            .map_err(|_| Status::INVALID_HANDLE)?;
+        Ok(f)
+    }
+
     fn stream(&self, h: u64) -> Result<Option<StreamId>, Status> {
         if h == 0 {
             return Ok(None);
@@ -698,13 +710,7 @@ impl CudaOps {
                 Ok(vals(&[ptr, size]))
             }
             Opcode::FuncGetAttribute | Opcode::FuncSetAttribute => {
-                let f = cx
-                    .functions
-                    .get(Handle(a[0]))
-                    .map_err(|_| Status::INVALID_HANDLE)?;
-                cx.modules
-                    .get(f.module)
-                    .map_err(|_| Status::INVALID_HANDLE)?;
+                let f = cx.function(a[0])?;
                 let id = f.id;
                 let attr = i32::try_from(a[1]).map_err(|_| Status::INVALID_VALUE)?;
                 if req.op == Opcode::FuncGetAttribute {
@@ -723,13 +729,7 @@ impl CudaOps {
                     .map(|_| Answer::default())
             }
             Opcode::LaunchKernel => {
-                let f = cx
-                    .functions
-                    .get(Handle(a[0]))
-                    .map_err(|_| Status::INVALID_HANDLE)?;
-                cx.modules
-                    .get(f.module)
-                    .map_err(|_| Status::INVALID_HANDLE)?;
+                let f = cx.function(a[0])?;
                 let stream = cx.stream(a[1])?;
                 let mut hb = [0u8; 32];
                 arena.read(0, &mut hb)?;

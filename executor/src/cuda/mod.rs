@@ -589,6 +589,17 @@ impl CudaExecutor {
     }
 
     /// The context `ctx`, made current on the calling thread.
+    /// Makes `ctx` current and gives the driver's handle of its function
+    /// `f`.
+    fn raw_function(&mut self, ctx: CtxId, f: FnId) -> ExecResult<CUfunction> {
+        Ok(self
+            .enter(ctx)?
+            .functions
+            .get(&f.0)
+            .ok_or(ExecError::Invalid("function"))?
+            .raw)
+    }
+
     fn enter(&mut self, ctx: CtxId) -> ExecResult<&mut Context> {
         let c = self
             .contexts
@@ -1102,12 +1113,7 @@ impl GpuExecutor for CudaExecutor {
 
     fn function_attribute(&mut self, ctx: CtxId, f: FnId, attr: i32) -> ExecResult<i32> {
         let api = self.api;
-        let c = self.enter(ctx)?;
-        let raw = c
-            .functions
-            .get(&f.0)
-            .ok_or(ExecError::Invalid("function"))?
-            .raw;
+        let raw = self.raw_function(ctx, f)?;
         let mut v: c_int = 0;
         // SAFETY: `raw` is a live function of the current context and `v`
         // a valid out-pointer; the driver checks the attribute.
@@ -1124,12 +1130,7 @@ impl GpuExecutor for CudaExecutor {
         value: i32,
     ) -> ExecResult<()> {
         let api = self.api;
-        let c = self.enter(ctx)?;
-        let raw = c
-            .functions
-            .get(&f.0)
-            .ok_or(ExecError::Invalid("function"))?
-            .raw;
+        let raw = self.raw_function(ctx, f)?;
         // SAFETY: `raw` is a live function of the current context; the
         // driver checks the attribute and value.
         let result = unsafe { (api.cuFuncSetAttribute)(raw, attr, value) };

@@ -435,6 +435,20 @@ struct Context {
 }
 
 impl Context {
+    /// Function `f`, the module it is in, and the index of the PTX text it
+    /// runs from in that module (None when no kept text defines it).
+    fn function(&self, f: FnId) -> ExecResult<(&Function, &Module, Option<usize>)> {
+        let func = self
+            .functions
+            .get(&f.0)
+            .ok_or(ExecError::Invalid("function"))?;
+        let module = self
+            .modules
+            .get(&func.module)
+            .ok_or(ExecError::Invalid("module"))?;
+        Ok((func, module, module.source_of.get(&func.name).copied()))
+    }
+
     /// The allocation holding `[ptr, ptr + len)`: its base and the offset of
     /// `ptr` in it.
     fn locate(&self, ptr: DevPtr, len: u64) -> ExecResult<(DevPtr, usize)> {
@@ -781,19 +795,9 @@ impl SimGpu {
     /// the code SimGpu executes for it. [`image::SIM_ARCH`] when the text
     /// names no target.
     fn function_arch(&self, ctx: CtxId, f: FnId) -> ExecResult<u32> {
-        let c = self.ctx(ctx)?;
-        let func = c
-            .functions
-            .get(&f.0)
-            .ok_or(ExecError::Invalid("function"))?;
-        let module = c
-            .modules
-            .get(&func.module)
-            .ok_or(ExecError::Invalid("module"))?;
-        let arch = module
-            .source_of
-            .get(&func.name)
-            .and_then(|&i| module.archs.get(i))
+        let (_, module, source) = self.ctx(ctx)?.function(f)?;
+        let arch = source
+            .and_then(|i| module.archs.get(i))
             .copied()
             .unwrap_or(0);
         Ok(if arch == 0 { image::SIM_ARCH } else { arch })
@@ -803,24 +807,14 @@ impl SimGpu {
     /// if no launch has yet, charged as a launch's parse is).
     fn kernel_info(&mut self, ctx: CtxId, f: FnId) -> ExecResult<ptx::KernelInfo> {
         let budget = self.host_memory.clone();
-        let c = self.ctx_mut(ctx)?;
-        let func = c
-            .functions
-            .get(&f.0)
-            .ok_or(ExecError::Invalid("function"))?;
+        let (func, module, source) = self.ctx(ctx)?.function(f)?;
         let name = func.name.clone();
-        let module = c
-            .modules
-            .get(&func.module)
-            .ok_or(ExecError::Invalid("module"))?;
         let cannot = |reason: String| ExecError::CannotExecute {
             kernel: name.clone(),
             reason,
         };
-        let program = module
-            .source_of
-            .get(&name)
-            .and_then(|&i| module.programs.get(i))
+        let program = source
+            .and_then(|i| module.programs.get(i))
             .and_then(Option::as_ref)
             .ok_or_else(|| cannot("its PTX was not kept".into()))?;
         match program.ptx.parsed(&budget) {
@@ -1356,19 +1350,11 @@ impl GpuExecutor for SimGpu {
 
     fn function_prints(&mut self, ctx: CtxId, f: FnId) -> bool {
         let budget = self.host_memory.clone();
-        let Ok(c) = self.ctx(ctx) else {
+        let Ok((func, module, source)) = self.ctx(ctx).and_then(|c| c.function(f)) else {
             return false;
         };
-        let Some(func) = c.functions.get(&f.0) else {
-            return false;
-        };
-        let Some(module) = c.modules.get(&func.module) else {
-            return false;
-        };
-        module
-            .source_of
-            .get(&func.name)
-            .and_then(|&i| module.programs.get(i))
+        source
+            .and_then(|i| module.programs.get(i))
             .and_then(Option::as_ref)
             .and_then(|p| p.ptx.parsed(&budget).ok())
             .is_some_and(|m| m.kernel_prints(&func.name))
