@@ -285,6 +285,8 @@ pub struct Module {
     funcs: Vec<ir::Func>,
     kernels: HashMap<String, usize>,
     vars: Vec<parse::GlobalVar>,
+    /// Bytes of the `.const` variables (what every kernel reports).
+    const_bytes: u32,
     globals_init: Vec<u8>,
 }
 
@@ -398,9 +400,15 @@ impl Module {
             .filter(|(_, f)| f.is_entry)
             .map(|(i, f)| (f.name.clone(), i))
             .collect();
+        let const_bytes = p
+            .globals
+            .iter()
+            .filter(|v| v.constant)
+            .fold(0u32, |n, v| n.saturating_add(v.size));
         Ok(Module {
             funcs: p.funcs,
             kernels,
+            const_bytes,
             vars: p.globals,
             globals_init: p.globals_init,
         })
@@ -415,16 +423,11 @@ impl Module {
     /// kernel.
     pub fn kernel_info(&self, name: &str) -> Option<KernelInfo> {
         let f = &self.funcs[*self.kernels.get(name)?];
-        let const_bytes = self
-            .vars
-            .iter()
-            .filter(|v| v.constant)
-            .fold(0u32, |n, v| n.saturating_add(v.size));
         Some(KernelInfo {
             static_shared: f.static_shared,
             local_bytes: f.local_bytes,
             registers: f.nregs,
-            const_bytes,
+            const_bytes: self.const_bytes,
         })
     }
 

@@ -64,6 +64,8 @@ struct Function {
     id: FnId,
     module: Handle,
     params: Vec<ParamInfo>,
+    /// Whether the kernel can print (the executor's answer).
+    prints: bool,
 }
 
 /// One channel's CUDA state.
@@ -664,7 +666,6 @@ impl CudaOps {
                 let m = *cx.modules.get(h).map_err(|_| Status::INVALID_HANDLE)?;
                 let name = read_name(a[1], arena)?;
                 let (id, params) = self.exec.function(ctx, m, &name).map_err(exec_err)?;
-                let prints = self.exec.function_prints(ctx, id);
                 let layout = ParamInfo::encode_all(&params);
                 if layout.len() > arena.len() {
                     return Err(Status::INVALID_VALUE);
@@ -673,9 +674,13 @@ impl CudaOps {
                 let n = params.len() as u64;
                 let cx = self.contexts[ch as usize].as_mut().expect("context exists");
                 let key = (h.0, id.0);
-                let f = match cx.function_of.get(&key) {
-                    Some(&f) => f,
+                let (f, prints) = match cx.function_of.get(&key) {
+                    Some(&f) => (f, cx.functions.get(f).is_ok_and(|f| f.prints)),
                     None => {
+                        // Asked of the executor once per function (it may
+                        // parse the module's PTX).
+                        let prints = self.exec.function_prints(ctx, id);
+                        let cx = self.contexts[ch as usize].as_mut().expect("context exists");
                         let bytes = param_bytes(&params);
                         let f = cx
                             .functions
@@ -683,11 +688,12 @@ impl CudaOps {
                                 id,
                                 module: h,
                                 params,
+                                prints,
                             })
                             .map_err(|_| Status::OUT_OF_MEMORY)?;
                         cx.function_of.insert(key, f);
                         cx.param_bytes += bytes;
-                        f
+                        (f, prints)
                     }
                 };
                 Ok(Answer {
