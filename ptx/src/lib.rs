@@ -141,6 +141,7 @@ mod ir;
 mod lex;
 mod parse;
 mod printf;
+pub mod texture;
 
 use std::collections::HashMap;
 
@@ -221,6 +222,15 @@ pub trait Memory {
     /// Writes `data` to global memory at `addr`; an error if any byte lies
     /// outside memory the kernel may write.
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error>;
+    /// The texture object a kernel names by `handle`; `None` if the
+    /// handle names none (the instruction then fails the launch).
+    fn texture(&self, _handle: u64) -> Option<texture::Texture> {
+        None
+    }
+    /// The image of the surface object `handle`; `None` if it names none.
+    fn surface(&self, _handle: u64) -> Option<texture::Image> {
+        None
+    }
 }
 
 /// Grid and block shape of one launch.
