@@ -18,6 +18,9 @@
 //! fails with [`Error::Deadlock`] (or [`Error::Unsupported`] when the cause is
 //! a warp-synchronous instruction whose member threads never meet).
 
+/// Texture and surface instructions.
+mod image;
+
 use crate::float::*;
 use crate::ir::*;
 use crate::printf;
@@ -1507,6 +1510,26 @@ impl<'a> Launch<'a> {
                     self.assert_fail(w, l, args)?;
                 }
                 return Err(Error::Assert);
+            }
+            Op::Tex(ref t) => {
+                for l in bits_of(exec) {
+                    self.tex(w, l, t)?;
+                }
+            }
+            Op::Surf(ref s) => {
+                for l in bits_of(exec) {
+                    self.surf(w, l, s)?;
+                }
+            }
+            Op::Query {
+                surface,
+                query,
+                d,
+                handle,
+            } => {
+                for l in bits_of(exec) {
+                    self.query(w, l, surface, query, d, handle)?;
+                }
             }
             Op::Nop => {}
             Op::Trap => return Err(Error::Trap),

@@ -373,6 +373,126 @@ pub(crate) enum CvtKind {
     FloatRound(Rnd),
 }
 
+/// The geometry of a texture or surface instruction (`.1d` ... `.acube`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Geom {
+    D1,
+    D2,
+    D3,
+    /// Layered 1D (`.a1d`): coordinates `{layer, x}`.
+    A1,
+    /// Layered 2D (`.a2d`): coordinates `{layer, x, y, _}`.
+    A2,
+    /// Cubemap: a direction `{x, y, z, _}`.
+    Cube,
+    /// Layered cubemap: `{layer, x, y, z}`.
+    ACube,
+}
+
+impl Geom {
+    pub(crate) fn parse(s: &str) -> Option<Geom> {
+        Some(match s {
+            "1d" => Geom::D1,
+            "2d" => Geom::D2,
+            "3d" => Geom::D3,
+            "a1d" => Geom::A1,
+            "a2d" => Geom::A2,
+            "cube" => Geom::Cube,
+            "acube" => Geom::ACube,
+            _ => return None,
+        })
+    }
+
+    /// Elements of the coordinate vector that carry a value (a padding
+    /// fourth element may follow).
+    pub(crate) fn coords(self) -> usize {
+        match self {
+            Geom::D1 => 1,
+            Geom::D2 | Geom::A1 => 2,
+            Geom::D3 | Geom::A2 | Geom::Cube => 3,
+            Geom::ACube => 4,
+        }
+    }
+
+    /// Whether the first coordinate is a layer index.
+    pub(crate) fn layered(self) -> bool {
+        matches!(self, Geom::A1 | Geom::A2 | Geom::ACube)
+    }
+}
+
+/// `tex` or `tld4`: a texture lookup for one thread.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TexOp {
+    pub geom: Geom,
+    /// `tld4`: the component (0 to 3) gathered from the four texels of
+    /// the bilinear footprint.
+    pub gather: Option<u8>,
+    /// Destination type: `.f32`, `.s32` or `.u32`.
+    pub dty: Ty,
+    /// `.s32` coordinates (texel indices) rather than `.f32`.
+    pub int_coords: bool,
+    pub ds: Regs4,
+    /// The residency predicate of `d|p`.
+    pub dp: Option<u32>,
+    /// The texture object (a `.u64` handle).
+    pub handle: Src,
+    pub coords: Srcs4,
+}
+
+/// What happens to a surface access out of range (`.trap`, `.clamp`,
+/// `.zero`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SurfClamp {
+    Trap,
+    Clamp,
+    Zero,
+}
+
+/// The data of a surface access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SurfData {
+    /// `suld`: the destinations.
+    Load(Regs4),
+    /// `sust`: the values stored.
+    Store(Srcs4),
+}
+
+/// `suld.b` or `sust.b`: an unformatted surface access.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SurfOp {
+    /// Not a cubemap geometry.
+    pub geom: Geom,
+    /// Bytes of each vector element (1, 2, 4 or 8).
+    pub bytes: u8,
+    /// Vector elements (1, 2 or 4).
+    pub n: u8,
+    pub clamp: SurfClamp,
+    pub data: SurfData,
+    /// The surface object (a `.u64` handle).
+    pub handle: Src,
+    /// `.s32` coordinates, x in bytes; a layer index first for arrays.
+    pub coords: Srcs4,
+}
+
+/// An attribute `txq` or `suq` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Query {
+    Width,
+    Height,
+    Depth,
+    ChannelDataType,
+    ChannelOrder,
+    NormalizedCoords,
+    ForceUnnormalizedCoords,
+    FilterMode,
+    /// `addr_mode_0` to `addr_mode_2`.
+    AddrMode(u8),
+    ArraySize,
+    NumMipmapLevels,
+    NumSamples,
+    MemoryLayout,
+}
+
 /// Up to four registers (vector loads, unpacking moves).
 pub(crate) type Regs4 = [u32; 4];
 /// Up to four sources (vector stores, packing moves).
@@ -691,6 +811,17 @@ pub(crate) enum Op {
         size: u32,
         src_size: Option<Src>,
     },
+    /// `tex`, `tld4`: boxed, as it is larger than the other instructions.
+    Tex(Box<TexOp>),
+    /// `suld.b`, `sust.b`.
+    Surf(Box<SurfOp>),
+    /// `txq` (of a texture) or `suq` (of a surface).
+    Query {
+        surface: bool,
+        query: Query,
+        d: u32,
+        handle: Src,
+    },
     /// Copies `len` bytes within the param space (call arguments and
     /// return values of inlined calls).
     ParamCopy {
@@ -916,6 +1047,26 @@ impl Op {
                 s(mask);
             }
             Op::Activemask { d } => *d += k,
+            Op::Tex(t) => {
+                t.ds.iter_mut().for_each(|d| *d += k);
+                if let Some(p) = &mut t.dp {
+                    *p += k;
+                }
+                s(&mut t.handle);
+                t.coords.iter_mut().for_each(s);
+            }
+            Op::Surf(x) => {
+                match &mut x.data {
+                    SurfData::Load(ds) => ds.iter_mut().for_each(|d| *d += k),
+                    SurfData::Store(vs) => vs.iter_mut().for_each(s),
+                }
+                s(&mut x.handle);
+                x.coords.iter_mut().for_each(s);
+            }
+            Op::Query { d, handle, .. } => {
+                *d += k;
+                s(handle);
+            }
             Op::CpAsync {
                 dst, src, src_size, ..
             } => {

@@ -75,11 +75,25 @@
 //!   `%globaltimer` (clocks count the launch's thread-instructions so far,
 //!   so they are deterministic and increase), `%dynamic_smem_size`; the
 //!   predefined constant `WARP_SZ` (32).
+//! - **Textures and surfaces** (objects: `.u64` handles that
+//!   [`Memory::texture`] and [`Memory::surface`] resolve, see [`texture`]):
+//!   `tex` (`.base`, `.level`, `.grad`; `.1d`, `.2d`, `.3d`, `.a1d`,
+//!   `.a2d`, `.cube`, `.acube`; `.v4` of `.f32`, `.s32`, `.u32` at `.f32`
+//!   or `.s32` coordinates; `d|p`), `tld4` (all four components, `.2d`,
+//!   `.a2d`, `.cube`, `.acube`), `txq`, `suld.b` and `sust.b` (`.1d` to
+//!   `.a2d`, `.b8` to `.b64`, `.v2`, `.v4`, `.trap`, `.clamp`, `.zero`),
+//!   and `suq`. Lookups follow the Programming Guide's texture fetching:
+//!   point and linear filtering (weights with 8 fractional bits), the four
+//!   address modes, normalized coordinates, layers, cubemap faces (no
+//!   filtering across faces), read modes and sRGB (see `sample.rs`).
+//!   Textures have no mipmaps: levels and gradients are ignored.
 //!
-//! Anything else (textures, surfaces, tensor-core instructions, the calls
-//! above, bf16 arithmetic, modifiers not listed) parses to an instruction that
-//! fails the launch with [`Error::Unsupported`] naming it when a thread
-//! reaches it.
+//! Anything else (tensor-core instructions, the calls above, bf16
+//! arithmetic, `sust.p`, `sured`, texture lookups with an explicit sampler,
+//! offsets or depth compares, `.f16` texture results, multi-sample
+//! textures, module-scope `.texref`/`.surfref` variables, modifiers not
+//! listed) parses to an instruction that fails the launch with
+//! [`Error::Unsupported`] naming it when a thread reaches it.
 //!
 //! # Execution model
 //!
@@ -141,6 +155,7 @@ mod ir;
 mod lex;
 mod parse;
 mod printf;
+mod sample;
 pub mod texture;
 
 use std::collections::HashMap;
@@ -209,6 +224,10 @@ pub enum Error {
     /// [`Limits::max_instructions`] was reached.
     #[error("instruction budget of {0} exhausted")]
     Budget(u64),
+    /// A texture or surface instruction's handle names no object of its
+    /// kind ([`Memory::texture`], [`Memory::surface`]).
+    #[error("{kind} handle {handle:#x} names no {kind} object")]
+    InvalidHandle { kind: &'static str, handle: u64 },
     /// Threads of a block wait at barriers that can never be satisfied.
     #[error("barrier deadlock in block ({0}, {1}, {2})")]
     Deadlock(u32, u32, u32),

@@ -270,6 +270,9 @@ pub(crate) enum Opnd<'a> {
         off: i64,
     },
     Vec(Vec<Opnd<'a>>),
+    /// `[a, c]` (or `[a, b, c]`) of texture and surface instructions: a
+    /// handle, then coordinates.
+    Image(Vec<Opnd<'a>>),
     /// `d|p`.
     Pair(Box<Opnd<'a>>, Box<Opnd<'a>>),
     Sink,
@@ -1131,6 +1134,9 @@ impl<'m> FuncParser<'m> {
             return Err(perr(line, "operand nested too deeply"));
         }
         let o = if p.eat_punct('[') {
+            if matches!(p.peek(), Some(Tok::Ident(_))) && p.peek_second() == Some(Tok::Punct(',')) {
+                return self.image_operand(p, depth);
+            }
             let mut reg = None;
             let mut sym = None;
             let mut off: i64 = 0;
@@ -1226,6 +1232,24 @@ impl<'m> FuncParser<'m> {
             return Ok(Opnd::Pair(Box::new(o), Box::new(q)));
         }
         Ok(o)
+    }
+
+    /// The rest of `[a, c]` (the `[` consumed): the operands of a texture
+    /// or surface instruction's image reference.
+    fn image_operand<'a>(&self, p: &mut P<'a>, depth: u32) -> Result<Opnd<'a>, Error> {
+        let line = p.line();
+        let mut v = Vec::new();
+        loop {
+            v.push(self.operand(p, depth + 1)?);
+            if v.len() > 4 {
+                return Err(perr(line, "too many operands in brackets"));
+            }
+            if p.eat_punct(']') {
+                break;
+            }
+            p.expect_punct(',')?;
+        }
+        Ok(Opnd::Image(v))
     }
 
     // ---- operand resolution ------------------------------------------------

@@ -125,6 +125,12 @@ pub(crate) fn known(opcode: &str) -> bool {
             | "redux"
             | "atom"
             | "red"
+            | "tex"
+            | "tld4"
+            | "txq"
+            | "suq"
+            | "suld"
+            | "sust"
     )
 }
 
@@ -1403,6 +1409,9 @@ impl FuncParser<'_> {
                     c,
                 }
             }
+            "tex" | "tld4" => self.tex(base == "tld4", &mut m, ops, line, &unsup)?,
+            "suld" | "sust" => self.surf(base == "sust", &mut m, ops, line, &unsup)?,
+            "txq" | "suq" => self.query(base == "suq", &mut m, ops, line, &unsup)?,
             _ => return Err(unsup()),
         };
         if !m.all_used() {
@@ -1410,6 +1419,347 @@ impl FuncParser<'_> {
         }
         Ok(op)
     }
+}
+
+/// Texture and surface instructions.
+impl FuncParser<'_> {
+    /// `tex{.base,.level,.grad}.geom.v4.dtype.ctype d{|p}, [a, c]{, lod |
+    /// , dPdx, dPdy}` and `tld4.comp.geom.v4.dtype.f32 d{|p}, [a, c]`.
+    fn tex(
+        &mut self,
+        tld4: bool,
+        m: &mut Mods<'_>,
+        ops: &[Opnd<'_>],
+        line: u32,
+        unsup: &dyn Fn() -> Error,
+    ) -> Result<Op, Error> {
+        let gather = if tld4 {
+            let c = m.one_of(&["r", "g", "b", "a"]).ok_or_else(unsup)?;
+            Some(match c {
+                "r" => 0,
+                "g" => 1,
+                "b" => 2,
+                _ => 3,
+            })
+        } else {
+            None
+        };
+        let mip = if tld4 {
+            None
+        } else {
+            m.one_of(&["base", "level", "grad"])
+        };
+        let geom = geom(m).ok_or_else(unsup)?;
+        if !m.has("v4") {
+            return Err(unsup());
+        }
+        let (dty, cty) = match m.types()[..] {
+            [d @ (Ty::F32 | Ty::S32 | Ty::U32), c @ (Ty::F32 | Ty::S32)] => (d, c),
+            _ => return Err(unsup()),
+        };
+        let cube = matches!(geom, Geom::Cube | Geom::ACube);
+        let int_coords = cty == Ty::S32;
+        // Cubemaps and gathers take float coordinates; gathers, 2D ones.
+        let bad_coords = int_coords && (cube || tld4);
+        let bad_gather = tld4 && matches!(geom, Geom::D1 | Geom::D3 | Geom::A1);
+        if bad_coords || bad_gather {
+            return Err(unsup());
+        }
+        // Operands after the image: the level, or the two gradients.
+        let extra = match mip {
+            Some("level") => 1,
+            Some("grad") => 2,
+            _ => 0,
+        };
+        // More operands are offsets or depth compares.
+        if ops.len() != 2 + extra {
+            return Err(unsup());
+        }
+        for o in &ops[2..] {
+            self.check_srcs(o, if extra == 1 { cty } else { Ty::F32 }, line)?;
+        }
+        let (dv, dp) = match &ops[0] {
+            Opnd::Pair(v, p) => (&**v, Some(self.dst(p, line)?)),
+            o => (o, None),
+        };
+        let (ds, n) = self.dst_list(dv, line)?;
+        if n != 4 {
+            return Err(unsup());
+        }
+        let (handle, coords) = self.image(&ops[1], geom, cty, line, unsup)?;
+        Ok(Op::Tex(Box::new(TexOp {
+            geom,
+            gather,
+            dty,
+            int_coords,
+            ds,
+            dp,
+            handle,
+            coords,
+        })))
+    }
+
+    /// `suld.b.geom{.cop}{.v2,.v4}.btype{.clamp} d, [a, c]` and
+    /// `sust.b.geom{.cop}{.v2,.v4}.btype{.clamp} [a, c], v`.
+    fn surf(
+        &mut self,
+        store: bool,
+        m: &mut Mods<'_>,
+        ops: &[Opnd<'_>],
+        line: u32,
+        unsup: &dyn Fn() -> Error,
+    ) -> Result<Op, Error> {
+        if !m.has("b") {
+            return Err(unsup());
+        }
+        let geom = geom(m).ok_or_else(unsup)?;
+        if matches!(geom, Geom::Cube | Geom::ACube) {
+            return Err(unsup());
+        }
+        m.ignore(&["ca", "cg", "cs", "cv", "wb", "wt"]);
+        let n = m.vec();
+        let ty = one_ty(m).ok_or_else(unsup)?;
+        if !matches!(ty, Ty::B8 | Ty::B16 | Ty::B32 | Ty::B64) {
+            return Err(unsup());
+        }
+        let clamp = match m.one_of(&["trap", "clamp", "zero"]) {
+            Some("clamp") => SurfClamp::Clamp,
+            Some("zero") => SurfClamp::Zero,
+            _ => SurfClamp::Trap,
+        };
+        if ops.len() != 2 {
+            return Err(Error::Parse {
+                line,
+                msg: "a surface instruction takes 2 operands".into(),
+            });
+        }
+        let (image, value) = if store {
+            (&ops[0], &ops[1])
+        } else {
+            (&ops[1], &ops[0])
+        };
+        let data = if store {
+            let (vs, k) = self.src_list(value, ty, line)?;
+            if k != n {
+                return Err(unsup());
+            }
+            SurfData::Store(vs)
+        } else {
+            let (ds, k) = self.dst_list(value, line)?;
+            if k != n {
+                return Err(unsup());
+            }
+            SurfData::Load(ds)
+        };
+        let (handle, coords) = self.image(image, geom, Ty::S32, line, unsup)?;
+        Ok(Op::Surf(Box::new(SurfOp {
+            geom,
+            bytes: ty.bytes() as u8,
+            n,
+            clamp,
+            data,
+            handle,
+            coords,
+        })))
+    }
+
+    /// `txq{.level}.query.b32 d, [a]{, lod}` and `suq.query.b32 d, [a]`.
+    fn query(
+        &mut self,
+        surface: bool,
+        m: &mut Mods<'_>,
+        ops: &[Opnd<'_>],
+        line: u32,
+        unsup: &dyn Fn() -> Error,
+    ) -> Result<Op, Error> {
+        let level = !surface && m.has("level");
+        let name = m
+            .one_of(&[
+                "width",
+                "height",
+                "depth",
+                "channel_data_type",
+                "channel_order",
+                "normalized_coords",
+                "force_unnormalized_coords",
+                "filter_mode",
+                "addr_mode_0",
+                "addr_mode_1",
+                "addr_mode_2",
+                "array_size",
+                "num_mipmap_levels",
+                "num_samples",
+                "memory_layout",
+            ])
+            .ok_or_else(unsup)?;
+        let query = match name {
+            "width" => Query::Width,
+            "height" => Query::Height,
+            "depth" => Query::Depth,
+            "channel_data_type" => Query::ChannelDataType,
+            "channel_order" => Query::ChannelOrder,
+            "normalized_coords" => Query::NormalizedCoords,
+            "force_unnormalized_coords" => Query::ForceUnnormalizedCoords,
+            "filter_mode" => Query::FilterMode,
+            "addr_mode_0" => Query::AddrMode(0),
+            "addr_mode_1" => Query::AddrMode(1),
+            "addr_mode_2" => Query::AddrMode(2),
+            "array_size" => Query::ArraySize,
+            "num_mipmap_levels" => Query::NumMipmapLevels,
+            "num_samples" => Query::NumSamples,
+            _ => Query::MemoryLayout,
+        };
+        let valid = if surface {
+            matches!(
+                query,
+                Query::Width
+                    | Query::Height
+                    | Query::Depth
+                    | Query::ChannelDataType
+                    | Query::ChannelOrder
+                    | Query::ArraySize
+                    | Query::MemoryLayout
+            )
+        } else if level {
+            matches!(query, Query::Width | Query::Height | Query::Depth)
+        } else {
+            query != Query::MemoryLayout
+        };
+        if !valid || one_ty(m) != Some(Ty::B32) {
+            return Err(unsup());
+        }
+        if ops.len() != 2 + usize::from(level) {
+            return Err(Error::Parse {
+                line,
+                msg: format!(
+                    "{} takes {} operands",
+                    if surface { "suq" } else { "txq" },
+                    2 + usize::from(level)
+                ),
+            });
+        }
+        if level {
+            self.check_srcs(&ops[2], Ty::S32, line)?;
+        }
+        let handle = match &ops[1] {
+            Opnd::Mem {
+                reg: Some(r),
+                sym: None,
+                off: 0,
+            } => self.src(&Opnd::Name(r), Ty::U64, line)?,
+            Opnd::Image(v) if v.len() == 1 => self.handle(&v[0], line, unsup)?,
+            // `.texref`/`.surfref` variables.
+            _ => return Err(unsup()),
+        };
+        Ok(Op::Query {
+            surface,
+            query,
+            d: self.dst(&ops[0], line)?,
+            handle,
+        })
+    }
+
+    /// The handle and coordinates of `[a, c]`; the layer index of arrays
+    /// is `.u32`, the other coordinates `cty`.
+    fn image(
+        &self,
+        o: &Opnd<'_>,
+        geom: Geom,
+        cty: Ty,
+        line: u32,
+        unsup: &dyn Fn() -> Error,
+    ) -> Result<(Src, Srcs4), Error> {
+        let Opnd::Image(v) = o else {
+            return Err(Error::Parse {
+                line,
+                msg: format!("expected [handle, coordinates], found {o:?}"),
+            });
+        };
+        // `[a, b, c]` names a sampler: independent mode.
+        let [a, c] = &v[..] else {
+            return Err(unsup());
+        };
+        let handle = self.handle(a, line, unsup)?;
+        let need = geom.coords();
+        let elems: &[Opnd<'_>] = match c {
+            Opnd::Vec(e) => e,
+            e => std::slice::from_ref(e),
+        };
+        if elems.len() < need || elems.len() > 4 {
+            return Err(Error::Parse {
+                line,
+                msg: format!(
+                    "{} coordinates where the geometry takes {need}",
+                    elems.len()
+                ),
+            });
+        }
+        let mut coords = [Src::Imm(0); 4];
+        for (k, e) in elems.iter().enumerate() {
+            let ty = if k == 0 && geom.layered() {
+                Ty::U32
+            } else {
+                cty
+            };
+            coords[k] = self.src(e, ty, line)?;
+        }
+        Ok((handle, coords))
+    }
+
+    /// A texture or surface handle: a `.u64` register. Module-scope
+    /// `.texref`/`.surfref` variables are unsupported.
+    fn handle(&self, o: &Opnd<'_>, line: u32, unsup: &dyn Fn() -> Error) -> Result<Src, Error> {
+        match o {
+            Opnd::Name(n) if self.lookup_reg(n).is_some() => self.src(o, Ty::U64, line),
+            _ => Err(unsup()),
+        }
+    }
+
+    /// Destinations `d`, `{d}`, `{d0, d1}` or `{d0, d1, d2, d3}` (`_` sinks
+    /// allowed), and how many.
+    fn dst_list(&mut self, o: &Opnd<'_>, line: u32) -> Result<(Regs4, u8), Error> {
+        match o {
+            Opnd::Vec(v) if matches!(v.len(), 1 | 2 | 4) => {
+                let mut out = [0u32; 4];
+                for (k, e) in v.iter().enumerate() {
+                    out[k] = self.dst(e, line)?;
+                }
+                Ok((out, v.len() as u8))
+            }
+            o => self.vec_dsts(o, line),
+        }
+    }
+
+    /// Sources `a`, `{a}`, `{a0, a1}` or `{a0, a1, a2, a3}`, and how many.
+    fn src_list(&self, o: &Opnd<'_>, ty: Ty, line: u32) -> Result<(Srcs4, u8), Error> {
+        match o {
+            Opnd::Vec(v) if v.len() == 1 => {
+                let mut out = [Src::Imm(0); 4];
+                out[0] = self.src(&v[0], ty, line)?;
+                Ok((out, 1))
+            }
+            o => self.vec_srcs(o, ty, line),
+        }
+    }
+
+    /// Checks the operands the interpreter does not use (levels of detail,
+    /// gradients) name registers or immediates.
+    fn check_srcs(&self, o: &Opnd<'_>, ty: Ty, line: u32) -> Result<(), Error> {
+        match o {
+            Opnd::Vec(v) if v.len() <= 4 => {
+                for e in v {
+                    self.src(e, ty, line)?;
+                }
+                Ok(())
+            }
+            o => self.src(o, ty, line).map(|_| ()),
+        }
+    }
+}
+
+/// The geometry modifier of a texture or surface instruction.
+fn geom(m: &mut Mods<'_>) -> Option<Geom> {
+    Geom::parse(m.one_of(&["1d", "2d", "3d", "a1d", "a2d", "cube", "acube"])?)
 }
 
 /// The single type modifier of an instruction.

@@ -1,13 +1,21 @@
 //! A Vec-backed global memory and helpers to launch kernels in tests.
 #![allow(dead_code)]
 
+use fairgpu_ptx::texture::{Image, Texture};
 use fairgpu_ptx::{Dims, Error, Globals, Limits, Memory, Module, RunStats};
 
-/// Allocations at distinct addresses with guard gaps between them.
+/// Allocations at distinct addresses with guard gaps between them, and the
+/// texture and surface objects kernels name by handle.
 #[derive(Debug, Default)]
 pub struct VecMemory {
     allocs: Vec<(u64, Vec<u8>)>,
+    textures: Vec<(u64, Texture)>,
+    surfaces: Vec<(u64, Image)>,
 }
+
+/// Handles of texture and surface objects (as the driver's, small
+/// integers).
+const HANDLE_BASE: u64 = 0x100;
 
 const BASE: u64 = 0x7000_0000_0000;
 
@@ -75,6 +83,20 @@ impl VecMemory {
         self.u64s(at).into_iter().map(f64::from_bits).collect()
     }
 
+    /// Makes `t` a texture object; its handle.
+    pub fn add_texture(&mut self, t: Texture) -> u64 {
+        let h = HANDLE_BASE + (self.textures.len() + self.surfaces.len()) as u64;
+        self.textures.push((h, t));
+        h
+    }
+
+    /// Makes `img` a surface object; its handle.
+    pub fn add_surface(&mut self, img: Image) -> u64 {
+        let h = HANDLE_BASE + (self.textures.len() + self.surfaces.len()) as u64;
+        self.surfaces.push((h, img));
+        h
+    }
+
     fn find(&mut self, addr: u64, len: usize) -> Result<&mut [u8], Error> {
         for (a, v) in &mut self.allocs {
             if addr >= *a && addr - *a + len as u64 <= v.len() as u64 {
@@ -100,6 +122,20 @@ impl Memory for VecMemory {
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error> {
         self.find(addr, data.len())?.copy_from_slice(data);
         Ok(())
+    }
+
+    fn texture(&self, handle: u64) -> Option<Texture> {
+        self.textures
+            .iter()
+            .find(|(h, _)| *h == handle)
+            .map(|&(_, t)| t)
+    }
+
+    fn surface(&self, handle: u64) -> Option<Image> {
+        self.surfaces
+            .iter()
+            .find(|(h, _)| *h == handle)
+            .map(|&(_, s)| s)
     }
 }
 
