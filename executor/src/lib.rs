@@ -33,6 +33,8 @@ pub mod sim;
 use fairgpu_protocol::cuda::ParamInfo;
 use fairgpu_protocol::Status;
 
+pub use fairgpu_protocol::array::{ArrayDesc, TextureDesc};
+
 /// A device address.
 pub type DevPtr = u64;
 
@@ -54,8 +56,80 @@ ids!(
     /// A stream.
     StreamId,
     /// An event.
-    EventId
+    EventId,
+    /// A CUDA array.
+    ArrayId
 );
+
+/// Where one side of a rectangular copy is, resolved by the request layer
+/// (pointers and arrays checked against the context's own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// The guest's bytes, packed: rows of the copy's width, one after the
+    /// other ([`HostData`]).
+    Host,
+    /// Device memory: `pitch` bytes per row, `height` rows per slice.
+    Device {
+        ptr: DevPtr,
+        pitch: u64,
+        height: u64,
+    },
+    /// A CUDA array.
+    Array(ArrayId),
+}
+
+/// One side of a rectangular copy and where in it the copy starts (x in
+/// bytes, y in rows, z in slices).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RectSide {
+    pub place: Place,
+    pub pos: [u64; 3],
+}
+
+/// A rectangular copy (`cuMemcpy3D`): `extent` is bytes per row, rows,
+/// slices; none is zero, and every byte it touches lies inside its side
+/// (the request layer checked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RectCopy {
+    pub src: RectSide,
+    pub dst: RectSide,
+    pub extent: [u64; 3],
+}
+
+/// The guest's side of a rectangular copy: packed rows to send, or room
+/// for them to come back.
+#[derive(Debug)]
+pub enum HostData<'a> {
+    /// Neither side is the host.
+    None,
+    /// The source is the host.
+    From(&'a [u8]),
+    /// The destination is the host.
+    To(&'a mut [u8]),
+}
+
+/// What a texture object reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TexResource {
+    /// A CUDA array.
+    Array(ArrayId),
+    /// Linear device memory of `bytes` bytes (`tex1Dfetch`).
+    Linear {
+        ptr: DevPtr,
+        format: u32,
+        channels: u32,
+        bytes: u64,
+    },
+    /// Pitched device memory: `width` elements per row.
+    Pitch2D {
+        ptr: DevPtr,
+        format: u32,
+        channels: u32,
+        width: u64,
+        height: u64,
+        pitch: u64,
+    },
+}
 
 /// CU_DEVICE_ATTRIBUTE values the request layer and tests refer to by name.
 pub mod attr {
@@ -365,6 +439,36 @@ pub trait GpuExecutor: Send {
         params: &[u8],
         stream: Option<StreamId>,
     ) -> ExecResult<()>;
+
+    /// `cuArray3DCreate`: an array of a validated description, counted
+    /// against the device's memory.
+    fn array_create(&mut self, ctx: CtxId, desc: &ArrayDesc) -> ExecResult<ArrayId>;
+    /// `cuArrayDestroy`.
+    fn array_destroy(&mut self, ctx: CtxId, a: ArrayId) -> ExecResult<()>;
+    /// `cuMemcpy3D`: a rectangular copy between device memory, arrays and
+    /// the guest's bytes, ordered on `stream`. Returns once `host` is
+    /// consumed or filled.
+    fn memcpy_rect(
+        &mut self,
+        ctx: CtxId,
+        copy: &RectCopy,
+        host: HostData<'_>,
+        stream: Option<StreamId>,
+    ) -> ExecResult<()>;
+    /// `cuTexObjectCreate`: returns the object's value, as kernels receive
+    /// it in their parameters.
+    fn tex_object_create(
+        &mut self,
+        ctx: CtxId,
+        res: &TexResource,
+        tex: &TextureDesc,
+    ) -> ExecResult<u64>;
+    /// `cuTexObjectDestroy` of an object this context created.
+    fn tex_object_destroy(&mut self, ctx: CtxId, t: u64) -> ExecResult<()>;
+    /// `cuSurfObjectCreate` over an array created with surface load/store.
+    fn surf_object_create(&mut self, ctx: CtxId, a: ArrayId) -> ExecResult<u64>;
+    /// `cuSurfObjectDestroy` of an object this context created.
+    fn surf_object_destroy(&mut self, ctx: CtxId, s: u64) -> ExecResult<()>;
 
     /// Creates a stream.
     fn stream_create(&mut self, ctx: CtxId, flags: u32) -> ExecResult<StreamId>;

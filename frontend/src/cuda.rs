@@ -7,6 +7,9 @@
 //! surface at the next synchronous call, as on a real driver. Stream handle
 //! 0 is the NULL stream.
 
+use fairgpu_protocol::array::{
+    tex_object_to_bytes, ArrayDesc, Copy3D, ResourceDesc, TextureDesc, COPY3D_BYTES, MEM_HOST,
+};
 use fairgpu_protocol::cuda::{LaunchHeader, ParamInfo, MAX_PARAMS};
 use fairgpu_protocol::limits::REQUEST_ARGS;
 use fairgpu_protocol::{Opcode, Status};
@@ -42,6 +45,81 @@ impl Kernel {
         }
         Ok(buf)
     }
+}
+
+/// The host side of a rectangular copy: its rows packed (width × rows ×
+/// slices bytes), to send or to fill.
+#[derive(Debug)]
+pub enum HostRows<'a> {
+    /// Neither side is the host.
+    None,
+    /// The source is the host.
+    From(&'a [u8]),
+    /// The destination is the host.
+    To(&'a mut [u8]),
+}
+
+/// A box of a rectangular copy: where it starts (x bytes, row, slice)
+/// and its extent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Piece {
+    origin: [u64; 3],
+    extent: [u64; 3],
+}
+
+impl Piece {
+    fn bytes(&self) -> u64 {
+        self.extent.iter().product()
+    }
+}
+
+/// Splits a copy of `extent` into boxes of at most `cap` bytes (`cap` >
+/// 0), in the order of the packed rows, each contiguous in them: whole
+/// slices, else whole rows of one slice, else pieces of one row.
+fn boxes(extent: [u64; 3], cap: u64) -> Vec<Piece> {
+    let [w, h, d] = extent;
+    let mut out = Vec::new();
+    let slice = w.saturating_mul(h);
+    if slice <= cap {
+        let per = (cap / slice).max(1);
+        let mut z = 0;
+        while z < d {
+            let n = per.min(d - z);
+            out.push(Piece {
+                origin: [0, 0, z],
+                extent: [w, h, n],
+            });
+            z += n;
+        }
+        return out;
+    }
+    for z in 0..d {
+        if w <= cap {
+            let per = cap / w;
+            let mut y = 0;
+            while y < h {
+                let n = per.min(h - y);
+                out.push(Piece {
+                    origin: [0, y, z],
+                    extent: [w, n, 1],
+                });
+                y += n;
+            }
+            continue;
+        }
+        for y in 0..h {
+            let mut x = 0;
+            while x < w {
+                let n = cap.min(w - x);
+                out.push(Piece {
+                    origin: [x, y, z],
+                    extent: [n, 1, 1],
+                });
+                x += n;
+            }
+        }
+    }
+    out
 }
 
 /// The CUDA driver API over one channel.
@@ -187,6 +265,115 @@ impl Cuda {
     ) -> Result<(), CallError> {
         self.ch
             .call_async(Opcode::MemcpyDtoD, args(&[dst, src, bytes, stream]), &[])
+    }
+
+    /// `cuArray3DCreate` → array handle.
+    pub fn array_create(&mut self, desc: &ArrayDesc) -> Result<u64, CallError> {
+        let r = self
+            .ch
+            .call_with(Opcode::ArrayCreate, args(&[]), &desc.to_bytes(), &mut [])?;
+        Ok(r.vals[0])
+    }
+
+    /// `cuArrayDestroy`.
+    pub fn array_destroy(&mut self, array: u64) -> Result<(), CallError> {
+        self.call(Opcode::ArrayDestroy, &[array]).map(|_| ())
+    }
+
+    /// `cuMemcpy3D` (and every 2D and array copy): `host` holds the packed
+    /// rows of the host side, if one side is the host. Split into boxes
+    /// that fit one arena slice, each a request of its own.
+    pub fn memcpy_3d(
+        &mut self,
+        copy: &Copy3D,
+        mut host: HostRows<'_>,
+        stream: u64,
+    ) -> Result<(), CallError> {
+        let bad = CallError::Cuda(Status::INVALID_VALUE);
+        let [w, h, d] = copy.extent;
+        if w == 0 || h == 0 || d == 0 {
+            return Ok(());
+        }
+        let packed = copy.host_bytes().ok_or(bad.clone())?;
+        match &host {
+            HostRows::None => {
+                return self
+                    .ch
+                    .call_with(Opcode::Memcpy3D, args(&[stream]), &copy.to_bytes(), &mut [])
+                    .map(|_| ());
+            }
+            HostRows::From(b) if b.len() as u64 != packed => return Err(bad),
+            HostRows::To(b) if b.len() as u64 != packed => return Err(bad),
+            _ => {}
+        }
+        let cap = u64::from(self.ch.max_slice()).saturating_sub(COPY3D_BYTES as u64);
+        if cap == 0 {
+            return Err(bad);
+        }
+        for piece in boxes(copy.extent, cap) {
+            let mut c = *copy;
+            c.extent = piece.extent;
+            for side in [&mut c.src, &mut c.dst] {
+                if side.kind != MEM_HOST {
+                    for (p, o) in side.pos.iter_mut().zip(piece.origin) {
+                        *p = p.checked_add(o).ok_or(bad.clone())?;
+                    }
+                }
+            }
+            // Each box is a contiguous run of the packed rows.
+            let [x0, y0, z0] = piece.origin;
+            let at = ((z0 * h + y0) * w + x0) as usize;
+            let n = piece.bytes() as usize;
+            match &mut host {
+                HostRows::From(b) => {
+                    let mut input = c.to_bytes();
+                    input.extend_from_slice(&b[at..at + n]);
+                    self.ch
+                        .call_with(Opcode::Memcpy3D, args(&[stream]), &input, &mut [])?;
+                }
+                HostRows::To(b) => {
+                    let r = self.ch.call_with(
+                        Opcode::Memcpy3D,
+                        args(&[stream]),
+                        &c.to_bytes(),
+                        &mut b[at..at + n],
+                    )?;
+                    if r.data_len as usize != n {
+                        return Err(CallError::Cuda(Status::UNKNOWN));
+                    }
+                }
+                HostRows::None => unreachable!("handled above"),
+            }
+        }
+        Ok(())
+    }
+
+    /// `cuTexObjectCreate` → the object, as kernels receive it.
+    pub fn tex_object_create(
+        &mut self,
+        res: &ResourceDesc,
+        tex: &TextureDesc,
+    ) -> Result<u64, CallError> {
+        let input = tex_object_to_bytes(res, tex);
+        let r = self
+            .ch
+            .call_with(Opcode::TexObjectCreate, args(&[]), &input, &mut [])?;
+        Ok(r.vals[0])
+    }
+
+    /// `cuTexObjectDestroy`.
+    pub fn tex_object_destroy(&mut self, obj: u64) -> Result<(), CallError> {
+        self.call(Opcode::TexObjectDestroy, &[obj]).map(|_| ())
+    }
+
+    /// `cuSurfObjectCreate` over an array → the object.
+    pub fn surf_object_create(&mut self, array: u64) -> Result<u64, CallError> {
+        Ok(self.call(Opcode::SurfObjectCreate, &[array])?[0])
+    }
+
+    /// `cuSurfObjectDestroy`.
+    pub fn surf_object_destroy(&mut self, obj: u64) -> Result<(), CallError> {
+        self.call(Opcode::SurfObjectDestroy, &[obj]).map(|_| ())
     }
 
     fn memset_op(elem: u8) -> Result<Opcode, CallError> {
@@ -404,5 +591,42 @@ impl Cuda {
         Ok(f32::from_bits(
             self.call(Opcode::EventElapsedTime, &[start, end])?[0] as u32,
         ))
+    }
+}
+
+#[cfg(test)]
+mod box_tests {
+    use super::{boxes, Piece};
+
+    /// Every byte of the packed rows in exactly one box, in order, each
+    /// box within the cap.
+    fn check(extent: [u64; 3], cap: u64) {
+        let [w, h, _] = extent;
+        let mut next = 0;
+        for p in boxes(extent, cap) {
+            assert!(p.bytes() <= cap.max(1), "{p:?} over {cap}");
+            let [x, y, z] = p.origin;
+            assert_eq!((z * h + y) * w + x, next, "{p:?} not contiguous");
+            next += p.bytes();
+        }
+        assert_eq!(next, extent.iter().product::<u64>());
+    }
+
+    #[test]
+    fn boxes_cover_the_packed_rows_in_order() {
+        check([16, 4, 3], 1 << 20);
+        check([16, 4, 3], 64);
+        check([16, 4, 3], 100);
+        check([16, 4, 3], 20);
+        check([16, 4, 3], 7);
+        check([1000, 1, 1], 300);
+        check([3, 5, 7], 1);
+        assert_eq!(
+            boxes([8, 2, 1], 1 << 10),
+            vec![Piece {
+                origin: [0, 0, 0],
+                extent: [8, 2, 1]
+            }]
+        );
     }
 }

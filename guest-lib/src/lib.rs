@@ -30,6 +30,7 @@
 
 pub mod types;
 
+mod array;
 mod context;
 mod device;
 mod driver;

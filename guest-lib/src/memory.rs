@@ -68,7 +68,7 @@ pub fn is_device(ptr: u64) -> bool {
     find_device(ptr).is_some()
 }
 
-fn slice<'a>(p: *const c_void, n: usize) -> Result<&'a [u8], CUresult> {
+pub(crate) fn slice<'a>(p: *const c_void, n: usize) -> Result<&'a [u8], CUresult> {
     if n == 0 {
         return Ok(&[]);
     }
@@ -80,7 +80,7 @@ fn slice<'a>(p: *const c_void, n: usize) -> Result<&'a [u8], CUresult> {
     Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) })
 }
 
-fn slice_mut<'a>(p: *mut c_void, n: usize) -> Result<&'a mut [u8], CUresult> {
+pub(crate) fn slice_mut<'a>(p: *mut c_void, n: usize) -> Result<&'a mut [u8], CUresult> {
     if n == 0 {
         return Ok(&mut []);
     }

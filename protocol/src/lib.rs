@@ -10,6 +10,8 @@
 //! - [`opcode`]: the opcode space.
 //! - [`limits`]: named bounds on every guest-controlled size.
 //! - [`handle`]: opaque per-VM handles.
+//! - [`array`]: CUDA arrays, rectangular copies, texture and surface
+//!   objects as they cross the wire.
 //!
 //! Invariants this crate upholds:
 //! - no Rust reference to non-atomic bytes of the region is ever created;
@@ -21,6 +23,7 @@
 //! No I/O and no CUDA here: mapping lives in the frontend, serving in the
 //! backend.
 
+pub mod array;
 pub mod cuda;
 pub mod handle;
 pub mod layout;

@@ -111,6 +111,26 @@ pub enum Opcode {
     EventSynchronize = 0x0164,
     /// `cuEventElapsedTime(args[0] = start, args[1] = end)` → `vals[0]` = f32 bits, ms.
     EventElapsedTime = 0x0165,
+    /// `cuArray3DCreate`: arena holds a [`crate::array::ArrayDesc`] →
+    /// `vals[0]` = array.
+    ArrayCreate = 0x0170,
+    /// `cuArrayDestroy(args[0] = array)`.
+    ArrayDestroy = 0x0171,
+    /// A rectangular copy (`cuMemcpy2D/3D`, to and from arrays,
+    /// `args[0]` = stream): arena holds a [`crate::array::Copy3D`], then the
+    /// packed host data when the source is the host; when the destination
+    /// is the host, the packed data comes back in the arena.
+    Memcpy3D = 0x0172,
+    /// `cuTexObjectCreate`: arena holds a [`crate::array::ResourceDesc`] and
+    /// a [`crate::array::TextureDesc`] → `vals[0]` = the object, as kernels
+    /// receive it.
+    TexObjectCreate = 0x0173,
+    /// `cuTexObjectDestroy(args[0] = object)`.
+    TexObjectDestroy = 0x0174,
+    /// `cuSurfObjectCreate(args[0] = array)` → `vals[0]` = the object.
+    SurfObjectCreate = 0x0175,
+    /// `cuSurfObjectDestroy(args[0] = object)`.
+    SurfObjectDestroy = 0x0176,
 }
 
 /// The first opcode of the CUDA driver API range.
@@ -137,7 +157,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 40] = [
+    pub const ALL: [Opcode; 47] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -178,6 +198,13 @@ impl Opcode {
         Opcode::EventQuery,
         Opcode::EventSynchronize,
         Opcode::EventElapsedTime,
+        Opcode::ArrayCreate,
+        Opcode::ArrayDestroy,
+        Opcode::Memcpy3D,
+        Opcode::TexObjectCreate,
+        Opcode::TexObjectDestroy,
+        Opcode::SurfObjectCreate,
+        Opcode::SurfObjectDestroy,
     ];
 }
 

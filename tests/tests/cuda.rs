@@ -17,8 +17,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fairgpu_executor::attr;
-use fairgpu_frontend::cuda::Cuda;
+use fairgpu_frontend::cuda::{Cuda, HostRows};
 use fairgpu_frontend::CallError;
+use fairgpu_protocol::array::{
+    ArrayDesc, Copy3D, CopySide, ResourceDesc, TextureDesc, MEM_ARRAY, MEM_DEVICE, MEM_HOST,
+    RESOURCE_ARRAY, RESOURCE_LINEAR,
+};
 use fairgpu_protocol::cuda::ParamInfo;
 use fairgpu_protocol::Status;
 use fairgpu_tests::{
@@ -1141,4 +1145,217 @@ fn printed_output_is_taken_in_order_even_after_a_failed_assert() {
         records[0].1,
         &b"x>0:12: x>0: block: [0,0,0], thread: [1,0,0] Assertion `x>0` failed.\n"[..]
     );
+}
+
+/// A float32 array of `w` × `h` (× `d`) elements.
+fn f32_array(w: u64, h: u64, d: u64, flags: u32) -> ArrayDesc {
+    ArrayDesc {
+        width: w,
+        height: h,
+        depth: d,
+        format: 0x20,
+        channels: 1,
+        flags,
+    }
+}
+
+fn side(kind: u64, base: u64, pitch: u64, height: u64, pos: [u64; 3]) -> CopySide {
+    CopySide {
+        kind,
+        base,
+        pitch,
+        height,
+        pos,
+    }
+}
+
+const HOST: CopySide = CopySide {
+    kind: MEM_HOST,
+    base: 0,
+    pitch: 0,
+    height: 0,
+    pos: [0; 3],
+};
+
+/// Arrays, rectangular copies and texture/surface objects over the wire:
+/// the bytes land where a GPU puts them (pitched rows, array boxes at
+/// offsets, copies split into many requests), arrays count against the
+/// quota, and every hostile description (boxes past an array's end, rows
+/// past their pitch, device ranges outside the channel's allocations,
+/// another channel's arrays, forged objects) is refused with the channel
+/// still working.
+#[test]
+fn arrays_and_rectangular_copies_are_exact_and_bounded() {
+    let rig = Rig::start("cuda_arrays");
+    let mut a = rig.cuda(0);
+    let mut b = rig.cuda(0);
+    let inval = |r: Result<(), CallError>| assert_refused(r, Status::INVALID_VALUE);
+
+    // A 2D array of 300 x 200 floats: 240,000 bytes, several arena slices.
+    let (w, h) = (300u64, 200u64);
+    let arr = a.array_create(&f32_array(w, h, 0, 0)).unwrap();
+    let data = pattern((w * h * 4) as usize, 7);
+    let whole = Copy3D {
+        src: HOST,
+        dst: side(MEM_ARRAY, arr, 0, 0, [0; 3]),
+        extent: [w * 4, h, 1],
+    };
+    a.memcpy_3d(&whole, HostRows::From(&data), 0).unwrap();
+    // Into pitched device memory at an offset, through the array.
+    let pitch = 1280u64;
+    let dev = a.mem_alloc(pitch * (h + 3)).unwrap();
+    let to_dev = Copy3D {
+        src: side(MEM_ARRAY, arr, 0, 0, [8, 5, 0]),
+        dst: side(MEM_DEVICE, dev, pitch, h + 3, [16, 3, 0]),
+        extent: [(w - 2) * 4, h - 5, 1],
+    };
+    a.memcpy_3d(&to_dev, HostRows::None, 0).unwrap();
+    let raw = read(&mut a, dev, (pitch * (h + 3)) as usize);
+    for y in 0..(h - 5) {
+        let got = &raw[((y + 3) * pitch + 16) as usize..][..((w - 2) * 4) as usize];
+        let want = &data[((y + 5) * w * 4 + 8) as usize..][..((w - 2) * 4) as usize];
+        assert_bytes_eq(got, want, &format!("row {y} in pitched memory"));
+    }
+    // Back to the host, packed, from a box of the array.
+    let mut back = vec![0u8; (10 * 4 * 7) as usize];
+    let from = Copy3D {
+        src: side(MEM_ARRAY, arr, 0, 0, [40, 100, 0]),
+        dst: HOST,
+        extent: [40, 7, 1],
+    };
+    a.memcpy_3d(&from, HostRows::To(&mut back), 0).unwrap();
+    for y in 0..7u64 {
+        let want = &data[((100 + y) * w * 4 + 40) as usize..][..40];
+        assert_bytes_eq(
+            &back[(y * 40) as usize..][..40],
+            want,
+            &format!("box row {y}"),
+        );
+    }
+
+    // Hostile descriptions, each refused; the channel goes on.
+    let past_end = Copy3D {
+        src: side(MEM_ARRAY, arr, 0, 0, [8, 0, 0]),
+        dst: HOST,
+        extent: [w * 4, 1, 1],
+    };
+    inval(a.memcpy_3d(&past_end, HostRows::To(&mut vec![0; (w * 4) as usize]), 0));
+    let partial_element = Copy3D {
+        src: side(MEM_ARRAY, arr, 0, 0, [2, 0, 0]),
+        dst: HOST,
+        extent: [4, 1, 1],
+    };
+    inval(a.memcpy_3d(&partial_element, HostRows::To(&mut [0; 4]), 0));
+    let row_past_pitch = Copy3D {
+        src: HOST,
+        dst: side(MEM_DEVICE, dev, 64, h, [0; 3]),
+        extent: [65, 2, 1],
+    };
+    inval(a.memcpy_3d(&row_past_pitch, HostRows::From(&[0; 130]), 0));
+    let past_alloc = Copy3D {
+        src: HOST,
+        dst: side(MEM_DEVICE, dev, pitch, h + 3, [0, h + 2, 0]),
+        extent: [pitch, 2, 1],
+    };
+    inval(a.memcpy_3d(
+        &past_alloc,
+        HostRows::From(&vec![0; (2 * pitch) as usize]),
+        0,
+    ));
+    let wrapping = Copy3D {
+        src: HOST,
+        dst: side(MEM_DEVICE, dev, u64::MAX / 2, 4, [0, 1, 1]),
+        extent: [4, 1, 1],
+    };
+    inval(a.memcpy_3d(&wrapping, HostRows::From(&[0; 4]), 0));
+    let b_dev = b.mem_alloc(4096).unwrap();
+    let other_channel = Copy3D {
+        src: side(MEM_ARRAY, arr, 0, 0, [0; 3]),
+        dst: side(MEM_DEVICE, b_dev, 4096, 1, [0; 3]),
+        extent: [16, 1, 1],
+    };
+    assert_refused(
+        b.memcpy_3d(&other_channel, HostRows::None, 0),
+        Status::INVALID_HANDLE,
+    );
+    assert_refused(b.array_destroy(arr), Status::INVALID_HANDLE);
+    assert_refused(a.array_destroy(FORGED), Status::INVALID_HANDLE);
+    for bad in [
+        f32_array(0, 0, 0, 0),
+        f32_array(1 << 20, 0, 0, 0),
+        f32_array(8, 0, 3, 0),
+        f32_array(8, 4, 6, 4),
+        ArrayDesc {
+            format: 0xb0,
+            ..f32_array(8, 0, 0, 0)
+        },
+        ArrayDesc {
+            channels: 3,
+            ..f32_array(8, 0, 0, 0)
+        },
+    ] {
+        assert_refused(a.array_create(&bad), Status::INVALID_VALUE);
+    }
+
+    // Arrays count against the quota, and give it back.
+    let (free, _) = a.mem_get_info().unwrap();
+    assert_eq!(free, VM_QUOTA - w * h * 4 - pitch * (h + 3) - 4096);
+    assert_refused(
+        a.array_create(&f32_array(16_384, 16_384, 1 + VM_QUOTA / (1 << 30), 0)),
+        Status::OUT_OF_MEMORY,
+    );
+
+    // Texture objects over the channel's own memory only; surfaces only
+    // over arrays made for them.
+    let tex = TextureDesc::default();
+    let res = |kind, base, width| ResourceDesc {
+        kind,
+        base,
+        format: 0x20,
+        channels: 1,
+        width,
+        height: 1,
+        pitch: 0,
+    };
+    let t = a
+        .tex_object_create(&res(RESOURCE_ARRAY, arr, 0), &tex)
+        .unwrap();
+    let lin = a
+        .tex_object_create(&res(RESOURCE_LINEAR, dev, 256), &tex)
+        .unwrap();
+    assert_refused(
+        a.tex_object_create(&res(RESOURCE_LINEAR, b_dev, 256), &tex),
+        Status::INVALID_VALUE,
+    );
+    assert_refused(
+        a.tex_object_create(&res(RESOURCE_LINEAR, dev, pitch * (h + 4)), &tex),
+        Status::INVALID_VALUE,
+    );
+    assert_refused(
+        b.tex_object_create(&res(RESOURCE_ARRAY, arr, 0), &tex),
+        Status::INVALID_HANDLE,
+    );
+    assert_refused(b.tex_object_destroy(t), Status::INVALID_VALUE);
+    assert_refused(a.surf_object_create(arr), Status::INVALID_VALUE);
+    let sarr = a.array_create(&f32_array(4, 4, 0, 2)).unwrap();
+    let s = a.surf_object_create(sarr).unwrap();
+    assert_refused(a.surf_object_destroy(t), Status::INVALID_VALUE);
+    a.surf_object_destroy(s).unwrap();
+    a.tex_object_destroy(t).unwrap();
+    a.tex_object_destroy(lin).unwrap();
+    assert_refused(a.tex_object_destroy(t), Status::INVALID_VALUE);
+
+    // Still working, and destroying the arrays returns their bytes.
+    still_works(&mut a, dev, 3);
+    a.array_destroy(arr).unwrap();
+    a.array_destroy(sarr).unwrap();
+    let (free, _) = a.mem_get_info().unwrap();
+    assert_eq!(free, VM_QUOTA - pitch * (h + 3) - 4096);
+    // A channel's arrays go with it.
+    let kept = b.array_create(&f32_array(1024, 1024, 0, 0)).unwrap();
+    assert_ne!(kept, 0);
+    drop(b);
+    wait_for_status(&rig.d, "b's array to be freed", |st| {
+        vm(st, "vm1").mem_used == pitch * (h + 3)
+    });
 }

@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 11] = [
+const COMPUTE_PROGRAMS: [&str; 12] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -281,12 +281,14 @@ const COMPUTE_PROGRAMS: [&str; 11] = [
     "globals",
     "stream_ordered",
     "device_printf",
+    "textures",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
 /// memory, reductions with barriers and warp shuffles, histograms with
-/// atomics, prefix scans and structs passed by value: SimGpu's kernels
-/// compute exactly what the CPU does. The three variants of a program run
+/// atomics, prefix scans, structs passed by value, arrays read through
+/// textures and written through surfaces: SimGpu's kernels compute exactly
+/// what the CPU does. The three variants of a program run
 /// at once, one per VM.
 #[test]
 fn kernels_compute_what_the_cpu_computes() {
@@ -494,6 +496,7 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
         "func_attributes",
         "globals",
         "stream_ordered",
+        "textures",
     ] {
         for v in VARIANTS {
             runs.push((format!("{p}-{v}"), v));

@@ -178,6 +178,7 @@ fn is_work(op: Opcode) -> bool {
             | Opcode::MemsetD8
             | Opcode::MemsetD16
             | Opcode::MemsetD32
+            | Opcode::Memcpy3D
     )
 }
 
@@ -1441,7 +1442,8 @@ mod tests {
             .into_iter()
             .filter(|&op| needs_grant(op))
             .collect();
-        assert_eq!(gated.len(), 12);
+        assert_eq!(gated.len(), 13);
+        assert!(needs_grant(Opcode::Memcpy3D));
         for op in [
             Opcode::Nop,
             Opcode::DeviceGetAttribute,
@@ -1456,6 +1458,9 @@ mod tests {
             Opcode::StreamQuery,
             Opcode::EventElapsedTime,
             Opcode::EventCreate,
+            Opcode::ArrayCreate,
+            Opcode::TexObjectCreate,
+            Opcode::SurfObjectDestroy,
         ] {
             assert!(!needs_grant(op), "{op:?}");
         }

@@ -18,9 +18,14 @@
 //! - sizes from the guest are bounded by the limits of `protocol::cuda`
 //!   before anything is allocated.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
+use fairgpu_protocol::array::{
+    tex_object_from_bytes, ArrayDesc, Copy3D, CopySide, ARRAY_DESC_BYTES, ARRAY_SURFACE_LDST,
+    COPY3D_BYTES, MEM_ARRAY, MEM_DEVICE, MEM_HOST, RESOURCE_ARRAY, RESOURCE_LINEAR,
+    RESOURCE_PITCH2D, TEX_OBJECT_BYTES,
+};
 use fairgpu_protocol::cuda::{
     image_hash, LaunchHeader, ParamInfo, MAX_DEVICE_NAME, MAX_IMAGE_CACHE, MAX_MODULE_IMAGE,
     MAX_NAME, MAX_OBJECTS,
@@ -35,7 +40,8 @@ use crate::host::{Answer, ArenaSlice, Handler};
 use crate::transport_ops::TransportOps;
 use fairgpu_executor::host_memory::{HostCharge, HostMemory};
 use fairgpu_executor::{
-    CtxId, DevPtr, EventId, ExecError, FnId, GpuExecutor, LaunchConfig, ModId, StreamId,
+    ArrayId, CtxId, DevPtr, EventId, ExecError, FnId, GpuExecutor, HostData, LaunchConfig, ModId,
+    Place, RectCopy, RectSide, StreamId, TexResource,
 };
 
 /// What a VM uses, for status and accounting.
@@ -85,6 +91,13 @@ struct Context {
     function_of: HashMap<(u64, u64), Handle>,
     streams: HandleTable<StreamId>,
     events: HandleTable<EventId>,
+    /// CUDA arrays and their descriptions (sizes count against the quota).
+    arrays: HandleTable<(ArrayId, ArrayDesc)>,
+    array_bytes: u64,
+    /// Texture and surface objects, by the value the executor gave them
+    /// (what kernels receive): only these may be destroyed.
+    tex_objects: HashSet<u64>,
+    surf_objects: HashSet<u64>,
     /// A module image being staged, and the size announced for it.
     staging: Vec<u8>,
     staging_total: u64,
@@ -137,6 +150,10 @@ impl Context {
             function_of: HashMap::new(),
             streams: HandleTable::new(MAX_OBJECTS),
             events: HandleTable::new(MAX_OBJECTS),
+            arrays: HandleTable::new(MAX_OBJECTS),
+            array_bytes: 0,
+            tex_objects: HashSet::new(),
+            surf_objects: HashSet::new(),
             staging: Vec::new(),
             staging_total: 0,
             acct_free: Vec::new(),
@@ -157,7 +174,13 @@ impl Context {
             + self.functions.host_bytes()
             + self.streams.host_bytes()
             + self.events.host_bytes()
-            + ENTRY_BYTES * (self.allocs.len() + self.function_of.len() + self.globals.len()) as u64
+            + self.arrays.host_bytes()
+            + ENTRY_BYTES
+                * (self.allocs.len()
+                    + self.function_of.len()
+                    + self.globals.len()
+                    + self.tex_objects.len()
+                    + self.surf_objects.len()) as u64
             + self.param_bytes
     }
 
@@ -221,6 +244,37 @@ impl Context {
             .get(Handle(h))
             .map(|s| Some(*s))
             .map_err(|_| Status::INVALID_HANDLE)
+    }
+
+    fn array(&self, h: u64) -> Result<&(ArrayId, ArrayDesc), Status> {
+        self.arrays
+            .get(Handle(h))
+            .map_err(|_| Status::INVALID_HANDLE)
+    }
+
+    /// One side of a rectangular copy, checked: device ranges inside one
+    /// allocation, boxes inside their array.
+    fn copy_side(&self, s: &CopySide, extent: [u64; 3]) -> Result<Place, Status> {
+        match s.kind {
+            MEM_HOST => Ok(Place::Host),
+            MEM_DEVICE => {
+                let (first, end) = s.device_span(extent).ok_or(Status::INVALID_VALUE)?;
+                self.check_range(first, end - first)?;
+                Ok(Place::Device {
+                    ptr: s.base,
+                    pitch: s.pitch,
+                    height: s.height,
+                })
+            }
+            MEM_ARRAY => {
+                let (id, desc) = self.array(s.base)?;
+                if !s.fits_array(desc, extent) {
+                    return Err(Status::INVALID_VALUE);
+                }
+                Ok(Place::Array(*id))
+            }
+            _ => Err(Status::INVALID_VALUE),
+        }
     }
 
     fn event(&self, h: u64) -> Result<EventId, Status> {
@@ -758,6 +812,170 @@ impl CudaOps {
                     .map_err(exec_err)
                     .map(|_| Answer::default())
             }
+            Opcode::ArrayCreate => {
+                let mut b = [0u8; ARRAY_DESC_BYTES];
+                arena.read(0, &mut b)?;
+                let desc = ArrayDesc::from_bytes(&b);
+                desc.validate().map_err(|_| Status::INVALID_VALUE)?;
+                let bytes = desc.total_bytes();
+                if mem_used.checked_add(bytes).is_none_or(|u| u > quota)
+                    || cx.arrays.len() >= MAX_OBJECTS
+                {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let id = self.exec.array_create(ctx, &desc).map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                match cx.arrays.insert((id, desc)) {
+                    Ok(h) => {
+                        cx.array_bytes += bytes;
+                        self.mem_used += bytes;
+                        Ok(vals(&[h.0]))
+                    }
+                    Err(_) => {
+                        let _ = self.exec.array_destroy(ctx, id);
+                        Err(Status::OUT_OF_MEMORY)
+                    }
+                }
+            }
+            Opcode::ArrayDestroy => {
+                let &(id, desc) = cx.array(a[0])?;
+                self.exec.array_destroy(ctx, id).map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                cx.arrays
+                    .remove(Handle(a[0]))
+                    .map_err(|_| Status::INVALID_HANDLE)?;
+                cx.array_bytes -= desc.total_bytes();
+                self.mem_used -= desc.total_bytes();
+                Ok(Answer::default())
+            }
+            Opcode::Memcpy3D => {
+                let mut b = [0u8; COPY3D_BYTES];
+                arena.read(0, &mut b)?;
+                let c = Copy3D::from_bytes(&b);
+                let packed = c.host_bytes().ok_or(Status::INVALID_VALUE)?;
+                if c.extent.contains(&0) {
+                    return Err(Status::INVALID_VALUE);
+                }
+                let copy = RectCopy {
+                    src: RectSide {
+                        place: cx.copy_side(&c.src, c.extent)?,
+                        pos: c.src.pos,
+                    },
+                    dst: RectSide {
+                        place: cx.copy_side(&c.dst, c.extent)?,
+                        pos: c.dst.pos,
+                    },
+                    extent: c.extent,
+                };
+                let stream = cx.stream(a[0])?;
+                let (from_host, to_host) =
+                    (copy.src.place == Place::Host, copy.dst.place == Place::Host);
+                if from_host && to_host {
+                    return Err(Status::INVALID_VALUE);
+                }
+                let data = usize::try_from(packed).map_err(|_| Status::INVALID_VALUE)?;
+                if from_host {
+                    if COPY3D_BYTES + data != arena.len() {
+                        return Err(Status::INVALID_VALUE);
+                    }
+                    self.buf.resize(data, 0);
+                    arena.read(COPY3D_BYTES, &mut self.buf)?;
+                    self.exec
+                        .memcpy_rect(ctx, &copy, HostData::From(&self.buf), stream)
+                        .map_err(exec_err)?;
+                    return Ok(Answer::default());
+                }
+                if to_host {
+                    if data > arena.len() {
+                        return Err(Status::INVALID_VALUE);
+                    }
+                    self.buf.resize(data, 0);
+                    self.exec
+                        .memcpy_rect(ctx, &copy, HostData::To(&mut self.buf), stream)
+                        .map_err(exec_err)?;
+                    arena.write(0, &self.buf)?;
+                    return Ok(Answer {
+                        vals: [0; 5],
+                        out_len: data as u32,
+                    });
+                }
+                self.exec
+                    .memcpy_rect(ctx, &copy, HostData::None, stream)
+                    .map_err(exec_err)
+                    .map(|_| Answer::default())
+            }
+            Opcode::TexObjectCreate => {
+                let mut b = [0u8; TEX_OBJECT_BYTES];
+                arena.read(0, &mut b)?;
+                let (res, tex) = tex_object_from_bytes(&b);
+                tex.validate().map_err(|_| Status::INVALID_VALUE)?;
+                let resource = match res.kind {
+                    RESOURCE_ARRAY => TexResource::Array(cx.array(res.base)?.0),
+                    RESOURCE_LINEAR | RESOURCE_PITCH2D => {
+                        let (first, end) = res.device_span().map_err(|_| Status::INVALID_VALUE)?;
+                        cx.check_range(first, end - first)?;
+                        if res.kind == RESOURCE_LINEAR {
+                            TexResource::Linear {
+                                ptr: res.base,
+                                format: res.format,
+                                channels: res.channels,
+                                bytes: res.width,
+                            }
+                        } else {
+                            TexResource::Pitch2D {
+                                ptr: res.base,
+                                format: res.format,
+                                channels: res.channels,
+                                width: res.width,
+                                height: res.height,
+                                pitch: res.pitch,
+                            }
+                        }
+                    }
+                    _ => return Err(Status::INVALID_VALUE),
+                };
+                if cx.tex_objects.len() >= MAX_OBJECTS {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let t = self
+                    .exec
+                    .tex_object_create(ctx, &resource, &tex)
+                    .map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                cx.tex_objects.insert(t);
+                Ok(vals(&[t]))
+            }
+            Opcode::TexObjectDestroy => {
+                if !cx.tex_objects.contains(&a[0]) {
+                    return Err(Status::INVALID_VALUE);
+                }
+                self.exec.tex_object_destroy(ctx, a[0]).map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                cx.tex_objects.remove(&a[0]);
+                Ok(Answer::default())
+            }
+            Opcode::SurfObjectCreate => {
+                let &(id, desc) = cx.array(a[0])?;
+                if desc.flags & ARRAY_SURFACE_LDST == 0 {
+                    return Err(Status::INVALID_VALUE);
+                }
+                if cx.surf_objects.len() >= MAX_OBJECTS {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let s = self.exec.surf_object_create(ctx, id).map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                cx.surf_objects.insert(s);
+                Ok(vals(&[s]))
+            }
+            Opcode::SurfObjectDestroy => {
+                if !cx.surf_objects.contains(&a[0]) {
+                    return Err(Status::INVALID_VALUE);
+                }
+                self.exec.surf_object_destroy(ctx, a[0]).map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                cx.surf_objects.remove(&a[0]);
+                Ok(Answer::default())
+            }
             Opcode::StreamCreate => {
                 let flags = u32::try_from(a[0]).map_err(|_| Status::INVALID_VALUE)?;
                 if cx.streams.len() >= MAX_OBJECTS {
@@ -901,7 +1119,7 @@ impl Handler for CudaOps {
     fn reset(&mut self, ch: u32) {
         self.transport.reset(ch);
         if let Some(cx) = self.contexts.get_mut(ch as usize).and_then(Option::take) {
-            let freed: u64 = cx.allocs.values().sum();
+            let freed: u64 = cx.allocs.values().sum::<u64>() + cx.array_bytes;
             self.mem_used -= freed;
             self.exec.destroy_context(cx.ctx);
             tracing::debug!(vm = %self.vm, channel = ch, freed, "context destroyed");
@@ -951,7 +1169,7 @@ impl Meter for CudaOps {
             | Opcode::MemcpyDtoH
             | Opcode::EventRecord => a[1],
             Opcode::MemcpyDtoD | Opcode::MemsetD8 | Opcode::MemsetD16 | Opcode::MemsetD32 => a[3],
-            Opcode::StreamWaitEvent | Opcode::StreamSynchronize => a[0],
+            Opcode::StreamWaitEvent | Opcode::StreamSynchronize | Opcode::Memcpy3D => a[0],
             // Context-wide or stream-less: the NULL stream orders after the
             // context's blocking streams.
             _ => 0,

@@ -20,7 +20,7 @@ use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ushort, c_void};
 use std::sync::OnceLock;
 
 use cudarc::driver::sys::{
-    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream,
+    CUarray, CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream,
 };
 
 /// A `CUresult` as the integer the driver returns.
@@ -37,6 +37,86 @@ pub(crate) const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
 pub(crate) const CUDA_ERROR_NOT_FOUND: CuResult = 500;
 /// CUDA_ERROR_NOT_READY: a query of unfinished work.
 pub(crate) const CUDA_ERROR_NOT_READY: CuResult = 600;
+
+/// `CUDA_ARRAY3D_DESCRIPTOR`, with the format as a plain integer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Array3DDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: c_uint,
+    pub num_channels: c_uint,
+    pub flags: c_uint,
+}
+
+/// `CUDA_MEMCPY3D`, with the memory types as plain integers.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Memcpy3D {
+    pub src_x_in_bytes: usize,
+    pub src_y: usize,
+    pub src_z: usize,
+    pub src_lod: usize,
+    pub src_memory_type: c_uint,
+    pub src_host: *const c_void,
+    pub src_device: CUdeviceptr,
+    pub src_array: CUarray,
+    pub reserved0: *mut c_void,
+    pub src_pitch: usize,
+    pub src_height: usize,
+    pub dst_x_in_bytes: usize,
+    pub dst_y: usize,
+    pub dst_z: usize,
+    pub dst_lod: usize,
+    pub dst_memory_type: c_uint,
+    pub dst_host: *mut c_void,
+    pub dst_device: CUdeviceptr,
+    pub dst_array: CUarray,
+    pub reserved1: *mut c_void,
+    pub dst_pitch: usize,
+    pub dst_height: usize,
+    pub width_in_bytes: usize,
+    pub height: usize,
+    pub depth: usize,
+}
+
+/// `CUDA_RESOURCE_DESC`: the type, then its 128-byte union as words (on a
+/// little-endian host a `u32` pair `(a, b)` is the word `a | b << 32`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ResourceDesc {
+    pub res_type: c_uint,
+    pub res: [u64; 16],
+    pub flags: c_uint,
+}
+
+/// `CUDA_TEXTURE_DESC`, with its enums as plain integers.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TextureDesc {
+    pub address_mode: [c_uint; 3],
+    pub filter_mode: c_uint,
+    pub flags: c_uint,
+    pub max_anisotropy: c_uint,
+    pub mipmap_filter_mode: c_uint,
+    pub mipmap_level_bias: f32,
+    pub min_mipmap_level_clamp: f32,
+    pub max_mipmap_level_clamp: f32,
+    pub border_color: [f32; 4],
+    pub reserved: [c_int; 12],
+}
+
+// The driver reads these through pointers: same sizes as cuda.h's.
+const _: () = {
+    use cudarc::driver::sys as s;
+    use std::mem::size_of;
+    assert!(size_of::<Array3DDescriptor>() == size_of::<s::CUDA_ARRAY3D_DESCRIPTOR_st>());
+    assert!(size_of::<Memcpy3D>() == size_of::<s::CUDA_MEMCPY3D_st>());
+    assert!(size_of::<ResourceDesc>() == size_of::<s::CUDA_RESOURCE_DESC_st>());
+    assert!(size_of::<TextureDesc>() == size_of::<s::CUDA_TEXTURE_DESC_st>());
+    assert!(cfg!(target_endian = "little"));
+};
 
 /// A `CUuuid` out-parameter: 16 bytes.
 pub(crate) type UuidFn = unsafe extern "C" fn(*mut [u8; 16], CUdevice) -> CuResult;
@@ -183,4 +263,12 @@ driver_api! {
     cuEventQuery(CUevent);
     cuEventSynchronize(CUevent);
     cuEventElapsedTime(*mut f32, CUevent, CUevent);
+    cuArray3DCreate_v2(*mut CUarray, *const Array3DDescriptor);
+    cuArrayDestroy(CUarray);
+    cuMemcpy3D_v2(*const Memcpy3D);
+    cuMemcpy3DAsync_v2(*const Memcpy3D, CUstream);
+    cuTexObjectCreate(*mut u64, *const ResourceDesc, *const TextureDesc, *const c_void);
+    cuTexObjectDestroy(u64);
+    cuSurfObjectCreate(*mut u64, *const ResourceDesc);
+    cuSurfObjectDestroy(u64);
 }

@@ -16,10 +16,10 @@ use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ushort, c_void, CStr};
 use std::ptr;
 
 use cudarc::driver::sys::{
-    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream,
+    CUarray, CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream,
 };
 
-use super::api::{Api, CuResult};
+use super::api::{self, Api, CuResult};
 
 const INVALID_VALUE: CuResult = 1;
 const OUT_OF_MEMORY: CuResult = 2;
@@ -93,6 +93,19 @@ pub(super) struct State {
     pub hold: bool,
     /// Objects of a context still alive when it was destroyed.
     pub leaked_at_destroy: usize,
+    /// Arrays: handle -> (context, bytes per row, rows per slice, bytes).
+    pub arrays: HashMap<usize, FakeArray>,
+    /// Texture and surface objects -> (context, what they read).
+    pub objects: HashMap<u64, (usize, api::ResourceDesc)>,
+}
+
+/// An array of the fake: its elements packed by rows and slices.
+#[derive(Debug)]
+pub(super) struct FakeArray {
+    pub ctx: usize,
+    pub row: usize,
+    pub rows: usize,
+    pub bytes: Vec<u8>,
 }
 
 impl State {
@@ -186,6 +199,8 @@ impl State {
             + self.modules.values().filter(|&&c| c == ctx).count()
             + self.streams.values().filter(|&&c| c == ctx).count()
             + self.events.values().filter(|e| e.ctx == ctx).count()
+            + self.arrays.values().filter(|a| a.ctx == ctx).count()
+            + self.objects.values().filter(|(c, _)| *c == ctx).count()
     }
 
     /// Live objects of every kind, contexts included.
@@ -195,6 +210,8 @@ impl State {
             + self.modules.len()
             + self.streams.len()
             + self.events.len()
+            + self.arrays.len()
+            + self.objects.len()
     }
 
     pub fn count(&self, call: &str) -> usize {
@@ -337,6 +354,8 @@ unsafe extern "C" fn ctx_destroy(ctx: CUcontext) -> CuResult {
         s.functions.retain(|_, (c, _)| *c != h);
         s.streams.retain(|_, c| *c != h);
         s.events.retain(|_, e| e.ctx != h);
+        s.arrays.retain(|_, a| a.ctx != h);
+        s.objects.retain(|_, (c, _)| *c != h);
         if s.current == h {
             s.current = 0;
         }
@@ -972,6 +991,238 @@ unsafe extern "C" fn event_elapsed_time(ms: *mut f32, a: CUevent, b: CUevent) ->
 
 /// The fake driver's entry points, leaked to get the `'static` table the
 /// executor holds.
+unsafe extern "C" fn array_create(
+    out_array: *mut CUarray,
+    d: *const api::Array3DDescriptor,
+) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuArray3DCreate_v2", true) {
+            return r;
+        }
+        // SAFETY: the executor passes a complete descriptor.
+        let d = unsafe { *d };
+        let elem = match d.format {
+            0x01 | 0x08 => 1,
+            0x02 | 0x09 | 0x10 => 2,
+            0x03 | 0x0a | 0x20 => 4,
+            _ => return INVALID_VALUE,
+        } * d.num_channels as usize;
+        let (row, rows) = (d.width * elem, d.height.max(1));
+        let h = s.new_handle();
+        let ctx = s.current;
+        s.arrays.insert(
+            h,
+            FakeArray {
+                ctx,
+                row,
+                rows,
+                bytes: vec![0; row * rows * d.depth.max(1)],
+            },
+        );
+        out(out_array, handle(h));
+        0
+    })
+}
+
+unsafe extern "C" fn array_destroy(a: CUarray) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuArrayDestroy", true) {
+            return r;
+        }
+        match s.arrays.get(&a.addr()) {
+            Some(arr) if arr.ctx == s.current => {
+                s.arrays.remove(&a.addr());
+                0
+            }
+            _ => INVALID_HANDLE,
+        }
+    })
+}
+
+/// Where row `(y, z)` of one side of a 3D copy starts: a host address, or
+/// a device address, or (array handle, offset).
+enum Row {
+    Host(*mut u8),
+    Device(u64),
+    Array(usize, usize),
+}
+
+/// One side of a `CUDA_MEMCPY3D`.
+struct Side3D {
+    kind: u32,
+    host: *mut c_void,
+    dev: u64,
+    array: CUarray,
+    pitch: usize,
+    height: usize,
+    pos: [usize; 3],
+}
+
+impl Side3D {
+    fn row(&self, s: &State, y: usize, z: usize) -> Option<Row> {
+        let [x0, y0, z0] = self.pos;
+        match self.kind {
+            1 => Some(Row::Host(self.host.cast::<u8>().wrapping_add(
+                ((z0 + z) * self.height + y0 + y) * self.pitch + x0,
+            ))),
+            2 => Some(Row::Device(
+                self.dev + (((z0 + z) * self.height + y0 + y) * self.pitch + x0) as u64,
+            )),
+            3 => {
+                let a = s.arrays.get(&self.array.addr())?;
+                (a.ctx == s.current).then_some(Row::Array(
+                    self.array.addr(),
+                    ((z0 + z) * a.rows + y0 + y) * a.row + x0,
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn copy3d(call: &'static str, p: *const api::Memcpy3D, stream: CUstream) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin(call, true) {
+            return r;
+        }
+        if !s.stream_ok(stream) {
+            return INVALID_HANDLE;
+        }
+        // SAFETY: the executor passes a complete description.
+        let p = unsafe { *p };
+        let src = Side3D {
+            kind: p.src_memory_type,
+            host: p.src_host.cast_mut(),
+            dev: p.src_device,
+            array: p.src_array,
+            pitch: p.src_pitch,
+            height: p.src_height,
+            pos: [p.src_x_in_bytes, p.src_y, p.src_z],
+        };
+        let dst = Side3D {
+            kind: p.dst_memory_type,
+            host: p.dst_host,
+            dev: p.dst_device,
+            array: p.dst_array,
+            pitch: p.dst_pitch,
+            height: p.dst_height,
+            pos: [p.dst_x_in_bytes, p.dst_y, p.dst_z],
+        };
+        let n = p.width_in_bytes;
+        let mut buf = vec![0u8; n];
+        for z in 0..p.depth {
+            for y in 0..p.height {
+                match src.row(s, y, z) {
+                    Some(Row::Host(h)) => {
+                        // SAFETY: the executor's host buffer holds the packed rows.
+                        buf.copy_from_slice(unsafe { std::slice::from_raw_parts(h, n) })
+                    }
+                    Some(Row::Device(d)) => match s.bytes_mut(d, n) {
+                        Some(b) => buf.copy_from_slice(b),
+                        None => return ILLEGAL_ADDRESS,
+                    },
+                    Some(Row::Array(a, off)) => match s.arrays[&a].bytes.get(off..off + n) {
+                        Some(b) => buf.copy_from_slice(b),
+                        None => return INVALID_VALUE,
+                    },
+                    None => return INVALID_VALUE,
+                }
+                match dst.row(s, y, z) {
+                    Some(Row::Host(h)) => {
+                        // SAFETY: the executor's host buffer has room for the packed rows.
+                        unsafe { std::slice::from_raw_parts_mut(h, n) }.copy_from_slice(&buf)
+                    }
+                    Some(Row::Device(d)) => match s.bytes_mut(d, n) {
+                        Some(b) => b.copy_from_slice(&buf),
+                        None => return ILLEGAL_ADDRESS,
+                    },
+                    Some(Row::Array(a, off)) => match s
+                        .arrays
+                        .get_mut(&a)
+                        .and_then(|x| x.bytes.get_mut(off..off + n))
+                    {
+                        Some(b) => b.copy_from_slice(&buf),
+                        None => return INVALID_VALUE,
+                    },
+                    None => return INVALID_VALUE,
+                }
+            }
+        }
+        0
+    })
+}
+
+unsafe extern "C" fn memcpy3d(p: *const api::Memcpy3D) -> CuResult {
+    copy3d("cuMemcpy3D_v2", p, ptr::null_mut())
+}
+
+unsafe extern "C" fn memcpy3d_async(p: *const api::Memcpy3D, st: CUstream) -> CuResult {
+    copy3d("cuMemcpy3DAsync_v2", p, st)
+}
+
+fn object_create(call: &'static str, obj: *mut u64, r: *const api::ResourceDesc) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin(call, true) {
+            return r;
+        }
+        // SAFETY: the executor passes a complete description.
+        let r = unsafe { *r };
+        let ok = match r.res_type {
+            0 => s
+                .arrays
+                .get(&(r.res[0] as usize))
+                .is_some_and(|a| a.ctx == s.current),
+            2 => s.range(r.res[0], r.res[2] as usize).is_some(),
+            3 => s.range(r.res[0], (r.res[3] * r.res[4]) as usize).is_some(),
+            _ => false,
+        };
+        if !ok {
+            return INVALID_VALUE;
+        }
+        let h = s.new_handle() as u64;
+        let ctx = s.current;
+        s.objects.insert(h, (ctx, r));
+        out(obj, h);
+        0
+    })
+}
+
+fn object_destroy(call: &'static str, obj: u64) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin(call, true) {
+            return r;
+        }
+        match s.objects.get(&obj) {
+            Some((c, _)) if *c == s.current => {
+                s.objects.remove(&obj);
+                0
+            }
+            _ => INVALID_HANDLE,
+        }
+    })
+}
+
+unsafe extern "C" fn tex_object_create(
+    obj: *mut u64,
+    r: *const api::ResourceDesc,
+    _t: *const api::TextureDesc,
+    _view: *const c_void,
+) -> CuResult {
+    object_create("cuTexObjectCreate", obj, r)
+}
+
+unsafe extern "C" fn tex_object_destroy(obj: u64) -> CuResult {
+    object_destroy("cuTexObjectDestroy", obj)
+}
+
+unsafe extern "C" fn surf_object_create(obj: *mut u64, r: *const api::ResourceDesc) -> CuResult {
+    object_create("cuSurfObjectCreate", obj, r)
+}
+
+unsafe extern "C" fn surf_object_destroy(obj: u64) -> CuResult {
+    object_destroy("cuSurfObjectDestroy", obj)
+}
+
 pub(super) fn api() -> &'static Api {
     Box::leak(Box::new(Api {
         cuInit: cu_init,
@@ -1021,6 +1272,14 @@ pub(super) fn api() -> &'static Api {
         cuEventQuery: event_query,
         cuEventSynchronize: event_synchronize,
         cuEventElapsedTime: event_elapsed_time,
+        cuArray3DCreate_v2: array_create,
+        cuArrayDestroy: array_destroy,
+        cuMemcpy3D_v2: memcpy3d,
+        cuMemcpy3DAsync_v2: memcpy3d_async,
+        cuTexObjectCreate: tex_object_create,
+        cuTexObjectDestroy: tex_object_destroy,
+        cuSurfObjectCreate: surf_object_create,
+        cuSurfObjectDestroy: surf_object_destroy,
         device_get_uuid: Some(device_get_uuid),
     }))
 }

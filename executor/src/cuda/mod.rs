@@ -63,6 +63,7 @@
 //!   them through a bare pointer (see `image.rs`).
 
 mod api;
+mod arrays;
 #[cfg(test)]
 mod fake;
 mod image;
@@ -75,7 +76,7 @@ use std::ptr;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{
-    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream,
+    CUarray, CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream,
     CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT, CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT,
     CU_LAUNCH_PARAM_END_AS_INT,
 };
@@ -87,8 +88,8 @@ use self::api::{
     CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS,
 };
 use super::{
-    CtxId, DevPtr, DeviceProps, EventId, ExecError, ExecResult, FnId, GpuExecutor, LaunchConfig,
-    ModId, StreamId,
+    ArrayDesc, ArrayId, CtxId, DevPtr, DeviceProps, EventId, ExecError, ExecResult, FnId,
+    GpuExecutor, HostData, LaunchConfig, ModId, RectCopy, StreamId, TexResource, TextureDesc,
 };
 
 /// Highest `CUdevice_attribute` value queried for [`DeviceProps`].
@@ -272,6 +273,10 @@ struct Context {
     events: HashMap<u64, CUevent>,
     /// Timing events not in use, for the next launches.
     spare_timing: Vec<CUevent>,
+    arrays: HashMap<u64, CUarray>,
+    /// Texture and surface objects: their values are what kernels receive.
+    textures: HashSet<u64>,
+    surfaces: HashSet<u64>,
 }
 
 /// Launches whose device time has not been collected yet.
@@ -361,6 +366,9 @@ impl Context {
             streams: HashMap::new(),
             events: HashMap::new(),
             spare_timing: Vec::new(),
+            arrays: HashMap::new(),
+            textures: HashSet::new(),
+            surfaces: HashSet::new(),
         }
     }
 
@@ -441,6 +449,23 @@ impl Context {
             note("cuStreamDestroy_v2", unsafe {
                 (api.cuStreamDestroy_v2)(stream)
             });
+        }
+        for t in self.textures.drain() {
+            // SAFETY: a live texture object of this context, removed from
+            // its table.
+            note("cuTexObjectDestroy", unsafe { (api.cuTexObjectDestroy)(t) });
+        }
+        for s in self.surfaces.drain() {
+            // SAFETY: a live surface object of this context, removed from
+            // its table.
+            note("cuSurfObjectDestroy", unsafe {
+                (api.cuSurfObjectDestroy)(s)
+            });
+        }
+        for (_, array) in self.arrays.drain() {
+            // SAFETY: a live array of this context, removed from its table
+            // (the objects reading it are gone above).
+            note("cuArrayDestroy", unsafe { (api.cuArrayDestroy)(array) });
         }
         self.functions.clear();
         for (_, module) in self.modules.drain() {
@@ -1223,6 +1248,120 @@ impl GpuExecutor for CudaExecutor {
             end,
         });
         Ok(())
+    }
+
+    fn array_create(&mut self, ctx: CtxId, desc: &ArrayDesc) -> ExecResult<ArrayId> {
+        desc.validate().map_err(ExecError::Invalid)?;
+        let d = arrays::array_descriptor(desc)?;
+        let id = self.fresh_id();
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        let mut raw: CUarray = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer and `d` a complete
+        // descriptor; the context is current.
+        check("cuArray3DCreate_v2", unsafe {
+            (api.cuArray3DCreate_v2)(&mut raw, &d)
+        })?;
+        c.arrays.insert(id, raw);
+        Ok(ArrayId(id))
+    }
+
+    fn array_destroy(&mut self, ctx: CtxId, a: ArrayId) -> ExecResult<()> {
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        let raw = c.arrays.remove(&a.0).ok_or(ExecError::Invalid("array"))?;
+        // SAFETY: a live array of the current context, now out of its table.
+        check("cuArrayDestroy", unsafe { (api.cuArrayDestroy)(raw) })
+    }
+
+    fn memcpy_rect(
+        &mut self,
+        ctx: CtxId,
+        copy: &RectCopy,
+        mut host: HostData<'_>,
+        stream: Option<StreamId>,
+    ) -> ExecResult<()> {
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        let s = c.stream(stream)?;
+        let p = arrays::memcpy3d(c, copy, &mut host)?;
+        if s.is_null() {
+            // SAFETY: `p` names live arrays of the current context, device
+            // ranges the request layer checked, and a host buffer of
+            // exactly the packed rows (checked in `memcpy3d`) that outlives
+            // this synchronous call.
+            return check("cuMemcpy3D_v2", unsafe { (api.cuMemcpy3D_v2)(&p) });
+        }
+        // SAFETY: as above; `s` is a live stream of the current context.
+        // The host buffer outlives the copy: the stream is synchronized
+        // below before this function returns.
+        check("cuMemcpy3DAsync_v2", unsafe {
+            (api.cuMemcpy3DAsync_v2)(&p, s)
+        })?;
+        // SAFETY: `s` is a live stream of the current context.
+        check("cuStreamSynchronize", unsafe {
+            (api.cuStreamSynchronize)(s)
+        })
+    }
+
+    fn tex_object_create(
+        &mut self,
+        ctx: CtxId,
+        res: &TexResource,
+        tex: &TextureDesc,
+    ) -> ExecResult<u64> {
+        tex.validate().map_err(ExecError::Invalid)?;
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        let r = arrays::resource(c, res)?;
+        let t = arrays::texture(tex);
+        let mut obj = 0u64;
+        // SAFETY: `obj` is a valid out-pointer; `r` and `t` are complete
+        // descriptions naming a live array of the current context or
+        // device memory the request layer checked; no view description.
+        check("cuTexObjectCreate", unsafe {
+            (api.cuTexObjectCreate)(&mut obj, &r, &t, ptr::null())
+        })?;
+        c.textures.insert(obj);
+        Ok(obj)
+    }
+
+    fn tex_object_destroy(&mut self, ctx: CtxId, t: u64) -> ExecResult<()> {
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        if !c.textures.remove(&t) {
+            return Err(ExecError::Invalid("texture object"));
+        }
+        // SAFETY: a live texture object of the current context, now out of
+        // its table.
+        check("cuTexObjectDestroy", unsafe { (api.cuTexObjectDestroy)(t) })
+    }
+
+    fn surf_object_create(&mut self, ctx: CtxId, a: ArrayId) -> ExecResult<u64> {
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        let r = arrays::resource(c, &TexResource::Array(a))?;
+        let mut obj = 0u64;
+        // SAFETY: `obj` is a valid out-pointer; `r` names a live array of
+        // the current context.
+        check("cuSurfObjectCreate", unsafe {
+            (api.cuSurfObjectCreate)(&mut obj, &r)
+        })?;
+        c.surfaces.insert(obj);
+        Ok(obj)
+    }
+
+    fn surf_object_destroy(&mut self, ctx: CtxId, s: u64) -> ExecResult<()> {
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        if !c.surfaces.remove(&s) {
+            return Err(ExecError::Invalid("surface object"));
+        }
+        // SAFETY: a live surface object of the current context, now out of
+        // its table.
+        check("cuSurfObjectDestroy", unsafe {
+            (api.cuSurfObjectDestroy)(s)
+        })
     }
 
     fn stream_create(&mut self, ctx: CtxId, flags: u32) -> ExecResult<StreamId> {

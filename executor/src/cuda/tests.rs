@@ -733,3 +733,110 @@ fn real_gpu_round_trip() {
     assert!(e.device_free_mem().unwrap() > 0);
     e.destroy_context(ctx);
 }
+
+#[test]
+fn arrays_copies_and_objects_reach_the_driver_as_cuda_h_describes_them() {
+    let mut e = exec();
+    let ctx = e.create_context().unwrap();
+    let other = e.create_context().unwrap();
+    // 5 x 3 float2 elements: rows of 40 bytes.
+    let desc = ArrayDesc {
+        width: 5,
+        height: 3,
+        depth: 0,
+        format: 0x20,
+        channels: 2,
+        flags: 0,
+    };
+    let arr = e.array_create(ctx, &desc).unwrap();
+    let host: Vec<u8> = (0..120u8).collect();
+    let at = |place, pos| crate::RectSide { place, pos };
+    let up = RectCopy {
+        src: at(crate::Place::Host, [0; 3]),
+        dst: at(crate::Place::Array(arr), [0; 3]),
+        extent: [40, 3, 1],
+    };
+    e.memcpy_rect(ctx, &up, HostData::From(&host), None)
+        .unwrap();
+    fake::with(|s| {
+        let a = s.arrays.values().next().expect("an array");
+        assert_eq!((a.row, a.rows), (40, 3));
+        assert_eq!(a.bytes, host);
+    });
+    // Array box -> pitched device memory, on a stream.
+    let dev = e.mem_alloc(ctx, 64 * 4).unwrap();
+    let st = e.stream_create(ctx, 0).unwrap();
+    let down = RectCopy {
+        src: at(crate::Place::Array(arr), [8, 1, 0]),
+        dst: at(
+            crate::Place::Device {
+                ptr: dev,
+                pitch: 64,
+                height: 4,
+            },
+            [4, 2, 0],
+        ),
+        extent: [16, 2, 1],
+    };
+    e.memcpy_rect(ctx, &down, HostData::None, Some(st)).unwrap();
+    let mut back = vec![0u8; 64 * 4];
+    e.memcpy_dtoh(ctx, &mut back, dev, None).unwrap();
+    for y in 0..2 {
+        assert_eq!(
+            &back[(2 + y) * 64 + 4..][..16],
+            &host[(1 + y) * 40 + 8..][..16],
+            "row {y}"
+        );
+    }
+    // Host data of the wrong size never reaches the driver.
+    let copies = || fake::with(|s| s.count("cuMemcpy3D_v2"));
+    let before = copies();
+    assert_eq!(
+        e.memcpy_rect(ctx, &up, HostData::From(&host[1..]), None),
+        Err(ExecError::Invalid("host data"))
+    );
+    assert_eq!(copies(), before);
+
+    let tex = TextureDesc::default();
+    let t = e
+        .tex_object_create(ctx, &TexResource::Array(arr), &tex)
+        .unwrap();
+    let lin = e
+        .tex_object_create(
+            ctx,
+            &TexResource::Linear {
+                ptr: dev,
+                format: 0x20,
+                channels: 1,
+                bytes: 256,
+            },
+            &tex,
+        )
+        .unwrap();
+    fake::with(|s| {
+        let (_, r) = s.objects[&lin];
+        assert_eq!(
+            (r.res_type, r.res[0], r.res[1], r.res[2]),
+            (2, dev, 0x20 | 1 << 32, 256)
+        );
+    });
+    let s = e.surf_object_create(ctx, arr).unwrap();
+    // Objects and arrays belong to their context.
+    assert_eq!(
+        e.tex_object_destroy(other, t),
+        Err(ExecError::Invalid("texture object"))
+    );
+    assert_eq!(
+        e.tex_object_create(other, &TexResource::Array(arr), &tex),
+        Err(ExecError::Invalid("array"))
+    );
+    e.tex_object_destroy(ctx, lin).unwrap();
+    // Destroying the context releases the rest.
+    e.destroy_context(ctx);
+    fake::with(|st| {
+        assert_eq!(st.leaked_at_destroy, 0);
+        assert!(st.arrays.is_empty() && st.objects.is_empty());
+        assert!(st.count("cuTexObjectDestroy") == 2 && st.count("cuSurfObjectDestroy") == 1);
+    });
+    let _ = (t, s);
+}

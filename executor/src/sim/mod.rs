@@ -119,9 +119,11 @@ pub use image::{parse_image, parse_module, ImageError, KernelDecl, ModuleImage, 
 use self::config::{Cost, CostModel, KernelModel};
 use super::host_memory::{HostCharge, HostMemory, HostMemoryExceeded};
 use super::{
-    attr, func_attr, CtxId, DevPtr, DeviceProps, EventId, ExecError, ExecResult, FnId, GpuExecutor,
-    LaunchConfig, ModId, StreamId,
+    attr, func_attr, ArrayDesc, ArrayId, CtxId, DevPtr, DeviceProps, EventId, ExecError,
+    ExecResult, FnId, GpuExecutor, HostData, LaunchConfig, ModId, Place, RectCopy, StreamId,
+    TexResource, TextureDesc,
 };
+use fairgpu_protocol::array::{ArrayKind, ARRAY_SURFACE_LDST};
 
 /// First device address an executor hands out.
 const BASE_ADDR: u64 = 0x7000_0000_0000;
@@ -432,6 +434,96 @@ struct Context {
     /// [`PRINTF_FIFO`] bytes), and its charge to the VM's host memory.
     output: Vec<u8>,
     output_charge: Option<HostCharge>,
+    /// CUDA arrays: handle -> where its elements lie (an allocation of
+    /// this context) and its description.
+    arrays: HashMap<u64, SimArray>,
+    /// Texture and surface objects: value -> what kernels read through it.
+    textures: HashMap<u64, ptx::texture::Texture>,
+    surfaces: HashMap<u64, ptx::texture::Image>,
+}
+
+/// A CUDA array: its elements packed densely in an allocation (rows, then
+/// slices, layers or faces).
+struct SimArray {
+    base: DevPtr,
+    desc: ArrayDesc,
+    kind: ArrayKind,
+}
+
+impl SimArray {
+    fn image(&self) -> ptx::texture::Image {
+        use ptx::texture::Shape;
+        let [w, h, d] = self.desc.extent();
+        let row = self.desc.byte_extent()[0];
+        ptx::texture::Image {
+            shape: match self.kind {
+                ArrayKind::D1 => Shape::Array1D,
+                ArrayKind::D2 => Shape::Array2D,
+                ArrayKind::D3 => Shape::Array3D,
+                ArrayKind::Layered1D => Shape::Layered1D,
+                ArrayKind::Layered2D => Shape::Layered2D,
+                ArrayKind::Cubemap => Shape::Cubemap,
+                ArrayKind::LayeredCubemap => Shape::LayeredCubemap,
+            },
+            base: self.base,
+            // Validated at creation.
+            format: ptx::texture::ChannelFormat::from_cuda(self.desc.format)
+                .unwrap_or(ptx::texture::ChannelFormat::U8),
+            channels: self.desc.channels,
+            width: w,
+            height: h,
+            depth: d,
+            row_pitch: row,
+            slice_pitch: row.saturating_mul(h),
+        }
+    }
+}
+
+/// The texels a texture over device memory reads.
+fn memory_image(
+    shape: ptx::texture::Shape,
+    ptr: DevPtr,
+    format: u32,
+    channels: u32,
+    width: u64,
+    height: u64,
+    pitch: u64,
+) -> ExecResult<ptx::texture::Image> {
+    let format = ptx::texture::ChannelFormat::from_cuda(format)
+        .ok_or(ExecError::Invalid("texture format"))?;
+    Ok(ptx::texture::Image {
+        shape,
+        base: ptr,
+        format,
+        channels,
+        width,
+        height,
+        depth: 1,
+        row_pitch: pitch,
+        slice_pitch: pitch.saturating_mul(height),
+    })
+}
+
+fn sampler(t: &TextureDesc) -> ExecResult<ptx::texture::Sampler> {
+    use fairgpu_protocol::array::{
+        TRSF_NORMALIZED_COORDINATES, TRSF_READ_AS_INTEGER, TRSF_SEAMLESS_CUBEMAP, TRSF_SRGB,
+    };
+    let mode = |m: u32| {
+        ptx::texture::AddressMode::from_cuda(m).ok_or(ExecError::Invalid("texture address mode"))
+    };
+    Ok(ptx::texture::Sampler {
+        address: [
+            mode(t.address[0])?,
+            mode(t.address[1])?,
+            mode(t.address[2])?,
+        ],
+        linear: t.filter == 1,
+        normalized_coords: t.flags & TRSF_NORMALIZED_COORDINATES != 0,
+        read_normalized: t.flags & TRSF_READ_AS_INTEGER == 0,
+        srgb: t.flags & TRSF_SRGB != 0,
+        seamless_cubemap: t.flags & TRSF_SEAMLESS_CUBEMAP != 0,
+        border: t.border,
+    })
 }
 
 impl Context {
@@ -633,10 +725,46 @@ fn attributes(sm_count: u32) -> Vec<(i32, i32)> {
         (14, 512),       // TEXTURE_ALIGNMENT
         (15, 1),         // GPU_OVERLAP
         (attr::MULTIPROCESSOR_COUNT, sm),
-        (17, 0),          // KERNEL_EXEC_TIMEOUT
-        (18, 0),          // INTEGRATED
-        (19, 1),          // CAN_MAP_HOST_MEMORY
-        (20, 0),          // COMPUTE_MODE (default)
+        (17, 0), // KERNEL_EXEC_TIMEOUT
+        (18, 0), // INTEGRATED
+        (19, 1), // CAN_MAP_HOST_MEMORY
+        (20, 0), // COMPUTE_MODE (default)
+        // Texture and surface limits, an H100's.
+        (21, 131_072),    // MAXIMUM_TEXTURE1D_WIDTH
+        (22, 131_072),    // MAXIMUM_TEXTURE2D_WIDTH
+        (23, 65_536),     // MAXIMUM_TEXTURE2D_HEIGHT
+        (24, 16_384),     // MAXIMUM_TEXTURE3D_WIDTH
+        (25, 16_384),     // MAXIMUM_TEXTURE3D_HEIGHT
+        (26, 16_384),     // MAXIMUM_TEXTURE3D_DEPTH
+        (27, 32_768),     // MAXIMUM_TEXTURE2D_LAYERED_WIDTH
+        (28, 32_768),     // MAXIMUM_TEXTURE2D_LAYERED_HEIGHT
+        (29, 2048),       // MAXIMUM_TEXTURE2D_LAYERED_LAYERS
+        (30, 512),        // SURFACE_ALIGNMENT
+        (42, 32_768),     // MAXIMUM_TEXTURE1D_LAYERED_WIDTH
+        (43, 2048),       // MAXIMUM_TEXTURE1D_LAYERED_LAYERS
+        (45, 32_768),     // MAXIMUM_TEXTURE2D_GATHER_WIDTH
+        (46, 32_768),     // MAXIMUM_TEXTURE2D_GATHER_HEIGHT
+        (51, 32),         // TEXTURE_PITCH_ALIGNMENT
+        (52, 32_768),     // MAXIMUM_TEXTURECUBEMAP_WIDTH
+        (53, 32_768),     // MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH
+        (54, 2046),       // MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS
+        (55, 32_768),     // MAXIMUM_SURFACE1D_WIDTH
+        (56, 131_072),    // MAXIMUM_SURFACE2D_WIDTH
+        (57, 65_536),     // MAXIMUM_SURFACE2D_HEIGHT
+        (58, 16_384),     // MAXIMUM_SURFACE3D_WIDTH
+        (59, 16_384),     // MAXIMUM_SURFACE3D_HEIGHT
+        (60, 16_384),     // MAXIMUM_SURFACE3D_DEPTH
+        (61, 32_768),     // MAXIMUM_SURFACE1D_LAYERED_WIDTH
+        (62, 2048),       // MAXIMUM_SURFACE1D_LAYERED_LAYERS
+        (63, 32_768),     // MAXIMUM_SURFACE2D_LAYERED_WIDTH
+        (64, 32_768),     // MAXIMUM_SURFACE2D_LAYERED_HEIGHT
+        (65, 2048),       // MAXIMUM_SURFACE2D_LAYERED_LAYERS
+        (66, 32_768),     // MAXIMUM_SURFACECUBEMAP_WIDTH
+        (67, 32_768),     // MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH
+        (68, 2046),       // MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS
+        (70, 131_072),    // MAXIMUM_TEXTURE2D_LINEAR_WIDTH
+        (71, 65_000),     // MAXIMUM_TEXTURE2D_LINEAR_HEIGHT
+        (72, 2_097_120),  // MAXIMUM_TEXTURE2D_LINEAR_PITCH
         (31, 1),          // CONCURRENT_KERNELS
         (32, 0),          // ECC_ENABLED
         (33, 0),          // PCI_BUS_ID
@@ -875,6 +1003,8 @@ impl SimGpu {
         };
         let mut memory = Allocations {
             allocs: &mut c.allocs,
+            textures: &c.textures,
+            surfaces: &c.surfaces,
             wrote: false,
         };
         let slots = &mut c.var_slots;
@@ -1022,7 +1152,11 @@ fn execution_error(kernel: &str, e: &ptx::Error, wrote: bool) -> (ExecError, boo
         status,
     };
     match e {
-        ptx::Error::OutOfBounds { .. } => (fault(Status::ILLEGAL_ADDRESS), true),
+        // A texture or surface handle of nothing: the descriptor fetch
+        // faults, as an out-of-bounds access does.
+        ptx::Error::OutOfBounds { .. } | ptx::Error::InvalidHandle { .. } => {
+            (fault(Status::ILLEGAL_ADDRESS), true)
+        }
         ptx::Error::Misaligned { .. } => (fault(MISALIGNED_ADDRESS), true),
         ptx::Error::Trap => (fault(Status::LAUNCH_FAILED), true),
         ptx::Error::Assert => (fault(Status::ASSERT), true),
@@ -1043,6 +1177,8 @@ fn execution_error(kernel: &str, e: &ptx::Error, wrote: bool) -> (ExecError, boo
 /// access must lie within one allocation.
 struct Allocations<'a> {
     allocs: &'a mut BTreeMap<DevPtr, Vec<u8>>,
+    textures: &'a HashMap<u64, ptx::texture::Texture>,
+    surfaces: &'a HashMap<u64, ptx::texture::Image>,
     /// Whether the kernel wrote any of them.
     wrote: bool,
 }
@@ -1071,6 +1207,14 @@ impl ptx::Memory for Allocations<'_> {
         self.span(addr, data.len())?.copy_from_slice(data);
         self.wrote = true;
         Ok(())
+    }
+
+    fn texture(&self, handle: u64) -> Option<ptx::texture::Texture> {
+        self.textures.get(&handle).copied()
+    }
+
+    fn surface(&self, handle: u64) -> Option<ptx::texture::Image> {
+        self.surfaces.get(&handle).copied()
     }
 }
 
@@ -1539,6 +1683,194 @@ impl GpuExecutor for SimGpu {
         self.ctx_mut(ctx)?.set_ready(stream, end)?;
         self.gpu_time_ns += duration;
         Ok(())
+    }
+
+    fn array_create(&mut self, ctx: CtxId, desc: &ArrayDesc) -> ExecResult<ArrayId> {
+        let kind = desc.validate().map_err(ExecError::Invalid)?;
+        let base = self.mem_alloc(ctx, desc.total_bytes())?;
+        let id = self.id();
+        let c = self.ctx_mut(ctx)?;
+        c.arrays.insert(
+            id,
+            SimArray {
+                base,
+                desc: *desc,
+                kind,
+            },
+        );
+        Ok(ArrayId(id))
+    }
+
+    fn array_destroy(&mut self, ctx: CtxId, a: ArrayId) -> ExecResult<()> {
+        let c = self.ctx_mut(ctx)?;
+        let arr = c.arrays.remove(&a.0).ok_or(ExecError::Invalid("array"))?;
+        // Objects still naming it read freed memory: their fetches fail
+        // bounds checks (a GPU leaves this undefined).
+        self.mem_free(ctx, arr.base)
+    }
+
+    fn memcpy_rect(
+        &mut self,
+        ctx: CtxId,
+        copy: &RectCopy,
+        host: HostData<'_>,
+        stream: Option<StreamId>,
+    ) -> ExecResult<()> {
+        let [w, h, d] = copy.extent;
+        let c = self.ctx_mut(ctx)?;
+        // (base, pitch, rows per slice) of a device-side place; the host's
+        // packed rows have the copy's own width and height.
+        let layout = |p: &Place| -> ExecResult<(DevPtr, u64, u64)> {
+            match *p {
+                Place::Host => Ok((0, w, h)),
+                Place::Device { ptr, pitch, height } => Ok((ptr, pitch, height)),
+                Place::Array(a) => {
+                    let arr = c.arrays.get(&a.0).ok_or(ExecError::Invalid("array"))?;
+                    let [row, rows, _] = arr.desc.byte_extent();
+                    Ok((arr.base, row, rows))
+                }
+            }
+        };
+        let src = layout(&copy.src.place)?;
+        let dst = layout(&copy.dst.place)?;
+        let at = |(base, pitch, rows): (DevPtr, u64, u64), pos: [u64; 3], y: u64, z: u64| {
+            (pos[2] + z)
+                .checked_mul(rows)
+                .and_then(|r| r.checked_add(pos[1] + y))
+                .and_then(|r| r.checked_mul(pitch))
+                .and_then(|o| o.checked_add(pos[0]))
+                .and_then(|o| o.checked_add(base))
+                .ok_or(ExecError::Invalid("copy range"))
+        };
+        let n = usize_len(w)?;
+        let packed = usize_len(w.saturating_mul(h).saturating_mul(d))?;
+        match &host {
+            HostData::From(b) if b.len() != packed => return Err(ExecError::Invalid("host data")),
+            HostData::To(b) if b.len() != packed => return Err(ExecError::Invalid("host data")),
+            _ => {}
+        }
+        let t0 = c.enqueue(stream)?;
+        let mut row = vec![0u8; if matches!(host, HostData::None) { n } else { 0 }];
+        let mut host = host;
+        for z in 0..d {
+            for y in 0..h {
+                let i = usize_len((z * h + y) * w)?;
+                let to = at(dst, copy.dst.pos, y, z)?;
+                match (&copy.src.place, &mut host) {
+                    (Place::Host, HostData::From(b)) => {
+                        c.bytes_mut(to, n)?.copy_from_slice(&b[i..i + n]);
+                    }
+                    (_, HostData::To(b)) => {
+                        let from = at(src, copy.src.pos, y, z)?;
+                        b[i..i + n].copy_from_slice(c.bytes(from, n)?);
+                    }
+                    (_, HostData::None) => {
+                        let from = at(src, copy.src.pos, y, z)?;
+                        row.copy_from_slice(c.bytes(from, n)?);
+                        c.bytes_mut(to, n)?.copy_from_slice(&row);
+                    }
+                    _ => return Err(ExecError::Invalid("host data")),
+                }
+            }
+        }
+        if stream.is_none() || matches!(copy.dst.place, Place::Host) {
+            // Synchronous, or the bytes are the guest's once its stream
+            // reaches the copy.
+            self.device.wait_until(t0);
+        }
+        Ok(())
+    }
+
+    fn tex_object_create(
+        &mut self,
+        ctx: CtxId,
+        res: &TexResource,
+        tex: &TextureDesc,
+    ) -> ExecResult<u64> {
+        use ptx::texture::Shape;
+        let sampler = sampler(tex)?;
+        let id = self.id();
+        let c = self.ctx_mut(ctx)?;
+        let image = match *res {
+            TexResource::Array(a) => c
+                .arrays
+                .get(&a.0)
+                .ok_or(ExecError::Invalid("array"))?
+                .image(),
+            TexResource::Linear {
+                ptr,
+                format,
+                channels,
+                bytes,
+            } => {
+                c.locate(ptr, bytes)?;
+                let e = fairgpu_protocol::array::format_bytes(format)
+                    .ok_or(ExecError::Invalid("texture format"))?
+                    * u64::from(channels);
+                memory_image(
+                    Shape::Linear,
+                    ptr,
+                    format,
+                    channels,
+                    bytes / e.max(1),
+                    1,
+                    bytes,
+                )?
+            }
+            TexResource::Pitch2D {
+                ptr,
+                format,
+                channels,
+                width,
+                height,
+                pitch,
+            } => {
+                let row = fairgpu_protocol::array::format_bytes(format)
+                    .ok_or(ExecError::Invalid("texture format"))?
+                    .saturating_mul(u64::from(channels))
+                    .saturating_mul(width);
+                c.locate(
+                    ptr,
+                    pitch
+                        .saturating_mul(height.saturating_sub(1))
+                        .saturating_add(row),
+                )?;
+                memory_image(Shape::Pitch2D, ptr, format, channels, width, height, pitch)?
+            }
+        };
+        c.textures
+            .insert(id, ptx::texture::Texture { image, sampler });
+        Ok(id)
+    }
+
+    fn tex_object_destroy(&mut self, ctx: CtxId, t: u64) -> ExecResult<()> {
+        let c = self.ctx_mut(ctx)?;
+        c.textures
+            .remove(&t)
+            .map(|_| ())
+            .ok_or(ExecError::Invalid("texture object"))
+    }
+
+    fn surf_object_create(&mut self, ctx: CtxId, a: ArrayId) -> ExecResult<u64> {
+        let id = self.id();
+        let c = self.ctx_mut(ctx)?;
+        let arr = c.arrays.get(&a.0).ok_or(ExecError::Invalid("array"))?;
+        if arr.desc.flags & ARRAY_SURFACE_LDST == 0 {
+            return Err(ExecError::Invalid(
+                "array not created for surface load/store",
+            ));
+        }
+        let image = arr.image();
+        c.surfaces.insert(id, image);
+        Ok(id)
+    }
+
+    fn surf_object_destroy(&mut self, ctx: CtxId, s: u64) -> ExecResult<()> {
+        let c = self.ctx_mut(ctx)?;
+        c.surfaces
+            .remove(&s)
+            .map(|_| ())
+            .ok_or(ExecError::Invalid("surface object"))
     }
 
     fn stream_create(&mut self, ctx: CtxId, flags: u32) -> ExecResult<StreamId> {
@@ -2329,6 +2661,8 @@ mod tests {
         let c = g.contexts.get_mut(&ctx.0).expect("context");
         let mut mem = Allocations {
             allocs: &mut c.allocs,
+            textures: &c.textures,
+            surfaces: &c.surfaces,
             wrote: false,
         };
         use ptx::Memory as _;
@@ -2380,6 +2714,8 @@ mod tests {
         let c = g.contexts.get_mut(&other.0).expect("context");
         let mut mem = Allocations {
             allocs: &mut c.allocs,
+            textures: &c.textures,
+            surfaces: &c.surfaces,
             wrote: false,
         };
         oob(mem.read(a, &mut buf));
