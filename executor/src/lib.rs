@@ -194,7 +194,6 @@ pub struct DeviceProps {
 /// their fallback instead of failing (or computing wrong data) in a call
 /// that is not forwarded. Remove an entry when its feature works end to end.
 pub const UNREMOTED_FEATURES: &[(i32, &str)] = &[
-    (83, "MANAGED_MEMORY"),
     (88, "PAGEABLE_MEMORY_ACCESS"),
     (89, "CONCURRENT_MANAGED_ACCESS"),
     (91, "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM"),

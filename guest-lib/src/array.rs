@@ -311,9 +311,18 @@ fn side(
             pos,
         })
     };
+    // Managed and mapped memory named by its device address: its CPU
+    // bytes (pulled in `copy`).
+    let view = |p: u64| crate::managed::host_view(p, 1);
     match kind {
         1 => Ok(Side::Host {
             ptr: host,
+            pitch,
+            height,
+            pos,
+        }),
+        2 | MEM_UNIFIED if view(device).is_some() => Ok(Side::Host {
+            ptr: view(device).unwrap_or(0),
             pitch,
             height,
             pos,
@@ -372,6 +381,8 @@ fn copy(src: Side, dst: Side, extent: [u64; 3], stream: u64) -> Result<(), CUres
     if w == 0 || h == 0 || d == 0 {
         return Ok(());
     }
+    // Host sides may be managed memory kernels wrote.
+    crate::managed::pull();
     let packed = w
         .checked_mul(h)
         .and_then(|n| n.checked_mul(d))

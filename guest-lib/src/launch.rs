@@ -128,7 +128,10 @@ fn launch(
         // SAFETY: the arguments come straight from the application's launch.
         let buf = unsafe { pack(func, params, extra)? };
         let stream = stream_handle(s);
+        // Kernels see what the CPU wrote to managed and mapped memory.
+        crate::managed::push()?;
         state::with(|cu| cu.launch(func.host, grid, block, shared, stream, &buf))?;
+        crate::managed::note_launch();
         if func.prints {
             state::note_printing_launch();
         }

@@ -38,6 +38,7 @@ pub mod export_tables;
 mod hooks;
 mod integrity;
 mod launch;
+mod managed;
 mod md2;
 mod memory;
 mod module;

@@ -15,10 +15,11 @@ use crate::context::{out, require_current};
 use crate::state;
 use crate::stream::stream_handle;
 use crate::types::{err, CUdeviceptr, CUresult, CUstream};
-use crate::{context, ffi_result};
+use crate::{context, ffi_result, managed};
 
 static DEVICE: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
-static HOST: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+/// Page-locked host memory: base → (size, flags).
+static HOST: Mutex<BTreeMap<usize, (usize, u32)>> = Mutex::new(BTreeMap::new());
 /// Module variables handed out by `cuModuleGetGlobal`: address → (size,
 /// module). Device memory for attributes and copies, never freed by
 /// `cuMemFree`; gone with their module.
@@ -59,13 +60,23 @@ fn find(map: &Mutex<BTreeMap<u64, u64>>, ptr: u64) -> Option<(u64, u64)> {
 
 fn find_host(ptr: usize) -> Option<(usize, usize)> {
     let m = HOST.lock().ok()?;
-    let (&base, &size) = m.range(..=ptr).next_back()?;
+    let (&base, &(size, _)) = m.range(..=ptr).next_back()?;
     (ptr < base + size.max(1)).then_some((base, size))
 }
 
-/// Whether `ptr` lies in a device allocation of this process.
+/// Whether `ptr` lies in a device allocation of this process that is not
+/// managed or mapped host memory (whose addresses copies treat as host
+/// memory, see `managed.rs`).
 pub fn is_device(ptr: u64) -> bool {
-    find_device(ptr).is_some()
+    find_device(ptr).is_some() && managed::host_view(ptr, 1).is_none()
+}
+
+/// The flags page-locked host memory at `p` was allocated or registered
+/// with.
+pub fn host_flags(p: usize) -> Option<u32> {
+    let m = HOST.lock().ok()?;
+    let (&base, &(size, flags)) = m.range(..=p).next_back()?;
+    (p < base + size.max(1)).then_some(flags)
 }
 
 pub(crate) fn slice<'a>(p: *const c_void, n: usize) -> Result<&'a [u8], CUresult> {
@@ -159,6 +170,9 @@ pub extern "C" fn cuMemAllocPitch_v2(
 #[no_mangle]
 pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     ffi_result(|| {
+        if managed::free(dptr, false)? {
+            return Ok(());
+        }
         device_free(dptr)?;
         crate::pool::forget(dptr);
         Ok(())
@@ -188,7 +202,10 @@ pub extern "C" fn cuMemGetAddressRange_v2(
 ) -> CUresult {
     ffi_result(|| {
         state::device()?;
-        let (b, s) = find_device(dptr).ok_or(err::NOT_FOUND)?;
+        let (b, s) = match managed::find_dev(dptr, 1) {
+            Some((_, _, dev, len)) => (dev, len as u64),
+            None => find_device(dptr).ok_or(err::NOT_FOUND)?,
+        };
         // SAFETY: either slot may be null per the API; non-null ones are writable.
         unsafe {
             if !base.is_null() {
@@ -202,9 +219,30 @@ pub extern "C" fn cuMemGetAddressRange_v2(
     })
 }
 
+/// A copy or memset that names managed or mapped memory by its device
+/// address works on its CPU bytes, after what kernels wrote was pulled.
+fn mirrored(p: u64, n: usize) -> Option<*mut c_void> {
+    let h = managed::host_view(p, n as u64)?;
+    managed::pull();
+    Some(h as *mut c_void)
+}
+
+/// Copies between host ranges (either may be a mirror's CPU bytes).
+fn host_copy(dst: *mut c_void, src: *const c_void, n: usize) -> Result<(), CUresult> {
+    let from = slice(src, n)?.to_vec();
+    slice_mut(dst, n)?.copy_from_slice(&from);
+    Ok(())
+}
+
 fn htod(dst: CUdeviceptr, src: *const c_void, n: usize, stream: Option<CUstream>) -> CUresult {
     ffi_result(|| {
         require_current()?;
+        if let Some(h) = mirrored(dst, n) {
+            return host_copy(h, src, n);
+        }
+        if managed::is_cpu(src as usize, n) {
+            managed::pull();
+        }
         let data = slice(src, n)?;
         match stream {
             None => state::with(|cu| cu.memcpy_htod(dst, data)),
@@ -219,6 +257,9 @@ fn htod(dst: CUdeviceptr, src: *const c_void, n: usize, stream: Option<CUstream>
 fn dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize, stream: CUstream) -> CUresult {
     ffi_result(|| {
         require_current()?;
+        if let Some(h) = mirrored(src, n) {
+            return host_copy(dst, h, n);
+        }
         let out = slice_mut(dst, n)?;
         let s = stream_handle(stream);
         // Also for the async form: the bytes come back with the response,
@@ -228,6 +269,12 @@ fn dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize, stream: CUstream) -> CUres
 }
 
 fn dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: Option<CUstream>) -> CUresult {
+    match (mirrored(dst, n), mirrored(src, n)) {
+        (Some(d), Some(s)) => return ffi_result(|| host_copy(d, s, n)),
+        (Some(d), None) => return dtoh(d, src, n, stream.unwrap_or(std::ptr::null_mut())),
+        (None, Some(s)) => return htod(dst, s, n, stream),
+        (None, None) => {}
+    }
     ffi_result(|| {
         require_current()?;
         match stream {
@@ -254,9 +301,10 @@ fn any(dst: u64, src: u64, n: usize, stream: Option<CUstream>) -> CUresult {
         ),
         (false, false) => ffi_result(|| {
             require_current()?;
-            let from = slice(src as *const c_void, n)?.to_vec();
-            slice_mut(dst as *mut c_void, n)?.copy_from_slice(&from);
-            Ok(())
+            if managed::is_cpu(dst as usize, n) || managed::is_cpu(src as usize, n) {
+                managed::pull();
+            }
+            host_copy(dst as *mut c_void, src as *const c_void, n)
         }),
     }
 }
@@ -331,6 +379,15 @@ export! {
 fn memset(dst: CUdeviceptr, value: u32, elem: u8, n: usize, stream: Option<CUstream>) -> CUresult {
     ffi_result(|| {
         require_current()?;
+        let bytes = n.checked_mul(usize::from(elem)).ok_or(err::INVALID_VALUE)?;
+        if let Some(h) = mirrored(dst, bytes) {
+            let pattern = value.to_le_bytes();
+            let out = slice_mut(h, bytes)?;
+            for e in out.chunks_exact_mut(usize::from(elem)) {
+                e.copy_from_slice(&pattern[..usize::from(elem)]);
+            }
+            return Ok(());
+        }
         match stream {
             None => state::with(|cu| cu.memset(dst, value, elem, n as u64)),
             Some(s) => {
@@ -341,11 +398,17 @@ fn memset(dst: CUdeviceptr, value: u32, elem: u8, n: usize, stream: Option<CUstr
     })
 }
 
-fn host_alloc(pp: *mut *mut c_void, size: usize) -> CUresult {
+fn host_alloc(pp: *mut *mut c_void, size: usize, flags: u32) -> CUresult {
     ffi_result(|| {
         state::device()?;
         if size == 0 || pp.is_null() {
             return Err(err::INVALID_VALUE);
+        }
+        if flags & managed::DEVICEMAP != 0 {
+            require_current()?;
+            let p = managed::host_alloc_mapped(size, flags)?;
+            // SAFETY: `pp` is non-null (checked) and writable per the API.
+            return unsafe { out(pp, p) };
         }
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: posix_memalign writes a fresh allocation into `p`.
@@ -354,7 +417,7 @@ fn host_alloc(pp: *mut *mut c_void, size: usize) -> CUresult {
         }
         HOST.lock()
             .map_err(|_| err::UNKNOWN)?
-            .insert(p as usize, size);
+            .insert(p as usize, (size, flags));
         // SAFETY: `pp` is non-null (checked) and writable per the API.
         unsafe { out(pp, p) }
     })
@@ -363,13 +426,18 @@ fn host_alloc(pp: *mut *mut c_void, size: usize) -> CUresult {
 /// `cuMemAllocHost_v2`: page-aligned memory of this process.
 #[no_mangle]
 pub extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> CUresult {
-    host_alloc(pp, size)
+    host_alloc(pp, size, 0)
 }
 
-/// `cuMemHostAlloc`: as `cuMemAllocHost`; flags are accepted and ignored.
+/// `cuMemHostAlloc`: as `cuMemAllocHost`; with `DEVICEMAP`, memory that
+/// kernels address too (see `managed.rs`). The other flags (portable,
+/// write-combined) change nothing here.
 #[no_mangle]
-pub extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, _flags: u32) -> CUresult {
-    host_alloc(pp, size)
+pub extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: u32) -> CUresult {
+    if flags & !0x7 != 0 {
+        return err::INVALID_VALUE;
+    }
+    host_alloc(pp, size, flags)
 }
 
 /// `cuMemFreeHost`.
@@ -377,6 +445,9 @@ pub extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, _flags: u32)
 pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     ffi_result(|| {
         state::device()?;
+        if managed::free(p as u64, true)? {
+            return Ok(());
+        }
         let removed = HOST.lock().map_err(|_| err::UNKNOWN)?.remove(&(p as usize));
         if removed.is_none() {
             return Err(err::INVALID_VALUE);
@@ -388,16 +459,22 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
 }
 
 /// `cuMemHostRegister_v2`: nothing to pin across a channel; recorded.
+/// With `DEVICEMAP`, kernels reach the memory through the device pointer
+/// `cuMemHostGetDevicePointer` gives (see `managed.rs`).
 #[no_mangle]
-pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, _flags: u32) -> CUresult {
+pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: u32) -> CUresult {
     ffi_result(|| {
         state::device()?;
-        if p.is_null() || size == 0 {
+        if p.is_null() || size == 0 || flags & !0xf != 0 {
             return Err(err::INVALID_VALUE);
+        }
+        if flags & managed::DEVICEMAP != 0 {
+            require_current()?;
+            managed::register_mapped(p, size, flags)?;
         }
         HOST.lock()
             .map_err(|_| err::UNKNOWN)?
-            .insert(p as usize, size);
+            .insert(p as usize, (size, flags));
         Ok(())
     })
 }
@@ -407,6 +484,7 @@ pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, _flags: u32)
 pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
     ffi_result(|| {
         state::device()?;
+        managed::unregister(p)?;
         HOST.lock()
             .map_err(|_| err::UNKNOWN)?
             .remove(&(p as usize))
@@ -436,6 +514,10 @@ unsafe fn pointer_attribute(
     attr: i32,
     ptr: CUdeviceptr,
 ) -> Result<bool, CUresult> {
+    if let Some(m) = managed::find_dev(ptr, 1).or_else(|| managed::find_cpu(ptr as usize, 1)) {
+        // SAFETY: as this function's.
+        return unsafe { mirror_attribute(data, attr, ptr, m) }.map(|()| true);
+    }
     let dev = find_device(ptr);
     let host = find_host(ptr as usize);
     let known = dev.is_some() || host.is_some();
@@ -472,6 +554,44 @@ unsafe fn pointer_attribute(
         }
     }
     Ok(known)
+}
+
+/// One pointer attribute of managed or mapped memory.
+///
+/// # Safety
+/// `data` must be writable for the attribute's type.
+unsafe fn mirror_attribute(
+    data: *mut c_void,
+    attr: i32,
+    ptr: CUdeviceptr,
+    (kind, cpu, dev, len): (managed::Kind, usize, u64, usize),
+) -> Result<(), CUresult> {
+    let in_dev = ptr >= dev && ptr - dev < len as u64;
+    let off = if in_dev { ptr - dev } else { ptr - cpu as u64 };
+    let managed = kind == managed::Kind::Managed;
+    // SAFETY: per this function's contract `data` is writable for the type
+    // each attribute documents.
+    unsafe {
+        match attr {
+            ATTR_CONTEXT => out(data.cast::<*mut c_void>(), context::primary()),
+            ATTR_MEMORY_TYPE => out(
+                data.cast::<u32>(),
+                if managed {
+                    MEMORYTYPE_DEVICE
+                } else {
+                    MEMORYTYPE_HOST
+                },
+            ),
+            ATTR_DEVICE_POINTER => out(data.cast::<u64>(), dev + off),
+            ATTR_HOST_POINTER => out(data.cast::<u64>(), cpu as u64 + off),
+            ATTR_IS_MANAGED => out(data.cast::<u32>(), u32::from(managed)),
+            ATTR_MAPPED => out(data.cast::<u32>(), 0),
+            ATTR_DEVICE_ORDINAL => out(data.cast::<i32>(), 0),
+            ATTR_RANGE_START => out(data.cast::<u64>(), if in_dev { dev } else { cpu as u64 }),
+            ATTR_RANGE_SIZE => out(data.cast::<usize>(), len),
+            _ => Err(err::INVALID_VALUE),
+        }
+    }
 }
 
 /// `cuPointerGetAttribute`: INVALID_VALUE for memory this process did not

@@ -168,10 +168,12 @@ fn write_output(bytes: &[u8]) {
 /// [`with`] at a point where the driver flushes kernels' printed output
 /// (synchronizations, blocking copies, module unloads): the output is
 /// written after `f`, whatever `f` returned (a failed `assert`'s message
-/// comes with the error it caused).
+/// comes with the error it caused), and managed memory is pulled.
 pub fn with_sync<T>(f: impl FnOnce(&mut Cuda) -> Result<T, CallError>) -> Result<T, CUresult> {
     let r = with(f);
     flush_output();
+    // What kernels wrote to managed and mapped memory is the CPU's now.
+    crate::managed::pull();
     r
 }
 

@@ -86,7 +86,10 @@ fn query(s: CUstream) -> CUresult {
     ffi_result(|| {
         require_current()?;
         match state::with(|cu| cu.stream_query(stream_handle(s)))? {
-            true => Ok(()),
+            true => {
+                crate::managed::pull();
+                Ok(())
+            }
             false => Err(fairgpu_protocol::Status::NOT_READY.0),
         }
     })
@@ -328,7 +331,10 @@ pub extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
     ffi_result(|| {
         require_current()?;
         match state::with(|cu| cu.event_query(e as u64))? {
-            true => Ok(()),
+            true => {
+                crate::managed::pull();
+                Ok(())
+            }
             false => Err(fairgpu_protocol::Status::NOT_READY.0),
         }
     })

@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 12] = [
+const COMPUTE_PROGRAMS: [&str; 13] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -282,13 +282,15 @@ const COMPUTE_PROGRAMS: [&str; 12] = [
     "stream_ordered",
     "device_printf",
     "textures",
+    "managed",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
 /// memory, reductions with barriers and warp shuffles, histograms with
 /// atomics, prefix scans, structs passed by value, arrays read through
-/// textures and written through surfaces: SimGpu's kernels compute exactly
-/// what the CPU does. The three variants of a program run
+/// textures and written through surfaces, managed and mapped memory shared
+/// by the CPU and kernels: SimGpu's kernels compute exactly what the CPU
+/// does. The three variants of a program run
 /// at once, one per VM.
 #[test]
 fn kernels_compute_what_the_cpu_computes() {
@@ -497,6 +499,7 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
         "globals",
         "stream_ordered",
         "textures",
+        "managed",
     ] {
         for v in VARIANTS {
             runs.push((format!("{p}-{v}"), v));

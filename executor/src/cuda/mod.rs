@@ -545,10 +545,10 @@ fn query_props(api: &Api, device: CUdevice) -> ExecResult<DeviceProps> {
         driver_version,
         attributes,
     };
-    // The hardware has managed memory, cooperative launches, memory pools
+    // The hardware has concurrent managed access, cooperative launches
     // and more that guest-lib does not forward yet: the guest must not be
-    // told they work (an H100 reported MANAGED_MEMORY = 1 and the guest's
-    // cudaMallocManaged then failed with cudaErrorNotSupported).
+    // told they work (an H100 reported MANAGED_MEMORY = 1 while the guest's
+    // cudaMallocManaged still failed with cudaErrorNotSupported).
     props.mask_unremoted_features();
     Ok(props)
 }

@@ -781,7 +781,8 @@ fn attributes(sm_count: u32) -> Vec<(i32, i32)> {
         (78, 1),       // STREAM_PRIORITIES_SUPPORTED
         (81, 233_472), // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
         (82, 65536),   // MAX_REGISTERS_PER_MULTIPROCESSOR
-        (83, 0),       // MANAGED_MEMORY
+        (83, 1),       // MANAGED_MEMORY (mirrored by the guest library)
+        (89, 0),       // CONCURRENT_MANAGED_ACCESS
         (84, 0),       // MULTI_GPU_BOARD
         (97, 232_448), // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
         (106, 32),     // MAX_BLOCKS_PER_MULTIPROCESSOR
@@ -2394,7 +2395,8 @@ mod tests {
         assert_eq!(p.attribute(attr::MAX_THREADS_PER_BLOCK), Some(1024));
         assert_eq!(p.attribute(attr::COMPUTE_CAPABILITY_MAJOR), Some(9));
         assert_eq!(p.attribute(5), Some(i32::MAX));
-        assert_eq!(p.attribute(83), Some(0));
+        assert_eq!(p.attribute(83), Some(1));
+        assert_eq!(p.attribute(89), Some(0));
         assert_eq!(p.attribute(9999), None);
         assert_eq!(p.uuid, uuid_from_name("fairgpu SimGpu"));
         assert_ne!(p.uuid, uuid_from_name("fairgpu SimGpu 2"));
