@@ -26,7 +26,9 @@ What it runs
             time, alternating with the real CUDA test programs
             (target/<profile>/cuda-programs: vector_add, saxpy, matmul,
             reduction, histogram, scan, struct_arg, launch_args,
-            streams_events, each checking its results) when they are built.
+            streams_events, func_attributes, globals, stream_ordered,
+            device_printf, textures, managed, each checking its results)
+            when they are built.
   For the whole duration it SIGKILLs a random guest (mean interval 1.5 s)
   and the worker of a random VM (its pid from `fairgpu status --json`, mean
   interval 6 s, at most once per VM every 12 s so that the daemon's restart
@@ -266,7 +268,8 @@ SLOT_B_WORKLOADS = [
     ["--profile", "SRD1"],
 ]
 CUDA_PROGRAMS = ["vector_add", "saxpy", "matmul", "reduction", "histogram", "scan",
-                 "struct_arg", "launch_args", "streams_events"]
+                 "struct_arg", "launch_args", "streams_events", "func_attributes",
+                 "globals", "stream_ordered", "device_printf", "textures", "managed"]
 SIM_TABLE = """[sim]
 memory_bytes = 4294967296
 name = "fairgpu soak SimGpu"
