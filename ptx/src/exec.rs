@@ -1188,23 +1188,46 @@ impl<'a> Launch<'a> {
             }
             Op::Half {
                 op,
+                fmt,
                 x2,
                 ftz,
                 sat,
+                relu,
+                nan,
                 d,
                 a,
                 b,
                 c,
             } => {
+                let mode = HalfMode {
+                    fmt,
+                    ftz,
+                    sat,
+                    relu,
+                    nan,
+                };
                 for l in bits_of(exec) {
                     let (x, y, z) = (self.rd(w, a, l), self.rd(w, b, l), self.rd(w, c, l));
                     let mut r = 0u64;
                     for h in 0..(1 + u32::from(x2)) {
                         let part = |v: u64| (v >> (16 * h)) as u16;
-                        let v = half(op, ftz, sat, part(x), part(y), part(z));
+                        let v = half(op, mode, part(x), part(y), part(z));
                         r |= u64::from(v) << (16 * h);
                     }
                     Self::wr(w, d, l, r);
+                }
+            }
+            Op::CvtHalf { fmt, relu, d, a, b } => {
+                for l in bits_of(exec) {
+                    let lo = b.map_or(0, |b| self.rd(w, b, l));
+                    let v = match b {
+                        Some(_) => {
+                            let hi = u64::from(f32_to_half(fmt, relu, f32b(self.rd(w, a, l))));
+                            hi << 16 | u64::from(f32_to_half(fmt, relu, f32b(lo)))
+                        }
+                        None => u64::from(f32_to_half(fmt, relu, f32b(self.rd(w, a, l)))),
+                    };
+                    Self::wr(w, d, l, v);
                 }
             }
             Op::Testp { op, ty, d, a } => {
@@ -1229,6 +1252,30 @@ impl<'a> Launch<'a> {
                         Testp::Subnormal => sub,
                     };
                     Self::wr(w, d, l, u64::from(v));
+                }
+            }
+            Op::Set {
+                cmp,
+                ty,
+                ftz,
+                float,
+                d,
+                a,
+                b,
+                comb,
+            } => {
+                for l in bits_of(exec) {
+                    let t = compare(cmp, ty, ftz, self.rd(w, a, l), self.rd(w, b, l));
+                    let t = match comb {
+                        None => t,
+                        Some((op, c)) => boolop(op, t, self.rd(w, c, l) & 1 != 0),
+                    };
+                    let v = match (t, float) {
+                        (false, _) => 0,
+                        (true, true) => u64::from(1.0f32.to_bits()),
+                        (true, false) => u64::from(u32::MAX),
+                    };
+                    Self::wr(w, d, l, v);
                 }
             }
             Op::Setp {
@@ -2079,50 +2126,103 @@ fn ftz16(h: u16) -> u16 {
     }
 }
 
+/// The modifiers of a half-precision instruction.
+#[derive(Debug, Clone, Copy)]
+struct HalfMode {
+    fmt: HFmt,
+    ftz: bool,
+    sat: bool,
+    relu: bool,
+    nan: bool,
+}
+
+/// `min`/`max` of two halves: a NaN operand yields the other one (both NaN,
+/// or either with `.NaN`: the canonical NaN), and -0 is below +0.
+fn half_minmax(max: bool, nan: bool, fmt: HFmt, x: u16, y: u16) -> u16 {
+    let (xn, yn) = (fmt.is_nan(x), fmt.is_nan(y));
+    let (a, b) = (fmt.to_f64(x), fmt.to_f64(y));
+    if xn && yn || nan && (xn || yn) {
+        fmt.nan()
+    } else if xn {
+        y
+    } else if yn {
+        x
+    } else if a == b {
+        if (x & 0x8000 != 0) != max {
+            x
+        } else {
+            y
+        }
+    } else if (a < b) != max {
+        x
+    } else {
+        y
+    }
+}
+
+/// `.relu`: NaN becomes the canonical NaN, anything with the sign bit set
+/// (negative values and -0) becomes +0.
+fn relu16(fmt: HFmt, r: u16) -> u16 {
+    if fmt.is_nan(r) {
+        fmt.nan()
+    } else if r & 0x8000 != 0 {
+        0
+    } else {
+        r
+    }
+}
+
+/// `cvt.rn{.relu}` of an f32 to f16 or bf16, to nearest even.
+fn f32_to_half(fmt: HFmt, relu: bool, x: f32) -> u16 {
+    let r = match fmt {
+        HFmt::F16 => f32_to_f16(x),
+        HFmt::BF16 => f32_to_bf16(x),
+    };
+    if relu {
+        relu16(fmt, r)
+    } else {
+        r
+    }
+}
+
 /// One half-precision operation, rounded to nearest even.
-fn half(op: HOp, ftz: bool, sat: bool, x: u16, y: u16, z: u16) -> u16 {
+fn half(op: HOp, mode: HalfMode, x: u16, y: u16, z: u16) -> u16 {
+    let HalfMode {
+        fmt,
+        ftz,
+        sat,
+        relu,
+        nan,
+    } = mode;
+    // `.ftz` exists for f16 only (the decoder rejects it for bf16).
     let (x, y, z) = if ftz {
         (ftz16(x), ftz16(y), ftz16(z))
     } else {
         (x, y, z)
     };
-    let f = |h: u16| f64::from(f16_to_f32(h));
-    let (a, b, c) = (f(x), f(y), f(z));
-    // Sums and products of halves are exact in f64; an fma's sum carries
-    // its error term.
+    let (a, b, c) = (fmt.to_f64(x), fmt.to_f64(y), fmt.to_f64(z));
+    // Products of halves are exact in f64; sums carry their exact error
+    // term, so every result is rounded once.
     let r = match op {
         HOp::Neg => return x ^ 0x8000,
         HOp::Abs => return x & 0x7fff,
-        HOp::Min | HOp::Max => {
-            let max = op == HOp::Max;
-            return if a.is_nan() && b.is_nan() {
-                CANONICAL_NAN_F16
-            } else if a.is_nan() {
-                y
-            } else if b.is_nan() {
-                x
-            } else if a == b {
-                // -0 < +0.
-                if (x & 0x8000 != 0) != max {
-                    x
-                } else {
-                    y
-                }
-            } else if (a < b) != max {
-                x
-            } else {
-                y
-            };
+        HOp::Min | HOp::Max => return half_minmax(op == HOp::Max, nan, fmt, x, y),
+        HOp::Add => {
+            let (s, e) = two_sum(a, b);
+            fmt.round(s, e)
         }
-        HOp::Add => round_to_f16(a + b, 0.0),
-        HOp::Sub => round_to_f16(a - b, 0.0),
-        HOp::Mul => round_to_f16(a * b, 0.0),
+        HOp::Sub => {
+            let (s, e) = two_sum(a, -b);
+            fmt.round(s, e)
+        }
+        HOp::Mul => fmt.round(a * b, 0.0),
         HOp::Fma => {
             let (s, e) = two_sum(a * b, c);
-            round_to_f16(s, e)
+            fmt.round(s, e)
         }
     };
     let r = if ftz { ftz16(r) } else { r };
+    let r = if relu { relu16(fmt, r) } else { r };
     if sat {
         let v = f16_to_f32(r);
         if v.is_nan() || v <= 0.0 {
@@ -2143,6 +2243,11 @@ fn compare(cmp: Cmp, ty: Ty, ftz: bool, x: u64, y: u64) -> bool {
             let (a, b) = (x as u16, y as u16);
             let (a, b) = if ftz { (ftz16(a), ftz16(b)) } else { (a, b) };
             (f64::from(f16_to_f32(a)), f64::from(f16_to_f32(b)))
+        } else if ty == Ty::BF16 {
+            (
+                f64::from(bf16_to_f32(x as u16)),
+                f64::from(bf16_to_f32(y as u16)),
+            )
         } else {
             let (a, b) = (f32b(x), f32b(y));
             let (a, b) = if ftz { (ftz32(a), ftz32(b)) } else { (a, b) };

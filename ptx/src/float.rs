@@ -325,35 +325,95 @@ pub(crate) fn f32_to_f16(x: f32) -> u16 {
 /// PTX's canonical f16 NaN.
 pub(crate) const CANONICAL_NAN_F16: u16 = 0x7fff;
 
-/// Rounds the exact value `s + err` (`|err|` below half an f64 ulp of `s`;
-/// only its sign matters) to half precision, to nearest even.
-pub(crate) fn round_to_f16(s: f64, err: f64) -> u16 {
-    if s.is_nan() {
-        return CANONICAL_NAN_F16;
-    }
-    let sign: u16 = if s.is_sign_negative() { 0x8000 } else { 0 };
-    let a = s.abs();
-    if a.is_infinite() {
-        return sign | 0x7c00;
-    }
-    if a == 0.0 {
-        return sign;
-    }
-    // `a` is normal in f64 for every sum or product of halves.
-    let e = ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023;
-    let ulp = e.max(-14) - 10;
-    let q = a * 2f64.powi(-ulp);
-    let r = q.floor();
-    let frac = q - r;
-    let toward = if sign != 0 { -err } else { err };
-    let up = frac > 0.5 || (frac == 0.5 && (toward > 0.0 || (toward == 0.0 && r % 2.0 == 1.0)));
-    let v = (if up { r + 1.0 } else { r }) * 2f64.powi(ulp);
-    if v >= 65536.0 {
-        return sign | 0x7c00;
-    }
-    // Exactly representable now.
-    sign | f32_to_f16(v as f32)
+/// A 16-bit float format: IEEE half precision or bfloat16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HFmt {
+    F16,
+    BF16,
 }
+
+impl HFmt {
+    /// Explicit significand bits.
+    fn man_bits(self) -> i32 {
+        match self {
+            HFmt::F16 => 10,
+            HFmt::BF16 => 7,
+        }
+    }
+
+    /// Exponent of the smallest normal value.
+    fn min_exp(self) -> i32 {
+        match self {
+            HFmt::F16 => -14,
+            HFmt::BF16 => -126,
+        }
+    }
+
+    /// The encoding of infinity (positive).
+    fn inf(self) -> u16 {
+        match self {
+            HFmt::F16 => 0x7c00,
+            HFmt::BF16 => 0x7f80,
+        }
+    }
+
+    /// PTX's canonical NaN of the format.
+    pub(crate) fn nan(self) -> u16 {
+        match self {
+            HFmt::F16 => CANONICAL_NAN_F16,
+            HFmt::BF16 => CANONICAL_NAN_BF16,
+        }
+    }
+
+    /// The value of an encoding (exact).
+    pub(crate) fn to_f64(self, h: u16) -> f64 {
+        f64::from(match self {
+            HFmt::F16 => f16_to_f32(h),
+            HFmt::BF16 => bf16_to_f32(h),
+        })
+    }
+
+    /// Whether an encoding is a NaN.
+    pub(crate) fn is_nan(self, h: u16) -> bool {
+        h & 0x7fff > self.inf()
+    }
+
+    /// Rounds the exact value `s + err` (`|err|` below half an f64 ulp of
+    /// `s`; only its sign matters) to this format, to nearest even. NaN
+    /// gives the canonical NaN.
+    pub(crate) fn round(self, s: f64, err: f64) -> u16 {
+        if s.is_nan() {
+            return self.nan();
+        }
+        let sign: u16 = if s.is_sign_negative() { 0x8000 } else { 0 };
+        let a = s.abs();
+        if a.is_infinite() {
+            return sign | self.inf();
+        }
+        if a == 0.0 {
+            return sign;
+        }
+        // `a` is normal in f64 for every sum or product of these formats.
+        let e = ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+        let ulp = e.max(self.min_exp()) - self.man_bits();
+        let q = a * 2f64.powi(-ulp);
+        let r = q.floor();
+        let frac = q - r;
+        let toward = if sign != 0 { -err } else { err };
+        let up = frac > 0.5 || (frac == 0.5 && (toward > 0.0 || (toward == 0.0 && r % 2.0 == 1.0)));
+        let v = (if up { r + 1.0 } else { r }) * 2f64.powi(ulp);
+        // Exactly representable now, unless it overflows.
+        match self {
+            HFmt::F16 if v >= 65536.0 => sign | self.inf(),
+            HFmt::F16 => sign | f32_to_f16(v as f32),
+            HFmt::BF16 if v >= 2f64.powi(128) => sign | self.inf(),
+            HFmt::BF16 => sign | f32_to_bf16(v as f32),
+        }
+    }
+}
+
+/// PTX's canonical bf16 NaN.
+pub(crate) const CANONICAL_NAN_BF16: u16 = 0x7fff;
 
 /// IEEE half precision to f32 (exact).
 pub(crate) fn f16_to_f32(h: u16) -> f32 {
@@ -452,21 +512,44 @@ mod tests {
 
     #[test]
     fn rounding_to_half() {
-        assert_eq!(round_to_f16(1.0, 0.0), 0x3c00);
+        assert_eq!(HFmt::F16.round(1.0, 0.0), 0x3c00);
         // 1 + 2^-11 is the midpoint of 1 and 1 + 2^-10: ties to even,
         // unless the exact value lies beyond it.
         let mid = 1.0 + 2f64.powi(-11);
-        assert_eq!(round_to_f16(mid, 0.0), 0x3c00);
-        assert_eq!(round_to_f16(mid, 1e-30), 0x3c01);
-        assert_eq!(round_to_f16(-mid, -1e-30), 0xbc01);
-        assert_eq!(round_to_f16(65519.0, 0.0), 0x7bff);
-        assert_eq!(round_to_f16(65520.0, 0.0), 0x7c00);
-        assert_eq!(round_to_f16(65520.0, -1e-20), 0x7bff);
-        assert_eq!(round_to_f16(2f64.powi(-25), 0.0), 0);
-        assert_eq!(round_to_f16(2f64.powi(-25), 1e-40), 1);
-        assert_eq!(round_to_f16(3.0 * 2f64.powi(-25), 0.0), 2);
+        assert_eq!(HFmt::F16.round(mid, 0.0), 0x3c00);
+        assert_eq!(HFmt::F16.round(mid, 1e-30), 0x3c01);
+        assert_eq!(HFmt::F16.round(-mid, -1e-30), 0xbc01);
+        assert_eq!(HFmt::F16.round(65519.0, 0.0), 0x7bff);
+        assert_eq!(HFmt::F16.round(65520.0, 0.0), 0x7c00);
+        assert_eq!(HFmt::F16.round(65520.0, -1e-20), 0x7bff);
+        assert_eq!(HFmt::F16.round(2f64.powi(-25), 0.0), 0);
+        assert_eq!(HFmt::F16.round(2f64.powi(-25), 1e-40), 1);
+        assert_eq!(HFmt::F16.round(3.0 * 2f64.powi(-25), 0.0), 2);
         for h in (0..0x7c00u16).step_by(7) {
-            assert_eq!(round_to_f16(f64::from(f16_to_f32(h)), 0.0), h);
+            assert_eq!(HFmt::F16.round(f64::from(f16_to_f32(h)), 0.0), h);
+        }
+    }
+
+    #[test]
+    fn rounding_to_bfloat16() {
+        let b = HFmt::BF16;
+        assert_eq!(b.round(1.0, 0.0), 0x3f80);
+        let mid = 1.0 + 2f64.powi(-8);
+        assert_eq!(b.round(mid, 0.0), 0x3f80);
+        assert_eq!(b.round(mid, 1e-30), 0x3f81);
+        assert_eq!(b.round(-mid, -1e-30), 0xbf81);
+        // The largest finite value and the overflow midpoint.
+        let max = f64::from(bf16_to_f32(0x7f7f));
+        assert_eq!(b.round(max, 0.0), 0x7f7f);
+        assert_eq!(b.round(max + 2f64.powi(119), 0.0), 0x7f80);
+        assert_eq!(b.round(-max - 2f64.powi(119), -1e-300), 0xff80);
+        // Subnormals: 2^-133 is the smallest, half of it ties to zero.
+        assert_eq!(b.round(2f64.powi(-133), 0.0), 1);
+        assert_eq!(b.round(2f64.powi(-134), 0.0), 0);
+        assert_eq!(b.round(2f64.powi(-134), 1e-300), 1);
+        assert_eq!(b.round(f64::NAN, 0.0), CANONICAL_NAN_BF16);
+        for h in (0..0x7f80u16).step_by(3) {
+            assert_eq!(b.round(b.to_f64(h), 0.0), h);
         }
     }
 

@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use crate::float::HFmt;
+
 /// Most bytes of one function's parameters.
 pub const MAX_PARAM_BYTES: u32 = 32 << 10;
 /// Param-space offset where the scratch of `.func` parameters and body
@@ -631,16 +633,43 @@ pub(crate) enum Op {
         d: u32,
         a: Src,
     },
-    /// `.f16` (one half) or `.f16x2` (both halves) arithmetic.
+    /// `.f16`/`.bf16` (one half) or `.f16x2`/`.bf16x2` (both halves)
+    /// arithmetic.
     Half {
         op: HOp,
+        fmt: HFmt,
         x2: bool,
         ftz: bool,
         sat: bool,
+        /// `.relu`: negative results become +0, NaN the canonical NaN.
+        relu: bool,
+        /// `min`/`max` `.NaN`: a NaN operand gives the canonical NaN.
+        nan: bool,
         d: u32,
         a: Src,
         b: Src,
         c: Src,
+    },
+    /// `set`: a comparison written as all ones (integer destination) or
+    /// 1.0 (`.f32` destination), else 0.
+    Set {
+        cmp: Cmp,
+        ty: Ty,
+        ftz: bool,
+        float: bool,
+        d: u32,
+        a: Src,
+        b: Src,
+        comb: Option<(BoolOp, Src)>,
+    },
+    /// `cvt.rn{.relu}` from f32 to `.f16`/`.bf16`, or to `.f16x2`/`.bf16x2`
+    /// from two f32 (`a` into the upper half, `b` into the lower).
+    CvtHalf {
+        fmt: HFmt,
+        relu: bool,
+        d: u32,
+        a: Src,
+        b: Option<Src>,
     },
     Testp {
         op: Testp,
@@ -968,6 +997,21 @@ impl Op {
                 s(b);
                 s(c);
                 s(lut);
+            }
+            Op::Set { d, a, b, comb, .. } => {
+                *d += k;
+                s(a);
+                s(b);
+                if let Some((_, c)) = comb {
+                    s(c);
+                }
+            }
+            Op::CvtHalf { d, a, b, .. } => {
+                *d += k;
+                s(a);
+                if let Some(b) = b {
+                    s(b);
+                }
             }
             Op::Setp {
                 d, dn, a, b, comb, ..

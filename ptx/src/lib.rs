@@ -42,16 +42,23 @@
 //!   the operand's 32 high bits and zero the result's low 32, as the ISA
 //!   defines them. f64 NaN payloads follow the host; `fma.f64` with a
 //!   directed rounding is unsupported.
-//! - **Half precision**: add, sub, mul, fma (to nearest, `.ftz`, `.sat`),
-//!   neg, abs, min, max on `.f16` and `.f16x2`, `setp` on `.f16`, and
-//!   `cvt` between f16/bf16 and f32 (to nearest); bf16 arithmetic is
-//!   unsupported.
+//! - **Half precision**: add, sub, mul, fma (to nearest, `.ftz`, `.sat`,
+//!   `.relu`), neg, abs, min, max (`.NaN`) on `.f16` and `.f16x2`; add,
+//!   sub, mul, fma (`.relu`), neg, abs, min, max (`.NaN`) on `.bf16` and
+//!   `.bf16x2`; `setp` and `set` on `.f16` and `.bf16`; `cvt` between
+//!   f16/bf16 and f32 (to nearest), with `.relu`, and the packing
+//!   `cvt.rn{.relu}.{f16x2,bf16x2}.f32 d, a, b`. Results are the exact
+//!   value rounded once to nearest even; NaN results of arithmetic,
+//!   `min`/`max` and `.relu` are the canonical NaN (`0x7fff`), and `.relu`
+//!   turns results with the sign bit set (-0 included) into +0.
+//!   `min/max.xorsign.abs`, `.ftz`/`.sat` on bf16 and `setp` on packed
+//!   types are unsupported.
 //! - **cvt**: every integer/integer conversion (`.sat`, extension,
 //!   truncation), integer/float with all four rounding modes,
 //!   float/integer with `.rni/.rzi/.rmi/.rpi` (saturating, NaN to 0),
 //!   f32/f64 in both directions, float rounding to integral values, and
 //!   same-type copies with `.ftz`/`.sat` (`cvt.ftz.sat.f32.f32`).
-//! - **Predicates**: setp (all comparisons, ordered and unordered, with
+//! - **Predicates**: setp and set (all comparisons, ordered and unordered, with
 //!   `.and/.or/.xor` combining and `p|q` destinations), selp, slct, guards
 //!   `@p`/`@!p`, and/or/xor/not on predicates.
 //! - **Memory**: ld/st/ldu in the param, global, shared, local, const and
@@ -88,8 +95,7 @@
 //!   filtering across faces), read modes and sRGB (see `sample.rs`).
 //!   Textures have no mipmaps: levels and gradients are ignored.
 //!
-//! Anything else (tensor-core instructions, the calls above, bf16
-//! arithmetic, `sust.p`, `sured`, texture lookups with an explicit sampler,
+//! Anything else (tensor-core instructions, the calls above, `sust.p`, `sured`, texture lookups with an explicit sampler,
 //! offsets or depth compares, `.f16` texture results, multi-sample
 //! textures, module-scope `.texref`/`.surfref` variables, modifiers not
 //! listed) parses to an instruction that fails the launch with

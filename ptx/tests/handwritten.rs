@@ -63,7 +63,8 @@ fn unsupported_instruction_is_named_when_reached() {
 #[test]
 fn unknown_modifiers_are_unsupported_not_ignored() {
     for inst in [
-        "add.bf16 %rs1, %rs2, %rs3;",
+        "add.sat.bf16 %rs1, %rs2, %rs3;",
+        "min.xorsign.abs.bf16 %rs1, %rs2, %rs3;",
         "ld.global.L2::cache_hint.u32 %r2, [%rd3], %rd4;",
         "cvt.rz.f16.f32 %rs1, %f1;",
         "mul.foo.s32 %r2, %r3, %r4;",

@@ -5,6 +5,7 @@
 //! [`Error::Unsupported`] with its full name, rather than being ignored.
 
 use super::{FuncParser, Opnd};
+use crate::float::HFmt;
 use crate::ir::*;
 use crate::Error;
 
@@ -91,6 +92,7 @@ pub(crate) fn known(opcode: &str) -> bool {
             | "prmt"
             | "lop3"
             | "shf"
+            | "set"
             | "setp"
             | "selp"
             | "slct"
@@ -261,41 +263,12 @@ impl FuncParser<'_> {
         if matches!(
             base,
             "add" | "sub" | "mul" | "fma" | "neg" | "abs" | "min" | "max"
-        ) && m.parts.iter().any(|p| matches!(*p, "f16" | "f16x2"))
+        ) && m
+            .parts
+            .iter()
+            .any(|p| matches!(*p, "f16" | "f16x2" | "bf16" | "bf16x2"))
         {
-            let x2 = m.has("f16x2") || !m.has("f16");
-            m.has("rn");
-            let ftz = m.has("ftz");
-            let sat = m.has("sat");
-            let (op, n) = match base {
-                "add" => (HOp::Add, 3),
-                "sub" => (HOp::Sub, 3),
-                "mul" => (HOp::Mul, 3),
-                "fma" => (HOp::Fma, 4),
-                "neg" => (HOp::Neg, 2),
-                "abs" => (HOp::Abs, 2),
-                "min" => (HOp::Min, 3),
-                _ => (HOp::Max, 3),
-            };
-            if !m.all_used() || sat && matches!(op, HOp::Neg | HOp::Abs | HOp::Min | HOp::Max) {
-                return Err(unsup());
-            }
-            want(n)?;
-            let t = if x2 { Ty::B32 } else { Ty::B16 };
-            let opt = |k: usize, s: &Self| match ops.get(k) {
-                Some(o) => s.src(o, t, line),
-                None => Ok(Src::Imm(0)),
-            };
-            return Ok(Op::Half {
-                op,
-                x2,
-                ftz,
-                sat,
-                d: self.dst(&ops[0], line)?,
-                a: opt(1, self)?,
-                b: opt(2, self)?,
-                c: opt(3, self)?,
-            });
+            return self.half_op(base, &mut m, ops, line, &unsup);
         }
         let op = match base {
             "mov" => {
@@ -835,7 +808,7 @@ impl FuncParser<'_> {
                 });
                 let ftz = m.has("ftz");
                 let ty = one_ty(&mut m).ok_or_else(unsup)?;
-                if ty == Ty::Pred || matches!(ty, Ty::F16x2 | Ty::BF16 | Ty::BF16x2) {
+                if ty == Ty::Pred || matches!(ty, Ty::F16x2 | Ty::BF16x2) || ty == Ty::BF16 && ftz {
                     return Err(unsup());
                 }
                 let unordered = matches!(
@@ -877,6 +850,60 @@ impl FuncParser<'_> {
                     b: self.src(&ops[2], ty, line)?,
                     comb,
                 }
+            }
+            "set" => {
+                let cmp = cmp_op(&mut m).ok_or_else(unsup)?;
+                let comb = m.one_of(&["and", "or", "xor"]).map(|s| match s {
+                    "and" => BoolOp::And,
+                    "or" => BoolOp::Or,
+                    _ => BoolOp::Xor,
+                });
+                let ftz = m.has("ftz");
+                let tys = m.types();
+                let [dty, ty] = tys[..] else {
+                    return Err(unsup());
+                };
+                let float_cmp = matches!(ty, Ty::F16 | Ty::BF16 | Ty::F32 | Ty::F64);
+                let int_only = matches!(cmp, Cmp::Lo | Cmp::Ls | Cmp::Hi | Cmp::Hs);
+                let float_only = matches!(
+                    cmp,
+                    Cmp::Equ
+                        | Cmp::Neu
+                        | Cmp::Ltu
+                        | Cmp::Leu
+                        | Cmp::Gtu
+                        | Cmp::Geu
+                        | Cmp::Num
+                        | Cmp::Nan
+                );
+                if !matches!(dty, Ty::U32 | Ty::S32 | Ty::F32)
+                    || !(float_cmp || ty.is_int())
+                    || ftz && !matches!(ty, Ty::F16 | Ty::F32)
+                    || float_cmp && int_only
+                    || !float_cmp && float_only
+                {
+                    return Err(unsup());
+                }
+                want(if comb.is_some() { 4 } else { 3 })?;
+                let comb = match comb {
+                    Some(c) => Some((c, self.src(&ops[3], Ty::Pred, line)?)),
+                    None => None,
+                };
+                Op::Set {
+                    cmp,
+                    ty,
+                    ftz,
+                    float: dty == Ty::F32,
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], ty, line)?,
+                    b: self.src(&ops[2], ty, line)?,
+                    comb,
+                }
+            }
+            "cvt" if m.has("relu") || m.parts.iter().any(|p| matches!(*p, "f16x2" | "bf16x2")) => {
+                // `.relu` was consumed by the guard when present.
+                let relu = m.parts.contains(&"relu");
+                self.cvt_half(relu, &mut m, ops, line, &unsup)?
             }
             "selp" => {
                 let ty = one_ty(&mut m).ok_or_else(unsup)?;
@@ -1767,6 +1794,118 @@ fn one_ty(m: &mut Mods<'_>) -> Option<Ty> {
     match m.types()[..] {
         [t] => Some(t),
         _ => None,
+    }
+}
+
+impl FuncParser<'_> {
+    /// `add`/`sub`/`mul`/`fma`/`neg`/`abs`/`min`/`max` on `.f16`, `.f16x2`,
+    /// `.bf16` or `.bf16x2`.
+    fn half_op(
+        &mut self,
+        base: &str,
+        m: &mut Mods<'_>,
+        ops: &[Opnd<'_>],
+        line: u32,
+        unsup: &dyn Fn() -> Error,
+    ) -> Result<Op, Error> {
+        // Non-short-circuiting: every type modifier is consumed, so a
+        // mixture is left over and rejected.
+        let (h1, h2, b1, b2) = (m.has("f16"), m.has("f16x2"), m.has("bf16"), m.has("bf16x2"));
+        if usize::from(h1) + usize::from(h2) + usize::from(b1) + usize::from(b2) != 1 {
+            return Err(unsup());
+        }
+        let fmt = if b1 || b2 { HFmt::BF16 } else { HFmt::F16 };
+        let x2 = h2 || b2;
+        m.has("rn");
+        let ftz = m.has("ftz");
+        let sat = m.has("sat");
+        let relu = m.has("relu");
+        let nan = m.has("NaN");
+        let (op, n) = match base {
+            "add" => (HOp::Add, 3),
+            "sub" => (HOp::Sub, 3),
+            "mul" => (HOp::Mul, 3),
+            "fma" => (HOp::Fma, 4),
+            "neg" => (HOp::Neg, 2),
+            "abs" => (HOp::Abs, 2),
+            "min" => (HOp::Min, 3),
+            _ => (HOp::Max, 3),
+        };
+        let arith = matches!(op, HOp::Add | HOp::Sub | HOp::Mul | HOp::Fma);
+        let bad = !m.all_used()
+            || sat && !arith
+            || relu && (op != HOp::Fma || sat)
+            || nan && !matches!(op, HOp::Min | HOp::Max)
+            || fmt == HFmt::BF16 && (ftz || sat);
+        if bad {
+            return Err(unsup());
+        }
+        if ops.len() != n {
+            return Err(Error::Parse {
+                line,
+                msg: format!("{base} takes {n} operands, found {}", ops.len()),
+            });
+        }
+        let t = if x2 { Ty::B32 } else { Ty::B16 };
+        let opt = |k: usize, s: &Self| match ops.get(k) {
+            Some(o) => s.src(o, t, line),
+            None => Ok(Src::Imm(0)),
+        };
+        Ok(Op::Half {
+            op,
+            fmt,
+            x2,
+            ftz,
+            sat,
+            relu,
+            nan,
+            d: self.dst(&ops[0], line)?,
+            a: opt(1, self)?,
+            b: opt(2, self)?,
+            c: opt(3, self)?,
+        })
+    }
+
+    /// `cvt.rn{.relu}.{f16,bf16}.f32 d, a` and
+    /// `cvt.rn{.relu}.{f16x2,bf16x2}.f32 d, a, b`.
+    fn cvt_half(
+        &mut self,
+        relu: bool,
+        m: &mut Mods<'_>,
+        ops: &[Opnd<'_>],
+        line: u32,
+        unsup: &dyn Fn() -> Error,
+    ) -> Result<Op, Error> {
+        if !m.has("rn") {
+            return Err(unsup());
+        }
+        let (fmt, x2) = match m.types()[..] {
+            [Ty::F16, Ty::F32] => (HFmt::F16, false),
+            [Ty::BF16, Ty::F32] => (HFmt::BF16, false),
+            [Ty::F16x2, Ty::F32] => (HFmt::F16, true),
+            [Ty::BF16x2, Ty::F32] => (HFmt::BF16, true),
+            _ => return Err(unsup()),
+        };
+        if !m.all_used() {
+            return Err(unsup());
+        }
+        let n = if x2 { 3 } else { 2 };
+        if ops.len() != n {
+            return Err(Error::Parse {
+                line,
+                msg: format!("cvt takes {n} operands, found {}", ops.len()),
+            });
+        }
+        Ok(Op::CvtHalf {
+            fmt,
+            relu,
+            d: self.dst(&ops[0], line)?,
+            a: self.src(&ops[1], Ty::F32, line)?,
+            b: match ops.get(2) {
+                Some(o) if x2 => Some(self.src(o, Ty::F32, line)?),
+                _ => None,
+            },
+        })
     }
 }
 
