@@ -313,16 +313,21 @@ fn side(
     };
     // Managed and mapped memory named by its device address: its CPU
     // bytes (pulled in `copy`).
-    let view = |p: u64| crate::managed::host_view(p, 1);
-    match kind {
-        1 => Ok(Side::Host {
-            ptr: host,
+    let view = match kind {
+        2 | MEM_UNIFIED => crate::managed::host_view(device, 1),
+        _ => None,
+    };
+    if let Some(ptr) = view {
+        return Ok(Side::Host {
+            ptr,
             pitch,
             height,
             pos,
-        }),
-        2 | MEM_UNIFIED if view(device).is_some() => Ok(Side::Host {
-            ptr: view(device).unwrap_or(0),
+        });
+    }
+    match kind {
+        1 => Ok(Side::Host {
+            ptr: host,
             pitch,
             height,
             pos,

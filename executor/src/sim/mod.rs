@@ -479,21 +479,43 @@ impl SimArray {
     }
 }
 
-/// The texels a texture over device memory reads.
-fn memory_image(
-    shape: ptx::texture::Shape,
-    ptr: DevPtr,
-    format: u32,
-    channels: u32,
-    width: u64,
-    height: u64,
-    pitch: u64,
-) -> ExecResult<ptx::texture::Image> {
-    let format = ptx::texture::ChannelFormat::from_cuda(format)
-        .ok_or(ExecError::Invalid("texture format"))?;
-    Ok(ptx::texture::Image {
+/// The texels a texture over linear or pitched device memory reads.
+fn memory_image(res: &TexResource) -> ExecResult<ptx::texture::Image> {
+    use ptx::texture::{ChannelFormat, Image, Shape};
+    let channel =
+        |format| ChannelFormat::from_cuda(format).ok_or(ExecError::Invalid("texture format"));
+    let (shape, base, format, channels, width, height, pitch) = match *res {
+        TexResource::Array(_) => return Err(ExecError::Invalid("not a memory resource")),
+        TexResource::Linear {
+            ptr,
+            format,
+            channels,
+            bytes,
+        } => {
+            let f = channel(format)?;
+            let e = u64::from(f.bytes()) * u64::from(channels);
+            (Shape::Linear, ptr, f, channels, bytes / e.max(1), 1, bytes)
+        }
+        TexResource::Pitch2D {
+            ptr,
+            format,
+            channels,
+            width,
+            height,
+            pitch,
+        } => (
+            Shape::Pitch2D,
+            ptr,
+            channel(format)?,
+            channels,
+            width,
+            height,
+            pitch,
+        ),
+    };
+    Ok(Image {
         shape,
-        base: ptr,
+        base,
         format,
         channels,
         width,
@@ -1871,7 +1893,6 @@ impl GpuExecutor for SimGpu {
         res: &TexResource,
         tex: &TextureDesc,
     ) -> ExecResult<u64> {
-        use ptx::texture::Shape;
         let sampler = sampler(tex)?;
         let id = self.id();
         let c = self.ctx_mut(ctx)?;
@@ -1881,45 +1902,15 @@ impl GpuExecutor for SimGpu {
                 .get(&a.0)
                 .ok_or(ExecError::Invalid("array"))?
                 .image(),
-            TexResource::Linear {
-                ptr,
-                format,
-                channels,
-                bytes,
-            } => {
-                c.locate(ptr, bytes)?;
-                let e = fairgpu_protocol::array::format_bytes(format)
-                    .ok_or(ExecError::Invalid("texture format"))?
-                    * u64::from(channels);
-                memory_image(
-                    Shape::Linear,
-                    ptr,
-                    format,
-                    channels,
-                    bytes / e.max(1),
-                    1,
-                    bytes,
-                )?
-            }
-            TexResource::Pitch2D {
-                ptr,
-                format,
-                channels,
-                width,
-                height,
-                pitch,
-            } => {
-                let row = fairgpu_protocol::array::format_bytes(format)
-                    .ok_or(ExecError::Invalid("texture format"))?
-                    .saturating_mul(u64::from(channels))
-                    .saturating_mul(width);
-                c.locate(
-                    ptr,
-                    pitch
-                        .saturating_mul(height.saturating_sub(1))
-                        .saturating_add(row),
-                )?;
-                memory_image(Shape::Pitch2D, ptr, format, channels, width, height, pitch)?
+            TexResource::Linear { .. } | TexResource::Pitch2D { .. } => {
+                let image = memory_image(res)?;
+                // The last row ends `width` elements into it.
+                let span = image
+                    .row_pitch
+                    .saturating_mul(image.height.saturating_sub(1))
+                    .saturating_add(image.width.saturating_mul(image.element_bytes()));
+                c.locate(image.base, span)?;
+                image
             }
         };
         c.textures
