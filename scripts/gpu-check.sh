@@ -9,7 +9,8 @@
 # programs were built and carried here (tests/cuda/build.sh output), runs
 # each of them natively and through the guest library against a daemon on
 # the GPU, checking kernel results too (FAIRGPU_CHECK_RESULTS=1), and, if
-# CuPy is installed, a small CuPy computation both ways. Exits non-zero if
+# CuPy or PyTorch is installed, their checks (tests/cupy, tests/torch) both
+# ways. Exits non-zero if
 # anything failed. On a host without an NVIDIA GPU it says so and exits 0.
 #
 # Environment:
@@ -19,6 +20,8 @@
 #   FAIRGPU_GUEST_LIB  the guest library (default target/release/libcuda.so)
 #   FAIRGPU_PROGRAMS   built test programs (default: the first of
 #                      target/release/cuda-programs, target/debug/cuda-programs)
+#   GPU_CHECK_LOGS     a folder that keeps each program's output, both ways
+#                      (NAME.native.out, NAME.fairgpu.out)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -72,7 +75,7 @@ note() {
     return 0
 }
 
-if [[ -f "$guest_lib" ]] && { [[ -n "$programs" ]] || python3 -c 'import cupy' >/dev/null 2>&1; }; then
+if [[ -f "$guest_lib" ]]; then
     work="$(mktemp -d)"
     daemon_pid=""
     cleanup() {
@@ -107,6 +110,11 @@ EOT
             FAIRGPU_CHECK_RESULTS=1 FAIRGPU_SIM_TIMING=0 timeout 120 "$@" >"$work/native.out" 2>&1 || native=$?
         fair=0; env LD_LIBRARY_PATH="$work:$cudart_path" FAIRGPU_REGION="$region" \
             FAIRGPU_CHECK_RESULTS=1 FAIRGPU_SIM_TIMING=0 timeout 120 "$@" >"$work/fair.out" 2>&1 || fair=$?
+        if [[ -n "${GPU_CHECK_LOGS:-}" ]]; then
+            mkdir -p "$GPU_CHECK_LOGS"
+            cp "$work/native.out" "$GPU_CHECK_LOGS/$name.native.out"
+            cp "$work/fair.out" "$GPU_CHECK_LOGS/$name.fairgpu.out"
+        fi
         if [[ $native -eq 0 && $fair -eq 0 ]]; then
             note "ok    $name (native and through fairgpu)"
         elif [[ $native -ne 0 && $fair -ne 0 ]]; then
@@ -125,6 +133,11 @@ EOT
     if python3 -c 'import cupy' >/dev/null 2>&1; then
         # The CuPy checks CI runs on SimGpu (every result against NumPy).
         both_ways cupy python3 "$root/tests/cupy/check.py"
+    fi
+    if python3 -c 'import torch' >/dev/null 2>&1; then
+        # PyTorch: creation, elementwise, reductions, cuBLAS matmul, a small
+        # training loop, streams and events, each against the CPU.
+        both_ways torch python3 "$root/tests/torch/check.py"
     fi
 fi
 

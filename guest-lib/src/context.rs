@@ -382,7 +382,13 @@ pub extern "C" fn cuCtxGetStreamPriorityRange(least: *mut i32, greatest: *mut i3
     })
 }
 
-static LIMITS: Mutex<[usize; 8]> = Mutex::new([1024, 1 << 20, 8 << 20, 2, 2048, 4, 128, 0]);
+/// `CUlimit` values 0–9; SHMEM_SIZE (7) and CIG_ENABLED (8) describe a
+/// CIG context (fairgpu's are not: 0) and can only be queried.
+static LIMITS: Mutex<[usize; 10]> = Mutex::new([1024, 1 << 20, 8 << 20, 2, 2048, 4, 128, 0, 0, 0]);
+/// `CU_LIMIT_SHMEM_SIZE`.
+const LIMIT_SHMEM_SIZE: u32 = 7;
+/// `CU_LIMIT_CIG_ENABLED`.
+const LIMIT_CIG_ENABLED: u32 = 8;
 
 /// `cuCtxGetLimit`: the values last set (or defaults).
 #[no_mangle]
@@ -404,6 +410,9 @@ pub extern "C" fn cuCtxGetLimit(value: *mut usize, limit: u32) -> CUresult {
 pub extern "C" fn cuCtxSetLimit(limit: u32, value: usize) -> CUresult {
     ffi_result(|| {
         require_current()?;
+        if matches!(limit, LIMIT_SHMEM_SIZE | LIMIT_CIG_ENABLED) {
+            return Err(err::INVALID_VALUE);
+        }
         *LIMITS
             .lock()
             .map_err(|_| err::UNKNOWN)?

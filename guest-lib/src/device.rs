@@ -98,7 +98,11 @@ pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUres
 #[no_mangle]
 pub extern "C" fn cuDeviceGetAttribute(value: *mut i32, attrib: i32, dev: CUdevice) -> CUresult {
     ffi_result(|| {
-        let v = dev0(dev)?.attribute(attrib)?;
+        let v = dev0(dev)?.attribute(attrib).inspect_err(|e| {
+            if crate::log_level() == crate::LogLevel::Trace {
+                eprintln!("fairgpu guest-lib: cuDeviceGetAttribute({attrib}): status {e}");
+            }
+        })?;
         // SAFETY: caller passes a writable slot (checked for null).
         unsafe { out(value, v) }
     })

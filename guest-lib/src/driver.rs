@@ -84,7 +84,13 @@ pub extern "C" fn cuGetExportTable(table: *mut *const c_void, uuid: *const [u8; 
         crate::hooks::install_hooks();
         // SAFETY: non-null; a CUuuid is 16 bytes.
         let id = unsafe { *uuid };
-        let t = export_tables::get_export_table(&id).ok_or(err::INVALID_VALUE)?;
+        let t = export_tables::get_export_table(&id).ok_or_else(|| {
+            if crate::log_level() == crate::LogLevel::Trace {
+                let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+                eprintln!("fairgpu guest-lib: cuGetExportTable({hex}): no such table");
+            }
+            err::INVALID_VALUE
+        })?;
         // SAFETY: non-null slot provided by the caller.
         unsafe { out(table, t) }
     })

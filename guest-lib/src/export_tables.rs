@@ -25,10 +25,13 @@
 //! | INTEGRITY_CHECK `d4082055 bde6704b 8d34ba12 3c66e1f2` | 3 | 0 size; 1 the integrity check ([`crate::integrity`]); 2 unknown |
 //! | CONTEXT_CHECKS `263e8860 7cd26143 92f6bbd5 006dfa7e` | 4 | 0 size; 2 per-context check flags; 3 a global check returning 0; 1 unknown |
 //! | unnamed, CUDA 13 `21318c60 97143248 8ca641ff 7324c8f2` | 5 | 0 size; 4 a context's unique id (as `cuCtxGetId`); 1–3 unknown |
+//! | unnamed, cuBLASLt 13 `1734dc26 800d4745 8726c0f1 e7dd8bca` | 17 | 0 size; 1–16 unknown (cuBLASLt calls 4 and accepts NOT_SUPPORTED) |
 //!
-//! "Unknown" slots hold a function that ignores its arguments and returns
-//! `CUDA_ERROR_NOT_SUPPORTED` (801), so a call that nobody anticipated fails
-//! cleanly instead of jumping to address zero. On the x86-64 System V and
+//! "Unknown" slots hold a function that ignores its arguments, names its
+//! table and slot once on stderr and returns `CUDA_ERROR_NOT_SUPPORTED`
+//! (801), so a call that nobody anticipated fails cleanly instead of
+//! jumping to address zero. `FAIRGPU_GUEST_LOG=trace` also names each id
+//! refused. On the x86-64 System V and
 //! AArch64 procedure-call standards the caller owns its argument registers
 //! and stack, so a function that takes fewer arguments than it is called
 //! with is safe to call.
@@ -131,6 +134,11 @@ pub const CONTEXT_CHECKS_UUID: [u8; 16] = [
 /// Id of the unnamed table CUDA 13's runtime requires.
 pub const CUDA13_CONTEXT_UUID: [u8; 16] = [
     0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2,
+];
+/// Id of the table cuBLASLt 13 asks for before its first matrix product
+/// (`1734dc26…`; unnamed).
+pub const CUBLASLT_TABLE_UUID: [u8; 16] = [
+    0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca,
 ];
 
 // ---------------------------------------------------------------------------
@@ -321,15 +329,15 @@ static CUDART_INTERFACE: Table<13> = Table([
     Slot::size_word(13),
     Slot::function(cudart_module_from_fatbin as ModuleFromFatbinFn as *const c_void),
     Slot::function(cudart_primary_context as PrimaryContextFn as *const c_void),
-    Slot::function(unknown_slot as OpaqueFn as *const c_void),
-    Slot::function(unknown_slot as OpaqueFn as *const c_void),
-    Slot::function(unknown_slot as OpaqueFn as *const c_void),
+    Slot::function(cudart_slot3 as OpaqueFn as *const c_void),
+    Slot::function(cudart_slot4 as OpaqueFn as *const c_void),
+    Slot::function(cudart_slot5 as OpaqueFn as *const c_void),
     Slot::function(cudart_module_from_fatbin_ext as ModuleFromFatbinExtFn as *const c_void),
     Slot::function(cudart_slot7 as UsizeNoopFn as *const c_void),
     Slot::function(cudart_module_from_fatbin_header as ModuleFromFatbinHeaderFn as *const c_void),
-    Slot::function(unknown_slot as OpaqueFn as *const c_void),
+    Slot::function(cudart_slot9 as OpaqueFn as *const c_void),
     Slot::NULL,
-    Slot::function(unknown_slot as OpaqueFn as *const c_void),
+    Slot::function(cudart_slot11 as OpaqueFn as *const c_void),
     Slot::function(cudart_load_compilers as OpaqueFn as *const c_void),
 ]);
 
@@ -345,9 +353,9 @@ static TOOLS_RUNTIME_CALLBACK_HOOKS: Table<7> = Table([
 
 static TOOLS_TLS: Table<4> = Table([
     Slot::size_word(4),
-    Slot::function(unknown_slot as OpaqueFn as *const c_void),
+    Slot::function(tools_tls_slot1 as OpaqueFn as *const c_void),
     Slot::function(tools_thread_context as ThreadContextFn as *const c_void),
-    Slot::function(unknown_slot as OpaqueFn as *const c_void),
+    Slot::function(tools_tls_slot3 as OpaqueFn as *const c_void),
 ]);
 
 static CONTEXT_LOCAL_STORAGE: Table<4> = Table([
@@ -360,22 +368,46 @@ static CONTEXT_LOCAL_STORAGE: Table<4> = Table([
 static INTEGRITY_CHECK: Table<3> = Table([
     Slot::size_word(3),
     Slot::function(integrity_check as IntegrityCheckFn as *const c_void),
-    Slot::function(unknown_slot as OpaqueFn as *const c_void),
+    Slot::function(integrity_slot2 as OpaqueFn as *const c_void),
 ]);
 
 static CONTEXT_CHECKS: Table<4> = Table([
     Slot::size_word(4),
-    Slot::function(unknown_slot as OpaqueFn as *const c_void),
+    Slot::function(context_checks_slot1 as OpaqueFn as *const c_void),
     Slot::function(context_check as ContextCheckFn as *const c_void),
     Slot::function(global_check as GlobalCheckFn as *const c_void),
 ]);
 
 static CUDA13_CONTEXT: Table<5> = Table([
     Slot::size_word(5),
-    Slot::function(unknown_slot as OpaqueFn as *const c_void),
-    Slot::function(unknown_slot as OpaqueFn as *const c_void),
-    Slot::function(unknown_slot as OpaqueFn as *const c_void),
+    Slot::function(cuda13_slot1 as OpaqueFn as *const c_void),
+    Slot::function(cuda13_slot2 as OpaqueFn as *const c_void),
+    Slot::function(cuda13_slot3 as OpaqueFn as *const c_void),
     Slot::function(context_unique_id as ContextIdFn as *const c_void),
+]);
+
+/// All slots unknown. cuBLASLt 13 does not check `cuGetExportTable`'s
+/// status for this id and reads slot 4 of whatever pointer it got (a
+/// refused id crashed it at address 0x20); it accepts slot 4's
+/// NOT_SUPPORTED. 17 slots as in NVIDIA's driver 580 (size word 0x88).
+static CUBLASLT_TABLE: Table<17> = Table([
+    Slot::size_word(17),
+    Slot::function(cublaslt_slot1 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot2 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot3 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot4 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot5 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot6 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot7 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot8 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot9 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot10 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot11 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot12 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot13 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot14 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot15 as OpaqueFn as *const c_void),
+    Slot::function(cublaslt_slot16 as OpaqueFn as *const c_void),
 ]);
 
 /// Name and address of the table with this id.
@@ -391,6 +423,7 @@ fn lookup(uuid: &[u8; 16]) -> Option<(&'static str, *const c_void)> {
         INTEGRITY_CHECK_UUID => ("INTEGRITY_CHECK", INTEGRITY_CHECK.address()),
         CONTEXT_CHECKS_UUID => ("CONTEXT_CHECKS", CONTEXT_CHECKS.address()),
         CUDA13_CONTEXT_UUID => ("CUDA13_CONTEXT", CUDA13_CONTEXT.address()),
+        CUBLASLT_TABLE_UUID => ("CUBLASLT_TABLE", CUBLASLT_TABLE.address()),
         _ => return None,
     };
     Some(found)
@@ -413,10 +446,49 @@ pub fn export_table_name(uuid: &[u8; 16]) -> Option<&'static str> {
 // Shared slot functions
 // ---------------------------------------------------------------------------
 
-/// Fills slots whose purpose and signature are unknown; cudart was not seen
-/// calling them. Returns `CUDA_ERROR_NOT_SUPPORTED` and touches nothing.
-extern "C" fn unknown_slot() -> CUresult {
-    err::NOT_SUPPORTED
+/// Functions for slots whose purpose and signature are unknown; cudart was
+/// not seen calling them. Each returns `CUDA_ERROR_NOT_SUPPORTED`, touches
+/// nothing, and names its table and slot once on stderr (as an unsupported
+/// entry point does), so a library that stumbles on one says where.
+macro_rules! unknown_slots {
+    ($($name:ident => $what:literal,)*) => {
+        $(
+            extern "C" fn $name() -> CUresult {
+                crate::unsupported($what)
+            }
+        )*
+    };
+}
+
+unknown_slots! {
+    cudart_slot3 => "export table CUDART_INTERFACE slot 3",
+    cudart_slot4 => "export table CUDART_INTERFACE slot 4",
+    cudart_slot5 => "export table CUDART_INTERFACE slot 5",
+    cudart_slot9 => "export table CUDART_INTERFACE slot 9",
+    cudart_slot11 => "export table CUDART_INTERFACE slot 11",
+    tools_tls_slot1 => "export table TOOLS_TLS slot 1",
+    tools_tls_slot3 => "export table TOOLS_TLS slot 3",
+    integrity_slot2 => "export table INTEGRITY_CHECK slot 2",
+    context_checks_slot1 => "export table CONTEXT_CHECKS slot 1",
+    cuda13_slot1 => "export table CUDA13_CONTEXT slot 1",
+    cuda13_slot2 => "export table CUDA13_CONTEXT slot 2",
+    cuda13_slot3 => "export table CUDA13_CONTEXT slot 3",
+    cublaslt_slot1 => "export table 1734dc26 slot 1",
+    cublaslt_slot2 => "export table 1734dc26 slot 2",
+    cublaslt_slot3 => "export table 1734dc26 slot 3",
+    cublaslt_slot4 => "export table 1734dc26 slot 4",
+    cublaslt_slot5 => "export table 1734dc26 slot 5",
+    cublaslt_slot6 => "export table 1734dc26 slot 6",
+    cublaslt_slot7 => "export table 1734dc26 slot 7",
+    cublaslt_slot8 => "export table 1734dc26 slot 8",
+    cublaslt_slot9 => "export table 1734dc26 slot 9",
+    cublaslt_slot10 => "export table 1734dc26 slot 10",
+    cublaslt_slot11 => "export table 1734dc26 slot 11",
+    cublaslt_slot12 => "export table 1734dc26 slot 12",
+    cublaslt_slot13 => "export table 1734dc26 slot 13",
+    cublaslt_slot14 => "export table 1734dc26 slot 14",
+    cublaslt_slot15 => "export table 1734dc26 slot 15",
+    cublaslt_slot16 => "export table 1734dc26 slot 16",
 }
 
 // ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@
 //!
 //! Environment: `FAIRGPU_REGION` (local mode; else the ivshmem device),
 //! `FAIRGPU_GUEST_LOG` (`0` silences the once-per-name log of unsupported
-//! calls), plus the frontend's `FAIRGPU_SPIN_US`, `FAIRGPU_HOST_TIMEOUT_MS`.
+//! calls, `trace` adds every failing call), plus the frontend's `FAIRGPU_SPIN_US`, `FAIRGPU_HOST_TIMEOUT_MS`.
 
 #![allow(non_snake_case)]
 // The exported functions are the C ABI of the CUDA driver: they receive raw
@@ -59,11 +59,46 @@ pub mod generated {
 
 /// Runs an exported function's body: a panic becomes CUDA_ERROR_UNKNOWN
 /// instead of unwinding into C.
+///
+/// With `FAIRGPU_GUEST_LOG=trace`, every call that fails is reported on
+/// stderr with its status and the entry point's place in this library's
+/// source (for finding which call a program stumbled on).
+#[track_caller]
 pub(crate) fn ffi(f: impl FnOnce() -> CUresult) -> CUresult {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(err::UNKNOWN)
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(err::UNKNOWN);
+    if r != err::SUCCESS && log_level() == LogLevel::Trace {
+        let at = std::panic::Location::caller();
+        eprintln!(
+            "fairgpu guest-lib: status {r} from the entry point at {}:{}",
+            at.file(),
+            at.line()
+        );
+    }
+    r
+}
+
+/// What the library reports on stderr (`FAIRGPU_GUEST_LOG`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum LogLevel {
+    /// `0`: nothing.
+    Off,
+    /// The default: each unsupported call (or export-table slot) once.
+    Unsupported,
+    /// `trace`: also every failing call.
+    Trace,
+}
+
+pub(crate) fn log_level() -> LogLevel {
+    static LEVEL: std::sync::OnceLock<LogLevel> = std::sync::OnceLock::new();
+    *LEVEL.get_or_init(|| match std::env::var("FAIRGPU_GUEST_LOG").as_deref() {
+        Ok("0") => LogLevel::Off,
+        Ok("trace") => LogLevel::Trace,
+        _ => LogLevel::Unsupported,
+    })
 }
 
 /// Like [`ffi`] for bodies that use `?` on `Result<(), CUresult>`.
+#[track_caller]
 pub(crate) fn ffi_result(f: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
     ffi(|| match f() {
         Ok(()) => err::SUCCESS,
@@ -78,7 +113,7 @@ pub(crate) fn unsupported(name: &'static str) -> CUresult {
         .lock()
         .map(|mut s| s.get_or_insert_with(HashSet::new).insert(name))
         .unwrap_or(false);
-    if first && std::env::var_os("FAIRGPU_GUEST_LOG").is_none_or(|v| v != "0") {
+    if first && log_level() != LogLevel::Off {
         eprintln!("fairgpu guest-lib: {name} is not supported (CUDA_ERROR_NOT_SUPPORTED)");
     }
     err::NOT_SUPPORTED

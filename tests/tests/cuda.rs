@@ -1305,8 +1305,7 @@ fn arrays_and_rectangular_copies_are_exact_and_bounded() {
         Status::OUT_OF_MEMORY,
     );
 
-    // Texture objects over the channel's own memory only; surfaces only
-    // over arrays made for them.
+    // Texture objects over the channel's own memory only.
     let tex = TextureDesc::default();
     let res = |kind, base, width| ResourceDesc {
         kind,
@@ -1336,11 +1335,16 @@ fn arrays_and_rectangular_copies_are_exact_and_bounded() {
         Status::INVALID_HANDLE,
     );
     assert_refused(b.tex_object_destroy(t), Status::INVALID_VALUE);
-    assert_refused(a.surf_object_create(arr), Status::INVALID_VALUE);
+    // Surfaces over any array of the channel (NVIDIA's driver does not
+    // require SURFACE_LDST), none over another channel's.
+    let plain = a.surf_object_create(arr).unwrap();
+    assert_refused(b.surf_object_create(arr), Status::INVALID_HANDLE);
     let sarr = a.array_create(&f32_array(4, 4, 0, 2)).unwrap();
     let s = a.surf_object_create(sarr).unwrap();
     assert_refused(a.surf_object_destroy(t), Status::INVALID_VALUE);
+    assert_refused(b.surf_object_destroy(s), Status::INVALID_VALUE);
     a.surf_object_destroy(s).unwrap();
+    a.surf_object_destroy(plain).unwrap();
     a.tex_object_destroy(t).unwrap();
     a.tex_object_destroy(lin).unwrap();
     assert_refused(a.tex_object_destroy(t), Status::INVALID_VALUE);

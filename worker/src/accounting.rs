@@ -161,6 +161,14 @@ pub fn needs_grant(op: Opcode) -> bool {
         )
 }
 
+/// Whether `op` waits for the device and adds no work to it.
+fn is_sync(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::CtxSynchronize | Opcode::StreamSynchronize | Opcode::EventSynchronize
+    )
+}
+
 /// Whether `op` is device work (a kernel, copy or memset), the requests
 /// `sampled` accounting times and counts; the other requests that need the
 /// grant (ordering, synchronisation) take no device time of their own.
@@ -678,7 +686,11 @@ impl Gate {
             h.dirty.push(ch);
         }
         let seq = h.seq;
-        if self.cfg.accounting != Accounting::WallClock {
+        // A synchronisation leaves nothing on the device to measure, and a
+        // mark recorded after it would be work the guest did not ask for:
+        // its next query of the stream it just synchronised could find the
+        // mark still pending and answer "not ready" (seen on an H200).
+        if self.cfg.accounting != Accounting::WallClock && !is_sync(req.op) {
             if let Some(m) = meter.mark(ch, req) {
                 self.lease_marks.push_back(m);
             }
@@ -1601,6 +1613,27 @@ mod tests {
             assert!(r.serve_async(Opcode::LaunchKernel), "request {i} held back");
         }
         assert!(!r.serve_async(Opcode::LaunchKernel));
+    }
+
+    #[test]
+    fn a_lease_marks_device_work_but_not_synchronisations() {
+        let mut r = rig("lease-sync", Accounting::Sampled, IdleBehaviour::Block);
+        r.s.inner().done = true;
+        let d = r.file.slot(0).unwrap();
+        d.grant(6_000_000, true);
+        assert!(r.serve_async(Opcode::LaunchKernel));
+        assert!(r.serve_async(Opcode::EventRecord));
+        assert_eq!(r.s.inner().marks, 2);
+        // After a synchronisation the guest's streams must be idle: a mark
+        // recorded there would make its next query answer "not ready".
+        for op in [
+            Opcode::StreamSynchronize,
+            Opcode::CtxSynchronize,
+            Opcode::EventSynchronize,
+        ] {
+            assert!(r.serve(op), "{op:?}");
+        }
+        assert_eq!(r.s.inner().marks, 2, "a synchronisation was marked");
     }
 
     #[test]

@@ -22,9 +22,8 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
 use fairgpu_protocol::array::{
-    tex_object_from_bytes, ArrayDesc, Copy3D, CopySide, ARRAY_DESC_BYTES, ARRAY_SURFACE_LDST,
-    COPY3D_BYTES, MEM_ARRAY, MEM_DEVICE, MEM_HOST, RESOURCE_ARRAY, RESOURCE_LINEAR,
-    RESOURCE_PITCH2D, TEX_OBJECT_BYTES,
+    tex_object_from_bytes, ArrayDesc, Copy3D, CopySide, ARRAY_DESC_BYTES, COPY3D_BYTES, MEM_ARRAY,
+    MEM_DEVICE, MEM_HOST, RESOURCE_ARRAY, RESOURCE_LINEAR, RESOURCE_PITCH2D, TEX_OBJECT_BYTES,
 };
 use fairgpu_protocol::cuda::{
     image_hash, LaunchHeader, ParamInfo, MAX_DEVICE_NAME, MAX_IMAGE_CACHE, MAX_MODULE_IMAGE,
@@ -955,10 +954,9 @@ impl CudaOps {
                 Ok(Answer::default())
             }
             Opcode::SurfObjectCreate => {
-                let &(id, desc) = cx.array(a[0])?;
-                if desc.flags & ARRAY_SURFACE_LDST == 0 {
-                    return Err(Status::INVALID_VALUE);
-                }
+                // Any array: NVIDIA's driver (580, on an H200) makes a
+                // surface over an array created without SURFACE_LDST too.
+                let &(id, _) = cx.array(a[0])?;
                 if cx.surf_objects.len() >= MAX_OBJECTS {
                     return Err(Status::OUT_OF_MEMORY);
                 }

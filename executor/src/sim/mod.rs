@@ -123,7 +123,7 @@ use super::{
     ExecResult, FnId, GpuExecutor, HostData, LaunchConfig, ModId, Place, RectCopy, StreamId,
     TexResource, TextureDesc,
 };
-use fairgpu_protocol::array::{ArrayKind, ARRAY_SURFACE_LDST};
+use fairgpu_protocol::array::ArrayKind;
 
 /// First device address an executor hands out.
 const BASE_ADDR: u64 = 0x7000_0000_0000;
@@ -1929,12 +1929,9 @@ impl GpuExecutor for SimGpu {
     fn surf_object_create(&mut self, ctx: CtxId, a: ArrayId) -> ExecResult<u64> {
         let id = self.id();
         let c = self.ctx_mut(ctx)?;
+        // Any array, as NVIDIA's driver allows (CUDA_ARRAY3D_SURFACE_LDST
+        // is not required by driver 580).
         let arr = c.arrays.get(&a.0).ok_or(ExecError::Invalid("array"))?;
-        if arr.desc.flags & ARRAY_SURFACE_LDST == 0 {
-            return Err(ExecError::Invalid(
-                "array not created for surface load/store",
-            ));
-        }
         let image = arr.image();
         c.surfaces.insert(id, image);
         Ok(id)

@@ -115,7 +115,7 @@ unsafe fn slot_fn<F: Copy>(uuid: &[u8; 16], index: usize) -> F {
     unsafe { std::mem::transmute_copy(&address) }
 }
 
-const ALL_TABLES: [([u8; 16], &str, usize); 7] = [
+const ALL_TABLES: [([u8; 16], &str, usize); 8] = [
     (CUDART_INTERFACE_UUID, "CUDART_INTERFACE", 13),
     (
         TOOLS_RUNTIME_CALLBACK_HOOKS_UUID,
@@ -127,6 +127,7 @@ const ALL_TABLES: [([u8; 16], &str, usize); 7] = [
     (INTEGRITY_CHECK_UUID, "INTEGRITY_CHECK", 3),
     (CONTEXT_CHECKS_UUID, "CONTEXT_CHECKS", 4),
     (CUDA13_CONTEXT_UUID, "CUDA13_CONTEXT", 5),
+    (CUBLASLT_TABLE_UUID, "CUBLASLT_TABLE", 17),
 ];
 
 #[test]
@@ -278,7 +279,7 @@ fn slots_cudart_calls_hold_their_functions() {
 
 #[test]
 fn unknown_slots_answer_not_supported() {
-    let unknown: [(&[u8; 16], usize); 10] = [
+    let unknown: [(&[u8; 16], usize); 12] = [
         (&CUDART_INTERFACE_UUID, 3),
         (&CUDART_INTERFACE_UUID, 4),
         (&CUDART_INTERFACE_UUID, 5),
@@ -289,14 +290,16 @@ fn unknown_slots_answer_not_supported() {
         (&INTEGRITY_CHECK_UUID, 2),
         (&CONTEXT_CHECKS_UUID, 1),
         (&CUDA13_CONTEXT_UUID, 1),
+        (&CUBLASLT_TABLE_UUID, 4),
+        (&CUBLASLT_TABLE_UUID, 16),
     ];
     for (uuid, index) in unknown {
-        // SAFETY: these slots hold `unknown_slot`, an `OpaqueFn`.
+        // SAFETY: these slots hold unknown-slot functions, each an `OpaqueFn`.
         let f: OpaqueFn = unsafe { slot_fn(uuid, index) };
         assert_eq!(f(), err::NOT_SUPPORTED);
     }
     // Called with arguments, as cudart would, it still just answers.
-    // SAFETY: slot 3 holds `unknown_slot`; extra arguments are the caller's
+    // SAFETY: slot 3 holds an unknown-slot function; extra arguments are the caller's
     // to clean up under the C calling conventions we build for.
     let with_args: unsafe extern "C" fn(*mut c_void, u64, u32) -> CUresult =
         unsafe { slot_fn(&CUDART_INTERFACE_UUID, 3) };
