@@ -34,6 +34,7 @@ use fairgpu_protocol::cuda::ParamInfo;
 use fairgpu_protocol::Status;
 
 pub use fairgpu_protocol::array::{ArrayDesc, TextureDesc};
+pub use fairgpu_protocol::cuda::LaunchOptions;
 
 /// A device address.
 pub type DevPtr = u64;
@@ -200,7 +201,6 @@ pub const UNREMOTED_FEATURES: &[(i32, &str)] = &[
     (92, "CAN_USE_STREAM_MEM_OPS_V1"),
     (93, "CAN_USE_64_BIT_STREAM_MEM_OPS_V1"),
     (94, "CAN_USE_STREAM_WAIT_VALUE_NOR_V1"),
-    (95, "COOPERATIVE_LAUNCH"),
     (96, "COOPERATIVE_MULTI_DEVICE_LAUNCH"),
     (100, "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES"),
     (101, "DIRECT_MANAGED_MEM_ACCESS_FROM_HOST"),
@@ -213,7 +213,6 @@ pub const UNREMOTED_FEATURES: &[(i32, &str)] = &[
     (114, "TIMELINE_SEMAPHORE_INTEROP_SUPPORTED"),
     (116, "GPU_DIRECT_RDMA_SUPPORTED"),
     (119, "MEMPOOL_SUPPORTED_HANDLE_TYPES"),
-    (120, "CLUSTER_LAUNCH"),
 ];
 
 impl DeviceProps {
@@ -244,6 +243,23 @@ pub struct LaunchConfig {
     pub block: [u32; 3],
     /// Dynamic shared memory per block in bytes.
     pub shared_mem: u32,
+    /// Thread-block clusters and cooperative launch.
+    pub options: LaunchOptions,
+}
+
+impl LaunchConfig {
+    /// A plain launch of this geometry.
+    pub const fn new(grid: [u32; 3], block: [u32; 3], shared_mem: u32) -> LaunchConfig {
+        LaunchConfig {
+            grid,
+            block,
+            shared_mem,
+            options: LaunchOptions {
+                cluster: [1, 1, 1],
+                cooperative: false,
+            },
+        }
+    }
 }
 
 /// Why an executor call failed.

@@ -10,7 +10,7 @@
 use fairgpu_protocol::array::{
     tex_object_to_bytes, ArrayDesc, Copy3D, ResourceDesc, TextureDesc, COPY3D_BYTES, MEM_HOST,
 };
-use fairgpu_protocol::cuda::{LaunchHeader, ParamInfo, MAX_PARAMS};
+use fairgpu_protocol::cuda::{LaunchHeader, LaunchOptions, ParamInfo, MAX_PARAMS};
 use fairgpu_protocol::limits::REQUEST_ARGS;
 use fairgpu_protocol::{Opcode, Status};
 
@@ -522,6 +522,30 @@ impl Cuda {
         stream: u64,
         params: &[u8],
     ) -> Result<(), CallError> {
+        self.launch_with(
+            kernel,
+            grid,
+            block,
+            shared_mem,
+            stream,
+            params,
+            LaunchOptions::default(),
+        )
+    }
+
+    /// `cuLaunchKernelEx`: [`Self::launch`] with thread-block clusters or
+    /// a cooperative launch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_with(
+        &mut self,
+        kernel: u64,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: u64,
+        params: &[u8],
+        options: LaunchOptions,
+    ) -> Result<(), CallError> {
         let hdr = LaunchHeader {
             grid,
             block,
@@ -531,8 +555,11 @@ impl Cuda {
         let mut buf = Vec::with_capacity(32 + params.len());
         buf.extend_from_slice(&hdr.to_bytes());
         buf.extend_from_slice(params);
-        self.ch
-            .call_async(Opcode::LaunchKernel, args(&[kernel, stream]), &buf)
+        self.ch.call_async(
+            Opcode::LaunchKernel,
+            args(&[kernel, stream, options.to_arg()]),
+            &buf,
+        )
     }
 
     /// `cuStreamCreate`.

@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 
-use fairgpu_protocol::cuda::ParamInfo;
+use fairgpu_protocol::cuda::{LaunchOptions, ParamInfo};
 
 use crate::context::{out, require_current};
 use crate::ffi_result;
@@ -118,10 +118,34 @@ fn launch(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
+    launch_with(
+        f,
+        grid,
+        block,
+        shared,
+        s,
+        params,
+        extra,
+        LaunchOptions::default(),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_with(
+    f: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    s: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    options: LaunchOptions,
+) -> CUresult {
     ffi_result(|| {
         require_current()?;
         check_geometry(grid, block, shared)?;
         let func = function_ref(f)?;
+        check_options(func, grid, block, shared, &options)?;
         if shared > 0 && shared > func.max_dynamic_shared()? {
             return Err(err::INVALID_VALUE);
         }
@@ -130,7 +154,7 @@ fn launch(
         let stream = stream_handle(s);
         // Kernels see what the CPU wrote to managed and mapped memory.
         crate::managed::push()?;
-        state::with(|cu| cu.launch(func.host, grid, block, shared, stream, &buf))?;
+        state::with(|cu| cu.launch_with(func.host, grid, block, shared, stream, &buf, options))?;
         crate::managed::note_launch();
         if func.prints {
             state::note_printing_launch();
@@ -177,7 +201,9 @@ pub extern "C" fn cuLaunchKernel_ptsz(
     launch(f, [gx, gy, gz], [bx, by, bz], shared, s, params, extra)
 }
 
-/// `cuLaunchCooperativeKernel`: launched like any kernel.
+/// `cuLaunchCooperativeKernel`: a launch whose blocks may synchronize
+/// grid-wide (the host's driver refuses a grid larger than can be
+/// resident at once).
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn cuLaunchCooperativeKernel(
@@ -192,7 +218,7 @@ pub extern "C" fn cuLaunchCooperativeKernel(
     s: CUstream,
     params: *mut *mut c_void,
 ) -> CUresult {
-    launch(
+    launch_with(
         f,
         [gx, gy, gz],
         [bx, by, bz],
@@ -200,6 +226,10 @@ pub extern "C" fn cuLaunchCooperativeKernel(
         s,
         params,
         std::ptr::null_mut(),
+        LaunchOptions {
+            cooperative: true,
+            ..LaunchOptions::default()
+        },
     )
 }
 
@@ -226,10 +256,12 @@ fn launch_ex(
     }
     // SAFETY: non-null; the caller passes a CUlaunchConfig.
     let c = unsafe { &*config };
-    if let Err(e) = check_launch_attributes(c) {
-        return e;
+    match launch_options(c) {
+        Ok(options) => launch_with(
+            f, c.grid, c.block, c.shared, c.stream, params, extra, options,
+        ),
+        Err(e) => e,
     }
-    launch(f, c.grid, c.block, c.shared, c.stream, params, extra)
 }
 
 /// `CUlaunchAttribute`: an id, padding, and a 64-byte value union.
@@ -248,14 +280,14 @@ const ATTR_CLUSTER_DIMENSION: u32 = 4;
 /// Most attributes one launch may carry.
 const MAX_LAUNCH_ATTRIBUTES: u32 = 64;
 
-/// Refuses launch attributes whose semantics fairgpu does not carry to the
-/// host (thread-block clusters larger than one block, cooperative
-/// launches): running the kernel without them could compute wrong data,
-/// so the launch fails with CUDA_ERROR_NOT_SUPPORTED, named once. Hints
-/// (priorities, access policy windows, ...) are accepted and ignored.
-fn check_launch_attributes(c: &LaunchConfig) -> Result<(), CUresult> {
+/// The options a launch's attributes ask for: thread-block cluster
+/// dimensions and the cooperative flag, carried to the host. Other
+/// attributes (priorities, access policy windows, ...) are hints, accepted
+/// and ignored.
+fn launch_options(c: &LaunchConfig) -> Result<LaunchOptions, CUresult> {
+    let mut options = LaunchOptions::default();
     if c.num_attrs == 0 {
-        return Ok(());
+        return Ok(options);
     }
     if c.attrs.is_null() || c.num_attrs > MAX_LAUNCH_ATTRIBUTES {
         return Err(err::INVALID_VALUE);
@@ -265,24 +297,68 @@ fn check_launch_attributes(c: &LaunchConfig) -> Result<(), CUresult> {
         // at `attrs` (checked for null); read_unaligned makes no alignment
         // assumption about the caller's array.
         let a = unsafe { c.attrs.cast::<LaunchAttribute>().add(i).read_unaligned() };
-        let refused = match a.id {
-            ATTR_CLUSTER_DIMENSION => a.value[..3].iter().any(|&d| d > 1),
-            ATTR_COOPERATIVE => a.value[0] != 0,
-            _ => false,
-        };
-        if refused {
-            return Err(crate::unsupported(if a.id == ATTR_COOPERATIVE {
-                "cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_COOPERATIVE"
-            } else {
-                "cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION"
-            }));
+        match a.id {
+            ATTR_CLUSTER_DIMENSION => {
+                options.cluster = [a.value[0].max(1), a.value[1].max(1), a.value[2].max(1)];
+            }
+            ATTR_COOPERATIVE => options.cooperative = a.value[0] != 0,
+            _ => {}
         }
+    }
+    Ok(options)
+}
+
+/// `CUDA_ERROR_INVALID_CLUSTER_SIZE`.
+const INVALID_CLUSTER_SIZE: CUresult = 912;
+
+/// Whether the device runs what `options` asks for: a cooperative grid
+/// only if all of it can be resident; clusters only where it
+/// reports CLUSTER_LAUNCH (SimGpu does not), in whole clusters of at most
+/// 16 blocks; cooperative launches where it reports COOPERATIVE_LAUNCH, or
+/// on SimGpu, which runs them as plain launches (a grid-wide barrier is
+/// not executed there).
+fn check_options(
+    func: &GuestFunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    options: &LaunchOptions,
+) -> Result<(), CUresult> {
+    let d = state::device()?;
+    if options.cooperative && d.attribute(ATTR_DEVICE_COOPERATIVE_LAUNCH).unwrap_or(0) == 1 {
+        // At launch, as the driver answers: every block must be resident
+        // at once (the host's driver checks again, with registers).
+        let threads: u64 = block.iter().map(|&b| u64::from(b)).product();
+        let smem = static_smem(func)?.saturating_add(u64::from(shared));
+        let per_sm = SmLimits::of_device()?.blocks(i32::try_from(threads).unwrap_or(0), smem);
+        let resident = i64::from(per_sm) * i64::from(d.attribute(16)?);
+        let blocks: i64 = grid.iter().map(|&g| i64::from(g)).product();
+        if blocks > resident {
+            return Err(COOPERATIVE_LAUNCH_TOO_LARGE);
+        }
+    }
+    if options.cluster != [1, 1, 1] {
+        if d.attribute(ATTR_DEVICE_CLUSTER_LAUNCH).unwrap_or(0) == 0 {
+            return Err(crate::unsupported(
+                "cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION on a device without CLUSTER_LAUNCH",
+            ));
+        }
+        LaunchOptions::from_arg(options.to_arg(), grid).map_err(|_| INVALID_CLUSTER_SIZE)?;
     }
     Ok(())
 }
 
-/// `cuOccupancyMaxActiveClusters`: fairgpu launches no thread-block
-/// clusters (the device reports CLUSTER_LAUNCH = 0), so none can be active.
+/// `CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH`.
+const ATTR_DEVICE_CLUSTER_LAUNCH: i32 = 120;
+/// `CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH`.
+const ATTR_DEVICE_COOPERATIVE_LAUNCH: i32 = 95;
+/// `CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE`.
+const COOPERATIVE_LAUNCH_TOO_LARGE: CUresult = 720;
+
+/// `cuOccupancyMaxActiveClusters`: 0 on a device without CLUSTER_LAUNCH;
+/// otherwise the clusters of the configuration's size that the resident
+/// blocks of its geometry make up device-wide (an upper bound: the
+/// hardware also keeps each cluster within one GPC).
 #[no_mangle]
 pub extern "C" fn cuOccupancyMaxActiveClusters(
     n: *mut i32,
@@ -290,12 +366,25 @@ pub extern "C" fn cuOccupancyMaxActiveClusters(
     config: *const LaunchConfig,
 ) -> CUresult {
     ffi_result(|| {
-        function_ref(f)?;
-        if config.is_null() {
+        let func = function_ref(f)?;
+        if config.is_null() || n.is_null() {
             return Err(err::INVALID_VALUE);
         }
+        // SAFETY: non-null; the caller passes a CUlaunchConfig.
+        let c = unsafe { &*config };
+        let options = launch_options(c)?;
+        let d = state::device()?;
+        let clusters = if d.attribute(ATTR_DEVICE_CLUSTER_LAUNCH).unwrap_or(0) == 0 {
+            0
+        } else {
+            let threads: u64 = c.block.iter().map(|&b| u64::from(b)).product();
+            let smem = static_smem(func)?.saturating_add(u64::from(c.shared));
+            let per_sm = SmLimits::of_device()?.blocks(i32::try_from(threads).unwrap_or(0), smem);
+            let size: i64 = options.cluster.iter().map(|&d| i64::from(d)).product();
+            (i64::from(per_sm) * i64::from(d.attribute(16)?) / size.max(1)) as i32
+        };
         // SAFETY: caller passes a writable slot (checked for null).
-        unsafe { out(n, 0) }
+        unsafe { out(n, clusters) }
     })
 }
 

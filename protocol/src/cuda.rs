@@ -113,6 +113,69 @@ impl LaunchHeader {
     }
 }
 
+/// How a kernel is launched beyond its geometry (`cuLaunchKernelEx`'s
+/// attributes that change what the kernel computes): thread-block cluster
+/// dimensions and a cooperative (grid-synchronizing) launch. Sent as the
+/// third argument word of `LaunchKernel`; 0 is a plain launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchOptions {
+    /// Cluster dimensions in blocks; `[1, 1, 1]` is no cluster.
+    pub cluster: [u32; 3],
+    /// `cuLaunchCooperativeKernel` / `CU_LAUNCH_ATTRIBUTE_COOPERATIVE`.
+    pub cooperative: bool,
+}
+
+impl Default for LaunchOptions {
+    fn default() -> Self {
+        LaunchOptions {
+            cluster: [1, 1, 1],
+            cooperative: false,
+        }
+    }
+}
+
+/// Most blocks in one cluster (the non-portable limit of sm_90; the
+/// portable one is 8, which the driver enforces per kernel).
+pub const MAX_CLUSTER_BLOCKS: u32 = 16;
+
+impl LaunchOptions {
+    /// The argument word: bits 0–15, 16–31 and 32–47 hold the cluster's x,
+    /// y and z (0 meaning 1), bit 48 the cooperative flag; the rest are 0.
+    pub fn to_arg(&self) -> u64 {
+        let dim = |d: u32| if d <= 1 { 0 } else { u64::from(d.min(0xffff)) };
+        dim(self.cluster[0])
+            | dim(self.cluster[1]) << 16
+            | dim(self.cluster[2]) << 32
+            | u64::from(self.cooperative) << 48
+    }
+
+    /// Decodes and checks an argument word against the launch's grid:
+    /// reserved bits clear, at most [`MAX_CLUSTER_BLOCKS`] blocks per
+    /// cluster, and every grid dimension a multiple of the cluster's.
+    pub fn from_arg(w: u64, grid: [u32; 3]) -> Result<LaunchOptions, &'static str> {
+        if w >> 49 != 0 {
+            return Err("reserved launch option bits set");
+        }
+        let dim = |shift: u32| ((w >> shift) & 0xffff).max(1) as u32;
+        let cluster = [dim(0), dim(16), dim(32)];
+        if cluster.iter().map(|&d| u64::from(d)).product::<u64>() > u64::from(MAX_CLUSTER_BLOCKS) {
+            return Err("more than 16 blocks per cluster");
+        }
+        if grid.iter().zip(cluster).any(|(&g, c)| g % c != 0) {
+            return Err("grid not a whole number of clusters");
+        }
+        Ok(LaunchOptions {
+            cluster,
+            cooperative: w >> 48 & 1 == 1,
+        })
+    }
+
+    /// Whether the launch needs more than `cuLaunchKernel`.
+    pub fn is_plain(&self) -> bool {
+        *self == LaunchOptions::default()
+    }
+}
+
 /// One kernel parameter in the packed buffer: offset and size in bytes, as
 /// `cuFuncGetParamInfo` reports them. Sent as 8 little-endian bytes each.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -184,6 +247,33 @@ pub fn output_records(mut bytes: &[u8]) -> Vec<(u8, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn launch_options_round_trip_and_are_checked_against_the_grid() {
+        assert_eq!(LaunchOptions::default().to_arg(), 0);
+        assert!(LaunchOptions::from_arg(0, [7, 3, 1]).unwrap().is_plain());
+        let o = LaunchOptions {
+            cluster: [2, 4, 1],
+            cooperative: true,
+        };
+        assert_eq!(LaunchOptions::from_arg(o.to_arg(), [8, 4, 3]), Ok(o));
+        assert!(!o.is_plain());
+        // The grid must be whole clusters.
+        assert!(LaunchOptions::from_arg(o.to_arg(), [5, 4, 1]).is_err());
+        assert!(LaunchOptions::from_arg(o.to_arg(), [8, 2, 1]).is_err());
+        // At most 16 blocks per cluster, each dimension alone or together.
+        let big = |c| LaunchOptions {
+            cluster: c,
+            cooperative: false,
+        };
+        assert!(LaunchOptions::from_arg(big([16, 1, 1]).to_arg(), [32, 1, 1]).is_ok());
+        assert!(LaunchOptions::from_arg(big([17, 1, 1]).to_arg(), [17, 1, 1]).is_err());
+        assert!(LaunchOptions::from_arg(big([4, 4, 2]).to_arg(), [4, 4, 2]).is_err());
+        assert!(LaunchOptions::from_arg(0xffff_ffff_ffff, [65535; 3]).is_err());
+        // Reserved bits.
+        assert!(LaunchOptions::from_arg(1 << 49, [1; 3]).is_err());
+        assert!(LaunchOptions::from_arg(u64::MAX, [1; 3]).is_err());
+    }
 
     #[test]
     fn launch_header_round_trips_and_validates() {

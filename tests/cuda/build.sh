@@ -17,7 +17,8 @@
 # The toolchain comes from scripts/cuda-toolchain.sh, found through
 # FAIRGPU_CUDA_PREFIX (default: target/cuda-toolchain in the repository).
 # Outputs newer than their sources are kept. Extra nvcc flags:
-# CUDA_TEST_NVCC_FLAGS (e.g. --compress-mode=none). Prints the built
+# CUDA_TEST_NVCC_FLAGS (e.g. --compress-mode=none); a program's own, from
+# its first line if that is "// nvcc-flags: ...". Prints the built
 # programs, one path a line.
 set -euo pipefail
 
@@ -78,8 +79,11 @@ for src in "$here"/*.cu; do
     for v in 12 13; do
         if [[ $v == 12 ]]; then inc=$CUDA12_INCLUDE; else inc=$CUDA13_INCLUDE; fi
         obj="$out/obj/$name-cu$v.o"
+        # A program may ask for flags of its own (a first line
+        # "// nvcc-flags: ..."), e.g. an architecture its code needs.
+        read -r -a own <<<"$(sed -n '1s|^// nvcc-flags: ||p' "$src")"
         if stale "$obj" "$src" "${deps[@]}"; then
-            run "$CUDA_NVCC" -std=c++17 -O1 -I"$inc" "${extra[@]}" -c "$src" -o "$obj.tmp"
+            run "$CUDA_NVCC" -std=c++17 -O1 -I"$inc" "${own[@]}" "${extra[@]}" -c "$src" -o "$obj.tmp"
             mv "$obj.tmp" "$obj"
         fi
     done

@@ -23,7 +23,7 @@ use fairgpu_protocol::array::{
     ArrayDesc, Copy3D, CopySide, ResourceDesc, TextureDesc, MEM_ARRAY, MEM_DEVICE, MEM_HOST,
     RESOURCE_ARRAY, RESOURCE_LINEAR,
 };
-use fairgpu_protocol::cuda::ParamInfo;
+use fairgpu_protocol::cuda::{LaunchOptions, ParamInfo};
 use fairgpu_protocol::Status;
 use fairgpu_tests::{
     assert_bytes_eq, child_setup, claim, fairgpu_bin, is_child, pattern, run_command, status, vm,
@@ -555,6 +555,32 @@ fn bad_pointers_and_forged_handles_fail_cleanly_without_disturbing_anyone() {
     cu.launch(k.handle, ONE, ONE, 0, s, &[0; 4]).unwrap();
     assert_eq!(cu.ctx_synchronize(), Err(deferred(Status::INVALID_VALUE)));
     still_works(&mut cu, scratch, 7);
+
+    // Launch options: a grid that is not whole clusters, clusters of more
+    // than 16 blocks: refused by the worker; clusters on
+    // SimGpu (no CLUSTER_LAUNCH): not supported. A cooperative launch runs.
+    let ns = 1000u64.to_le_bytes();
+    let opts = |cluster, cooperative| LaunchOptions {
+        cluster,
+        cooperative,
+    };
+    for (grid, o, want) in [
+        ([3, 1, 1], opts([2, 1, 1], false), Status::INVALID_VALUE),
+        ([32, 1, 1], opts([32, 1, 1], false), Status::INVALID_VALUE),
+        ([4, 4, 1], opts([4, 4, 2], true), Status::INVALID_VALUE),
+        ([4, 1, 1], opts([2, 1, 1], false), Status::NOT_SUPPORTED),
+    ] {
+        cu.launch_with(k.handle, grid, ONE, 0, s, &ns, o).unwrap();
+        assert_eq!(
+            cu.ctx_synchronize(),
+            Err(deferred(want)),
+            "grid {grid:?}, {o:?}"
+        );
+        still_works(&mut cu, scratch, 8);
+    }
+    cu.launch_with(k.handle, [2, 1, 1], ONE, 0, s, &ns, opts([1, 1, 1], true))
+        .unwrap();
+    assert_eq!(cu.ctx_synchronize(), Ok(()), "a cooperative launch");
 
     // Images that are not modules, single-chunk and staged in many chunks.
     for len in [3000, 200 << 10] {

@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 13] = [
+const COMPUTE_PROGRAMS: [&str; 14] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -283,14 +283,16 @@ const COMPUTE_PROGRAMS: [&str; 13] = [
     "device_printf",
     "textures",
     "managed",
+    "cooperative",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
 /// memory, reductions with barriers and warp shuffles, histograms with
 /// atomics, prefix scans, structs passed by value, arrays read through
 /// textures and written through surfaces, managed and mapped memory shared
-/// by the CPU and kernels: SimGpu's kernels compute exactly what the CPU
-/// does. The three variants of a program run
+/// by the CPU and kernels, cooperative launches (and cluster launches
+/// refused where the device has none): SimGpu's kernels compute exactly
+/// what the CPU does. The three variants of a program run
 /// at once, one per VM.
 #[test]
 fn kernels_compute_what_the_cpu_computes() {
@@ -500,6 +502,7 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
         "stream_ordered",
         "textures",
         "managed",
+        "cooperative",
     ] {
         for v in VARIANTS {
             runs.push((format!("{p}-{v}"), v));

@@ -26,8 +26,8 @@ use fairgpu_protocol::array::{
     MEM_DEVICE, MEM_HOST, RESOURCE_ARRAY, RESOURCE_LINEAR, RESOURCE_PITCH2D, TEX_OBJECT_BYTES,
 };
 use fairgpu_protocol::cuda::{
-    image_hash, LaunchHeader, ParamInfo, MAX_DEVICE_NAME, MAX_IMAGE_CACHE, MAX_MODULE_IMAGE,
-    MAX_NAME, MAX_OBJECTS,
+    image_hash, LaunchHeader, LaunchOptions, ParamInfo, MAX_DEVICE_NAME, MAX_IMAGE_CACHE,
+    MAX_MODULE_IMAGE, MAX_NAME, MAX_OBJECTS,
 };
 use fairgpu_protocol::handle::{Handle, HandleTable};
 use fairgpu_protocol::wire::ValidRequest;
@@ -801,10 +801,13 @@ impl CudaOps {
                 let id = f.id;
                 self.buf.resize(n, 0);
                 arena.read(32, &mut self.buf)?;
+                let options =
+                    LaunchOptions::from_arg(a[2], hdr.grid).map_err(|_| Status::INVALID_VALUE)?;
                 let cfg = LaunchConfig {
                     grid: hdr.grid,
                     block: hdr.block,
                     shared_mem: hdr.shared_mem,
+                    options,
                 };
                 self.exec
                     .launch(ctx, id, &cfg, &self.buf, stream)

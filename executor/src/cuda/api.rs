@@ -38,6 +38,34 @@ pub(crate) const CUDA_ERROR_NOT_FOUND: CuResult = 500;
 /// CUDA_ERROR_NOT_READY: a query of unfinished work.
 pub(crate) const CUDA_ERROR_NOT_READY: CuResult = 600;
 
+/// `CUlaunchAttribute`: an id, padding to 8 bytes, and the 64-byte value
+/// union (read as 32-bit words: the cluster dimension's x, y, z, the
+/// cooperative flag's int).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct LaunchAttribute {
+    pub id: c_uint,
+    pub pad: c_uint,
+    pub value: [c_uint; 16],
+}
+
+/// `CU_LAUNCH_ATTRIBUTE_COOPERATIVE`.
+pub(crate) const LAUNCH_ATTRIBUTE_COOPERATIVE: c_uint = 2;
+/// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`.
+pub(crate) const LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: c_uint = 4;
+
+/// `CUlaunchConfig`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LaunchConfigC {
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared_mem: c_uint,
+    pub stream: CUstream,
+    pub attrs: *mut LaunchAttribute,
+    pub num_attrs: c_uint,
+}
+
 /// `CUDA_ARRAY3D_DESCRIPTOR`, with the format as a plain integer.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -115,6 +143,8 @@ const _: () = {
     assert!(size_of::<Memcpy3D>() == size_of::<s::CUDA_MEMCPY3D_st>());
     assert!(size_of::<ResourceDesc>() == size_of::<s::CUDA_RESOURCE_DESC_st>());
     assert!(size_of::<TextureDesc>() == size_of::<s::CUDA_TEXTURE_DESC_st>());
+    assert!(size_of::<LaunchAttribute>() == size_of::<s::CUlaunchAttribute_st>());
+    assert!(size_of::<LaunchConfigC>() == size_of::<s::CUlaunchConfig_st>());
     assert!(cfg!(target_endian = "little"));
 };
 
@@ -249,6 +279,12 @@ driver_api! {
         c_uint,
         c_uint,
         CUstream,
+        *mut *mut c_void,
+        *mut *mut c_void
+    );
+    cuLaunchKernelEx(
+        *const LaunchConfigC,
+        CUfunction,
         *mut *mut c_void,
         *mut *mut c_void
     );

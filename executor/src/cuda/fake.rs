@@ -81,6 +81,9 @@ pub(super) struct State {
     /// Module images as received (up to their NUL).
     pub images: Vec<String>,
     pub launches: Vec<Launch>,
+    /// `(id, first three value words)` of each `cuLaunchKernelEx`
+    /// attribute, in order.
+    pub launch_attrs: Vec<(c_uint, [c_uint; 3])>,
     /// Every call, by name, in order.
     pub calls: Vec<&'static str>,
     /// The next call of this name fails with this result.
@@ -745,6 +748,50 @@ unsafe extern "C" fn func_get_param_info(
     })
 }
 
+/// `cuLaunchKernelEx`: records the attributes, then launches as
+/// `cuLaunchKernel` would.
+unsafe extern "C" fn launch_kernel_ex(
+    config: *const api::LaunchConfigC,
+    f: CUfunction,
+    kernel_params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult {
+    assert!(!config.is_null(), "a launch configuration");
+    // SAFETY: the executor passes a live CUlaunchConfig.
+    let c = unsafe { *config };
+    assert!(
+        !c.attrs.is_null() && c.num_attrs > 0,
+        "cuLaunchKernelEx only with attributes"
+    );
+    // SAFETY: `num_attrs` attributes at `attrs`, as the executor built them.
+    let attrs = unsafe { std::slice::from_raw_parts(c.attrs, c.num_attrs as usize) };
+    with(|s| {
+        s.launch_attrs.extend(
+            attrs
+                .iter()
+                .map(|a| (a.id, [a.value[0], a.value[1], a.value[2]])),
+        )
+    });
+    let [gx, gy, gz] = c.grid;
+    let [bx, by, bz] = c.block;
+    // SAFETY: the same contract as cuLaunchKernel's.
+    unsafe {
+        launch_kernel(
+            f,
+            gx,
+            gy,
+            gz,
+            bx,
+            by,
+            bz,
+            c.shared_mem,
+            c.stream,
+            kernel_params,
+            extra,
+        )
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn launch_kernel(
     f: CUfunction,
@@ -1261,6 +1308,7 @@ pub(super) fn api() -> &'static Api {
         cuFuncGetAttribute: func_get_attribute,
         cuFuncSetAttribute: func_set_attribute,
         cuLaunchKernel: launch_kernel,
+        cuLaunchKernelEx: launch_kernel_ex,
         cuStreamCreate: stream_create,
         cuStreamDestroy_v2: stream_destroy,
         cuStreamSynchronize: stream_synchronize,

@@ -80,7 +80,7 @@ use cudarc::driver::sys::{
     CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT, CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT,
     CU_LAUNCH_PARAM_END_AS_INT,
 };
-use fairgpu_protocol::cuda::{ParamInfo, MAX_PARAMS, MAX_PARAM_BYTES};
+use fairgpu_protocol::cuda::{LaunchOptions, ParamInfo, MAX_PARAMS, MAX_PARAM_BYTES};
 use fairgpu_protocol::Status;
 
 use self::api::{
@@ -738,6 +738,29 @@ impl CudaExecutor {
     }
 }
 
+/// `cuLaunchKernelEx`'s attributes for a launch's options (clusters larger
+/// than one block, cooperative).
+fn launch_attributes(o: &LaunchOptions) -> Vec<api::LaunchAttribute> {
+    let mut attrs = Vec::with_capacity(2);
+    if o.cluster != [1, 1, 1] {
+        let mut a = api::LaunchAttribute {
+            id: api::LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+            ..Default::default()
+        };
+        a.value[..3].copy_from_slice(&o.cluster);
+        attrs.push(a);
+    }
+    if o.cooperative {
+        let mut a = api::LaunchAttribute {
+            id: api::LAUNCH_ATTRIBUTE_COOPERATIVE,
+            ..Default::default()
+        };
+        a.value[0] = 1;
+        attrs.push(a);
+    }
+    attrs
+}
+
 impl Drop for CudaExecutor {
     fn drop(&mut self) {
         let ids: Vec<u64> = self.contexts.keys().copied().collect();
@@ -1213,21 +1236,40 @@ impl GpuExecutor for CudaExecutor {
         // terminated list naming `buffer` (at least `size` readable bytes,
         // checked against the kernel's layout above) and `size`; the driver
         // copies the parameters before returning, and both outlive the call.
-        let launched = check("cuLaunchKernel", unsafe {
-            (api.cuLaunchKernel)(
-                raw,
-                gx,
-                gy,
-                gz,
-                bx,
-                by,
-                bz,
-                cfg.shared_mem,
-                s,
-                ptr::null_mut(),
-                extra_ptr,
-            )
-        });
+        let launched = if cfg.options.is_plain() {
+            // SAFETY: see above.
+            check("cuLaunchKernel", unsafe {
+                (api.cuLaunchKernel)(
+                    raw,
+                    gx,
+                    gy,
+                    gz,
+                    bx,
+                    by,
+                    bz,
+                    cfg.shared_mem,
+                    s,
+                    ptr::null_mut(),
+                    extra_ptr,
+                )
+            })
+        } else {
+            let mut attrs = launch_attributes(&cfg.options);
+            let config = api::LaunchConfigC {
+                grid: cfg.grid,
+                block: cfg.block,
+                shared_mem: cfg.shared_mem,
+                stream: s,
+                attrs: attrs.as_mut_ptr(),
+                num_attrs: attrs.len() as u32,
+            };
+            // SAFETY: as for cuLaunchKernel above; `config` and the
+            // attributes it points at (cuda.h's layouts, sizes asserted in
+            // `api`) live across the call, which copies them.
+            check("cuLaunchKernelEx", unsafe {
+                (api.cuLaunchKernelEx)(&config, raw, ptr::null_mut(), extra_ptr)
+            })
+        };
         if let Err(e) = launched {
             c.recycle(api, start);
             c.recycle(api, end);

@@ -20,11 +20,7 @@ fn words(v: &[u32]) -> Vec<u8> {
 }
 
 fn cfg(grid: u32, block: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid: [grid, 1, 1],
-        block: [block, 1, 1],
-        shared_mem: 0,
-    }
+    LaunchConfig::new([grid, 1, 1], [block, 1, 1], 0)
 }
 
 /// A context with `n` words loaded and `add_one` looked up.
@@ -234,6 +230,49 @@ fn features_guest_lib_does_not_forward_are_reported_absent() {
         Some(970),
         "an ordinary attribute is passed"
     );
+    // Cooperative launches and clusters are forwarded: the device's own
+    // values.
+    assert_eq!(p.attribute(95), Some(950), "COOPERATIVE_LAUNCH");
+    assert_eq!(p.attribute(120), Some(1200), "CLUSTER_LAUNCH");
+}
+
+#[test]
+fn clusters_and_cooperative_launches_go_through_cu_launch_kernel_ex() {
+    let mut e = exec();
+    let (ctx, buf, f) = setup(&mut e, 8);
+    e.launch(ctx, f, &cfg(2, 4), &params(buf, 8), None).unwrap();
+    let mut c = LaunchConfig::new([2, 2, 1], [4, 1, 1], 0);
+    c.options.cluster = [2, 1, 1];
+    e.launch(ctx, f, &c, &params(buf, 8), None).unwrap();
+    c.options = LaunchOptions {
+        cluster: [1, 1, 1],
+        cooperative: true,
+    };
+    e.launch(ctx, f, &c, &params(buf, 8), None).unwrap();
+    e.synchronize(ctx).unwrap();
+    let (plain, ex, attrs) = fake::with(|s| {
+        let n = |name| s.calls.iter().filter(|&&c| c == name).count();
+        (
+            n("cuLaunchKernel"),
+            n("cuLaunchKernelEx"),
+            s.launch_attrs.clone(),
+        )
+    });
+    // The fake's cuLaunchKernelEx runs its cuLaunchKernel: three kernels.
+    assert_eq!(
+        (plain, ex),
+        (3, 0),
+        "cuLaunchKernelEx is not a `begin` call"
+    );
+    assert_eq!(attrs, vec![(4, [2, 1, 1]), (2, [1, 0, 0])]);
+    // Each launch added one to every word it covered.
+    let mut out = vec![0u8; 32];
+    e.memcpy_dtoh(ctx, &mut out, buf, None).unwrap();
+    let got: Vec<u32> = out
+        .chunks(4)
+        .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
+        .collect();
+    assert_eq!(got, (0..8).map(|i| i * 10 + 3).collect::<Vec<u32>>());
 }
 
 #[test]

@@ -884,6 +884,8 @@ fn attributes(sm_count: u32) -> Vec<(i32, i32)> {
         (82, 65536),   // MAX_REGISTERS_PER_MULTIPROCESSOR
         (83, 1),       // MANAGED_MEMORY (mirrored by the guest library)
         (89, 0),       // CONCURRENT_MANAGED_ACCESS
+        (95, 0),       // COOPERATIVE_LAUNCH (no grid-wide barrier)
+        (120, 0),      // CLUSTER_LAUNCH (no thread-block clusters)
         (84, 0),       // MULTI_GPU_BOARD
         (97, 232_448), // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
         (106, 32),     // MAX_BLOCKS_PER_MULTIPROCESSOR
@@ -1730,6 +1732,17 @@ impl GpuExecutor for SimGpu {
         if cfg.grid.contains(&0) || cfg.block.contains(&0) {
             return Err(ExecError::Invalid("zero grid or block dimension"));
         }
+        // Thread-block clusters (distributed shared memory, cluster
+        // barriers) are not modelled: refused, as a device without
+        // CLUSTER_LAUNCH would. A cooperative launch runs as any other
+        // (SimGpu does not report COOPERATIVE_LAUNCH; a grid-wide barrier
+        // is not executed).
+        if cfg.options.cluster != [1, 1, 1] {
+            return Err(ExecError::Driver {
+                call: "cuLaunchKernelEx (thread-block clusters)",
+                status: Status::NOT_SUPPORTED,
+            });
+        }
         // The kernel is issued now: executing it below takes no device time.
         let issued = self.device.now_ns();
         let c = self.ctx_mut(ctx)?;
@@ -2070,11 +2083,7 @@ mod tests {
     const SPIN_PTX: &str = ".version 8.4\n.target sm_90\n.address_size 64\n\
         .visible .entry _Z12fairgpu_spinm(\n\t.param .u64 _Z12fairgpu_spinm_param_0\n)\n{\n\tret;\n}\n";
     const MS: u64 = 1_000_000;
-    const LC: LaunchConfig = LaunchConfig {
-        grid: [1, 1, 1],
-        block: [32, 1, 1],
-        shared_mem: 0,
-    };
+    const LC: LaunchConfig = LaunchConfig::new([1, 1, 1], [32, 1, 1], 0);
 
     fn gpu(device: &SimDevice) -> SimGpu {
         SimGpu::new(SimConfig::default(), device.clone()).expect("default config")
@@ -2596,11 +2605,7 @@ mod tests {
         let ptx = ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry fault(\n.param .u64 p\n)\n{\nret;\n}\n";
         let m = g.module_load(a, ptx.as_bytes()).unwrap();
         let (f, _) = g.function(a, m, "fault").unwrap();
-        let lc = LaunchConfig {
-            grid: [1; 3],
-            block: [1; 3],
-            shared_mem: 0,
-        };
+        let lc = LaunchConfig::new([1; 3], [1; 3], 0);
         let illegal = |r: ExecResult<()>| {
             r.is_err_and(|e| e.status() == fairgpu_protocol::Status::ILLEGAL_ADDRESS)
         };
@@ -2717,11 +2722,7 @@ mod tests {
         g.memcpy_htod(ctx, addr + 8, &77u64.to_le_bytes(), None)
             .unwrap();
         let (k, _) = g.function(ctx, m, "k").unwrap();
-        let lc = LaunchConfig {
-            grid: [1, 1, 1],
-            block: [1, 1, 1],
-            shared_mem: 0,
-        };
+        let lc = LaunchConfig::new([1, 1, 1], [1, 1, 1], 0);
         // Its own address as the kernel's pointer: the alias reaches the
         // variables while the kernel runs with them.
         g.launch(ctx, k, &lc, &addr.to_le_bytes(), None).unwrap();
@@ -2764,11 +2765,7 @@ mod tests {
         let (fill, _) = g.function(ctx, m, "fill").unwrap();
         let out = g.mem_alloc(ctx, 64 * 4).unwrap();
         let launch = |g: &mut SimGpu, shared_mem| {
-            let lc = LaunchConfig {
-                grid: [1, 1, 1],
-                block: [64, 1, 1],
-                shared_mem,
-            };
+            let lc = LaunchConfig::new([1, 1, 1], [64, 1, 1], shared_mem);
             g.launch(ctx, fill, &lc, &fill_params(out, 64), None)
         };
         launch(&mut g, 49152).expect("the default limit");
@@ -2888,11 +2885,7 @@ mod tests {
         let (fill, _) = g.function(ctx, m, "fill").expect("function");
         let n = 1000u32;
         let out = g.mem_alloc(ctx, u64::from(n) * 4).expect("alloc");
-        let lc = LaunchConfig {
-            grid: [4, 1, 1],
-            block: [256, 1, 1],
-            shared_mem: 0,
-        };
+        let lc = LaunchConfig::new([4, 1, 1], [256, 1, 1], 0);
         g.launch(ctx, fill, &lc, &fill_params(out, n), None)
             .expect("launch");
         let want: Vec<u32> = (0..n).map(|i| 3 * i).collect();
@@ -3030,11 +3023,7 @@ mod tests {
         );
         assert_eq!(g.executed().launches, 1);
         // Launch geometry beyond a GPU's is refused before executing.
-        let big = LaunchConfig {
-            grid: [1, 1, 1],
-            block: [1024, 2, 1],
-            shared_mem: 0,
-        };
+        let big = LaunchConfig::new([1, 1, 1], [1024, 2, 1], 0);
         assert!(matches!(
             g.launch(good, fill, &big, &fill_params(good_out, 0), None),
             Err(ExecError::Invalid(_))
@@ -3186,11 +3175,7 @@ mod tests {
             Arc::clone(&c.modules[&m.0].programs[0].as_ref().expect("kept").ptx)
         };
         assert!(Arc::ptr_eq(&program(&g, a), &program(&g, b)), "one copy");
-        let one = LaunchConfig {
-            grid: [1; 3],
-            block: [1; 3],
-            shared_mem: 0,
-        };
+        let one = LaunchConfig::new([1; 3], [1; 3], 0);
         let bump = |g: &mut SimGpu, m: ModId| {
             let (f, _) = g.function(ctx, m, "bump").expect("function");
             g.launch(ctx, f, &one, &out.to_le_bytes(), None)
@@ -3251,11 +3236,7 @@ mod tests {
         let budget = HostMemory::new(64 << 20);
         let mut g = gpu(&SimDevice::private_virtual(0)).with_host_memory(budget.clone());
         let ctx = g.create_context().expect("context");
-        let one = LaunchConfig {
-            grid: [1; 3],
-            block: [1; 3],
-            shared_mem: 0,
-        };
+        let one = LaunchConfig::new([1; 3], [1; 3], 0);
         let mut loaded = Vec::new();
         let mut refused = None;
         for i in 0..40 {
