@@ -477,6 +477,13 @@ fn copy(src: Side, dst: Side, extent: [u64; 3], stream: u64) -> Result<(), CUres
 }
 
 fn copy_3d(p: *const Memcpy3D, stream: CUstream) -> CUresult {
+    if !p.is_null() {
+        // SAFETY: non-null; the caller passes a copy description.
+        let params = crate::graph::Copy3DParams(unsafe { *p });
+        if let Some(r) = crate::graph::captured(stream, || Ok(crate::graph::Work::Copy3D(params))) {
+            return r;
+        }
+    }
     ffi_result(|| {
         if p.is_null() {
             return Err(err::INVALID_VALUE);

@@ -141,20 +141,64 @@ fn launch_with(
     extra: *mut *mut c_void,
     options: LaunchOptions,
 ) -> CUresult {
+    let buf = match prepare(f, grid, block, shared, params, extra) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if let Some(r) = crate::graph::captured(s, || {
+        Ok(crate::graph::Work::Kernel {
+            f: f as usize,
+            grid,
+            block,
+            shared,
+            params: buf.clone(),
+            options,
+        })
+    }) {
+        return r;
+    }
+    launch_packed(f, grid, block, shared, s, &buf, options)
+}
+
+/// Checks a launch's geometry and packs its parameters (also for a graph's
+/// kernel node, when it is made).
+pub(crate) fn prepare(
+    f: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> Result<Vec<u8>, CUresult> {
+    require_current()?;
+    check_geometry(grid, block, shared)?;
+    let func = function_ref(f)?;
+    if shared > 0 && shared > func.max_dynamic_shared()? {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: the arguments come straight from the application's launch.
+    unsafe { pack(func, params, extra) }
+}
+
+/// Sends a launch whose parameters [`prepare`] packed.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_packed(
+    f: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    s: CUstream,
+    buf: &[u8],
+    options: LaunchOptions,
+) -> CUresult {
     ffi_result(|| {
         require_current()?;
-        check_geometry(grid, block, shared)?;
         let func = function_ref(f)?;
         check_options(func, grid, block, shared, &options)?;
-        if shared > 0 && shared > func.max_dynamic_shared()? {
-            return Err(err::INVALID_VALUE);
-        }
-        // SAFETY: the arguments come straight from the application's launch.
-        let buf = unsafe { pack(func, params, extra)? };
         let stream = stream_handle(s);
         // Kernels see what the CPU wrote to managed and mapped memory.
         crate::managed::push()?;
-        state::with(|cu| cu.launch_with(func.host, grid, block, shared, stream, &buf, options))?;
+        state::with(|cu| cu.launch_with(func.host, grid, block, shared, stream, buf, options))?;
         crate::managed::note_launch();
         if func.prints {
             state::note_printing_launch();

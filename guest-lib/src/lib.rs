@@ -35,6 +35,7 @@ mod context;
 mod device;
 mod driver;
 pub mod export_tables;
+mod graph;
 mod hooks;
 mod integrity;
 mod launch;

@@ -234,7 +234,20 @@ fn host_copy(dst: *mut c_void, src: *const c_void, n: usize) -> Result<(), CUres
     Ok(())
 }
 
+/// A copy or memset issued on a capturing stream becomes a graph node.
+fn captured_copy(stream: Option<CUstream>, work: crate::graph::Work) -> Option<CUresult> {
+    crate::graph::captured(stream?, || Ok(work))
+}
+
 fn htod(dst: CUdeviceptr, src: *const c_void, n: usize, stream: Option<CUstream>) -> CUresult {
+    let copy = crate::graph::Work::Copy {
+        dst,
+        src: src as u64,
+        n,
+    };
+    if let Some(r) = captured_copy(stream, copy) {
+        return r;
+    }
     ffi_result(|| {
         require_current()?;
         if let Some(h) = mirrored(dst, n) {
@@ -255,6 +268,14 @@ fn htod(dst: CUdeviceptr, src: *const c_void, n: usize, stream: Option<CUstream>
 }
 
 fn dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize, stream: CUstream) -> CUresult {
+    let copy = crate::graph::Work::Copy {
+        dst: dst as u64,
+        src,
+        n,
+    };
+    if let Some(r) = captured_copy(Some(stream), copy) {
+        return r;
+    }
     ffi_result(|| {
         require_current()?;
         if let Some(h) = mirrored(src, n) {
@@ -269,6 +290,9 @@ fn dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize, stream: CUstream) -> CUres
 }
 
 fn dtod(dst: CUdeviceptr, src: CUdeviceptr, n: usize, stream: Option<CUstream>) -> CUresult {
+    if let Some(r) = captured_copy(stream, crate::graph::Work::Copy { dst, src, n }) {
+        return r;
+    }
     match (mirrored(dst, n), mirrored(src, n)) {
         (Some(d), Some(s)) => return ffi_result(|| host_copy(d, s, n)),
         (Some(d), None) => return dtoh(d, src, n, stream.unwrap_or(std::ptr::null_mut())),
@@ -377,6 +401,17 @@ export! {
 }
 
 fn memset(dst: CUdeviceptr, value: u32, elem: u8, n: usize, stream: Option<CUstream>) -> CUresult {
+    let work = crate::graph::Work::Memset {
+        dst,
+        pitch: 0,
+        value,
+        elem,
+        width: n,
+        height: 1,
+    };
+    if let Some(r) = captured_copy(stream, work) {
+        return r;
+    }
     ffi_result(|| {
         require_current()?;
         let bytes = n.checked_mul(usize::from(elem)).ok_or(err::INVALID_VALUE)?;

@@ -78,6 +78,7 @@ pub extern "C" fn cuStreamDestroy_v2(s: CUstream) -> CUresult {
 fn synchronize(s: CUstream) -> CUresult {
     ffi_result(|| {
         require_current()?;
+        crate::graph::refuse_if_capturing(stream_handle(s))?;
         state::with_sync(|cu| cu.stream_synchronize(stream_handle(s)))
     })
 }
@@ -96,6 +97,9 @@ fn query(s: CUstream) -> CUresult {
 }
 
 fn wait_event(s: CUstream, e: CUevent) -> CUresult {
+    if let Some(r) = crate::graph::wait_event(s, e as usize) {
+        return r;
+    }
     ffi_result(|| {
         require_current()?;
         state::with(|cu| cu.stream_wait_event(stream_handle(s), e as u64))
@@ -166,55 +170,19 @@ pub extern "C" fn cuStreamGetCtx(_s: CUstream, pctx: *mut CUcontext) -> CUresult
     })
 }
 
-fn not_capturing(status: *mut u32) -> CUresult {
-    ffi_result(|| {
-        state::device()?;
-        // SAFETY: caller passes a writable slot (checked for null).
-        unsafe { out(status, 0) }
-    })
-}
-
-/// `cuStreamIsCapturing`: graphs are not supported, nothing is captured.
-#[no_mangle]
-pub extern "C" fn cuStreamIsCapturing(_s: CUstream, status: *mut u32) -> CUresult {
-    not_capturing(status)
-}
-/// `cuStreamIsCapturing_ptsz`.
-#[no_mangle]
-pub extern "C" fn cuStreamIsCapturing_ptsz(_s: CUstream, status: *mut u32) -> CUresult {
-    not_capturing(status)
-}
-/// `cuStreamGetCaptureInfo_v2`: not capturing (other outputs untouched).
-#[no_mangle]
-pub extern "C" fn cuStreamGetCaptureInfo_v2(_s: CUstream, status: *mut u32) -> CUresult {
-    not_capturing(status)
-}
-/// `cuStreamGetCaptureInfo_v2_ptsz`.
-#[no_mangle]
-pub extern "C" fn cuStreamGetCaptureInfo_v2_ptsz(_s: CUstream, status: *mut u32) -> CUresult {
-    not_capturing(status)
-}
-/// `cuStreamGetCaptureInfo_v3`: not capturing.
-#[no_mangle]
-pub extern "C" fn cuStreamGetCaptureInfo_v3(_s: CUstream, status: *mut u32) -> CUresult {
-    not_capturing(status)
-}
-/// `cuStreamGetCaptureInfo_v3_ptsz`.
-#[no_mangle]
-pub extern "C" fn cuStreamGetCaptureInfo_v3_ptsz(_s: CUstream, status: *mut u32) -> CUresult {
-    not_capturing(status)
-}
-
-/// `cuThreadExchangeStreamCaptureMode`: nothing is captured; keeps the mode.
-#[no_mangle]
-pub extern "C" fn cuThreadExchangeStreamCaptureMode(_mode: *mut u32) -> CUresult {
-    ffi_result(|| state::device().map(|_| ()))
-}
-
 type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
 type StreamCallback = Option<unsafe extern "C" fn(CUstream, CUresult, *mut c_void)>;
 
 fn host_func(s: CUstream, f: HostFn, data: *mut c_void) -> CUresult {
+    if let Some(r) = crate::graph::captured(s, || {
+        let f = f.ok_or(err::INVALID_VALUE)?;
+        Ok(crate::graph::Work::Host {
+            f: f as usize,
+            data: data as usize,
+        })
+    }) {
+        return r;
+    }
     ffi_result(|| {
         require_current()?;
         let f = f.ok_or(err::INVALID_VALUE)?;
@@ -242,6 +210,7 @@ pub extern "C" fn cuLaunchHostFunc_ptsz(s: CUstream, f: HostFn, data: *mut c_voi
 fn add_callback(s: CUstream, cb: StreamCallback, data: *mut c_void) -> CUresult {
     ffi_result(|| {
         require_current()?;
+        crate::graph::refuse_if_capturing(stream_handle(s))?;
         let cb = cb.ok_or(err::INVALID_VALUE)?;
         let status = match state::with(|cu| cu.stream_synchronize(stream_handle(s))) {
             Ok(()) => err::SUCCESS,
@@ -298,6 +267,9 @@ pub extern "C" fn cuEventDestroy_v2(e: CUevent) -> CUresult {
 }
 
 fn record(e: CUevent, s: CUstream) -> CUresult {
+    if let Some(r) = crate::graph::record_event(e as usize, s) {
+        return r;
+    }
     ffi_result(|| {
         require_current()?;
         state::with(|cu| cu.event_record(e as u64, stream_handle(s)))

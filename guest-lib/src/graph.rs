@@ -1,0 +1,1512 @@
+//! CUDA graphs: explicit construction, stream capture, instantiation and
+//! launch, kept in the guest library.
+//!
+//! A graph is a list of nodes (the work each does and the nodes it waits
+//! for). Its work is what the application could have issued on a stream:
+//! kernels (their parameters packed when the node is made, as a launch
+//! packs them), copies (linear or `CUDA_MEMCPY3D`), memsets, host
+//! functions, event records and waits, empty nodes and child graphs.
+//! `cuGraphInstantiate` orders the nodes once (dependencies first, then
+//! the order they were added; a cycle is refused) and flattens child
+//! graphs; `cuGraphLaunch` issues that order on the launch stream through
+//! this library's own entry points, so each node is checked, quota'd and
+//! scheduled exactly as the same call outside a graph, and the host sees
+//! ordinary requests (fire-and-forget, one ring entry each). Branches that
+//! a GPU could run side by side run one after another on the launch
+//! stream, which the graph's partial order allows.
+//!
+//! Stream capture: between `cuStreamBeginCapture` and `cuStreamEndCapture`
+//! the asynchronous calls on the stream (launches, async copies and
+//! memsets, host functions) become nodes instead of being sent, each
+//! depending on the stream's previous node(s). An event recorded on a
+//! capturing stream remembers those nodes; a stream that waits for it
+//! joins the capture with them as its dependencies (fork and join across
+//! streams). A synchronizing call on a capturing stream fails with
+//! `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and invalidates the capture,
+//! as the driver does. Host copies captured from pageable memory read and
+//! write that memory when the graph runs, as on a GPU.
+//!
+//! Handles (`CUgraph`, `CUgraphNode`, `CUgraphExec`) are numbers this
+//! library hands out, looked up in one table; a stale or forged one is
+//! `CUDA_ERROR_INVALID_VALUE`, never a dereference.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use fairgpu_protocol::cuda::LaunchOptions;
+
+use crate::array::Memcpy3D;
+use crate::context::{out, require_current};
+use crate::ffi_result;
+use crate::stream::stream_handle;
+use crate::types::{err, CUfunction, CUresult, CUstream};
+
+/// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`.
+pub const CAPTURE_UNSUPPORTED: CUresult = 900;
+/// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`.
+const CAPTURE_INVALIDATED: CUresult = 901;
+/// `CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD` stands in for ending a capture
+/// on a stream that did not begin it.
+const CAPTURE_UNMATCHED: CUresult = 903;
+/// `CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE`.
+const EXEC_UPDATE_FAILURE: CUresult = 910;
+
+/// Most nodes one graph holds (a bound on what a guest can make us keep).
+const MAX_NODES: usize = 1 << 16;
+
+/// What a node does when its graph runs.
+#[derive(Clone, Debug)]
+pub enum Work {
+    /// A kernel with its packed parameters.
+    Kernel {
+        /// The function handle as the application gave it.
+        f: usize,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared: u32,
+        params: Vec<u8>,
+        options: LaunchOptions,
+    },
+    /// `CUDA_MEMCPY3D`.
+    Copy3D(Copy3DParams),
+    /// A linear copy between two addresses (unified addressing decides the
+    /// direction when it runs).
+    Copy {
+        dst: u64,
+        src: u64,
+        n: usize,
+    },
+    /// A memset of `height` rows of `width` elements, `pitch` bytes apart.
+    Memset {
+        dst: u64,
+        pitch: usize,
+        value: u32,
+        elem: u8,
+        width: usize,
+        height: usize,
+    },
+    /// `CUhostFn` and its data.
+    Host {
+        f: usize,
+        data: usize,
+    },
+    EventRecord(usize),
+    EventWait(usize),
+    Empty,
+    /// A child graph, copied when the node was made.
+    Child(Box<Graph>),
+}
+
+/// A `CUDA_MEMCPY3D` kept in a node (its pointers are the application's).
+#[derive(Clone, Copy, Debug)]
+pub struct Copy3DParams(pub Memcpy3D);
+// SAFETY: the description's pointers are only read by the thread that
+// runs the graph, through the same checks as a cuMemcpy3D call.
+unsafe impl Send for Copy3DParams {}
+
+#[derive(Clone, Debug)]
+struct Node {
+    handle: u64,
+    work: Work,
+    deps: Vec<u64>,
+}
+
+/// A graph's nodes in the order they were added.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    nodes: Vec<Node>,
+}
+
+impl Graph {
+    fn index(&self, node: u64) -> Option<usize> {
+        self.nodes.iter().position(|n| n.handle == node)
+    }
+
+    /// Node indices with every node after the ones it depends on (ties in
+    /// the order added); `None` if the dependencies form a cycle.
+    fn order(&self) -> Option<Vec<usize>> {
+        let pos: HashMap<u64, usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.handle, i))
+            .collect();
+        let mut waiting: Vec<usize> = self.nodes.iter().map(|n| n.deps.len()).collect();
+        let mut users: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
+        for (i, n) in self.nodes.iter().enumerate() {
+            for d in &n.deps {
+                users[*pos.get(d)?].push(i);
+            }
+        }
+        let mut ready: VecDeque<usize> =
+            (0..self.nodes.len()).filter(|&i| waiting[i] == 0).collect();
+        let mut order = Vec::with_capacity(self.nodes.len());
+        while let Some(i) = ready.pop_front() {
+            order.push(i);
+            for &u in &users[i] {
+                waiting[u] -= 1;
+                if waiting[u] == 0 {
+                    ready.push_back(u);
+                }
+            }
+        }
+        (order.len() == self.nodes.len()).then_some(order)
+    }
+
+    /// The work in execution order, child graphs flattened, each with the
+    /// node of this graph it came from.
+    fn flatten(&self) -> Option<Vec<(u64, Work)>> {
+        let mut out = Vec::new();
+        for i in self.order()? {
+            let n = &self.nodes[i];
+            match &n.work {
+                Work::Child(g) => out.extend(g.flatten()?.into_iter().map(|(_, w)| (n.handle, w))),
+                w => out.push((n.handle, w.clone())),
+            }
+        }
+        Some(out)
+    }
+}
+
+/// An instantiated graph.
+struct Exec {
+    graph: Graph,
+    steps: Vec<(u64, Work)>,
+}
+
+/// A capture in progress on one stream.
+#[derive(Clone)]
+struct Capture {
+    graph: u64,
+    id: u64,
+    /// The stream that began it (only it may end it).
+    origin: u64,
+    /// The nodes the stream's next node depends on.
+    last: Vec<u64>,
+    invalid: bool,
+}
+
+#[derive(Default)]
+struct Table {
+    next: u64,
+    graphs: HashMap<u64, Graph>,
+    /// Node -> its graph.
+    nodes: HashMap<u64, u64>,
+    execs: HashMap<u64, Exec>,
+    /// Capturing streams.
+    captures: HashMap<u64, Capture>,
+    /// Events recorded on a capturing stream: (capture id, nodes).
+    events: HashMap<usize, (u64, Vec<u64>)>,
+}
+
+impl Table {
+    fn fresh(&mut self) -> u64 {
+        // Even, non-null values in their own range: never a pointer the
+        // application owns.
+        self.next += 1;
+        0x0fa1_0000_0000_0000 | (self.next << 4)
+    }
+
+    fn add(&mut self, graph: u64, work: Work, deps: &[u64]) -> Result<u64, CUresult> {
+        let g = self.graphs.get(&graph).ok_or(err::INVALID_VALUE)?;
+        if g.nodes.len() >= MAX_NODES
+            || deps.iter().any(|d| g.index(*d).is_none())
+            || deps.iter().collect::<HashSet<_>>().len() != deps.len()
+        {
+            return Err(err::INVALID_VALUE);
+        }
+        let h = self.fresh();
+        self.graphs
+            .get_mut(&graph)
+            .ok_or(err::INVALID_VALUE)?
+            .nodes
+            .push(Node {
+                handle: h,
+                work,
+                deps: deps.to_vec(),
+            });
+        self.nodes.insert(h, graph);
+        Ok(h)
+    }
+
+    fn node_mut(&mut self, node: u64) -> Result<&mut Node, CUresult> {
+        let g = *self.nodes.get(&node).ok_or(err::INVALID_VALUE)?;
+        self.graphs
+            .get_mut(&g)
+            .and_then(|g| g.nodes.iter_mut().find(|n| n.handle == node))
+            .ok_or(err::INVALID_VALUE)
+    }
+}
+
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+
+fn with<R>(f: impl FnOnce(&mut Table) -> Result<R, CUresult>) -> Result<R, CUresult> {
+    let mut t = TABLE.lock().map_err(|_| err::UNKNOWN)?;
+    f(t.get_or_insert_with(Table::default))
+}
+
+/// The `n` handles at `p` (null only if `n` is 0).
+fn handles(p: *const *mut c_void, n: usize) -> Result<Vec<u64>, CUresult> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if p.is_null() || n > MAX_NODES {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: the caller passes `n` (bounded) handles at `p` (non-null).
+    Ok(unsafe { std::slice::from_raw_parts(p, n) }
+        .iter()
+        .map(|&h| h as u64)
+        .collect())
+}
+
+fn put<T>(slot: *mut T, v: T) -> Result<(), CUresult> {
+    // SAFETY: `out` checks the slot for null; callers pass writable slots.
+    unsafe { out(slot, v) }
+}
+
+// ---------------------------------------------------------------------------
+// Capture hooks, called by the asynchronous entry points
+// ---------------------------------------------------------------------------
+
+/// If stream `s` is capturing, adds `work()` as its next node and returns
+/// the call's result; `None` if the call should go ahead as usual.
+pub fn captured(s: CUstream, work: impl FnOnce() -> Result<Work, CUresult>) -> Option<CUresult> {
+    let h = stream_handle(s);
+    if h == 0 {
+        return None;
+    }
+    let mut t = TABLE.lock().ok()?;
+    let t = t.as_mut()?;
+    let c = t.captures.get(&h)?.clone();
+    if c.invalid {
+        return Some(CAPTURE_INVALIDATED);
+    }
+    Some(match work().and_then(|w| t.add(c.graph, w, &c.last)) {
+        Ok(node) => {
+            if let Some(c) = t.captures.get_mut(&h) {
+                c.last = vec![node];
+            }
+            err::SUCCESS
+        }
+        Err(e) => e,
+    })
+}
+
+/// A synchronizing call on stream `s`: refused, and the capture
+/// invalidated, if `s` is capturing.
+pub fn refuse_if_capturing(s: u64) -> Result<(), CUresult> {
+    if s == 0 {
+        return Ok(());
+    }
+    let mut t = TABLE.lock().map_err(|_| err::UNKNOWN)?;
+    match t.as_mut().and_then(|t| t.captures.get_mut(&s)) {
+        Some(c) => {
+            c.invalid = true;
+            Err(CAPTURE_UNSUPPORTED)
+        }
+        None => Ok(()),
+    }
+}
+
+/// `cuEventRecord` on a capturing stream: the event remembers the stream's
+/// nodes. `None` if `s` is not capturing.
+pub fn record_event(e: usize, s: CUstream) -> Option<CUresult> {
+    let h = stream_handle(s);
+    let mut t = TABLE.lock().ok()?;
+    let t = t.as_mut()?;
+    let c = t.captures.get(&h)?.clone();
+    t.events.insert(e, (c.id, c.last));
+    Some(err::SUCCESS)
+}
+
+/// `cuStreamWaitEvent` for an event recorded during a capture: stream `s`
+/// joins it (or adds the event's nodes to its dependencies). `None` if the
+/// event was not recorded in a capture.
+pub fn wait_event(s: CUstream, e: usize) -> Option<CUresult> {
+    let h = stream_handle(s);
+    let mut t = TABLE.lock().ok()?;
+    let t = t.as_mut()?;
+    let (id, nodes) = t.events.get(&e)?.clone();
+    let Some(origin) = t.captures.values().find(|c| c.id == id).cloned() else {
+        // The capture ended: an ordinary wait.
+        t.events.remove(&e);
+        return None;
+    };
+    if h == 0 {
+        return Some(CAPTURE_UNSUPPORTED);
+    }
+    match t.captures.get_mut(&h) {
+        Some(c) if c.id == id => {
+            for n in nodes {
+                if !c.last.contains(&n) {
+                    c.last.push(n);
+                }
+            }
+            Some(err::SUCCESS)
+        }
+        Some(_) => Some(CAPTURE_UNSUPPORTED),
+        None => {
+            t.captures.insert(
+                h,
+                Capture {
+                    last: nodes,
+                    ..origin
+                },
+            );
+            Some(err::SUCCESS)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Running a graph
+// ---------------------------------------------------------------------------
+
+fn run(work: &Work, s: CUstream) -> CUresult {
+    match *work {
+        Work::Kernel {
+            f,
+            grid,
+            block,
+            shared,
+            ref params,
+            options,
+        } => crate::launch::launch_packed(f as CUfunction, grid, block, shared, s, params, options),
+        Work::Copy3D(p) => crate::array::cuMemcpy3DAsync_v2(&p.0, s),
+        Work::Copy { dst, src, n } => crate::memory::cuMemcpyAsync(dst, src, n, s),
+        Work::Memset {
+            dst,
+            pitch,
+            value,
+            elem,
+            width,
+            height,
+        } => {
+            for row in 0..height {
+                let at = dst + (row * pitch) as u64;
+                let r = match elem {
+                    1 => crate::memory::cuMemsetD8Async(at, value as u8, width, s),
+                    2 => crate::memory::cuMemsetD16Async(at, value as u16, width, s),
+                    _ => crate::memory::cuMemsetD32Async(at, value, width, s),
+                };
+                if r != err::SUCCESS {
+                    return r;
+                }
+            }
+            err::SUCCESS
+        }
+        Work::Host { f, data } => {
+            // SAFETY: a `CUhostFn` the application gave (checked non-null
+            // when the node was made); transmuted back from its address.
+            let f: unsafe extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(f) };
+            crate::stream::cuLaunchHostFunc(s, Some(f), data as *mut c_void)
+        }
+        Work::EventRecord(e) => crate::stream::cuEventRecord(e as _, s),
+        Work::EventWait(e) => crate::stream::cuStreamWaitEvent(s, e as _, 0),
+        Work::Empty => err::SUCCESS,
+        // Flattened at instantiation.
+        Work::Child(_) => err::INVALID_VALUE,
+    }
+}
+
+fn launch(exec: *mut c_void, s: CUstream) -> CUresult {
+    let steps = match with(|t| {
+        let e = t.execs.get(&(exec as u64)).ok_or(err::INVALID_VALUE)?;
+        Ok((e.graph.clone(), e.steps.clone()))
+    }) {
+        Ok(v) => v,
+        Err(e) => return e,
+    };
+    // Launched into a capture: the graph becomes a child graph node.
+    if let Some(r) = captured(s, || Ok(Work::Child(Box::new(steps.0.clone())))) {
+        return r;
+    }
+    for (_, w) in &steps.1 {
+        let r = run(w, s);
+        if r != err::SUCCESS {
+            return r;
+        }
+    }
+    err::SUCCESS
+}
+
+// ---------------------------------------------------------------------------
+// Entry points
+// ---------------------------------------------------------------------------
+
+type CUgraph = *mut c_void;
+type CUgraphNode = *mut c_void;
+type CUgraphExec = *mut c_void;
+
+/// `CUDA_KERNEL_NODE_PARAMS` (v1; v2 appends the kernel and context).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KernelNodeParams {
+    func: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+}
+
+/// `CUDA_MEMSET_NODE_PARAMS`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct MemsetNodeParams {
+    dst: u64,
+    pitch: usize,
+    value: u32,
+    element_size: u32,
+    width: usize,
+    height: usize,
+}
+
+/// `CUDA_HOST_NODE_PARAMS`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct HostNodeParams {
+    f: Option<unsafe extern "C" fn(*mut c_void)>,
+    data: *mut c_void,
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS_v2`: v1 then a `CUkernel` (used when `func`
+/// is null) and a context.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KernelNodeParamsV2 {
+    v1: KernelNodeParams,
+    kern: CUfunction,
+    ctx: *mut c_void,
+}
+
+const _: () = assert!(std::mem::size_of::<KernelNodeParams>() == 56);
+const _: () = assert!(std::mem::size_of::<KernelNodeParamsV2>() == 72);
+
+/// The v1 view of v2 parameters (the kernel in `func` if it was given as
+/// a `CUkernel`, which this library's launches accept alike).
+fn v1_of(p: *const KernelNodeParamsV2) -> Result<KernelNodeParams, CUresult> {
+    if p.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: non-null; the caller passes v2 kernel node parameters.
+    let p = unsafe { *p };
+    let mut v1 = p.v1;
+    if v1.func.is_null() {
+        v1.func = p.kern;
+    }
+    Ok(v1)
+}
+const _: () = assert!(std::mem::size_of::<MemsetNodeParams>() == 40);
+
+fn kernel_work(p: *const KernelNodeParams) -> Result<Work, CUresult> {
+    if p.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: non-null; the caller passes kernel node parameters.
+    let p = unsafe { *p };
+    let buf = crate::launch::prepare(p.func, p.grid, p.block, p.shared, p.params, p.extra)?;
+    Ok(Work::Kernel {
+        f: p.func as usize,
+        grid: p.grid,
+        block: p.block,
+        shared: p.shared,
+        params: buf,
+        options: LaunchOptions::default(),
+    })
+}
+
+fn memset_work(p: *const MemsetNodeParams) -> Result<Work, CUresult> {
+    if p.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: non-null; the caller passes memset node parameters.
+    let p = unsafe { *p };
+    let elem = match p.element_size {
+        1 => 1,
+        2 => 2,
+        4 => 4,
+        _ => return Err(err::INVALID_VALUE),
+    };
+    if p.height > 1 && p.pitch < p.width.saturating_mul(usize::from(elem)) {
+        return Err(err::INVALID_VALUE);
+    }
+    Ok(Work::Memset {
+        dst: p.dst,
+        pitch: p.pitch,
+        value: p.value,
+        elem,
+        width: p.width,
+        height: p.height.max(1),
+    })
+}
+
+fn host_work(p: *const HostNodeParams) -> Result<Work, CUresult> {
+    if p.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: non-null; the caller passes host node parameters.
+    let p = unsafe { *p };
+    let f = p.f.ok_or(err::INVALID_VALUE)?;
+    Ok(Work::Host {
+        f: f as usize,
+        data: p.data as usize,
+    })
+}
+
+fn add_node(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    work: impl FnOnce() -> Result<Work, CUresult>,
+) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if node.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let deps = handles(deps, n)?;
+        let w = work()?;
+        let h = with(|t| t.add(graph as u64, w, &deps))?;
+        put(node, h as CUgraphNode)
+    })
+}
+
+/// `cuGraphCreate`.
+#[no_mangle]
+pub extern "C" fn cuGraphCreate(graph: *mut CUgraph, _flags: u32) -> CUresult {
+    ffi_result(|| {
+        if graph.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let h = with(|t| {
+            let h = t.fresh();
+            t.graphs.insert(h, Graph::default());
+            Ok(h)
+        })?;
+        put(graph, h as CUgraph)
+    })
+}
+
+/// `cuGraphDestroy`.
+#[no_mangle]
+pub extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
+    ffi_result(|| {
+        with(|t| {
+            let g = t.graphs.remove(&(graph as u64)).ok_or(err::INVALID_VALUE)?;
+            for n in g.nodes {
+                t.nodes.remove(&n.handle);
+            }
+            Ok(())
+        })
+    })
+}
+
+/// `cuGraphClone`: a copy with fresh node handles.
+#[no_mangle]
+pub extern "C" fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) -> CUresult {
+    ffi_result(|| {
+        if clone.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let h = with(|t| {
+            let g = t
+                .graphs
+                .get(&(original as u64))
+                .ok_or(err::INVALID_VALUE)?
+                .clone();
+            let h = t.fresh();
+            let renamed: HashMap<u64, u64> =
+                g.nodes.iter().map(|n| (n.handle, t.fresh())).collect();
+            let nodes = g
+                .nodes
+                .into_iter()
+                .map(|n| Node {
+                    handle: renamed[&n.handle],
+                    deps: n.deps.iter().map(|d| renamed[d]).collect(),
+                    work: n.work,
+                })
+                .collect::<Vec<_>>();
+            for n in &nodes {
+                t.nodes.insert(n.handle, h);
+            }
+            t.graphs.insert(h, Graph { nodes });
+            Ok(h)
+        })?;
+        put(clone, h as CUgraph)
+    })
+}
+
+/// `cuGraphAddKernelNode`.
+#[no_mangle]
+pub extern "C" fn cuGraphAddKernelNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *const KernelNodeParams,
+) -> CUresult {
+    add_node(node, graph, deps, n, || kernel_work(params))
+}
+
+/// `cuGraphAddKernelNode_v2`.
+#[no_mangle]
+pub extern "C" fn cuGraphAddKernelNode_v2(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *const KernelNodeParamsV2,
+) -> CUresult {
+    add_node(node, graph, deps, n, || kernel_work(&v1_of(params)?))
+}
+
+/// `cuGraphAddMemcpyNode`.
+#[no_mangle]
+pub extern "C" fn cuGraphAddMemcpyNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *const Memcpy3D,
+    _ctx: *mut c_void,
+) -> CUresult {
+    add_node(node, graph, deps, n, || {
+        if params.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        // SAFETY: non-null; the caller passes a copy description.
+        Ok(Work::Copy3D(Copy3DParams(unsafe { *params })))
+    })
+}
+
+/// `cuGraphAddMemsetNode`.
+#[no_mangle]
+pub extern "C" fn cuGraphAddMemsetNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *const MemsetNodeParams,
+    _ctx: *mut c_void,
+) -> CUresult {
+    add_node(node, graph, deps, n, || memset_work(params))
+}
+
+/// `cuGraphAddHostNode`.
+#[no_mangle]
+pub extern "C" fn cuGraphAddHostNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *const HostNodeParams,
+) -> CUresult {
+    add_node(node, graph, deps, n, || host_work(params))
+}
+
+/// `cuGraphAddEmptyNode`.
+#[no_mangle]
+pub extern "C" fn cuGraphAddEmptyNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+) -> CUresult {
+    add_node(node, graph, deps, n, || Ok(Work::Empty))
+}
+
+/// `cuGraphAddEventRecordNode`.
+#[no_mangle]
+pub extern "C" fn cuGraphAddEventRecordNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    event: *mut c_void,
+) -> CUresult {
+    add_node(node, graph, deps, n, || {
+        Ok(Work::EventRecord(event as usize))
+    })
+}
+
+/// `cuGraphAddEventWaitNode`.
+#[no_mangle]
+pub extern "C" fn cuGraphAddEventWaitNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    event: *mut c_void,
+) -> CUresult {
+    add_node(node, graph, deps, n, || Ok(Work::EventWait(event as usize)))
+}
+
+/// `cuGraphAddChildGraphNode`: the child is copied.
+#[no_mangle]
+pub extern "C" fn cuGraphAddChildGraphNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    child: CUgraph,
+) -> CUresult {
+    add_node(node, graph, deps, n, || {
+        let g = with(|t| {
+            t.graphs
+                .get(&(child as u64))
+                .cloned()
+                .ok_or(err::INVALID_VALUE)
+        })?;
+        Ok(Work::Child(Box::new(g)))
+    })
+}
+
+fn add_dependencies(from: *const CUgraphNode, to: *const CUgraphNode, n: usize) -> CUresult {
+    ffi_result(|| {
+        let (from, to) = (handles(from, n)?, handles(to, n)?);
+        with(|t| {
+            for (f, d) in from.iter().zip(&to) {
+                if t.nodes.get(f) != t.nodes.get(d) || !t.nodes.contains_key(f) || f == d {
+                    return Err(err::INVALID_VALUE);
+                }
+                let node = t.node_mut(*d)?;
+                if !node.deps.contains(f) {
+                    node.deps.push(*f);
+                }
+            }
+            Ok(())
+        })
+    })
+}
+
+/// `cuGraphAddDependencies`.
+#[no_mangle]
+pub extern "C" fn cuGraphAddDependencies(
+    _graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    n: usize,
+) -> CUresult {
+    add_dependencies(from, to, n)
+}
+
+/// `cuGraphAddDependencies_v2` (edge data ignored: default edges only).
+#[no_mangle]
+pub extern "C" fn cuGraphAddDependencies_v2(
+    _graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    edge_data: *const c_void,
+    n: usize,
+) -> CUresult {
+    if !edge_data.is_null() {
+        return crate::unsupported("cuGraphAddDependencies_v2 with edge data");
+    }
+    add_dependencies(from, to, n)
+}
+
+/// `cuGraphGetNodes`.
+#[no_mangle]
+pub extern "C" fn cuGraphGetNodes(
+    graph: CUgraph,
+    nodes: *mut CUgraphNode,
+    n: *mut usize,
+) -> CUresult {
+    list_nodes(graph, nodes, n, |_| true)
+}
+
+/// `cuGraphGetRootNodes`.
+#[no_mangle]
+pub extern "C" fn cuGraphGetRootNodes(
+    graph: CUgraph,
+    nodes: *mut CUgraphNode,
+    n: *mut usize,
+) -> CUresult {
+    list_nodes(graph, nodes, n, |node| node.deps.is_empty())
+}
+
+fn list_nodes(
+    graph: CUgraph,
+    nodes: *mut CUgraphNode,
+    n: *mut usize,
+    keep: impl Fn(&Node) -> bool,
+) -> CUresult {
+    ffi_result(|| {
+        if n.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let all: Vec<u64> = with(|t| {
+            let g = t.graphs.get(&(graph as u64)).ok_or(err::INVALID_VALUE)?;
+            Ok(g.nodes
+                .iter()
+                .filter(|x| keep(x))
+                .map(|x| x.handle)
+                .collect())
+        })?;
+        if nodes.is_null() {
+            return put(n, all.len());
+        }
+        // SAFETY: non-null; the caller says how many slots it passes.
+        let room = unsafe { *n };
+        for (i, h) in all.iter().take(room).enumerate() {
+            // SAFETY: `i` is below the caller's count of slots.
+            unsafe { *nodes.add(i) = *h as CUgraphNode };
+        }
+        put(n, all.len().min(room))
+    })
+}
+
+/// `CUgraphNodeType` of a node's work.
+fn node_type(w: &Work) -> u32 {
+    match w {
+        Work::Kernel { .. } => 0,
+        Work::Copy3D(_) | Work::Copy { .. } => 1,
+        Work::Memset { .. } => 2,
+        Work::Host { .. } => 3,
+        Work::Child(_) => 4,
+        Work::Empty => 5,
+        Work::EventWait(_) => 6,
+        Work::EventRecord(_) => 7,
+    }
+}
+
+/// `cuGraphNodeGetType`.
+#[no_mangle]
+pub extern "C" fn cuGraphNodeGetType(node: CUgraphNode, ty: *mut u32) -> CUresult {
+    ffi_result(|| {
+        let t = with(|t| Ok(node_type(&t.node_mut(node as u64)?.work)))?;
+        put(ty, t)
+    })
+}
+
+/// `cuGraphKernelNodeSetParams`.
+#[no_mangle]
+pub extern "C" fn cuGraphKernelNodeSetParams(
+    node: CUgraphNode,
+    params: *const KernelNodeParams,
+) -> CUresult {
+    ffi_result(|| {
+        let w = kernel_work(params)?;
+        with(|t| {
+            let n = t.node_mut(node as u64)?;
+            if !matches!(n.work, Work::Kernel { .. }) {
+                return Err(err::INVALID_VALUE);
+            }
+            n.work = w;
+            Ok(())
+        })
+    })
+}
+
+/// `cuGraphKernelNodeSetParams_v2`.
+#[no_mangle]
+pub extern "C" fn cuGraphKernelNodeSetParams_v2(
+    node: CUgraphNode,
+    params: *const KernelNodeParamsV2,
+) -> CUresult {
+    match v1_of(params) {
+        Ok(p) => cuGraphKernelNodeSetParams(node, &p),
+        Err(e) => e,
+    }
+}
+
+fn instantiate(exec: *mut CUgraphExec, graph: CUgraph) -> CUresult {
+    ffi_result(|| {
+        if exec.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let h = with(|t| {
+            let g = t
+                .graphs
+                .get(&(graph as u64))
+                .ok_or(err::INVALID_VALUE)?
+                .clone();
+            let steps = g.flatten().ok_or(err::INVALID_VALUE)?;
+            let h = t.fresh();
+            t.execs.insert(h, Exec { graph: g, steps });
+            Ok(h)
+        })?;
+        put(exec, h as CUgraphExec)
+    })
+}
+
+/// `cuGraphInstantiate` (CUDA 10 form; the error node and log are left
+/// untouched).
+#[no_mangle]
+pub extern "C" fn cuGraphInstantiate(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    _error_node: *mut CUgraphNode,
+    _log: *mut i8,
+    _size: usize,
+) -> CUresult {
+    instantiate(exec, graph)
+}
+
+/// `cuGraphInstantiate_v2`.
+#[no_mangle]
+pub extern "C" fn cuGraphInstantiate_v2(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    _error_node: *mut CUgraphNode,
+    _log: *mut i8,
+    _size: usize,
+) -> CUresult {
+    instantiate(exec, graph)
+}
+
+/// `cuGraphInstantiateWithFlags` (auto-free-on-launch and friends concern
+/// memory nodes, which fairgpu's graphs do not have).
+#[no_mangle]
+pub extern "C" fn cuGraphInstantiateWithFlags(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    _flags: u64,
+) -> CUresult {
+    instantiate(exec, graph)
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS`.
+#[repr(C)]
+pub struct InstantiateParams {
+    flags: u64,
+    upload_stream: CUstream,
+    error_node: CUgraphNode,
+    result: u32,
+}
+
+fn instantiate_with_params(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut InstantiateParams,
+) -> CUresult {
+    let r = instantiate(exec, graph);
+    if !params.is_null() {
+        // SAFETY: non-null; the caller passes the parameters to fill.
+        unsafe {
+            (*params).result = if r == err::SUCCESS { 0 } else { 1 };
+        }
+    }
+    r
+}
+
+/// `cuGraphInstantiateWithParams`.
+#[no_mangle]
+pub extern "C" fn cuGraphInstantiateWithParams(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut InstantiateParams,
+) -> CUresult {
+    instantiate_with_params(exec, graph, params)
+}
+
+/// `cuGraphInstantiateWithParams_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuGraphInstantiateWithParams_ptsz(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut InstantiateParams,
+) -> CUresult {
+    instantiate_with_params(exec, graph, params)
+}
+
+/// `cuGraphExecDestroy`.
+#[no_mangle]
+pub extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
+    ffi_result(|| {
+        with(|t| {
+            t.execs
+                .remove(&(exec as u64))
+                .map(|_| ())
+                .ok_or(err::INVALID_VALUE)
+        })
+    })
+}
+
+/// `cuGraphLaunch`.
+#[no_mangle]
+pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, s: CUstream) -> CUresult {
+    launch(exec, s)
+}
+
+/// `cuGraphLaunch_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuGraphLaunch_ptsz(exec: CUgraphExec, s: CUstream) -> CUresult {
+    launch(exec, s)
+}
+
+/// `cuGraphUpload`: nothing to upload ahead.
+#[no_mangle]
+pub extern "C" fn cuGraphUpload(exec: CUgraphExec, _s: CUstream) -> CUresult {
+    ffi_result(|| {
+        with(|t| {
+            t.execs
+                .contains_key(&(exec as u64))
+                .then_some(())
+                .ok_or(err::INVALID_VALUE)
+        })
+    })
+}
+
+/// `cuGraphUpload_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuGraphUpload_ptsz(exec: CUgraphExec, s: CUstream) -> CUresult {
+    cuGraphUpload(exec, s)
+}
+
+/// `cuGraphExecKernelNodeSetParams`: the instantiated copy of `node` takes
+/// new parameters (the graph keeps its own).
+#[no_mangle]
+pub extern "C" fn cuGraphExecKernelNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const KernelNodeParams,
+) -> CUresult {
+    ffi_result(|| {
+        let w = kernel_work(params)?;
+        with(|t| {
+            let e = t.execs.get_mut(&(exec as u64)).ok_or(err::INVALID_VALUE)?;
+            let step = e
+                .steps
+                .iter_mut()
+                .find(|(n, old)| *n == node as u64 && matches!(old, Work::Kernel { .. }))
+                .ok_or(err::INVALID_VALUE)?;
+            step.1 = w;
+            Ok(())
+        })
+    })
+}
+
+/// `cuGraphExecKernelNodeSetParams_v2`.
+#[no_mangle]
+pub extern "C" fn cuGraphExecKernelNodeSetParams_v2(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const KernelNodeParamsV2,
+) -> CUresult {
+    match v1_of(params) {
+        Ok(p) => cuGraphExecKernelNodeSetParams(exec, node, &p),
+        Err(e) => e,
+    }
+}
+
+/// `cuGraphExecUpdate_v2`: takes `graph`'s parameters when it has the
+/// instantiated graph's shape (same node types in the same order, same
+/// dependencies by position), else fails with the update result
+/// `CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`.
+#[no_mangle]
+pub extern "C" fn cuGraphExecUpdate_v2(
+    exec: CUgraphExec,
+    graph: CUgraph,
+    result: *mut ExecUpdateResultInfo,
+) -> CUresult {
+    ffi_result(|| {
+        let ok = with(|t| {
+            let g = t
+                .graphs
+                .get(&(graph as u64))
+                .ok_or(err::INVALID_VALUE)?
+                .clone();
+            let e = t.execs.get_mut(&(exec as u64)).ok_or(err::INVALID_VALUE)?;
+            let pos = |gr: &Graph, h: &u64| gr.index(*h);
+            let same = g.nodes.len() == e.graph.nodes.len()
+                && g.nodes.iter().zip(&e.graph.nodes).all(|(a, b)| {
+                    node_type(&a.work) == node_type(&b.work)
+                        && a.deps.iter().map(|d| pos(&g, d)).collect::<Vec<_>>()
+                            == b.deps.iter().map(|d| pos(&e.graph, d)).collect::<Vec<_>>()
+                });
+            if !same {
+                return Ok(false);
+            }
+            // Keep the instantiated node handles, take the new work.
+            let mut updated = e.graph.clone();
+            for (mine, theirs) in updated.nodes.iter_mut().zip(&g.nodes) {
+                mine.work = theirs.work.clone();
+            }
+            let steps = updated.flatten().ok_or(err::INVALID_VALUE)?;
+            e.graph = updated;
+            e.steps = steps;
+            Ok(true)
+        })?;
+        if !result.is_null() {
+            // SAFETY: non-null; the caller passes the result record.
+            unsafe {
+                (*result).result = if ok { 0 } else { 2 };
+                (*result).error_node = std::ptr::null_mut();
+                (*result).error_from = std::ptr::null_mut();
+            }
+        }
+        if ok {
+            Ok(())
+        } else {
+            Err(EXEC_UPDATE_FAILURE)
+        }
+    })
+}
+
+/// `CUgraphExecUpdateResultInfo`.
+#[repr(C)]
+pub struct ExecUpdateResultInfo {
+    result: u32,
+    error_node: CUgraphNode,
+    error_from: CUgraphNode,
+}
+
+/// `cuGraphExecUpdate` (CUDA 10.2 form): as v2, reporting only the result.
+#[no_mangle]
+pub extern "C" fn cuGraphExecUpdate(
+    exec: CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    result: *mut u32,
+) -> CUresult {
+    let mut info = ExecUpdateResultInfo {
+        result: 0,
+        error_node: std::ptr::null_mut(),
+        error_from: std::ptr::null_mut(),
+    };
+    let r = cuGraphExecUpdate_v2(exec, graph, &mut info);
+    // SAFETY: null slots are allowed; non-null ones are writable.
+    unsafe {
+        if !result.is_null() {
+            *result = info.result;
+        }
+        if !error_node.is_null() {
+            *error_node = std::ptr::null_mut();
+        }
+    }
+    r
+}
+
+// ---------------------------------------------------------------------------
+// Stream capture
+// ---------------------------------------------------------------------------
+
+fn begin_capture(s: CUstream) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let h = stream_handle(s);
+        if h == 0 {
+            // The legacy NULL stream cannot be captured.
+            return Err(CAPTURE_UNSUPPORTED);
+        }
+        with(|t| {
+            if t.captures.contains_key(&h) {
+                return Err(err::INVALID_VALUE);
+            }
+            let graph = t.fresh();
+            t.graphs.insert(graph, Graph::default());
+            let id = t.fresh();
+            t.captures.insert(
+                h,
+                Capture {
+                    graph,
+                    id,
+                    origin: h,
+                    last: Vec::new(),
+                    invalid: false,
+                },
+            );
+            Ok(())
+        })
+    })
+}
+
+/// `cuStreamBeginCapture` (CUDA 10.0: global mode).
+#[no_mangle]
+pub extern "C" fn cuStreamBeginCapture(s: CUstream) -> CUresult {
+    begin_capture(s)
+}
+/// `cuStreamBeginCapture_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamBeginCapture_ptsz(s: CUstream) -> CUresult {
+    begin_capture(s)
+}
+/// `cuStreamBeginCapture_v2` (every mode captures the same way here: the
+/// modes restrict which other calls are legal meanwhile).
+#[no_mangle]
+pub extern "C" fn cuStreamBeginCapture_v2(s: CUstream, _mode: u32) -> CUresult {
+    begin_capture(s)
+}
+/// `cuStreamBeginCapture_v2_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamBeginCapture_v2_ptsz(s: CUstream, _mode: u32) -> CUresult {
+    begin_capture(s)
+}
+
+fn end_capture(s: CUstream, graph: *mut CUgraph) -> CUresult {
+    ffi_result(|| {
+        if graph.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let h = stream_handle(s);
+        let (g, invalid) = with(|t| {
+            let c = t.captures.get(&h).ok_or(err::INVALID_VALUE)?.clone();
+            if c.origin != h {
+                return Err(CAPTURE_UNMATCHED);
+            }
+            // Every stream that joined leaves the capture with it.
+            t.captures.retain(|_, x| x.id != c.id);
+            t.events.retain(|_, (id, _)| *id != c.id);
+            if c.invalid {
+                if let Some(g) = t.graphs.remove(&c.graph) {
+                    for n in g.nodes {
+                        t.nodes.remove(&n.handle);
+                    }
+                }
+            }
+            Ok((c.graph, c.invalid))
+        })?;
+        if invalid {
+            put(graph, std::ptr::null_mut())?;
+            return Err(CAPTURE_INVALIDATED);
+        }
+        put(graph, g as CUgraph)
+    })
+}
+
+/// `cuStreamEndCapture`.
+#[no_mangle]
+pub extern "C" fn cuStreamEndCapture(s: CUstream, graph: *mut CUgraph) -> CUresult {
+    end_capture(s, graph)
+}
+/// `cuStreamEndCapture_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamEndCapture_ptsz(s: CUstream, graph: *mut CUgraph) -> CUresult {
+    end_capture(s, graph)
+}
+
+/// A stream's capture: status, id, graph, its current dependencies.
+type CaptureState = (u32, u64, u64, Vec<u64>);
+
+fn capture_of(s: CUstream) -> Result<Option<CaptureState>, CUresult> {
+    let h = stream_handle(s);
+    with(|t| {
+        Ok(t.captures
+            .get(&h)
+            .map(|c| (if c.invalid { 2 } else { 1 }, c.id, c.graph, c.last.clone())))
+    })
+}
+
+fn is_capturing(s: CUstream, status: *mut u32) -> CUresult {
+    ffi_result(|| {
+        crate::state::device()?;
+        let st = capture_of(s)?.map_or(0, |c| c.0);
+        put(status, st)
+    })
+}
+
+/// `cuStreamIsCapturing`.
+#[no_mangle]
+pub extern "C" fn cuStreamIsCapturing(s: CUstream, status: *mut u32) -> CUresult {
+    is_capturing(s, status)
+}
+/// `cuStreamIsCapturing_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamIsCapturing_ptsz(s: CUstream, status: *mut u32) -> CUresult {
+    is_capturing(s, status)
+}
+
+thread_local! {
+    /// The dependency list the last capture-info call handed out (valid
+    /// until the thread's next call, as the driver's).
+    static DEPS: std::cell::RefCell<Vec<CUgraphNode>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+#[allow(clippy::too_many_arguments)]
+fn capture_info(
+    s: CUstream,
+    status: *mut u32,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    edges: *mut *const c_void,
+    n: *mut usize,
+) -> CUresult {
+    ffi_result(|| {
+        crate::state::device()?;
+        let c = capture_of(s)?;
+        put(status, c.as_ref().map_or(0, |c| c.0))?;
+        let Some((_, cid, g, last)) = c else {
+            return Ok(());
+        };
+        // SAFETY: every other output is optional; non-null ones are
+        // writable slots of the documented types.
+        unsafe {
+            if !id.is_null() {
+                *id = cid;
+            }
+            if !graph.is_null() {
+                *graph = g as CUgraph;
+            }
+            if !edges.is_null() {
+                *edges = std::ptr::null();
+            }
+            if !n.is_null() {
+                *n = last.len();
+            }
+            if !deps.is_null() {
+                *deps = DEPS.with(|d| {
+                    let mut d = d.borrow_mut();
+                    *d = last.iter().map(|&h| h as CUgraphNode).collect();
+                    d.as_ptr()
+                });
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `cuStreamGetCaptureInfo` (CUDA 10.1: status and id).
+#[no_mangle]
+pub extern "C" fn cuStreamGetCaptureInfo(s: CUstream, status: *mut u32, id: *mut u64) -> CUresult {
+    capture_info(
+        s,
+        status,
+        id,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    )
+}
+/// `cuStreamGetCaptureInfo_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetCaptureInfo_ptsz(
+    s: CUstream,
+    status: *mut u32,
+    id: *mut u64,
+) -> CUresult {
+    cuStreamGetCaptureInfo(s, status, id)
+}
+/// `cuStreamGetCaptureInfo_v2`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetCaptureInfo_v2(
+    s: CUstream,
+    status: *mut u32,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    n: *mut usize,
+) -> CUresult {
+    capture_info(s, status, id, graph, deps, std::ptr::null_mut(), n)
+}
+/// `cuStreamGetCaptureInfo_v2_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetCaptureInfo_v2_ptsz(
+    s: CUstream,
+    status: *mut u32,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    n: *mut usize,
+) -> CUresult {
+    capture_info(s, status, id, graph, deps, std::ptr::null_mut(), n)
+}
+/// `cuStreamGetCaptureInfo_v3` (no edge data: default edges only).
+#[no_mangle]
+pub extern "C" fn cuStreamGetCaptureInfo_v3(
+    s: CUstream,
+    status: *mut u32,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    edges: *mut *const c_void,
+    n: *mut usize,
+) -> CUresult {
+    capture_info(s, status, id, graph, deps, edges, n)
+}
+/// `cuStreamGetCaptureInfo_v3_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetCaptureInfo_v3_ptsz(
+    s: CUstream,
+    status: *mut u32,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    edges: *mut *const c_void,
+    n: *mut usize,
+) -> CUresult {
+    capture_info(s, status, id, graph, deps, edges, n)
+}
+
+/// `cuThreadExchangeStreamCaptureMode`: the mode is kept per thread and
+/// exchanged (fairgpu's capture does not restrict other calls by mode).
+#[no_mangle]
+pub extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) -> CUresult {
+    thread_local! {
+        static MODE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    ffi_result(|| {
+        if mode.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        // SAFETY: non-null; the caller's mode slot, read then written.
+        unsafe { *mode = MODE.with(|m| m.replace(*mode)) };
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(handle: u64, deps: &[u64]) -> Node {
+        Node {
+            handle,
+            work: Work::Empty,
+            deps: deps.to_vec(),
+        }
+    }
+
+    #[test]
+    fn order_puts_dependencies_first_and_refuses_cycles() {
+        let g = Graph {
+            nodes: vec![node(1, &[3]), node(2, &[]), node(3, &[2]), node(4, &[1, 2])],
+        };
+        assert_eq!(g.order(), Some(vec![1, 2, 0, 3]));
+        let cyclic = Graph {
+            nodes: vec![node(1, &[2]), node(2, &[1]), node(3, &[])],
+        };
+        assert_eq!(cyclic.order(), None);
+        let dangling = Graph {
+            nodes: vec![node(1, &[9])],
+        };
+        assert_eq!(dangling.order(), None);
+    }
+
+    #[test]
+    fn child_graphs_are_flattened_in_place() {
+        let child = Graph {
+            nodes: vec![
+                Node {
+                    handle: 10,
+                    work: Work::EventRecord(7),
+                    deps: vec![],
+                },
+                Node {
+                    handle: 11,
+                    work: Work::EventWait(8),
+                    deps: vec![10],
+                },
+            ],
+        };
+        let g = Graph {
+            nodes: vec![
+                Node {
+                    handle: 2,
+                    work: Work::Child(Box::new(child)),
+                    deps: vec![1],
+                },
+                node(1, &[]),
+            ],
+        };
+        let steps = g.flatten().unwrap();
+        let kinds: Vec<(u64, u32)> = steps.iter().map(|(h, w)| (*h, node_type(w))).collect();
+        assert_eq!(kinds, vec![(1, 5), (2, 7), (2, 6)]);
+    }
+}

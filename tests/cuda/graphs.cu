@@ -1,0 +1,210 @@
+// CUDA graphs: a graph built node by node (memset, kernels in a diamond,
+// a copy back, a host node) launched several times; a kernel node's
+// parameters changed in the instantiated graph; cudaGraphExecUpdate from
+// a graph of the same shape; stream capture across two streams (fork and
+// join through events) of copies from pageable memory, kernels and a host
+// function, launched after the host input changed; a synchronize on a
+// capturing stream refused and the capture invalidated. Results checked
+// against the CPU.
+#define PROGRAM "graphs"
+#include "common.h"
+
+#include <vector>
+
+__global__ void iota_scaled(int* x, int n, int k) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += k * i;
+}
+
+__global__ void add_const(const int* x, int* y, int n, int c) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] + c;
+}
+
+__global__ void combine(const int* a, const int* b, int* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] * 2 - b[i];
+}
+
+static void CUDART_CB count_up(void* p) { ++*(int*)p; }
+
+static const int N = 1000, T = 128, B = (N + T - 1) / T;
+
+static cudaKernelNodeParams kparams(void* f, void** args) {
+    cudaKernelNodeParams k = {};
+    k.func = f;
+    k.gridDim = dim3(B);
+    k.blockDim = dim3(T);
+    k.kernelParams = args;
+    return k;
+}
+
+static void explicit_graph() {
+    int *x, *y, *z, *out;
+    CHECK(cudaMalloc(&x, N * sizeof(int)));
+    CHECK(cudaMalloc(&y, N * sizeof(int)));
+    CHECK(cudaMalloc(&z, N * sizeof(int)));
+    CHECK(cudaMalloc(&out, N * sizeof(int)));
+    std::vector<int> host(N, -1);
+    int calls = 0;
+
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaMemsetParams ms = {};
+    ms.dst = x;
+    ms.value = 0;
+    ms.elementSize = 4;
+    ms.width = N;
+    ms.height = 1;
+    cudaGraphNode_t zero, fill, plus, times, join, back, host_node;
+    CHECK(cudaGraphAddMemsetNode(&zero, g, nullptr, 0, &ms));
+    int n = N, k = 3, c1 = 1, c2 = 100;
+    void* fill_args[] = {&x, &n, &k};
+    cudaKernelNodeParams kp = kparams((void*)iota_scaled, fill_args);
+    CHECK(cudaGraphAddKernelNode(&fill, g, &zero, 1, &kp));
+    void* plus_args[] = {&x, &y, &n, &c1};
+    kp = kparams((void*)add_const, plus_args);
+    CHECK(cudaGraphAddKernelNode(&plus, g, &fill, 1, &kp));
+    void* times_args[] = {&x, &z, &n, &c2};
+    kp = kparams((void*)add_const, times_args);
+    CHECK(cudaGraphAddKernelNode(&times, g, &fill, 1, &kp));
+    cudaGraphNode_t both[] = {plus, times};
+    void* join_args[] = {&y, &z, &out, &n};
+    kp = kparams((void*)combine, join_args);
+    CHECK(cudaGraphAddKernelNode(&join, g, both, 2, &kp));
+    CHECK(cudaGraphAddMemcpyNode1D(&back, g, &join, 1, host.data(), out, N * sizeof(int),
+                                   cudaMemcpyDeviceToHost));
+    cudaHostNodeParams hp = {count_up, &calls};
+    CHECK(cudaGraphAddHostNode(&host_node, g, &back, 1, &hp));
+    size_t count = 0;
+    CHECK(cudaGraphGetNodes(g, nullptr, &count));
+    EXPECT(count == 7, "the graph has %zu nodes, want 7", count);
+
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    for (int r = 0; r < 3; r++) CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(calls == 3, "host node ran %d times, want 3", calls);
+    // out = 2 * (3i + 1) - (3i + 100)
+    for (int i = 0; i < N; i++)
+        EXPECT(host[i] == 3 * i - 98, "out[%d] = %d, want %d", i, host[i], 3 * i - 98);
+
+    // New parameters for the instantiated "plus" node only.
+    int c3 = 50;
+    void* plus2_args[] = {&x, &y, &n, &c3};
+    kp = kparams((void*)add_const, plus2_args);
+    CHECK(cudaGraphExecKernelNodeSetParams(exec, plus, &kp));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < N; i++)
+        EXPECT(host[i] == 3 * i, "after set-params out[%d] = %d, want %d", i, host[i], 3 * i);
+
+    // A clone with the fill kernel's k changed, applied by exec update.
+    cudaGraph_t g2;
+    CHECK(cudaGraphClone(&g2, g));
+    size_t n2 = 7;
+    std::vector<cudaGraphNode_t> nodes(n2);
+    CHECK(cudaGraphGetNodes(g2, nodes.data(), &n2));
+    int k5 = 5;
+    void* fill5_args[] = {&x, &n, &k5};
+    kp = kparams((void*)iota_scaled, fill5_args);
+    CHECK(cudaGraphKernelNodeSetParams(nodes[1], &kp));
+    cudaGraphExecUpdateResultInfo info = {};
+    CHECK(cudaGraphExecUpdate(exec, g2, &info));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    // out = 2 * (5i + 1) - (5i + 100)
+    for (int i = 0; i < N; i++)
+        EXPECT(host[i] == 5 * i - 98, "after update out[%d] = %d, want %d", i, host[i], 5 * i - 98);
+    EXPECT(calls == 5, "host node ran %d times, want 5", calls);
+
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(g2));
+    CHECK(cudaGraphDestroy(g));
+    CHECK(cudaStreamDestroy(s));
+    for (int* p : {x, y, z, out}) CHECK(cudaFree(p));
+}
+
+static void captured_graph() {
+    int *x, *y, *out;
+    CHECK(cudaMalloc(&x, N * sizeof(int)));
+    CHECK(cudaMalloc(&y, N * sizeof(int)));
+    CHECK(cudaMalloc(&out, N * sizeof(int)));
+    std::vector<int> in(N), host(N, -1);
+    int calls = 0;
+    cudaStream_t s1, s2;
+    CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    cudaEvent_t fork, joined;
+    CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CHECK(cudaEventCreateWithFlags(&joined, cudaEventDisableTiming));
+
+    CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+    cudaStreamCaptureStatus st;
+    CHECK(cudaStreamIsCapturing(s1, &st));
+    EXPECT(st == cudaStreamCaptureStatusActive, "s1 capture status %d", (int)st);
+    CHECK(cudaMemcpyAsync(x, in.data(), N * sizeof(int), cudaMemcpyHostToDevice, s1));
+    CHECK(cudaEventRecord(fork, s1));
+    CHECK(cudaStreamWaitEvent(s2, fork, 0));
+    CHECK(cudaStreamIsCapturing(s2, &st));
+    EXPECT(st == cudaStreamCaptureStatusActive, "s2 did not join the capture: %d", (int)st);
+    add_const<<<B, T, 0, s2>>>(x, y, N, 7);  // y = in + 7, on the forked stream
+    iota_scaled<<<B, T, 0, s1>>>(x, N, 1);   // x = in + i
+    CHECK(cudaEventRecord(joined, s2));
+    CHECK(cudaStreamWaitEvent(s1, joined, 0));
+    combine<<<B, T, 0, s1>>>(x, y, out, N);  // out = 2 (in + i) - (in + 7)
+    CHECK(cudaMemcpyAsync(host.data(), out, N * sizeof(int), cudaMemcpyDeviceToHost, s1));
+    CHECK(cudaLaunchHostFunc(s1, count_up, &calls));
+    cudaGraph_t g;
+    CHECK(cudaStreamEndCapture(s1, &g));
+    CHECK(cudaStreamIsCapturing(s1, &st));
+    EXPECT(st == cudaStreamCaptureStatusNone, "s1 still capturing: %d", (int)st);
+    EXPECT(calls == 0 && host[0] == -1, "captured work ran during the capture");
+    size_t count = 0;
+    CHECK(cudaGraphGetNodes(g, nullptr, &count));
+    EXPECT(count == 6, "captured %zu nodes, want 6", count);
+
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    for (int round = 0; round < 2; round++) {
+        // The copy node reads the pageable input when the graph runs.
+        for (int i = 0; i < N; i++) in[i] = (i * 37 + round * 11) % 501;
+        CHECK(cudaGraphLaunch(exec, s1));
+        CHECK(cudaStreamSynchronize(s1));
+        for (int i = 0; i < N; i++) {
+            int want = in[i] + 2 * i - 7;
+            EXPECT(host[i] == want, "round %d out[%d] = %d, want %d", round, i, host[i], want);
+        }
+    }
+    EXPECT(calls == 2, "captured host function ran %d times, want 2", calls);
+
+    // A synchronize on a capturing stream is refused and ends the capture
+    // invalidated; the stream works afterwards.
+    CHECK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeRelaxed));
+    add_const<<<B, T, 0, s2>>>(x, y, N, 1);
+    EXPECT_ERR(cudaStreamSynchronize(s2), cudaErrorStreamCaptureUnsupported);
+    cudaGraph_t bad = nullptr;
+    EXPECT_ERR(cudaStreamEndCapture(s2, &bad), cudaErrorStreamCaptureInvalidated);
+    (void)cudaGetLastError();
+    add_const<<<B, T, 0, s2>>>(x, y, N, 1);
+    CHECK(cudaStreamSynchronize(s2));
+
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(g));
+    CHECK(cudaEventDestroy(fork));
+    CHECK(cudaEventDestroy(joined));
+    CHECK(cudaStreamDestroy(s1));
+    CHECK(cudaStreamDestroy(s2));
+    for (int* p : {x, y, out}) CHECK(cudaFree(p));
+}
+
+int main() {
+    first_call(cudaFree(nullptr), "cudaFree(0)");
+    explicit_graph();
+    captured_graph();
+    CHECK(cudaDeviceSynchronize());
+    pass();
+    return 0;
+}
