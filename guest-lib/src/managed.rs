@@ -192,11 +192,52 @@ pub fn pull() {
         };
         for off in (0..m.len).step_by(PAGE) {
             let end = (off + PAGE).min(m.len);
-            if dev[off..end] != m.clean[off..end] {
-                cpu[off..end].copy_from_slice(&dev[off..end]);
-                m.clean[off..end].copy_from_slice(&dev[off..end]);
+            if dev[off..end] == m.clean[off..end] {
+                continue;
             }
+            if cpu[off..end] != m.clean[off..end] {
+                // Both sides wrote this page since the push: the CPU while
+                // a kernel ran. Bytes only one side changed take that
+                // side's value; a byte both changed has no right answer
+                // (a GPU without concurrent managed access would have
+                // faulted the CPU's access): the device's stays, and the
+                // synchronization fails instead of returning wrong data.
+                for i in off..end {
+                    if cpu[i] != m.clean[i] && dev[i] != m.clean[i] && cpu[i] != dev[i] {
+                        if !CONFLICT.swap(true, Ordering::Relaxed) {
+                            eprintln!(
+                                "fairgpu guest-lib: the CPU wrote managed memory at {:#x} while a kernel wrote it too \
+                                 (concurrent managed access is not supported: CONCURRENT_MANAGED_ACCESS is 0); \
+                                 the synchronization fails with CUDA_ERROR_ILLEGAL_STATE",
+                                m.cpu + i
+                            );
+                        }
+                        cpu[i] = dev[i];
+                    } else if cpu[i] == m.clean[i] {
+                        cpu[i] = dev[i];
+                    }
+                }
+            } else {
+                cpu[off..end].copy_from_slice(&dev[off..end]);
+            }
+            m.clean[off..end].copy_from_slice(&dev[off..end]);
         }
+    }
+}
+
+/// Set when a pull found a byte both the CPU and a kernel changed.
+static CONFLICT: AtomicBool = AtomicBool::new(false);
+
+/// `CUDA_ERROR_ILLEGAL_STATE`.
+const ILLEGAL_STATE: CUresult = 401;
+
+/// Whether a pull found the CPU and a kernel writing the same managed
+/// bytes since the last look: the error the synchronization returns.
+pub fn conflict() -> Result<(), CUresult> {
+    if CONFLICT.swap(false, Ordering::Relaxed) {
+        Err(ILLEGAL_STATE)
+    } else {
+        Ok(())
     }
 }
 

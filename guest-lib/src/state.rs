@@ -174,7 +174,10 @@ pub fn with_sync<T>(f: impl FnOnce(&mut Cuda) -> Result<T, CallError>) -> Result
     flush_output();
     // What kernels wrote to managed and mapped memory is the CPU's now.
     crate::managed::pull();
-    r
+    match (r, crate::managed::conflict()) {
+        (Ok(v), Ok(())) => Ok(v),
+        (Ok(_), Err(e)) | (Err(e), _) => Err(e),
+    }
 }
 
 /// Runs `f` on the channel; maps its error to a CUresult.

@@ -89,7 +89,7 @@ fn query(s: CUstream) -> CUresult {
         match state::with(|cu| cu.stream_query(stream_handle(s)))? {
             true => {
                 crate::managed::pull();
-                Ok(())
+                crate::managed::conflict()
             }
             false => Err(fairgpu_protocol::Status::NOT_READY.0),
         }
@@ -305,7 +305,7 @@ pub extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
         match state::with(|cu| cu.event_query(e as u64))? {
             true => {
                 crate::managed::pull();
-                Ok(())
+                crate::managed::conflict()
             }
             false => Err(fairgpu_protocol::Status::NOT_READY.0),
         }

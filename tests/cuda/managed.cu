@@ -5,7 +5,10 @@
 // memsets through managed pointers; prefetch, advice and stream attachment
 // accepted; pointer attributes; mapped host memory from cudaHostAlloc
 // (used by its device pointer and, with unified addressing, by its host
-// pointer) and from cudaHostRegister of the program's own buffer.
+// pointer) and from cudaHostRegister of the program's own buffer. Where
+// the device has no concurrent managed access: CPU and kernel writes to
+// different bytes of one page both survive, to the same bytes they fail
+// the synchronization.
 #define PROGRAM "managed"
 #include "common.h"
 
@@ -108,6 +111,24 @@ int main() {
     affine<<<blocks(n), 256>>>(x, n, 5.0f, 0.0f);
     CHECK(cudaDeviceSynchronize());
     check_all(x, n, [](int) { return 5.0f; }, "a kernel after a copy into managed memory");
+    // Without concurrent managed access the CPU must leave managed memory
+    // alone while kernels run. Where it writes bytes of a page that the
+    // kernel does not, both writes survive; where both write the same
+    // bytes, the synchronization reports it instead of returning one side's
+    // value as if nothing happened.
+    if (!concurrent) {
+        affine<<<1, 256>>>(x, 256, 0.0f, 7.0f);  // x[0..256) = 7
+        x[300] = -5.0f;                            // same page, other bytes
+        CHECK(cudaDeviceSynchronize());
+        check_all(x, 256, [](int) { return 7.0f; }, "a kernel's half of a page both wrote");
+        EXPECT(x[300] == -5.0f, "the CPU's half of a page both wrote: %g", x[300]);
+        affine<<<1, 256>>>(x, 256, 0.0f, 8.0f);
+        x[10] = -1.0f;  // a byte the kernel writes too
+        EXPECT_ERR(cudaDeviceSynchronize(), cudaErrorIllegalState);
+        (void)cudaGetLastError();
+        EXPECT(x[10] == 8.0f, "a byte both wrote holds %g, not the kernel's 8", x[10]);
+        CHECK(cudaDeviceSynchronize());  // reported once, not sticky
+    }
     CHECK(cudaFree(d));
     CHECK(cudaFree(x));
 
