@@ -61,6 +61,24 @@ fn unsupported_instruction_is_named_when_reached() {
 }
 
 #[test]
+fn programmatic_dependent_launch_controls_run_as_no_ops() {
+    let m = kernel_with(
+        "",
+        "griddepcontrol.wait;\ngriddepcontrol.launch_dependents;\nst.global.u32 [%rd3], 9;",
+    );
+    let (r, out) = run_k(&m, 4, 4);
+    r.unwrap();
+    assert_eq!(out, [9; 4]);
+    for inst in ["griddepcontrol;", "griddepcontrol.wait.launch_dependents;"] {
+        let m = kernel_with("", inst);
+        match run_k(&m, 1, 1).0 {
+            Err(Error::Unsupported { what }) => assert!(what.contains("griddepcontrol"), "{what}"),
+            r => panic!("{inst}: {r:?}"),
+        }
+    }
+}
+
+#[test]
 fn unknown_modifiers_are_unsupported_not_ignored() {
     for inst in [
         "add.sat.bf16 %rs1, %rs2, %rs3;",

@@ -115,6 +115,7 @@ pub(crate) fn known(opcode: &str) -> bool {
             | "membar"
             | "fence"
             | "nanosleep"
+            | "griddepcontrol"
             | "prefetch"
             | "prefetchu"
             | "pmevent"
@@ -1198,6 +1199,17 @@ impl FuncParser<'_> {
                     "evict_normal",
                 ]);
                 m.ignore(&["L2::evict_last", "L2::evict_normal"]);
+                Op::Nop
+            }
+            // Programmatic dependent launch (CUB and Thrust for sm_90):
+            // `wait` waits for the grids this one depends on, which on
+            // SimGpu have always finished (a stream's kernels run one after
+            // another, each to completion); `launch_dependents` is a hint.
+            "griddepcontrol" => {
+                if !(m.has("wait") ^ m.has("launch_dependents")) {
+                    return Err(unsup());
+                }
+                m.ignore(&["wait", "launch_dependents"]);
                 Op::Nop
             }
             "trap" | "brkpt" => Op::Trap,
