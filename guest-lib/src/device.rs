@@ -99,7 +99,7 @@ pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUres
 pub extern "C" fn cuDeviceGetAttribute(value: *mut i32, attrib: i32, dev: CUdevice) -> CUresult {
     ffi_result(|| {
         let v = dev0(dev)?.attribute(attrib).inspect_err(|e| {
-            if crate::log_level() == crate::LogLevel::Trace {
+            if crate::log_level() >= crate::LogLevel::Trace {
                 eprintln!("fairgpu guest-lib: cuDeviceGetAttribute({attrib}): status {e}");
             }
         })?;

@@ -85,7 +85,7 @@ pub extern "C" fn cuGetExportTable(table: *mut *const c_void, uuid: *const [u8; 
         // SAFETY: non-null; a CUuuid is 16 bytes.
         let id = unsafe { *uuid };
         let t = export_tables::get_export_table(&id).ok_or_else(|| {
-            if crate::log_level() == crate::LogLevel::Trace {
+            if crate::log_level() >= crate::LogLevel::Trace {
                 let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
                 eprintln!("fairgpu guest-lib: cuGetExportTable({hex}): no such table");
             }

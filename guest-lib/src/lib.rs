@@ -17,7 +17,7 @@
 //!
 //! Environment: `FAIRGPU_REGION` (local mode; else the ivshmem device),
 //! `FAIRGPU_GUEST_LOG` (`0` silences the once-per-name log of unsupported
-//! calls, `trace` adds every failing call), plus the frontend's `FAIRGPU_SPIN_US`, `FAIRGPU_HOST_TIMEOUT_MS`.
+//! calls, `trace` adds every failing call, `calls` every call), plus the frontend's `FAIRGPU_SPIN_US`, `FAIRGPU_HOST_TIMEOUT_MS`.
 
 #![allow(non_snake_case)]
 // The exported functions are the C ABI of the CUDA driver: they receive raw
@@ -63,11 +63,12 @@ pub mod generated {
 ///
 /// With `FAIRGPU_GUEST_LOG=trace`, every call that fails is reported on
 /// stderr with its status and the entry point's place in this library's
-/// source (for finding which call a program stumbled on).
+/// source (for finding which call a program stumbled on); with `calls`,
+/// every call.
 #[track_caller]
 pub(crate) fn ffi(f: impl FnOnce() -> CUresult) -> CUresult {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(err::UNKNOWN);
-    if r != err::SUCCESS && log_level() == LogLevel::Trace {
+    if log_level() == LogLevel::Calls || (r != err::SUCCESS && log_level() >= LogLevel::Trace) {
         let at = std::panic::Location::caller();
         eprintln!(
             "fairgpu guest-lib: status {r} from the entry point at {}:{}",
@@ -79,7 +80,7 @@ pub(crate) fn ffi(f: impl FnOnce() -> CUresult) -> CUresult {
 }
 
 /// What the library reports on stderr (`FAIRGPU_GUEST_LOG`).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub(crate) enum LogLevel {
     /// `0`: nothing.
     Off,
@@ -87,6 +88,8 @@ pub(crate) enum LogLevel {
     Unsupported,
     /// `trace`: also every failing call.
     Trace,
+    /// `calls`: every call, with its status.
+    Calls,
 }
 
 pub(crate) fn log_level() -> LogLevel {
@@ -94,6 +97,7 @@ pub(crate) fn log_level() -> LogLevel {
     *LEVEL.get_or_init(|| match std::env::var("FAIRGPU_GUEST_LOG").as_deref() {
         Ok("0") => LogLevel::Off,
         Ok("trace") => LogLevel::Trace,
+        Ok("calls") => LogLevel::Calls,
         _ => LogLevel::Unsupported,
     })
 }

@@ -107,7 +107,7 @@ pub extern "C" fn cuGetProcAddress_v2(
         let (r, st, p) = match lookup(symbol, version, flags) {
             Ok(p) => (err::SUCCESS, FOUND, p),
             Err((r, st)) => {
-                if crate::log_level() == crate::LogLevel::Trace && !symbol.is_null() {
+                if crate::log_level() >= crate::LogLevel::Trace && !symbol.is_null() {
                     // SAFETY: a C string per the API (checked non-null).
                     let name = unsafe { CStr::from_ptr(symbol) }.to_string_lossy();
                     eprintln!("fairgpu guest-lib: cuGetProcAddress({name}, {version}, {flags}): status {st}");
