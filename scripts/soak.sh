@@ -27,8 +27,8 @@ What it runs
             (target/<profile>/cuda-programs: vector_add, saxpy, matmul,
             reduction, histogram, scan, struct_arg, launch_args,
             streams_events, func_attributes, globals, stream_ordered,
-            device_printf, textures, managed, cooperative, graphs, each
-            checking its results)
+            device_printf, textures, managed, cooperative, graphs, jit_link,
+            each checking its results)
             when they are built.
   For the whole duration it SIGKILLs a random guest (mean interval 1.5 s)
   and the worker of a random VM (its pid from `fairgpu status --json`, mean
@@ -271,7 +271,7 @@ SLOT_B_WORKLOADS = [
 CUDA_PROGRAMS = ["vector_add", "saxpy", "matmul", "reduction", "histogram", "scan",
                  "struct_arg", "launch_args", "streams_events", "func_attributes",
                  "globals", "stream_ordered", "device_printf", "textures", "managed",
-                 "cooperative", "graphs"]
+                 "cooperative", "graphs", "jit_link"]
 SIM_TABLE = """[sim]
 memory_bytes = 4294967296
 name = "fairgpu soak SimGpu"

@@ -39,6 +39,7 @@ mod graph;
 mod hooks;
 mod integrity;
 mod launch;
+mod link;
 mod managed;
 mod md2;
 mod memory;

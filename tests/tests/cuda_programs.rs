@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 15] = [
+const COMPUTE_PROGRAMS: [&str; 16] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -285,6 +285,7 @@ const COMPUTE_PROGRAMS: [&str; 15] = [
     "managed",
     "cooperative",
     "graphs",
+    "jit_link",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -292,8 +293,9 @@ const COMPUTE_PROGRAMS: [&str; 15] = [
 /// atomics, prefix scans, structs passed by value, arrays read through
 /// textures and written through surfaces, managed and mapped memory shared
 /// by the CPU and kernels, cooperative launches (and cluster launches
-/// refused where the device has none), CUDA graphs built and captured:
-/// SimGpu's kernels compute exactly what the CPU does. The three variants of a program run
+/// refused where the device has none), CUDA graphs built and captured,
+/// PTX modules JIT-linked: SimGpu's kernels compute exactly what the CPU
+/// does. The three variants of a program run
 /// at once, one per VM.
 #[test]
 fn kernels_compute_what_the_cpu_computes() {
@@ -505,6 +507,7 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
         "managed",
         "cooperative",
         "graphs",
+        "jit_link",
     ] {
         for v in VARIANTS {
             runs.push((format!("{p}-{v}"), v));

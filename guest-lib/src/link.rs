@@ -1,0 +1,516 @@
+//! JIT linking (`cuLinkCreate`, `cuLinkAddData`, `cuLinkAddFile`,
+//! `cuLinkComplete`, `cuLinkDestroy`) for PTX, as Numba and NVIDIA's
+//! `ptxjit` sample use it.
+//!
+//! The linked image is itself a module image the host loads as usual:
+//! - one input of any loadable kind (PTX, a cubin, a fatbin) is the image;
+//! - several PTX inputs become one PTX module: the first input's
+//!   `.version`, `.target` and `.address_size` head it (the version raised
+//!   to the newest any input asks for), later inputs lose theirs, and an
+//!   `.extern` declaration of a symbol another input defines (`.visible`)
+//!   is dropped, so the host's PTX compiler (or SimGpu) sees one module in
+//!   which every call resolves.
+//!
+//! Anything else (object files, static libraries such as libcudadevrt,
+//! NVVM IR, several cubins) needs NVIDIA's device linker, which the guest
+//! does not have: `cuLinkAddData`/`cuLinkAddFile` refuse it with
+//! CUDA_ERROR_NOT_SUPPORTED, named once. Options are accepted and ignored
+//! (the host's driver uses its defaults when it compiles the PTX).
+
+use std::collections::HashSet;
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::Mutex;
+
+use crate::context::out;
+use crate::ffi_result;
+use crate::types::{err, CUresult};
+
+/// `CUjitInputType`.
+const INPUT_CUBIN: u32 = 0;
+const INPUT_PTX: u32 = 1;
+const INPUT_FATBINARY: u32 = 2;
+
+/// `CUDA_ERROR_FILE_NOT_FOUND`.
+const FILE_NOT_FOUND: CUresult = 301;
+
+/// Most bytes one link keeps (all inputs together).
+const MAX_LINK_BYTES: usize = 1 << 30;
+
+type CUlinkState = *mut c_void;
+
+#[derive(Default)]
+struct Link {
+    /// (input type, bytes without a trailing NUL).
+    inputs: Vec<(u32, Vec<u8>)>,
+    /// The image `cuLinkComplete` handed out (kept until destroy).
+    image: Vec<u8>,
+}
+
+static LINKS: Mutex<Vec<(usize, Link)>> = Mutex::new(Vec::new());
+static NEXT: Mutex<usize> = Mutex::new(0);
+
+fn with_link<R>(
+    state: CUlinkState,
+    f: impl FnOnce(&mut Link) -> Result<R, CUresult>,
+) -> Result<R, CUresult> {
+    let mut links = LINKS.lock().map_err(|_| err::UNKNOWN)?;
+    let l = links
+        .iter_mut()
+        .find(|(h, _)| *h == state as usize)
+        .ok_or(err::INVALID_HANDLE)?;
+    f(&mut l.1)
+}
+
+fn create(state: *mut CUlinkState) -> CUresult {
+    ffi_result(|| {
+        crate::state::device()?;
+        if state.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let h = {
+            let mut n = NEXT.lock().map_err(|_| err::UNKNOWN)?;
+            *n += 1;
+            0x0f11_0000_0000_0000 | (*n << 4)
+        };
+        LINKS
+            .lock()
+            .map_err(|_| err::UNKNOWN)?
+            .push((h, Link::default()));
+        // SAFETY: `out` checks the slot for null.
+        unsafe { out(state, h as CUlinkState) }
+    })
+}
+
+/// `cuLinkCreate_v2`.
+#[no_mangle]
+pub extern "C" fn cuLinkCreate_v2(
+    _n: u32,
+    _options: *mut c_void,
+    _values: *mut *mut c_void,
+    state: *mut CUlinkState,
+) -> CUresult {
+    create(state)
+}
+
+/// `cuLinkCreate` (CUDA 5.5 name).
+#[no_mangle]
+pub extern "C" fn cuLinkCreate(
+    _n: u32,
+    _options: *mut c_void,
+    _values: *mut *mut c_void,
+    state: *mut CUlinkState,
+) -> CUresult {
+    create(state)
+}
+
+fn add(state: CUlinkState, ty: u32, bytes: Vec<u8>) -> Result<(), CUresult> {
+    if !matches!(ty, INPUT_CUBIN | INPUT_PTX | INPUT_FATBINARY) {
+        return Err(crate::unsupported(
+            "cuLinkAddData/cuLinkAddFile of an object, library or NVVM input (needs NVIDIA's device linker)",
+        ));
+    }
+    with_link(state, |l| {
+        let total: usize = l.inputs.iter().map(|(_, b)| b.len()).sum();
+        if total.saturating_add(bytes.len()) > MAX_LINK_BYTES {
+            return Err(err::OUT_OF_MEMORY);
+        }
+        l.inputs.push((ty, bytes));
+        Ok(())
+    })
+}
+
+fn add_data(state: CUlinkState, ty: u32, data: *const c_void, size: usize) -> CUresult {
+    ffi_result(|| {
+        if data.is_null() || size == 0 || size > MAX_LINK_BYTES {
+            return Err(err::INVALID_VALUE);
+        }
+        // SAFETY: the caller passes `size` readable bytes at `data`.
+        let mut b = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size) }.to_vec();
+        if ty == INPUT_PTX {
+            // PTX is text; its size may count a terminating NUL.
+            if let Some(end) = b.iter().position(|&c| c == 0) {
+                b.truncate(end);
+            }
+        }
+        add(state, ty, b)
+    })
+}
+
+/// `cuLinkAddData_v2`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn cuLinkAddData_v2(
+    state: CUlinkState,
+    ty: u32,
+    data: *mut c_void,
+    size: usize,
+    _name: *const c_char,
+    _n: u32,
+    _options: *mut c_void,
+    _values: *mut *mut c_void,
+) -> CUresult {
+    add_data(state, ty, data, size)
+}
+
+/// `cuLinkAddData`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn cuLinkAddData(
+    state: CUlinkState,
+    ty: u32,
+    data: *mut c_void,
+    size: usize,
+    _name: *const c_char,
+    _n: u32,
+    _options: *mut c_void,
+    _values: *mut *mut c_void,
+) -> CUresult {
+    add_data(state, ty, data, size)
+}
+
+fn add_file(state: CUlinkState, ty: u32, path: *const c_char) -> CUresult {
+    ffi_result(|| {
+        if path.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        // SAFETY: a C string per the API.
+        let p = unsafe { CStr::from_ptr(path) }
+            .to_str()
+            .map_err(|_| err::INVALID_VALUE)?;
+        let meta = std::fs::metadata(p).map_err(|_| FILE_NOT_FOUND)?;
+        if meta.len() > MAX_LINK_BYTES as u64 {
+            return Err(err::INVALID_VALUE);
+        }
+        let mut b = std::fs::read(p).map_err(|_| FILE_NOT_FOUND)?;
+        if ty == INPUT_PTX {
+            if let Some(end) = b.iter().position(|&c| c == 0) {
+                b.truncate(end);
+            }
+        }
+        add(state, ty, b)
+    })
+}
+
+/// `cuLinkAddFile_v2`.
+#[no_mangle]
+pub extern "C" fn cuLinkAddFile_v2(
+    state: CUlinkState,
+    ty: u32,
+    path: *const c_char,
+    _n: u32,
+    _options: *mut c_void,
+    _values: *mut *mut c_void,
+) -> CUresult {
+    add_file(state, ty, path)
+}
+
+/// `cuLinkAddFile`.
+#[no_mangle]
+pub extern "C" fn cuLinkAddFile(
+    state: CUlinkState,
+    ty: u32,
+    path: *const c_char,
+    _n: u32,
+    _options: *mut c_void,
+    _values: *mut *mut c_void,
+) -> CUresult {
+    add_file(state, ty, path)
+}
+
+/// `cuLinkComplete`: the linked image, valid until `cuLinkDestroy`.
+#[no_mangle]
+pub extern "C" fn cuLinkComplete(
+    state: CUlinkState,
+    image: *mut *mut c_void,
+    size: *mut usize,
+) -> CUresult {
+    ffi_result(|| {
+        if image.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let (p, n) = with_link(state, |l| {
+            let mut img = match l.inputs.as_slice() {
+                [] => return Err(err::INVALID_VALUE),
+                [(_, only)] => only.clone(),
+                many if many.iter().all(|(t, _)| *t == INPUT_PTX) => {
+                    let texts: Vec<&str> = many
+                        .iter()
+                        .map(|(_, b)| std::str::from_utf8(b).map_err(|_| err::INVALID_IMAGE))
+                        .collect::<Result<_, _>>()?;
+                    merge_ptx(&texts).into_bytes()
+                }
+                _ => {
+                    return Err(crate::unsupported(
+                        "cuLinkComplete of several inputs that are not all PTX (needs NVIDIA's device linker)",
+                    ))
+                }
+            };
+            if l.inputs.len() > 1 || l.inputs[0].0 == INPUT_PTX {
+                img.push(0);
+            }
+            l.image = img;
+            Ok((l.image.as_mut_ptr(), l.image.len()))
+        })?;
+        // SAFETY: `image` is non-null (checked); `size` may be null.
+        unsafe {
+            *image = p.cast();
+            if !size.is_null() {
+                *size = n;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `cuLinkDestroy`.
+#[no_mangle]
+pub extern "C" fn cuLinkDestroy(state: CUlinkState) -> CUresult {
+    ffi_result(|| {
+        let mut links = LINKS.lock().map_err(|_| err::UNKNOWN)?;
+        let i = links
+            .iter()
+            .position(|(h, _)| *h == state as usize)
+            .ok_or(err::INVALID_HANDLE)?;
+        links.swap_remove(i);
+        Ok(())
+    })
+}
+
+/// A statement's first word.
+fn directive_word(stmt: &str) -> Option<&str> {
+    stmt.split_whitespace().next()
+}
+
+/// The symbol a declaration names: the identifier before its parameter
+/// list or initializer, or its last word.
+fn declared_name(stmt: &str) -> Option<String> {
+    // `.extern .func (.param .b32 r) name (...)` / `.visible .entry name(`
+    // / `.extern .global .align 4 .b8 name[16];`
+    let s = stmt.trim().trim_end_matches(';');
+    let mut depth = 0i32;
+    let mut cleaned = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '(' => {
+                depth += 1;
+                cleaned.push(' ');
+            }
+            ')' => {
+                depth -= 1;
+                cleaned.push(' ');
+            }
+            '[' | '=' | '{' if depth == 0 => break,
+            _ if depth > 0 => {}
+            _ => cleaned.push(c),
+        }
+    }
+    cleaned
+        .split_whitespace()
+        .rfind(|w| !w.starts_with('.'))
+        .map(str::to_owned)
+}
+
+/// Top-level statements of `text`, each ended by its `;`, by the `}` that
+/// closes its body, or (header directives) by its line; comments between
+/// statements are dropped.
+fn statements(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut depth) = (0usize, 0i32);
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'/' if matches!(b.get(i + 1), Some(b'/' | b'*')) => {
+                let at = i;
+                if b[i + 1] == b'/' {
+                    while i < b.len() && b[i] != b'\n' {
+                        i += 1;
+                    }
+                } else {
+                    i += 2;
+                    while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
+                        i += 1;
+                    }
+                    i = (i + 2).min(b.len());
+                }
+                // A comment before any statement text is not part of it.
+                if depth == 0 && text[start..at].trim().is_empty() {
+                    start = i;
+                }
+                continue;
+            }
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    out.push(&text[start..=i]);
+                    start = i + 1;
+                }
+            }
+            b';' if depth == 0 => {
+                out.push(&text[start..=i]);
+                start = i + 1;
+            }
+            b'\n' if depth == 0 && is_header(&text[start..i]) => {
+                // Header directives end at the line's end, without `;`.
+                out.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    if start < text.len() && !text[start..].trim().is_empty() {
+        out.push(&text[start..]);
+    }
+    out
+}
+
+/// Whether a statement is a header directive (ended by its line, not `;`).
+fn is_header(stmt: &str) -> bool {
+    matches!(
+        directive_word(stmt.trim_start()),
+        Some(".version" | ".target" | ".address_size")
+    )
+}
+
+/// One PTX module from several (see the module's documentation).
+fn merge_ptx(texts: &[&str]) -> String {
+    let parsed: Vec<Vec<&str>> = texts.iter().map(|t| statements(t)).collect();
+    let defines: Vec<HashSet<String>> = parsed
+        .iter()
+        .map(|stmts| {
+            stmts
+                .iter()
+                .filter(|s| directive_word(s.trim_start()) == Some(".visible"))
+                .filter_map(|s| declared_name(s))
+                .collect()
+        })
+        .collect();
+    let defined: HashSet<&String> = defines.iter().flatten().collect();
+    let externs: Vec<HashSet<String>> = parsed
+        .iter()
+        .map(|stmts| {
+            stmts
+                .iter()
+                .filter(|s| directive_word(s.trim_start()) == Some(".extern"))
+                .filter_map(|s| declared_name(s))
+                .collect()
+        })
+        .collect();
+    let version = |s: &str| -> Option<(u32, u32)> {
+        let v = s.trim().strip_prefix(".version")?.trim();
+        let (a, b) = v.split_once('.')?;
+        Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+    };
+    // The newest architecture any input targets (`.target sm_90a` and
+    // options such as `texmode_independent` kept as written).
+    let arch = |s: &str| -> u32 {
+        s.split(|c: char| c == ',' || c.is_whitespace())
+            .find_map(|w| w.strip_prefix("sm_"))
+            .map(|n| n.trim_end_matches(|c: char| c.is_ascii_alphabetic()))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let header = |word: &str| {
+        parsed
+            .iter()
+            .flatten()
+            .filter(|s| directive_word(s.trim_start()) == Some(word))
+            .rev()
+            .max_by_key(|s| arch(s))
+            .map(|s| s.trim().to_owned())
+    };
+    let mut out = String::new();
+    if let Some((a, b)) = parsed.iter().flatten().filter_map(|s| version(s)).max() {
+        out.push_str(&format!(".version {a}.{b}\n"));
+    }
+    for word in [".target", ".address_size"] {
+        if let Some(h) = header(word) {
+            out.push_str(&h);
+            out.push('\n');
+        }
+    }
+    // Definitions before their uses: an input follows every input that
+    // defines what it declares .extern (given order otherwise, and for
+    // cycles).
+    let mut order: Vec<usize> = Vec::with_capacity(parsed.len());
+    let mut left: Vec<usize> = (0..parsed.len()).collect();
+    while !left.is_empty() {
+        let ready = left
+            .iter()
+            .position(|&i| {
+                externs[i]
+                    .iter()
+                    .all(|name| left.iter().all(|&j| j == i || !defines[j].contains(name)))
+            })
+            .unwrap_or(0);
+        order.push(left.remove(ready));
+    }
+    for i in order {
+        for s in &parsed[i] {
+            let t = s.trim_start();
+            match directive_word(t) {
+                Some(".version" | ".target" | ".address_size") => continue,
+                Some(".extern") if declared_name(t).is_some_and(|n| defined.contains(&n)) => {
+                    continue
+                }
+                _ => {}
+            }
+            out.push_str(s);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIB: &str = ".version 8.0\n.target sm_80\n.address_size 64\n\n\
+        .visible .func (.param .b32 r) add3(\n\t.param .b32 a\n)\n{\n\t.reg .b32 %r<3>;\n\
+        \tld.param.u32 %r1, [a];\n\tadd.s32 %r2, %r1, 3;\n\tst.param.b32 [r], %r2;\n\tret;\n}\n";
+    const MAIN: &str = "//\n// Generated\n//\n.version 8.5\n.target sm_90\n.address_size 64\n\n\
+        .extern .func (.param .b32 r) add3\n(\n\t.param .b32 a\n)\n;\n\
+        .visible .entry k(\n\t.param .u64 p\n)\n{\n\tret;\n}\n";
+
+    #[test]
+    fn declarations_name_their_symbol() {
+        assert_eq!(
+            declared_name(".extern .func (.param .b32 r) add3\n(\n.param .b32 a\n)\n;").as_deref(),
+            Some("add3")
+        );
+        assert_eq!(
+            declared_name(".visible .entry k(\n.param .u64 p\n)\n{ ret; }").as_deref(),
+            Some("k")
+        );
+        assert_eq!(
+            declared_name(".extern .global .align 4 .b8 table[16];").as_deref(),
+            Some("table")
+        );
+    }
+
+    #[test]
+    fn ptx_modules_merge_into_one_with_externs_resolved() {
+        let m = merge_ptx(&[MAIN, LIB]);
+        assert_eq!(m.matches(".version").count(), 1, "{m}");
+        // The definition comes before the kernel that calls it.
+        assert!(
+            m.find("add3(").unwrap() < m.find(".entry k(").unwrap(),
+            "{m}"
+        );
+        assert!(m.contains(".version 8.5"), "{m}");
+        assert_eq!(m.matches(".target").count(), 1, "{m}");
+        assert!(m.contains(".target sm_90"), "{m}");
+        assert!(!m.contains(".extern"), "{m}");
+        assert!(m.contains(".visible .func (.param .b32 r) add3"), "{m}");
+        assert!(m.contains(".visible .entry k("), "{m}");
+        // An extern nobody defines stays (the loader reports it).
+        let lone = merge_ptx(&[MAIN, ".version 8.0\n.target sm_80\n.address_size 64\n"]);
+        assert!(
+            lone.contains(".extern .func (.param .b32 r) add3"),
+            "{lone}"
+        );
+    }
+}
