@@ -196,13 +196,34 @@ pub fn load(image: *const c_void) -> Result<*mut GuestModule, CUresult> {
     state::device()?;
     // SAFETY: `image` is what the application passed as a module image.
     let data = unsafe { image_bytes(image)? };
-    let host = state::with(|cu| cu.module_load(data))?;
+    let host = state::with(|cu| cu.module_load(data)).inspect_err(|&e| {
+        if e == err::INVALID_IMAGE && data.starts_with(b"\x7fELF") {
+            cubin_refused();
+        }
+    })?;
     let m = Box::into_raw(Box::new(GuestModule {
         host,
         functions: Mutex::new(HashMap::new()),
     }));
     register(&MODULES, m as usize);
     Ok(m)
+}
+
+/// Says once why a cubin may have been refused and what to do: SimGpu
+/// executes PTX, and a cubin holds only one architecture's machine code.
+fn cubin_refused() {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    if crate::log_level() == crate::LogLevel::Off {
+        return;
+    }
+    SAID.call_once(|| {
+        eprintln!(
+            "fairgpu guest-lib: the host refused a cubin (machine code for one GPU architecture, \
+             no PTX). SimGpu executes PTX: ask for PTX instead (NVRTC: nvrtcGetPTX with \
+             --gpu-architecture=compute_90; nvcc: -gencode arch=compute_90,code=compute_90); \
+             on a GPU, build the cubin for the host's architecture"
+        );
+    });
 }
 
 fn unload(m: CUmodule) -> Result<(), CUresult> {
