@@ -374,3 +374,123 @@ pub extern "C" fn cuStreamGetId(s: CUstream, id: *mut u64) -> CUresult {
 pub extern "C" fn cuStreamGetId_ptsz(s: CUstream, id: *mut u64) -> CUresult {
     stream_id(s, id)
 }
+
+/// `CUlaunchAttributeValue`: a 64-byte union.
+type AttrValue = [u8; 64];
+
+/// Stream attributes are hints here (access policy windows, the
+/// synchronization policy, priorities, memory-sync domains): kept per
+/// stream so `cuStreamGetAttribute` reads back what was set, not carried to
+/// the host (a kernel computes the same with or without them).
+static STREAM_ATTRS: Mutex<Option<HashMap<(u64, u32), AttrValue>>> = Mutex::new(None);
+
+/// Attribute ids valid for streams.
+fn stream_attribute(attr: u32) -> bool {
+    // ACCESS_POLICY_WINDOW, SYNCHRONIZATION_POLICY, PRIORITY,
+    // MEM_SYNC_DOMAIN_MAP, MEM_SYNC_DOMAIN.
+    matches!(attr, 1 | 3 | 8 | 9 | 10)
+}
+
+fn set_attribute(s: CUstream, attr: u32, value: *const AttrValue) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if value.is_null() || !stream_attribute(attr) {
+            return Err(err::INVALID_VALUE);
+        }
+        // SAFETY: non-null; the caller passes a CUlaunchAttributeValue.
+        let v = unsafe { value.read_unaligned() };
+        STREAM_ATTRS
+            .lock()
+            .map_err(|_| err::UNKNOWN)?
+            .get_or_insert_with(HashMap::new)
+            .insert((stream_handle(s), attr), v);
+        Ok(())
+    })
+}
+
+fn get_attribute(s: CUstream, attr: u32, value: *mut AttrValue) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if value.is_null() || !stream_attribute(attr) {
+            return Err(err::INVALID_VALUE);
+        }
+        let v = STREAM_ATTRS
+            .lock()
+            .map_err(|_| err::UNKNOWN)?
+            .as_ref()
+            .and_then(|m| m.get(&(stream_handle(s), attr)).copied())
+            .unwrap_or([0; 64]);
+        // SAFETY: non-null; the caller's CUlaunchAttributeValue.
+        unsafe { value.write_unaligned(v) };
+        Ok(())
+    })
+}
+
+/// `cuStreamSetAttribute`.
+#[no_mangle]
+pub extern "C" fn cuStreamSetAttribute(
+    s: CUstream,
+    attr: u32,
+    value: *const AttrValue,
+) -> CUresult {
+    set_attribute(s, attr, value)
+}
+/// `cuStreamSetAttribute_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamSetAttribute_ptsz(
+    s: CUstream,
+    attr: u32,
+    value: *const AttrValue,
+) -> CUresult {
+    set_attribute(s, attr, value)
+}
+/// `cuStreamGetAttribute`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetAttribute(s: CUstream, attr: u32, value: *mut AttrValue) -> CUresult {
+    get_attribute(s, attr, value)
+}
+/// `cuStreamGetAttribute_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetAttribute_ptsz(
+    s: CUstream,
+    attr: u32,
+    value: *mut AttrValue,
+) -> CUresult {
+    get_attribute(s, attr, value)
+}
+
+fn copy_attributes(dst: CUstream, src: CUstream) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let mut g = STREAM_ATTRS.lock().map_err(|_| err::UNKNOWN)?;
+        let m = g.get_or_insert_with(HashMap::new);
+        let (from, to) = (stream_handle(src), stream_handle(dst));
+        let copied: Vec<(u32, AttrValue)> = m
+            .iter()
+            .filter(|((s, _), _)| *s == from)
+            .map(|((_, a), v)| (*a, *v))
+            .collect();
+        for (a, v) in copied {
+            m.insert((to, a), v);
+        }
+        Ok(())
+    })
+}
+
+/// `cuStreamCopyAttributes`.
+#[no_mangle]
+pub extern "C" fn cuStreamCopyAttributes(dst: CUstream, src: CUstream) -> CUresult {
+    copy_attributes(dst, src)
+}
+/// `cuStreamCopyAttributes_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamCopyAttributes_ptsz(dst: CUstream, src: CUstream) -> CUresult {
+    copy_attributes(dst, src)
+}
+
+/// `cuCtxResetPersistingL2Cache`: persisting lines are a cache hint; there
+/// is nothing to demote.
+#[no_mangle]
+pub extern "C" fn cuCtxResetPersistingL2Cache() -> CUresult {
+    ffi_result(require_current)
+}

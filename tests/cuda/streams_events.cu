@@ -188,6 +188,35 @@ static void threads() {
     for (int t = 0; t < nthreads; t++) EXPECT(ok[t], "thread %d did not finish", t);
 }
 
+// Stream attributes (cache hints): an access policy window set on a
+// stream reads back as set; persisting lines can be reset.
+static void stream_attributes() {
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (prop.persistingL2CacheMaxSize == 0 || prop.accessPolicyMaxWindowSize == 0) return;
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    void* buf = nullptr;
+    CHECK(cudaMalloc(&buf, 1 << 20));
+    cudaStreamAttrValue v = {};
+    v.accessPolicyWindow.base_ptr = buf;
+    v.accessPolicyWindow.num_bytes = 1 << 20;
+    v.accessPolicyWindow.hitRatio = 0.5f;
+    v.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+    v.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+    CHECK(cudaStreamSetAttribute(s, cudaStreamAttributeAccessPolicyWindow, &v));
+    cudaStreamAttrValue back = {};
+    CHECK(cudaStreamGetAttribute(s, cudaStreamAttributeAccessPolicyWindow, &back));
+    EXPECT(back.accessPolicyWindow.base_ptr == buf && back.accessPolicyWindow.num_bytes == (1 << 20) &&
+               back.accessPolicyWindow.hitRatio == 0.5f,
+           "access policy window read back as %p, %zu bytes, hit ratio %g",
+           back.accessPolicyWindow.base_ptr, back.accessPolicyWindow.num_bytes,
+           back.accessPolicyWindow.hitRatio);
+    CHECK(cudaCtxResetPersistingL2Cache());
+    CHECK(cudaFree(buf));
+    CHECK(cudaStreamDestroy(s));
+}
+
 int main() {
     int count = 0;
     first_call(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
@@ -196,6 +225,7 @@ int main() {
     cross_stream_order();
     default_stream();
     threads();
+    stream_attributes();
     CHECK(cudaDeviceSynchronize());
     std::printf("GPU_NS %llu\n", (unsigned long long)gpu_ns);
     pass();

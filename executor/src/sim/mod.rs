@@ -889,7 +889,12 @@ fn attributes(sm_count: u32) -> Vec<(i32, i32)> {
         (84, 0),       // MULTI_GPU_BOARD
         (97, 232_448), // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
         (106, 32),     // MAX_BLOCKS_PER_MULTIPROCESSOR
-        (115, 1),      // MEMORY_POOLS_SUPPORTED (the guest library's pools)
+        // Persisting-L2 set-aside (three quarters of L2) and the largest
+        // access policy window: hints the guest library accepts and the
+        // model ignores, as a cache may.
+        (108, 39_321_600),  // MAX_PERSISTING_L2_CACHE_SIZE
+        (109, 134_213_632), // MAX_ACCESS_POLICY_WINDOW_SIZE
+        (115, 1),           // MEMORY_POOLS_SUPPORTED (the guest library's pools)
     ]
 }
 
