@@ -158,8 +158,14 @@ fn current_pool() -> Result<usize, CUresult> {
 
 /// `cuMemAllocAsync`: from the device's current pool.
 #[no_mangle]
-pub extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, _s: CUstream) -> CUresult {
-    ffi_result(|| alloc_from(current_pool()?, dptr, size))
+pub extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, s: CUstream) -> CUresult {
+    ffi_result(|| {
+        // Graph memory nodes are not kept: allocating now, outside the
+        // graph, would leave a captured graph using memory that its own
+        // free node (also not kept) released.
+        crate::graph::refuse_if_capturing(stream_handle(s))?;
+        alloc_from(current_pool()?, dptr, size)
+    })
 }
 
 /// `cuMemAllocAsync_ptsz`.
@@ -178,9 +184,12 @@ pub extern "C" fn cuMemAllocFromPoolAsync(
     dptr: *mut CUdeviceptr,
     size: usize,
     pool: CUmemoryPool,
-    _s: CUstream,
+    s: CUstream,
 ) -> CUresult {
-    ffi_result(|| alloc_from(pool as usize, dptr, size))
+    ffi_result(|| {
+        crate::graph::refuse_if_capturing(stream_handle(s))?;
+        alloc_from(pool as usize, dptr, size)
+    })
 }
 
 /// `cuMemAllocFromPoolAsync_ptsz`.
@@ -205,6 +214,7 @@ pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, s: CUstream) -> CUresult {
         if !crate::memory::is_device(dptr) {
             return Err(err::INVALID_VALUE);
         }
+        crate::graph::refuse_if_capturing(stream_handle(s))?;
         state::with(|cu| cu.stream_synchronize(stream_handle(s)))?;
         device_free(dptr)?;
         with(|p| {
