@@ -152,7 +152,7 @@ pub extern "C" fn cuLinkAddData_v2(
     add_data(state, ty, data, size)
 }
 
-/// `cuLinkAddData`.
+/// `cuLinkAddData` (the v2 ABI).
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn cuLinkAddData(
@@ -160,12 +160,12 @@ pub extern "C" fn cuLinkAddData(
     ty: u32,
     data: *mut c_void,
     size: usize,
-    _name: *const c_char,
-    _n: u32,
-    _options: *mut c_void,
-    _values: *mut *mut c_void,
+    name: *const c_char,
+    n: u32,
+    options: *mut c_void,
+    values: *mut *mut c_void,
 ) -> CUresult {
-    add_data(state, ty, data, size)
+    cuLinkAddData_v2(state, ty, data, size, name, n, options, values)
 }
 
 fn add_file(state: CUlinkState, ty: u32, path: *const c_char) -> CUresult {
@@ -204,17 +204,17 @@ pub extern "C" fn cuLinkAddFile_v2(
     add_file(state, ty, path)
 }
 
-/// `cuLinkAddFile`.
+/// `cuLinkAddFile` (the v2 ABI).
 #[no_mangle]
 pub extern "C" fn cuLinkAddFile(
     state: CUlinkState,
     ty: u32,
     path: *const c_char,
-    _n: u32,
-    _options: *mut c_void,
-    _values: *mut *mut c_void,
+    n: u32,
+    options: *mut c_void,
+    values: *mut *mut c_void,
 ) -> CUresult {
-    add_file(state, ty, path)
+    cuLinkAddFile_v2(state, ty, path, n, options, values)
 }
 
 /// `cuLinkComplete`: the linked image, valid until `cuLinkDestroy`.
