@@ -256,6 +256,10 @@ struct RawDaemon {
     accounting: Option<String>,
     spin_us: Option<i64>,
     work_conserving: Option<bool>,
+    slice_kernels: Option<bool>,
+    kernel_slice_ms: Option<f64>,
+    kernel_slice_blocks: Option<i64>,
+    max_request_ms: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -276,6 +280,7 @@ struct RawVm {
     #[serde(default)]
     guest: GuestKind,
     ivshmem: Option<RawIvshmem>,
+    max_request_ms: Option<f64>,
 }
 
 /// `[vm.ivshmem]` of a `guest = "qemu"` VM.
@@ -392,6 +397,84 @@ pub struct DaemonConfig {
     pub state_dir: PathBuf,
     /// GPU scheduling.
     pub sched: SchedConfig,
+    /// Kernel slicing and the runaway guard.
+    pub long_kernels: LongKernelConfig,
+}
+
+/// Fewest blocks per part of a sliced kernel accepted.
+pub const MIN_SLICE_BLOCKS: u32 = 1;
+/// Longest `max_request_ms` accepted (an hour).
+pub const MAX_REQUEST_MS: f64 = 3_600_000.0;
+
+/// Long kernels (docs/long-kernels.md): FairGV's kernel slicing and the
+/// runaway guard, from `[daemon]` (the guard's limit also per VM).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LongKernelConfig {
+    /// `slice_kernels`: run launches predicted longer than
+    /// [`LongKernelConfig::threshold`] as sub-launches (default on).
+    pub slicing: bool,
+    /// `kernel_slice_ms`: the prediction above which a launch is sliced,
+    /// and about what each part takes (default: the scheduler's slice).
+    pub threshold: std::time::Duration,
+    /// `kernel_slice_blocks`: the fewest blocks in one part (FairGV's
+    /// 1,500 by default).
+    pub min_blocks: u32,
+    /// `max_request_ms`: the runaway guard, the most device time one
+    /// request may take (default 5 s; 0 turns it off).
+    pub max_request: Option<std::time::Duration>,
+}
+
+impl Default for LongKernelConfig {
+    fn default() -> Self {
+        LongKernelConfig {
+            slicing: true,
+            threshold: std::time::Duration::from_millis(6),
+            min_blocks: 1500,
+            max_request: Some(std::time::Duration::from_secs(5)),
+        }
+    }
+}
+
+/// `max_request_ms = ms` of `what`: `None` for 0 (off).
+fn max_request(what: &str, ms: f64) -> Result<Option<std::time::Duration>, String> {
+    if !ms.is_finite() || !(0.0..=MAX_REQUEST_MS).contains(&ms) {
+        return Err(format!(
+            "{what}max_request_ms = {ms} is outside 0..={MAX_REQUEST_MS} (0 turns the runaway guard off)"
+        ));
+    }
+    Ok((ms > 0.0).then(|| std::time::Duration::from_nanos((ms * 1e6).round() as u64)))
+}
+
+fn validate_long_kernels(raw: &RawDaemon, sched: &SchedConfig) -> Result<LongKernelConfig, String> {
+    let d = LongKernelConfig::default();
+    let threshold = match raw.kernel_slice_ms {
+        None => std::time::Duration::from_nanos(sched.slice.slice().0),
+        Some(ms) if ms.is_finite() && (0.01..=MAX_REQUEST_MS).contains(&ms) => {
+            std::time::Duration::from_nanos((ms * 1e6).round() as u64)
+        }
+        Some(ms) => {
+            return Err(format!(
+                "kernel_slice_ms = {ms} is outside 0.01..={MAX_REQUEST_MS}"
+            ))
+        }
+    };
+    let min_blocks = match raw.kernel_slice_blocks {
+        None => d.min_blocks,
+        Some(b) => u32::try_from(b)
+            .ok()
+            .filter(|b| *b >= MIN_SLICE_BLOCKS)
+            .ok_or_else(|| format!("kernel_slice_blocks = {b} is outside 1..={}", u32::MAX))?,
+    };
+    let max_request = match raw.max_request_ms {
+        None => d.max_request,
+        Some(ms) => max_request("", ms)?,
+    };
+    Ok(LongKernelConfig {
+        slicing: raw.slice_kernels.unwrap_or(d.slicing),
+        threshold,
+        min_blocks,
+        max_request,
+    })
 }
 
 /// Longest hybrid-spin budget accepted, in µs.
@@ -597,6 +680,9 @@ pub struct VmConfig {
     pub guest: GuestKind,
     /// Its QEMU device, for `guest = "qemu"`.
     pub qemu: Option<QemuConfig>,
+    /// The runaway guard's limit on one request's device time: the VM's
+    /// `max_request_ms`, else the daemon's (`None`: off).
+    pub max_request: Option<std::time::Duration>,
 }
 
 impl VmConfig {
@@ -773,6 +859,7 @@ impl Config {
 
 fn validate_daemon(raw: RawDaemon) -> Result<DaemonConfig, String> {
     let sched = validate_sched(&raw)?;
+    let long_kernels = validate_long_kernels(&raw, &sched)?;
     let control_socket = raw.control_socket.unwrap_or_else(default_control_socket);
     if !control_socket.is_absolute() {
         return Err(format!(
@@ -810,6 +897,7 @@ fn validate_daemon(raw: RawDaemon) -> Result<DaemonConfig, String> {
         gpu,
         state_dir,
         sched,
+        long_kernels,
     })
 }
 
@@ -976,6 +1064,10 @@ fn check_name(name: &str) -> Result<(), String> {
 }
 
 fn validate_vm(raw: RawVm, daemon: &DaemonConfig) -> Result<VmConfig, String> {
+    let max_request = match raw.max_request_ms {
+        None => daemon.long_kernels.max_request,
+        Some(ms) => max_request(&format!("[[vm]] {:?}: ", raw.name), ms)?,
+    };
     let weight = u32::try_from(raw.weight)
         .ok()
         .filter(|w| WEIGHTS.contains(w))
@@ -1118,6 +1210,7 @@ fn validate_vm(raw: RawVm, daemon: &DaemonConfig) -> Result<VmConfig, String> {
         access,
         guest: raw.guest,
         qemu,
+        max_request,
     })
 }
 
@@ -1518,6 +1611,57 @@ region = "/dev/shm/fairgpu-vm1"
         assert!(c.work_conserving);
         assert!(!with("work_conserving = false").unwrap().work_conserving);
         assert!(with("work_conserving = \"no\"").is_err());
+    }
+
+    #[test]
+    fn long_kernel_keys() {
+        use std::time::Duration;
+        let c = parse(ONE_VM).unwrap();
+        assert_eq!(c.daemon.long_kernels, LongKernelConfig::default());
+        assert_eq!(c.vms[0].max_request, Some(Duration::from_secs(5)));
+        let with = |daemon: &str, vm: &str| {
+            parse(
+                &ONE_VM
+                    .replace("[daemon]", &format!("[daemon]\n{daemon}"))
+                    .replace("[[vm]]", &format!("[[vm]]\n{vm}")),
+            )
+        };
+        // The threshold follows the slice unless set.
+        let c = with("slice_ms = 30", "").unwrap();
+        assert_eq!(c.daemon.long_kernels.threshold, Duration::from_millis(30));
+        let c = with(
+            "slice_kernels = false\nkernel_slice_ms = 2.5\nkernel_slice_blocks = 64\nmax_request_ms = 0",
+            "max_request_ms = 250",
+        )
+        .unwrap();
+        let l = c.daemon.long_kernels;
+        assert!(!l.slicing);
+        assert_eq!(l.threshold, Duration::from_micros(2500));
+        assert_eq!(l.min_blocks, 64);
+        assert_eq!(l.max_request, None, "0 turns the guard off");
+        assert_eq!(
+            c.vms[0].max_request,
+            Some(Duration::from_millis(250)),
+            "the VM's own"
+        );
+        for (daemon, vm, want) in [
+            ("max_request_ms = -1", "", "max_request_ms = -1 is outside"),
+            (
+                "",
+                "max_request_ms = 1e9",
+                "max_request_ms = 1000000000 is outside",
+            ),
+            (
+                "kernel_slice_blocks = 0",
+                "",
+                "kernel_slice_blocks = 0 is outside",
+            ),
+            ("kernel_slice_ms = 0", "", "kernel_slice_ms = 0 is outside"),
+            ("slice_kernels = 1", "", "slice_kernels"),
+        ] {
+            let e = with(daemon, vm).unwrap_err().to_string();
+            assert!(e.contains(want), "{daemon} {vm}: {e}");
+        }
     }
 
     #[test]

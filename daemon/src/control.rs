@@ -173,6 +173,9 @@ pub struct VmStatus {
     /// Kernel launches served, over every worker of the VM.
     #[serde(default)]
     pub kernels: u64,
+    /// Kernel slicing and the runaway guard, over every worker of the VM.
+    #[serde(default)]
+    pub long_kernels: fairgpu_worker::stats::LongKernelStats,
     /// The scheduler's view, with a policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sched: Option<VmSchedStatus>,
@@ -531,6 +534,13 @@ pub fn render_table(status: &Status) -> String {
         if let Some(q) = &v.qemu {
             out.push_str(&format!("{}: {}\n", v.name, q.summary()));
         }
+        let l = &v.long_kernels;
+        if !l.is_zero() {
+            out.push_str(&format!(
+                "{}: long kernels: {} launches sliced into {} parts, {} not sliceable, {} ended by the runaway guard\n",
+                v.name, l.sliced, l.parts, l.unsliceable, l.runaways
+            ));
+        }
     }
     out
 }
@@ -673,6 +683,7 @@ mod tests {
             gpu_time_ns: 1_500_000,
             calls: 77,
             kernels: 12,
+            long_kernels: Default::default(),
             sched: (pid != 0).then(|| VmSchedStatus {
                 state: "runnable".into(),
                 charged_ns: 1_400_000,

@@ -317,6 +317,7 @@ impl StatusSource {
                     gpu_time_ns: s.gpu_time_ns,
                     calls: s.calls,
                     kernels: s.kernels,
+                    long_kernels: s.long_kernels,
                     sched: sched.map(|v| VmSchedStatus {
                         state: match v.state {
                             fairgpu_scheduler::VgpuState::Blocked => "blocked",

@@ -245,6 +245,51 @@ pub struct LaunchConfig {
     pub shared_mem: u32,
     /// Thread-block clusters and cooperative launch.
     pub options: LaunchOptions,
+    /// Run only this box of the grid's blocks (kernel slicing,
+    /// docs/long-kernels.md); `None`: the whole grid.
+    pub part: Option<GridPart>,
+}
+
+/// A box of a grid's blocks that one sub-launch of a sliced kernel runs:
+/// blocks `offset ..offset + extent` in each dimension. The kernel sees
+/// the block indices and grid size of the whole launch (`%ctaid` counts
+/// from the box's offset, `%nctaid` is [`LaunchConfig::grid`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GridPart {
+    /// The box's first block.
+    pub offset: [u32; 3],
+    /// The box's size in blocks (none zero).
+    pub extent: [u32; 3],
+}
+
+impl GridPart {
+    /// Blocks in the box.
+    pub fn blocks(&self) -> u64 {
+        self.extent.iter().map(|&v| u64::from(v)).product()
+    }
+
+    /// Whether the box is non-empty and lies inside `grid`.
+    pub fn fits(&self, grid: [u32; 3]) -> bool {
+        (0..3).all(|d| {
+            self.extent[d] > 0
+                && u64::from(self.offset[d]) + u64::from(self.extent[d]) <= u64::from(grid[d])
+        })
+    }
+}
+
+/// Why a kernel cannot run as parts of its grid; it then runs whole.
+pub type Unsliceable = &'static str;
+
+/// A request that ran past the VM's limit on one request's device time
+/// (the runaway guard, docs/long-kernels.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Runaway {
+    /// The context whose kernel overran.
+    pub ctx: CtxId,
+    /// The kernel's name.
+    pub kernel: String,
+    /// How long it had run when it was noticed, ns.
+    pub ran_ns: u64,
 }
 
 impl LaunchConfig {
@@ -258,7 +303,13 @@ impl LaunchConfig {
                 cluster: [1, 1, 1],
                 cooperative: false,
             },
+            part: None,
         }
+    }
+
+    /// Blocks in the whole grid.
+    pub fn blocks(&self) -> u64 {
+        self.grid.iter().map(|&v| u64::from(v)).product()
     }
 }
 
@@ -454,6 +505,34 @@ pub trait GpuExecutor: Send {
         params: &[u8],
         stream: Option<StreamId>,
     ) -> ExecResult<()>;
+
+    /// Whether `f` can run as parts of its grid ([`LaunchConfig::part`]);
+    /// if not, why. By default no kernel can.
+    fn sliceable(&mut self, _ctx: CtxId, _f: FnId) -> Result<(), Unsliceable> {
+        Err("this executor cannot run part of a grid")
+    }
+    /// The device time a launch of `f` over `blocks` blocks is predicted to
+    /// take, from the durations of its earlier launches (ns per block);
+    /// `None` until one was measured.
+    fn predict_ns(&mut self, _ctx: CtxId, _f: FnId, _blocks: u64) -> Option<u64> {
+        None
+    }
+    /// The runaway guard: one request may use at most `limit` of device
+    /// time (`None`: no limit). See [`GpuExecutor::runaway`].
+    fn set_request_limit(&mut self, _limit: Option<std::time::Duration>) {}
+    /// A kernel that has run past the request limit and that this executor
+    /// cannot stop itself (CudaExecutor: the driver does not end a
+    /// context's running kernel; only the process's exit does). Looked at
+    /// without blocking; the worker's answer is to fail the VM's channels
+    /// and exit. SimGpu ends the modelled kernel at the limit itself (a
+    /// sticky CUDA_ERROR_LAUNCH_TIMEOUT) and never reports one here.
+    fn runaway(&mut self) -> Option<Runaway> {
+        None
+    }
+    /// Requests the runaway guard ended so far.
+    fn runaways(&self) -> u64 {
+        0
+    }
 
     /// `cuArray3DCreate`: an array of a validated description, counted
     /// against the device's memory.

@@ -352,8 +352,25 @@ impl<'a> Launch<'a> {
                 f.param_bytes
             ));
         }
+        // The blocks this launch runs: the whole grid, or one box of it.
+        let (first, extent) = match d.part {
+            None => ([0; 3], d.grid),
+            Some(p) => {
+                let inside = (0..3).all(|i| {
+                    p.extent[i] > 0
+                        && u64::from(p.offset[i]) + u64::from(p.extent[i]) <= u64::from(d.grid[i])
+                });
+                if !inside {
+                    return bad(format!(
+                        "blocks {:?} + {:?} outside the grid {:?}",
+                        p.offset, p.extent, d.grid
+                    ));
+                }
+                (p.offset, p.extent)
+            }
+        };
         self.nwarps = nwarps as u32;
-        let blocks: u64 = d.grid.iter().map(|&v| u64::from(v)).product();
+        let blocks: u64 = extent.iter().map(|&v| u64::from(v)).product();
         self.shared = vec![0; shared as usize];
         let slots = nwarps as usize * 32;
         self.local = vec![0; f.local_bytes as usize * slots];
@@ -372,9 +389,9 @@ impl<'a> Launch<'a> {
             })
             .collect();
         let setup = BLOCK_SETUP_COST + WARP_SETUP_COST * nwarps;
-        for z in 0..d.grid[2] {
-            for y in 0..d.grid[1] {
-                for x in 0..d.grid[0] {
+        for z in first[2]..first[2] + extent[2] {
+            for y in first[1]..first[1] + extent[1] {
+                for x in first[0]..first[0] + extent[0] {
                     self.ctaid = [x, y, z];
                     self.charge_setup(setup)?;
                     self.run_block(&mut warps, threads as u32)?;

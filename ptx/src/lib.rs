@@ -101,6 +101,13 @@
 //! listed) parses to an instruction that fails the launch with
 //! [`Error::Unsupported`] naming it when a thread reaches it.
 //!
+//! # Kernel slicing
+//!
+//! [`add_part_entries`] adds to a module's text, for each kernel, a
+//! companion entry that runs one box of the kernel's grid (block offset
+//! and full grid size as six extra parameters), so that a driver can run
+//! one launch as several; see [`part`].
+//!
 //! # Execution model
 //!
 //! Blocks run one after another; a block's warps (32 threads) take turns.
@@ -160,6 +167,7 @@ mod float;
 mod ir;
 mod lex;
 mod parse;
+pub mod part;
 mod printf;
 mod sample;
 pub mod texture;
@@ -176,6 +184,7 @@ pub use parse::{
     MAX_GLOBALS, MAX_INSTS, MAX_LABELS, MAX_LOCAL, MAX_PARAM_SCRATCH, MAX_REGS, MAX_STATIC_SHARED,
     MAX_TEXT_BYTES,
 };
+pub use part::{add_part_entries, PartEntry, PartedModule, PART_SUFFIX};
 
 pub use fairgpu_protocol::cuda::{output_records, STDERR, STDOUT};
 
@@ -265,6 +274,19 @@ pub struct Dims {
     pub block: [u32; 3],
     /// Dynamic shared memory in bytes (`extern __shared__`).
     pub shared_bytes: u32,
+    /// Run only this box of the grid's blocks (a sub-launch of a sliced
+    /// kernel): `%ctaid` still counts in the whole grid and `%nctaid` is
+    /// `grid`. `None`: every block.
+    pub part: Option<Part>,
+}
+
+/// A box of a grid's blocks: `offset .. offset + extent` per dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    /// The box's first block.
+    pub offset: [u32; 3],
+    /// Its size in blocks.
+    pub extent: [u32; 3],
 }
 
 /// Bounds on one launch's work.

@@ -63,6 +63,7 @@ fn arb_dims() -> impl Strategy<Value = Dims> {
             grid,
             block,
             shared_bytes,
+            part: None,
         })
 }
 

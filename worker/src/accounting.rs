@@ -116,7 +116,7 @@ use fairgpu_protocol::{Opcode, Status};
 use fairgpu_scheduler::IdleBehaviour;
 
 use crate::grants::{Bell, GrantSlot};
-use crate::host::{Answer, ArenaSlice, Handler, Pass};
+use crate::host::{Answer, ArenaSlice, Handler, Pass, Resume};
 use fairgpu_config::Accounting;
 use fairgpu_executor::clock;
 use fairgpu_executor::{CtxId, EventId};
@@ -1085,24 +1085,26 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-impl<H: Handler + Meter> Handler for Scheduled<H> {
-    fn handle(
+impl<H: Handler + Meter> Scheduled<H> {
+    /// Runs `serve` (request `req` of channel `ch`, admitted) under the
+    /// grant's accounting.
+    fn accounted(
         &mut self,
         ch: u32,
         req: &ValidRequest,
-        arena: &ArenaSlice<'_>,
+        serve: impl FnOnce(&mut H) -> Result<Answer, Status>,
     ) -> Result<Answer, Status> {
         let Some(gate) = self.gate.as_mut() else {
-            return self.inner.handle(ch, req, arena);
+            return serve(&mut self.inner);
         };
         if !needs_grant(req.op) || gate.holding.is_none() {
-            return self.inner.handle(ch, req, arena);
+            return serve(&mut self.inner);
         }
         if req.needs_response {
             gate.slot.count_sync_call();
         }
         if gate.holding.as_ref().is_some_and(|h| h.lease) {
-            let result = self.inner.handle(ch, req, arena);
+            let result = serve(&mut self.inner);
             gate.after_lease_request(&mut self.inner, ch, req);
             return result;
         }
@@ -1111,13 +1113,48 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             _ => None,
         };
         let t0 = Instant::now();
-        let result = self.inner.handle(ch, req, arena);
+        let result = serve(&mut self.inner);
         if gate.cfg.accounting == Accounting::Events {
             gate.account_events(&mut self.inner, ch, req, start);
         } else {
             gate.account(&mut self.inner, ch, req, t0);
         }
         result
+    }
+}
+
+impl<H: Handler + Meter> Handler for Scheduled<H> {
+    fn handle(
+        &mut self,
+        ch: u32,
+        req: &ValidRequest,
+        arena: &ArenaSlice<'_>,
+    ) -> Result<Answer, Status> {
+        self.accounted(ch, req, |h| h.handle(ch, req, arena))
+    }
+
+    fn resume(&mut self, ch: u32) -> Resume {
+        let Some(mut req) = self.inner.unfinished(ch) else {
+            return Resume::Nothing;
+        };
+        // The next part of a sliced kernel: admitted and accounted as a
+        // request of its own (its guest was answered at the first part).
+        req.needs_response = false;
+        if !self.may_issue(ch, &req) {
+            return Resume::Held;
+        }
+        let mut ran = Ok(());
+        let _ = self.accounted(ch, &req, |h| {
+            if let Resume::Ran(r) = h.resume(ch) {
+                ran = r;
+            }
+            ran.map(|()| Answer::default())
+        });
+        Resume::Ran(ran)
+    }
+
+    fn unfinished(&self, ch: u32) -> Option<ValidRequest> {
+        self.inner.unfinished(ch)
     }
 
     fn reset(&mut self, ch: u32) {

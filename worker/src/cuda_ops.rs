@@ -35,7 +35,8 @@ use fairgpu_protocol::{Opcode, Status};
 use serde::Serialize;
 
 use crate::accounting::{Mark, Meter};
-use crate::host::{Answer, ArenaSlice, Handler};
+use crate::host::{Answer, ArenaSlice, Handler, Resume};
+use crate::slicing::{Plan, SliceJob, Slicer, SlicingConfig};
 use crate::transport_ops::TransportOps;
 use fairgpu_executor::host_memory::{HostCharge, HostMemory};
 use fairgpu_executor::{
@@ -346,7 +347,29 @@ pub struct CudaOps {
     /// The first sticky error seen while the executor's sticky errors
     /// poison the whole process (a real GPU): the worker must be replaced.
     poisoned: Option<Status>,
+    /// Which launches are sliced ([`crate::slicing`]).
+    slicer: Slicer,
+    /// Each channel's sliced launch still in progress.
+    jobs: Vec<Option<SliceJob>>,
+    /// Kernel slicing and runaway guard counts.
+    long: LongKernelCounts,
+    /// Kernels already reported as not sliceable (bounded).
+    reported: HashSet<(CtxId, FnId)>,
 }
+
+/// What kernel slicing and the runaway guard did (`status`, `top`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LongKernelCounts {
+    /// Launches run as parts.
+    pub sliced: u64,
+    /// Parts launched.
+    pub parts: u64,
+    /// Launches predicted long that ran whole: not sliceable.
+    pub unsliceable: u64,
+}
+
+/// Kernels reported as not sliceable at most (each once).
+const MAX_REPORTED: usize = 256;
 
 impl std::fmt::Debug for CudaOps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -400,7 +423,105 @@ impl CudaOps {
             images: ImageCache::default(),
             poisoned: None,
             host_memory: HostMemory::unlimited(),
+            slicer: Slicer {
+                cfg: SlicingConfig::OFF,
+            },
+            jobs: Vec::new(),
+            long: LongKernelCounts::default(),
+            reported: HashSet::new(),
         }
+    }
+
+    /// Slices long launches as `cfg` says ([`crate::slicing`]).
+    pub fn with_slicing(mut self, cfg: SlicingConfig) -> CudaOps {
+        self.slicer = Slicer { cfg };
+        self
+    }
+
+    /// Requests the executor's runaway guard ended so far.
+    pub fn executor_runaways(&self) -> u64 {
+        self.exec.runaways()
+    }
+
+    /// What kernel slicing did so far.
+    pub fn long_kernels(&self) -> LongKernelCounts {
+        self.long
+    }
+
+    /// Whether and how to slice a launch of `f` with geometry `cfg`.
+    fn slice_plan(&mut self, ctx: CtxId, f: FnId, cfg: &LaunchConfig) -> Plan {
+        if !self.slicer.cfg.enabled {
+            return Plan::Whole;
+        }
+        let predicted = self.exec.predict_ns(ctx, f, cfg.blocks());
+        let plan = self.slicer.plan(cfg.grid, predicted);
+        if plan == Plan::Whole {
+            return plan;
+        }
+        let why = if cfg.options.cooperative {
+            Err("a cooperative launch (grid-wide barriers need every block resident)")
+        } else if cfg.options.cluster != [1, 1, 1] {
+            Err("a launch with thread-block clusters")
+        } else {
+            self.exec.sliceable(ctx, f)
+        };
+        match why {
+            Ok(()) => plan,
+            Err(why) => {
+                self.long.unsliceable += 1;
+                if self.reported.len() < MAX_REPORTED && self.reported.insert((ctx, f)) {
+                    tracing::info!(
+                        vm = %self.vm,
+                        predicted_ms = predicted.map(|ns| ns as f64 / 1e6),
+                        blocks = cfg.blocks(),
+                        "a long kernel runs whole: {why}"
+                    );
+                }
+                Plan::Whole
+            }
+        }
+    }
+
+    /// Launches `cfg` whole or as the first of its parts, leaving the
+    /// rest on channel `ch`.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_sliced(
+        &mut self,
+        ch: u32,
+        req: &ValidRequest,
+        ctx: CtxId,
+        f: FnId,
+        cfg: LaunchConfig,
+        stream: Option<StreamId>,
+    ) -> Result<Answer, Status> {
+        let Plan::Sliced(mut parts) = self.slice_plan(ctx, f, &cfg) else {
+            return self
+                .exec
+                .launch(ctx, f, &cfg, &self.buf, stream)
+                .map_err(exec_err)
+                .map(|_| Answer::default());
+        };
+        let first = parts.next();
+        let part_cfg = LaunchConfig { part: first, ..cfg };
+        self.exec
+            .launch(ctx, f, &part_cfg, &self.buf, stream)
+            .map_err(exec_err)?;
+        self.long.sliced += 1;
+        self.long.parts += 1;
+        let i = ch as usize;
+        if self.jobs.len() <= i {
+            self.jobs.resize_with(i + 1, || None);
+        }
+        self.jobs[i] = Some(SliceJob {
+            req: req.clone(),
+            ctx,
+            f,
+            cfg,
+            params: self.buf.clone(),
+            stream,
+            parts,
+        });
+        Ok(Answer::default())
     }
 
     /// Charges what this handler keeps for the guests to `budget`, the
@@ -808,11 +929,9 @@ impl CudaOps {
                     block: hdr.block,
                     shared_mem: hdr.shared_mem,
                     options,
+                    part: None,
                 };
-                self.exec
-                    .launch(ctx, id, &cfg, &self.buf, stream)
-                    .map_err(exec_err)
-                    .map(|_| Answer::default())
+                self.launch_sliced(ch, req, ctx, id, cfg, stream)
             }
             Opcode::ArrayCreate => {
                 let mut b = [0u8; ARRAY_DESC_BYTES];
@@ -1117,7 +1236,42 @@ impl Handler for CudaOps {
         result
     }
 
+    fn resume(&mut self, ch: u32) -> Resume {
+        let Some(job) = self.jobs.get_mut(ch as usize).and_then(Option::as_mut) else {
+            return Resume::Nothing;
+        };
+        let Some(part) = job.parts.next() else {
+            self.jobs[ch as usize] = None;
+            return Resume::Nothing;
+        };
+        let cfg = LaunchConfig {
+            part: Some(part),
+            ..job.cfg
+        };
+        let r = self
+            .exec
+            .launch(job.ctx, job.f, &cfg, &job.params, job.stream)
+            .map_err(exec_err);
+        self.long.parts += 1;
+        if r.is_err() || job.parts.is_done() {
+            // A failed part ends the launch (its error is the channel's
+            // deferred one); the last part ends it too.
+            self.jobs[ch as usize] = None;
+        }
+        if let Err(status) = r {
+            self.note_error(ch, status);
+        }
+        Resume::Ran(r.map(drop))
+    }
+
+    fn unfinished(&self, ch: u32) -> Option<ValidRequest> {
+        self.jobs.get(ch as usize)?.as_ref().map(|j| j.req.clone())
+    }
+
     fn reset(&mut self, ch: u32) {
+        if let Some(job) = self.jobs.get_mut(ch as usize) {
+            *job = None;
+        }
         self.transport.reset(ch);
         if let Some(cx) = self.contexts.get_mut(ch as usize).and_then(Option::take) {
             let freed: u64 = cx.allocs.values().sum::<u64>() + cx.array_bytes;

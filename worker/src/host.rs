@@ -473,6 +473,32 @@ pub trait Handler {
     fn poll(&mut self, _pass: Pass) -> Option<Duration> {
         None
     }
+    /// Work that an answered request left unfinished on channel `ch` (the
+    /// parts of a sliced kernel still to launch,
+    /// [`crate::slicing`]): asked before each of the channel's requests,
+    /// which wait until it is done, so they stay ordered after it. Nothing
+    /// to do by default.
+    fn resume(&mut self, _ch: u32) -> Resume {
+        Resume::Nothing
+    }
+    /// The request whose work [`Handler::resume`] continues, if any (a
+    /// private copy, validated when it was served).
+    fn unfinished(&self, _ch: u32) -> Option<ValidRequest> {
+        None
+    }
+}
+
+/// What [`Handler::resume`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// The channel has no unfinished work.
+    Nothing,
+    /// Its unfinished work may not be issued now (as
+    /// [`Handler::may_issue`] false): the channel waits.
+    Held,
+    /// It issued the next piece: `Err` is the channel's next deferred
+    /// error, as an asynchronous request's failure is.
+    Ran(Result<(), Status>),
 }
 
 /// What the server saw in its last pass over the channels.
@@ -880,6 +906,24 @@ impl<H: Handler> Server<H> {
     fn serve_one(&mut self, i: usize) -> Result<bool, ChannelFailure> {
         let arena_size = self.region.layout().arena_size();
         let ch = &mut self.channels[i];
+        // An answered request's unfinished work goes before the channel's
+        // next request.
+        match self.handler.resume(ch.index) {
+            Resume::Nothing => {}
+            Resume::Held => {
+                self.deferred = true;
+                return Ok(false);
+            }
+            Resume::Ran(r) => {
+                if let Err(s) = r {
+                    self.stats[i].errors.fetch_add(1, Ordering::Relaxed);
+                    if ch.deferred.is_success() {
+                        ch.deferred = s;
+                    }
+                }
+                return Ok(true);
+            }
+        }
         let Some(desc) = ch
             .req
             .peek()

@@ -42,6 +42,7 @@ pub mod fds;
 pub mod grants;
 pub mod host;
 pub mod process;
+pub mod slicing;
 pub mod stats;
 pub mod transport_ops;
 
@@ -88,8 +89,21 @@ pub struct WorkerArgs {
 
 /// The worker's request handler: the CUDA driver API, which also serves
 /// the transport opcodes. Swapping the handler is this one function.
-fn handler_for(executor: Box<dyn GpuExecutor>, vm: &VmConfig, budget: Arc<HostMemory>) -> CudaOps {
-    CudaOps::new(executor, vm.name.clone(), vm.memory).with_host_memory(budget)
+fn handler_for(
+    mut executor: Box<dyn GpuExecutor>,
+    cfg: &Config,
+    vm: &VmConfig,
+    budget: Arc<HostMemory>,
+) -> CudaOps {
+    let long = &cfg.daemon.long_kernels;
+    executor.set_request_limit(vm.max_request);
+    CudaOps::new(executor, vm.name.clone(), vm.memory)
+        .with_host_memory(budget)
+        .with_slicing(crate::slicing::SlicingConfig {
+            enabled: long.slicing,
+            threshold_ns: long.threshold.as_nanos().min(u128::from(u64::MAX)) as u64,
+            min_blocks: long.min_blocks,
+        })
 }
 
 /// Builds the executor the daemon chose.
@@ -161,7 +175,7 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<bool> {
     let region = args.ivshmem.attach(vm)?;
     let budget = HostMemory::new(vm.host_memory);
     let executor = executor_for(args, &cfg, budget.clone())?;
-    let ops = handler_for(executor, vm, budget);
+    let ops = handler_for(executor, &cfg, vm, budget);
     let sched = &cfg.daemon.sched;
     let ops = match (&args.grants, sched.policy) {
         (Some(path), Some(_)) => {
@@ -200,6 +214,7 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<bool> {
         channels: None,
         shutdown: shutdown.clone(),
         recycle: false,
+        published: Default::default(),
     };
     let mut server = Server::adopt(region, handler, ServeConfig::default(), shutdown);
     let channels = server.stats();
@@ -244,6 +259,8 @@ struct Publisher {
     shutdown: Arc<AtomicBool>,
     /// Whether the worker stopped to be recycled.
     recycle: bool,
+    /// The long-kernel counts and runaways last published.
+    published: (crate::cuda_ops::LongKernelCounts, u64),
 }
 
 impl Handler for Publisher {
@@ -266,6 +283,14 @@ impl Handler for Publisher {
         self.ops.may_issue(ch, req)
     }
 
+    fn resume(&mut self, ch: u32) -> crate::host::Resume {
+        self.ops.resume(ch)
+    }
+
+    fn unfinished(&self, ch: u32) -> Option<fairgpu_protocol::wire::ValidRequest> {
+        self.ops.unfinished(ch)
+    }
+
     fn poll(&mut self, pass: crate::host::Pass) -> Option<std::time::Duration> {
         self.ops.poll(pass)
     }
@@ -282,6 +307,15 @@ impl Handler for Publisher {
         s.set(Field::GpuTimeNs, u.gpu_time_ns);
         s.set(Field::Calls, u.calls);
         s.set(Field::Kernels, u.kernels);
+        // Cumulative over the VM's workers: this worker adds what it did
+        // since it last published.
+        let long = self.ops.inner().long_kernels();
+        let runaways = self.ops.inner().executor_runaways();
+        let last = std::mem::replace(&mut self.published, (long, runaways));
+        s.add(Field::SlicedLaunches, long.sliced - last.0.sliced);
+        s.add(Field::KernelParts, long.parts - last.0.parts);
+        s.add(Field::Unsliceable, long.unsliceable - last.0.unsliceable);
+        s.add(Field::Runaways, runaways - last.1);
         if let Some(ch) = &self.channels {
             // Relaxed: a monitoring count, ordered with nothing.
             let used = ch

@@ -82,8 +82,17 @@ pub enum Field {
     HostMemUsed = 16,
     /// The VM's host-memory budget, bytes. Worker.
     HostMemLimit = 17,
+    /// Launches run as parts (kernel slicing), over every worker of the
+    /// VM. Worker (adds).
+    SlicedLaunches = 18,
+    /// Parts those launches ran as, over every worker. Worker (adds).
+    KernelParts = 19,
+    /// Launches predicted long that ran whole, not sliceable. Worker (adds).
+    Unsliceable = 20,
+    /// Requests the runaway guard ended, over every worker. Worker (adds).
+    Runaways = 21,
     /// First unused index.
-    Reserved = 18,
+    Reserved = 22,
 }
 
 /// What a VM's worker is doing.
@@ -345,7 +354,34 @@ impl Slot {
             contexts: self.get(Field::Contexts) as u32,
             ticks: self.get(Field::Ticks),
             started_ms: self.get(Field::StartedMs),
+            long_kernels: LongKernelStats {
+                sliced: self.get(Field::SlicedLaunches),
+                parts: self.get(Field::KernelParts),
+                unsliceable: self.get(Field::Unsliceable),
+                runaways: self.get(Field::Runaways),
+            },
         }
+    }
+}
+
+/// What kernel slicing and the runaway guard did for one VM, over every
+/// worker it had (docs/long-kernels.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LongKernelStats {
+    /// Launches run as parts.
+    pub sliced: u64,
+    /// Parts they ran as.
+    pub parts: u64,
+    /// Launches predicted long that ran whole (not sliceable).
+    pub unsliceable: u64,
+    /// Requests the runaway guard ended.
+    pub runaways: u64,
+}
+
+impl LongKernelStats {
+    /// Whether anything happened.
+    pub fn is_zero(&self) -> bool {
+        *self == LongKernelStats::default()
     }
 }
 
@@ -382,6 +418,8 @@ pub struct SlotSnapshot {
     pub ticks: u64,
     /// When the current worker started, ms since the Unix epoch (0: none).
     pub started_ms: u64,
+    /// Kernel slicing and the runaway guard.
+    pub long_kernels: LongKernelStats,
 }
 
 /// Milliseconds since the Unix epoch.

@@ -199,6 +199,17 @@ struct Function {
     model: KernelModel,
     /// Values set by `cuFuncSetAttribute`, by attribute.
     set: [Option<i32>; func_attr::LAST as usize + 1],
+    /// Modelled ns per block of its last launch (the history kernel
+    /// slicing predicts from).
+    ns_per_block: Option<f64>,
+}
+
+/// `ns` split pro rata: the share of `part` blocks out of `whole`.
+fn share_of(ns: u64, part: u64, whole: u64) -> u64 {
+    if part >= whole || whole == 0 {
+        return ns;
+    }
+    (u128::from(ns) * u128::from(part) / u128::from(whole)) as u64
 }
 
 /// A loaded module.
@@ -763,6 +774,10 @@ pub struct SimGpu {
     poisoned: Option<ExecError>,
     /// The VM's host-memory budget: parsed modules and module variables.
     host_memory: Arc<HostMemory>,
+    /// The runaway guard: most device time one launch may take, ns.
+    request_limit: Option<u64>,
+    /// Launches the runaway guard ended.
+    runaways: u64,
 }
 
 /// What the executor's executed kernels did, summed over its launches.
@@ -929,6 +944,8 @@ impl SimGpu {
             warned: HashSet::new(),
             poison_process: cfg.sticky_poisons_process,
             poisoned: None,
+            request_limit: None,
+            runaways: 0,
             host_memory: HostMemory::unlimited(),
         })
     }
@@ -1109,6 +1126,10 @@ impl SimGpu {
             grid: cfg.grid,
             block: cfg.block,
             shared_bytes: cfg.shared_mem,
+            part: cfg.part.map(|p| ptx::Part {
+                offset: p.offset,
+                extent: p.extent,
+            }),
         };
         let mut memory = Allocations {
             allocs: &mut c.allocs,
@@ -1595,6 +1616,7 @@ impl GpuExecutor for SimGpu {
                 params: params.clone(),
                 model,
                 set: Default::default(),
+                ns_per_block: None,
             },
         );
         self.next_id += 1;
@@ -1787,6 +1809,14 @@ impl GpuExecutor for SimGpu {
             Some(cost) => Some(cost.duration_ns(&func.params, params)?),
             None => None,
         };
+        // A part of a sliced launch: its blocks' share of a configured
+        // duration (an executed part counts its own instructions).
+        let blocks = match cfg.part {
+            None => cfg.blocks(),
+            Some(p) if p.fits(cfg.grid) => p.blocks(),
+            Some(_) => return Err(ExecError::Invalid("grid part outside the grid")),
+        };
+        let configured = configured.map(|ns| share_of(ns, blocks, cfg.blocks()));
         let duration = match (model.execute, configured) {
             (true, configured) => {
                 let stats = self.execute(ctx, f, cfg, params)?;
@@ -1797,12 +1827,58 @@ impl GpuExecutor for SimGpu {
             // without a cost always executes.
             (false, None) => return Err(ExecError::CannotEmulate(func.name.clone())),
         };
+        // The runaway guard: the modelled kernel ends at the limit, and
+        // the context is left with a sticky CUDA_ERROR_LAUNCH_TIMEOUT.
+        let (duration, overran) = match self.request_limit {
+            Some(limit) if duration > limit => (limit, true),
+            _ => (duration, false),
+        };
         let c = self.ctx_mut(ctx)?;
+        if let Some(func) = c.functions.get_mut(&f.0) {
+            func.ns_per_block = Some(duration as f64 / blocks.max(1) as f64);
+        }
         let t0 = c.enqueue(stream)?;
         let (_start, end) = self.device.reserve_issued(t0, issued, duration);
         self.ctx_mut(ctx)?.set_ready(stream, end)?;
         self.gpu_time_ns += duration;
+        if overran {
+            let name = self
+                .ctx(ctx)?
+                .functions
+                .get(&f.0)
+                .map(|f| f.name.clone())
+                .unwrap_or_default();
+            tracing::warn!(kernel = %name, limit_ms = duration as f64 / 1e6, "runaway guard: the kernel ran past the VM's limit on one request and was ended there (CUDA_ERROR_LAUNCH_TIMEOUT)");
+            self.runaways += 1;
+            let e = ExecError::Driver {
+                call: "cuLaunchKernel (runaway guard)",
+                status: LAUNCH_TIMEOUT,
+            };
+            self.set_sticky(ctx, &e);
+            return Err(e);
+        }
         Ok(())
+    }
+
+    fn sliceable(&mut self, ctx: CtxId, f: FnId) -> Result<(), crate::Unsliceable> {
+        // SimGpu runs any box of any grid; only the context must exist.
+        match self.ctx(ctx).map(|c| c.functions.contains_key(&f.0)) {
+            Ok(true) => Ok(()),
+            _ => Err("unknown function"),
+        }
+    }
+
+    fn predict_ns(&mut self, ctx: CtxId, f: FnId, blocks: u64) -> Option<u64> {
+        let per = self.ctx(ctx).ok()?.functions.get(&f.0)?.ns_per_block?;
+        Some((per * blocks as f64).min(u64::MAX as f64) as u64)
+    }
+
+    fn runaways(&self) -> u64 {
+        self.runaways
+    }
+
+    fn set_request_limit(&mut self, limit: Option<std::time::Duration>) {
+        self.request_limit = limit.map(|d| d.as_nanos().min(u128::from(u64::MAX)) as u64);
     }
 
     fn array_create(&mut self, ctx: CtxId, desc: &ArrayDesc) -> ExecResult<ArrayId> {

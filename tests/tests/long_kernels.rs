@@ -1,0 +1,175 @@
+//! Long kernels end to end on SimGpu (docs/long-kernels.md): a launch
+//! predicted to take longer than the threshold runs as parts of its grid
+//! and computes exactly what the whole launch computes; a kernel that runs
+//! past the VM's runaway guard ends there with a sticky
+//! CUDA_ERROR_LAUNCH_TIMEOUT for its own context only, counted in
+//! `status`.
+
+use fairgpu_frontend::cuda::Cuda;
+use fairgpu_protocol::Status;
+use fairgpu_tests::{
+    claim, status, vm, wait_config, wait_for_status, DaemonProcess, Setup, DEFAULT_SIM,
+};
+
+/// fairgpu's own kernels: `fairgpu_axpy` (executed) and `fairgpu_spin`.
+const KERNELS_PTX: &str = include_str!("../../benches/kernels/fairgpu.ptx");
+const MS: u64 = 1_000_000;
+
+/// A daemon whose configuration has the extra `[daemon]` lines `daemon`
+/// and, per VM, the extra lines of `vms`.
+fn start(test: &str, daemon: &str, vms: &[(&str, &str)]) -> (DaemonProcess, Setup) {
+    let names: Vec<(&str, u32, u32)> = vms.iter().map(|(n, _)| (*n, 1, 2)).collect();
+    // fairgpu_axpy executes and is modelled as 200 µs per launch (a part
+    // takes its blocks' share).
+    let sim =
+        format!("{DEFAULT_SIM}\n[[sim.kernels]]\nname = \"fairgpu_axpy\"\nduration_us = 200.0\n");
+    let setup = Setup::with_sim(test, &sim, &names);
+    let mut text = std::fs::read_to_string(&setup.config).unwrap();
+    text = text.replacen("[daemon]\n", &format!("[daemon]\n{daemon}\n"), 1);
+    for (name, extra) in vms {
+        let at = format!("name = {name:?}\n");
+        text = text.replacen(&at, &format!("{at}{extra}\n"), 1);
+    }
+    std::fs::write(&setup.config, text).unwrap();
+    (setup.start(), setup)
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[test]
+fn a_sliced_launch_computes_what_the_whole_launch_computes() {
+    // Every launch longer than 50 µs of modelled time is cut into parts
+    // of about 50 µs, at least 8 blocks.
+    let (d, setup) = start(
+        "slicing",
+        "kernel_slice_ms = 0.05\nkernel_slice_blocks = 8",
+        &[("vm1", "")],
+    );
+    let mut cu = Cuda::new(claim(&setup.regions[0], wait_config()));
+    let m = cu.module_load(KERNELS_PTX.as_bytes()).unwrap();
+    let axpy = cu.module_get_function(m, "fairgpu_axpy").unwrap();
+    // 1000 blocks of 32 threads over 31,990 floats: the last block is
+    // partly out of range, and the box the parts cut ends mid-grid.
+    let n = 31_990usize;
+    let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+    let y0: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
+    let px = cu.mem_alloc(4 * n as u64).unwrap();
+    let py = cu.mem_alloc(4 * n as u64).unwrap();
+    cu.memcpy_htod(px, &bytes(&x)).unwrap();
+    cu.memcpy_htod(py, &bytes(&y0)).unwrap();
+    let a = 1.5f32;
+    let params = axpy
+        .pack(&[
+            &py.to_le_bytes(),
+            &px.to_le_bytes(),
+            &a.to_le_bytes(),
+            &(n as u32).to_le_bytes(),
+        ])
+        .unwrap();
+    // The first launch has no history and runs whole; the next ones are
+    // predicted from it and sliced.
+    for _ in 0..3 {
+        cu.launch(axpy.handle, [1000, 1, 1], [32, 1, 1], 0, 0, &params)
+            .unwrap();
+    }
+    assert_eq!(cu.ctx_synchronize(), Ok(()));
+    let mut out = vec![0u8; 4 * n];
+    cu.memcpy_dtoh(&mut out, py, 0).unwrap();
+    let got = f32s(&out);
+    for i in 0..n {
+        let mut want = y0[i];
+        for _ in 0..3 {
+            want = a.mul_add(x[i], want);
+        }
+        assert_eq!(got[i].to_bits(), want.to_bits(), "y[{i}]");
+    }
+    let st = wait_for_status(&d, "the sliced launches to be published", |s| {
+        vm(s, "vm1").long_kernels.sliced >= 2
+    });
+    let l = vm(&st, "vm1").long_kernels;
+    assert_eq!(l.sliced, 2, "the first launch ran whole: {l:?}");
+    // 200 µs over 1000 blocks at 50 µs per part: 250 blocks, 4 parts.
+    assert_eq!(l.parts, 2 * 4, "{l:?}");
+    assert_eq!(l.runaways, 0);
+}
+
+#[test]
+fn the_runaway_guard_ends_an_over_long_kernel_for_its_own_context_only() {
+    // vm1 may hold the device for 20 ms per request; vm2 keeps the
+    // daemon's default (seconds).
+    let (d, setup) = start(
+        "runaway",
+        "",
+        &[("vm1", "max_request_ms = 20"), ("vm2", "")],
+    );
+    let mut eater = Cuda::new(claim(&setup.regions[0], wait_config()));
+    let mut other = Cuda::new(claim(&setup.regions[1], wait_config()));
+    let mut same_vm = Cuda::new(claim(&setup.regions[0], wait_config()));
+    let kernels: Vec<_> = [&mut eater, &mut other, &mut same_vm]
+        .into_iter()
+        .map(|cu| {
+            let m = cu.module_load(KERNELS_PTX.as_bytes()).unwrap();
+            cu.module_get_function(m, "fairgpu_spin").unwrap()
+        })
+        .collect();
+    // Within the limit: fine.
+    eater
+        .launch(
+            kernels[0].handle,
+            [1; 3],
+            [1; 3],
+            0,
+            0,
+            &(5 * MS).to_le_bytes(),
+        )
+        .unwrap();
+    assert_eq!(eater.ctx_synchronize(), Ok(()));
+    // A minute of device time: ended at 20 ms, sticky.
+    eater
+        .launch(
+            kernels[0].handle,
+            [1; 3],
+            [1; 3],
+            0,
+            0,
+            &(60_000 * MS).to_le_bytes(),
+        )
+        .unwrap();
+    let timeout = Status(702);
+    let r = eater.ctx_synchronize();
+    assert!(
+        matches!(&r, Err(e) if e.status() == timeout),
+        "LAUNCH_TIMEOUT at the synchronize, got {r:?}"
+    );
+    assert!(eater.mem_alloc(16).is_err(), "the context stays failed");
+    // The other VM and the other context of the same VM are untouched.
+    for (cu, k) in [(&mut other, &kernels[1]), (&mut same_vm, &kernels[2])] {
+        cu.launch(k.handle, [1; 3], [1; 3], 0, 0, &MS.to_le_bytes())
+            .unwrap();
+        assert_eq!(cu.ctx_synchronize(), Ok(()));
+        let p = cu.mem_alloc(16).unwrap();
+        cu.memcpy_htod(p, &[7; 16]).unwrap();
+        let mut back = [0u8; 16];
+        cu.memcpy_dtoh(&mut back, p, 0).unwrap();
+        assert_eq!(back, [7; 16]);
+    }
+    let st = wait_for_status(&d, "the runaway to be published", |s| {
+        vm(s, "vm1").long_kernels.runaways >= 1
+    });
+    assert_eq!(vm(&st, "vm1").long_kernels.runaways, 1);
+    assert_eq!(vm(&st, "vm2").long_kernels.runaways, 0);
+    let text = status(&d);
+    assert_eq!(
+        vm(&text, "vm1").restarts,
+        0,
+        "SimGpu ends the kernel itself"
+    );
+}
