@@ -62,6 +62,10 @@ impl Memory for SmallMemory {
 fuzz_target!(|data: &[u8]| {
     let end = data.iter().position(|&b| b == 0).unwrap_or(data.len());
     let text = String::from_utf8_lossy(&data[..end]);
+    // Kernel slicing's transformation: no panic and a bounded output,
+    // whatever the input.
+    let parted = fairgpu_ptx::add_part_entries(&text);
+    assert!(parted.text.len() <= 2 * text.len() + fairgpu_ptx::part::PART_SLACK);
     let Ok(m) = Module::parse(&text) else {
         return;
     };
@@ -76,6 +80,7 @@ fuzz_target!(|data: &[u8]| {
         grid: [2, 1, 1],
         block: [40, 1, 1],
         shared_bytes: 256,
+        part: None,
     };
     let params: Vec<u8> = (0..512).flat_map(|_| BASE.to_le_bytes()).collect();
     let limits = Limits {
