@@ -230,6 +230,20 @@ impl Vm {
             s.worker_gone(self.index);
         }
         let failed = self.region.fail_established(ChannelFailure::WorkerCrashed);
+        if status.code() == Some(fairgpu_worker::RUNAWAY_EXIT) {
+            // The runaway guard: the worker failed the offending channel
+            // (LAUNCH_TIMEOUT) and exited so that the GPU would end the
+            // kernel; a fresh process serves the VM at once.
+            tracing::warn!(
+                vm = %self.cfg.name,
+                pid,
+                channels_failed = failed,
+                "worker exited to end a runaway kernel; starting a fresh one"
+            );
+            self.slot.set_state(WorkerState::Restarting);
+            self.restart_at = Some(Instant::now());
+            return;
+        }
         if status.code() == Some(fairgpu_worker::RECYCLE_EXIT) {
             // A sticky GPU error poisoned the worker's CUDA state and its
             // guests have let go: a fresh process serves the VM at once.

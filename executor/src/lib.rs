@@ -511,6 +511,9 @@ pub trait GpuExecutor: Send {
     fn sliceable(&mut self, _ctx: CtxId, _f: FnId) -> Result<(), Unsliceable> {
         Err("this executor cannot run part of a grid")
     }
+    /// Prepare modules loaded from now on for kernel slicing (CudaExecutor:
+    /// PTX modules get part companions). SimGpu needs nothing.
+    fn set_slicing(&mut self, _on: bool) {}
     /// The device time a launch of `f` over `blocks` blocks is predicted to
     /// take, from the durations of its earlier launches (ns per block);
     /// `None` until one was measured.

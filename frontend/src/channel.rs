@@ -62,6 +62,17 @@ pub enum CallError {
         /// The host's reason, or "unknown state N".
         reason: String,
     },
+    /// The host ended the channel because one of its kernels ran past the
+    /// VM's limit on one request's device time (the runaway guard): every
+    /// call fails with CUDA_ERROR_LAUNCH_TIMEOUT, as after a display
+    /// watchdog's timeout.
+    #[error(
+        "channel {channel} failed: a kernel ran past the VM's limit on one request's device time"
+    )]
+    RunawayKernel {
+        /// Channel index.
+        channel: u32,
+    },
     /// The host's heartbeat stopped.
     #[error("host unresponsive: no heartbeat for {0:?}")]
     HostGone(Duration),
@@ -87,6 +98,7 @@ impl CallError {
     pub fn status(&self) -> Status {
         match self {
             CallError::Cuda(s) | CallError::Deferred(s) => *s,
+            CallError::RunawayKernel { .. } => Status::LAUNCH_TIMEOUT,
             CallError::ChannelFailed { .. } | CallError::HostGone(_) | CallError::Protocol(_) => {
                 Status::DEINITIALIZED
             }
@@ -98,7 +110,10 @@ impl CallError {
     fn is_fatal(&self) -> bool {
         matches!(
             self,
-            CallError::ChannelFailed { .. } | CallError::HostGone(_) | CallError::Protocol(_)
+            CallError::ChannelFailed { .. }
+                | CallError::RunawayKernel { .. }
+                | CallError::HostGone(_)
+                | CallError::Protocol(_)
         )
     }
 }
@@ -790,6 +805,11 @@ impl Channel {
             return Ok(());
         }
         let state = self.word(CH_HOST_STATE).load(Ordering::Acquire);
+        if state == ChannelFailure::RunawayKernel as u32 {
+            return Err(self.fail(CallError::RunawayKernel {
+                channel: self.index,
+            }));
+        }
         if state != 0 {
             let reason = ChannelFailure::from_state(state)
                 .map_or_else(|| format!("unknown state {state}"), |f| f.to_string());

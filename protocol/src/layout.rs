@@ -402,6 +402,11 @@ pub enum ChannelFailure {
     /// established channel and restarts the worker. The channel's host-side
     /// state (contexts, memory, handles) is gone: release and re-claim.
     WorkerCrashed = 4,
+    /// A kernel of this channel's context ran past its VM's limit on one
+    /// request's device time (the runaway guard): the worker serving the
+    /// region ended so that the GPU would end the kernel, and the guest's
+    /// calls fail with CUDA_ERROR_LAUNCH_TIMEOUT. Release and re-claim.
+    RunawayKernel = 5,
 }
 
 impl ChannelFailure {
@@ -412,6 +417,7 @@ impl ChannelFailure {
             2 => Some(ChannelFailure::ResponseRingCorrupt),
             3 => Some(ChannelFailure::HostShutdown),
             4 => Some(ChannelFailure::WorkerCrashed),
+            5 => Some(ChannelFailure::RunawayKernel),
             _ => None,
         }
     }
@@ -424,6 +430,9 @@ impl std::fmt::Display for ChannelFailure {
             ChannelFailure::ResponseRingCorrupt => "response ring indices corrupt",
             ChannelFailure::HostShutdown => "host shut down",
             ChannelFailure::WorkerCrashed => "worker process crashed",
+            ChannelFailure::RunawayKernel => {
+                "a kernel ran past the VM's limit on one request's device time (runaway guard)"
+            }
         })
     }
 }
@@ -542,11 +551,12 @@ mod tests {
             ChannelFailure::ResponseRingCorrupt,
             ChannelFailure::HostShutdown,
             ChannelFailure::WorkerCrashed,
+            ChannelFailure::RunawayKernel,
         ] {
             assert_eq!(ChannelFailure::from_state(f as u32), Some(f));
         }
         assert_eq!(ChannelFailure::from_state(0), None);
-        assert_eq!(ChannelFailure::from_state(5), None);
+        assert_eq!(ChannelFailure::from_state(6), None);
     }
 
     #[test]

@@ -268,6 +268,8 @@ impl Status {
     pub const ASSERT: Status = Status(710);
     /// CUDA_ERROR_ILLEGAL_ADDRESS.
     pub const ILLEGAL_ADDRESS: Status = Status(700);
+    /// CUDA_ERROR_LAUNCH_TIMEOUT (sticky).
+    pub const LAUNCH_TIMEOUT: Status = Status(702);
     /// CUDA_ERROR_NOT_SUPPORTED.
     pub const NOT_SUPPORTED: Status = Status(801);
     /// CUDA_ERROR_UNKNOWN.

@@ -8,7 +8,8 @@
 use fairgpu_frontend::cuda::Cuda;
 use fairgpu_protocol::Status;
 use fairgpu_tests::{
-    claim, status, vm, wait_config, wait_for_status, DaemonProcess, Setup, DEFAULT_SIM,
+    claim, guest_lib_dir, status, vm, wait_config, wait_for_status, DaemonProcess, Setup,
+    DEFAULT_SIM,
 };
 
 /// fairgpu's own kernels: `fairgpu_axpy` (executed) and `fairgpu_spin`.
@@ -18,12 +19,18 @@ const MS: u64 = 1_000_000;
 /// A daemon whose configuration has the extra `[daemon]` lines `daemon`
 /// and, per VM, the extra lines of `vms`.
 fn start(test: &str, daemon: &str, vms: &[(&str, &str)]) -> (DaemonProcess, Setup) {
-    let names: Vec<(&str, u32, u32)> = vms.iter().map(|(n, _)| (*n, 1, 2)).collect();
+    let setup = configure(test, "sim", daemon, vms);
+    (setup.start(), setup)
+}
+
+/// The configuration of [`start`] on executor `executor`, not started.
+fn configure(test: &str, executor: &str, daemon: &str, vms: &[(&str, &str)]) -> Setup {
+    let names: Vec<(&str, u32, u32)> = vms.iter().map(|(n, _)| (*n, 1, 8)).collect();
     // fairgpu_axpy executes and is modelled as 200 µs per launch (a part
     // takes its blocks' share).
     let sim =
         format!("{DEFAULT_SIM}\n[[sim.kernels]]\nname = \"fairgpu_axpy\"\nduration_us = 200.0\n");
-    let setup = Setup::with_sim(test, &sim, &names);
+    let setup = Setup::with_executor(test, executor, &sim, &names);
     let mut text = std::fs::read_to_string(&setup.config).unwrap();
     text = text.replacen("[daemon]\n", &format!("[daemon]\n{daemon}\n"), 1);
     for (name, extra) in vms {
@@ -31,7 +38,7 @@ fn start(test: &str, daemon: &str, vms: &[(&str, &str)]) -> (DaemonProcess, Setu
         text = text.replacen(&at, &format!("{at}{extra}\n"), 1);
     }
     std::fs::write(&setup.config, text).unwrap();
-    (setup.start(), setup)
+    setup
 }
 
 fn f32s(b: &[u8]) -> Vec<f32> {
@@ -172,4 +179,71 @@ fn the_runaway_guard_ends_an_over_long_kernel_for_its_own_context_only() {
         0,
         "SimGpu ends the kernel itself"
     );
+}
+
+/// On CudaExecutor the driver cannot end a running kernel short of the
+/// process's exit (docs/long-kernels.md). Run here through two hops: a
+/// daemon whose workers use CudaExecutor with fairgpu's own libcuda.so.1,
+/// forwarding to a SimGpu daemon whose VM has no guard, where a 20 s
+/// kernel stands for one that never ends.
+#[test]
+fn a_runaway_kernel_on_cuda_executor_ends_its_worker_and_fails_its_channel_with_launch_timeout() {
+    let lib = guest_lib_dir();
+    let (_backend_daemon, backend) =
+        start("runaway_backend", "", &[("backend", "max_request_ms = 0")]);
+    let front = configure(
+        "runaway_front",
+        "cuda",
+        "",
+        &[("vm1", "max_request_ms = 200"), ("vm2", "")],
+    );
+    let d = front.start_with_env(&[
+        ("FAIRGPU_REGION", backend.regions[0].as_os_str()),
+        ("LD_LIBRARY_PATH", lib.as_os_str()),
+    ]);
+    assert_eq!(status(&d).daemon.executor, "cuda");
+    let pid = vm(&status(&d), "vm1").worker_pid;
+    let mut cu = Cuda::new(claim(&front.regions[0], wait_config()));
+    let m = cu.module_load(KERNELS_PTX.as_bytes()).unwrap();
+    let spin = cu.module_get_function(m, "fairgpu_spin").unwrap();
+    cu.launch(spin.handle, [1; 3], [1; 3], 0, 0, &MS.to_le_bytes())
+        .unwrap();
+    assert_eq!(cu.ctx_synchronize(), Ok(()), "within the limit");
+    cu.launch(
+        spin.handle,
+        [1; 3],
+        [1; 3],
+        0,
+        0,
+        &(20_000 * MS).to_le_bytes(),
+    )
+    .unwrap();
+    let timeout = Status(702);
+    let r = cu.ctx_synchronize();
+    assert!(
+        matches!(&r, Err(e) if e.status() == timeout),
+        "LAUNCH_TIMEOUT at the synchronize, got {r:?}"
+    );
+    let r = cu.mem_alloc(16);
+    assert!(
+        matches!(&r, Err(e) if e.status() == timeout),
+        "and at every later call, got {r:?}"
+    );
+    drop(cu);
+    // A fresh worker serves the VM; the runaway is counted.
+    let st = wait_for_status(&d, "a fresh worker for vm1", |s| {
+        let v = vm(s, "vm1");
+        v.worker_pid != 0 && v.worker_pid != pid && v.long_kernels.runaways == 1
+    });
+    assert_eq!(vm(&st, "vm2").long_kernels.runaways, 0);
+    // Both VMs serve new guests (copies: the backend's device is still
+    // busy with the 20 s kernel's modelled time).
+    for region in [&front.regions[0], &front.regions[1]] {
+        let mut cu = Cuda::new(claim(region, wait_config()));
+        let p = cu.mem_alloc(16).unwrap();
+        cu.memcpy_htod(p, &[9; 16]).unwrap();
+        let mut back = [0u8; 16];
+        cu.memcpy_dtoh(&mut back, p, 0).unwrap();
+        assert_eq!(back, [9; 16]);
+    }
 }

@@ -438,6 +438,18 @@ impl CudaOps {
         self
     }
 
+    /// A kernel the executor reports as run away, with the channel whose
+    /// context launched it (see [`GpuExecutor::runaway`]).
+    pub fn runaway(&mut self) -> Option<(fairgpu_executor::Runaway, Option<u32>)> {
+        let r = self.exec.runaway()?;
+        let ch = self
+            .contexts
+            .iter()
+            .position(|c| c.as_ref().is_some_and(|c| c.ctx == r.ctx))
+            .map(|i| i as u32);
+        Some((r, ch))
+    }
+
     /// Requests the executor's runaway guard ended so far.
     pub fn executor_runaways(&self) -> u64 {
         self.exec.runaways()

@@ -215,6 +215,12 @@ impl HostRegion {
             if owner.is_free() || word(CH_HOST_GEN).load(Ordering::Relaxed) != owner.generation {
                 continue;
             }
+            // A channel the worker failed itself keeps its reason (a
+            // runaway kernel's channel). Relaxed: only the host side
+            // writes host_state, and the writer has been reaped.
+            if word(CH_HOST_STATE).load(Ordering::Relaxed) != 0 {
+                continue;
+            }
             // Release: pairs with the guest's Acquire load of host_state.
             word(CH_HOST_STATE).store(why as u32, Ordering::Release);
             wake_channel_guest(&self.view, &offs, index, &self.notify);
@@ -486,6 +492,22 @@ pub trait Handler {
     fn unfinished(&self, _ch: u32) -> Option<ValidRequest> {
         None
     }
+    /// A failure that ends the serving of the whole region (a runaway
+    /// kernel the GPU will end only with this process): the server fails
+    /// every channel and returns. Asked after every pass; none by default.
+    fn fatal(&mut self) -> Option<Fatal> {
+        None
+    }
+}
+
+/// What [`Handler::fatal`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fatal {
+    /// The channel whose kernel ran away: it fails with
+    /// [`ChannelFailure::RunawayKernel`], the others with
+    /// [`ChannelFailure::WorkerCrashed`] (their state goes with the
+    /// worker).
+    pub runaway_channel: Option<u32>,
 }
 
 /// What [`Handler::resume`] did.
@@ -718,7 +740,12 @@ impl<H: Handler> Server<H> {
         let mut idle_since: Option<Instant> = None;
         let mut idle_polls = 0u32;
         self.handler.tick();
+        let mut fatal = None;
         while !self.shutdown.load(Ordering::Relaxed) {
+            fatal = self.handler.fatal();
+            if fatal.is_some() {
+                break;
+            }
             if self.poll_all() {
                 idle_since = None;
                 idle_polls = 0;
@@ -756,8 +783,19 @@ impl<H: Handler> Server<H> {
         }
         for i in 0..self.channels.len() {
             if self.channels[i].state == State::Serving {
-                self.fail(i, ChannelFailure::HostShutdown);
+                let why = match fatal {
+                    None => ChannelFailure::HostShutdown,
+                    Some(f) if f.runaway_channel == Some(self.channels[i].index) => {
+                        ChannelFailure::RunawayKernel
+                    }
+                    Some(_) => ChannelFailure::WorkerCrashed,
+                };
+                self.fail(i, why);
             }
+        }
+        if fatal.is_some() {
+            // The heartbeat thread stops with the process.
+            self.shutdown.store(true, Ordering::Relaxed);
         }
         let _ = heartbeat.join();
         self.handler.tick();

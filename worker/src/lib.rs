@@ -97,6 +97,7 @@ fn handler_for(
 ) -> CudaOps {
     let long = &cfg.daemon.long_kernels;
     executor.set_request_limit(vm.max_request);
+    executor.set_slicing(long.slicing);
     CudaOps::new(executor, vm.name.clone(), vm.memory)
         .with_host_memory(budget)
         .with_slicing(crate::slicing::SlicingConfig {
@@ -139,6 +140,10 @@ fn executor_for(
 /// ([`CudaOps::recycle_due`]). The daemon restarts it at once, without
 /// backoff (EX_TEMPFAIL).
 pub const RECYCLE_EXIT: i32 = 75;
+/// A worker's exit status after the runaway guard found a kernel that ran
+/// past the VM's limit on one request's device time and the executor
+/// cannot end it (a real GPU): the daemon starts a fresh worker.
+pub const RUNAWAY_EXIT: i32 = 76;
 
 /// Runs a worker until SIGTERM/SIGINT (or its daemon's death). Errors
 /// name the VM. A worker whose GPU state was poisoned exits with
@@ -215,6 +220,7 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<bool> {
         shutdown: shutdown.clone(),
         recycle: false,
         published: Default::default(),
+        fatal: None,
     };
     let mut server = Server::adopt(region, handler, ServeConfig::default(), shutdown);
     let channels = server.stats();
@@ -225,7 +231,18 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<bool> {
         executor = %args.executor,
         "serving"
     );
-    let publisher = server.run();
+    let mut publisher = server.run();
+    if let Some(fatal) = publisher.fatal {
+        // The GPU ends a runaway kernel only with this process: publish
+        // what it did, then exit before any CUDA teardown, which would
+        // wait for the kernel. The daemon starts a fresh worker.
+        publisher.tick();
+        tracing::error!(
+            channel = ?fatal.runaway_channel,
+            "runaway kernel: its channel fails with CUDA_ERROR_LAUNCH_TIMEOUT, the VM's other channels with WorkerCrashed; exiting so that the GPU ends the kernel"
+        );
+        crate::process::exit_now(RUNAWAY_EXIT);
+    }
     let recycle = publisher.recycle;
     drop(publisher);
     tracing::info!(recycle, "stopped");
@@ -261,6 +278,29 @@ struct Publisher {
     recycle: bool,
     /// The long-kernel counts and runaways last published.
     published: (crate::cuda_ops::LongKernelCounts, u64),
+    /// Set once the executor reported a runaway kernel.
+    fatal: Option<crate::host::Fatal>,
+}
+
+impl Publisher {
+    /// Notes a runaway kernel the executor reports (looked at without
+    /// blocking after every call into the handler).
+    fn check_runaway(&mut self) {
+        if self.fatal.is_some() {
+            return;
+        }
+        if let Some((r, ch)) = self.ops.inner().runaway() {
+            tracing::error!(
+                kernel = %r.kernel,
+                channel = ?ch,
+                ran_ms = r.ran_ns as f64 / 1e6,
+                "runaway guard: a kernel ran past the VM's limit on one request's device time"
+            );
+            self.fatal = Some(crate::host::Fatal {
+                runaway_channel: ch,
+            });
+        }
+    }
 }
 
 impl Handler for Publisher {
@@ -270,11 +310,18 @@ impl Handler for Publisher {
         req: &fairgpu_protocol::wire::ValidRequest,
         arena: &ArenaSlice<'_>,
     ) -> Result<Answer, fairgpu_protocol::Status> {
-        self.ops.handle(ch, req, arena)
+        let r = self.ops.handle(ch, req, arena);
+        self.check_runaway();
+        r
+    }
+
+    fn fatal(&mut self) -> Option<crate::host::Fatal> {
+        self.fatal
     }
 
     fn reset(&mut self, ch: u32) {
         self.ops.reset(ch);
+        self.check_runaway();
         // The last context of a poisoned worker may just have gone.
         self.recycle_if_due();
     }
@@ -284,7 +331,9 @@ impl Handler for Publisher {
     }
 
     fn resume(&mut self, ch: u32) -> crate::host::Resume {
-        self.ops.resume(ch)
+        let r = self.ops.resume(ch);
+        self.check_runaway();
+        r
     }
 
     fn unfinished(&self, ch: u32) -> Option<fairgpu_protocol::wire::ValidRequest> {
@@ -292,12 +341,15 @@ impl Handler for Publisher {
     }
 
     fn poll(&mut self, pass: crate::host::Pass) -> Option<std::time::Duration> {
-        self.ops.poll(pass)
+        let r = self.ops.poll(pass);
+        self.check_runaway();
+        r
     }
 
     fn tick(&mut self) {
         self.ops.tick();
         let u = self.ops.inner().usage();
+        self.check_runaway();
         let s = &self.slot;
         s.set(Field::MemUsed, u.mem_used);
         s.set(Field::MemQuota, u.mem_quota);

@@ -93,3 +93,14 @@ pub fn pin_to_cpus(cpus: &[usize]) -> std::io::Result<()> {
         Err(std::io::Error::last_os_error())
     }
 }
+
+/// Ends this process at once with `code`, running no exit handlers and no
+/// destructors. For a worker whose GPU holds a kernel that never ends: the
+/// CUDA driver's own teardown (`cuCtxDestroy`, its exit handlers) would
+/// wait for that kernel forever, while the kernel ends when the process
+/// does. Flushes nothing: log lines are written unbuffered.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit(2) ends the process; it has no memory-safety
+    // preconditions and never returns.
+    unsafe { libc::_exit(code) }
+}

@@ -33,7 +33,25 @@ const ILLEGAL_ADDRESS: CuResult = 700;
 pub(super) const TOTAL_MEM: u64 = 1 << 30;
 
 /// The kernels the fake knows: name and `(offset, size)` of each parameter.
-const KERNELS: &[(&str, &[(usize, usize)])] = &[("add_one", &[(0, 8), (8, 4)]), ("no_params", &[])];
+const KERNELS: &[(&str, &[(usize, usize)])] = &[
+    ("add_one", &[(0, 8), (8, 4)]),
+    ("no_params", &[]),
+    // add_one's part companion (kernel slicing): its parameters, then the
+    // box's offset and the grid's size.
+    (
+        "add_one__fairgpu_part",
+        &[
+            (0, 8),
+            (8, 4),
+            (12, 4),
+            (16, 4),
+            (20, 4),
+            (24, 4),
+            (28, 4),
+            (32, 4),
+        ],
+    ),
+];
 
 #[derive(Debug)]
 pub(super) struct Alloc {
@@ -94,6 +112,9 @@ pub(super) struct State {
     pub kernel_ms: f64,
     /// Recorded work completes only at a synchronize.
     pub hold: bool,
+    /// A launch sets `hold`: its start event completes, its end does not
+    /// (a kernel that is running and does not end).
+    pub hold_after_launch: bool,
     /// Objects of a context still alive when it was destroyed.
     pub leaked_at_destroy: usize,
     /// Arrays: handle -> (context, bytes per row, rows per slice, bytes).
@@ -852,6 +873,9 @@ unsafe extern "C" fn launch_kernel(
             }
         }
         s.clock_ms += s.kernel_ms;
+        if s.hold_after_launch {
+            s.hold = true;
+        }
         s.launches.push(Launch {
             kernel,
             grid: [gx, gy, gz],

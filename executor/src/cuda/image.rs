@@ -53,6 +53,16 @@ pub fn prepare_image(image: &[u8]) -> Result<Cow<'_, [u8]>, String> {
     }
 }
 
+/// The PTX text of a prepared image (without its NUL), or `None` for a
+/// cubin or fatbin.
+pub(crate) fn ptx_text(prepared: &[u8]) -> Option<&str> {
+    if prepared.starts_with(&ELF_MAGIC) || read_u32(prepared, 0) == Some(FATBIN_MAGIC) {
+        return None;
+    }
+    let text = prepared.strip_suffix(&[0]).unwrap_or(prepared);
+    std::str::from_utf8(text).ok()
+}
+
 /// PTX text ready for the driver: the image up to and including its first
 /// NUL, or a copy with a NUL appended when it has none. Refuses images that
 /// are not text (control characters other than whitespace).

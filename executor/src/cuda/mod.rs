@@ -253,6 +253,22 @@ struct Function {
     raw: CUfunction,
     module: u64,
     layout: Vec<ParamInfo>,
+    /// Its name in the module.
+    name: String,
+    /// Its part companion (kernel slicing), looked up at the first
+    /// sliced launch.
+    part: Option<PartFunction>,
+    /// Measured device time per block of its last completed launch, ns.
+    ns_per_block: Option<f64>,
+}
+
+/// A kernel's companion entry that runs a box of its grid
+/// (`fairgpu_ptx::part`): the kernel's parameters, then the box's offset
+/// and the whole grid's size as six `u32`.
+#[derive(Debug, Clone)]
+struct PartFunction {
+    raw: CUfunction,
+    layout: Vec<ParamInfo>,
 }
 
 /// A loaded module and the kernels looked up in it, by name.
@@ -260,6 +276,9 @@ struct Function {
 struct Module {
     raw: CUmodule,
     by_name: HashMap<String, u64>,
+    /// Each kernel's part companion, or why it has none; `None` when the
+    /// module was not loaded from PTX with companions.
+    parts: Option<HashMap<String, Result<String, &'static str>>>,
 }
 
 /// One context and every handle created in it.
@@ -283,6 +302,12 @@ struct Context {
 #[derive(Debug, Clone, Copy)]
 struct TimingPair {
     ctx: u64,
+    /// The kernel and how many blocks the launch ran.
+    f: u64,
+    blocks: u64,
+    /// When the launch was first seen running (its start event done, its
+    /// end not), for the runaway guard.
+    running_since: Option<Instant>,
     /// `None` for the NULL stream. Work on one stream completes in order,
     /// so once a pair is unfinished the later pairs of its stream are too.
     stream: Option<u64>,
@@ -304,6 +329,14 @@ pub struct CudaExecutor {
     pending: VecDeque<TimingPair>,
     gpu_time_ns: u64,
     destroy_wait: Duration,
+    /// Load PTX modules with part companions (kernel slicing).
+    slicing: bool,
+    /// The runaway guard's limit on one launch's running time.
+    request_limit: Option<Duration>,
+    /// The launch found past the limit, once.
+    runaway: Option<super::Runaway>,
+    /// Launches found past the limit.
+    runaways: u64,
 }
 
 // SAFETY: the raw handles are owned by this executor alone and are only
@@ -593,6 +626,10 @@ impl CudaExecutor {
             pending: VecDeque::new(),
             gpu_time_ns: 0,
             destroy_wait: DESTROY_WAIT,
+            slicing: false,
+            request_limit: None,
+            runaway: None,
+            runaways: 0,
         })
     }
 
@@ -642,7 +679,9 @@ impl CudaExecutor {
         let total = &mut self.gpu_time_ns;
         let mut blocked: HashSet<(u64, Option<u64>)> = HashSet::new();
         let mut current: Option<u64> = None;
-        self.pending.retain(|p| {
+        let limit = self.request_limit;
+        let mut overran: Option<super::Runaway> = None;
+        self.pending.retain_mut(|p| {
             let key = (p.ctx, p.stream);
             if blocked.contains(&key) {
                 return true;
@@ -663,13 +702,37 @@ impl CudaExecutor {
             // the queue.
             match check("cuEventQuery", unsafe { (api.cuEventQuery)(p.end) }) {
                 Ok(()) => {
-                    *total = total.saturating_add(elapsed_ns(api, p.start, p.end));
+                    let ns = elapsed_ns(api, p.start, p.end);
+                    *total = total.saturating_add(ns);
+                    if let Some(f) = c.functions.get_mut(&p.f) {
+                        f.ns_per_block = Some(ns as f64 / p.blocks.max(1) as f64);
+                    }
                     c.recycle(api, p.start);
                     c.recycle(api, p.end);
                     false
                 }
                 Err(ExecError::NotReady) => {
                     blocked.insert(key);
+                    // The oldest unfinished launch of its stream: running
+                    // once its start event is done.
+                    if let Some(limit) = limit {
+                        // SAFETY: as for `p.end`.
+                        let started = unsafe { (api.cuEventQuery)(p.start) } == CUDA_SUCCESS;
+                        if started {
+                            let since = *p.running_since.get_or_insert_with(Instant::now);
+                            let ran = since.elapsed();
+                            if ran > limit && overran.is_none() {
+                                overran = Some(super::Runaway {
+                                    ctx: CtxId(p.ctx),
+                                    kernel: c
+                                        .functions
+                                        .get(&p.f)
+                                        .map_or_else(String::new, |f| f.name.clone()),
+                                    ran_ns: ran.as_nanos().min(u128::from(u64::MAX)) as u64,
+                                });
+                            }
+                        }
+                    }
                     true
                 }
                 Err(e) => {
@@ -680,6 +743,51 @@ impl CudaExecutor {
                 }
             }
         });
+        if let Some(r) = overran {
+            if self.runaway.is_none() {
+                tracing::error!(kernel = %r.kernel, ran_ms = r.ran_ns as f64 / 1e6, "runaway guard: a kernel ran past the VM's limit on one request's device time");
+                self.runaways += 1;
+                self.runaway = Some(r);
+            }
+        }
+    }
+
+    /// The runaway guard's wait: with a limit, waits without blocking in
+    /// the driver until no launch of `ctx` (on stream `stream`, when given)
+    /// is unfinished, looking for runaways meanwhile; then a blocking
+    /// driver wait only waits for copies. A runaway found (here or
+    /// before) fails the wait with CUDA_ERROR_LAUNCH_TIMEOUT. Without a
+    /// limit it returns at once.
+    fn await_launches(&mut self, ctx: CtxId, stream: Option<Option<u64>>) -> ExecResult<()> {
+        if self.request_limit.is_none() {
+            return Ok(());
+        }
+        let mut looks = 0u32;
+        loop {
+            self.harvest();
+            if self.runaway.is_some() {
+                return Err(ExecError::Driver {
+                    call: "runaway guard",
+                    status: Status::LAUNCH_TIMEOUT,
+                });
+            }
+            let unfinished = self
+                .pending
+                .iter()
+                .any(|p| p.ctx == ctx.0 && stream.is_none_or(|s| p.stream == s));
+            if !unfinished {
+                return Ok(());
+            }
+            // Yield first (short kernels end within microseconds), then
+            // sleep briefly: the overshoot past a kernel's end stays
+            // under ~60 µs (workers sleep with a 1 ns timer slack).
+            looks += 1;
+            if looks < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
     }
 
     /// Keeps the timing queue under its bound: harvests, then waits for
@@ -690,6 +798,16 @@ impl CudaExecutor {
             return;
         }
         self.harvest();
+        if self.request_limit.is_some() {
+            // Wait for the oldest launch without blocking in the driver.
+            if let Some(ctx) = self.pending.front().map(|p| CtxId(p.ctx)) {
+                let stream = self.pending.front().map(|p| p.stream);
+                let _ = self.await_launches(ctx, stream);
+            }
+            if self.pending.len() < MAX_PENDING_TIMINGS || self.runaway.is_some() {
+                return;
+            }
+        }
         let api = self.api;
         while self.pending.len() >= MAX_PENDING_TIMINGS {
             let Some(p) = self.pending.pop_front() else {
@@ -736,6 +854,56 @@ impl CudaExecutor {
         self.harvest();
         waited
     }
+}
+
+/// The part companion of function `f` of context `c` (current), looked up
+/// at its first use: the module must have one for it, and its layout must
+/// be the kernel's followed by six 4-byte parameters.
+fn part_function(api: &Api, c: &mut Context, f: FnId) -> ExecResult<PartFunction> {
+    let func = c
+        .functions
+        .get(&f.0)
+        .ok_or(ExecError::Invalid("function"))?;
+    if let Some(p) = &func.part {
+        return Ok(p.clone());
+    }
+    let m = c
+        .modules
+        .get(&func.module)
+        .ok_or(ExecError::Invalid("module"))?;
+    let Some(Some(Ok(name))) = m.parts.as_ref().map(|p| p.get(&func.name)) else {
+        return Err(ExecError::Invalid(
+            "a part of a kernel that cannot be sliced",
+        ));
+    };
+    let cname = CString::new(name.as_str()).map_err(|_| ExecError::NotFound(name.clone()))?;
+    let mut raw: CUfunction = ptr::null_mut();
+    // SAFETY: `raw` is a valid out-pointer, `m.raw` a live module of the
+    // current context, `cname` NUL-terminated and alive for the call.
+    check("cuModuleGetFunction", unsafe {
+        (api.cuModuleGetFunction)(&mut raw, m.raw, cname.as_ptr())
+    })?;
+    let layout = collect_layout(|index| {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: `raw` is a live function of the current context; both are
+        // valid out-pointers.
+        let result = unsafe { (api.cuFuncGetParamInfo)(raw, index, &mut offset, &mut size) };
+        (result, offset, size)
+    })?;
+    let n = func.layout.len();
+    let ok = layout.len() == n + 6
+        && layout[..n] == func.layout[..]
+        && layout[n..].iter().all(|p| p.size == 4);
+    if !ok {
+        return Err(ExecError::Invalid(
+            "a part companion whose parameters are not the kernel's plus six u32",
+        ));
+    }
+    let p = PartFunction { raw, layout };
+    if let Some(func) = c.functions.get_mut(&f.0) {
+        func.part = Some(p.clone());
+    }
+    Ok(p)
 }
 
 /// `cuLaunchKernelEx`'s attributes for a launch's options (clusters larger
@@ -846,6 +1014,14 @@ impl GpuExecutor for CudaExecutor {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
+        // With the guard, a launch still running is waited for up to the
+        // limit: cuCtxDestroy would wait for it with no bound at all (an
+        // H200's driver did not return in 40 s). A runaway leaves the
+        // context to the process's exit.
+        if self.await_launches(ctx, None).is_err() {
+            tracing::warn!("a context with a runaway kernel is left to the worker's exit");
+            return;
+        }
         let Some(mut c) = self.contexts.remove(&ctx.0) else {
             return;
         };
@@ -872,6 +1048,8 @@ impl GpuExecutor for CudaExecutor {
 
     fn synchronize(&mut self, ctx: CtxId) -> ExecResult<()> {
         let api = self.api;
+        self.enter(ctx)?;
+        self.await_launches(ctx, None)?;
         self.enter(ctx)?;
         // SAFETY: the context is current.
         let waited = check("cuCtxSynchronize", unsafe { (api.cuCtxSynchronize)() });
@@ -911,6 +1089,8 @@ impl GpuExecutor for CudaExecutor {
         src: &[u8],
         stream: Option<StreamId>,
     ) -> ExecResult<()> {
+        // Copies wait behind the stream's kernels: bounded by the guard.
+        self.await_launches(ctx, stream.map(|s| Some(s.0)))?;
         let api = self.api;
         let c = self.enter(ctx)?;
         let s = c.stream(stream)?;
@@ -942,6 +1122,8 @@ impl GpuExecutor for CudaExecutor {
         src: DevPtr,
         stream: Option<StreamId>,
     ) -> ExecResult<()> {
+        // Copies wait behind the stream's kernels: bounded by the guard.
+        self.await_launches(ctx, stream.map(|s| Some(s.0)))?;
         let api = self.api;
         let c = self.enter(ctx)?;
         let s = c.stream(stream)?;
@@ -1053,21 +1235,51 @@ impl GpuExecutor for CudaExecutor {
         let image = image::prepare_image(image).map_err(ExecError::InvalidImage)?;
         let id = self.fresh_id();
         let api = self.api;
+        // Kernel slicing: a PTX module is loaded with a part companion of
+        // each kernel that can have one (`fairgpu_ptx::part`), in the same
+        // module so that its variables stay shared.
+        let parted = match image::ptx_text(&image) {
+            Some(text) if self.slicing => {
+                let p = fairgpu_ptx::add_part_entries(text);
+                p.entries.iter().any(|e| e.part.is_ok()).then(|| {
+                    let mut bytes = p.text.into_bytes();
+                    bytes.push(0);
+                    let parts = p.entries.into_iter().map(|e| (e.name, e.part)).collect();
+                    (bytes, parts)
+                })
+            }
+            _ => None,
+        };
         let c = self.enter(ctx)?;
-        let mut raw: CUmodule = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the context is current.
-        // `image` was checked by `prepare_image`: PTX ends in a NUL, and
-        // the extents a cubin or fatbin declares lie inside the buffer, so
-        // the driver reads only memory we own. The driver keeps its own
-        // copy of what it needs.
-        check("cuModuleLoadData", unsafe {
-            (api.cuModuleLoadData)(&mut raw, image.as_ptr().cast())
-        })?;
+        let load = |bytes: &[u8]| {
+            let mut raw: CUmodule = ptr::null_mut();
+            // SAFETY: `raw` is a valid out-pointer; the context is current.
+            // `bytes` was checked by `prepare_image` (PTX ends in a NUL, and
+            // the extents a cubin or fatbin declares lie inside the buffer),
+            // or is PTX text we made, NUL-terminated: the driver reads only
+            // memory we own. It keeps its own copy of what it needs.
+            check("cuModuleLoadData", unsafe {
+                (api.cuModuleLoadData)(&mut raw, bytes.as_ptr().cast())
+            })
+            .map(|()| raw)
+        };
+        let (raw, parts) = match parted {
+            Some((bytes, parts)) => match load(&bytes) {
+                Ok(raw) => (raw, Some(parts)),
+                Err(e) => {
+                    // The guest's own text decides: loaded as it came.
+                    tracing::info!("a module with part companions did not load ({e}); loading it as sent, unsliced");
+                    (load(&image)?, None)
+                }
+            },
+            None => (load(&image)?, None),
+        };
         c.modules.insert(
             id,
             Module {
                 raw,
                 by_name: HashMap::new(),
+                parts,
             },
         );
         Ok(ModId(id))
@@ -1128,6 +1340,9 @@ impl GpuExecutor for CudaExecutor {
                 raw,
                 module: module.0,
                 layout: layout.clone(),
+                name: name.to_string(),
+                part: None,
+                ns_per_block: None,
             },
         );
         Ok((FnId(id), layout))
@@ -1201,11 +1416,44 @@ impl GpuExecutor for CudaExecutor {
             .get(&f.0)
             .ok_or(ExecError::Invalid("function"))?;
         check_param_buffer(&func.layout, params.len())?;
-        let raw = func.raw;
-        let takes_params = !func.layout.is_empty();
         let s = c.stream(stream)?;
+        // A part of a sliced launch runs the kernel's companion over the
+        // box, with the box's offset and the grid's size appended.
+        let (raw, takes_params, grid, params, blocks) = match cfg.part {
+            None => (
+                func.raw,
+                !func.layout.is_empty(),
+                cfg.grid,
+                std::borrow::Cow::Borrowed(params),
+                cfg.blocks(),
+            ),
+            Some(part) => {
+                if !part.fits(cfg.grid) {
+                    return Err(ExecError::Invalid("grid part outside the grid"));
+                }
+                let packed = ParamInfo::packed_size(&func.layout) as usize;
+                let pf = part_function(api, c, f)?;
+                let mut buf = params[..packed].to_vec();
+                let extra = &pf.layout[pf.layout.len() - 6..];
+                let words = [part.offset, cfg.grid].concat();
+                for (p, v) in extra.iter().zip(words) {
+                    let at = p.offset as usize;
+                    if buf.len() < at + 4 {
+                        buf.resize(at + 4, 0);
+                    }
+                    buf[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+                }
+                (
+                    pf.raw,
+                    true,
+                    part.extent,
+                    std::borrow::Cow::Owned(buf),
+                    part.blocks(),
+                )
+            }
+        };
 
-        let mut buffer = ParamBuffer::new(params);
+        let mut buffer = ParamBuffer::new(&params);
         let mut size: usize = buffer.len;
         let mut extra: [*mut c_void; 5] = [
             ptr::without_provenance_mut(CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize),
@@ -1229,7 +1477,7 @@ impl GpuExecutor for CudaExecutor {
             c.recycle(api, end);
             return Err(e);
         }
-        let [gx, gy, gz] = cfg.grid;
+        let [gx, gy, gz] = grid;
         let [bx, by, bz] = cfg.block;
         // SAFETY: `raw` is a live function and `s` null or a live stream of
         // the current context. `extra` is null or a CU_LAUNCH_PARAM_END-
@@ -1256,7 +1504,7 @@ impl GpuExecutor for CudaExecutor {
         } else {
             let mut attrs = launch_attributes(&cfg.options);
             let config = api::LaunchConfigC {
-                grid: cfg.grid,
+                grid,
                 block: cfg.block,
                 shared_mem: cfg.shared_mem,
                 stream: s,
@@ -1285,11 +1533,55 @@ impl GpuExecutor for CudaExecutor {
         }
         self.pending.push_back(TimingPair {
             ctx: ctx.0,
+            f: f.0,
+            blocks,
+            running_since: None,
             stream: stream.map(|s| s.0),
             start,
             end,
         });
         Ok(())
+    }
+
+    fn sliceable(&mut self, ctx: CtxId, f: FnId) -> Result<(), super::Unsliceable> {
+        let c = self.contexts.get(&ctx.0).ok_or("unknown context")?;
+        let func = c.functions.get(&f.0).ok_or("unknown function")?;
+        let m = c.modules.get(&func.module).ok_or("unknown module")?;
+        match m.parts.as_ref() {
+            None if !self.slicing => Err("kernel slicing is off"),
+            None => Err("its module was not loaded from PTX (a cubin or fatbin has no PTX to cut)"),
+            Some(parts) => match parts.get(&func.name) {
+                Some(Ok(_)) => Ok(()),
+                Some(Err(why)) => Err(why),
+                None => Err("the kernel is not an entry of its module's PTX"),
+            },
+        }
+    }
+
+    fn set_slicing(&mut self, on: bool) {
+        self.slicing = on;
+    }
+
+    fn predict_ns(&mut self, ctx: CtxId, f: FnId, blocks: u64) -> Option<u64> {
+        let per = self
+            .contexts
+            .get(&ctx.0)?
+            .functions
+            .get(&f.0)?
+            .ns_per_block?;
+        Some((per * blocks as f64).min(u64::MAX as f64) as u64)
+    }
+
+    fn set_request_limit(&mut self, limit: Option<Duration>) {
+        self.request_limit = limit;
+    }
+
+    fn runaway(&mut self) -> Option<super::Runaway> {
+        self.runaway.clone()
+    }
+
+    fn runaways(&self) -> u64 {
+        self.runaways
     }
 
     fn array_create(&mut self, ctx: CtxId, desc: &ArrayDesc) -> ExecResult<ArrayId> {
@@ -1323,6 +1615,8 @@ impl GpuExecutor for CudaExecutor {
         mut host: HostData<'_>,
         stream: Option<StreamId>,
     ) -> ExecResult<()> {
+        // Copies wait behind the stream's kernels: bounded by the guard.
+        self.await_launches(ctx, stream.map(|s| Some(s.0)))?;
         let api = self.api;
         let c = self.enter(ctx)?;
         let s = c.stream(stream)?;
@@ -1433,6 +1727,9 @@ impl GpuExecutor for CudaExecutor {
 
     fn stream_synchronize(&mut self, ctx: CtxId, s: Option<StreamId>) -> ExecResult<()> {
         let api = self.api;
+        self.enter(ctx)?.stream(s)?;
+        // The NULL stream orders after every blocking stream: all launches.
+        self.await_launches(ctx, s.map(|s| Some(s.0)))?;
         let raw = self.enter(ctx)?.stream(s)?;
         // SAFETY: `raw` is null or a live stream of the current context.
         let waited = check("cuStreamSynchronize", unsafe {
@@ -1503,6 +1800,8 @@ impl GpuExecutor for CudaExecutor {
 
     fn event_synchronize(&mut self, ctx: CtxId, e: EventId) -> ExecResult<()> {
         let api = self.api;
+        self.enter(ctx)?.event(e)?;
+        self.await_launches(ctx, None)?;
         let raw = self.enter(ctx)?.event(e)?;
         // SAFETY: a live event of the current context.
         let waited = check("cuEventSynchronize", unsafe {

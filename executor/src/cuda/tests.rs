@@ -886,3 +886,102 @@ fn arrays_copies_and_objects_reach_the_driver_as_cuda_h_describes_them() {
     });
     let _ = (t, s);
 }
+
+#[test]
+fn a_part_of_a_sliced_launch_runs_the_companion_over_its_box() {
+    let mut e = exec();
+    e.set_slicing(true);
+    let (ctx, buf, f) = setup(&mut e, 64);
+    fake::with(|s| {
+        let text = s.images.last().expect("a module");
+        assert!(text.contains(".entry add_one__fairgpu_part("), "{text}");
+    });
+    assert_eq!(e.sliceable(ctx, f), Ok(()));
+    // No history yet; a whole launch measures it.
+    assert_eq!(e.predict_ns(ctx, f, 2), None);
+    e.launch(ctx, f, &cfg(2, 32), &params(buf, 64), None)
+        .unwrap();
+    e.synchronize(ctx).unwrap();
+    assert_eq!(e.predict_ns(ctx, f, 4), Some(2 * KERNEL_NS));
+    let part = LaunchConfig {
+        part: Some(crate::GridPart {
+            offset: [1, 0, 0],
+            extent: [1, 1, 1],
+        }),
+        ..LaunchConfig::new([2, 1, 1], [32, 1, 1], 0)
+    };
+    e.launch(ctx, f, &part, &params(buf, 64), None).unwrap();
+    fake::with(|s| {
+        let l = s.launches.last().unwrap();
+        assert_eq!(l.kernel, "add_one__fairgpu_part");
+        assert_eq!(l.grid, [1, 1, 1], "the box");
+        let mut want = params(buf, 64);
+        for v in [1u32, 0, 0, 2, 1, 1] {
+            want.extend_from_slice(&v.to_ne_bytes());
+        }
+        assert_eq!(l.params[..want.len()], want[..], "offset, then grid");
+    });
+    let outside = LaunchConfig {
+        part: Some(crate::GridPart {
+            offset: [2, 0, 0],
+            extent: [1, 1, 1],
+        }),
+        ..part
+    };
+    assert_eq!(
+        e.launch(ctx, f, &outside, &params(buf, 64), None),
+        Err(ExecError::Invalid("grid part outside the grid"))
+    );
+}
+
+#[test]
+fn without_slicing_modules_load_as_sent_and_nothing_is_sliceable() {
+    let mut e = exec();
+    let (ctx, _buf, f) = setup(&mut e, 4);
+    fake::with(|s| assert_eq!(s.images.last().unwrap().trim_end_matches('\0'), ADD_ONE_PTX));
+    assert!(e.sliceable(ctx, f).is_err());
+}
+
+#[test]
+fn the_runaway_guard_finds_a_kernel_that_does_not_end_and_never_blocks_on_it() {
+    let mut e = exec();
+    e.destroy_wait = Duration::from_millis(1);
+    e.set_request_limit(Some(Duration::from_millis(20)));
+    let (ctx, buf, f) = setup(&mut e, 4);
+    // Within the limit: waits work as before.
+    e.launch(ctx, f, &cfg(1, 4), &params(buf, 4), None).unwrap();
+    e.synchronize(ctx).unwrap();
+    assert_eq!(e.runaway(), None);
+    fake::with(|s| s.hold_after_launch = true);
+    e.launch(ctx, f, &cfg(1, 4), &params(buf, 4), None).unwrap();
+    let t0 = Instant::now();
+    let timeout = Err(ExecError::Driver {
+        call: "runaway guard",
+        status: Status::LAUNCH_TIMEOUT,
+    });
+    assert_eq!(e.stream_synchronize(ctx, None), timeout);
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "bounded by the limit"
+    );
+    let r = e.runaway().expect("a runaway");
+    assert_eq!((r.ctx, r.kernel.as_str()), (ctx, "add_one"));
+    assert!(r.ran_ns >= 20_000_000, "{r:?}");
+    assert_eq!(e.runaways(), 1);
+    // Every later wait fails at once; destroying the context does not
+    // wait for the kernel in the driver.
+    assert_eq!(e.synchronize(ctx), timeout);
+    let mut out = [0u8; 4];
+    assert_eq!(e.memcpy_dtoh(ctx, &mut out, buf, None), timeout);
+    e.destroy_context(ctx);
+    fake::with(|s| {
+        assert_eq!(
+            s.count("cuCtxSynchronize"),
+            1,
+            "only the first, in-limit wait"
+        );
+        assert_eq!(s.count("cuStreamSynchronize"), 0);
+        assert_eq!(s.count("cuCtxDestroy_v2"), 0, "left to the process's exit");
+    });
+    assert_eq!(e.runaways(), 1, "counted once");
+}
