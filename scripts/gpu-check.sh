@@ -22,6 +22,10 @@
 #                      target/release/cuda-programs, target/debug/cuda-programs)
 #   GPU_CHECK_LOGS     a folder that keeps each program's output, both ways
 #                      (NAME.native.out, NAME.fairgpu.out)
+#   GPU_CHECK_DAEMON   extra [daemon] lines for the daemon the programs use
+#                      through fairgpu, e.g. "kernel_slice_ms = 0.01" and
+#                      "kernel_slice_blocks = 1" (newline-separated) to run
+#                      every multi-block kernel as parts (docs/long-kernels.md)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -91,6 +95,7 @@ if [[ -f "$guest_lib" ]]; then
 control_socket = "$work/control.sock"
 executor = "cuda"
 state_dir = "$work"
+${GPU_CHECK_DAEMON:-}
 
 [[vm]]
 name = "check"
@@ -139,6 +144,8 @@ EOT
         # training loop, streams and events, each against the CPU.
         both_ways torch python3 "$root/tests/torch/check.py"
     fi
+    # What the daemon did: kernel slicing and the runaway guard, restarts.
+    "$bin" status --socket "$work/control.sock" --log warn || true
 fi
 
 echo "---- gpu-check report ----"

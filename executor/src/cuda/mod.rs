@@ -633,6 +633,31 @@ impl CudaExecutor {
         })
     }
 
+    /// The PTX a fatbin's kernels run from on this device when the driver
+    /// would compile it anyway: the fatbin has no cubin this GPU runs
+    /// (same major version, minor at most the device's) and one PTX text,
+    /// for an architecture the device has, that declares every kernel.
+    /// Loading that text with part companions costs no compilation the
+    /// fatbin would not have cost; a fatbin with SASS for this GPU is
+    /// loaded as it is (its kernels run whole).
+    fn jit_ptx_of_fatbin(&self, image: &[u8]) -> Option<String> {
+        let m = crate::sim::parse_module(image).ok()?;
+        let major = u32::try_from(self.props.attribute(75)?).ok()?;
+        let minor = u32::try_from(self.props.attribute(76)?).ok()?;
+        let runs_sass = m
+            .cubin_archs
+            .iter()
+            .any(|&a| a / 10 == major && a % 10 <= minor);
+        let [src] = m.ptx.as_slice() else {
+            return None;
+        };
+        let all_there = m
+            .kernels
+            .iter()
+            .all(|k| m.source_of.get(&k.name) == Some(&0));
+        (!runs_sass && all_there && src.arch <= major * 10 + minor).then(|| src.text.clone())
+    }
+
     /// The device ordinal this executor drives.
     pub fn ordinal(&self) -> usize {
         self.ordinal
@@ -1238,9 +1263,14 @@ impl GpuExecutor for CudaExecutor {
         // Kernel slicing: a PTX module is loaded with a part companion of
         // each kernel that can have one (`fairgpu_ptx::part`), in the same
         // module so that its variables stay shared.
-        let parted = match image::ptx_text(&image) {
-            Some(text) if self.slicing => {
-                let p = fairgpu_ptx::add_part_entries(text);
+        let text = match image::ptx_text(&image) {
+            _ if !self.slicing => None,
+            Some(text) => Some(text.to_owned()),
+            None => self.jit_ptx_of_fatbin(&image),
+        };
+        let parted = match text {
+            Some(text) => {
+                let p = fairgpu_ptx::add_part_entries(&text);
                 p.entries.iter().any(|e| e.part.is_ok()).then(|| {
                     let mut bytes = p.text.into_bytes();
                     bytes.push(0);

@@ -985,3 +985,21 @@ fn the_runaway_guard_finds_a_kernel_that_does_not_end_and_never_blocks_on_it() {
     });
     assert_eq!(e.runaways(), 1, "counted once");
 }
+
+#[test]
+fn a_fatbin_whose_cubin_this_gpu_cannot_run_is_loaded_from_its_ptx_with_companions() {
+    let mut e = exec();
+    e.set_slicing(true);
+    let ctx = e.create_context().unwrap();
+    let mut ptx = ADD_ONE_PTX.as_bytes().to_vec();
+    ptx.push(0);
+    // SASS for sm_75 only: a 9.0 device compiles the PTX anyway.
+    let fatbin = crate::sim::image_tests::fatbin_with_cubin_for(&ptx, 0, 75);
+    let m = e.module_load(ctx, &fatbin).unwrap();
+    fake::with(|s| {
+        let text = s.images.last().expect("a module");
+        assert!(text.contains(".entry add_one__fairgpu_part("), "{text}");
+    });
+    let (f, _) = e.function(ctx, m, "add_one").unwrap();
+    assert_eq!(e.sliceable(ctx, f), Ok(()));
+}

@@ -98,6 +98,10 @@ pub struct ModuleImage {
     /// Kernel name -> index in `ptx` of the text it runs from; absent for
     /// kernels whose text was not kept.
     pub source_of: HashMap<String, usize>,
+    /// The `sm_NN` of each cubin (SASS) entry of a fatbin, as `NN`: a GPU
+    /// runs one of them only if its major version matches and its minor
+    /// is at least as high; otherwise its driver compiles the PTX.
+    pub cubin_archs: Vec<u32>,
 }
 
 /// Why an image cannot be loaded.
@@ -284,6 +288,7 @@ impl Sources {
             kernels: self.kernels.list,
             ptx,
             source_of,
+            cubin_archs: Vec::new(),
         }
     }
 }
@@ -381,6 +386,7 @@ fn span(image: &[u8], what: &'static str, off: usize, len: u64) -> Result<usize,
 fn parse_fatbin(image: &[u8]) -> Result<ModuleImage, ImageError> {
     let mut sources = Sources::default();
     let (mut ptx, mut compressed, mut cubin, mut unreadable) = (0usize, 0usize, 0usize, 0usize);
+    let mut cubin_archs = Vec::new();
     // Bytes still allowed to come out of decompression, and PTX entries
     // still allowed: both checked before any work on an entry.
     let mut inflate_budget = MAX_DECOMPRESSED;
@@ -444,7 +450,11 @@ fn parse_fatbin(image: &[u8]) -> Result<ModuleImage, ImageError> {
                         unreadable += 1;
                     }
                 }
-                ENTRY_KIND_ELF | ENTRY_KIND_ELF_ALT => cubin += 1,
+                ENTRY_KIND_ELF | ENTRY_KIND_ELF_ALT => {
+                    cubin += 1;
+                    // Bounded by the entries the image holds (64 bytes each).
+                    cubin_archs.push(le_u32(entry, e + 28).unwrap_or(0));
+                }
                 _ => {}
             }
             // Progress: the entry header is at least 64 bytes.
@@ -459,7 +469,9 @@ fn parse_fatbin(image: &[u8]) -> Result<ModuleImage, ImageError> {
             unreadable,
         });
     }
-    Ok(sources.finish())
+    let mut m = sources.finish();
+    m.cubin_archs = cubin_archs;
+    Ok(m)
 }
 
 /// Kernels in declaration order; the first declaration of a name wins
@@ -759,19 +771,24 @@ $L__BB0_2:
     /// A fatbin with one container: an ELF entry, then `ptx` as a PTX entry
     /// with `flags`.
     pub(crate) fn fatbin(ptx: &[u8], flags: u64) -> Vec<u8> {
-        fn entry(kind: u16, payload: &[u8], flags: u64) -> Vec<u8> {
+        fatbin_with_cubin_for(ptx, flags, 90)
+    }
+
+    /// [`fatbin`] whose cubin entry is for `sm_<cubin_arch>`.
+    pub(crate) fn fatbin_with_cubin_for(ptx: &[u8], flags: u64, cubin_arch: u32) -> Vec<u8> {
+        let entry = |kind: u16, payload: &[u8], flags: u64| -> Vec<u8> {
             let padded = payload.len().next_multiple_of(8);
             let mut e = vec![0u8; 64];
             e[0..2].copy_from_slice(&kind.to_le_bytes());
             e[2..4].copy_from_slice(&0x0101u16.to_le_bytes());
             e[4..8].copy_from_slice(&64u32.to_le_bytes());
             e[8..16].copy_from_slice(&(padded as u64).to_le_bytes());
-            e[28..32].copy_from_slice(&90u32.to_le_bytes());
+            e[28..32].copy_from_slice(&cubin_arch.to_le_bytes());
             e[40..48].copy_from_slice(&flags.to_le_bytes());
             e.extend_from_slice(payload);
             e.resize(64 + padded, 0);
             e
-        }
+        };
         let mut body = entry(ENTRY_KIND_ELF, b"\x7fELF\x02\x01\x01 not really", 0x11);
         body.extend(entry(ENTRY_KIND_PTX, ptx, flags));
         let mut f = Vec::new();
@@ -855,6 +872,9 @@ $L__BB0_2:
         two.extend(fatbin(b".version 8.0\n.entry other()\n{}\0", 0));
         let ks = parse_image(&two).expect("parses");
         assert_eq!(ks.last().map(|k| k.name.as_str()), Some("other"));
+        // The cubins' architectures, for CudaExecutor's choice of text.
+        assert_eq!(parse_module(&f).unwrap().cubin_archs, [90]);
+        assert_eq!(parse_module(&two).unwrap().cubin_archs, [90, 90]);
     }
 
     #[test]

@@ -99,6 +99,8 @@
 mod config;
 mod device;
 mod image;
+#[cfg(test)]
+pub(crate) use self::image::tests as image_tests;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
