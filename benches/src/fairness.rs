@@ -50,9 +50,11 @@ const OBSERVE_EVERY: Duration = Duration::from_millis(5);
 pub struct FairnessArgs {
     /// Which experiment: fig8 (3 VMs, weights 1:2:3; MM, HS, BS, SRD1),
     /// fig9 (6 VMs, weights 1:2:2:3:3:4; BS, SRD1), fig10 (utilization with
-    /// a non-saturating co-runner), fig11 (background kernel size sweep), or
-    /// all.
-    #[arg(long, default_value = "all", value_parser = ["fig8", "fig9", "fig10", "fig11", "all"])]
+    /// a non-saturating co-runner), fig11 (background kernel size sweep),
+    /// all (those four), or long-kernels (kernel slicing: FairGV's Table 4,
+    /// and 100 ms kernels against 200 µs ones with and without slicing;
+    /// SimGpu's model of a grid's duration).
+    #[arg(long, default_value = "all", value_parser = ["fig8", "fig9", "fig10", "fig11", "long-kernels", "all"])]
     pub experiment: String,
     /// Which scheduling policy: fairgv, credit-poll, credit-hs, strict, none
     /// (no scheduler) or all.
@@ -137,6 +139,8 @@ pub struct Case {
     pub vms: Vec<VmSpec>,
     /// Each VM's demand (1.0: saturating).
     pub demands: Vec<f64>,
+    /// The case's own `[daemon]` lines (kernel slicing's settings).
+    pub daemon: Vec<String>,
 }
 
 fn vm(name: &str, weight: u32, w: WorkloadSpec) -> VmSpec {
@@ -158,7 +162,117 @@ fn same_workload(experiment: &'static str, weights: &[u32], profile: &str) -> Ca
         label: profile.to_owned(),
         demands: vec![1.0; vms.len()],
         vms,
+        daemon: Vec::new(),
     }
+}
+
+/// The long VM's kernel in the long-kernel experiments: FairGV's "very
+/// long" kernels, 100 ms over 60,000 blocks (on SimGpu the duration is the
+/// grid's, and a part takes its blocks' share).
+pub const LONG_KERNEL_US: f64 = 100_000.0;
+/// Blocks of the long VM's grid.
+pub const LONG_KERNEL_BLOCKS: u32 = 60_000;
+/// The short VMs' kernel, µs (BS's mix: one synchronous call per kernel).
+pub const SHORT_KERNEL_US: f64 = 200.0;
+
+/// `fairgpu bench fairness --experiment long-kernels`
+/// (docs/long-kernels.md): (a) FairGV's Table 4, the long VM alone with
+/// parts of N blocks against the whole kernel; (b) the long VM against two
+/// VMs of short kernels, weights 1:1:1, with slicing (the daemon's
+/// defaults) and without.
+fn long_kernel_cases(quick: bool) -> Vec<Case> {
+    let long = WorkloadSpec {
+        profile: "MM".into(),
+        kernel_us: Some(LONG_KERNEL_US),
+        sleep_ratio: 0.0,
+        blocks: Some(LONG_KERNEL_BLOCKS),
+    };
+    let short = WorkloadSpec {
+        profile: "BS".into(),
+        kernel_us: Some(SHORT_KERNEL_US),
+        sleep_ratio: 0.0,
+        blocks: None,
+    };
+    let sizes: &[u32] = if quick {
+        &[500, 1500, 6000]
+    } else {
+        &[150, 500, 1500, 3000, 6000, 15000]
+    };
+    let alone = |label: String, daemon: Vec<String>| Case {
+        experiment: "long-kernels",
+        label,
+        vms: vec![vm("long", 1, long.clone())],
+        demands: vec![1.0],
+        daemon,
+    };
+    let mut v: Vec<Case> = sizes
+        .iter()
+        .map(|n| {
+            alone(
+                format!("alone, parts of {n}"),
+                vec![
+                    "kernel_slice_ms = 0.01".into(),
+                    format!("kernel_slice_blocks = {n}"),
+                ],
+            )
+        })
+        .collect();
+    v.push(alone(
+        "alone, whole".into(),
+        vec!["slice_kernels = false".into()],
+    ));
+    for (label, daemon) in [
+        ("100ms vs 200us, sliced", Vec::new()),
+        (
+            "100ms vs 200us, whole",
+            vec!["slice_kernels = false".to_owned()],
+        ),
+    ] {
+        v.push(Case {
+            experiment: "long-kernels",
+            label: label.into(),
+            vms: vec![
+                vm("long", 1, long.clone()),
+                vm("short1", 1, short.clone()),
+                vm("short2", 1, short.clone()),
+            ],
+            demands: vec![1.0; 3],
+            daemon,
+        });
+    }
+    v
+}
+
+/// For a long-kernel run: the long VM's kernels per second and the short
+/// VMs' worst synchronous-call p99 (empty for other experiments).
+fn long_kernel_note(r: &RunResult) -> String {
+    if r.experiment != "long-kernels" {
+        return String::new();
+    }
+    let mut note = String::new();
+    if let Some(l) = r.vms.iter().find(|v| v.name == "long") {
+        note.push_str(&format!(", long {:.2} kernels/s", l.kernels_per_s));
+    }
+    let worst = |f: fn(&VmResult) -> Option<f64>| {
+        r.vms
+            .iter()
+            .filter(|v| v.name.starts_with("short"))
+            .filter_map(f)
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+    };
+    if let (Some(p99), Some(p999), Some(max)) = (
+        worst(|v| v.sync_p99_us),
+        worst(|v| v.sync_p999_us),
+        worst(|v| v.sync_max_us),
+    ) {
+        note.push_str(&format!(
+            ", short VMs' sync p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms",
+            p99 / 1e3,
+            p999 / 1e3,
+            max / 1e3
+        ));
+    }
+    note
 }
 
 /// The cases of `experiment`.
@@ -192,10 +306,12 @@ pub fn cases(experiment: &str, quick: bool) -> Vec<Case> {
                                 profile: "Throttle".into(),
                                 kernel_us: Some(FIG10_KERNEL_US),
                                 sleep_ratio: r,
+                                blocks: None,
                             },
                         ),
                     ],
                     demands: vec![1.0, 1.0 - r],
+                    daemon: Vec::new(),
                 })
                 .collect()
         }
@@ -214,13 +330,16 @@ pub fn cases(experiment: &str, quick: bool) -> Vec<Case> {
                                 profile: "MM".into(),
                                 kernel_us: Some(k),
                                 sleep_ratio: 0.0,
+                                blocks: None,
                             },
                         ),
                     ],
                     demands: vec![1.0, 1.0],
+                    daemon: Vec::new(),
                 })
             })
             .collect(),
+        "long-kernels" => long_kernel_cases(quick),
         _ => Vec::new(),
     }
 }
@@ -256,6 +375,12 @@ pub struct VmResult {
     /// 99th-percentile latency of its synchronous calls, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_p99_us: Option<f64>,
+    /// 99.9th-percentile latency of its synchronous calls, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_p999_us: Option<f64>,
+    /// Longest of its synchronous calls, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_max_us: Option<f64>,
     /// GPU time the policy charged it in the window, as a share of the
     /// window (compare with `share`, the device time it got).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -396,6 +521,7 @@ impl Case {
             label: w.describe(),
             vms: vec![vm("vm1", 1, w.clone())],
             demands: vec![1.0],
+            daemon: Vec::new(),
         }
     }
 }
@@ -497,7 +623,11 @@ fn measure_inner(
         },
         vms: case.vms.clone(),
         client,
-        tuning: timing.tuning.clone(),
+        tuning: {
+            let mut t = timing.tuning.clone();
+            t.daemon_lines.extend(case.daemon.iter().cloned());
+            t
+        },
     })?;
     let obs = observe::Observer::start(session.socket(), OBSERVE_EVERY)?;
     let n = case.vms.len();
@@ -609,6 +739,12 @@ fn measure_inner(
                 sync_p99_us: report
                     .filter(|r| r.sync_calls > 0)
                     .map(|r| r.sync_latency_us.p99),
+                sync_p999_us: report
+                    .filter(|r| r.sync_calls > 0)
+                    .map(|r| r.sync_latency_us.p999),
+                sync_max_us: report
+                    .filter(|r| r.sync_calls > 0)
+                    .map(|r| r.sync_latency_us.max),
                 charged_share: charged[i].map(|ns_per_s| ns_per_s / 1e9),
                 grants_per_s: grants[i],
             }
@@ -923,6 +1059,7 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
             pin: a.pin,
             no_work_conserving: a.no_work_conserving,
             daemon_log: a.daemon_log.clone(),
+            daemon_lines: Vec::new(),
         },
     };
     if a.client == ClientKind::Libcuda {
@@ -1004,10 +1141,11 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
                         match r.status {
                             RunStatus::Ok => writeln!(
                                 say,
-                                "MMR {:.3}, overhead {:.3}, utilization {}",
+                                "MMR {:.3}, overhead {:.3}, utilization {}{}",
                                 r.mmr,
                                 r.overhead,
-                                pct(r.utilization)
+                                pct(r.utilization),
+                                long_kernel_note(&r)
                             )?,
                             _ => writeln!(say, "failed: {}", r.error.as_deref().unwrap_or(""))?,
                         }
@@ -1112,6 +1250,8 @@ mod tests {
                 alone: Some(0.5),
                 sync_p50_us: None,
                 sync_p99_us: Some(12.0),
+                sync_p999_us: None,
+                sync_max_us: None,
                 charged_share: None,
                 grants_per_s: None,
             }],

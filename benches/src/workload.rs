@@ -62,6 +62,8 @@ pub const SPIN_KERNEL: &str = "fairgpu_spin";
 /// Longest kernel a profile uses: LMD's 1.9 s kernels are capped here, so
 /// one launch does not hold a non-preemptive device for seconds.
 pub const MAX_PROFILE_KERNEL_US: f64 = 10_000.0;
+/// Longest kernel `--kernel-us` asks for (the long-kernel experiments).
+pub const MAX_KERNEL_US: f64 = 1_000_000.0;
 /// Kernels the generator keeps queued on the device at least (see
 /// [`window`]).
 pub const DEFAULT_WINDOW: u32 = 32;
@@ -224,6 +226,15 @@ pub struct Mix {
     pub syncs_per_kernel: f64,
     /// Sleep after each kernel (which is waited for first), ns; 0: none.
     pub sleep_ns: u64,
+    /// Blocks per launch: the kernel's duration is the whole grid's (one
+    /// block per launch but for the long-kernel experiments, whose grids
+    /// can be sliced).
+    #[serde(default = "one")]
+    pub blocks: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// Options that shape a mix.
@@ -287,9 +298,9 @@ impl Mix {
                 return Err(bad(format!("{what} {v} must be a finite number >= 0")));
             }
         }
-        if !(0.001..=MAX_PROFILE_KERNEL_US).contains(&kernel_us) {
+        if !(0.001..=MAX_KERNEL_US).contains(&kernel_us) {
             return Err(bad(format!(
-                "--kernel-us {kernel_us} must be in 0.001..={MAX_PROFILE_KERNEL_US}"
+                "--kernel-us {kernel_us} must be in 0.001..={MAX_KERNEL_US}"
             )));
         }
         if asyncs <= 0.0 || table_k <= 0.0 {
@@ -306,6 +317,7 @@ impl Mix {
             copies_per_kernel: (asyncs - kernels_per_10ms) / kernels_per_10ms,
             syncs_per_kernel: syncs / kernels_per_10ms,
             sleep_ns: (kernel_ns as f64 * r / (1.0 - r)).round() as u64,
+            blocks: 1,
         })
     }
 }
@@ -314,7 +326,7 @@ impl Mix {
 /// them for real, tests with a fake.
 pub trait GpuClient {
     /// Launches `fairgpu_spin(ns)` on the generator's stream.
-    fn launch_spin(&mut self, ns: u64) -> Result<(), WorkloadError>;
+    fn launch_spin(&mut self, ns: u64, blocks: u32) -> Result<(), WorkloadError>;
     /// Queues a small host-to-device copy on the stream.
     fn copy_async(&mut self) -> Result<(), WorkloadError>;
     /// A synchronous 4-byte device-to-host copy (waits for queued work).
@@ -332,8 +344,8 @@ pub trait GpuClient {
 }
 
 impl GpuClient for Driver {
-    fn launch_spin(&mut self, ns: u64) -> Result<(), WorkloadError> {
-        self.launch(ns)
+    fn launch_spin(&mut self, ns: u64, blocks: u32) -> Result<(), WorkloadError> {
+        self.launch(ns, blocks)
     }
     fn copy_async(&mut self) -> Result<(), WorkloadError> {
         Driver::copy_async(self)
@@ -415,13 +427,13 @@ impl RustClient {
 }
 
 impl GpuClient for RustClient {
-    fn launch_spin(&mut self, ns: u64) -> Result<(), WorkloadError> {
+    fn launch_spin(&mut self, ns: u64, blocks: u32) -> Result<(), WorkloadError> {
         let params = call("cuLaunchKernel", self.kernel.pack(&[&ns.to_le_bytes()]))?;
         call(
             "cuLaunchKernel",
             self.cu.launch(
                 self.kernel.handle,
-                [1, 1, 1],
+                [blocks, 1, 1],
                 [1, 1, 1],
                 0,
                 self.stream,
@@ -554,6 +566,9 @@ pub struct Latency {
     /// 99th percentile.
     pub p99: f64,
     /// Largest.
+    /// 99.9th percentile, µs.
+    #[serde(default)]
+    pub p999: f64,
     pub max: f64,
 }
 
@@ -564,6 +579,7 @@ impl Latency {
             p50: us(h.percentile(50.0)),
             p90: us(h.percentile(90.0)),
             p99: us(h.percentile(99.0)),
+            p999: us(h.percentile(99.9)),
             max: us(h.max),
         }
     }
@@ -655,7 +671,7 @@ pub fn generate(
     };
     // One kernel alone, timed with events: what the device says it took.
     gpu.record(EV_START)?;
-    gpu.launch_spin(mix.kernel_ns)?;
+    gpu.launch_spin(mix.kernel_ns, mix.blocks)?;
     gpu.record(EV_END)?;
     gpu.event_sync(EV_END)?;
     let kernel_event_us = f64::from(gpu.elapsed_ms(EV_START, EV_END)?) * 1e3;
@@ -673,7 +689,7 @@ pub fn generate(
     let deadline = start + stop.time;
     gpu.record(EV_START)?;
     while Instant::now() < deadline && stop.kernels.is_none_or(|k| kernels < k) {
-        gpu.launch_spin(mix.kernel_ns)?;
+        gpu.launch_spin(mix.kernel_ns, mix.blocks)?;
         kernels += 1;
         copy_acc += mix.copies_per_kernel;
         while copy_acc >= 1.0 {
@@ -782,6 +798,11 @@ pub struct WorkloadArgs {
     /// How long to issue work.
     #[arg(long)]
     pub seconds: f64,
+    /// Blocks per launch (one block's worth of device time each when on a
+    /// GPU, the whole grid's `--kernel-us` on SimGpu); for grids the
+    /// daemon can slice.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2_147_483_647))]
+    pub blocks: u32,
     /// Also write the JSON report to this file.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -795,7 +816,7 @@ pub fn run(a: &WorkloadArgs) -> anyhow::Result<()> {
     if !(a.seconds > 0.0 && a.seconds <= 86_400.0) {
         anyhow::bail!("--seconds must be in (0, 86400]");
     }
-    let mix = Mix::new(
+    let mut mix = Mix::new(
         &a.profile,
         &MixOptions {
             kernel_us: a.kernel_us,
@@ -804,6 +825,7 @@ pub fn run(a: &WorkloadArgs) -> anyhow::Result<()> {
             sleep_ratio: a.sleep_ratio,
         },
     )?;
+    mix.blocks = a.blocks;
     let stop = StopAfter {
         time: Duration::from_secs_f64(a.seconds),
         kernels: None,
@@ -877,7 +899,7 @@ mod tests {
     }
 
     impl GpuClient for Fake {
-        fn launch_spin(&mut self, ns: u64) -> Result<(), WorkloadError> {
+        fn launch_spin(&mut self, ns: u64, _blocks: u32) -> Result<(), WorkloadError> {
             self.launched_ns.push(ns);
             self.max_queued = self.max_queued.max(self.launched() - self.done);
             Ok(())

@@ -414,7 +414,7 @@ pub struct LongKernelConfig {
     /// [`LongKernelConfig::threshold`] as sub-launches (default on).
     pub slicing: bool,
     /// `kernel_slice_ms`: the prediction above which a launch is sliced,
-    /// and about what each part takes (default: the scheduler's slice).
+    /// and twice what each part takes (default: the scheduler's slice).
     pub threshold: std::time::Duration,
     /// `kernel_slice_blocks`: the fewest blocks in one part (FairGV's
     /// 1,500 by default).

@@ -54,7 +54,7 @@ fn bytes(v: &[f32]) -> Vec<u8> {
 #[test]
 fn a_sliced_launch_computes_what_the_whole_launch_computes() {
     // Every launch longer than 50 µs of modelled time is cut into parts
-    // of about 50 µs, at least 8 blocks.
+    // of about 25 µs, at least 8 blocks.
     let (d, setup) = start(
         "slicing",
         "kernel_slice_ms = 0.05\nkernel_slice_blocks = 8",
@@ -103,8 +103,9 @@ fn a_sliced_launch_computes_what_the_whole_launch_computes() {
     });
     let l = vm(&st, "vm1").long_kernels;
     assert_eq!(l.sliced, 2, "the first launch ran whole: {l:?}");
-    // 200 µs over 1000 blocks at 50 µs per part: 250 blocks, 4 parts.
-    assert_eq!(l.parts, 2 * 4, "{l:?}");
+    // 200 µs over 1000 blocks at half the 50 µs threshold per part: 125
+    // blocks, 8 parts.
+    assert_eq!(l.parts, 2 * 8, "{l:?}");
     assert_eq!(l.runaways, 0);
 }
 

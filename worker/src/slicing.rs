@@ -10,7 +10,8 @@
 //!   (and is measured), unless its grid is larger than FairGV's "very
 //!   long" hint of 600 × 600 blocks.
 //! - **Parts** ([`Parts`]): boxes of at least [`SlicingConfig::min_blocks`]
-//!   blocks, about one threshold of predicted device time each, in the
+//!   blocks, about half a threshold of predicted device time each
+//!   ([`PARTS_PER_THRESHOLD`]), in the
 //!   order a GPU dispatches blocks (x fastest, then y, then z). Each part is
 //!   a box, so the kernel sees the indices of the whole grid.
 //! - **Not sliced**: cooperative launches (grid-wide barriers need every
@@ -36,13 +37,20 @@ use fairgpu_protocol::wire::ValidRequest;
 /// 600 × 600 blocks.
 pub const VERY_LONG_BLOCKS: u64 = 600 * 600;
 
+/// Parts per threshold of predicted device time. With parts of a whole
+/// threshold (one slice by default), a holder that issued one part and
+/// then a second before its release (a lease ending, a sample that had not
+/// yet filled the slice) kept the device two slices; with half, the other
+/// VMs wait about one.
+pub const PARTS_PER_THRESHOLD: u64 = 2;
+
 /// The slicing settings of `[daemon]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlicingConfig {
     /// Slice at all.
     pub enabled: bool,
     /// Launches predicted longer than this are sliced, and each part aims
-    /// at about this much device time, ns.
+    /// at about half this much device time, ns.
     pub threshold_ns: u64,
     /// The fewest blocks in one part (FairGV: 1,500 kept the slowdown
     /// under 5%).
@@ -177,9 +185,9 @@ impl Slicer {
         }
         let chunk = match predicted {
             Some(ns) if ns > c.threshold_ns => {
-                // About one threshold per part, never under the minimum.
-                let per_part =
-                    u128::from(blocks) * u128::from(c.threshold_ns.max(1)) / u128::from(ns);
+                // About half a threshold per part, never under the minimum.
+                let per_part = u128::from(blocks) * u128::from(c.threshold_ns.max(1))
+                    / (u128::from(ns) * u128::from(PARTS_PER_THRESHOLD));
                 (per_part as u64).max(min)
             }
             Some(_) => return Plan::Whole,
@@ -225,17 +233,23 @@ mod tests {
     }
 
     #[test]
-    fn a_long_launch_is_cut_into_parts_of_about_one_threshold() {
+    fn a_long_launch_is_cut_into_parts_of_about_half_a_threshold() {
         let s = slicer(6_000_000, 1500);
         let Plan::Sliced(p) = s.plan([60_000, 1, 1], Some(100_000_000)) else {
             panic!("sliced");
         };
-        // 100 ms over 60,000 blocks: 3,600 blocks per 6 ms part.
-        assert_eq!(p.total(), 17);
+        // 100 ms over 60,000 blocks: 1,800 blocks per 3 ms part.
+        assert_eq!(p.total(), 34);
         let parts: Vec<_> = p.collect();
-        assert_eq!(parts[0].extent, [3600, 1, 1]);
-        assert_eq!(parts[16].offset, [57_600, 0, 0]);
-        assert_eq!(parts[16].extent, [2400, 1, 1]);
+        assert_eq!(parts[0].extent, [1800, 1, 1]);
+        assert_eq!(parts[33].offset, [59_400, 0, 0]);
+        assert_eq!(parts[33].extent, [600, 1, 1]);
+        // The minimum wins over the prediction.
+        let s = slicer(6_000_000, 5000);
+        let Plan::Sliced(p) = s.plan([60_000, 1, 1], Some(100_000_000)) else {
+            panic!("sliced");
+        };
+        assert_eq!(p.total(), 12);
     }
 
     #[test]

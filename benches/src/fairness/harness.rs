@@ -93,6 +93,9 @@ pub struct WorkloadSpec {
     /// Fraction of its run spent sleeping.
     #[serde(default)]
     pub sleep_ratio: f64,
+    /// Blocks per launch (the long-kernel experiments); one when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u32>,
 }
 
 impl WorkloadSpec {
@@ -102,6 +105,7 @@ impl WorkloadSpec {
             profile: profile.to_owned(),
             kernel_us: None,
             sleep_ratio: 0.0,
+            blocks: None,
         }
     }
 
@@ -113,6 +117,9 @@ impl WorkloadSpec {
         }
         if self.sleep_ratio > 0.0 {
             s.push_str(&format!(" sleep {:.0}%", self.sleep_ratio * 100.0));
+        }
+        if let Some(b) = self.blocks {
+            s.push_str(&format!(" x{b} blocks"));
         }
         s
     }
@@ -178,6 +185,9 @@ pub struct Tuning {
     pub pin: bool,
     /// The daemon's log filter; with it the run's directory is kept.
     pub daemon_log: Option<String>,
+    /// More `[daemon]` lines, as written (an experiment's own settings,
+    /// e.g. kernel slicing's).
+    pub daemon_lines: Vec<String>,
 }
 
 /// CPUs for the daemon and for the guests under [`Tuning::pin`]: `None`
@@ -283,6 +293,10 @@ fn config_text(cfg: &SessionConfig, socket: &Path, dir: &Path, regions: &[PathBu
     }
     if cfg.tuning.no_work_conserving {
         t.push_str("work_conserving = false\n");
+    }
+    for line in &cfg.tuning.daemon_lines {
+        t.push_str(line);
+        t.push('\n');
     }
     t.push_str("\n[sim]\nmemory_bytes = 4294967296\nname = \"fairgpu SimGpu\"\n\n");
     for (v, region) in cfg.vms.iter().zip(regions) {
@@ -479,6 +493,9 @@ impl Session {
             if v.workload.sleep_ratio > 0.0 {
                 cmd.args(["--sleep-ratio", &v.workload.sleep_ratio.to_string()]);
             }
+            if let Some(b) = v.workload.blocks {
+                cmd.args(["--blocks", &b.to_string()]);
+            }
             if let Some((_, guest_cpus)) = cpu_split(self.cfg.tuning.pin) {
                 restrict_to(&mut cmd, guest_cpus);
             }
@@ -625,7 +642,10 @@ mod tests {
                 },
             ],
             client: ClientKind::Rust,
-            tuning: Tuning::default(),
+            tuning: Tuning {
+                daemon_lines: vec!["kernel_slice_blocks = 500".into()],
+                ..Tuning::default()
+            },
         };
         let regions = [PathBuf::from("/dev/shm/a"), PathBuf::from("/dev/shm/b")];
         let text = config_text(
@@ -638,14 +658,26 @@ mod tests {
         assert_eq!(c.vms.len(), 2);
         assert_eq!(c.vms[1].weight, 3);
         assert_eq!(c.daemon.executor, fairgpu_config::ExecutorChoice::Sim);
+        assert_eq!(c.daemon.long_kernels.min_blocks, 500, "the extra lines");
         assert_eq!(
             WorkloadSpec {
                 profile: "Throttle".into(),
                 kernel_us: Some(207.0),
-                sleep_ratio: 0.5
+                sleep_ratio: 0.5,
+                blocks: None,
             }
             .describe(),
             "Throttle 207us sleep 50%"
+        );
+        assert_eq!(
+            WorkloadSpec {
+                profile: "MM".into(),
+                kernel_us: Some(100_000.0),
+                sleep_ratio: 0.0,
+                blocks: Some(60_000),
+            }
+            .describe(),
+            "MM 100000us x60000 blocks"
         );
         assert_eq!(WorkloadSpec::profile("MM").kernel_ns(), Some(207_000));
     }

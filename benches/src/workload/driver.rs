@@ -269,9 +269,9 @@ impl Driver {
         &self.device_name
     }
 
-    /// Launches the kernel (one block of one thread) on the stream with one
-    /// 64-bit argument.
-    pub fn launch(&mut self, arg: u64) -> Result<(), WorkloadError> {
+    /// Launches the kernel (`blocks` blocks of one thread) on the stream
+    /// with one 64-bit argument.
+    pub fn launch(&mut self, arg: u64, blocks: u32) -> Result<(), WorkloadError> {
         let mut value = arg;
         let mut params = [(&mut value as *mut u64).cast::<c_void>()];
         // SAFETY: the function and stream are live; `params` holds one
@@ -280,7 +280,7 @@ impl Driver {
         let r = unsafe {
             (self.api.launch_kernel)(
                 self.function,
-                1,
+                blocks,
                 1,
                 1,
                 1,
