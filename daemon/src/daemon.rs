@@ -230,29 +230,23 @@ impl Vm {
             s.worker_gone(self.index);
         }
         let failed = self.region.fail_established(ChannelFailure::WorkerCrashed);
-        if status.code() == Some(fairgpu_worker::RUNAWAY_EXIT) {
+        // Planned exits: a fresh process serves the VM at once.
+        let planned = match status.code() {
             // The runaway guard: the worker failed the offending channel
             // (LAUNCH_TIMEOUT) and exited so that the GPU would end the
-            // kernel; a fresh process serves the VM at once.
-            tracing::warn!(
-                vm = %self.cfg.name,
-                pid,
-                channels_failed = failed,
-                "worker exited to end a runaway kernel; starting a fresh one"
-            );
-            self.slot.set_state(WorkerState::Restarting);
-            self.restart_at = Some(Instant::now());
-            return;
-        }
-        if status.code() == Some(fairgpu_worker::RECYCLE_EXIT) {
+            // kernel.
+            Some(fairgpu_worker::RUNAWAY_EXIT) => {
+                Some("worker exited to end a runaway kernel; starting a fresh one")
+            }
             // A sticky GPU error poisoned the worker's CUDA state and its
-            // guests have let go: a fresh process serves the VM at once.
-            tracing::warn!(
-                vm = %self.cfg.name,
-                pid,
-                channels_failed = failed,
-                "worker stopped after a sticky GPU error; starting a fresh one"
-            );
+            // guests have let go.
+            Some(fairgpu_worker::RECYCLE_EXIT) => {
+                Some("worker stopped after a sticky GPU error; starting a fresh one")
+            }
+            _ => None,
+        };
+        if let Some(why) = planned {
+            tracing::warn!(vm = %self.cfg.name, pid, channels_failed = failed, "{why}");
             self.slot.set_state(WorkerState::Restarting);
             self.restart_at = Some(Instant::now());
             return;
