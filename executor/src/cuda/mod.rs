@@ -100,6 +100,12 @@ pub const MAX_PENDING_TIMINGS: usize = 4096;
 /// How long destroying a context waits for its launches to finish, so
 /// that their device time counts.
 pub const DESTROY_WAIT: Duration = Duration::from_secs(1);
+/// The runaway guard's waits: how long they spin before they sleep, how
+/// long they sleep between looks, and how often they harvest the whole
+/// timing queue (for runaways).
+const AWAIT_SPIN: Duration = Duration::from_millis(1);
+const AWAIT_SLEEP: Duration = Duration::from_micros(20);
+const AWAIT_HARVEST_EVERY: Duration = Duration::from_millis(1);
 /// Timing events kept for reuse per context.
 const SPARE_TIMING_EVENTS: usize = 256;
 /// CU_CTX_SCHED_BLOCKING_SYNC.
@@ -787,30 +793,61 @@ impl CudaExecutor {
         if self.request_limit.is_none() {
             return Ok(());
         }
-        let mut looks = 0u32;
+        let api = self.api;
+        let started = Instant::now();
+        let mut harvested: Option<Instant> = None;
+        let mut tails: Vec<(Option<u64>, CUevent)> = Vec::new();
         loop {
-            self.harvest();
-            if self.runaway.is_some() {
-                return Err(ExecError::Driver {
-                    call: "runaway guard",
-                    status: Status::LAUNCH_TIMEOUT,
-                });
+            let now = Instant::now();
+            // The whole queue (device time, history, runaways) at the
+            // first look and then about every millisecond.
+            if harvested.is_none_or(|t| now.duration_since(t) >= AWAIT_HARVEST_EVERY) {
+                harvested = Some(now);
+                self.harvest();
+                if self.runaway.is_some() {
+                    return Err(ExecError::Driver {
+                        call: "runaway guard",
+                        status: Status::LAUNCH_TIMEOUT,
+                    });
+                }
             }
-            let unfinished = self
-                .pending
-                .iter()
-                .any(|p| p.ctx == ctx.0 && stream.is_none_or(|s| p.stream == s));
-            if !unfinished {
+            // Between, only the last launch of each stream waited for: a
+            // stream's work completes in order.
+            tails.clear();
+            for p in &self.pending {
+                if p.ctx != ctx.0 || stream.is_some_and(|s| p.stream != s) {
+                    continue;
+                }
+                match tails.iter_mut().find(|(s, _)| *s == p.stream) {
+                    Some(t) => t.1 = p.end,
+                    None => tails.push((p.stream, p.end)),
+                }
+            }
+            if tails.is_empty() {
                 return Ok(());
             }
-            // Yield first (short kernels end within microseconds), then
-            // sleep briefly: the overshoot past a kernel's end stays
-            // under ~60 µs (workers sleep with a 1 ns timer slack).
-            looks += 1;
-            if looks < 64 {
+            let Some(c) = self.contexts.get(&ctx.0) else {
+                return Ok(());
+            };
+            set_current(api, c.raw)?;
+            // SAFETY: every tail is the end event of a pending pair of the
+            // current context (live until the pair leaves the queue).
+            let done = tails
+                .iter()
+                .all(|&(_, e)| unsafe { (api.cuEventQuery)(e) } != CUDA_ERROR_NOT_READY);
+            if done {
+                self.harvest();
+                return Ok(());
+            }
+            // Spin (yielding) through the first millisecond, as the
+            // driver's own synchronize would for a short kernel, then
+            // sleep briefly: a long wait costs little CPU and overshoots
+            // its kernel's end by ~20 µs (workers sleep with a 1 ns timer
+            // slack).
+            if now.duration_since(started) < AWAIT_SPIN {
                 std::thread::yield_now();
             } else {
-                std::thread::sleep(Duration::from_micros(50));
+                std::thread::sleep(AWAIT_SLEEP);
             }
         }
     }
