@@ -717,6 +717,10 @@ fn measure_inner(
         .enumerate()
         .map(|(i, v)| {
             let report = reports.get(i).and_then(|r| r.as_ref().ok());
+            // Its synchronous calls' latencies, if it made any.
+            let sync = report
+                .filter(|r| r.sync_calls > 0)
+                .map(|r| r.sync_latency_us);
             let counted = kernel_tracks
                 .get(i)
                 .filter(|t| t.points.len() > 1)
@@ -733,18 +737,10 @@ fn measure_inner(
                 kernels_per_s: counted.unwrap_or(shares[i].measured * 1e9 / kernel_ns as f64),
                 workload_kernels: report.map(|r| r.kernels),
                 alone: None,
-                sync_p50_us: report
-                    .filter(|r| r.sync_calls > 0)
-                    .map(|r| r.sync_latency_us.p50),
-                sync_p99_us: report
-                    .filter(|r| r.sync_calls > 0)
-                    .map(|r| r.sync_latency_us.p99),
-                sync_p999_us: report
-                    .filter(|r| r.sync_calls > 0)
-                    .map(|r| r.sync_latency_us.p999),
-                sync_max_us: report
-                    .filter(|r| r.sync_calls > 0)
-                    .map(|r| r.sync_latency_us.max),
+                sync_p50_us: sync.map(|l| l.p50),
+                sync_p99_us: sync.map(|l| l.p99),
+                sync_p999_us: sync.map(|l| l.p999),
+                sync_max_us: sync.map(|l| l.max),
                 charged_share: charged[i].map(|ns_per_s| ns_per_s / 1e9),
                 grants_per_s: grants[i],
             }

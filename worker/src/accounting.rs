@@ -1143,14 +1143,11 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         if !self.may_issue(ch, &req) {
             return Resume::Held;
         }
-        let mut ran = Ok(());
-        let _ = self.accounted(ch, &req, |h| {
-            if let Resume::Ran(r) = h.resume(ch) {
-                ran = r;
-            }
-            ran.map(|()| Answer::default())
+        let ran = self.accounted(ch, &req, |h| match h.resume(ch) {
+            Resume::Ran(r) => r.map(|()| Answer::default()),
+            Resume::Nothing | Resume::Held => Ok(Answer::default()),
         });
-        Resume::Ran(ran)
+        Resume::Ran(ran.map(drop))
     }
 
     fn unfinished(&self, ch: u32) -> Option<ValidRequest> {

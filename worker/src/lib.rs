@@ -284,7 +284,7 @@ struct Publisher {
 
 impl Publisher {
     /// Notes a runaway kernel the executor reports (looked at without
-    /// blocking after every call into the handler).
+    /// blocking).
     fn check_runaway(&mut self) {
         if self.fatal.is_some() {
             return;
@@ -310,18 +310,18 @@ impl Handler for Publisher {
         req: &fairgpu_protocol::wire::ValidRequest,
         arena: &ArenaSlice<'_>,
     ) -> Result<Answer, fairgpu_protocol::Status> {
-        let r = self.ops.handle(ch, req, arena);
-        self.check_runaway();
-        r
+        self.ops.handle(ch, req, arena)
     }
 
     fn fatal(&mut self) -> Option<crate::host::Fatal> {
+        // Asked by the server at every turn of its loop: a runaway found
+        // by any wait, harvest or tick ends the serving there.
+        self.check_runaway();
         self.fatal
     }
 
     fn reset(&mut self, ch: u32) {
         self.ops.reset(ch);
-        self.check_runaway();
         // The last context of a poisoned worker may just have gone.
         self.recycle_if_due();
     }
@@ -331,9 +331,7 @@ impl Handler for Publisher {
     }
 
     fn resume(&mut self, ch: u32) -> crate::host::Resume {
-        let r = self.ops.resume(ch);
-        self.check_runaway();
-        r
+        self.ops.resume(ch)
     }
 
     fn unfinished(&self, ch: u32) -> Option<fairgpu_protocol::wire::ValidRequest> {
@@ -341,15 +339,12 @@ impl Handler for Publisher {
     }
 
     fn poll(&mut self, pass: crate::host::Pass) -> Option<std::time::Duration> {
-        let r = self.ops.poll(pass);
-        self.check_runaway();
-        r
+        self.ops.poll(pass)
     }
 
     fn tick(&mut self) {
         self.ops.tick();
         let u = self.ops.inner().usage();
-        self.check_runaway();
         let s = &self.slot;
         s.set(Field::MemUsed, u.mem_used);
         s.set(Field::MemQuota, u.mem_quota);
