@@ -52,7 +52,7 @@ use fairgpu_protocol::layout::{Layout, RegionConfig};
 use fairgpu_protocol::limits::{
     MAX_ARENA, MAX_CHANNELS, MAX_RING_ENTRIES, MIN_ARENA, MIN_CHANNELS, MIN_RING_ENTRIES, PAGE,
 };
-use fairgpu_scheduler::{PolicyKind, SliceConfig};
+use fairgpu_scheduler::{Nanos, PolicyKind, Reservation, SliceConfig};
 use serde::{Deserialize, Serialize};
 
 use fairgpu_executor::sim::SimConfig;
@@ -281,6 +281,22 @@ struct RawVm {
     guest: GuestKind,
     ivshmem: Option<RawIvshmem>,
     max_request_ms: Option<f64>,
+    priority: Option<i64>,
+    reservation: Option<RawReservation>,
+}
+
+/// `[vm.reservation]` (TimeGraph policies).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReservation {
+    budget_ms: f64,
+    period_ms: f64,
+    #[serde(default = "default_reserve_mode")]
+    mode: String,
+}
+
+fn default_reserve_mode() -> String {
+    "pe".to_owned()
 }
 
 /// `[vm.ivshmem]` of a `guest = "qemu"` VM.
@@ -581,7 +597,8 @@ impl std::str::FromStr for Accounting {
 }
 
 /// The configuration's name of a policy: `fairgv`, `credit-poll`,
-/// `credit-hs`, `strict`, or `none` for no scheduler.
+/// `credit-hs`, `strict`, `neon-ts`, `neon-dts`, `timegraph-prt`,
+/// `timegraph-ht`, or `none` for no scheduler.
 pub const fn policy_name(policy: Option<PolicyKind>) -> &'static str {
     match policy {
         None => "none",
@@ -589,6 +606,10 @@ pub const fn policy_name(policy: Option<PolicyKind>) -> &'static str {
         Some(PolicyKind::CreditPoll) => "credit-poll",
         Some(PolicyKind::CreditHybridSpin) => "credit-hs",
         Some(PolicyKind::StrictCoSchedule) => "strict",
+        Some(PolicyKind::NeonTimeslice) => "neon-ts",
+        Some(PolicyKind::NeonDisengaged) => "neon-dts",
+        Some(PolicyKind::TimeGraphPrt) => "timegraph-prt",
+        Some(PolicyKind::TimeGraphHt) => "timegraph-ht",
     }
 }
 
@@ -602,7 +623,7 @@ pub fn parse_policy(name: &str) -> Result<Option<PolicyKind>, String> {
         "strict" => Ok(Some(PolicyKind::StrictCoSchedule)),
         other => other.parse::<PolicyKind>().map(Some).map_err(|_| {
             format!(
-                "policy = {other:?} is unknown (expected \"fairgv\", \"credit-poll\", \"credit-hs\", \"strict\" or \"none\"; \"fair-queuing\" and \"strict-cosched\" are accepted too)"
+                "policy = {other:?} is unknown (expected \"fairgv\", \"credit-poll\", \"credit-hs\", \"strict\", \"neon-ts\", \"neon-dts\", \"timegraph-prt\", \"timegraph-ht\" or \"none\"; \"fair-queuing\" and \"strict-cosched\" are accepted too)"
             )
         }),
     }
@@ -635,10 +656,19 @@ fn validate_sched(raw: &RawDaemon) -> Result<SchedConfig, String> {
             SliceConfig::new(fairgpu_scheduler::Nanos(ns as u64)).map_err(|_| out_of_range())?
         }
     };
+    let serializes = policy == Some(PolicyKind::TimeGraphPrt);
     let accounting = match &raw.accounting {
+        // PRT: every request waits for the previous one.
+        None if serializes => Accounting::Every,
         None => defaults.accounting,
         Some(a) => a.parse()?,
     };
+    if serializes && accounting != Accounting::Every {
+        return Err(format!(
+            "policy = \"timegraph-prt\" has each request wait for the previous one, which is accounting = \"every\" (not {:?}); use \"timegraph-ht\" to let requests pipeline",
+            accounting.name()
+        ));
+    }
     let spin = match raw.spin_us {
         None => defaults.spin,
         Some(us) => u64::try_from(us)
@@ -683,6 +713,10 @@ pub struct VmConfig {
     /// The runaway guard's limit on one request's device time: the VM's
     /// `max_request_ms`, else the daemon's (`None`: off).
     pub max_request: Option<std::time::Duration>,
+    /// `priority` (TimeGraph policies): higher runs first; 0 by default.
+    pub priority: u8,
+    /// `[vm.reservation]` (TimeGraph policies): GPU time per period.
+    pub reservation: Option<Reservation>,
 }
 
 impl VmConfig {
@@ -842,6 +876,19 @@ impl Config {
             }
             check_paths_unique(&vm, &vms, &daemon).map_err(|why| invalid(place, why))?;
             vms.push(vm);
+        }
+        let reserved: f64 = vms
+            .iter()
+            .filter_map(|v| v.reservation)
+            .map(|r| r.utilization())
+            .sum();
+        if reserved > 1.0 + 1e-9 {
+            return Err(invalid(
+                "file".into(),
+                format!(
+                    "the VMs' reservations ask for {reserved:.3} of the GPU together (admission control: at most 1, the sum of budget_ms / period_ms)"
+                ),
+            ));
         }
         Ok(Config {
             daemon,
@@ -1063,7 +1110,59 @@ fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Largest `priority` accepted.
+pub const MAX_PRIORITY: u8 = 99;
+
+/// `priority` and `[vm.reservation]`, which only the TimeGraph policies
+/// have.
+fn validate_priority(
+    raw: &RawVm,
+    sched: &SchedConfig,
+) -> Result<(u8, Option<Reservation>), String> {
+    let has = sched.policy.is_some_and(PolicyKind::has_priorities);
+    if !has && (raw.priority.is_some() || raw.reservation.is_some()) {
+        return Err(format!(
+            "{} is a setting of the TimeGraph policies (policy = \"timegraph-prt\" or \"timegraph-ht\"), not of policy = {:?}",
+            if raw.priority.is_some() { "priority" } else { "[vm.reservation]" },
+            sched.policy_name()
+        ));
+    }
+    let priority = match raw.priority {
+        None => 0,
+        Some(p) => u8::try_from(p)
+            .ok()
+            .filter(|p| *p <= MAX_PRIORITY)
+            .ok_or_else(|| format!("priority = {p} is outside 0..={MAX_PRIORITY}"))?,
+    };
+    let reservation = match &raw.reservation {
+        None => None,
+        Some(r) => {
+            let ms = |what: &str, v: f64| -> Result<Nanos, String> {
+                if v.is_finite() && v > 0.0 && v <= 100_000.0 {
+                    Ok(Nanos((v * 1e6).round() as u64))
+                } else {
+                    Err(format!("reservation {what} = {v} is outside (0, 100000]"))
+                }
+            };
+            let res = Reservation {
+                budget: ms("budget_ms", r.budget_ms)?,
+                period: ms("period_ms", r.period_ms)?,
+                mode: r.mode.parse()?,
+            };
+            res.validate().map_err(|_| {
+                format!(
+                    "reservation budget_ms = {} per period_ms = {} is invalid: the budget must be at most the period, and the period 0.1..=100000 ms",
+                    r.budget_ms, r.period_ms
+                )
+            })?;
+            Some(res)
+        }
+    };
+    Ok((priority, reservation))
+}
+
 fn validate_vm(raw: RawVm, daemon: &DaemonConfig) -> Result<VmConfig, String> {
+    let (priority, reservation) = validate_priority(&raw, &daemon.sched)?;
     let max_request = match raw.max_request_ms {
         None => daemon.long_kernels.max_request,
         Some(ms) => max_request(&format!("[[vm]] {:?}: ", raw.name), ms)?,
@@ -1211,6 +1310,8 @@ fn validate_vm(raw: RawVm, daemon: &DaemonConfig) -> Result<VmConfig, String> {
         guest: raw.guest,
         qemu,
         max_request,
+        priority,
+        reservation,
     })
 }
 
@@ -1592,6 +1693,10 @@ region = "/dev/shm/fairgpu-vm1"
             ("credit-hs", Some(PolicyKind::CreditHybridSpin)),
             ("strict", Some(PolicyKind::StrictCoSchedule)),
             ("strict-cosched", Some(PolicyKind::StrictCoSchedule)),
+            ("neon-ts", Some(PolicyKind::NeonTimeslice)),
+            ("neon-dts", Some(PolicyKind::NeonDisengaged)),
+            ("timegraph-prt", Some(PolicyKind::TimeGraphPrt)),
+            ("timegraph-ht", Some(PolicyKind::TimeGraphHt)),
             ("none", None),
         ] {
             let c = with(&format!("policy = {name:?}")).unwrap();
@@ -1662,6 +1767,88 @@ region = "/dev/shm/fairgpu-vm1"
             let e = with(daemon, vm).unwrap_err().to_string();
             assert!(e.contains(want), "{daemon} {vm}: {e}");
         }
+    }
+
+    #[test]
+    fn priorities_and_reservations() {
+        use fairgpu_scheduler::ReserveMode;
+        let two = |policy: &str, a: &str, b: &str| {
+            let text = format!(
+                "{ONE_VM}[[vm]]\nname = \"vm2\"\nmemory = \"1GiB\"\nregion = \"/dev/shm/fairgpu-vm2\"\n{b}\n"
+            )
+            .replace("[daemon]", &format!("[daemon]\npolicy = {policy:?}"))
+            .replacen("[[vm]]", &format!("[[vm]]\n{a}"), 1);
+            parse(&text)
+        };
+        let c = two(
+            "timegraph-ht",
+            "priority = 7\nreservation = { budget_ms = 2, period_ms = 10 }",
+            "reservation = { budget_ms = 40, period_ms = 50, mode = \"ae\" }",
+        )
+        .unwrap();
+        assert_eq!(c.vms[0].priority, 7);
+        let r = c.vms[0].reservation.unwrap();
+        assert_eq!(
+            (r.budget, r.period, r.mode),
+            (
+                Nanos::from_millis(2),
+                Nanos::from_millis(10),
+                ReserveMode::Posterior
+            )
+        );
+        assert_eq!(c.vms[1].priority, 0);
+        assert_eq!(c.vms[1].reservation.unwrap().mode, ReserveMode::Apriori);
+        // PRT waits for every request: accounting "every", and no other.
+        let c = two("timegraph-prt", "", "").unwrap();
+        assert_eq!(c.daemon.sched.accounting, Accounting::Every);
+        for (policy, a, b, want) in [
+            (
+                "fairgv",
+                "priority = 1",
+                "",
+                "priority is a setting of the TimeGraph policies",
+            ),
+            (
+                "neon-ts",
+                "reservation = { budget_ms = 1, period_ms = 10 }",
+                "",
+                "[vm.reservation] is a setting of the TimeGraph policies",
+            ),
+            (
+                "timegraph-ht",
+                "priority = 100",
+                "",
+                "priority = 100 is outside 0..=99",
+            ),
+            (
+                "timegraph-ht",
+                "reservation = { budget_ms = 11, period_ms = 10 }",
+                "",
+                "the budget must be at most the period",
+            ),
+            (
+                "timegraph-ht",
+                "reservation = { budget_ms = 1, period_ms = 10, mode = \"xe\" }",
+                "",
+                "reservation mode \"xe\" is unknown",
+            ),
+            (
+                "timegraph-ht",
+                "reservation = { budget_ms = 6, period_ms = 10 }",
+                "reservation = { budget_ms = 5, period_ms = 10 }",
+                "ask for 1.100 of the GPU together",
+            ),
+        ] {
+            let e = two(policy, a, b).unwrap_err().to_string();
+            assert!(e.contains(want), "{policy} {a} {b}: {e}");
+        }
+        let e = parse(&ONE_VM.replace(
+            "[daemon]",
+            "[daemon]\npolicy = \"timegraph-prt\"\naccounting = \"sampled\"",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("accounting = \"every\""), "{e}");
     }
 
     #[test]

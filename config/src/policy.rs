@@ -4,7 +4,7 @@
 
 use fairgpu_scheduler::{
     Credit, CreditConfig, CreditVariant, ExecutionMode, FairQueuing, FairQueuingConfig,
-    IdleBehaviour, Policy, PolicyKind,
+    IdleBehaviour, Policy, PolicyKind, PriorityMode, TimeGraph, Timeslice, TimesliceVariant,
 };
 
 use crate::{Accounting, SchedConfig};
@@ -36,6 +36,12 @@ pub fn build_policy(cfg: &SchedConfig) -> Option<Box<dyn Policy>> {
             };
             Box::new(Credit::new(variant, credit))
         }
+        PolicyKind::NeonTimeslice => Box::new(Timeslice::new(TimesliceVariant::Engaged, cfg.slice)),
+        PolicyKind::NeonDisengaged => {
+            Box::new(Timeslice::new(TimesliceVariant::Disengaged, cfg.slice))
+        }
+        PolicyKind::TimeGraphPrt => Box::new(TimeGraph::new(PriorityMode::Prt, cfg.slice)),
+        PolicyKind::TimeGraphHt => Box::new(TimeGraph::new(PriorityMode::Ht, cfg.slice)),
     };
     Some(policy)
 }

@@ -198,6 +198,103 @@ pub struct VmSchedStatus {
     pub cosched_wakes: u64,
     /// Grants held past the slice plus the grace.
     pub overruns: u64,
+    /// Grants revoked before their end (preempted by higher priority, or a
+    /// disengaged slice that ended while others waited).
+    #[serde(default)]
+    pub revoked: u64,
+    /// TimeGraph: its priority (higher runs first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    /// TimeGraph: its reservation, "BUDGET_MS/PERIOD_MS pe|ae".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
+    /// TimeGraph: budget left in the period, ns (negative after an overrun).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_ns: Option<i64>,
+    /// TimeGraph: picks that found it throttled by its reservation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttled: Option<u64>,
+    /// NEON: accrued overuse not yet paid, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overuse_ns: Option<u64>,
+    /// NEON: turns skipped to pay for overuse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<u64>,
+}
+
+/// The policy-specific fields of a [`VmSchedStatus`] (the rest left empty).
+pub fn sched_standing(revoked: u64, standing: fairgpu_scheduler::Standing) -> VmSchedStatus {
+    use fairgpu_scheduler::Standing;
+    let mut s = VmSchedStatus {
+        state: String::new(),
+        charged_ns: 0,
+        grants: 0,
+        cosched_wakes: 0,
+        overruns: 0,
+        revoked,
+        priority: None,
+        reservation: None,
+        budget_ns: None,
+        throttled: None,
+        overuse_ns: None,
+        skipped: None,
+    };
+    match standing {
+        Standing::TimeGraph {
+            priority,
+            reservation,
+            budget,
+            throttled,
+        } => {
+            s.priority = Some(priority);
+            s.reservation = reservation.map(|r| {
+                format!(
+                    "{}/{} ms {}",
+                    r.budget.as_nanos() as f64 / 1e6,
+                    r.period.as_nanos() as f64 / 1e6,
+                    r.mode.name()
+                )
+            });
+            s.budget_ns = budget;
+            s.throttled = Some(throttled);
+        }
+        Standing::Timeslice { overuse, skipped } => {
+            s.overuse_ns = Some(overuse.as_nanos());
+            s.skipped = Some(skipped);
+        }
+        Standing::Fair { .. } | Standing::Credit { .. } => {}
+    }
+    s
+}
+
+impl VmSchedStatus {
+    /// Its policy-specific standing in words, or `None` if there is none
+    /// to show.
+    pub fn standing_text(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some(p) = self.priority {
+            parts.push(format!("priority {p}"));
+        }
+        if let Some(r) = &self.reservation {
+            parts.push(format!("reservation {r}"));
+        }
+        if let Some(b) = self.budget_ns {
+            parts.push(format!("budget left {:.3} ms", b as f64 / 1e6));
+        }
+        if let Some(t) = self.throttled.filter(|&t| t > 0) {
+            parts.push(format!("throttled {t} times"));
+        }
+        if let Some(o) = self.overuse_ns {
+            parts.push(format!("overuse {:.3} ms", o as f64 / 1e6));
+        }
+        if let Some(s) = self.skipped.filter(|&s| s > 0) {
+            parts.push(format!("{s} turns skipped"));
+        }
+        if self.revoked > 0 {
+            parts.push(format!("{} grants revoked", self.revoked));
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
 }
 
 /// Why the control socket could not be set up or used.
@@ -534,6 +631,9 @@ pub fn render_table(status: &Status) -> String {
         if let Some(q) = &v.qemu {
             out.push_str(&format!("{}: {}\n", v.name, q.summary()));
         }
+        if let Some(t) = v.sched.as_ref().and_then(VmSchedStatus::standing_text) {
+            out.push_str(&format!("{}: {t}\n", v.name));
+        }
         let l = &v.long_kernels;
         if !l.is_zero() {
             out.push_str(&format!(
@@ -690,6 +790,13 @@ mod tests {
                 grants: 5,
                 cosched_wakes: 0,
                 overruns: 0,
+                revoked: 2,
+                priority: Some(7),
+                reservation: Some("2/10 ms pe".into()),
+                budget_ns: Some(-1_500_000),
+                throttled: Some(3),
+                overuse_ns: None,
+                skipped: None,
             }),
             qemu: None,
         };
@@ -717,6 +824,10 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("KERNELS") && t.contains("CHARGED"), "{t}");
+        assert!(
+            t.contains("vm1: priority 7, reservation 2/10 ms pe, budget left -1.500 ms, throttled 3 times, 2 grants revoked"),
+            "{t}"
+        );
         assert!(t.lines().nth(3).unwrap().contains("runnable"), "{t}");
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[2].starts_with("VM "), "{t}");

@@ -43,6 +43,7 @@ use crate::qemu::QemuState;
 use crate::region_socket::RegionSocket;
 use crate::sched::{SchedHandle, Scheduler};
 use fairgpu_config::{Config, ExecutorChoice, VmConfig, WEIGHTS};
+use fairgpu_scheduler::PolicyKind;
 use fairgpu_worker::grants::GrantFile;
 use fairgpu_worker::host::HostRegion;
 use fairgpu_worker::stats::{Field, Slot, StatsFile, WorkerState};
@@ -337,6 +338,7 @@ impl StatusSource {
                         grants: v.grants,
                         cosched_wakes: v.cosched_wakes,
                         overruns: v.overruns,
+                        ..crate::control::sched_standing(v.revoked, v.standing)
                     }),
                     qemu: self.qemu[i].as_ref().and_then(|(cfg, q)| q.status(cfg)),
                 }
@@ -569,6 +571,14 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
                 Box::new(coordinator(&vms, regions, qmp_watcher.as_ref())),
             )
             .context("registering the VMs with the scheduling policy")?;
+            if sched_cfg.policy.is_some_and(PolicyKind::has_priorities) {
+                let h = s.handle();
+                for (i, v) in cfg.vms.iter().enumerate() {
+                    h.set_priority(i, v.priority)
+                        .and_then(|()| h.set_reservation(i, v.reservation))
+                        .with_context(|| format!("vm {:?}: its priority or reservation", v.name))?;
+                }
+            }
             Some(s)
         }
         _ => None,

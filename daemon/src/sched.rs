@@ -82,7 +82,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use fairgpu_scheduler::{Grant, Nanos, Policy, SchedError, VgpuId, VgpuState};
+use fairgpu_scheduler::{
+    ExecutionMode, Grant, Nanos, Policy, Reservation, SchedError, Standing, VgpuId, VgpuState,
+};
 
 use fairgpu_worker::grants::{Bell, GrantFile, GrantSlot};
 use fairgpu_worker::host::RegionBells;
@@ -147,12 +149,18 @@ pub struct VmSched {
     pub cosched_wakes: u64,
     /// Grants it held past slice + grace.
     pub overruns: u64,
+    /// Grants revoked before their end: preempted by a vGPU of higher
+    /// priority, or a disengaged slice that ended while others waited.
+    pub revoked: u64,
+    /// The policy's own standing (tags, credit, overuse, budget).
+    pub standing: Standing,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Counters {
     cosched_wakes: u64,
     overruns: u64,
+    revoked: u64,
 }
 
 #[derive(Debug)]
@@ -228,7 +236,29 @@ impl SchedHandle {
             grants: s.grants,
             cosched_wakes: c.cosched_wakes,
             overruns: c.overruns,
+            revoked: c.revoked,
+            standing: s.standing,
         })
+    }
+
+    /// Sets VM `vm`'s priority (TimeGraph policies).
+    pub fn set_priority(&self, vm: usize, priority: u8) -> Result<(), SchedError> {
+        self.lock().policy.set_priority(VgpuId(vm as u32), priority)
+    }
+
+    /// Gives VM `vm` a reservation, or takes it away (TimeGraph policies),
+    /// subject to the policy's admission control.
+    pub fn set_reservation(
+        &self,
+        vm: usize,
+        reservation: Option<Reservation>,
+    ) -> Result<(), SchedError> {
+        let r = self
+            .lock()
+            .policy
+            .set_reservation(VgpuId(vm as u32), reservation);
+        self.bell.ring();
+        r
     }
 }
 
@@ -259,6 +289,9 @@ struct Outstanding {
     charged: Duration,
     charged_until: Instant,
     warned: bool,
+    /// The policy refused to renew the lease and no longer counts the VM
+    /// as the holder: its release is charged by a correction.
+    unheld: bool,
 }
 
 impl Outstanding {
@@ -357,7 +390,13 @@ impl Scheduler {
                 if let Some(o) = out.take_if(|o| o.vm == i) {
                     let held = Nanos::from_duration(now_i.duration_since(o.charged_until));
                     tracing::warn!(vm = %self.names[i], held = %held, "the GPU holder's worker is gone; its grant ends, charged the time it held it");
-                    log_refusal(&self.names[i], core.policy.release(id, held, now));
+                    let r = if o.unheld {
+                        let extra = i64::try_from(held.as_nanos()).unwrap_or(i64::MAX);
+                        core.policy.adjust(id, extra, now)
+                    } else {
+                        core.policy.release(id, held, now)
+                    };
+                    log_refusal(&self.names[i], r);
                 }
                 if trailing.take_if(|t| t.vm == i).is_some() {
                     // Its estimate stands; the grant handed over from it
@@ -377,10 +416,20 @@ impl Scheduler {
                     // charged part of it already.
                     let used =
                         Nanos(slot.used_ns()).saturating_sub(Nanos::from_duration(o.charged));
-                    log_refusal(
-                        &self.names[o.vm],
-                        core.policy.release(VgpuId(o.vm as u32), used, now),
-                    );
+                    let id = VgpuId(o.vm as u32);
+                    let cost = slot.cost_ns();
+                    if cost > 0 {
+                        log_refusal(&self.names[o.vm], core.policy.observe_cost(id, Nanos(cost)));
+                    }
+                    let r = if o.unheld {
+                        // Its renewal was refused: the policy released it
+                        // then; the rest of its time is charged now.
+                        let extra = i64::try_from(used.as_nanos()).unwrap_or(i64::MAX);
+                        core.policy.adjust(id, extra, now)
+                    } else {
+                        core.policy.release(id, used, now)
+                    };
+                    log_refusal(&self.names[o.vm], r);
                     out = None;
                 } else if !o.lease
                     && trailing.is_none()
@@ -462,44 +511,81 @@ impl Scheduler {
                     *a = Some(now_i);
                 }
             }
+            // A priority policy preempts the holder at its next request
+            // boundary when a vGPU that must run first waits.
+            if let Some(o) = out.as_mut().filter(|o| o.revoked.is_none()) {
+                if core.policy.preempt(now) == Some(VgpuId(o.vm as u32)) {
+                    h.slots[o.vm].revoke(o.seq);
+                    self.regions[o.vm].ring_host();
+                    o.revoked = Some(now_i);
+                    core.counters[o.vm].revoked += 1;
+                    tracing::trace!(vm = %self.names[o.vm], "holder preempted");
+                }
+            }
+            let disengaged = core.policy.execution_mode() == ExecutionMode::Disengaged;
             match out.as_mut() {
                 None => {
                     if let Some(g) = core.policy.pick(now) {
                         let vm = g.id.0 as usize;
-                        let lease = active.iter().enumerate().all(|(i, a)| {
-                            i == vm || a.is_none_or(|t| now_i.duration_since(t) >= LEASE_QUIET)
-                        });
+                        // A disengaged policy's every grant is a lease.
+                        let lease = disengaged
+                            || active.iter().enumerate().all(|(i, a)| {
+                                i == vm || a.is_none_or(|t| now_i.duration_since(t) >= LEASE_QUIET)
+                            });
                         let after = trailing.filter(|t| t.vm != vm).map(|t| (t.vm, t.seq));
                         out = Some(self.grant(&mut core, g, lease, after, now_i));
                     }
                 }
                 Some(o) if o.lease && o.revoked.is_none() => {
                     let id = VgpuId(o.vm as u32);
-                    if others_runnable(&*core.policy, id) {
+                    let slice_over = now_i.duration_since(o.charged_until) >= o.slice;
+                    // A disengaged slice runs to its end; an uncontended
+                    // lease ends as soon as another VM waits.
+                    if others_runnable(&*core.policy, id) && (!disengaged || slice_over) {
                         h.slots[o.vm].revoke(o.seq);
                         self.regions[o.vm].ring_host();
                         o.revoked = Some(now_i);
-                    } else if now_i.duration_since(o.charged_until) >= o.slice {
+                        if disengaged {
+                            core.counters[o.vm].revoked += 1;
+                        }
+                    } else if slice_over {
                         // Renewal: charge the slice(s) the lease ran.
                         let dt = now_i.duration_since(o.charged_until);
                         log_refusal(
                             &self.names[o.vm],
                             core.policy.release(id, Nanos::from_duration(dt), now),
                         );
-                        match core.policy.pick(now) {
-                            Some(g) if g.id == id => {}
-                            other => tracing::error!(
-                                vm = %self.names[o.vm],
-                                picked = ?other,
-                                "the policy did not renew the only runnable vGPU's lease"
-                            ),
-                        }
                         o.charged += dt;
                         o.charged_until = now_i;
+                        match core.policy.pick(now) {
+                            Some(g) if g.id == id => o.slice = g.slice.as_duration(),
+                            None => {
+                                // Refused (a reservation's budget is used
+                                // up): the lease ends; what it runs until
+                                // its release is charged then.
+                                h.slots[o.vm].revoke(o.seq);
+                                self.regions[o.vm].ring_host();
+                                o.revoked = Some(now_i);
+                                o.unheld = true;
+                                core.counters[o.vm].revoked += 1;
+                            }
+                            Some(other) => tracing::error!(
+                                vm = %self.names[o.vm],
+                                picked = %other.id,
+                                "the policy granted another vGPU while the only runnable one held a lease"
+                            ),
+                        }
                     }
                 }
                 Some(_) => {}
             }
+            // A policy that throttles runnable vGPUs says when it may
+            // grant again.
+            let event = core
+                .policy
+                .next_event()
+                .filter(|_| out.is_none())
+                .map(|e| self.origin + e.as_duration());
             drop(core);
             let wait = match &out {
                 Some(o) if !o.warned => {
@@ -508,6 +594,13 @@ impl Scheduler {
                         .clamp(Duration::from_micros(100), IDLE_WAIT)
                 }
                 _ => IDLE_WAIT,
+            };
+            let wait = match event {
+                Some(at) => wait.min(
+                    at.saturating_duration_since(now_i)
+                        .max(Duration::from_micros(20)),
+                ),
+                None => wait,
             };
             h.bell.wait(seen, wait);
         }
@@ -540,6 +633,7 @@ impl Scheduler {
             charged: Duration::ZERO,
             charged_until: now,
             warned: false,
+            unheld: false,
         }
     }
 }

@@ -8,6 +8,10 @@
 //!   time, hybrid spinning, GPU-centric co-scheduling).
 //! - [`credit`]: [`Credit`] in its Credit-poll, Credit-hs and Strict
 //!   co-scheduling (Pegasus) variants.
+//! - [`neon`]: [`Timeslice`], NEON's Timeslice with overuse control and its
+//!   disengaged variant.
+//! - [`timegraph`]: [`TimeGraph`], TimeGraph's priorities (PRT, HT) and
+//!   reservations (posterior and apriori enforcement, admission control).
 //! - [`interactivity`]: the sliding-window CPU–GPU interactivity detector.
 //! - [`config`]: validated slice and interactivity settings.
 //! - [`time`]: [`Nanos`], the [`Clock`] trait and [`ManualClock`].
@@ -18,7 +22,9 @@
 //!
 //! Invariants every policy upholds:
 //! - at most one grant is outstanding; `pick` returns `None` while it is, and
-//!   otherwise returns `Some` whenever a vGPU is runnable (work conserving);
+//!   otherwise returns `Some` whenever a vGPU is runnable (work conserving),
+//!   except where a reservation throttles every runnable vGPU
+//!   ([`TimeGraph`]; [`Policy::next_event`] then says when to ask again);
 //! - every nanosecond a holder reports at release is charged to that holder,
 //!   overruns beyond the slice included;
 //! - a blocked vGPU is never picked;
@@ -64,18 +70,23 @@ pub mod config;
 pub mod credit;
 pub mod fair_queuing;
 pub mod interactivity;
+pub mod neon;
 pub mod policy;
 pub mod time;
+pub mod timegraph;
 
 pub use config::{ConfigError, InteractivityConfig, SliceConfig};
 pub use credit::{Credit, CreditConfig, CreditVariant};
 pub use fair_queuing::{FairQueuing, FairQueuingConfig};
 pub use interactivity::InteractivityDetector;
+pub use neon::{Timeslice, TimesliceVariant};
 pub use policy::{
     CoschedReply, CreditPriority, ExecutionMode, Grant, IdleBehaviour, Policy, PolicyKind,
-    SchedError, Standing, UnknownPolicy, VgpuId, VgpuState, VgpuStats, VirtualTime, WEIGHTS,
+    Reservation, ReserveMode, SchedError, Standing, UnknownPolicy, VgpuId, VgpuState, VgpuStats,
+    VirtualTime, WEIGHTS,
 };
 pub use time::{Clock, ManualClock, Nanos};
+pub use timegraph::{PriorityMode, TimeGraph};
 
 // Here rather than in `policy`, which every policy depends on: building
 // one of each kind is what depends on them all.
@@ -89,6 +100,15 @@ impl PolicyKind {
             PolicyKind::StrictCoSchedule => {
                 Box::new(Credit::strict_coschedule(CreditConfig::default()))
             }
+            PolicyKind::NeonTimeslice => Box::new(Timeslice::default()),
+            PolicyKind::NeonDisengaged => Box::new(Timeslice::new(
+                TimesliceVariant::Disengaged,
+                SliceConfig::default(),
+            )),
+            PolicyKind::TimeGraphPrt => {
+                Box::new(TimeGraph::new(PriorityMode::Prt, SliceConfig::default()))
+            }
+            PolicyKind::TimeGraphHt => Box::new(TimeGraph::default()),
         }
     }
 }

@@ -132,6 +132,26 @@ pub enum Standing {
         /// Finish tag F computed at the last release.
         finish: VirtualTime,
     },
+    /// NEON's token ring (Timeslice with overuse control).
+    Timeslice {
+        /// Accrued overuse not yet paid by a skipped turn.
+        overuse: Nanos,
+        /// Turns skipped to pay for overuse.
+        skipped: u64,
+    },
+    /// TimeGraph's priority and reservation.
+    TimeGraph {
+        /// Priority: higher runs first.
+        priority: u8,
+        /// Its reservation, if it has one.
+        reservation: Option<Reservation>,
+        /// Budget left in the current period, ns (negative after an
+        /// overrun); `None` without a reservation.
+        budget: Option<i64>,
+        /// Grants refused because the budget did not cover the VM's
+        /// predicted cost (or was used up) while it had work.
+        throttled: u64,
+    },
     /// Credit's account.
     Credit {
         /// Credit in GPU nanoseconds (negative when overdrawn).
@@ -188,6 +208,92 @@ pub enum ExecutionMode {
     /// only usage such a scheduler knows. Work it queued on the device keeps
     /// running into the next holder's lease.
     TimeShared,
+    /// NEON's disengaged timeslice (section 3.2): the grant is a lease with
+    /// no per-request interposition. At the slice's wall-clock end the
+    /// driver revokes it if another vGPU waits; the holder then drains its
+    /// work and reports the wall-clock time it held the lease, drain
+    /// included, so an overrun is seen and charged. Alone, the holder's
+    /// lease is renewed slice by slice.
+    Disengaged,
+}
+
+/// A TimeGraph reservation (Kato et al., ATC 2011, section 4.2): `budget`
+/// of GPU time per `period`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    /// GPU time per period (TimeGraph's C).
+    pub budget: Nanos,
+    /// The replenishment period (TimeGraph's T).
+    pub period: Nanos,
+    /// How the budget is enforced.
+    pub mode: ReserveMode,
+}
+
+impl Reservation {
+    /// Shortest period accepted.
+    pub const MIN_PERIOD: Nanos = Nanos::from_micros(100);
+    /// Longest period accepted.
+    pub const MAX_PERIOD: Nanos = Nanos::from_secs(100);
+
+    /// Its utilization, `budget / period`.
+    pub fn utilization(&self) -> f64 {
+        self.budget.as_nanos() as f64 / self.period.as_nanos().max(1) as f64
+    }
+
+    /// Checks the bounds: `0 < budget <= period`, period within
+    /// [`Self::MIN_PERIOD`]..=[`Self::MAX_PERIOD`].
+    pub fn validate(&self) -> Result<(), SchedError> {
+        let ok = (Self::MIN_PERIOD..=Self::MAX_PERIOD).contains(&self.period)
+            && self.budget > Nanos::ZERO
+            && self.budget <= self.period;
+        if ok {
+            Ok(())
+        } else {
+            Err(SchedError::Reservation {
+                budget: self.budget,
+                period: self.period,
+            })
+        }
+    }
+}
+
+/// TimeGraph's budget enforcement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReserveMode {
+    /// Posterior enforcement (PE): a VM may run while its budget is
+    /// positive; what it used is charged after it completes, so the budget
+    /// may go negative, and the debt is paid by the next replenishments
+    /// (`e = min(C, e + C)` per period).
+    Posterior,
+    /// Apriori enforcement (AE): a VM runs only if its budget covers the
+    /// predicted cost of its next request (from the history of what its
+    /// requests cost), and its grant ends when the budget is used, so it
+    /// overruns by a misprediction at most.
+    Apriori,
+}
+
+impl ReserveMode {
+    /// The configuration's name: `pe` or `ae`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ReserveMode::Posterior => "pe",
+            ReserveMode::Apriori => "ae",
+        }
+    }
+}
+
+impl FromStr for ReserveMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "pe" => Ok(ReserveMode::Posterior),
+            "ae" => Ok(ReserveMode::Apriori),
+            other => Err(format!(
+                "reservation mode {other:?} is unknown (expected \"pe\", posterior enforcement, or \"ae\", apriori enforcement)"
+            )),
+        }
+    }
 }
 
 /// A policy's answer to a CPU-centric co-scheduling request.
@@ -208,7 +314,7 @@ pub enum CoschedReply {
 }
 
 /// A call the protocol does not allow.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SchedError {
     /// No vGPU with this id.
     #[error("{id} is not registered")]
@@ -239,6 +345,31 @@ pub enum SchedError {
     Holding {
         /// The vGPU.
         id: VgpuId,
+    },
+    /// A per-vGPU setting this policy has no use for.
+    #[error("the {policy} policy has no {setting} setting")]
+    Unsupported {
+        /// The policy.
+        policy: PolicyKind,
+        /// The setting.
+        setting: &'static str,
+    },
+    /// A reservation outside its bounds.
+    #[error("reservation {budget} per {period} is invalid (needs 0 < budget <= period, period 100us..=100s)")]
+    Reservation {
+        /// Its budget.
+        budget: Nanos,
+        /// Its period.
+        period: Nanos,
+    },
+    /// Admission control: the reservations together would ask for more than
+    /// the whole GPU.
+    #[error("admitting {id}'s reservation would reserve {total:.3} of the GPU (at most 1)")]
+    Admission {
+        /// The vGPU whose reservation was refused.
+        id: VgpuId,
+        /// The total utilization it would make.
+        total: f64,
     },
 }
 
@@ -321,6 +452,66 @@ pub trait Policy: fmt::Debug + Send {
 
     /// A snapshot of `id`.
     fn stats(&self, id: VgpuId) -> Option<VgpuStats>;
+
+    /// Sets `id`'s priority (higher runs first). Only priority policies
+    /// (TimeGraph) have one; the others refuse it.
+    fn set_priority(&mut self, id: VgpuId, priority: u8) -> Result<(), SchedError> {
+        let _ = priority;
+        self.stats(id).ok_or(SchedError::Unknown { id })?;
+        Err(SchedError::Unsupported {
+            policy: self.kind(),
+            setting: "priority",
+        })
+    }
+
+    /// Gives `id` a reservation (or takes it away with `None`), subject to
+    /// admission control. Only TimeGraph has reservations.
+    fn set_reservation(
+        &mut self,
+        id: VgpuId,
+        reservation: Option<Reservation>,
+    ) -> Result<(), SchedError> {
+        let _ = reservation;
+        self.stats(id).ok_or(SchedError::Unknown { id })?;
+        Err(SchedError::Unsupported {
+            policy: self.kind(),
+            setting: "reservation",
+        })
+    }
+
+    /// What one request of `id` costs on the device, as its holder
+    /// measured it (the average of its recent samples): the history a
+    /// policy that predicts costs (TimeGraph's apriori enforcement) uses.
+    /// Others ignore it.
+    fn observe_cost(&mut self, id: VgpuId, cost: Nanos) -> Result<(), SchedError> {
+        let _ = cost;
+        self.stats(id).map(|_| ()).ok_or(SchedError::Unknown { id })
+    }
+
+    /// The holder whose grant should end now, at its next request
+    /// boundary, because a vGPU that must run first is waiting (a priority
+    /// policy); the driver revokes that grant and the holder releases with
+    /// what it used. `None` for the policies that never preempt.
+    fn preempt(&self, now: Nanos) -> Option<VgpuId> {
+        let _ = now;
+        None
+    }
+
+    /// When `pick` may answer differently without any other call (a
+    /// reservation's budget is replenished): a driver whose `pick` found
+    /// runnable vGPUs but answered `None` calls it again then. `None` for
+    /// work-conserving policies, whose `pick` never leaves a runnable vGPU
+    /// waiting.
+    fn next_event(&self) -> Option<Nanos> {
+        None
+    }
+
+    /// Whether a holder must wait for each request to finish before it
+    /// issues the next (TimeGraph's PRT: every command group goes through
+    /// the scheduler), so that a preemption takes effect after one request.
+    fn serializes(&self) -> bool {
+        false
+    }
 }
 
 /// The policies this crate implements.
@@ -334,16 +525,35 @@ pub enum PolicyKind {
     CreditHybridSpin,
     /// Pegasus: Credit with CPU-centric strict co-scheduling.
     StrictCoSchedule,
+    /// NEON: Timeslice with overuse control, every request measured.
+    NeonTimeslice,
+    /// NEON: Disengaged Timeslice (no per-request interposition).
+    NeonDisengaged,
+    /// TimeGraph: priorities, PRT (each request waits for the previous one;
+    /// the highest priority runs next), with reservations.
+    TimeGraphPrt,
+    /// TimeGraph: priorities, HT (the holder keeps submitting while nothing
+    /// of higher priority waits), with reservations.
+    TimeGraphHt,
 }
 
 impl PolicyKind {
     /// Every policy, in a stable order.
-    pub const ALL: [PolicyKind; 4] = [
+    pub const ALL: [PolicyKind; 8] = [
         PolicyKind::FairQueuing,
         PolicyKind::CreditPoll,
         PolicyKind::CreditHybridSpin,
         PolicyKind::StrictCoSchedule,
+        PolicyKind::NeonTimeslice,
+        PolicyKind::NeonDisengaged,
+        PolicyKind::TimeGraphPrt,
+        PolicyKind::TimeGraphHt,
     ];
+
+    /// Whether vGPUs under this policy have priorities and reservations.
+    pub const fn has_priorities(self) -> bool {
+        matches!(self, PolicyKind::TimeGraphPrt | PolicyKind::TimeGraphHt)
+    }
 
     /// The name used in configuration and status output.
     pub const fn name(self) -> &'static str {
@@ -352,6 +562,10 @@ impl PolicyKind {
             PolicyKind::CreditPoll => "credit-poll",
             PolicyKind::CreditHybridSpin => "credit-hs",
             PolicyKind::StrictCoSchedule => "strict-cosched",
+            PolicyKind::NeonTimeslice => "neon-ts",
+            PolicyKind::NeonDisengaged => "neon-dts",
+            PolicyKind::TimeGraphPrt => "timegraph-prt",
+            PolicyKind::TimeGraphHt => "timegraph-ht",
         }
     }
 }
@@ -364,7 +578,7 @@ impl fmt::Display for PolicyKind {
 
 /// A policy name that is none of [`PolicyKind::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown scheduling policy {name:?} (expected fair-queuing, credit-poll, credit-hs or strict-cosched)")]
+#[error("unknown scheduling policy {name:?} (expected fair-queuing, credit-poll, credit-hs, strict-cosched, neon-ts, neon-dts, timegraph-prt or timegraph-ht)")]
 pub struct UnknownPolicy {
     /// What was given.
     pub name: String,

@@ -8,8 +8,9 @@ mod sim;
 use std::collections::BTreeSet;
 
 use fairgpu_scheduler::{
-    Credit, CreditConfig, ExecutionMode, FairQueuing, IdleBehaviour, Nanos, Policy, SchedError,
-    SliceConfig, Standing, VgpuId, VgpuState, VirtualTime,
+    Credit, CreditConfig, ExecutionMode, FairQueuing, IdleBehaviour, Nanos, Policy, PolicyKind,
+    PriorityMode, Reservation, ReserveMode, SchedError, SliceConfig, Standing, TimeGraph,
+    Timeslice, TimesliceVariant, VgpuId, VgpuState, VirtualTime,
 };
 use proptest::prelude::*;
 use sim::{run, Demand, Setup, Vgpu};
@@ -164,6 +165,9 @@ enum Op {
     Sync(u32),
     Cosched(u32),
     Advance(u64),
+    Priority(u32, u8),
+    Reserve(u32, Option<(u64, u64, bool)>),
+    Cost(u32, u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -179,8 +183,12 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0u64..40_000).prop_map(Op::Release),
         1 => (id.clone(), 0u64..10_000).prop_map(|(i, u)| Op::ReleaseBy(i, u)),
         1 => id.clone().prop_map(Op::Sync),
-        1 => id.prop_map(Op::Cosched),
+        1 => id.clone().prop_map(Op::Cosched),
         3 => (0u64..50_000).prop_map(Op::Advance),
+        1 => (id.clone(), 0u8..4).prop_map(|(i, p)| Op::Priority(i, p)),
+        1 => (id.clone(), prop::option::of((0u64..30_000, 0u64..60_000, any::<bool>())))
+            .prop_map(|(i, r)| Op::Reserve(i, r)),
+        1 => (id, 0u64..5_000).prop_map(|(i, c)| Op::Cost(i, c)),
     ]
 }
 
@@ -194,11 +202,13 @@ fn snapshot(p: &dyn Policy) -> Vec<(VgpuId, u32, VgpuState, Nanos, u64)> {
         .collect()
 }
 
-/// Applies `ops` to `p`, checking the protocol after each; `extra` checks
+/// Applies `ops` to `p`, checking the protocol after each; `slice` is what
+/// every grant must last, if the policy has one slice; `extra` checks
 /// policy-specific invariants.
 fn check_protocol<P: Policy>(
     p: &mut P,
     ops: &[Op],
+    slice: Option<Nanos>,
     mut extra: impl FnMut(&P) -> Result<(), TestCaseError>,
 ) -> Result<(), TestCaseError> {
     let mut now = Nanos::ZERO;
@@ -267,13 +277,24 @@ fn check_protocol<P: Policy>(
             }
             Op::Pick => {
                 let g = p.pick(now);
-                // Work conserving, one grant at a time.
-                prop_assert_eq!(g.is_some(), holder.is_none() && !runnable.is_empty());
+                // Work conserving (unless throttled, and then the policy
+                // says when it looks again), one grant at a time.
+                let due = holder.is_none() && !runnable.is_empty();
+                if due && g.is_none() {
+                    let event = p.next_event();
+                    let later = event.is_some_and(|e| e > now);
+                    prop_assert!(later, "runnable vGPUs wait with no event: {:?}", event);
+                } else {
+                    prop_assert_eq!(g.is_some(), due);
+                }
                 if let Some(g) = g {
                     prop_assert!(runnable.contains(&g.id));
                     prop_assert_eq!(p.holder(), Some(g.id));
                     prop_assert_eq!(p.stats(g.id).unwrap().state, VgpuState::Running);
-                    prop_assert_eq!(g.slice, SliceConfig::NON_PREEMPTIVE);
+                    prop_assert!(g.slice > Nanos::ZERO && g.slice <= SliceConfig::MAX);
+                    if let Some(s) = slice {
+                        prop_assert_eq!(g.slice, s);
+                    }
                 }
                 Ok(())
             }
@@ -312,6 +333,37 @@ fn check_protocol<P: Policy>(
                 now += Nanos::from_micros(us);
                 Ok(())
             }
+            Op::Priority(i, prio) => {
+                let r = p.set_priority(VgpuId(i), prio);
+                let known = ids.contains(&VgpuId(i));
+                prop_assert_eq!(r.is_ok(), known && p.kind().has_priorities());
+                r
+            }
+            Op::Reserve(i, r) => {
+                let reservation = r.map(|(budget, period, ae)| Reservation {
+                    budget: Nanos::from_micros(budget),
+                    period: Nanos::from_micros(period),
+                    mode: if ae {
+                        ReserveMode::Apriori
+                    } else {
+                        ReserveMode::Posterior
+                    },
+                });
+                let result = p.set_reservation(VgpuId(i), reservation);
+                if !ids.contains(&VgpuId(i)) {
+                    let unknown = matches!(result, Err(SchedError::Unknown { .. }));
+                    prop_assert!(unknown, "{:?}", result);
+                } else if !p.kind().has_priorities() {
+                    let unsupported = matches!(result, Err(SchedError::Unsupported { .. }));
+                    prop_assert!(unsupported, "{:?}", result);
+                }
+                result
+            }
+            Op::Cost(i, us) => {
+                let r = p.observe_cost(VgpuId(i), Nanos::from_micros(us));
+                prop_assert_eq!(r.is_ok(), ids.contains(&VgpuId(i)));
+                r
+            }
         };
         if result.is_err() {
             prop_assert_eq!(snapshot(p), before, "a failed {:?} changed something", op);
@@ -332,7 +384,12 @@ proptest! {
     #[test]
     fn fair_queuing_protocol(ops in prop::collection::vec(op(), 1..200)) {
         let mut prev = VirtualTime::ZERO;
-        check_protocol(&mut FairQueuing::default(), &ops, |p| check_virtual_time(p, &mut prev))?;
+        check_protocol(
+            &mut FairQueuing::default(),
+            &ops,
+            Some(SliceConfig::NON_PREEMPTIVE),
+            |p| check_virtual_time(p, &mut prev),
+        )?;
     }
 
     /// Random call sequences against every Credit variant (both execution
@@ -346,7 +403,7 @@ proptest! {
         };
         let cfg = CreditConfig::default().with_mode(mode);
         for mut p in [Credit::poll(cfg), Credit::hybrid_spin(cfg), Credit::strict_coschedule(cfg)] {
-            check_protocol(&mut p, &ops, |p| {
+            check_protocol(&mut p, &ops, Some(SliceConfig::NON_PREEMPTIVE), |p| {
                 prop_assert_eq!(p.execution_mode(), mode);
                 for id in p.ids() {
                     let Some(Standing::Credit { credit, .. }) = p.stats(id).map(|s| s.standing) else {
@@ -358,5 +415,62 @@ proptest! {
                 Ok(())
             })?;
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Random call sequences against NEON's timeslice schedulers: the
+    /// protocol holds; overuse never exceeds what was charged, and a vGPU
+    /// that skipped turns paid one slice per skip.
+    #[test]
+    fn neon_timeslice_protocol(ops in prop::collection::vec(op(), 1..200), disengaged in any::<bool>()) {
+        let variant = if disengaged { TimesliceVariant::Disengaged } else { TimesliceVariant::Engaged };
+        let mut p = Timeslice::new(variant, SliceConfig::default());
+        check_protocol(&mut p, &ops, None, |p| {
+            for id in p.ids() {
+                let s = p.stats(id).unwrap();
+                let Standing::Timeslice { overuse, .. } = s.standing else {
+                    return Err(TestCaseError::fail("not a timeslice standing"));
+                };
+                let bounded = overuse <= s.charged;
+                prop_assert!(bounded, "overuse {} beyond charged {}", overuse, s.charged);
+            }
+            Ok(())
+        })?;
+    }
+
+    /// Random call sequences against TimeGraph (PRT and HT): the protocol
+    /// holds; no budget exceeds its reservation; whenever a runnable vGPU
+    /// without a reservation has a higher priority than the holder, the
+    /// policy asks to preempt the holder; reserved utilization stays ≤ 1.
+    #[test]
+    fn timegraph_protocol(ops in prop::collection::vec(op(), 1..200), prt in any::<bool>()) {
+        let mode = if prt { PriorityMode::Prt } else { PriorityMode::Ht };
+        let mut p = TimeGraph::new(mode, SliceConfig::default());
+        prop_assert_eq!(p.serializes(), prt);
+        prop_assert_eq!(p.kind(), if prt { PolicyKind::TimeGraphPrt } else { PolicyKind::TimeGraphHt });
+        check_protocol(&mut p, &ops, None, |p| {
+            prop_assert!(p.reserved_utilization() <= 1.0 + 1e-9);
+            for id in p.ids() {
+                let s = p.stats(id).unwrap();
+                let Standing::TimeGraph { budget, .. } = s.standing else {
+                    return Err(TestCaseError::fail("not a timegraph standing"));
+                };
+                let (prio, reservation) = p.settings(id).unwrap();
+                if let (Some(b), Some(r)) = (budget, reservation) {
+                    let within = b <= r.budget.as_nanos() as i64;
+                    prop_assert!(within, "budget {} above {}", b, r.budget);
+                }
+                if let Some(h) = p.holder() {
+                    let (hp, _) = p.settings(h).unwrap();
+                    if s.state == VgpuState::Runnable && reservation.is_none() && prio > hp {
+                        prop_assert_eq!(p.preempt(Nanos::ZERO), Some(h));
+                    }
+                }
+            }
+            Ok(())
+        })?;
     }
 }

@@ -627,6 +627,8 @@ impl Gate {
         };
         let runnable = why == Why::Full || self.cfg.idle == IdleBehaviour::Poll;
         self.runnable = runnable;
+        self.slot
+            .set_cost(self.avg.or(self.events.avg).unwrap_or(0));
         let drained = h.drained.map_or(0, clock::instant_ns);
         self.slot.release_drained(h.seq, used, runnable, drained);
         self.bell.ring();
@@ -831,10 +833,13 @@ impl Gate {
     }
 
     /// Whether the lease held now was revoked.
-    fn lease_revoked(&self) -> bool {
+    /// Whether the daemon revoked the grant held: a lease because another
+    /// VM waits (or a disengaged slice ended), a measured grant because a
+    /// priority policy preempts it.
+    fn revoked(&self) -> bool {
         self.holding
             .as_ref()
-            .is_some_and(|h| h.lease && self.slot.revoked(h.seq))
+            .is_some_and(|h| self.slot.revoked(h.seq))
     }
 
     /// `sampled`: synchronises the sample in flight, if any, and charges it.
@@ -1191,7 +1196,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         if !needs_grant(req.op) {
             return true;
         }
-        if gate.lease_revoked() {
+        if gate.revoked() {
             gate.release(&mut self.inner, Why::Full);
         }
         if gate.holding.as_ref().is_some_and(|h| h.lease) {
@@ -1245,7 +1250,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
                 return None;
             }
         }
-        if gate.lease_revoked() {
+        if gate.revoked() {
             gate.release(&mut self.inner, Why::Full);
             return None;
         }

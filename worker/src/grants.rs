@@ -23,6 +23,8 @@
 //!       0x58 closing   u32  the grant whose final drain has begun
 //!       0x60 estimate  u64  the GPU time that grant should report, ns
 //!       0x68 drained   u64  when the released grant's work ended (CLOCK_MONOTONIC ns)
+//!       0x70 cost_ns   u64  what one of its requests costs on the device (its
+//!                           running average of measured requests; 0 unknown)
 //!       slot 1 ...
 //! ```
 //!
@@ -39,15 +41,17 @@
 //!   region wakes up. The worker loads `grant` with Acquire; a value that
 //!   differs from the last one it saw is a grant, and `slice_ns` is
 //!   visible.
-//! - **Release** (worker): store `drained`, `used_ns` and `runnable` (Relaxed), store
+//! - **Release** (worker): store `cost_ns`, `drained`, `used_ns` and `runnable` (Relaxed), store
 //!   the grant's sequence into `release` (Release), then ring the bell
 //!   (Release increment + futex wake). The scheduler loads `release` with
 //!   Acquire; equal to the outstanding grant's sequence means released,
 //!   and `used_ns` is that grant's usage.
-//! - **Revoke** (daemon): store the lease's sequence into `revoke`
+//! - **Revoke** (daemon): store the grant's sequence into `revoke`
 //!   (Release), then ring the region's doorbell. The worker loads `revoke`
-//!   (Acquire) before each request it issues under a lease and after each
-//!   pass; equal to its lease's sequence means it must drain and release.
+//!   (Acquire) before each request it issues under a grant and after each
+//!   pass; equal to its grant's sequence means it must drain and release
+//!   (a lease revoked because another VM waits, a disengaged slice that
+//!   ended, or a holder preempted by a priority policy).
 //!   Nothing else is published by it; the stale value of an earlier lease
 //!   never equals a later sequence.
 //! - **Closing** (worker): a holder that has issued the last request of its
@@ -111,9 +115,11 @@ const SYNC_CALLS: usize = 0x50;
 const CLOSING: usize = 0x58;
 const ESTIMATE: usize = 0x60;
 const DRAINED: usize = 0x68;
+const COST_NS: usize = 0x70;
 
 const _: () = assert!(
-    ESTIMATE + 8 <= SLOT_SIZE
+    COST_NS + 8 <= SLOT_SIZE
+        && ESTIMATE + 8 <= SLOT_SIZE
         && AFTER_SEQ + 4 <= RELEASE
         && RELEASE.is_multiple_of(64)
         && SLOTS_OFF.is_multiple_of(64)
@@ -457,7 +463,21 @@ impl GrantSlot {
         self.u32_at(CLOSING).store(seq, Ordering::Release);
     }
 
-    /// Whether lease `seq` was revoked.
+    /// What one request of this VM costs on the device, ns, as its worker
+    /// last published it with a release (0: unknown).
+    pub fn cost_ns(&self) -> u64 {
+        // Relaxed: published by the worker's Release store of `release`,
+        // which the caller loaded (Acquire) in `released` first.
+        self.u64_at(COST_NS).load(Ordering::Relaxed)
+    }
+
+    /// Stores what one request costs, for the next release to publish.
+    pub fn set_cost(&self, cost_ns: u64) {
+        // Relaxed: published by the Release store of `release`.
+        self.u64_at(COST_NS).store(cost_ns, Ordering::Relaxed);
+    }
+
+    /// Whether grant `seq` was revoked.
     pub fn revoked(&self, seq: u32) -> bool {
         // Acquire: pairs with the Release store in `revoke`.
         self.u32_at(REVOKE).load(Ordering::Acquire) == seq

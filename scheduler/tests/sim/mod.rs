@@ -246,7 +246,8 @@ pub fn mmr(times: &[Nanos], weights: &[u32]) -> f64 {
     min / max
 }
 
-/// Runs `setup` under `policy` (which must be empty); `observe` sees the
+/// Runs `setup` under `policy`, which adds the vGPUs it does not have yet
+/// (one given its settings beforehand keeps them); `observe` sees the
 /// policy after every step.
 pub fn run<P: Policy + ?Sized>(
     policy: &mut P,
@@ -254,7 +255,9 @@ pub fn run<P: Policy + ?Sized>(
     observe: &mut dyn FnMut(&P, Nanos),
 ) -> Trace {
     for (i, v) in setup.vgpus.iter().enumerate() {
-        policy.add(id(i), v.weight).unwrap();
+        if policy.stats(id(i)).is_none() {
+            policy.add(id(i), v.weight).unwrap();
+        }
     }
     let mut sim = Sim {
         setup,
@@ -274,6 +277,11 @@ pub fn run<P: Policy + ?Sized>(
             sim.collaborative(policy, observe)
         }
         ExecutionMode::TimeShared => sim.time_shared(policy, observe),
+        // A disengaged holder's lease ends at its slice with its work
+        // drained and its wall-clock time charged: with a holder that keeps
+        // the device busy, as this model's do, that is the collaborative
+        // grant's usage.
+        ExecutionMode::Disengaged => sim.collaborative(policy, observe),
     }
     sim.trace
 }
@@ -424,7 +432,13 @@ impl Sim<'_> {
                 observe(p, *t);
                 return Some((g.id.0 as usize, g));
             }
-            let next = self.next_arrival(*t)?;
+            // A policy that throttles runnable vGPUs says when it may
+            // answer again.
+            let event = p.next_event().filter(|&e| e > *t);
+            let next = match (self.next_arrival(*t), event) {
+                (Some(a), Some(e)) => a.min(e),
+                (a, e) => a.or(e)?,
+            };
             assert!(next > *t, "nobody runnable yet work is due");
             self.device.advance(next, &mut self.trace);
             *t = next;
@@ -466,8 +480,16 @@ impl Sim<'_> {
             while used < g.slice {
                 if vg.demand.has_work(t) {
                     self.trace.run(v, t, t + vg.kernel);
+                    let before = t;
                     t += vg.kernel;
                     used += vg.kernel;
+                    // A priority policy ends the grant at a request
+                    // boundary when a vGPU that must run first arrived.
+                    self.wake_arrivals(p, before, t);
+                    if p.preempt(t) == Some(id(v)) {
+                        self.trace.preemptions += 1;
+                        break;
+                    }
                     continue;
                 }
                 let next = vg.demand.next_work(t);
