@@ -69,6 +69,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
             name: (*name).into(),
             weight: *weight,
             workload: WorkloadSpec::profile(profile),
+            settings: Vec::new(),
         })
         .collect();
     let kernel_ns: Vec<Option<u64>> = vms.iter().map(|v| v.workload.kernel_ns()).collect();

@@ -33,10 +33,36 @@ use crate::workload::ClientKind;
 use harness::{Device, PolicySupport, Session, SessionConfig, Tuning, VmSpec, WorkloadSpec};
 use metrics::VmShare;
 
-/// Every policy, in the order tables and charts show them.
+/// FairGV's policies and its baselines, in the order tables and charts
+/// show them: what `--policy all` runs in FairGV's experiments.
 pub const POLICIES: [&str; 5] = ["fairgv", "credit-poll", "credit-hs", "strict", "none"];
-/// Every experiment.
+/// What `--policy all` runs in NEON's experiment.
+pub const NEON_POLICIES: [&str; 4] = ["neon-ts", "neon-dts", "fairgv", "none"];
+/// What `--policy all` runs in TimeGraph's experiment.
+pub const TIMEGRAPH_POLICIES: [&str; 4] = ["timegraph-prt", "timegraph-ht", "fairgv", "none"];
+/// Every policy `--policy` accepts.
+pub const ALL_POLICIES: [&str; 9] = [
+    "fairgv",
+    "credit-poll",
+    "credit-hs",
+    "strict",
+    "neon-ts",
+    "neon-dts",
+    "timegraph-prt",
+    "timegraph-ht",
+    "none",
+];
+/// The experiments `--experiment all` runs (FairGV's).
 pub const EXPERIMENTS: [&str; 4] = ["fig8", "fig9", "fig10", "fig11"];
+
+/// The policies `--policy all` runs in `experiment`.
+pub fn policies_for(experiment: &str) -> &'static [&'static str] {
+    match experiment {
+        "neon" => &NEON_POLICIES,
+        "timegraph" => &TIMEGRAPH_POLICIES,
+        _ => &POLICIES,
+    }
+}
 /// Background kernel sizes of Fig. 11, µs.
 pub const FIG11_SIZES_US: [f64; 5] = [21.0, 100.0, 400.0, 800.0, 1605.0];
 /// Throttle's kernel in Fig. 10: MM's size (the paper's co-runner is MM
@@ -53,12 +79,19 @@ pub struct FairnessArgs {
     /// a non-saturating co-runner), fig11 (background kernel size sweep),
     /// all (those four), or long-kernels (kernel slicing: FairGV's Table 4,
     /// and 100 ms kernels against 200 µs ones with and without slicing;
-    /// SimGpu's model of a grid's duration).
-    #[arg(long, default_value = "all", value_parser = ["fig8", "fig9", "fig10", "fig11", "long-kernels", "all"])]
+    /// SimGpu's model of a grid's duration), neon (NEON's Throttle: request
+    /// sizes from 19 µs to 1.7 ms, fairness, concurrency efficiency and
+    /// standalone overhead), or timegraph (a periodic high-priority VM
+    /// against throughput VMs: deadlines met and response times; VMs with
+    /// reservations: the budgets held).
+    #[arg(long, default_value = "all", value_parser = ["fig8", "fig9", "fig10", "fig11", "long-kernels", "neon", "timegraph", "all"])]
     pub experiment: String,
-    /// Which scheduling policy: fairgv, credit-poll, credit-hs, strict, none
-    /// (no scheduler) or all.
-    #[arg(long, default_value = "all", value_parser = ["fairgv", "credit-poll", "credit-hs", "strict", "none", "all"])]
+    /// Which scheduling policy: fairgv, credit-poll, credit-hs, strict,
+    /// neon-ts, neon-dts, timegraph-prt, timegraph-ht, none (no scheduler),
+    /// or all (the experiment's own set: FairGV's four and none; for neon
+    /// NEON's two, fairgv and none; for timegraph TimeGraph's two, fairgv
+    /// and none).
+    #[arg(long, default_value = "all", value_parser = ["fairgv", "credit-poll", "credit-hs", "strict", "neon-ts", "neon-dts", "timegraph-prt", "timegraph-ht", "none", "all"])]
     pub policy: String,
     /// Where the daemon runs kernels: sim (SimGpu) or cuda (needs a GPU
     /// host).
@@ -148,6 +181,15 @@ fn vm(name: &str, weight: u32, w: WorkloadSpec) -> VmSpec {
         name: name.to_owned(),
         weight,
         workload: w,
+        settings: Vec::new(),
+    }
+}
+
+/// A VM with `[[vm]]` settings for the TimeGraph policies.
+fn vm_with(name: &str, w: WorkloadSpec, settings: &[&str]) -> VmSpec {
+    VmSpec {
+        settings: settings.iter().map(|s| (*s).to_owned()).collect(),
+        ..vm(name, 1, w)
     }
 }
 
@@ -186,12 +228,13 @@ fn long_kernel_cases(quick: bool) -> Vec<Case> {
         kernel_us: Some(LONG_KERNEL_US),
         sleep_ratio: 0.0,
         blocks: Some(LONG_KERNEL_BLOCKS),
+        ..WorkloadSpec::profile("MM")
     };
     let short = WorkloadSpec {
         profile: "BS".into(),
         kernel_us: Some(SHORT_KERNEL_US),
         sleep_ratio: 0.0,
-        blocks: None,
+        ..WorkloadSpec::profile("BS")
     };
     let sizes: &[u32] = if quick {
         &[500, 1500, 6000]
@@ -306,7 +349,7 @@ pub fn cases(experiment: &str, quick: bool) -> Vec<Case> {
                                 profile: "Throttle".into(),
                                 kernel_us: Some(FIG10_KERNEL_US),
                                 sleep_ratio: r,
-                                blocks: None,
+                                ..WorkloadSpec::profile("Throttle")
                             },
                         ),
                     ],
@@ -330,7 +373,7 @@ pub fn cases(experiment: &str, quick: bool) -> Vec<Case> {
                                 profile: "MM".into(),
                                 kernel_us: Some(k),
                                 sleep_ratio: 0.0,
-                                blocks: None,
+                                ..WorkloadSpec::profile("MM")
                             },
                         ),
                     ],
@@ -340,8 +383,144 @@ pub fn cases(experiment: &str, quick: bool) -> Vec<Case> {
             })
             .collect(),
         "long-kernels" => long_kernel_cases(quick),
+        "neon" => neon_cases(),
+        "timegraph" => timegraph_cases(),
         _ => Vec::new(),
     }
+}
+
+/// NEON's Throttle of `us` µs requests, saturating.
+fn throttle(us: f64) -> WorkloadSpec {
+    WorkloadSpec {
+        kernel_us: Some(us),
+        ..WorkloadSpec::profile("Throttle")
+    }
+}
+
+/// `fairgpu bench fairness --experiment neon` (NEON, ASPLOS 2014, section
+/// 5): Throttle tasks of request sizes from 19 µs to 1.7 ms at equal
+/// weights; a non-saturating Throttle beside a saturating one; one Throttle
+/// alone (the policy's standalone overhead against running without a
+/// scheduler).
+fn neon_cases() -> Vec<Case> {
+    let case = |label: &str, vms: Vec<VmSpec>, demands: Vec<f64>| Case {
+        experiment: "neon",
+        label: label.to_owned(),
+        vms,
+        demands,
+        daemon: Vec::new(),
+    };
+    vec![
+        case(
+            "19us vs 1700us",
+            vec![
+                vm("t19", 1, throttle(19.0)),
+                vm("t1700", 1, throttle(1700.0)),
+            ],
+            vec![1.0, 1.0],
+        ),
+        case(
+            "19us, 200us, 1700us",
+            vec![
+                vm("t19", 1, throttle(19.0)),
+                vm("t200", 1, throttle(200.0)),
+                vm("t1700", 1, throttle(1700.0)),
+            ],
+            vec![1.0; 3],
+        ),
+        case(
+            "1700us vs 200us sleep 50%",
+            vec![
+                vm("t1700", 1, throttle(1700.0)),
+                vm(
+                    "sleepy",
+                    1,
+                    WorkloadSpec {
+                        sleep_ratio: 0.5,
+                        ..throttle(200.0)
+                    },
+                ),
+            ],
+            vec![1.0, 0.5],
+        ),
+        case(
+            "200us alone",
+            vec![vm("t200", 1, throttle(200.0))],
+            vec![1.0],
+        ),
+    ]
+}
+
+/// TimeGraph's real-time task: ten 200 µs kernels (2 ms of device time)
+/// every 20 ms, at priority 10.
+fn realtime() -> VmSpec {
+    vm_with(
+        "rt",
+        WorkloadSpec {
+            kernel_us: Some(200.0),
+            period_ms: Some(20.0),
+            job_kernels: Some(10),
+            ..WorkloadSpec::profile("MM")
+        },
+        &["priority = 10"],
+    )
+}
+
+/// `fairgpu bench fairness --experiment timegraph` (TimeGraph, ATC 2011,
+/// section 5): the periodic high-priority VM against two throughput VMs of
+/// long (1,605 µs) kernels or of interactive BS; and two VMs with
+/// reservations of 20% and 30% per 10 ms (posterior or apriori
+/// enforcement) at priority 5 beside an unreserved one at 0.
+fn timegraph_cases() -> Vec<Case> {
+    let case = |label: &str, vms: Vec<VmSpec>, demands: Vec<f64>| Case {
+        experiment: "timegraph",
+        label: label.to_owned(),
+        vms,
+        demands,
+        daemon: Vec::new(),
+    };
+    let long = WorkloadSpec {
+        kernel_us: Some(1605.0),
+        ..WorkloadSpec::profile("MM")
+    };
+    let mut v = vec![
+        case(
+            "rt vs 2 MM 1605us",
+            vec![
+                realtime(),
+                vm("bg1", 1, long.clone()),
+                vm("bg2", 1, long.clone()),
+            ],
+            vec![0.1, 1.0, 1.0],
+        ),
+        case(
+            "rt vs 2 BS",
+            vec![
+                realtime(),
+                vm("bg1", 1, WorkloadSpec::profile("BS")),
+                vm("bg2", 1, WorkloadSpec::profile("BS")),
+            ],
+            vec![0.1, 1.0, 1.0],
+        ),
+    ];
+    for mode in ["pe", "ae"] {
+        let reserve = |budget: u32| {
+            format!("reservation = {{ budget_ms = {budget}, period_ms = 10, mode = {mode:?} }}")
+        };
+        let (r20, r30) = (reserve(2), reserve(3));
+        // Reserved VMs above the best-effort one, as TimeGraph runs them:
+        // a reservation caps a VM's use, its priority gets it the GPU.
+        v.push(case(
+            &format!("reserved 20% + 30% ({mode})"),
+            vec![
+                vm_with("r20", WorkloadSpec::profile("MM"), &[&r20, "priority = 5"]),
+                vm_with("r30", long.clone(), &[&r30, "priority = 5"]),
+                vm("free", 1, WorkloadSpec::profile("HS")),
+            ],
+            vec![1.0; 3],
+        ));
+    }
+    v
 }
 
 /// One VM's measured part of a run.
@@ -388,6 +567,16 @@ pub struct VmResult {
     /// Grants it received per second in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grants_per_s: Option<f64>,
+    /// Periodic VMs: jobs it completed over its run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<u64>,
+    /// Periodic VMs: the fraction of its jobs that met their deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadlines_met: Option<f64>,
+    /// The share of the GPU its reservation holds (budget / period), under
+    /// a policy that has reservations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<f64>,
 }
 
 /// What happened to a run.
@@ -440,6 +629,12 @@ pub struct RunResult {
     /// other's gaps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overhead_vs_alone: Option<f64>,
+    /// NEON's concurrency efficiency, `Σ T_i / A_i` over the VMs' shares
+    /// `T_i` and their standalone utilizations `A_i` (1: the co-run lost
+    /// nothing against running each alone; for one VM, its standalone
+    /// throughput under the policy over that without a scheduler).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<f64>,
 }
 
 impl RunResult {
@@ -459,6 +654,7 @@ impl RunResult {
             ideal_utilization: 0.0,
             non_work_conserving_utilization: None,
             overhead_vs_alone: None,
+            efficiency: None,
         }
     }
 
@@ -483,6 +679,13 @@ impl RunResult {
         if self.status == RunStatus::Ok && total_w > 0.0 {
             self.overhead_vs_alone =
                 ideal.map(|i| metrics::aggregated_overhead(i, self.utilization));
+            // NEON's concurrency efficiency: each VM's throughput beside
+            // the others over its throughput alone, summed.
+            self.efficiency = self
+                .vms
+                .iter()
+                .map(|v| v.alone.filter(|a| *a > 0.0).map(|a| v.share / a))
+                .sum();
         }
     }
 }
@@ -743,6 +946,12 @@ fn measure_inner(
                 sync_max_us: sync.map(|l| l.max),
                 charged_share: charged[i].map(|ns_per_s| ns_per_s / 1e9),
                 grants_per_s: grants[i],
+                jobs: report.and_then(|r| r.periodic).map(|p| p.jobs),
+                deadlines_met: report
+                    .and_then(|r| r.periodic)
+                    .filter(|p| p.jobs > 0)
+                    .map(|p| p.met as f64 / p.jobs as f64),
+                reserved: reserved_share(v, policy),
             }
         })
         .collect();
@@ -763,7 +972,30 @@ fn measure_inner(
         non_work_conserving_utilization: (case.experiment == "fig10")
             .then(|| metrics::non_work_conserving_utilization(&weights, &case.demands)),
         overhead_vs_alone: None,
+        efficiency: None,
     })
+}
+
+/// The share `v`'s reservation holds (budget / period) under `policy`, if
+/// it has priorities and `v` a reservation.
+fn reserved_share(v: &VmSpec, policy: &str) -> Option<f64> {
+    let tg = fairgpu_config::parse_policy(policy)
+        .ok()
+        .flatten()
+        .is_some_and(fairgpu_scheduler::PolicyKind::has_priorities);
+    if !tg {
+        return None;
+    }
+    let line = v.settings.iter().find(|l| l.starts_with("reservation"))?;
+    let value = |key: &str| -> Option<f64> {
+        let rest = &line[line.find(key)? + key.len()..];
+        let rest = rest.trim_start().strip_prefix('=')?.trim_start();
+        let end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        rest[..end].parse().ok()
+    };
+    Some(value("budget_ms")? / value("period_ms")?)
 }
 
 /// What each experiment is, for table headings.
@@ -777,6 +1009,11 @@ pub fn describe(experiment: &str) -> &'static str {
         "fig11" => {
             "FairGV Fig. 11: MM or HS beside a background MM whose kernel size is swept, equal weights"
         }
+        "neon" => "NEON's Throttle: request sizes 19 us to 1.7 ms, equal weights",
+        "timegraph" => {
+            "TimeGraph: a periodic high-priority VM (2 ms every 20 ms) against throughput VMs; reservations"
+        }
+        "long-kernels" => "Long kernels: FairGV's Table 4 and 100 ms kernels against 200 us ones",
         _ => "",
     }
 }
@@ -830,6 +1067,11 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
                 opt_us(v.sync_p99_us),
                 v.charged_share.map_or("-".into(), pct),
                 v.grants_per_s.map_or("-".into(), |g| format!("{g:.0}")),
+                match (v.deadlines_met, v.reserved) {
+                    (Some(m), _) => format!("{} met", pct(m)),
+                    (None, Some(r)) => format!("{} reserved", pct(r)),
+                    (None, None) => "-".into(),
+                },
             ]);
         }
     }
@@ -857,6 +1099,7 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
             "SYNC P99",
             "CHARGED",
             "GRANTS/S",
+            "DEADLINES/RESERVED",
         ],
         &rows,
     ));
@@ -872,6 +1115,7 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
                     .map_or("-".into(), |o| format!("{o:.3}")),
                 pct(r.utilization),
                 r.non_work_conserving_utilization.map_or("-".into(), pct),
+                r.efficiency.map_or("-".into(), |e| format!("{e:.3}")),
             ]
         })
         .collect();
@@ -885,6 +1129,7 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
                 "VS ALONE",
                 "UTILIZATION",
                 "NON-WC REF",
+                "EFFICIENCY",
             ],
             &summary,
         ));
@@ -894,7 +1139,7 @@ pub fn table(experiment: &str, policy: &str, runs: &[&RunResult]) -> String {
 
 /// The chart of `results`.
 pub fn chart(results: &Results) -> String {
-    let policies: Vec<String> = POLICIES
+    let policies: Vec<String> = ALL_POLICIES
         .iter()
         .filter(|p| results.runs.iter().any(|r| r.policy == **p))
         .map(|p| (*p).to_owned())
@@ -968,6 +1213,37 @@ pub fn chart(results: &Results) -> String {
             reference,
         }));
     }
+    for (exp, y_label) in [
+        ("neon", "Min-Max Ratio"),
+        ("timegraph", "deadlines met by the periodic VM"),
+    ] {
+        let groups: Vec<String> = cases_of(exp)
+            .into_iter()
+            .filter(|c| exp != "timegraph" || c.starts_with("rt "))
+            .collect();
+        if groups.is_empty() {
+            continue;
+        }
+        let metric: &dyn Fn(&RunResult) -> f64 = if exp == "neon" {
+            &|r| r.mmr
+        } else {
+            &|r| r.vms.iter().find_map(|v| v.deadlines_met).unwrap_or(0.0)
+        };
+        panels.push(svg::Panel::Bars(svg::Bars {
+            title: describe(exp).to_owned(),
+            y_label: y_label.into(),
+            y_max: 1.0,
+            series: policies
+                .iter()
+                .map(|p| svg::Series {
+                    name: p.clone(),
+                    values: groups.iter().map(|c| value(exp, c, p, metric)).collect(),
+                })
+                .collect(),
+            groups,
+            reference: None,
+        }));
+    }
     for fg in ["MM", "HS"] {
         let cases: Vec<String> = cases_of("fig11")
             .into_iter()
@@ -1018,7 +1294,7 @@ pub fn chart(results: &Results) -> String {
             rejected.join(", ")
         ));
     }
-    svg::render("fairgpu: FairGV fairness experiments", &note, &panels)
+    svg::render("fairgpu: fairness experiments", &note, &panels)
 }
 
 /// Runs `fairgpu bench fairness`.
@@ -1028,11 +1304,21 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
     } else {
         vec![a.experiment.as_str()]
     };
-    let policies: Vec<&str> = if a.policy == "all" {
-        POLICIES.to_vec()
-    } else {
-        vec![a.policy.as_str()]
+    let policies_of = |exp: &str| -> Vec<&str> {
+        if a.policy == "all" {
+            policies_for(exp).to_vec()
+        } else {
+            vec![a.policy.as_str()]
+        }
     };
+    let mut policies: Vec<&str> = Vec::new();
+    for exp in &experiments {
+        for p in policies_of(exp) {
+            if !policies.contains(&p) {
+                policies.push(p);
+            }
+        }
+    }
     let window = a.seconds.unwrap_or(if a.quick { 2.0 } else { 20.0 });
     if !(0.2..=3600.0).contains(&window) {
         anyhow::bail!("--seconds must be in [0.2, 3600]");
@@ -1117,7 +1403,11 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
     }
     let mut runs = Vec::new();
     'all: for exp in &experiments {
-        for (p, s) in policies.iter().zip(&support) {
+        for (p, s) in policies
+            .iter()
+            .zip(&support)
+            .filter(|(p, _)| policies_of(exp).contains(p))
+        {
             let mut these = Vec::new();
             for mut case in cases(exp, a.quick) {
                 if stop.load(Ordering::Relaxed) {
@@ -1222,6 +1512,19 @@ mod tests {
         assert_eq!(f11.len(), 10);
         assert_eq!(f11[4].vms[1].workload.kernel_us, Some(1605.0));
         assert!(cases("nope", true).is_empty());
+        let neon = cases("neon", true);
+        assert_eq!(neon.len(), 4);
+        assert_eq!(neon[0].vms[0].workload.kernel_us, Some(19.0));
+        assert!(policies_for("neon").contains(&"neon-dts"));
+        let tg = cases("timegraph", true);
+        assert_eq!(tg[0].vms[0].settings, ["priority = 10"]);
+        assert_eq!(tg[0].vms[0].workload.period_ms, Some(20.0));
+        // Reservations are written only for the TimeGraph policies.
+        let r20 = &tg[2].vms[0];
+        assert_eq!(reserved_share(r20, "timegraph-ht"), Some(0.2));
+        assert_eq!(reserved_share(&tg[3].vms[1], "timegraph-prt"), Some(0.3));
+        assert_eq!(reserved_share(r20, "fairgv"), None);
+        assert!(tg[3].vms[0].settings[0].contains("mode = \"ae\""));
     }
 
     fn run(exp: &str, case: &str, policy: &str, mmr: f64) -> RunResult {
@@ -1250,6 +1553,9 @@ mod tests {
                 sync_max_us: None,
                 charged_share: None,
                 grants_per_s: None,
+                jobs: None,
+                deadlines_met: None,
+                reserved: None,
             }],
             mmr,
             overhead: 1.0,
@@ -1257,6 +1563,7 @@ mod tests {
             ideal_utilization: 1.0,
             non_work_conserving_utilization: (exp == "fig10").then_some(0.6),
             overhead_vs_alone: None,
+            efficiency: None,
         }
     }
 

@@ -35,6 +35,14 @@
 //! least [`DEFAULT_WINDOW`] and at most [`MAX_WINDOW`] kernels. These waits are counted apart from the profile's
 //! synchronous calls.
 //!
+//! `--period-ms P --job-kernels N` makes it periodic instead, as
+//! TimeGraph's real-time tasks are: a job of N kernels and one synchronous
+//! call is released every P ms (at fixed instants from the start), and its
+//! response time, from its release to the synchronous call's return, is
+//! recorded; it meets its deadline if that is at most P. A job released
+//! while the previous one still runs starts when it ends (its response
+//! counts from its release).
+//!
 //! `--sleep-ratio R` makes any profile non-saturating, as NEON's Throttle
 //! and FairGV's Fig. 10 do: after each kernel the generator waits for it
 //! and sleeps `K × R / (1 − R)`, so that sleeping takes the fraction `R` of
@@ -231,10 +239,24 @@ pub struct Mix {
     /// can be sliced).
     #[serde(default = "one")]
     pub blocks: u32,
+    /// Periodic mode: a job released every this many ns (0: closed loop).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub period_ns: u64,
+    /// Periodic mode: kernels per job.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub job_kernels: u32,
 }
 
 fn one() -> u32 {
     1
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
 }
 
 /// Options that shape a mix.
@@ -318,6 +340,8 @@ impl Mix {
             syncs_per_kernel: syncs / kernels_per_10ms,
             sleep_ns: (kernel_ns as f64 * r / (1.0 - r)).round() as u64,
             blocks: 1,
+            period_ns: 0,
+            job_kernels: 0,
         })
     }
 }
@@ -585,6 +609,17 @@ impl Latency {
     }
 }
 
+/// What a periodic run's jobs did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Periodic {
+    /// Jobs released and completed.
+    pub jobs: u64,
+    /// Jobs that completed within their period.
+    pub met: u64,
+    /// Response times (release to completion), µs.
+    pub response_us: Latency,
+}
+
 /// What one run of the generator did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkloadReport {
@@ -619,6 +654,9 @@ pub struct WorkloadReport {
     /// Device time between the first and last kernel of the run, measured
     /// with events, ms.
     pub device_span_ms: f64,
+    /// Periodic mode's jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub periodic: Option<Periodic>,
 }
 
 /// When the generator stops.
@@ -650,6 +688,65 @@ pub struct RunCounts {
     pub span_ms: f64,
     /// Wall-clock seconds of the run.
     pub wall_s: f64,
+    /// Periodic mode's jobs.
+    pub periodic: Option<Periodic>,
+}
+
+/// Periodic mode of [`generate`]: a job of `mix.job_kernels` kernels and a
+/// synchronous call released every `mix.period_ns`.
+fn generate_periodic(
+    gpu: &mut dyn GpuClient,
+    mix: &Mix,
+    stop: StopAfter,
+    sleep: &mut dyn FnMut(Duration) -> Duration,
+    kernel_event_us: f64,
+) -> Result<RunCounts, WorkloadError> {
+    let period = Duration::from_nanos(mix.period_ns);
+    let mut response = Histogram::default();
+    let (mut kernels, mut syncs, mut jobs, mut met) = (1u64, 0u64, 0u64, 0u64);
+    let start = Instant::now();
+    let deadline = start + stop.time;
+    gpu.record(EV_START)?;
+    let mut release = start;
+    while release < deadline && stop.kernels.is_none_or(|k| kernels < k) {
+        let now = Instant::now();
+        if now < release {
+            sleep(release - now);
+        }
+        for _ in 0..mix.job_kernels.max(1) {
+            gpu.launch_spin(mix.kernel_ns, mix.blocks)?;
+            kernels += 1;
+        }
+        gpu.read_back()?;
+        syncs += 1;
+        jobs += 1;
+        let took = release.elapsed();
+        response.record(took.as_nanos() as u64);
+        if took <= period {
+            met += 1;
+        }
+        release += period;
+    }
+    gpu.record(EV_END)?;
+    gpu.ctx_sync()?;
+    let wall_s = start.elapsed().as_secs_f64();
+    let span_ms = f64::from(gpu.elapsed_ms(EV_START, EV_END)?);
+    let latency = Latency::of(&response);
+    Ok(RunCounts {
+        kernels,
+        copies: 0,
+        syncs,
+        flow_waits: 0,
+        latency,
+        kernel_event_us,
+        span_ms,
+        wall_s,
+        periodic: Some(Periodic {
+            jobs,
+            met,
+            response_us: latency,
+        }),
+    })
 }
 
 /// Runs `mix` on `gpu` until `stop`; `sleep` sleeps and returns how long
@@ -676,6 +773,9 @@ pub fn generate(
     gpu.event_sync(EV_END)?;
     let kernel_event_us = f64::from(gpu.elapsed_ms(EV_START, EV_END)?) * 1e3;
     kernels += 1;
+    if mix.period_ns > 0 {
+        return generate_periodic(gpu, mix, stop, sleep, kernel_event_us);
+    }
 
     let flow = FLOW_EVENTS as u64;
     let batch = (u64::from(window(mix.kernel_ns)) / flow).max(1);
@@ -752,6 +852,7 @@ pub fn generate(
         kernel_event_us,
         span_ms,
         wall_s,
+        periodic: None,
     })
 }
 
@@ -803,6 +904,14 @@ pub struct WorkloadArgs {
     /// daemon can slice.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2_147_483_647))]
     pub blocks: u32,
+    /// Periodic mode: release a job every this many ms (TimeGraph's
+    /// real-time task) instead of issuing in a closed loop.
+    #[arg(long, value_name = "MS")]
+    pub period_ms: Option<f64>,
+    /// Periodic mode: kernels per job (each job ends with one synchronous
+    /// call, whose return is its completion).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub job_kernels: u32,
     /// Also write the JSON report to this file.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -826,6 +935,16 @@ pub fn run(a: &WorkloadArgs) -> anyhow::Result<()> {
         },
     )?;
     mix.blocks = a.blocks;
+    if let Some(ms) = a.period_ms {
+        if !(ms.is_finite() && (0.1..=60_000.0).contains(&ms)) {
+            anyhow::bail!("--period-ms {ms} must be in 0.1..=60000");
+        }
+        if a.sleep_ratio > 0.0 {
+            anyhow::bail!("--period-ms and --sleep-ratio exclude each other");
+        }
+        mix.period_ns = (ms * 1e6).round() as u64;
+        mix.job_kernels = a.job_kernels;
+    }
     let stop = StopAfter {
         time: Duration::from_secs_f64(a.seconds),
         kernels: None,
@@ -864,6 +983,7 @@ pub fn run(a: &WorkloadArgs) -> anyhow::Result<()> {
         sync_latency_us: counts.latency,
         kernel_event_us: counts.kernel_event_us,
         device_span_ms: counts.span_ms,
+        periodic: counts.periodic,
     };
     let line = serde_json::to_string(&report)?;
     if let Some(path) = &a.report {
@@ -954,6 +1074,48 @@ mod tests {
         )
         .unwrap();
         (fake, counts, slept)
+    }
+
+    #[test]
+    fn periodic_jobs_are_a_batch_and_one_synchronous_call() {
+        let mut mix = Mix::new("MM", &MixOptions::default()).unwrap();
+        // An hour: the fake sleeps cost nothing, and no job is ever late.
+        let hour = Duration::from_secs(3600);
+        mix.period_ns = hour.as_nanos() as u64;
+        mix.job_kernels = 3;
+        let mut fake = Fake::default();
+        let mut slept = Vec::new();
+        let counts = generate(
+            &mut fake,
+            &mix,
+            StopAfter {
+                time: hour * 10,
+                kernels: Some(1 + 3 * 4),
+            },
+            &mut |d| {
+                slept.push(d);
+                d
+            },
+        )
+        .unwrap();
+        let p = counts.periodic.unwrap();
+        // The timed kernel, then four jobs of three.
+        assert_eq!(counts.kernels, 13);
+        assert_eq!(fake.launched(), 13);
+        assert_eq!((p.jobs, fake.read_backs, counts.syncs), (4, 4, 4));
+        // The fake device answers at once: every job is on time, and the
+        // generator waited for each release after the first (the fake
+        // sleeps return at once, so the k-th release is k hours away).
+        assert_eq!(p.met, 4);
+        assert_eq!(slept.len(), 3);
+        for (k, d) in slept.iter().enumerate() {
+            let due = hour * (k as u32 + 1);
+            assert!(
+                *d <= due && *d > due - Duration::from_secs(60),
+                "{k}: {d:?}"
+            );
+        }
+        assert_eq!(fake.copies, 0);
     }
 
     #[test]

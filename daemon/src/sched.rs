@@ -615,7 +615,8 @@ impl Scheduler {
         now: Instant,
     ) -> Outstanding {
         let vm = g.id.0 as usize;
-        let seq = self.handle.slots[vm].grant_after(g.slice.as_nanos(), lease, after);
+        let apriori = core.policy.apriori(g.id);
+        let seq = self.handle.slots[vm].grant_full(g.slice.as_nanos(), lease, after, apriori);
         self.regions[vm].ring_host();
         if g.wake_vcpu {
             core.counters[vm].cosched_wakes += 1;

@@ -506,6 +506,14 @@ pub trait Policy: fmt::Debug + Send {
         None
     }
 
+    /// Whether `id`'s grants are enforced a priori: its holder must issue
+    /// no request its measurements predict would overrun the grant's slice
+    /// (TimeGraph's apriori enforcement). False by default.
+    fn apriori(&self, id: VgpuId) -> bool {
+        let _ = id;
+        false
+    }
+
     /// Whether a holder must wait for each request to finish before it
     /// issues the next (TimeGraph's PRT: every command group goes through
     /// the scheduler), so that a preemption takes effect after one request.

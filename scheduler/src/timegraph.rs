@@ -503,6 +503,14 @@ impl Policy for TimeGraph {
     fn serializes(&self) -> bool {
         self.mode == PriorityMode::Prt
     }
+
+    fn apriori(&self, id: VgpuId) -> bool {
+        self.vgpus.get(&id).is_some_and(|e| {
+            e.budget
+                .as_ref()
+                .is_some_and(|b| b.reservation.mode == ReserveMode::Apriori)
+        })
+    }
 }
 
 #[cfg(test)]
@@ -604,6 +612,7 @@ mod tests {
         p.wake(A, Nanos::ZERO).unwrap();
         let g = p.pick(Nanos::ZERO).unwrap();
         assert_eq!(g.slice, ms(5));
+        assert!(p.apriori(A));
         // Two requests of 2 ms fit; 1 ms is left, less than the next.
         p.release(A, ms(4), ms(4)).unwrap();
         assert_eq!(budget(&p, A), Some(1_000_000));

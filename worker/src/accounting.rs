@@ -309,6 +309,9 @@ struct Holding {
     seq: u32,
     /// An uncontended lease (no slice, no measurement until revoked).
     lease: bool,
+    /// Enforced a priori: issue no piece of work predicted to overrun the
+    /// slice (TimeGraph's apriori enforcement).
+    apriori: bool,
     slice: u64,
     since: Instant,
     last_device: Instant,
@@ -557,12 +560,14 @@ impl Gate {
             return false;
         }
         let behind = self.behind_previous_holder();
+        let apriori = self.slot.current_apriori();
         self.seen = seq;
         self.grants += 1;
         tracing::trace!(vm = %self.cfg.vm, seq, lease, "grant taken");
         self.holding = Some(Holding {
             seq,
             lease,
+            apriori,
             slice: slice.max(1),
             since: now,
             last_device: now,
@@ -833,6 +838,18 @@ impl Gate {
     }
 
     /// Whether the lease held now was revoked.
+    /// Whether the grant held is enforced a priori and the next piece of
+    /// work, at this VM's average, would overrun what is left of its
+    /// slice (unknown costs are let through: the first measurement makes
+    /// the history).
+    fn apriori_full(&self) -> bool {
+        let Some(h) = self.holding.as_ref().filter(|h| h.apriori && !h.lease) else {
+            return false;
+        };
+        let cost = self.avg.or(self.events.avg).unwrap_or(0);
+        cost > 0 && h.used.saturating_add(cost) > h.slice
+    }
+
     /// Whether the daemon revoked the grant held: a lease because another
     /// VM waits (or a disengaged slice ended), a measured grant because a
     /// priority policy preempts it.
@@ -919,7 +936,13 @@ impl Gate {
         let full = match self.cfg.accounting {
             Accounting::Every => {
                 let end = meter.sync_channel(ch);
-                h.used += nanos(end.saturating_duration_since(t0));
+                let took = nanos(end.saturating_duration_since(t0));
+                h.used += took;
+                // Pieces of work that ran alone make the history an
+                // a-priori grant predicts from, as samples do.
+                if is_work(op) && !h.behind {
+                    self.avg = Some(self.avg.map_or(took, |a| (a * 3 + took) / 4));
+                }
                 h.used >= h.slice
             }
             Accounting::Sampled => match h.phase {
@@ -1211,6 +1234,9 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             return false;
         }
         if is_work(req.op) && gate.finish_sample(&mut self.inner) {
+            gate.release(&mut self.inner, Why::Full);
+        }
+        if is_work(req.op) && gate.apriori_full() {
             gate.release(&mut self.inner, Why::Full);
         }
         if gate.holding.is_some() || gate.try_take(Instant::now()) {

@@ -15,6 +15,8 @@
 //!       0x10 revoke    u32  the sequence of a lease the daemon revokes
 //!       0x14 after     u32  0, or 1 + the VM still draining when granted
 //!       0x18 after_seq u32  the grant of that VM it drains
+//!       0x1c apriori   u32  1: issue no request predicted to overrun the
+//!                           slice (TimeGraph's apriori enforcement)
 //!       ---- second cache line: written by the worker ----
 //!       0x40 release   u32  the grant sequence the worker released last
 //!       0x44 runnable  u32  1: the worker has GPU work it may not issue yet
@@ -108,6 +110,7 @@ const SLICE_NS: usize = 0x08;
 const REVOKE: usize = 0x10;
 const AFTER: usize = 0x14;
 const AFTER_SEQ: usize = 0x18;
+const APRIORI: usize = 0x1c;
 const RELEASE: usize = 0x40;
 const RUNNABLE: usize = 0x44;
 const USED_NS: usize = 0x48;
@@ -339,8 +342,23 @@ impl GrantSlot {
     /// [`GrantSlot::grant`], to be taken only once VM `after.0`'s worker has
     /// released its grant `after.1` (a handoff while that one drains).
     pub fn grant_after(&self, slice_ns: u64, lease: bool, after: Option<(usize, u32)>) -> u32 {
+        self.grant_full(slice_ns, lease, after, false)
+    }
+
+    /// [`GrantSlot::grant_after`], saying whether the holder must issue no
+    /// request its measurements predict would overrun the slice
+    /// (`apriori`: TimeGraph's apriori enforcement of a reservation).
+    pub fn grant_full(
+        &self,
+        slice_ns: u64,
+        lease: bool,
+        after: Option<(usize, u32)>,
+        apriori: bool,
+    ) -> u32 {
         // Relaxed: published by the Release bump below.
         self.u64_at(SLICE_NS).store(slice_ns, Ordering::Relaxed);
+        self.u32_at(APRIORI)
+            .store(u32::from(apriori), Ordering::Relaxed);
         self.u32_at(LEASE)
             .store(u32::from(lease), Ordering::Relaxed);
         let (vm, seq) = after.map_or((0, 0), |(vm, seq)| {
@@ -440,6 +458,15 @@ impl GrantSlot {
             self.u64_at(SLICE_NS).load(Ordering::Relaxed),
             self.u32_at(LEASE).load(Ordering::Relaxed) != 0,
         )
+    }
+
+    /// Whether the current grant is enforced a priori (its holder issues no
+    /// request predicted to overrun the slice). Read after
+    /// [`GrantSlot::current_grant`], whose Acquire load made it visible.
+    pub fn current_apriori(&self) -> bool {
+        // Relaxed: published by the daemon's Release bump of `grant`,
+        // which the caller loaded with Acquire first.
+        self.u32_at(APRIORI).load(Ordering::Relaxed) != 0
     }
 
     /// The previous holder the current grant waits for: its VM and the

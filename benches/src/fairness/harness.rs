@@ -96,6 +96,13 @@ pub struct WorkloadSpec {
     /// Blocks per launch (the long-kernel experiments); one when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocks: Option<u32>,
+    /// Periodic mode (TimeGraph's real-time task): a job every this many
+    /// ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_ms: Option<f64>,
+    /// Periodic mode: kernels per job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_kernels: Option<u32>,
 }
 
 impl WorkloadSpec {
@@ -106,6 +113,8 @@ impl WorkloadSpec {
             kernel_us: None,
             sleep_ratio: 0.0,
             blocks: None,
+            period_ms: None,
+            job_kernels: None,
         }
     }
 
@@ -120,6 +129,9 @@ impl WorkloadSpec {
         }
         if let Some(b) = self.blocks {
             s.push_str(&format!(" x{b} blocks"));
+        }
+        if let Some(p) = self.period_ms {
+            s.push_str(&format!(" x{} every {p}ms", self.job_kernels.unwrap_or(1)));
         }
         s
     }
@@ -148,6 +160,11 @@ pub struct VmSpec {
     pub weight: u32,
     /// What its guest runs.
     pub workload: WorkloadSpec,
+    /// Its `[[vm]]` settings for the policies that take per-VM settings
+    /// (TimeGraph's `priority` and `reservation`), as written; left out of
+    /// the configuration under other policies, which refuse them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settings: Vec<String>,
 }
 
 /// What a session runs.
@@ -299,13 +316,25 @@ fn config_text(cfg: &SessionConfig, socket: &Path, dir: &Path, regions: &[PathBu
         t.push('\n');
     }
     t.push_str("\n[sim]\nmemory_bytes = 4294967296\nname = \"fairgpu SimGpu\"\n\n");
+    let settings = cfg
+        .policy
+        .as_deref()
+        .and_then(|p| fairgpu_config::parse_policy(p).ok().flatten())
+        .is_some_and(fairgpu_scheduler::PolicyKind::has_priorities);
     for (v, region) in cfg.vms.iter().zip(regions) {
         t.push_str(&format!(
-            "[[vm]]\nname = {:?}\nweight = {}\nmemory = \"256MiB\"\nregion = {}\nchannels = 2\narena = \"1MiB\"\n\n",
+            "[[vm]]\nname = {:?}\nweight = {}\nmemory = \"256MiB\"\nregion = {}\nchannels = 2\narena = \"1MiB\"\n",
             v.name,
             v.weight,
             q(region)
         ));
+        if settings {
+            for line in &v.settings {
+                t.push_str(line);
+                t.push('\n');
+            }
+        }
+        t.push('\n');
     }
     t
 }
@@ -496,6 +525,13 @@ impl Session {
             if let Some(b) = v.workload.blocks {
                 cmd.args(["--blocks", &b.to_string()]);
             }
+            if let Some(p) = v.workload.period_ms {
+                cmd.args(["--period-ms", &p.to_string()]);
+                cmd.args([
+                    "--job-kernels",
+                    &v.workload.job_kernels.unwrap_or(1).to_string(),
+                ]);
+            }
             if let Some((_, guest_cpus)) = cpu_split(self.cfg.tuning.pin) {
                 restrict_to(&mut cmd, guest_cpus);
             }
@@ -634,11 +670,13 @@ mod tests {
                     name: "vm1".into(),
                     weight: 1,
                     workload: WorkloadSpec::profile("MM"),
+                    settings: vec!["priority = 3".into()],
                 },
                 VmSpec {
                     name: "vm2".into(),
                     weight: 3,
                     workload: WorkloadSpec::profile("HS"),
+                    settings: Vec::new(),
                 },
             ],
             client: ClientKind::Rust,
@@ -660,11 +698,27 @@ mod tests {
         assert_eq!(c.daemon.executor, fairgpu_config::ExecutorChoice::Sim);
         assert_eq!(c.daemon.long_kernels.min_blocks, 500, "the extra lines");
         assert_eq!(
+            c.vms[0].priority, 0,
+            "no priority without a TimeGraph policy"
+        );
+        let tg = SessionConfig {
+            policy: Some("timegraph-ht".into()),
+            ..cfg.clone()
+        };
+        let text = config_text(
+            &tg,
+            Path::new("/tmp/x/control.sock"),
+            Path::new("/tmp/x"),
+            &regions,
+        );
+        let c = fairgpu_config::Config::parse(&text, Path::new("t")).unwrap();
+        assert_eq!((c.vms[0].priority, c.vms[1].priority), (3, 0));
+        assert_eq!(
             WorkloadSpec {
                 profile: "Throttle".into(),
                 kernel_us: Some(207.0),
                 sleep_ratio: 0.5,
-                blocks: None,
+                ..WorkloadSpec::profile("Throttle")
             }
             .describe(),
             "Throttle 207us sleep 50%"
@@ -675,9 +729,20 @@ mod tests {
                 kernel_us: Some(100_000.0),
                 sleep_ratio: 0.0,
                 blocks: Some(60_000),
+                ..WorkloadSpec::profile("MM")
             }
             .describe(),
             "MM 100000us x60000 blocks"
+        );
+        assert_eq!(
+            WorkloadSpec {
+                kernel_us: Some(200.0),
+                period_ms: Some(20.0),
+                job_kernels: Some(10),
+                ..WorkloadSpec::profile("MM")
+            }
+            .describe(),
+            "MM 200us x10 every 20ms"
         );
         assert_eq!(WorkloadSpec::profile("MM").kernel_ns(), Some(207_000));
     }
