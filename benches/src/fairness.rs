@@ -680,12 +680,17 @@ impl RunResult {
             self.overhead_vs_alone =
                 ideal.map(|i| metrics::aggregated_overhead(i, self.utilization));
             // NEON's concurrency efficiency: each VM's throughput beside
-            // the others over its throughput alone, summed.
-            self.efficiency = self
-                .vms
-                .iter()
-                .map(|v| v.alone.filter(|a| *a > 0.0).map(|a| v.share / a))
-                .sum();
+            // the others over its throughput alone, summed (for NEON's
+            // closed-loop Throttle tasks; a periodic VM's standalone use
+            // is not its throughput).
+            self.efficiency = (self.experiment == "neon")
+                .then(|| {
+                    self.vms
+                        .iter()
+                        .map(|v| v.alone.filter(|a| *a > 0.0).map(|a| v.share / a))
+                        .sum::<Option<f64>>()
+                })
+                .flatten();
         }
     }
 }
