@@ -320,15 +320,15 @@ impl Policy for TimeGraph {
         if self.holder.is_some() {
             return None;
         }
-        let Some(id) = self.best() else {
-            for e in self.vgpus.values_mut() {
-                if e.state == VgpuState::Runnable && !e.counted {
-                    e.counted = true;
-                    e.throttled += 1;
-                }
+        // A runnable vGPU passed over for its reservation counts as
+        // throttled (once until it runs again).
+        for e in self.vgpus.values_mut() {
+            if e.state == VgpuState::Runnable && !e.may_run() && !e.counted {
+                e.counted = true;
+                e.throttled += 1;
             }
-            return None;
-        };
+        }
+        let id = self.best()?;
         let base = self.slice.slice();
         let e = self.vgpus.get_mut(&id)?;
         let slice = match &e.budget {

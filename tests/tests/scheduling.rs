@@ -86,10 +86,20 @@ struct Rig {
 
 impl Rig {
     fn start(test: &str, vms: &[(&str, u32)], daemon: &str) -> Rig {
+        Self::start_with(test, vms, daemon, &[])
+    }
+
+    /// [`Rig::start`] with extra `[[vm]]` lines per VM (`(name, lines)`).
+    fn start_with(test: &str, vms: &[(&str, u32)], daemon: &str, vm_lines: &[(&str, &str)]) -> Rig {
         let vms: Vec<(&str, u32, u32)> = vms.iter().map(|&(n, w)| (n, w, 4)).collect();
         let setup = Setup::new(test, &vms);
         let text = std::fs::read_to_string(&setup.config).expect("reading the configuration");
-        let text = text.replacen("[daemon]\n", &format!("[daemon]\n{daemon}\n"), 1);
+        let mut text = text.replacen("[daemon]\n", &format!("[daemon]\n{daemon}\n"), 1);
+        for (name, lines) in vm_lines {
+            let at = format!("name = {name:?}\n");
+            assert!(text.contains(&at), "no [[vm]] {name}");
+            text = text.replacen(&at, &format!("{at}{lines}\n"), 1);
+        }
         // Deep rings: a guest thread this host deschedules for a while still
         // has hundreds of milliseconds of kernels queued, so its VM stays
         // backlogged (shares are only defined between backlogged VMs).
@@ -689,6 +699,93 @@ fn the_credit_policies_grant_the_gpu() {
         for g in guests {
             assert!(g.stop() > 0);
         }
+    }
+}
+
+/// NEON's timeslices, engaged and disengaged: two busy VMs of equal weight
+/// whose kernels last 200 µs and 1.6 ms get equal shares of the modelled
+/// GPU time (overuse control charges the long kernels' overruns), and
+/// status shows each VM's overuse; the disengaged slices, leases, are
+/// revoked at their end while the other VM waits.
+#[test]
+fn neon_timeslices_share_equally_whatever_the_request_sizes() {
+    let _one = exclusive();
+    let names = ["a", "b"];
+    for policy in ["neon-ts", "neon-dts"] {
+        let rig = Rig::start(
+            &format!("sched_{policy}"),
+            &[("a", 1), ("b", 1)],
+            &format!("policy = {policy:?}\nslice_ms = {SLICE_MS}\nspin_us = 100"),
+        );
+        let barrier = Arc::new(Barrier::new(2));
+        let guests: Vec<Guest<u64>> = [200 * US, 1600 * US]
+            .iter()
+            .enumerate()
+            .map(|(i, &ns)| spinner(rig.region(i), barrier.clone(), ns))
+            .collect();
+        wait_for_grants(&rig.d, &names, 5);
+        let (got, s) = shares(&rig.d, &names);
+        eprintln!("{policy}: shares {got:?}");
+        assert_shares(&got, &[1, 1], policy);
+        assert_eq!(s.daemon.policy, policy);
+        for n in names {
+            let sched = vm(&s, n).sched.clone().expect("scheduler state");
+            assert!(sched.overuse_ns.is_some(), "{policy}: {n}: {sched:?}");
+            assert_eq!(sched.priority, None);
+        }
+        if policy == "neon-dts" {
+            let revoked: u64 = names
+                .iter()
+                .map(|n| vm(&s, n).sched.as_ref().unwrap().revoked)
+                .sum();
+            assert!(revoked > 0, "no disengaged slice was revoked at its end");
+        }
+        for g in guests {
+            assert!(g.stop() > 0);
+        }
+    }
+}
+
+/// TimeGraph (HT): a VM of priority 10 with a reservation of 3 ms per
+/// 10 ms (posterior enforcement) beside a busy VM of priority 0. The
+/// reserved VM is held to its budget, 30% of the modelled GPU time; the
+/// other gets the rest, and is preempted each time the budget comes back
+/// (its grants revoked); status shows the priorities, the reservation and
+/// the throttling.
+#[test]
+fn timegraph_reservations_cap_and_priorities_preempt() {
+    let _one = exclusive();
+    let names = ["hi", "lo"];
+    let rig = Rig::start_with(
+        "sched_timegraph",
+        &[("hi", 1), ("lo", 1)],
+        &format!("policy = \"timegraph-ht\"\nslice_ms = {SLICE_MS}\nspin_us = 100"),
+        &[(
+            "hi",
+            "priority = 10\nreservation = { budget_ms = 3, period_ms = 10, mode = \"pe\" }",
+        )],
+    );
+    let barrier = Arc::new(Barrier::new(2));
+    let guests: Vec<Guest<u64>> = (0..2)
+        .map(|i| spinner(rig.region(i), barrier.clone(), 200 * US))
+        .collect();
+    wait_for_grants(&rig.d, &names, 5);
+    let (got, s) = shares(&rig.d, &names);
+    eprintln!("timegraph-ht: shares {got:?}");
+    assert_shares(&got, &[3, 7], "a 30% reservation beside a best-effort VM");
+    let hi = vm(&s, "hi").sched.clone().expect("scheduler state");
+    let lo = vm(&s, "lo").sched.clone().expect("scheduler state");
+    assert_eq!(hi.priority, Some(10));
+    assert_eq!(hi.reservation.as_deref(), Some("3/10 ms pe"));
+    assert!(hi.budget_ns.is_some_and(|b| b <= 3_000_000), "{hi:?}");
+    assert!(hi.throttled.is_some_and(|t| t > 0), "{hi:?}");
+    assert_eq!((lo.priority, lo.reservation.as_deref()), (Some(0), None));
+    assert!(
+        lo.revoked > 0,
+        "the best-effort VM was never preempted: {lo:?}"
+    );
+    for g in guests {
+        assert!(g.stop() > 0);
     }
 }
 
