@@ -37,17 +37,21 @@ use metrics::VmShare;
 /// show them: what `--policy all` runs in FairGV's experiments.
 pub const POLICIES: [&str; 5] = ["fairgv", "credit-poll", "credit-hs", "strict", "none"];
 /// What `--policy all` runs in NEON's experiment.
-pub const NEON_POLICIES: [&str; 4] = ["neon-ts", "neon-dts", "fairgv", "none"];
+pub const NEON_POLICIES: [&str; 6] = ["neon-ts", "neon-dts", "neon-dfq", "loga", "fairgv", "none"];
+/// What `--policy all` runs in LoGA's experiment.
+pub const LOGA_POLICIES: [&str; 4] = ["neon-dfq", "loga", "fairgv", "none"];
 /// What `--policy all` runs in TimeGraph's experiment.
 pub const TIMEGRAPH_POLICIES: [&str; 4] = ["timegraph-prt", "timegraph-ht", "fairgv", "none"];
 /// Every policy `--policy` accepts.
-pub const ALL_POLICIES: [&str; 9] = [
+pub const ALL_POLICIES: [&str; 11] = [
     "fairgv",
     "credit-poll",
     "credit-hs",
     "strict",
     "neon-ts",
     "neon-dts",
+    "neon-dfq",
+    "loga",
     "timegraph-prt",
     "timegraph-ht",
     "none",
@@ -59,6 +63,7 @@ pub const EXPERIMENTS: [&str; 4] = ["fig8", "fig9", "fig10", "fig11"];
 pub fn policies_for(experiment: &str) -> &'static [&'static str] {
     match experiment {
         "neon" => &NEON_POLICIES,
+        "loga" => &LOGA_POLICIES,
         "timegraph" => &TIMEGRAPH_POLICIES,
         _ => &POLICIES,
     }
@@ -83,15 +88,18 @@ pub struct FairnessArgs {
     /// sizes from 19 µs to 1.7 ms, fairness, concurrency efficiency and
     /// standalone overhead), or timegraph (a periodic high-priority VM
     /// against throughput VMs: deadlines met and response times; VMs with
-    /// reservations: the budgets held).
-    #[arg(long, default_value = "all", value_parser = ["fig8", "fig9", "fig10", "fig11", "long-kernels", "neon", "timegraph", "all"])]
+    /// reservations: the budgets held), or loga (non-saturating VMs beside
+    /// saturating ones: what sampling engagements cost them against
+    /// accounting that pauses no one).
+    #[arg(long, default_value = "all", value_parser = ["fig8", "fig9", "fig10", "fig11", "long-kernels", "neon", "timegraph", "loga", "all"])]
     pub experiment: String,
     /// Which scheduling policy: fairgv, credit-poll, credit-hs, strict,
-    /// neon-ts, neon-dts, timegraph-prt, timegraph-ht, none (no scheduler),
-    /// or all (the experiment's own set: FairGV's four and none; for neon
-    /// NEON's two, fairgv and none; for timegraph TimeGraph's two, fairgv
-    /// and none).
-    #[arg(long, default_value = "all", value_parser = ["fairgv", "credit-poll", "credit-hs", "strict", "neon-ts", "neon-dts", "timegraph-prt", "timegraph-ht", "none", "all"])]
+    /// neon-ts, neon-dts, neon-dfq, loga, timegraph-prt, timegraph-ht, none
+    /// (no scheduler), or all (the experiment's own set: FairGV's four and
+    /// none; for neon NEON's three, loga, fairgv and none; for loga
+    /// neon-dfq, loga, fairgv and none; for timegraph TimeGraph's two,
+    /// fairgv and none).
+    #[arg(long, default_value = "all", value_parser = ["fairgv", "credit-poll", "credit-hs", "strict", "neon-ts", "neon-dts", "neon-dfq", "loga", "timegraph-prt", "timegraph-ht", "none", "all"])]
     pub policy: String,
     /// Where the daemon runs kernels: sim (SimGpu) or cuda (needs a GPU
     /// host).
@@ -384,6 +392,7 @@ pub fn cases(experiment: &str, quick: bool) -> Vec<Case> {
             .collect(),
         "long-kernels" => long_kernel_cases(quick),
         "neon" => neon_cases(),
+        "loga" => loga_cases(),
         "timegraph" => timegraph_cases(),
         _ => Vec::new(),
     }
@@ -447,6 +456,44 @@ fn neon_cases() -> Vec<Case> {
             "200us alone",
             vec![vm("t200", 1, throttle(200.0))],
             vec![1.0],
+        ),
+    ]
+}
+
+/// `fairgpu bench fairness --experiment loga` (LoGA, section 5):
+/// non-saturating VMs (Throttle sleeping half or 80% of the time) beside
+/// a saturating one; what each gets of its demand (X) shows what the
+/// accounting costs the co-runners that never over-use.
+fn loga_cases() -> Vec<Case> {
+    let sleepy = |r: f64| WorkloadSpec {
+        sleep_ratio: r,
+        ..throttle(200.0)
+    };
+    let case = |label: &str, vms: Vec<VmSpec>, demands: Vec<f64>| Case {
+        experiment: "loga",
+        label: label.to_owned(),
+        vms,
+        demands,
+        daemon: Vec::new(),
+    };
+    vec![
+        case(
+            "2 sleeping 50% + MM",
+            vec![
+                vm("s1", 1, sleepy(0.5)),
+                vm("s2", 1, sleepy(0.5)),
+                vm("mm", 1, WorkloadSpec::profile("MM")),
+            ],
+            vec![0.5, 0.5, 1.0],
+        ),
+        case(
+            "sleeping 80% + 2 MM",
+            vec![
+                vm("s1", 1, sleepy(0.8)),
+                vm("mm1", 1, WorkloadSpec::profile("MM")),
+                vm("mm2", 1, WorkloadSpec::profile("MM")),
+            ],
+            vec![0.2, 1.0, 1.0],
         ),
     ]
 }
@@ -1015,6 +1062,7 @@ pub fn describe(experiment: &str) -> &'static str {
             "FairGV Fig. 11: MM or HS beside a background MM whose kernel size is swept, equal weights"
         }
         "neon" => "NEON's Throttle: request sizes 19 us to 1.7 ms, equal weights",
+        "loga" => "LoGA: non-saturating VMs beside saturating ones, equal weights",
         "timegraph" => {
             "TimeGraph: a periodic high-priority VM (2 ms every 20 ms) against throughput VMs; reservations"
         }
@@ -1220,6 +1268,7 @@ pub fn chart(results: &Results) -> String {
     }
     for (exp, y_label) in [
         ("neon", "Min-Max Ratio"),
+        ("loga", "Min-Max Ratio"),
         ("timegraph", "deadlines met by the periodic VM"),
     ] {
         let groups: Vec<String> = cases_of(exp)
@@ -1229,7 +1278,7 @@ pub fn chart(results: &Results) -> String {
         if groups.is_empty() {
             continue;
         }
-        let metric: &dyn Fn(&RunResult) -> f64 = if exp == "neon" {
+        let metric: &dyn Fn(&RunResult) -> f64 = if exp != "timegraph" {
             &|r| r.mmr
         } else {
             &|r| r.vms.iter().find_map(|v| v.deadlines_met).unwrap_or(0.0)
@@ -1521,6 +1570,8 @@ mod tests {
         assert_eq!(neon.len(), 4);
         assert_eq!(neon[0].vms[0].workload.kernel_us, Some(19.0));
         assert!(policies_for("neon").contains(&"neon-dts"));
+        assert!(policies_for("loga").contains(&"loga"));
+        assert_eq!(cases("loga", true)[0].demands, vec![0.5, 0.5, 1.0]);
         let tg = cases("timegraph", true);
         assert_eq!(tg[0].vms[0].settings, ["priority = 10"]);
         assert_eq!(tg[0].vms[0].workload.period_ms, Some(20.0));

@@ -597,8 +597,8 @@ impl std::str::FromStr for Accounting {
 }
 
 /// The configuration's name of a policy: `fairgv`, `credit-poll`,
-/// `credit-hs`, `strict`, `neon-ts`, `neon-dts`, `timegraph-prt`,
-/// `timegraph-ht`, or `none` for no scheduler.
+/// `credit-hs`, `strict`, `neon-ts`, `neon-dts`, `neon-dfq`, `loga`,
+/// `timegraph-prt`, `timegraph-ht`, or `none` for no scheduler.
 pub const fn policy_name(policy: Option<PolicyKind>) -> &'static str {
     match policy {
         None => "none",
@@ -610,6 +610,8 @@ pub const fn policy_name(policy: Option<PolicyKind>) -> &'static str {
         Some(PolicyKind::NeonDisengaged) => "neon-dts",
         Some(PolicyKind::TimeGraphPrt) => "timegraph-prt",
         Some(PolicyKind::TimeGraphHt) => "timegraph-ht",
+        Some(PolicyKind::NeonDfq) => "neon-dfq",
+        Some(PolicyKind::Loga) => "loga",
     }
 }
 
@@ -623,7 +625,7 @@ pub fn parse_policy(name: &str) -> Result<Option<PolicyKind>, String> {
         "strict" => Ok(Some(PolicyKind::StrictCoSchedule)),
         other => other.parse::<PolicyKind>().map(Some).map_err(|_| {
             format!(
-                "policy = {other:?} is unknown (expected \"fairgv\", \"credit-poll\", \"credit-hs\", \"strict\", \"neon-ts\", \"neon-dts\", \"timegraph-prt\", \"timegraph-ht\" or \"none\"; \"fair-queuing\" and \"strict-cosched\" are accepted too)"
+                "policy = {other:?} is unknown (expected \"fairgv\", \"credit-poll\", \"credit-hs\", \"strict\", \"neon-ts\", \"neon-dts\", \"neon-dfq\", \"loga\", \"timegraph-prt\", \"timegraph-ht\" or \"none\"; \"fair-queuing\" and \"strict-cosched\" are accepted too)"
             )
         }),
     }
@@ -1697,6 +1699,8 @@ region = "/dev/shm/fairgpu-vm1"
             ("neon-dts", Some(PolicyKind::NeonDisengaged)),
             ("timegraph-prt", Some(PolicyKind::TimeGraphPrt)),
             ("timegraph-ht", Some(PolicyKind::TimeGraphHt)),
+            ("neon-dfq", Some(PolicyKind::NeonDfq)),
+            ("loga", Some(PolicyKind::Loga)),
             ("none", None),
         ] {
             let c = with(&format!("policy = {name:?}")).unwrap();

@@ -3,8 +3,9 @@
 //! nothing to issue does.
 
 use fairgpu_scheduler::{
-    Credit, CreditConfig, CreditVariant, ExecutionMode, FairQueuing, FairQueuingConfig,
-    IdleBehaviour, Policy, PolicyKind, PriorityMode, TimeGraph, Timeslice, TimesliceVariant,
+    Credit, CreditConfig, CreditVariant, DfqVariant, DisengagedFq, ExecutionMode, FairQueuing,
+    FairQueuingConfig, IdleBehaviour, Policy, PolicyKind, PriorityMode, TimeGraph, Timeslice,
+    TimesliceVariant,
 };
 
 use crate::{Accounting, SchedConfig};
@@ -42,6 +43,8 @@ pub fn build_policy(cfg: &SchedConfig) -> Option<Box<dyn Policy>> {
         }
         PolicyKind::TimeGraphPrt => Box::new(TimeGraph::new(PriorityMode::Prt, cfg.slice)),
         PolicyKind::TimeGraphHt => Box::new(TimeGraph::new(PriorityMode::Ht, cfg.slice)),
+        PolicyKind::NeonDfq => Box::new(DisengagedFq::new(DfqVariant::Neon, cfg.slice)),
+        PolicyKind::Loga => Box::new(DisengagedFq::new(DfqVariant::Loga, cfg.slice)),
     };
     Some(policy)
 }

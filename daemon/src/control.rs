@@ -220,6 +220,13 @@ pub struct VmSchedStatus {
     /// NEON: turns skipped to pay for overuse.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<u64>,
+    /// Disengaged fair queueing: how far its virtual time is ahead of the
+    /// system's, in weighted ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ahead_ns: Option<u64>,
+    /// Disengaged fair queueing: free runs it was denied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denials: Option<u64>,
 }
 
 /// The policy-specific fields of a [`VmSchedStatus`] (the rest left empty).
@@ -238,6 +245,8 @@ pub fn sched_standing(revoked: u64, standing: fairgpu_scheduler::Standing) -> Vm
         throttled: None,
         overuse_ns: None,
         skipped: None,
+        ahead_ns: None,
+        denials: None,
     };
     match standing {
         Standing::TimeGraph {
@@ -261,6 +270,15 @@ pub fn sched_standing(revoked: u64, standing: fairgpu_scheduler::Standing) -> Vm
         Standing::Timeslice { overuse, skipped } => {
             s.overuse_ns = Some(overuse.as_nanos());
             s.skipped = Some(skipped);
+        }
+        Standing::Disengaged {
+            vt,
+            system,
+            denials,
+            ..
+        } => {
+            s.ahead_ns = Some(vt.saturating_sub(system).as_weighted_nanos() as u64);
+            s.denials = Some(denials);
         }
         Standing::Fair { .. } | Standing::Credit { .. } => {}
     }
@@ -289,6 +307,15 @@ impl VmSchedStatus {
         }
         if let Some(s) = self.skipped.filter(|&s| s > 0) {
             parts.push(format!("{s} turns skipped"));
+        }
+        if let Some(a) = self.ahead_ns {
+            parts.push(format!(
+                "virtual time {:.3} ms ahead of the system's",
+                a as f64 / 1e6
+            ));
+        }
+        if let Some(d) = self.denials.filter(|&d| d > 0) {
+            parts.push(format!("denied {d} free runs"));
         }
         if self.revoked > 0 {
             parts.push(format!("{} grants revoked", self.revoked));
@@ -797,6 +824,8 @@ mod tests {
                 throttled: Some(3),
                 overuse_ns: None,
                 skipped: None,
+                ahead_ns: None,
+                denials: None,
             }),
             qemu: None,
         };

@@ -83,7 +83,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use fairgpu_scheduler::{
-    ExecutionMode, Grant, Nanos, Policy, Reservation, SchedError, Standing, VgpuId, VgpuState,
+    ExecutionMode, FreeRun, Grant, Nanos, Policy, Reservation, SchedError, Standing, VgpuId,
+    VgpuState,
 };
 
 use fairgpu_worker::grants::{Bell, GrantFile, GrantSlot};
@@ -272,6 +273,22 @@ struct Trailing {
     estimate: u64,
 }
 
+/// A disengaged policy's free run: several VMs hold leases at once.
+#[derive(Debug)]
+struct Free {
+    /// Members and the sequence of each one's lease.
+    members: std::collections::BTreeMap<usize, u32>,
+    /// Leases revoked and not yet released (the barrier's drain).
+    draining: std::collections::BTreeMap<usize, u32>,
+    /// When the interval ends.
+    until: Instant,
+    /// Each VM's published device time when the interval began.
+    base: Vec<u64>,
+    /// The policy asked for no next run: no VM joins, and once the drain
+    /// is over the free run ends.
+    closing: bool,
+}
+
 /// The grant outstanding.
 #[derive(Debug)]
 struct Outstanding {
@@ -372,6 +389,7 @@ impl Scheduler {
         let mut sync_seen: Vec<u64> = h.slots.iter().map(GrantSlot::sync_calls).collect();
         let mut out: Option<Outstanding> = None;
         let mut trailing: Option<Trailing> = None;
+        let mut free: Option<Free> = None;
         // When each VM was last seen runnable or running.
         let mut active: Vec<Option<Instant>> = vec![None; n];
         while !shutdown.load(Ordering::Relaxed) {
@@ -397,6 +415,12 @@ impl Scheduler {
                         core.policy.release(id, held, now)
                     };
                     log_refusal(&self.names[i], r);
+                }
+                if let Some(f) = free.as_mut() {
+                    f.draining.remove(&i);
+                    if f.members.remove(&i).is_some() {
+                        log_refusal(&self.names[i], core.policy.left_free_run(id, now));
+                    }
                 }
                 if trailing.take_if(|t| t.vm == i).is_some() {
                     // Its estimate stands; the grant handed over from it
@@ -491,6 +515,23 @@ impl Scheduler {
                 for _ in 0..new {
                     log_refusal(&self.names[i], core.policy.record_sync_call(id, now));
                 }
+                if let Some(f) = free.as_mut() {
+                    // A member that gave its lease back (nothing left to
+                    // issue) is runnable again, and blocked below if idle.
+                    if f.members.get(&i).is_some_and(|&seq| slot.released() == seq) {
+                        f.members.remove(&i);
+                        log_refusal(&self.names[i], core.policy.left_free_run(id, now));
+                    }
+                    if f.draining
+                        .get(&i)
+                        .is_some_and(|&seq| slot.released() == seq)
+                    {
+                        f.draining.remove(&i);
+                    }
+                    if f.members.contains_key(&i) || f.draining.contains_key(&i) {
+                        continue;
+                    }
+                }
                 if out.as_ref().is_some_and(|o| o.vm == i) || trailing.is_some_and(|t| t.vm == i) {
                     continue;
                 }
@@ -522,10 +563,22 @@ impl Scheduler {
                     tracing::trace!(vm = %self.names[o.vm], "holder preempted");
                 }
             }
+            if out.is_none() {
+                self.free_run_step(&mut core, &mut free, &epoch, now_i, now);
+            }
             let disengaged = core.policy.execution_mode() == ExecutionMode::Disengaged;
             match out.as_mut() {
+                None if free.is_some() => {}
                 None => {
-                    if let Some(g) = core.policy.pick(now) {
+                    let g = core.policy.pick(now);
+                    if g.is_none() {
+                        // A disengaged policy with nothing to grant alone
+                        // may let several VMs issue at once.
+                        if let Some(run) = core.policy.free_run(now) {
+                            free = Some(self.start_free_run(&mut core, run, &epoch, now));
+                        }
+                    }
+                    if let Some(g) = g {
                         let vm = g.id.0 as usize;
                         // A disengaged policy's every grant is a lease.
                         let lease = disengaged
@@ -595,6 +648,15 @@ impl Scheduler {
                 }
                 _ => IDLE_WAIT,
             };
+            let wait = match &free {
+                Some(f) if !f.draining.is_empty() => wait.min(Duration::from_micros(200)),
+                Some(f) => wait.min(
+                    f.until
+                        .saturating_duration_since(now_i)
+                        .max(Duration::from_micros(20)),
+                ),
+                None => wait,
+            };
             let wait = match event {
                 Some(at) => wait.min(
                     at.saturating_duration_since(now_i)
@@ -604,6 +666,131 @@ impl Scheduler {
             };
             h.bell.wait(seen, wait);
         }
+    }
+
+    /// Starts the free run `run` a disengaged policy asked for.
+    fn start_free_run(&self, core: &mut Core, run: FreeRun, epoch: &[u64], now: Nanos) -> Free {
+        let mut f = Free {
+            members: Default::default(),
+            draining: Default::default(),
+            until: self.origin + run.until.as_duration(),
+            base: (0..self.names.len())
+                .map(|i| self.handle.slots[i].device_ns())
+                .collect(),
+            closing: false,
+        };
+        self.join(core, &mut f, &run.ids, epoch, now);
+        f
+    }
+
+    /// A disengaged policy's free run: at the end of an interval
+    /// reports each VM's device time, asks for the next run, keeps the
+    /// leases of the VMs in both and revokes the others (all of them at a
+    /// barrier); lets VMs that became runnable join; ends the free run
+    /// once a barrier's drain is over.
+    fn free_run_step(
+        &self,
+        core: &mut Core,
+        free: &mut Option<Free>,
+        epoch: &[u64],
+        now_i: Instant,
+        now: Nanos,
+    ) {
+        let h = &self.handle;
+        let device = |i: usize| h.slots[i].device_ns();
+        let Some(f) = free.as_mut() else {
+            return;
+        };
+        if !f.closing && now_i >= f.until {
+            // The executors' own accounting, saturating across a worker's
+            // restart (its count starts again from zero).
+            let usage: Vec<(VgpuId, Nanos)> = (0..self.names.len())
+                .map(|i| {
+                    let d = device(i);
+                    let used = if d >= f.base[i] { d - f.base[i] } else { d };
+                    (VgpuId(i as u32), Nanos(used))
+                })
+                .filter(|&(_, u)| u > Nanos::ZERO)
+                .collect();
+            log_refusal("free run", core.policy.end_free_run(&usage, now));
+            f.base = (0..self.names.len()).map(device).collect();
+            let next = core.policy.free_run(now);
+            let keep: Vec<usize> = next
+                .as_ref()
+                .map(|r| r.ids.iter().map(|id| id.0 as usize).collect())
+                .unwrap_or_default();
+            let members = std::mem::take(&mut f.members);
+            for (vm, seq) in members {
+                if keep.contains(&vm) {
+                    f.members.insert(vm, seq);
+                } else {
+                    h.slots[vm].revoke(seq);
+                    self.regions[vm].ring_host();
+                    core.counters[vm].revoked += 1;
+                    f.draining.insert(vm, seq);
+                }
+            }
+            match next {
+                Some(run) => {
+                    f.until = self.origin + run.until.as_duration();
+                    let new: Vec<VgpuId> = run
+                        .ids
+                        .into_iter()
+                        .filter(|id| !f.members.contains_key(&(id.0 as usize)))
+                        .collect();
+                    self.join(core, f, &new, epoch, now);
+                }
+                None => f.closing = true,
+            }
+        }
+        if !f.closing {
+            // VMs that became runnable join unless the policy denies them.
+            for i in 0..self.names.len() {
+                let id = VgpuId(i as u32);
+                if f.members.contains_key(&i) || f.draining.contains_key(&i) {
+                    continue;
+                }
+                let runnable = core
+                    .policy
+                    .stats(id)
+                    .is_some_and(|s| s.state == VgpuState::Runnable);
+                if runnable && core.policy.free_run_admits(id, now) {
+                    self.lease(f, i, epoch, core, now);
+                }
+            }
+        }
+        if f.closing && f.draining.is_empty() && f.members.is_empty() {
+            *free = None;
+        }
+    }
+
+    /// Gives each of `ids` a lease in free run `f`.
+    fn join(&self, core: &mut Core, f: &mut Free, ids: &[VgpuId], epoch: &[u64], now: Nanos) {
+        for id in ids {
+            self.lease(f, id.0 as usize, epoch, core, now);
+        }
+    }
+
+    /// Gives VM `vm` a lease in free run `f` if its worker runs; otherwise
+    /// tells the policy it left.
+    fn lease(&self, f: &mut Free, vm: usize, epoch: &[u64], core: &mut Core, now: Nanos) {
+        if epoch.get(vm).is_none_or(|e| e.is_multiple_of(2)) {
+            log_refusal(
+                &self.names[vm],
+                core.policy.left_free_run(VgpuId(vm as u32), now),
+            );
+            return;
+        }
+        let slot = &self.handle.slots[vm];
+        let slice = f.until.saturating_duration_since(Instant::now());
+        let seq = slot.grant_full(
+            Nanos::from_duration(slice).as_nanos().max(1),
+            true,
+            None,
+            false,
+        );
+        self.regions[vm].ring_host();
+        f.members.insert(vm, seq);
     }
 
     fn grant(

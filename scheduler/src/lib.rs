@@ -12,6 +12,8 @@
 //!   disengaged variant.
 //! - [`timegraph`]: [`TimeGraph`], TimeGraph's priorities (PRT, HT) and
 //!   reservations (posterior and apriori enforcement, admission control).
+//! - [`dfq`]: [`DisengagedFq`], NEON's Disengaged Fair Queueing and LoGA's
+//!   accounting: free runs in which several vGPUs issue at once.
 //! - [`interactivity`]: the sliding-window CPU–GPU interactivity detector.
 //! - [`config`]: validated slice and interactivity settings.
 //! - [`time`]: [`Nanos`], the [`Clock`] trait and [`ManualClock`].
@@ -68,6 +70,7 @@
 
 pub mod config;
 pub mod credit;
+pub mod dfq;
 pub mod fair_queuing;
 pub mod interactivity;
 pub mod neon;
@@ -77,11 +80,12 @@ pub mod timegraph;
 
 pub use config::{ConfigError, InteractivityConfig, SliceConfig};
 pub use credit::{Credit, CreditConfig, CreditVariant};
+pub use dfq::{DfqVariant, DisengagedFq};
 pub use fair_queuing::{FairQueuing, FairQueuingConfig};
 pub use interactivity::InteractivityDetector;
 pub use neon::{Timeslice, TimesliceVariant};
 pub use policy::{
-    CoschedReply, CreditPriority, ExecutionMode, Grant, IdleBehaviour, Policy, PolicyKind,
+    CoschedReply, CreditPriority, ExecutionMode, FreeRun, Grant, IdleBehaviour, Policy, PolicyKind,
     Reservation, ReserveMode, SchedError, Standing, UnknownPolicy, VgpuId, VgpuState, VgpuStats,
     VirtualTime, WEIGHTS,
 };
@@ -109,6 +113,12 @@ impl PolicyKind {
                 Box::new(TimeGraph::new(PriorityMode::Prt, SliceConfig::default()))
             }
             PolicyKind::TimeGraphHt => Box::new(TimeGraph::default()),
+            PolicyKind::NeonDfq => {
+                Box::new(DisengagedFq::new(DfqVariant::Neon, SliceConfig::default()))
+            }
+            PolicyKind::Loga => {
+                Box::new(DisengagedFq::new(DfqVariant::Loga, SliceConfig::default()))
+            }
         }
     }
 }

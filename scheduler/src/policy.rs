@@ -152,6 +152,17 @@ pub enum Standing {
         /// predicted cost (or was used up) while it had work.
         throttled: u64,
     },
+    /// Disengaged fair queueing (NEON DFQ, LoGA).
+    Disengaged {
+        /// Its virtual time.
+        vt: VirtualTime,
+        /// The system virtual time.
+        system: VirtualTime,
+        /// Denied the current free run (ahead of the others).
+        denied: bool,
+        /// Free runs it was denied.
+        denials: u64,
+    },
     /// Credit's account.
     Credit {
         /// Credit in GPU nanoseconds (negative when overdrawn).
@@ -215,6 +226,16 @@ pub enum ExecutionMode {
     /// included, so an overrun is seen and charged. Alone, the holder's
     /// lease is renewed slice by slice.
     Disengaged,
+}
+
+/// A disengaged policy's free run: these vGPUs may issue at once, each
+/// under a lease, unmeasured, until `until`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FreeRun {
+    /// Its members.
+    pub ids: Vec<VgpuId>,
+    /// When it ends.
+    pub until: Nanos,
 }
 
 /// A TimeGraph reservation (Kato et al., ATC 2011, section 4.2): `budget`
@@ -506,6 +527,44 @@ pub trait Policy: fmt::Debug + Send {
         None
     }
 
+    /// A disengaged fair-queueing policy (NEON DFQ, LoGA), asked when no
+    /// grant is outstanding, no free run is on and `pick` answered `None`:
+    /// the vGPUs that may now issue at once, each under a lease, until
+    /// `until`. They are `Running` meanwhile. `None` for every other policy.
+    fn free_run(&mut self, now: Nanos) -> Option<FreeRun> {
+        let _ = now;
+        None
+    }
+
+    /// During a free run: whether `id`, which has become runnable, may join
+    /// it (and then it does). False for every other policy.
+    fn free_run_admits(&mut self, id: VgpuId, now: Nanos) -> bool {
+        let _ = (id, now);
+        false
+    }
+
+    /// During a free run: member `id` gave its lease back (nothing left to
+    /// issue); it is runnable again, and blocked by the driver if it has no
+    /// work.
+    fn left_free_run(&mut self, id: VgpuId, now: Nanos) -> Result<(), SchedError> {
+        let _ = now;
+        self.stats(id).map(|_| ()).ok_or(SchedError::Unknown { id })
+    }
+
+    /// The free run ends at `now`: `usage` is each member's device time in
+    /// it, as the executor accounted it. Members still holding a lease are
+    /// runnable again; the driver then asks for the next free run, keeps
+    /// the leases of the members of both, and revokes the others.
+    fn end_free_run(&mut self, usage: &[(VgpuId, Nanos)], now: Nanos) -> Result<(), SchedError> {
+        let _ = (usage, now);
+        Ok(())
+    }
+
+    /// When the free run on ends; `None` when none is.
+    fn free_running_until(&self) -> Option<Nanos> {
+        None
+    }
+
     /// Whether `id`'s grants are enforced a priori: its holder must issue
     /// no request its measurements predict would overrun the grant's slice
     /// (TimeGraph's apriori enforcement). False by default.
@@ -543,11 +602,15 @@ pub enum PolicyKind {
     /// TimeGraph: priorities, HT (the holder keeps submitting while nothing
     /// of higher priority waits), with reservations.
     TimeGraphHt,
+    /// NEON: Disengaged Fair Queueing (sampling engagements, free runs).
+    NeonDfq,
+    /// LoGA: disengaged fair queueing on observed device time.
+    Loga,
 }
 
 impl PolicyKind {
     /// Every policy, in a stable order.
-    pub const ALL: [PolicyKind; 8] = [
+    pub const ALL: [PolicyKind; 10] = [
         PolicyKind::FairQueuing,
         PolicyKind::CreditPoll,
         PolicyKind::CreditHybridSpin,
@@ -556,6 +619,8 @@ impl PolicyKind {
         PolicyKind::NeonDisengaged,
         PolicyKind::TimeGraphPrt,
         PolicyKind::TimeGraphHt,
+        PolicyKind::NeonDfq,
+        PolicyKind::Loga,
     ];
 
     /// Whether vGPUs under this policy have priorities and reservations.
@@ -574,6 +639,8 @@ impl PolicyKind {
             PolicyKind::NeonDisengaged => "neon-dts",
             PolicyKind::TimeGraphPrt => "timegraph-prt",
             PolicyKind::TimeGraphHt => "timegraph-ht",
+            PolicyKind::NeonDfq => "neon-dfq",
+            PolicyKind::Loga => "loga",
         }
     }
 }
@@ -586,7 +653,7 @@ impl fmt::Display for PolicyKind {
 
 /// A policy name that is none of [`PolicyKind::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown scheduling policy {name:?} (expected fair-queuing, credit-poll, credit-hs, strict-cosched, neon-ts, neon-dts, timegraph-prt or timegraph-ht)")]
+#[error("unknown scheduling policy {name:?} (expected fair-queuing, credit-poll, credit-hs, strict-cosched, neon-ts, neon-dts, neon-dfq, loga, timegraph-prt or timegraph-ht)")]
 pub struct UnknownPolicy {
     /// What was given.
     pub name: String,

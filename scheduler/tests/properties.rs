@@ -474,3 +474,61 @@ proptest! {
         })?;
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// LoGA's free runs over random usage and random sleeps: the system
+    /// virtual time never goes back, a free run has a member whenever a VM
+    /// is runnable (the slowest is never denied), no member is blocked,
+    /// and every nanosecond reported is charged to its VM.
+    #[test]
+    fn loga_free_runs(
+        weights in prop::collection::vec(1u32..=8, 2..=5),
+        steps in prop::collection::vec((prop::collection::vec(0u64..40_000, 5), 0usize..5, any::<bool>()), 1..60),
+    ) {
+        use fairgpu_scheduler::{DfqVariant, DisengagedFq};
+        let mut p = DisengagedFq::new(DfqVariant::Loga, SliceConfig::default());
+        let ids: Vec<VgpuId> = (0..weights.len() as u32).map(VgpuId).collect();
+        for (&id, &w) in ids.iter().zip(&weights) {
+            p.add(id, w).unwrap();
+            p.wake(id, Nanos::ZERO).unwrap();
+        }
+        let mut now = Nanos::ZERO;
+        let mut reported = vec![Nanos::ZERO; ids.len()];
+        let mut sys = p.system_time();
+        let mut run = p.free_run(now);
+        for (usage, who, sleep) in steps {
+            let members: Vec<VgpuId> = run.as_ref().map(|r| r.ids.clone()).unwrap_or_default();
+            let any_runnable = ids.iter().any(|&id| {
+                matches!(p.stats(id).unwrap().state, VgpuState::Runnable | VgpuState::Running)
+            });
+            prop_assert_eq!(run.is_some(), any_runnable, "a free run iff someone is runnable");
+            for id in &members {
+                prop_assert!(p.stats(*id).unwrap().state != VgpuState::Blocked);
+            }
+            now += Nanos::from_millis(30);
+            let report: Vec<(VgpuId, Nanos)> = members
+                .iter()
+                .map(|&id| (id, Nanos::from_micros(usage[id.0 as usize % usage.len()])))
+                .collect();
+            for &(id, u) in &report {
+                reported[id.0 as usize] += u;
+            }
+            p.end_free_run(&report, now).unwrap();
+            // A VM sleeps or wakes between runs.
+            let id = ids[who % ids.len()];
+            if sleep {
+                p.block(id, now).unwrap();
+            } else {
+                p.wake(id, now).unwrap();
+            }
+            prop_assert!(p.system_time() >= sys);
+            sys = p.system_time();
+            run = p.free_run(now);
+        }
+        for (i, &id) in ids.iter().enumerate() {
+            prop_assert_eq!(p.stats(id).unwrap().charged, reported[i]);
+        }
+    }
+}

@@ -123,6 +123,9 @@ use fairgpu_executor::{CtxId, EventId};
 
 /// Requests timed one by one at the start of a grant (`sampled`).
 pub const SAMPLES: u32 = 5;
+/// How often a lease holder publishes its device time at most.
+const DEVICE_PUBLISH_EVERY: Duration = Duration::from_millis(1);
+
 /// A holder releases after this many slices of wall-clock time at most.
 pub const WALL_CAP_SLICES: u32 = 2;
 /// Most event pairs in flight (`events`); at this many the grant ends.
@@ -224,6 +227,11 @@ pub trait Meter {
     fn mark_elapsed_ns(&mut self, a: Mark, b: Mark) -> Option<i64>;
     /// Gives a mark's event back.
     fn unmark(&mut self, m: Mark);
+    /// All device time the executor accounted to this VM's work so far, ns
+    /// (what a disengaged policy's free run is charged from).
+    fn device_time_ns(&mut self) -> u64 {
+        0
+    }
 }
 
 /// The worker's scheduling settings.
@@ -298,6 +306,8 @@ pub struct Gate {
     /// What one of this VM's requests costs on the device under a lease,
     /// ns: the learned basis of the lease's queue depth.
     lease_cost: Option<u64>,
+    /// When a lease holder last published its device time.
+    device_published: Instant,
     grants: u64,
     /// A running average of the samples that ran alone, ns: what a sample
     /// that queued behind another VM's drain is charged at most.
@@ -521,6 +531,7 @@ impl Gate {
             lease_marks: VecDeque::new(),
             lease_done: None,
             lease_cost: None,
+            device_published: Instant::now(),
             grants: 0,
             avg: None,
         }
@@ -613,6 +624,7 @@ impl Gate {
                 }
                 self.collect_lease_marks(meter);
             }
+            self.slot.set_device_ns(meter.device_time_ns());
             // The next lease's first completion is not read against this
             // one's (the gap between them is not device work).
             if let Some(m) = self.lease_done.take() {
@@ -1279,6 +1291,14 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         if gate.revoked() {
             gate.release(&mut self.inner, Why::Full);
             return None;
+        }
+        if gate.holding.as_ref().is_some_and(|h| h.lease)
+            && now.duration_since(gate.device_published) >= DEVICE_PUBLISH_EVERY
+        {
+            // A lease holder's device time, for a disengaged policy that
+            // charges free runs from it.
+            gate.device_published = now;
+            gate.slot.set_device_ns(self.inner.device_time_ns());
         }
         let h = gate.holding.as_mut().expect("holding");
         if h.lease {

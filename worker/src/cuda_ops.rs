@@ -1386,4 +1386,8 @@ impl Meter for CudaOps {
             cx.acct_free.push(m.event);
         }
     }
+
+    fn device_time_ns(&mut self) -> u64 {
+        self.exec.gpu_time_ns()
+    }
 }

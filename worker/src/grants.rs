@@ -27,6 +27,8 @@
 //!       0x68 drained   u64  when the released grant's work ended (CLOCK_MONOTONIC ns)
 //!       0x70 cost_ns   u64  what one of its requests costs on the device (its
 //!                           running average of measured requests; 0 unknown)
+//!       0x78 device_ns u64  all device time its executor accounted so far,
+//!                           published while it holds a lease (free runs)
 //!       slot 1 ...
 //! ```
 //!
@@ -119,9 +121,11 @@ const CLOSING: usize = 0x58;
 const ESTIMATE: usize = 0x60;
 const DRAINED: usize = 0x68;
 const COST_NS: usize = 0x70;
+const DEVICE_NS: usize = 0x78;
 
 const _: () = assert!(
-    COST_NS + 8 <= SLOT_SIZE
+    DEVICE_NS + 8 <= SLOT_SIZE
+        && COST_NS + 8 <= SLOT_SIZE
         && ESTIMATE + 8 <= SLOT_SIZE
         && AFTER_SEQ + 4 <= RELEASE
         && RELEASE.is_multiple_of(64)
@@ -496,6 +500,20 @@ impl GrantSlot {
         // Relaxed: published by the worker's Release store of `release`,
         // which the caller loaded (Acquire) in `released` first.
         self.u64_at(COST_NS).load(Ordering::Relaxed)
+    }
+
+    /// All device time the VM's executor accounted, ns, as its worker last
+    /// published it (0 before it did).
+    pub fn device_ns(&self) -> u64 {
+        // Relaxed: a monotonic counter read for its value alone; the
+        // scheduler needs no other data ordered with it.
+        self.u64_at(DEVICE_NS).load(Ordering::Relaxed)
+    }
+
+    /// Publishes all device time the VM's executor accounted so far.
+    pub fn set_device_ns(&self, ns: u64) {
+        // Relaxed: see `device_ns`.
+        self.u64_at(DEVICE_NS).store(ns, Ordering::Relaxed);
     }
 
     /// Stores what one request costs, for the next release to publish.
