@@ -298,6 +298,9 @@ struct StatusSource {
 impl StatusSource {
     fn status(&self) -> Status {
         let mut holder = None;
+        // Several VMs run at once in a disengaged policy's free run: then
+        // none is "the" holder.
+        let mut running = 0;
         let sched = self.sched.as_ref().map(SchedHandle::snapshot);
         let vms = self
             .vms
@@ -307,6 +310,7 @@ impl StatusSource {
                 let s = self.stats.slot(i).expect("one slot per VM").snapshot();
                 let sched = sched.as_ref().and_then(|v| v.get(i).copied().flatten());
                 if sched.is_some_and(|v| v.state == fairgpu_scheduler::VgpuState::Running) {
+                    running += 1;
                     holder = Some(name.clone());
                 }
                 VmStatus {
@@ -347,7 +351,7 @@ impl StatusSource {
         Status {
             daemon: DaemonStatus {
                 uptime_s: self.started.elapsed().as_secs_f64(),
-                holder,
+                holder: holder.filter(|_| running == 1),
                 ..self.daemon.clone()
             },
             vms,

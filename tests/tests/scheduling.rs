@@ -746,6 +746,56 @@ fn neon_timeslices_share_equally_whatever_the_request_sizes() {
     }
 }
 
+/// Disengaged fair queueing: both VMs issue at once in free runs (their
+/// workers hold leases together). Under LoGA, which charges the device
+/// time each VM's executor accounted, VMs of 200 µs and 1.6 ms kernels
+/// get equal shares (without a scheduler the long kernels take most of
+/// the device); NEON's variant samples each VM alone between free runs.
+/// Status shows each VM's virtual time against the system's.
+#[test]
+fn disengaged_fair_queueing_runs_vms_together() {
+    let _one = exclusive();
+    let names = ["a", "b"];
+    for policy in ["loga", "neon-dfq"] {
+        let rig = Rig::start(
+            &format!("sched_{policy}"),
+            &[("a", 1), ("b", 1)],
+            &format!("policy = {policy:?}\nslice_ms = {SLICE_MS}\nspin_us = 100"),
+        );
+        let barrier = Arc::new(Barrier::new(2));
+        let guests: Vec<Guest<u64>> = [200 * US, 1600 * US]
+            .iter()
+            .enumerate()
+            .map(|(i, &ns)| spinner(rig.region(i), barrier.clone(), ns))
+            .collect();
+        // Both running at once: seen in one status, both are members.
+        let both = wait_for_status(&rig.d, "both VMs in one free run", |s| {
+            names.iter().all(|n| {
+                vm(s, n)
+                    .sched
+                    .as_ref()
+                    .is_some_and(|x| x.state == "running" && x.ahead_ns.is_some())
+            })
+        });
+        assert_eq!(both.daemon.policy, policy);
+        let (got, s) = shares(&rig.d, &names);
+        eprintln!("{policy}: shares {got:?}");
+        if policy == "loga" {
+            assert_shares(&got, &[1, 1], policy);
+        }
+        for n in names {
+            let sched = vm(&s, n).sched.clone().expect("scheduler state");
+            assert!(
+                sched.charged_ns > 0 && sched.grants > 0,
+                "{policy}: {n}: {sched:?}"
+            );
+        }
+        for g in guests {
+            assert!(g.stop() > 0);
+        }
+    }
+}
+
 /// TimeGraph (HT): a VM of priority 10 with a reservation of 3 ms per
 /// 10 ms (posterior enforcement) beside a busy VM of priority 0. The
 /// reserved VM is held to its budget, 30% of the modelled GPU time; the

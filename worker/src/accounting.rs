@@ -1908,6 +1908,52 @@ mod tests {
     /// Samples that fill the slice end the grant, each charged once (the
     /// last one is synchronised when the next work arrives, and not again
     /// at the release).
+    /// An a-priori grant (TimeGraph AE) issues no request its average
+    /// predicts would overrun the slice; the same grant without the flag
+    /// issues it (10 ms requests, a 25 ms slice: two fit, a third would
+    /// end at 30 ms).
+    #[test]
+    fn apriori_grants_issue_only_what_is_predicted_to_fit() {
+        for apriori in [true, false] {
+            let mut r = rig(
+                &format!("apriori-{apriori}"),
+                Accounting::Every,
+                IdleBehaviour::Block,
+            );
+            r.s.inner().sync_takes = Duration::from_millis(10);
+            let d = r.file.slot(0).unwrap();
+            assert!(!r.serve_async(Opcode::LaunchKernel));
+            let seq = d.grant_full(25_000_000, false, None, apriori);
+            assert!(r.serve_async(Opcode::LaunchKernel));
+            assert!(r.serve_async(Opcode::LaunchKernel));
+            let third = r.serve_async(Opcode::LaunchKernel);
+            assert_eq!(third, !apriori, "apriori {apriori}");
+            if apriori {
+                assert_eq!(d.released(), seq, "released instead");
+                assert!(d.used_ns() < 25_000_000, "no overrun: {}", d.used_ns());
+                // Its average request cost goes with the release.
+                assert!(d.cost_ns() >= 10_000_000, "cost {}", d.cost_ns());
+            }
+        }
+    }
+
+    /// A measured grant the daemon revokes (a priority policy preempting
+    /// its holder) ends before the next request, which waits for a grant.
+    #[test]
+    fn a_revoked_measured_grant_ends_at_the_next_request() {
+        let mut r = rig("revoke", Accounting::Every, IdleBehaviour::Block);
+        let d = r.file.slot(0).unwrap();
+        assert!(!r.serve_async(Opcode::LaunchKernel));
+        let seq = d.grant(6_000_000_000, false);
+        assert!(r.serve_async(Opcode::LaunchKernel));
+        assert!(r.serve_async(Opcode::LaunchKernel));
+        d.revoke(seq);
+        assert!(!r.serve_async(Opcode::LaunchKernel), "held back");
+        assert_eq!(d.released(), seq);
+        assert!(d.runnable(), "still has work");
+        assert_eq!(r.s.inner().handled.len(), 2);
+    }
+
     #[test]
     fn samples_that_fill_the_slice_are_charged_once() {
         let mut r = rig("long", Accounting::Sampled, IdleBehaviour::Block);
