@@ -63,6 +63,9 @@ pub struct Row {
     pub gpu_time_ns: u64,
     /// The worker's state.
     pub state: String,
+    /// The policy's standing of the VM (priority, budget, overuse, ...),
+    /// where the policy has one to show.
+    pub standing: Option<String>,
 }
 
 /// The live view of a daemon: rows plus totals.
@@ -126,6 +129,7 @@ pub fn view(
                 kernels_per_s: counted.or(derived),
                 gpu_time_ns: v.gpu_time_ns,
                 state: v.state.clone(),
+                standing: v.sched.as_ref().and_then(|s| s.standing_text()),
             }
         })
         .collect();
@@ -198,6 +202,11 @@ pub fn render(v: &View, interval: f64) -> String {
         ],
         &rows,
     );
+    for r in &v.rows {
+        if let Some(t) = &r.standing {
+            out.push_str(&format!("{}: {t}\n", r.name));
+        }
+    }
     out.push_str(&format!(
         "device busy {} over the last {interval} s; MMR so far {}\n",
         pct(v.busy_last),
@@ -357,6 +366,27 @@ mod tests {
         let mut buf = Vec::new();
         show(&mut buf, true, "x").unwrap();
         assert_eq!(buf, b"\x1b[H\x1b[Jx");
+        assert!(!t.contains("priority"), "no standing without a policy: {t}");
+    }
+
+    #[test]
+    fn the_policy_standing_is_shown_under_the_table() {
+        let mut seen = observed(&[("rt", 1, &[(0.0, 0), (1.0, 100_000_000)])]);
+        let status: StatusView = serde_json::from_value(serde_json::json!({
+            "daemon": {"pid": 7},
+            "vms": [{"name": "rt", "weight": 1, "sched": {
+                "state": "running", "charged_ns": 5, "grants": 2, "cosched_wakes": 0,
+                "overruns": 0, "revoked": 1, "priority": 10,
+                "reservation": "2/10 ms pe", "budget_ns": 500000, "throttled": 4
+            }}]
+        }))
+        .unwrap();
+        seen.last = Some(status);
+        let t = render(&view(&seen, 0.0, 1.0, 1.0, &[]), 1.0);
+        assert!(
+            t.contains("rt: priority 10, reservation 2/10 ms pe, budget left 0.500 ms, throttled 4 times, 1 grants revoked"),
+            "{t}"
+        );
     }
 
     #[test]

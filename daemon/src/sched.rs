@@ -101,6 +101,10 @@ pub const OVERRUN_GRACE: Duration = Duration::from_secs(1);
 /// results between bursts) keeps the others on measured, drained grants,
 /// so it never waits behind a lease holder's queue when it comes back.
 pub const LEASE_QUIET: Duration = Duration::from_millis(100);
+/// Device work each member of a free run keeps queued (its lease's queue
+/// depth): about 1 ms, so that a VM that waits for each of its kernels
+/// does not find a slice of every other member's work ahead of it.
+pub const FREE_RUN_QUEUE: Duration = Duration::from_millis(1);
 /// Most synchronous calls fed to the policy per VM per pass (the detector
 /// needs only more than its threshold).
 const MAX_SYNC_RECORDS: u64 = 64;
@@ -782,9 +786,12 @@ impl Scheduler {
             return;
         }
         let slot = &self.handle.slots[vm];
-        let slice = f.until.saturating_duration_since(Instant::now());
+        // A lease keeps about its "slice" of device work queued: a member
+        // keeps FREE_RUN_QUEUE, so that on a device that serves its
+        // queues first come first served the others' work never waits
+        // behind more than that of each member.
         let seq = slot.grant_full(
-            Nanos::from_duration(slice).as_nanos().max(1),
+            Nanos::from_duration(FREE_RUN_QUEUE).as_nanos(),
             true,
             None,
             false,

@@ -246,6 +246,9 @@ pub struct GateConfig {
     /// Not work-conserving: a grant is charged at least its wall-clock
     /// length (with [`IdleBehaviour::Poll`], the whole slice).
     pub reserve: bool,
+    /// Publish the executor's device time while holding a lease: the
+    /// policy charges free runs from it (NEON DFQ, LoGA).
+    pub publish_device_time: bool,
     /// The VM, for log lines.
     pub vm: String,
 }
@@ -624,7 +627,9 @@ impl Gate {
                 }
                 self.collect_lease_marks(meter);
             }
-            self.slot.set_device_ns(meter.device_time_ns());
+            if self.cfg.publish_device_time {
+                self.slot.set_device_ns(meter.device_time_ns());
+            }
             // The next lease's first completion is not read against this
             // one's (the gap between them is not device work).
             if let Some(m) = self.lease_done.take() {
@@ -1292,7 +1297,8 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             gate.release(&mut self.inner, Why::Full);
             return None;
         }
-        if gate.holding.as_ref().is_some_and(|h| h.lease)
+        if gate.cfg.publish_device_time
+            && gate.holding.as_ref().is_some_and(|h| h.lease)
             && now.duration_since(gate.device_published) >= DEVICE_PUBLISH_EVERY
         {
             // A lease holder's device time, for a disengaged policy that
@@ -1487,6 +1493,7 @@ mod tests {
                 idle,
                 spin: Duration::ZERO,
                 reserve,
+                publish_device_time: false,
                 vm: "vm".into(),
             },
         )

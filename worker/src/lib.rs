@@ -193,6 +193,13 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<bool> {
                     idle: fairgpu_config::policy::idle_behaviour(sched),
                     spin: sched.spin,
                     reserve: !sched.work_conserving,
+                    publish_device_time: matches!(
+                        sched.policy,
+                        Some(
+                            fairgpu_scheduler::PolicyKind::NeonDfq
+                                | fairgpu_scheduler::PolicyKind::Loga
+                        )
+                    ),
                     vm: vm.name.clone(),
                 },
             )

@@ -87,6 +87,56 @@ pub struct SchedView {
     /// Grants it received.
     #[serde(default)]
     pub grants: u64,
+    /// Grants revoked before their end.
+    #[serde(default)]
+    pub revoked: u64,
+    /// TimeGraph: its priority.
+    #[serde(default)]
+    pub priority: Option<u8>,
+    /// TimeGraph: its reservation.
+    #[serde(default)]
+    pub reservation: Option<String>,
+    /// TimeGraph: budget left, ns.
+    #[serde(default)]
+    pub budget_ns: Option<i64>,
+    /// TimeGraph: picks that found it throttled.
+    #[serde(default)]
+    pub throttled: Option<u64>,
+    /// NEON: unpaid overuse, ns.
+    #[serde(default)]
+    pub overuse_ns: Option<u64>,
+    /// NEON: turns skipped.
+    #[serde(default)]
+    pub skipped: Option<u64>,
+    /// Disengaged fair queueing: virtual time ahead of the system's.
+    #[serde(default)]
+    pub ahead_ns: Option<u64>,
+    /// Disengaged fair queueing: free runs denied.
+    #[serde(default)]
+    pub denials: Option<u64>,
+}
+
+impl SchedView {
+    /// Its policy-specific standing in words, as `fairgpu status` says it.
+    pub fn standing_text(&self) -> Option<String> {
+        fairgpu_daemon::control::VmSchedStatus {
+            state: String::new(),
+            charged_ns: self.charged_ns,
+            grants: self.grants,
+            cosched_wakes: 0,
+            overruns: 0,
+            revoked: self.revoked,
+            priority: self.priority,
+            reservation: self.reservation.clone(),
+            budget_ns: self.budget_ns,
+            throttled: self.throttled,
+            overuse_ns: self.overuse_ns,
+            skipped: self.skipped,
+            ahead_ns: self.ahead_ns,
+            denials: self.denials,
+        }
+        .standing_text()
+    }
 }
 
 /// The daemon's status (the fields used here).
