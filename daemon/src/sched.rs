@@ -506,6 +506,14 @@ impl Scheduler {
                     &self.names[t.vm],
                     core.policy.adjust(VgpuId(t.vm as u32), correction, now),
                 );
+                // Its average request cost came with that release too.
+                let cost = slot.cost_ns();
+                if cost > 0 {
+                    log_refusal(
+                        &self.names[t.vm],
+                        core.policy.observe_cost(VgpuId(t.vm as u32), Nanos(cost)),
+                    );
+                }
             }
             for i in 0..n {
                 if epoch[i].is_multiple_of(2) {
@@ -684,6 +692,7 @@ impl Scheduler {
             closing: false,
         };
         self.join(core, &mut f, &run.ids, epoch, now);
+        tracing::debug!(members = ?f.members.keys().collect::<Vec<_>>(), until = ?run.until, "free run");
         f
     }
 
@@ -719,6 +728,12 @@ impl Scheduler {
             log_refusal("free run", core.policy.end_free_run(&usage, now));
             f.base = (0..self.names.len()).map(device).collect();
             let next = core.policy.free_run(now);
+            tracing::debug!(
+                members = ?f.members.keys().collect::<Vec<_>>(),
+                ?usage,
+                next = ?next.as_ref().map(|r| &r.ids),
+                "free run interval ended"
+            );
             let keep: Vec<usize> = next
                 .as_ref()
                 .map(|r| r.ids.iter().map(|id| id.0 as usize).collect())
