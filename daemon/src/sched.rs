@@ -24,7 +24,14 @@
 //!
 //! The policy is work conserving (`pick` answers whenever someone is
 //! runnable), so the GPU is granted again in the same pass that saw the
-//! release.
+//! release. The seeds' other policies add four things, described in
+//! docs/seed-schedulers.md, "How the daemon drives them": a priority
+//! policy's preemption of the holder (`Policy::preempt`, through the slot's
+//! revoke word), disengaged timeslices (every grant a lease, revoked at its
+//! slice's end), waking when a reservation's budget comes back
+//! (`Policy::next_event`), and free runs, in which several VMs hold leases
+//! at once (`Policy::free_run`, charged from the device time each worker
+//! publishes).
 //!
 //! # Handing the grant over while the holder drains
 //!
@@ -223,7 +230,7 @@ impl SchedHandle {
     }
 
     /// Every VM as the policy sees it, in one consistent snapshot (at most
-    /// one is running).
+    /// one is running, but in a disengaged policy's free run).
     pub fn snapshot(&self) -> Vec<Option<VmSched>> {
         let core = self.lock();
         (0..self.epochs.len())

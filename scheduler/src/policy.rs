@@ -66,7 +66,8 @@ pub enum VgpuState {
     Blocked,
     /// Has work and waits for the GPU.
     Runnable,
-    /// Holds the GPU.
+    /// Holds the GPU (the grant, or a lease in a disengaged policy's free
+    /// run, where several vGPUs run at once).
     Running,
 }
 
