@@ -1381,6 +1381,25 @@ pub fn describe(cfg: &Config) -> String {
         ],
         &rows,
     ));
+    if d.sched.policy.is_some_and(PolicyKind::has_priorities) {
+        for v in &cfg.vms {
+            let reservation = v.reservation.map_or_else(
+                || "no reservation".to_owned(),
+                |r| {
+                    format!(
+                        "reservation {} ms per {} ms ({})",
+                        r.budget.as_nanos() as f64 / 1e6,
+                        r.period.as_nanos() as f64 / 1e6,
+                        r.mode.name()
+                    )
+                },
+            );
+            out.push_str(&format!(
+                "{}: priority {}, {reservation}\n",
+                v.name, v.priority
+            ));
+        }
+    }
     out
 }
 
@@ -1802,6 +1821,13 @@ region = "/dev/shm/fairgpu-vm1"
         );
         assert_eq!(c.vms[1].priority, 0);
         assert_eq!(c.vms[1].reservation.unwrap().mode, ReserveMode::Apriori);
+        let d = describe(&c);
+        assert!(
+            d.contains("vm1: priority 7, reservation 2 ms per 10 ms (pe)")
+                && d.contains("vm2: priority 0, reservation 40 ms per 50 ms (ae)"),
+            "{d}"
+        );
+        assert!(!describe(&parse(ONE_VM).unwrap()).contains("priority"));
         // PRT waits for every request: accounting "every", and no other.
         let c = two("timegraph-prt", "", "").unwrap();
         assert_eq!(c.daemon.sched.accounting, Accounting::Every);

@@ -903,7 +903,7 @@ fn bad_scheduling_keys_are_configuration_errors() {
         ),
         (
             "policy = \"round-robin\"",
-            "\"fairgv\", \"credit-poll\", \"credit-hs\", \"strict\" or \"none\"",
+            "\"fairgv\", \"credit-poll\", \"credit-hs\", \"strict\", \"neon-ts\", \"neon-dts\", \"neon-dfq\", \"loga\", \"timegraph-prt\", \"timegraph-ht\" or \"none\"",
         ),
         (
             "accounting = \"often\"",
