@@ -317,21 +317,19 @@ impl Policy for DisengagedFq {
         if self.holder.is_some() || self.variant == DfqVariant::Loga {
             return None;
         }
-        let runnable = self.runnable();
-        let queue = match &mut self.phase {
+        match self.phase {
             Phase::Free { .. } => return None,
             Phase::Engage | Phase::Due { .. } => {
                 // A new engagement: sample every runnable vGPU.
                 self.phase = Phase::Sampling {
-                    queue: runnable.into_iter().collect(),
+                    queue: self.runnable().into_iter().collect(),
                     started: now,
                 };
-                let Phase::Sampling { queue, .. } = &mut self.phase else {
-                    unreachable!("just set")
-                };
-                queue
             }
-            Phase::Sampling { queue, .. } => queue,
+            Phase::Sampling { .. } => {}
+        }
+        let Phase::Sampling { queue, .. } = &mut self.phase else {
+            return None;
         };
         let id = loop {
             let id = queue.pop_front()?;

@@ -532,3 +532,68 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// NEON's disengaged fair queueing driven as the daemon drives it, over
+    /// random request costs, sample usage and sleeps: engagements grant one
+    /// VM at a time and never during a free run; a free run follows every
+    /// engagement that found a VM runnable, has a member whenever a VM is
+    /// runnable, and charges exactly its length among its members; the
+    /// system virtual time never goes back.
+    #[test]
+    fn neon_dfq_engagements_and_free_runs(
+        costs in prop::collection::vec(1u64..5_000, 2..=4),
+        steps in prop::collection::vec((0u64..6_000, 0usize..4, any::<bool>()), 1..40),
+    ) {
+        use fairgpu_scheduler::{DfqVariant, DisengagedFq};
+        let mut p = DisengagedFq::new(DfqVariant::Neon, SliceConfig::default());
+        let ids: Vec<VgpuId> = (0..costs.len() as u32).map(VgpuId).collect();
+        for &id in &ids {
+            p.add(id, 1).unwrap();
+            p.wake(id, Nanos::ZERO).unwrap();
+        }
+        let mut now = Nanos::ZERO;
+        let mut sys = p.system_time();
+        for (used, who, sleep) in steps {
+            // An engagement: each runnable VM alone, measured.
+            let mut sampled = 0;
+            while let Some(g) = p.pick(now) {
+                prop_assert!(!p.free_running());
+                prop_assert!(g.slice <= fairgpu_scheduler::dfq::SAMPLE_MAX);
+                prop_assert_eq!(p.pick(now), None, "one grant at a time");
+                p.observe_cost(g.id, Nanos::from_micros(costs[g.id.0 as usize])).unwrap();
+                now += Nanos::from_micros(used.min(5_000));
+                p.release(g.id, Nanos::from_micros(used.min(5_000)), now).unwrap();
+                sampled += 1;
+                prop_assert!(sampled <= ids.len(), "each VM sampled once");
+            }
+            let runnable = ids.iter().any(|&id| p.stats(id).unwrap().state == VgpuState::Runnable);
+            let before: u64 = ids.iter().map(|&id| p.stats(id).unwrap().charged.0).sum();
+            match p.free_run(now) {
+                Some(run) => {
+                    prop_assert!(!run.ids.is_empty());
+                    prop_assert!(run.until > now);
+                    prop_assert_eq!(p.pick(now), None, "no grant during a free run");
+                    let length = run.until - now;
+                    now = run.until;
+                    p.end_free_run(&[], now).unwrap();
+                    let after: u64 = ids.iter().map(|&id| p.stats(id).unwrap().charged.0).sum();
+                    // The run's length, split by request size (integer
+                    // division loses less than a nanosecond per member).
+                    prop_assert!(after - before <= length.0 && after - before + run.ids.len() as u64 >= length.0);
+                }
+                None => prop_assert!(!runnable, "runnable VMs but no free run"),
+            }
+            prop_assert!(p.system_time() >= sys);
+            sys = p.system_time();
+            let id = ids[who % ids.len()];
+            if sleep {
+                p.block(id, now).unwrap();
+            } else {
+                p.wake(id, now).unwrap();
+            }
+        }
+    }
+}
