@@ -653,10 +653,11 @@ impl Scheduler {
             }
             // A policy that throttles runnable vGPUs says when it may
             // grant again.
+            // (During a grant too: a budget that comes back may preempt
+            // the holder.)
             let event = core
                 .policy
                 .next_event()
-                .filter(|_| out.is_none())
                 .map(|e| self.origin + e.as_duration());
             drop(core);
             let wait = match &out {

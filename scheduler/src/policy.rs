@@ -512,16 +512,18 @@ pub trait Policy: fmt::Debug + Send {
 
     /// The holder whose grant should end now, at its next request
     /// boundary, because a vGPU that must run first is waiting (a priority
-    /// policy); the driver revokes that grant and the holder releases with
-    /// what it used. `None` for the policies that never preempt.
-    fn preempt(&self, now: Nanos) -> Option<VgpuId> {
+    /// policy; `now` replenishes the budgets due, so a reserved vGPU whose
+    /// budget just came back preempts a lower one); the driver revokes
+    /// that grant and the holder releases with what it used. `None` for
+    /// the policies that never preempt.
+    fn preempt(&mut self, now: Nanos) -> Option<VgpuId> {
         let _ = now;
         None
     }
 
-    /// When `pick` may answer differently without any other call (a
-    /// reservation's budget is replenished): a driver whose `pick` found
-    /// runnable vGPUs but answered `None` calls it again then. `None` for
+    /// When `pick` or `preempt` may answer differently without any other
+    /// call (a throttled vGPU's budget is replenished): a driver calls them
+    /// again then, whether or not a grant is outstanding. `None` for
     /// work-conserving policies, whose `pick` never leaves a runnable vGPU
     /// waiting.
     fn next_event(&self) -> Option<Nanos> {

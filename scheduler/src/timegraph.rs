@@ -481,8 +481,9 @@ impl Policy for TimeGraph {
         Ok(())
     }
 
-    fn preempt(&self, now: Nanos) -> Option<VgpuId> {
-        let _ = now;
+    fn preempt(&mut self, now: Nanos) -> Option<VgpuId> {
+        let now = self.clock.observe(now);
+        self.refill(now);
         let h = self.holder?;
         let mine = self.vgpus.get(&h)?.priority;
         let waiting = self
@@ -595,6 +596,22 @@ mod tests {
             p.stats(A).unwrap().standing,
             Standing::TimeGraph { throttled: 1, .. }
         ));
+        // A budget that comes back while a lower-priority vGPU holds the
+        // GPU preempts it at once.
+        let mut q = TimeGraph::default();
+        q.add(A, 1).unwrap();
+        q.add(B, 1).unwrap();
+        q.set_priority(A, 1).unwrap();
+        q.set_reservation(A, Some(reservation(2, 10, ReserveMode::Posterior)))
+            .unwrap();
+        q.wake(A, Nanos::ZERO).unwrap();
+        q.wake(B, Nanos::ZERO).unwrap();
+        assert_eq!(q.pick(Nanos::ZERO).map(|g| g.id), Some(A));
+        q.release(A, ms(2), ms(2)).unwrap();
+        assert_eq!(q.pick(ms(2)).map(|g| g.id), Some(B));
+        assert_eq!(q.preempt(ms(9)), None, "A's budget is used up");
+        assert_eq!(q.next_event(), Some(ms(10)));
+        assert_eq!(q.preempt(ms(10)), Some(B), "replenished at 10 ms");
         // Budgets never exceed C however long the idle time.
         p.release(A, ms(1), ms(41)).unwrap();
         p.block(A, ms(41)).unwrap();

@@ -452,6 +452,8 @@ proptest! {
         prop_assert_eq!(p.serializes(), prt);
         prop_assert_eq!(p.kind(), if prt { PolicyKind::TimeGraphPrt } else { PolicyKind::TimeGraphHt });
         check_protocol(&mut p, &ops, None, |p| {
+            let mut p = p.clone();
+            let p = &mut p;
             prop_assert!(p.reserved_utilization() <= 1.0 + 1e-9);
             for id in p.ids() {
                 let s = p.stats(id).unwrap();
