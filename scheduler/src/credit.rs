@@ -503,12 +503,7 @@ impl Policy for Credit {
         self.tick(now);
         let e = self.entry_mut(id)?;
         e.credit = e.credit.saturating_sub(correction);
-        let amount = correction.unsigned_abs();
-        e.charged = Nanos(if correction >= 0 {
-            e.charged.0.saturating_add(amount)
-        } else {
-            e.charged.0.saturating_sub(amount)
-        });
+        e.charged = e.charged.saturating_add_signed(correction);
         Ok(())
     }
 

@@ -373,14 +373,8 @@ impl Policy for DisengagedFq {
     fn adjust(&mut self, id: VgpuId, correction: i64, now: Nanos) -> Result<(), SchedError> {
         self.clock.observe(now);
         let e = self.entry_mut(id)?;
-        let amount = Nanos(correction.unsigned_abs());
-        if correction >= 0 {
-            e.charged += amount;
-            e.vt = e.vt.saturating_add(VirtualTime::charge(amount, e.weight));
-        } else {
-            e.charged = e.charged.saturating_sub(amount);
-            e.vt = e.vt.saturating_sub(VirtualTime::charge(amount, e.weight));
-        }
+        e.charged = e.charged.saturating_add_signed(correction);
+        e.vt = e.vt.corrected(correction, e.weight);
         Ok(())
     }
 

@@ -334,17 +334,9 @@ impl Policy for FairQueuing {
         if queued {
             self.runnable.remove(&(e.start, id));
         }
-        let amount = Nanos(correction.unsigned_abs());
-        let dv = VirtualTime::charge(amount, e.weight);
-        if correction >= 0 {
-            e.start = e.start.saturating_add(dv);
-            e.finish = e.finish.saturating_add(dv);
-            e.charged = Nanos(e.charged.0.saturating_add(amount.0));
-        } else {
-            e.start = e.start.saturating_sub(dv);
-            e.finish = e.finish.saturating_sub(dv);
-            e.charged = Nanos(e.charged.0.saturating_sub(amount.0));
-        }
+        e.start = e.start.corrected(correction, e.weight);
+        e.finish = e.finish.corrected(correction, e.weight);
+        e.charged = e.charged.saturating_add_signed(correction);
         if queued {
             self.runnable.insert((e.start, id));
         }

@@ -267,14 +267,8 @@ impl Policy for Timeslice {
     fn adjust(&mut self, id: VgpuId, correction: i64, now: Nanos) -> Result<(), SchedError> {
         self.clock.observe(now);
         let e = self.entry_mut(id)?;
-        let amount = Nanos(correction.unsigned_abs());
-        if correction >= 0 {
-            e.charged += amount;
-            e.overuse += amount;
-        } else {
-            e.charged = e.charged.saturating_sub(amount);
-            e.overuse = e.overuse.saturating_sub(amount);
-        }
+        e.charged = e.charged.saturating_add_signed(correction);
+        e.overuse = e.overuse.saturating_add_signed(correction);
         Ok(())
     }
 

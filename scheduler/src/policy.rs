@@ -102,6 +102,17 @@ impl VirtualTime {
         VirtualTime(self.0.saturating_sub(rhs.0))
     }
 
+    /// `self` moved by a correction of `delta` ns at `weight` (forward when
+    /// positive, back when negative), saturating.
+    pub fn corrected(self, delta: i64, weight: u32) -> VirtualTime {
+        let dv = VirtualTime::charge(Nanos(delta.unsigned_abs()), weight);
+        if delta >= 0 {
+            self.saturating_add(dv)
+        } else {
+            self.saturating_sub(dv)
+        }
+    }
+
     /// In weighted nanoseconds, for display.
     pub fn as_weighted_nanos(self) -> f64 {
         self.0 as f64 / (1u64 << Self::FRAC_BITS) as f64

@@ -71,6 +71,12 @@ impl Nanos {
     pub const fn saturating_sub(self, rhs: Nanos) -> Nanos {
         Nanos(self.0.saturating_sub(rhs.0))
     }
+
+    /// `self` corrected by `delta` ns (added when positive, taken away when
+    /// negative), saturating at both ends: a charge's correction.
+    pub const fn saturating_add_signed(self, delta: i64) -> Nanos {
+        Nanos(self.0.saturating_add_signed(delta))
+    }
 }
 
 impl Add for Nanos {

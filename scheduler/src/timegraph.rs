@@ -378,12 +378,7 @@ impl Policy for TimeGraph {
         let now = self.clock.observe(now);
         self.refill(now);
         let e = self.entry_mut(id)?;
-        let amount = Nanos(correction.unsigned_abs());
-        if correction >= 0 {
-            e.charged += amount;
-        } else {
-            e.charged = e.charged.saturating_sub(amount);
-        }
+        e.charged = e.charged.saturating_add_signed(correction);
         if let Some(b) = e.budget.as_mut() {
             b.left = b.left.saturating_sub(correction).min(b.capacity());
         }
