@@ -58,6 +58,32 @@ apt_install() {
         apt-get install -y --no-install-recommends "${want[@]}"
 }
 
+# apt_packages PKG...
+#   Installs the Debian packages that are not installed yet (for libraries
+#   and headers, which have no command to look for).
+apt_packages() {
+    local want=() pkg
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+            want+=("$pkg")
+    done
+    [[ ${#want[@]} -eq 0 ]] && return 0
+    command -v apt-get >/dev/null 2>&1 ||
+        die "missing packages ${want[*]} and no apt-get to install them with"
+    local sudo=()
+    if [[ $(id -u) -ne 0 ]]; then
+        command -v sudo >/dev/null 2>&1 ||
+            die "missing packages ${want[*]}; not root and no sudo to install them"
+        sudo=(sudo)
+    fi
+    if [[ $APT_UPDATED -eq 0 ]]; then
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+        APT_UPDATED=1
+    fi
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y --no-install-recommends "${want[@]}"
+}
+
 # ---------------------------------------------------------------------------
 # Toolchain
 # ---------------------------------------------------------------------------
@@ -123,6 +149,25 @@ export FAIRGPU_CUDA_PREFIX="${FAIRGPU_CUDA_PREFIX:-$PWD/target/cuda-toolchain}"
 # guest library, every result compared with NumPy.
 scripts/cuda-toolchain.sh --with-cupy >/dev/null
 export FAIRGPU_REQUIRE_CUPY=1
+
+# OpenCL: the ICD loader (ocl-icd), the Khronos headers and PoCL, a CPU
+# OpenCL platform, for tests/tests/opencl.rs: the workers run guests'
+# OpenCL calls on PoCL, and the C programs of tests/opencl/ link the
+# loader. PyOpenCL (its wheel bundles its own ICD loader) with NumPy and
+# Mako, from PyPI into target/pyopencl, for tests/opencl/pyopencl_basic.py.
+step "OpenCL"
+apt_packages ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd
+export FAIRGPU_PYOPENCL_PATH="${FAIRGPU_PYOPENCL_PATH:-$PWD/target/pyopencl}"
+pyopencl_wheels=(pyopencl numpy mako)
+if [[ ! -f $FAIRGPU_PYOPENCL_PATH/.fairgpu-installed ]]; then
+    rm -rf "$FAIRGPU_PYOPENCL_PATH"
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet \
+        --disable-pip-version-check --no-input --only-binary=:all: \
+        --target "$FAIRGPU_PYOPENCL_PATH" "${pyopencl_wheels[@]}" ||
+        die "pip could not install ${pyopencl_wheels[*]} into $FAIRGPU_PYOPENCL_PATH"
+    echo "${pyopencl_wheels[*]}" >"$FAIRGPU_PYOPENCL_PATH/.fairgpu-installed"
+fi
+export FAIRGPU_REQUIRE_PYOPENCL=1
 
 # Every test run's output also goes to a log, summed up at the end.
 results=$(mktemp)

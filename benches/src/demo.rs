@@ -83,6 +83,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
         match client {
             ClientKind::Libcuda => "fairgpu's libcuda.so.1",
             ClientKind::Rust => "fairgpu's Rust client",
+            ClientKind::Opencl => "fairgpu's OpenCL client",
         }
     );
     match &policy {

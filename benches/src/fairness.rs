@@ -42,6 +42,8 @@ pub const NEON_POLICIES: [&str; 6] = ["neon-ts", "neon-dts", "neon-dfq", "loga",
 pub const LOGA_POLICIES: [&str; 4] = ["neon-dfq", "loga", "fairgv", "none"];
 /// What `--policy all` runs in TimeGraph's experiment.
 pub const TIMEGRAPH_POLICIES: [&str; 4] = ["timegraph-prt", "timegraph-ht", "fairgv", "none"];
+/// The policies `--experiment opencl --policy all` runs.
+pub const OPENCL_POLICIES: [&str; 2] = ["fairgv", "none"];
 /// Every policy `--policy` accepts.
 pub const ALL_POLICIES: [&str; 11] = [
     "fairgv",
@@ -65,6 +67,7 @@ pub fn policies_for(experiment: &str) -> &'static [&'static str] {
         "neon" => &NEON_POLICIES,
         "loga" => &LOGA_POLICIES,
         "timegraph" => &TIMEGRAPH_POLICIES,
+        "opencl" => &OPENCL_POLICIES,
         _ => &POLICIES,
     }
 }
@@ -90,8 +93,10 @@ pub struct FairnessArgs {
     /// against throughput VMs: deadlines met and response times; VMs with
     /// reservations: the budgets held), or loga (non-saturating VMs beside
     /// saturating ones: what sampling engagements cost them against
-    /// accounting that pauses no one).
-    #[arg(long, default_value = "all", value_parser = ["fig8", "fig9", "fig10", "fig11", "long-kernels", "neon", "timegraph", "loga", "all"])]
+    /// accounting that pauses no one), or opencl (OpenCL VMs at weights
+    /// 1:2, and OpenCL beside CUDA: kernels on the host's OpenCL platform,
+    /// PoCL without a GPU).
+    #[arg(long, default_value = "all", value_parser = ["fig8", "fig9", "fig10", "fig11", "long-kernels", "neon", "timegraph", "loga", "opencl", "all"])]
     pub experiment: String,
     /// Which scheduling policy: fairgv, credit-poll, credit-hs, strict,
     /// neon-ts, neon-dts, neon-dfq, loga, timegraph-prt, timegraph-ht, none
@@ -394,6 +399,7 @@ pub fn cases(experiment: &str, quick: bool) -> Vec<Case> {
         "neon" => neon_cases(),
         "loga" => loga_cases(),
         "timegraph" => timegraph_cases(),
+        "opencl" => opencl_cases(),
         _ => Vec::new(),
     }
 }
@@ -456,6 +462,44 @@ fn neon_cases() -> Vec<Case> {
             "200us alone",
             vec![vm("t200", 1, throttle(200.0))],
             vec![1.0],
+        ),
+    ]
+}
+
+/// `fairgpu bench fairness --experiment opencl`: VMs whose guests run
+/// OpenCL (the workload generator's calls as OpenCL requests, kernels on
+/// the host's OpenCL platform) at weights 1:2, alone and beside a CUDA VM.
+/// On a host without a GPU the OpenCL device is PoCL, the host's CPU, and
+/// the CUDA device SimGpu: the scheduler shares one grant between them.
+fn opencl_cases() -> Vec<Case> {
+    let cl = |us: f64| WorkloadSpec {
+        kernel_us: Some(us),
+        client: Some(ClientKind::Opencl),
+        ..WorkloadSpec::profile("MM")
+    };
+    let cuda = |us: f64| WorkloadSpec {
+        kernel_us: Some(us),
+        ..WorkloadSpec::profile("MM")
+    };
+    let case = |label: &str, vms: Vec<VmSpec>| Case {
+        experiment: "opencl",
+        label: label.to_owned(),
+        demands: vec![1.0; vms.len()],
+        vms,
+        daemon: Vec::new(),
+    };
+    vec![
+        case(
+            "OpenCL 1:2",
+            vec![vm("cl1", 1, cl(1000.0)), vm("cl2", 2, cl(1000.0))],
+        ),
+        case(
+            "CUDA 1 : OpenCL 2",
+            vec![vm("cuda", 1, cuda(1000.0)), vm("cl", 2, cl(1000.0))],
+        ),
+        case(
+            "OpenCL 1 : CUDA 2",
+            vec![vm("cl", 1, cl(1000.0)), vm("cuda", 2, cuda(1000.0))],
         ),
     ]
 }

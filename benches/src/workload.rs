@@ -53,6 +53,7 @@
 //! device busy somewhat less than `1 − R` of the time.
 
 mod driver;
+pub mod opencl;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -865,6 +866,10 @@ pub enum ClientKind {
     Libcuda,
     /// fairgpu's Rust client over the region, without `libcuda.so.1`.
     Rust,
+    /// The same calls as OpenCL requests over the region
+    /// ([`opencl::ClClient`]): kernels, copies and events on the host's
+    /// OpenCL platform.
+    Opencl,
 }
 
 impl ClientKind {
@@ -873,6 +878,7 @@ impl ClientKind {
         match self {
             ClientKind::Libcuda => "libcuda",
             ClientKind::Rust => "rust",
+            ClientKind::Opencl => "opencl",
         }
     }
 }
@@ -965,6 +971,12 @@ pub fn run(a: &WorkloadArgs) -> anyhow::Result<()> {
             let counts = generate(&mut c, &mix, stop, &mut sleep)?;
             let region = std::env::var(fairgpu_frontend::REGION_ENV).unwrap_or_default();
             (counts, region, c.device_name.clone())
+        }
+        ClientKind::Opencl => {
+            let mut c = opencl::ClClient::connect(EVENTS)?;
+            let counts = generate(&mut c, &mix, stop, &mut sleep)?;
+            let region = std::env::var(fairgpu_frontend::REGION_ENV).unwrap_or_default();
+            (counts, region, "the host's OpenCL device".to_owned())
         }
     };
     let report = WorkloadReport {

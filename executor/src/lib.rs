@@ -28,6 +28,7 @@
 pub mod clock;
 pub mod cuda;
 pub mod host_memory;
+pub mod opencl;
 pub mod sim;
 
 use fairgpu_protocol::cuda::ParamInfo;

@@ -56,6 +56,13 @@ impl ArenaAlloc {
         if len > self.size {
             return None;
         }
+        if self.live.is_empty() && !self.alloc_pos.is_multiple_of(self.size) {
+            // Nothing is reserved: start the next lap, so that a slice too
+            // long for the tail end fits at offset 0 instead of waiting
+            // for a reclaim that has nothing left to free.
+            self.alloc_pos = self.alloc_pos.next_multiple_of(self.size);
+            self.free_pos = self.alloc_pos;
+        }
         let pos = self.alloc_pos % self.size;
         // Never wrap an allocation: skip the tail end of the arena instead.
         let start = if pos + len > self.size {
@@ -145,6 +152,21 @@ mod tests {
         assert_eq!(a.alloc(0, 3, false), Some(0), "empty requests take nothing");
         a.reclaim(3);
         assert_eq!(a.used(), 0);
+    }
+
+    #[test]
+    fn an_empty_arena_takes_a_slice_of_its_whole_size_at_any_position() {
+        let mut a = ArenaAlloc::new(1024);
+        assert_eq!(a.alloc(640, 0, false), Some(0));
+        a.reclaim(1);
+        assert_eq!(a.used(), 0);
+        // 384 bytes left before the end, and the slice is longer than the
+        // 640 in front: only a fresh lap fits it.
+        assert_eq!(a.alloc(1024, 1, true), Some(0));
+        assert_eq!(a.alloc(64, 2, false), None, "the whole arena is taken");
+        a.responded(1);
+        a.reclaim(2);
+        assert_eq!(a.alloc(64, 2, false), Some(0));
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub mod handle;
 pub mod layout;
 pub mod limits;
 pub mod opcode;
+pub mod opencl;
 pub mod region;
 pub mod ring;
 pub mod wire;

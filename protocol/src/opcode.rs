@@ -5,7 +5,8 @@
 //! | `0x0000`        | never valid (a zeroed slot is not a request)       |
 //! | `0x0001-0x00ff` | transport: no-op, bulk copies, channel control     |
 //! | `0x0100-0x0fff` | CUDA driver API calls                              |
-//! | `0x1000-0xffff` | reserved                                           |
+//! | `0x1000-0x1fff` | OpenCL calls (`crate::opencl`)                     |
+//! | `0x2000-0xffff` | reserved                                           |
 //!
 //! A host that receives an opcode it does not know fails that request with
 //! CUDA_ERROR_NOT_SUPPORTED; the channel stays up.
@@ -131,12 +132,97 @@ pub enum Opcode {
     SurfObjectCreate = 0x0175,
     /// `cuSurfObjectDestroy(args[0] = object)`.
     SurfObjectDestroy = 0x0176,
+
+    // OpenCL; arguments and results are documented in `crate::opencl`.
+    /// `clGetDeviceInfo(args[0] = param)` of the channel's host device → the
+    /// value's bytes in the arena, `vals[0]` = its full size. The host
+    /// bounds memory sizes by the VM's quota.
+    ClGetDeviceInfo = 0x1000,
+    /// `clGetPlatformInfo(args[0] = param)` of the host platform → as `ClGetDeviceInfo`.
+    ClGetPlatformInfo = 0x1001,
+    /// `clCreateCommandQueue(args[0] = properties)` → `vals[0]` = queue.
+    ClCreateQueue = 0x1010,
+    /// Releases queue `args[0]` (after finishing it).
+    ClReleaseQueue = 0x1011,
+    /// `clFinish(args[0] = queue)`.
+    ClFinish = 0x1012,
+    /// `clFlush(args[0] = queue)`.
+    ClFlush = 0x1013,
+    /// `clCreateBuffer(args[0] = flags, args[1] = size)` → `vals[0]` = buffer.
+    /// Host-pointer flags are the guest's business: initial data follows as
+    /// a `ClWriteBuffer`.
+    ClCreateBuffer = 0x1020,
+    /// `clCreateSubBuffer(args[0] = parent, args[1] = flags, args[2] =
+    /// origin, args[3] = size)` → `vals[0]` = buffer.
+    ClCreateSubBuffer = 0x1021,
+    /// Releases buffer `args[0]`.
+    ClReleaseMem = 0x1022,
+    /// `clEnqueueWriteBuffer(args[0] = queue, args[1] = buffer, args[2] =
+    /// offset, args[4] = event)`, the data in the arena.
+    ClWriteBuffer = 0x1023,
+    /// `clEnqueueReadBuffer(args[0] = queue, args[1] = buffer, args[2] =
+    /// offset, args[4] = event)` → `arena_len` bytes in the arena (blocking).
+    ClReadBuffer = 0x1024,
+    /// `clEnqueueCopyBuffer(args[0] = queue, args[1] = src, args[2] = dst,
+    /// args[4] = event)`, arena: src offset, dst offset, size (u64 words).
+    ClCopyBuffer = 0x1025,
+    /// `clEnqueueFillBuffer(args[0] = queue, args[1] = buffer, args[2] =
+    /// offset, args[3] = size, args[4] = event)`, the pattern in the arena.
+    ClFillBuffer = 0x1026,
+    /// Stages part of a program's source or binary: `args[0]` = offset,
+    /// `args[1]` = total size; data in the arena. Offset 0 starts anew.
+    ClProgramStage = 0x1030,
+    /// Creates and builds a program from the staged bytes (`args[0]` = 0:
+    /// source, 1: binary; `args[1]` = staged size; `args[2]` = program to
+    /// replace or 0), options in the arena → `vals[0]` = program, `vals[1]`
+    /// = the build's OpenCL status (0 or negative, as i64 bits).
+    ClBuildProgram = 0x1031,
+    /// The build log of program `args[0]` → bytes in the arena, `vals[0]` = full length.
+    ClProgramLog = 0x1032,
+    /// Bytes of program `args[0]`'s binary from offset `args[1]` → arena,
+    /// `vals[0]` = its total size.
+    ClProgramBinary = 0x1033,
+    /// `CL_PROGRAM_KERNEL_NAMES` of program `args[0]` → arena, `vals[0]` = full length.
+    ClProgramKernelNames = 0x1034,
+    /// Releases program `args[0]`.
+    ClReleaseProgram = 0x1035,
+    /// `clCreateKernel(args[0] = program, args[1] = name length)`, the name in
+    /// the arena → `vals[0]` = kernel, `vals[1]` = its argument count.
+    ClCreateKernel = 0x1040,
+    /// Releases kernel `args[0]`.
+    ClReleaseKernel = 0x1041,
+    /// `clGetKernelWorkGroupInfo(args[0] = kernel, args[1] = param)` → as `ClGetDeviceInfo`.
+    ClKernelWorkGroupInfo = 0x1042,
+    /// `clGetKernelArgInfo(args[0] = kernel, args[1] = index, args[2] = param)` → as `ClGetDeviceInfo`.
+    ClKernelArgInfo = 0x1043,
+    /// `clEnqueueNDRangeKernel(args[0] = queue, args[1] = kernel, args[4] =
+    /// event)`, arena: [`crate::opencl::NdRangeHeader`] then the arguments.
+    ClNdRange = 0x1050,
+    /// `clEnqueueMarkerWithWaitList(args[0] = queue, args[4] = event)`.
+    ClMarker = 0x1051,
+    /// A barrier on queue `args[0]` that waits for the events (u64 ids) in the arena.
+    ClWaitList = 0x1052,
+    /// `clWaitForEvents` of the events (u64 ids) in the arena.
+    ClWaitEvents = 0x1060,
+    /// `CL_EVENT_COMMAND_EXECUTION_STATUS` of event `args[0]` → `vals[0]` (i64 bits).
+    ClEventStatus = 0x1061,
+    /// Profiling times of event `args[0]` → `vals[0..4]` = queued, submit, start, end (ns).
+    ClEventProfiling = 0x1062,
+    /// Forgets event `args[0]`.
+    ClReleaseEvent = 0x1063,
 }
 
 /// The first opcode of the CUDA driver API range.
 pub const CUDA_FIRST: u16 = 0x0100;
 /// The last opcode of the CUDA driver API range.
 pub const CUDA_LAST: u16 = 0x0fff;
+
+impl Opcode {
+    /// Whether this is an OpenCL call (`0x1000..=0x1fff`).
+    pub fn is_opencl(self) -> bool {
+        (crate::opencl::CL_FIRST..=crate::opencl::CL_LAST).contains(&(self as u16))
+    }
+}
 
 /// An opcode this protocol version does not define.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -157,7 +243,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 47] = [
+    pub const ALL: [Opcode; 77] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -205,6 +291,36 @@ impl Opcode {
         Opcode::TexObjectDestroy,
         Opcode::SurfObjectCreate,
         Opcode::SurfObjectDestroy,
+        Opcode::ClGetDeviceInfo,
+        Opcode::ClGetPlatformInfo,
+        Opcode::ClCreateQueue,
+        Opcode::ClReleaseQueue,
+        Opcode::ClFinish,
+        Opcode::ClFlush,
+        Opcode::ClCreateBuffer,
+        Opcode::ClCreateSubBuffer,
+        Opcode::ClReleaseMem,
+        Opcode::ClWriteBuffer,
+        Opcode::ClReadBuffer,
+        Opcode::ClCopyBuffer,
+        Opcode::ClFillBuffer,
+        Opcode::ClProgramStage,
+        Opcode::ClBuildProgram,
+        Opcode::ClProgramLog,
+        Opcode::ClProgramBinary,
+        Opcode::ClProgramKernelNames,
+        Opcode::ClReleaseProgram,
+        Opcode::ClCreateKernel,
+        Opcode::ClReleaseKernel,
+        Opcode::ClKernelWorkGroupInfo,
+        Opcode::ClKernelArgInfo,
+        Opcode::ClNdRange,
+        Opcode::ClMarker,
+        Opcode::ClWaitList,
+        Opcode::ClWaitEvents,
+        Opcode::ClEventStatus,
+        Opcode::ClEventProfiling,
+        Opcode::ClReleaseEvent,
     ];
 }
 
@@ -222,7 +338,9 @@ mod tests {
         for op in Opcode::ALL {
             let v = op as u16;
             assert!(
-                v < 0x0100 || (CUDA_FIRST..=CUDA_LAST).contains(&v),
+                v < 0x0100
+                    || (CUDA_FIRST..=CUDA_LAST).contains(&v)
+                    || (crate::opencl::CL_FIRST..=crate::opencl::CL_LAST).contains(&v),
                 "{op:?} outside its range"
             );
         }

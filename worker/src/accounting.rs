@@ -161,6 +161,10 @@ pub fn needs_grant(op: Opcode) -> bool {
                 | Opcode::StreamWaitEvent
                 | Opcode::EventRecord
                 | Opcode::EventSynchronize
+                | Opcode::ClFinish
+                | Opcode::ClWaitEvents
+                | Opcode::ClWaitList
+                | Opcode::ClMarker
         )
 }
 
@@ -168,7 +172,11 @@ pub fn needs_grant(op: Opcode) -> bool {
 fn is_sync(op: Opcode) -> bool {
     matches!(
         op,
-        Opcode::CtxSynchronize | Opcode::StreamSynchronize | Opcode::EventSynchronize
+        Opcode::CtxSynchronize
+            | Opcode::StreamSynchronize
+            | Opcode::EventSynchronize
+            | Opcode::ClFinish
+            | Opcode::ClWaitEvents
     )
 }
 
@@ -190,6 +198,11 @@ fn is_work(op: Opcode) -> bool {
             | Opcode::MemsetD16
             | Opcode::MemsetD32
             | Opcode::Memcpy3D
+            | Opcode::ClNdRange
+            | Opcode::ClWriteBuffer
+            | Opcode::ClReadBuffer
+            | Opcode::ClCopyBuffer
+            | Opcode::ClFillBuffer
     )
 }
 
@@ -1546,8 +1559,11 @@ mod tests {
             .into_iter()
             .filter(|&op| needs_grant(op))
             .collect();
-        assert_eq!(gated.len(), 13);
+        // CUDA's 13, and OpenCL's kernels, transfers, fills, markers, wait
+        // lists, finishes and event waits.
+        assert_eq!(gated.len(), 13 + 9);
         assert!(needs_grant(Opcode::Memcpy3D));
+        assert!(needs_grant(Opcode::ClNdRange) && needs_grant(Opcode::ClFinish));
         for op in [
             Opcode::Nop,
             Opcode::DeviceGetAttribute,
@@ -1565,6 +1581,10 @@ mod tests {
             Opcode::ArrayCreate,
             Opcode::TexObjectCreate,
             Opcode::SurfObjectDestroy,
+            Opcode::ClBuildProgram,
+            Opcode::ClCreateBuffer,
+            Opcode::ClEventStatus,
+            Opcode::ClGetDeviceInfo,
         ] {
             assert!(!needs_grant(op), "{op:?}");
         }

@@ -355,6 +355,8 @@ pub struct CudaOps {
     long: LongKernelCounts,
     /// Kernels already reported as not sliceable (bounded).
     reported: HashSet<(CtxId, FnId)>,
+    /// The VM's OpenCL calls; their buffers count in `mem_used` too.
+    cl: crate::cl_ops::ClOps,
 }
 
 /// What kernel slicing and the runaway guard did (`status`, `top`).
@@ -412,7 +414,6 @@ impl CudaOps {
     pub fn new(exec: Box<dyn GpuExecutor>, vm: String, memory_quota: u64) -> CudaOps {
         CudaOps {
             exec,
-            vm,
             quota: memory_quota,
             mem_used: 0,
             contexts: Vec::new(),
@@ -429,6 +430,8 @@ impl CudaOps {
             jobs: Vec::new(),
             long: LongKernelCounts::default(),
             reported: HashSet::new(),
+            cl: crate::cl_ops::ClOps::new(vm.clone(), HostMemory::unlimited()),
+            vm,
         }
     }
 
@@ -540,6 +543,7 @@ impl CudaOps {
     /// VM's (give the executor the same one).
     pub fn with_host_memory(mut self, budget: std::sync::Arc<HostMemory>) -> CudaOps {
         self.transport = TransportOps::new(budget.clone());
+        self.cl = crate::cl_ops::ClOps::new(self.vm.clone(), budget.clone());
         self.host_memory = budget;
         self
     }
@@ -550,7 +554,7 @@ impl CudaOps {
             mem_used: self.mem_used,
             mem_quota: self.quota,
             contexts: self.contexts.iter().filter(|c| c.is_some()).count() as u32,
-            gpu_time_ns: self.exec.gpu_time_ns(),
+            gpu_time_ns: self.exec.gpu_time_ns() + self.cl.device_time_ns(),
             calls: self.calls,
             kernels: self.kernels,
             host_mem_used: self.host_memory.used(),
@@ -1218,6 +1222,38 @@ impl CudaOps {
             | Opcode::DeviceTotalMem
             | Opcode::DeviceGetUuid
             | Opcode::MemGetInfo => unreachable!("dispatched earlier"),
+            Opcode::ClGetDeviceInfo
+            | Opcode::ClGetPlatformInfo
+            | Opcode::ClCreateQueue
+            | Opcode::ClReleaseQueue
+            | Opcode::ClFinish
+            | Opcode::ClFlush
+            | Opcode::ClCreateBuffer
+            | Opcode::ClCreateSubBuffer
+            | Opcode::ClReleaseMem
+            | Opcode::ClWriteBuffer
+            | Opcode::ClReadBuffer
+            | Opcode::ClCopyBuffer
+            | Opcode::ClFillBuffer
+            | Opcode::ClProgramStage
+            | Opcode::ClBuildProgram
+            | Opcode::ClProgramLog
+            | Opcode::ClProgramBinary
+            | Opcode::ClProgramKernelNames
+            | Opcode::ClReleaseProgram
+            | Opcode::ClCreateKernel
+            | Opcode::ClReleaseKernel
+            | Opcode::ClKernelWorkGroupInfo
+            | Opcode::ClKernelArgInfo
+            | Opcode::ClNdRange
+            | Opcode::ClMarker
+            | Opcode::ClWaitList
+            | Opcode::ClWaitEvents
+            | Opcode::ClEventStatus
+            | Opcode::ClEventProfiling
+            | Opcode::ClReleaseEvent => {
+                unreachable!("OpenCL requests go to ClOps")
+            }
         }
     }
 }
@@ -1232,6 +1268,13 @@ impl Handler for CudaOps {
         self.calls += 1;
         let result = match req.op {
             Opcode::Nop | Opcode::CopyIn | Opcode::CopyOut => self.transport.handle(ch, req, arena),
+            op if op.is_opencl() => {
+                let before = self.cl.used();
+                let left = self.quota.saturating_sub(self.mem_used);
+                let r = self.cl.handle(ch, req, arena, self.quota, left);
+                self.mem_used = self.mem_used - before + self.cl.used();
+                r
+            }
             _ => {
                 let r = self.cuda(ch, req, arena);
                 if let Some(Some(cx)) = self.contexts.get_mut(ch as usize) {
@@ -1285,6 +1328,9 @@ impl Handler for CudaOps {
             *job = None;
         }
         self.transport.reset(ch);
+        let before = self.cl.used();
+        self.cl.reset(ch);
+        self.mem_used -= before - self.cl.used();
         if let Some(cx) = self.contexts.get_mut(ch as usize).and_then(Option::take) {
             let freed: u64 = cx.allocs.values().sum::<u64>() + cx.array_bytes;
             self.mem_used -= freed;
@@ -1309,6 +1355,7 @@ impl CudaOps {
 
 impl Meter for CudaOps {
     fn sync_channel(&mut self, ch: u32) -> Instant {
+        self.cl.finish(ch);
         let Some(Some(cx)) = self.contexts.get(ch as usize) else {
             return Instant::now();
         };
@@ -1388,6 +1435,6 @@ impl Meter for CudaOps {
     }
 
     fn device_time_ns(&mut self) -> u64 {
-        self.exec.gpu_time_ns()
+        self.exec.gpu_time_ns() + self.cl.device_time_ns()
     }
 }

@@ -37,6 +37,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 
 pub mod accounting;
+pub mod cl_ops;
 pub mod cuda_ops;
 pub mod fds;
 pub mod grants;

@@ -103,6 +103,10 @@ pub struct WorkloadSpec {
     /// Periodic mode: kernels per job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_kernels: Option<u32>,
+    /// How this VM's guest reaches the device, when not the run's client
+    /// (the mixed CUDA + OpenCL cases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientKind>,
 }
 
 impl WorkloadSpec {
@@ -115,6 +119,7 @@ impl WorkloadSpec {
             blocks: None,
             period_ms: None,
             job_kernels: None,
+            client: None,
         }
     }
 
@@ -417,9 +422,14 @@ impl Session {
             lib_dir: None,
             guests: Vec::new(),
         };
-        session.lib_dir = match session.cfg.client {
-            ClientKind::Libcuda => Some(session.link_guest_lib()?),
-            ClientKind::Rust => None,
+        let cfg = &session.cfg;
+        let libcuda = std::iter::once(cfg.client)
+            .chain(cfg.vms.iter().filter_map(|v| v.workload.client))
+            .any(|c| c == ClientKind::Libcuda);
+        session.lib_dir = if libcuda {
+            Some(session.link_guest_lib()?)
+        } else {
+            None
         };
         let config = session.dir.join("fairgpu.toml");
         let text = config_text(
@@ -511,7 +521,10 @@ impl Session {
             .args(["--seconds", &seconds.to_string()])
             .arg("--report")
             .arg(&report)
-            .args(["--client", self.cfg.client.name()])
+            .args([
+                "--client",
+                v.workload.client.unwrap_or(self.cfg.client).name(),
+            ])
             .env(fairgpu_frontend::REGION_ENV, region)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
