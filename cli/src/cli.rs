@@ -227,6 +227,12 @@ pub struct PingArgs {
     /// Number of round trips to time.
     #[arg(long, default_value_t = 10_000)]
     pub count: u32,
+    /// Also time one CUDA and one OpenCL call that a VM's worker answers
+    /// without device work (cuDeviceGetAttribute, clGetDeviceInfo): the
+    /// request layers' cost per call beside the transport's. Needs a
+    /// daemon's VM region (serve-region has no request layer).
+    #[arg(long)]
+    pub driver_calls: bool,
 }
 
 /// Benchmarks.

@@ -129,7 +129,48 @@ fn ping(a: &PingArgs) -> anyhow::Result<()> {
         fairgpu_benches::bench::percentile(&samples, 99.0),
         data.len()
     );
+    if a.driver_calls {
+        // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT; CL_DEVICE_MAX_COMPUTE_UNITS.
+        let cuda = time_calls(a.count, || {
+            ch.call(Opcode::DeviceGetAttribute, [16, 0, 0, 0, 0])
+                .map(drop)
+        })
+        .context("cuDeviceGetAttribute through the worker")?;
+        let mut v = [0u8; 4];
+        let opencl = time_calls(a.count, || {
+            ch.call_with(Opcode::ClGetDeviceInfo, [0x1002, 0, 0, 0, 0], &[], &mut v)
+                .map(drop)
+        })
+        .context("clGetDeviceInfo through the worker (does the host have OpenCL?)")?;
+        let p50 = |s: &[u64]| fairgpu_benches::bench::percentile(s, 50.0);
+        println!(
+            "cuDeviceGetAttribute: p50 {} ns, p99 {} ns; clGetDeviceInfo: p50 {} ns, p99 {} ns; OpenCL/CUDA p50 {:.2}",
+            p50(&cuda),
+            fairgpu_benches::bench::percentile(&cuda, 99.0),
+            p50(&opencl),
+            fairgpu_benches::bench::percentile(&opencl, 99.0),
+            p50(&opencl) as f64 / p50(&cuda).max(1) as f64
+        );
+    }
     Ok(())
+}
+
+/// Times `count` calls (after as many to warm up), sorted.
+fn time_calls(
+    count: u32,
+    mut call: impl FnMut() -> Result<(), fairgpu_frontend::CallError>,
+) -> anyhow::Result<Vec<u64>> {
+    for _ in 0..count.max(1) {
+        call()?;
+    }
+    let mut samples = Vec::with_capacity(count as usize);
+    for _ in 0..count.max(1) {
+        let t = Instant::now();
+        call()?;
+        samples.push(t.elapsed().as_nanos() as u64);
+    }
+    samples.sort_unstable();
+    Ok(samples)
 }
 
 fn serve(a: &ServeArgs, log: &str) -> anyhow::Result<()> {

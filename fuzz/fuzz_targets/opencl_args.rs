@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
         match a {
             KernelArg::Bytes(b) => assert!(!b.is_empty() && b.len() <= MAX_ARG_BYTES as usize),
             KernelArg::Local(n) => assert!(*n > 0),
-            KernelArg::Mem(_) => {}
+            KernelArg::Mem(_) | KernelArg::Sampler(_) => {}
         }
         encode_arg(&mut again, a);
     }

@@ -48,7 +48,9 @@ const MAX_PROPS: usize = 64;
 ///
 /// # Safety
 /// `p` is null or a 0-terminated list of `T` pairs.
-unsafe fn read_props<T: Copy + Default + PartialEq>(p: *const T) -> Result<Option<Vec<T>>, i32> {
+pub(crate) unsafe fn read_props<T: Copy + Default + PartialEq>(
+    p: *const T,
+) -> Result<Option<Vec<T>>, i32> {
     if p.is_null() {
         return Ok(None);
     }

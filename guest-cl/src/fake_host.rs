@@ -1,7 +1,8 @@
 //! The library against a fake host: a thread that serves one channel of a
-//! region file with a model of the OpenCL opcodes (buffers are byte
-//! vectors, every command completes at once, and the one kernel the model
-//! runs, `iota`, writes `i * mul` to element `i` of its buffer). It checks
+//! region file with a model of the OpenCL opcodes (buffers and images are
+//! byte vectors, images packed, every command completes at once, and the
+//! one kernel the model runs, `iota`, writes `i * mul` to element `i` of
+//! its buffer; `sample` only checks that it got an image and a sampler). It checks
 //! what the guest sends (arguments, chunking, wait lists, events) without a
 //! real OpenCL host; the tests through the real host are elsewhere.
 //!
@@ -24,7 +25,7 @@ use fairgpu_protocol::wire::REQ_NEEDS_RESPONSE;
 use fairgpu_protocol::{Opcode, RegionConfig, Response};
 
 use crate::types::*;
-use crate::{context, event, kernel, mem, platform, program};
+use crate::{context, event, image, kernel, mem, platform, program, sampler};
 
 /// What the fake host holds for the channel.
 #[derive(Debug, Default)]
@@ -42,8 +43,11 @@ struct Model {
     events: HashSet<u64>,
     /// Programs built with `-cl-kernel-arg-info`.
     arg_info: HashSet<u64>,
-    /// Kernel → address qualifiers, for those of such programs.
-    qualifiers: HashMap<u64, Vec<u32>>,
+    /// Kernel → address qualifiers and type names, for those of such programs.
+    qualifiers: HashMap<u64, Vec<(u32, String)>>,
+    /// Image → extent and element size (its bytes are a root).
+    images: HashMap<u64, ([u64; 3], u64)>,
+    samplers: HashSet<u64>,
     /// Every request: opcode, args, arena length.
     log: Vec<(Opcode, [u64; 5], usize)>,
 }
@@ -85,8 +89,9 @@ fn kernels_of(src: &str) -> Vec<(String, u32)> {
     out
 }
 
-/// The address qualifiers of kernel `name`'s parameters.
-fn qualifiers_of(src: &str, name: &str) -> Vec<u32> {
+/// The address qualifiers and type names of kernel `name`'s parameters
+/// (images are global, as PoCL reports them).
+fn qualifiers_of(src: &str, name: &str) -> Vec<(u32, String)> {
     let decl = format!("kernel void {name}(");
     let params = src
         .split_once(&decl)
@@ -95,13 +100,69 @@ fn qualifiers_of(src: &str, name: &str) -> Vec<u32> {
     params
         .split(',')
         .filter(|p| !p.trim().is_empty())
-        .map(|p| match p.split_whitespace().next() {
-            Some("global" | "__global") => 0x119B,
-            Some("local" | "__local") => 0x119C,
-            Some("constant" | "__constant") => 0x119D,
-            _ => 0x119E,
+        .map(|p| {
+            let words: Vec<&str> = p.split_whitespace().collect();
+            let mut q = match words[0] {
+                "global" | "__global" => 0x119B,
+                "local" | "__local" => 0x119C,
+                "constant" | "__constant" => 0x119D,
+                _ => 0x119E,
+            };
+            let ty: Vec<&str> = words[..words.len() - 1]
+                .iter()
+                .copied()
+                .filter(|w| {
+                    !matches!(
+                        *w,
+                        "global" | "local" | "constant" | "read_only" | "write_only" | "const"
+                    )
+                })
+                .collect();
+            let mut ty = ty.join(" ");
+            if words[words.len() - 1].starts_with('*') {
+                ty.push('*');
+            }
+            if ty.starts_with("image") {
+                q = 0x119B;
+            }
+            (q, ty)
         })
         .collect()
+}
+
+/// Offset of pixel (x, y, z) of a packed image of `extent`.
+fn pixel(extent: [u64; 3], elem: u64, at: [u64; 3]) -> usize {
+    (((at[2] * extent[1] + at[1]) * extent[0] + at[0]) * elem) as usize
+}
+
+/// The packed bytes of box `r` of an image, or (`data`) writes them.
+fn image_box(
+    bytes: &mut [u8],
+    extent: [u64; 3],
+    elem: u64,
+    r: ImageRegion,
+    data: Option<&[u8]>,
+) -> Vec<u8> {
+    let row = (r.region[0] * elem) as usize;
+    let mut out = Vec::new();
+    let mut from = 0;
+    for z in 0..r.region[2] {
+        for y in 0..r.region[1] {
+            let o = pixel(
+                extent,
+                elem,
+                [r.origin[0], r.origin[1] + y, r.origin[2] + z],
+            );
+            match data {
+                Some(d) => {
+                    bytes[o..o + row].copy_from_slice(&d[from..from + row]);
+                    from += row;
+                }
+                None => out.extend_from_slice(&bytes[o..o + row]),
+            }
+        }
+    }
+    out
 }
 
 impl Model {
@@ -119,6 +180,13 @@ impl Model {
                 CL_DEVICE_TYPE => info(&CL_DEVICE_TYPE_GPU.to_ne_bytes(), cap),
                 CL_DEVICE_EXTENSIONS => info(b"cl_khr_fp64 cl_khr_gl_sharing cl_khr_icd\0", cap),
                 CL_DEVICE_MAX_MEM_ALLOC_SIZE => info(&(64u64 << 20).to_ne_bytes(), cap),
+                CL_DEVICE_IMAGE_SUPPORT => info(&CL_TRUE.to_ne_bytes(), cap),
+                CL_DEVICE_IMAGE2D_MAX_WIDTH => info(&(1usize << 17).to_ne_bytes(), cap),
+                CL_DEVICE_IMAGE2D_MAX_HEIGHT
+                | CL_DEVICE_IMAGE3D_MAX_WIDTH
+                | CL_DEVICE_IMAGE3D_MAX_HEIGHT
+                | CL_DEVICE_IMAGE3D_MAX_DEPTH
+                | CL_DEVICE_IMAGE_MAX_ARRAY_SIZE => info(&2048usize.to_ne_bytes(), cap),
                 0x102B => info(b"fake device\0", cap),
                 _ => Err(CL_INVALID_VALUE),
             },
@@ -151,8 +219,130 @@ impl Model {
                 if root == a[0] {
                     self.roots.remove(&root);
                 }
+                self.images.remove(&a[0]);
                 ok(&[])
             }
+            Opcode::ClCreateImage => {
+                let d = ImageDesc::from_bytes(input[..IMAGE_DESC].try_into().expect("a desc"));
+                let extent = d.extent().ok_or(CL_INVALID_IMAGE_DESCRIPTOR)?;
+                let elem = image::element_size(d.order, d.channel_type)? as u64;
+                if extent.contains(&0) {
+                    return Err(CL_INVALID_IMAGE_SIZE);
+                }
+                let size = extent.iter().product::<u64>() * elem;
+                self.next += 1;
+                self.roots.insert(self.next, vec![0; size as usize]);
+                self.bufs.insert(self.next, (self.next, 0, size as usize));
+                self.images.insert(self.next, (extent, elem));
+                ok(&[self.next, elem, size])
+            }
+            Opcode::ClImageFormats => {
+                let pairs = [
+                    (CL_RGBA, CL_UNORM_INT8),
+                    (CL_RX, CL_FLOAT),
+                    (CL_R, CL_FLOAT),
+                ];
+                let bytes: Vec<u8> = pairs
+                    .iter()
+                    .flat_map(|(o, t)| o.to_le_bytes().into_iter().chain(t.to_le_bytes()))
+                    .collect();
+                Ok(([3, 0, 0, 0, 0], bytes[..bytes.len().min(cap)].to_vec()))
+            }
+            Opcode::ClWriteImage | Opcode::ClReadImage => {
+                if a[0] != 0 && !self.queues.contains(&a[0]) {
+                    return Err(CL_INVALID_COMMAND_QUEUE);
+                }
+                let r = ImageRegion::from_bytes(input).ok_or(CL_INVALID_VALUE)?;
+                let &(extent, elem) = self.images.get(&a[1]).ok_or(CL_INVALID_MEM_OBJECT)?;
+                let n = r.bytes(elem).ok_or(CL_INVALID_VALUE)? as usize;
+                if !r.within(extent) {
+                    return Err(CL_INVALID_VALUE);
+                }
+                let write = op == Opcode::ClWriteImage;
+                if (write && input.len() != IMAGE_REGION + n) || (!write && n > cap) {
+                    return Err(CL_INVALID_VALUE);
+                }
+                event(self)?;
+                let bytes = self.roots.get_mut(&a[1]).expect("root");
+                let data = write.then(|| &input[IMAGE_REGION..]);
+                let out = image_box(bytes, extent, elem, r, data);
+                Ok(([n as u64, 0, 0, 0, 0], out))
+            }
+            Opcode::ClCopyImage | Opcode::ClCopyImageToBuffer | Opcode::ClCopyBufferToImage => {
+                let w = decode_words(input).ok_or(CL_INVALID_VALUE)?;
+                let (src, dst) = (a[1], a[2]);
+                let packed = match op {
+                    Opcode::ClCopyImage | Opcode::ClCopyImageToBuffer => {
+                        let &(e, el) = self.images.get(&src).ok_or(CL_INVALID_MEM_OBJECT)?;
+                        let r = ImageRegion {
+                            origin: [w[0], w[1], w[2]],
+                            region: if op == Opcode::ClCopyImage {
+                                [w[6], w[7], w[8]]
+                            } else {
+                                [w[3], w[4], w[5]]
+                            },
+                        };
+                        if !r.within(e) {
+                            return Err(CL_INVALID_VALUE);
+                        }
+                        image_box(self.roots.get_mut(&src).expect("root"), e, el, r, None)
+                    }
+                    _ => {
+                        let &(root, off, size) =
+                            self.bufs.get(&src).ok_or(CL_INVALID_MEM_OBJECT)?;
+                        let &(_, el) = self.images.get(&dst).ok_or(CL_INVALID_MEM_OBJECT)?;
+                        let n = (w[4] * w[5] * w[6] * el) as usize;
+                        let from = off + w[0] as usize;
+                        if w[0] as usize + n > size {
+                            return Err(CL_INVALID_VALUE);
+                        }
+                        self.roots[&root][from..from + n].to_vec()
+                    }
+                };
+                match op {
+                    Opcode::ClCopyImageToBuffer => {
+                        let &(root, off, size) =
+                            self.bufs.get(&dst).ok_or(CL_INVALID_MEM_OBJECT)?;
+                        let at = w[6] as usize;
+                        if self.images.contains_key(&dst) || at + packed.len() > size {
+                            return Err(CL_INVALID_VALUE);
+                        }
+                        let bytes = self.roots.get_mut(&root).expect("root");
+                        bytes[off + at..off + at + packed.len()].copy_from_slice(&packed);
+                    }
+                    _ => {
+                        let &(e, el) = self.images.get(&dst).ok_or(CL_INVALID_MEM_OBJECT)?;
+                        let r = if op == Opcode::ClCopyImage {
+                            ImageRegion {
+                                origin: [w[3], w[4], w[5]],
+                                region: [w[6], w[7], w[8]],
+                            }
+                        } else {
+                            ImageRegion {
+                                origin: [w[1], w[2], w[3]],
+                                region: [w[4], w[5], w[6]],
+                            }
+                        };
+                        if !r.within(e) {
+                            return Err(CL_INVALID_VALUE);
+                        }
+                        let bytes = self.roots.get_mut(&dst).expect("root");
+                        image_box(bytes, e, el, r, Some(&packed));
+                    }
+                }
+                event(self)?;
+                ok(&[])
+            }
+            Opcode::ClCreateSampler => {
+                if a[0] > 1 {
+                    return Err(CL_INVALID_VALUE);
+                }
+                self.next += 1;
+                self.samplers.insert(self.next);
+                ok(&[self.next])
+            }
+            Opcode::ClReleaseSampler if self.samplers.remove(&a[0]) => ok(&[]),
+            Opcode::ClReleaseSampler => Err(CL_INVALID_SAMPLER),
             Opcode::ClWriteBuffer | Opcode::ClReadBuffer | Opcode::ClFillBuffer => {
                 if a[0] != 0 && !self.queues.contains(&a[0]) {
                     return Err(CL_INVALID_COMMAND_QUEUE);
@@ -287,14 +477,16 @@ impl Model {
                 .ok_or(CL_INVALID_KERNEL),
             Opcode::ClKernelWorkGroupInfo => info(&256usize.to_ne_bytes(), cap),
             Opcode::ClKernelArgInfo => {
-                // CL_KERNEL_ARG_ADDRESS_QUALIFIER of a kernel whose program
-                // kept its argument information; else not available.
+                // CL_KERNEL_ARG_ADDRESS_QUALIFIER and _TYPE_NAME of a kernel
+                // whose program kept its argument information; else not
+                // available.
                 let q = self.qualifiers.get(&a[0]).ok_or(-19)?;
-                let v = q.get(a[1] as usize).ok_or(CL_INVALID_ARG_INDEX)?;
-                if a[2] != 0x1196 {
-                    return Err(CL_INVALID_VALUE);
+                let (qual, ty) = q.get(a[1] as usize).ok_or(CL_INVALID_ARG_INDEX)?;
+                match a[2] {
+                    0x1196 => info(&qual.to_ne_bytes(), cap),
+                    0x1198 => info(format!("{ty}\0").as_bytes(), cap),
+                    _ => Err(CL_INVALID_VALUE),
                 }
-                info(&v.to_ne_bytes(), cap)
             }
             Opcode::ClNdRange => {
                 if !self.queues.contains(&a[0]) {
@@ -320,6 +512,14 @@ impl Model {
                         if at + 4 <= off + size {
                             data[at..at + 4].copy_from_slice(&(i as u32 * mul).to_ne_bytes());
                         }
+                    }
+                }
+                if name == "sample" {
+                    let (KernelArg::Mem(i), KernelArg::Sampler(s)) = (&args[0], &args[1]) else {
+                        return Err(CL_INVALID_ARG_VALUE);
+                    };
+                    if !self.images.contains_key(i) || !self.samplers.contains(s) {
+                        return Err(CL_INVALID_ARG_VALUE);
                     }
                 }
                 // As a real host: a failed command makes no event.
@@ -1099,6 +1299,8 @@ fn the_library_drives_a_fake_host() {
     });
     assert_eq!(log, "error: #error found");
 
+    images(ctx, q, dev, &model);
+
     // Garbage and freed handles.
     assert_eq!(
         mem::clReleaseMemObject(0x10 as Handle),
@@ -1133,6 +1335,625 @@ fn the_library_drives_a_fake_host() {
     assert!(m.kernels.is_empty());
     assert!(m.queues.is_empty());
     assert!(m.events.is_empty(), "{:?}", m.events);
+    assert!(m.images.is_empty() && m.samplers.is_empty());
     drop(m);
     let _ = std::fs::remove_file(path);
+}
+
+fn desc(image_type: u32, extent: [usize; 4], pitches: [usize; 2]) -> image::ClImageDesc {
+    image::ClImageDesc {
+        image_type,
+        width: extent[0],
+        height: extent[1],
+        depth: extent[2],
+        array_size: extent[3],
+        row_pitch: pitches[0],
+        slice_pitch: pitches[1],
+        num_mip_levels: 0,
+        num_samples: 0,
+        buffer: null_mut(),
+    }
+}
+
+const RGBA8: image::ClImageFormat = image::ClImageFormat {
+    order: CL_RGBA,
+    channel_type: CL_UNORM_INT8,
+};
+
+const R32F: image::ClImageFormat = image::ClImageFormat {
+    order: CL_R,
+    channel_type: CL_FLOAT,
+};
+
+/// Reads the whole of 2D image `img` (`w` x `h` pixels of 4 bytes), packed.
+fn read_all(q: Handle, img: Handle, w: usize, h: usize) -> Vec<u8> {
+    let mut back = vec![0u8; w * h * 4];
+    let r = image::clEnqueueReadImage(
+        q,
+        img,
+        CL_TRUE,
+        [0usize; 3].as_ptr(),
+        [w, h, 1].as_ptr(),
+        0,
+        0,
+        back.as_mut_ptr().cast(),
+        0,
+        null(),
+        null_mut(),
+    );
+    assert_eq!(r, CL_SUCCESS);
+    back
+}
+
+const SAMPLE: &str =
+    "kernel void sample(read_only image2d_t img, sampler_t s, global float *out) {}\n";
+
+fn images(ctx: Handle, q: Handle, dev: Handle, model: &Arc<Mutex<Model>>) {
+    use image::*;
+    let mut err = 0i32;
+    let support: u32 =
+        word_info(|s, v, r| platform::clGetDeviceInfo(dev, CL_DEVICE_IMAGE_SUPPORT, s, v, r));
+    assert_eq!(support, CL_TRUE);
+
+    // Formats: the host's, less those the library does not carry.
+    let mut n = 0u32;
+    let t2 = CL_MEM_OBJECT_IMAGE2D;
+    assert_eq!(
+        clGetSupportedImageFormats(ctx, CL_MEM_READ_ONLY, t2, 0, null_mut(), &mut n),
+        CL_SUCCESS
+    );
+    assert_eq!(n, 2, "CL_Rx is not carried");
+    let mut fmts = [R32F; 2];
+    assert_eq!(
+        clGetSupportedImageFormats(ctx, 0, t2, 2, fmts.as_mut_ptr(), null_mut()),
+        CL_SUCCESS
+    );
+    assert_eq!(
+        (fmts[0].order, fmts[0].channel_type),
+        (CL_RGBA, CL_UNORM_INT8)
+    );
+    assert_eq!(
+        clGetSupportedImageFormats(ctx, 0, CL_MEM_OBJECT_IMAGE1D_BUFFER, 0, null_mut(), &mut n),
+        CL_SUCCESS
+    );
+    assert_eq!(n, 0);
+    assert_eq!(
+        clGetSupportedImageFormats(ctx, 0, CL_MEM_OBJECT_BUFFER, 0, null_mut(), &mut n),
+        CL_INVALID_VALUE
+    );
+
+    // A 400 x 200 RGBA8 image from host memory with a padded row pitch
+    // (320 KB: several arena slices), read back exactly.
+    let (w, h, pitch) = (400usize, 200usize, 1700usize);
+    let src: Vec<u8> = (0..pitch * h).map(|i| (i * 7 % 253) as u8).collect();
+    let d = desc(t2, [w, h, 0, 0], [pitch, 0]);
+    let img = clCreateImage(
+        ctx,
+        CL_MEM_COPY_HOST_PTR,
+        &RGBA8,
+        &d,
+        src.as_ptr() as *mut c_void,
+        &mut err,
+    );
+    assert_eq!(err, CL_SUCCESS);
+    let back = read_all(q, img, w, h);
+    for y in 0..h {
+        assert_eq!(
+            &back[y * w * 4..(y + 1) * w * 4],
+            &src[y * pitch..y * pitch + w * 4],
+            "row {y}"
+        );
+    }
+    {
+        let m = model.lock().unwrap();
+        let writes = m
+            .log
+            .iter()
+            .filter(|l| l.0 == Opcode::ClWriteImage && l.1[0] == 0)
+            .count();
+        assert!(writes >= 2, "the initial pixels came in pieces on queue 0");
+    }
+    let mt: u32 = word_info(|s, v, r| mem::clGetMemObjectInfo(img, CL_MEM_TYPE, s, v, r));
+    assert_eq!(mt, t2);
+    let size: usize = word_info(|s, v, r| mem::clGetMemObjectInfo(img, CL_MEM_SIZE, s, v, r));
+    assert_eq!(size, w * h * 4);
+    let info = |p: u32| -> usize { word_info(|s, v, r| clGetImageInfo(img, p, s, v, r)) };
+    assert_eq!(info(CL_IMAGE_ELEMENT_SIZE), 4);
+    assert_eq!(info(CL_IMAGE_ROW_PITCH), w * 4);
+    assert_eq!(info(CL_IMAGE_SLICE_PITCH), 0);
+    assert_eq!((info(CL_IMAGE_WIDTH), info(CL_IMAGE_HEIGHT)), (w, h));
+    assert_eq!((info(CL_IMAGE_DEPTH), info(CL_IMAGE_ARRAY_SIZE)), (0, 0));
+    let f: [u32; 2] = word_info(|s, v, r| clGetImageInfo(img, CL_IMAGE_FORMAT, s, v, r));
+    assert_eq!(f, [CL_RGBA, CL_UNORM_INT8]);
+    let levels: u32 = word_info(|s, v, r| clGetImageInfo(img, CL_IMAGE_NUM_MIP_LEVELS, s, v, r));
+    assert_eq!(levels, 0);
+
+    // A sub-box written from memory with padded rows, then read through a map.
+    let (o, reg) = ([5usize, 7, 0], [3usize, 2, 1]);
+    let mut block = [0u8; 20 + 12];
+    for (i, b) in block.iter_mut().enumerate() {
+        *b = 200 + i as u8 % 50;
+    }
+    let r = clEnqueueWriteImage(
+        q,
+        img,
+        CL_TRUE,
+        o.as_ptr(),
+        reg.as_ptr(),
+        20,
+        0,
+        block.as_ptr().cast(),
+        0,
+        null(),
+        null_mut(),
+    );
+    assert_eq!(r, CL_SUCCESS);
+    let (mut rp, mut sp) = (0usize, 7usize);
+    let p = clEnqueueMapImage(
+        q,
+        img,
+        CL_TRUE,
+        CL_MAP_READ | CL_MAP_WRITE,
+        o.as_ptr(),
+        reg.as_ptr(),
+        &mut rp,
+        &mut sp,
+        0,
+        null(),
+        null_mut(),
+        &mut err,
+    );
+    assert_eq!(err, CL_SUCCESS);
+    assert_eq!((rp, sp), (12, 0));
+    {
+        // SAFETY: the map holds 2 rows of 12 bytes until the unmap.
+        let mapped = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), 24) };
+        assert_eq!(&mapped[..12], &block[..12]);
+        assert_eq!(&mapped[12..], &block[20..32]);
+        mapped[0] = 1;
+        mapped[23] = 2;
+    }
+    assert_eq!(
+        mem::clEnqueueUnmapMemObject(q, img, p, 0, null(), null_mut()),
+        CL_SUCCESS
+    );
+    let back = read_all(q, img, w, h);
+    assert_eq!(back[(7 * w + 5) * 4], 1);
+    assert_eq!(back[(8 * w + 7) * 4 + 3], 2);
+    assert_eq!(back[(8 * w + 7) * 4 + 2], block[20 + 10]);
+
+    // Copies: image to buffer to another image, then image to image.
+    let buf = mem::clCreateBuffer(ctx, 0, w * h * 4, null_mut(), &mut err);
+    assert_eq!(err, CL_SUCCESS);
+    let all = [w, h, 1];
+    let zero = [0usize; 3];
+    assert_eq!(
+        clEnqueueCopyImageToBuffer(
+            q,
+            img,
+            buf,
+            zero.as_ptr(),
+            all.as_ptr(),
+            0,
+            0,
+            null(),
+            null_mut()
+        ),
+        CL_SUCCESS
+    );
+    let d2 = desc(t2, [w, h, 0, 0], [0, 0]);
+    let img2 = clCreateImage(ctx, 0, &RGBA8, &d2, null_mut(), &mut err);
+    assert_eq!(err, CL_SUCCESS);
+    assert_eq!(
+        clEnqueueCopyBufferToImage(
+            q,
+            buf,
+            img2,
+            0,
+            zero.as_ptr(),
+            all.as_ptr(),
+            0,
+            null(),
+            null_mut()
+        ),
+        CL_SUCCESS
+    );
+    assert_eq!(read_all(q, img2, w, h), back);
+    assert_eq!(
+        clEnqueueCopyImageToBuffer(
+            q,
+            img,
+            buf,
+            zero.as_ptr(),
+            all.as_ptr(),
+            4,
+            0,
+            null(),
+            null_mut()
+        ),
+        CL_INVALID_VALUE,
+        "past the buffer's end"
+    );
+    let (so, dof, small) = ([0usize, 0, 0], [10usize, 10, 0], [4usize, 4, 1]);
+    assert_eq!(
+        clEnqueueCopyImage(
+            q,
+            img,
+            img2,
+            so.as_ptr(),
+            dof.as_ptr(),
+            small.as_ptr(),
+            0,
+            null(),
+            null_mut()
+        ),
+        CL_SUCCESS
+    );
+    assert_eq!(
+        clEnqueueCopyImage(
+            q,
+            img,
+            img,
+            so.as_ptr(),
+            [2usize, 2, 0].as_ptr(),
+            small.as_ptr(),
+            0,
+            null(),
+            null_mut()
+        ),
+        CL_MEM_COPY_OVERLAP
+    );
+    let got = read_all(q, img2, w, h);
+    assert_eq!(&got[(10 * w + 10) * 4..(10 * w + 14) * 4], &back[..16]);
+
+    // Fill: one converted pixel, replicated.
+    let color = [0.0f32, 1.0, 0.5, 1.0];
+    assert_eq!(
+        clEnqueueFillImage(
+            q,
+            img2,
+            color.as_ptr().cast(),
+            zero.as_ptr(),
+            [2usize, 1, 1].as_ptr(),
+            0,
+            null(),
+            null_mut()
+        ),
+        CL_SUCCESS
+    );
+    let got = read_all(q, img2, w, h);
+    assert_eq!(&got[..8], &[0, 255, 128, 255, 0, 255, 128, 255]);
+
+    // Buffers' commands refuse images, and boxes stay inside.
+    let mut four = [0u8; 4];
+    assert_eq!(
+        mem::clEnqueueReadBuffer(
+            q,
+            img,
+            CL_TRUE,
+            0,
+            4,
+            four.as_mut_ptr().cast(),
+            0,
+            null(),
+            null_mut()
+        ),
+        CL_INVALID_MEM_OBJECT
+    );
+    assert_eq!(
+        clEnqueueReadImage(
+            q,
+            buf,
+            CL_TRUE,
+            zero.as_ptr(),
+            [1usize, 1, 1].as_ptr(),
+            0,
+            0,
+            four.as_mut_ptr().cast(),
+            0,
+            null(),
+            null_mut()
+        ),
+        CL_INVALID_MEM_OBJECT
+    );
+    assert_eq!(
+        clEnqueueReadImage(
+            q,
+            img,
+            CL_TRUE,
+            [w, 0, 0].as_ptr(),
+            [1usize, 1, 1].as_ptr(),
+            0,
+            0,
+            four.as_mut_ptr().cast(),
+            0,
+            null(),
+            null_mut()
+        ),
+        CL_INVALID_VALUE
+    );
+    assert_eq!(
+        clEnqueueReadImage(
+            q,
+            img,
+            CL_TRUE,
+            zero.as_ptr(),
+            [1usize, 1, 2].as_ptr(),
+            0,
+            0,
+            four.as_mut_ptr().cast(),
+            0,
+            null(),
+            null_mut()
+        ),
+        CL_INVALID_VALUE
+    );
+
+    // Creation errors.
+    let bad = |f: &ClImageFormat, d: &ClImageDesc, flags: u64, p: *mut c_void| {
+        let mut e = 0;
+        let h = clCreateImage(ctx, flags, f, d, p, &mut e);
+        assert!(h.is_null());
+        e
+    };
+    let some = src.as_ptr() as *mut c_void;
+    assert_eq!(
+        bad(&RGBA8, &desc(t2, [0, 4, 0, 0], [0, 0]), 0, null_mut()),
+        CL_INVALID_IMAGE_SIZE
+    );
+    assert_eq!(
+        bad(&RGBA8, &desc(t2, [4, 4, 0, 0], [16, 0]), 0, null_mut()),
+        CL_INVALID_IMAGE_DESCRIPTOR
+    );
+    assert_eq!(
+        bad(
+            &RGBA8,
+            &desc(t2, [4, 4, 0, 0], [12, 0]),
+            CL_MEM_COPY_HOST_PTR,
+            some
+        ),
+        CL_INVALID_IMAGE_DESCRIPTOR
+    );
+    assert_eq!(
+        bad(
+            &RGBA8,
+            &desc(t2, [4, 4, 0, 0], [0, 0]),
+            CL_MEM_COPY_HOST_PTR,
+            null_mut()
+        ),
+        CL_INVALID_HOST_PTR
+    );
+    assert_eq!(
+        bad(&RGBA8, &desc(t2, [1 << 18, 4, 0, 0], [0, 0]), 0, null_mut()),
+        CL_INVALID_IMAGE_SIZE
+    );
+    let rgb8 = ClImageFormat {
+        order: CL_RGB,
+        channel_type: CL_UNORM_INT8,
+    };
+    assert_eq!(
+        bad(&rgb8, &desc(t2, [4, 4, 0, 0], [0, 0]), 0, null_mut()),
+        CL_INVALID_IMAGE_FORMAT_DESCRIPTOR
+    );
+    assert_eq!(
+        bad(
+            &RGBA8,
+            &desc(CL_MEM_OBJECT_IMAGE1D_BUFFER, [4, 0, 0, 0], [0, 0]),
+            0,
+            null_mut()
+        ),
+        CL_INVALID_OPERATION
+    );
+    let e = clCreateImage(ctx, 0, &RGBA8, null(), null_mut(), &mut err);
+    assert!(e.is_null());
+    assert_eq!(err, CL_INVALID_IMAGE_DESCRIPTOR);
+    let e = clCreateImage3D(ctx, 0, &RGBA8, 4, 4, 1, 0, 0, null_mut(), &mut err);
+    assert!(e.is_null());
+    assert_eq!(err, CL_INVALID_IMAGE_SIZE, "a 1.0 3D image has depth > 1");
+
+    // A 3D R32F image with padded slices, and a sub-box read.
+    let (x, y, z) = (8usize, 5usize, 4usize);
+    let (rowp, slicep) = (x * 4 + 8, (x * 4 + 8) * (y + 1));
+    let mut vol = vec![0u8; slicep * z];
+    for k in 0..z {
+        for j in 0..y {
+            for i in 0..x {
+                let v = (k * 100 + j * 10 + i) as f32;
+                let at = k * slicep + j * rowp + i * 4;
+                vol[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+            }
+        }
+    }
+    let img3 = clCreateImage3D(
+        ctx,
+        CL_MEM_USE_HOST_PTR,
+        &R32F,
+        x,
+        y,
+        z,
+        rowp,
+        slicep,
+        vol.as_mut_ptr().cast(),
+        &mut err,
+    );
+    assert_eq!(err, CL_SUCCESS);
+    let mut part = [0f32; 2 * 2 * 3];
+    let r = clEnqueueReadImage(
+        q,
+        img3,
+        CL_TRUE,
+        [1usize, 2, 1].as_ptr(),
+        [2usize, 2, 3].as_ptr(),
+        0,
+        0,
+        part.as_mut_ptr().cast(),
+        0,
+        null(),
+        null_mut(),
+    );
+    assert_eq!(r, CL_SUCCESS);
+    let want: Vec<f32> = (1..4)
+        .flat_map(|k| (2..4).flat_map(move |j| (1..3).map(move |i| (k * 100 + j * 10 + i) as f32)))
+        .collect();
+    assert_eq!(&part[..], &want[..]);
+    let sp3: usize = word_info(|s, v, r| clGetImageInfo(img3, CL_IMAGE_SLICE_PITCH, s, v, r));
+    assert_eq!(sp3, x * 4 * y);
+    // A map of a USE_HOST_PTR image is the host memory, with its pitches.
+    let (mut rp, mut sp) = (0usize, 0usize);
+    let p = clEnqueueMapImage(
+        q,
+        img3,
+        CL_TRUE,
+        CL_MAP_WRITE,
+        [1usize, 1, 1].as_ptr(),
+        [1usize, 1, 1].as_ptr(),
+        &mut rp,
+        &mut sp,
+        0,
+        null(),
+        null_mut(),
+        &mut err,
+    );
+    assert_eq!(err, CL_SUCCESS);
+    assert_eq!(p as usize, vol.as_ptr() as usize + slicep + rowp + 4);
+    assert_eq!((rp, sp), (rowp, slicep));
+    // SAFETY: the mapped pixel is 4 bytes of `vol`.
+    unsafe { p.cast::<f32>().write_unaligned(-1.0) };
+    assert_eq!(
+        mem::clEnqueueUnmapMemObject(q, img3, p, 0, null(), null_mut()),
+        CL_SUCCESS
+    );
+    let mut one = 0f32;
+    let r = clEnqueueReadImage(
+        q,
+        img3,
+        CL_TRUE,
+        [1usize, 1, 1].as_ptr(),
+        [1usize, 1, 1].as_ptr(),
+        0,
+        0,
+        (&mut one as *mut f32).cast(),
+        0,
+        null(),
+        null_mut(),
+    );
+    assert_eq!(r, CL_SUCCESS);
+    assert_eq!(one, -1.0);
+
+    // A 1D image wider than an arena slice: parts of a row.
+    let wide = 100_000usize;
+    let d1 = desc(CL_MEM_OBJECT_IMAGE1D, [wide, 0, 0, 0], [0, 0]);
+    let img1 = clCreateImage(ctx, 0, &R32F, &d1, null_mut(), &mut err);
+    assert_eq!(err, CL_SUCCESS);
+    let line: Vec<f32> = (0..wide).map(|i| i as f32 * 0.5).collect();
+    let mut wev: Handle = null_mut();
+    let r = clEnqueueWriteImage(
+        q,
+        img1,
+        CL_FALSE,
+        zero.as_ptr(),
+        [wide, 1, 1].as_ptr(),
+        0,
+        0,
+        line.as_ptr().cast(),
+        0,
+        null(),
+        &mut wev,
+    );
+    assert_eq!(r, CL_SUCCESS);
+    let mut got = vec![0f32; wide];
+    let r = clEnqueueReadImage(
+        q,
+        img1,
+        CL_TRUE,
+        zero.as_ptr(),
+        [wide, 1, 1].as_ptr(),
+        0,
+        0,
+        got.as_mut_ptr().cast(),
+        1,
+        &wev,
+        null_mut(),
+    );
+    assert_eq!(r, CL_SUCCESS);
+    assert!(got == line);
+    assert_eq!(event::clReleaseEvent(wev), CL_SUCCESS);
+
+    // Samplers, and a kernel that takes an image and a sampler.
+    let smp = sampler::clCreateSampler(
+        ctx,
+        CL_FALSE,
+        CL_ADDRESS_CLAMP_TO_EDGE,
+        CL_FILTER_NEAREST,
+        &mut err,
+    );
+    assert_eq!(err, CL_SUCCESS);
+    let sinfo = |p: u32| -> u32 { word_info(|s, v, r| sampler::clGetSamplerInfo(smp, p, s, v, r)) };
+    assert_eq!(sinfo(CL_SAMPLER_NORMALIZED_COORDS), CL_FALSE);
+    assert_eq!(sinfo(CL_SAMPLER_ADDRESSING_MODE), CL_ADDRESS_CLAMP_TO_EDGE);
+    assert_eq!(sinfo(CL_SAMPLER_FILTER_MODE), CL_FILTER_NEAREST);
+    assert_eq!(sinfo(CL_SAMPLER_REFERENCE_COUNT), 1);
+    let sctx: usize =
+        word_info(|s, v, r| sampler::clGetSamplerInfo(smp, CL_SAMPLER_CONTEXT, s, v, r));
+    assert_eq!(sctx, ctx as usize);
+    assert_eq!(sampler::clRetainSampler(smp), CL_SUCCESS);
+    assert_eq!(sinfo(CL_SAMPLER_REFERENCE_COUNT), 2);
+    assert_eq!(sampler::clReleaseSampler(smp), CL_SUCCESS);
+    let props = [
+        u64::from(CL_SAMPLER_FILTER_MODE),
+        u64::from(CL_FILTER_LINEAR),
+        0,
+    ];
+    let smp2 = sampler::clCreateSamplerWithProperties(ctx, props.as_ptr(), &mut err);
+    assert_eq!(err, CL_SUCCESS);
+    let norm: u32 =
+        word_info(|s, v, r| sampler::clGetSamplerInfo(smp2, CL_SAMPLER_NORMALIZED_COORDS, s, v, r));
+    assert_eq!(norm, CL_TRUE);
+    let bad_s = sampler::clCreateSampler(ctx, CL_TRUE, 0x1200, CL_FILTER_NEAREST, &mut err);
+    assert!(bad_s.is_null());
+    assert_eq!(err, CL_INVALID_VALUE);
+
+    let text = std::ffi::CString::new(SAMPLE).unwrap();
+    let prog = program::clCreateProgramWithSource(ctx, 1, &text.as_ptr(), null(), &mut err);
+    assert_eq!(
+        program::clBuildProgram(prog, 0, null(), null(), None, null_mut()),
+        CL_SUCCESS
+    );
+    let k = kernel::clCreateKernel(prog, c"sample".as_ptr(), &mut err);
+    assert_eq!(err, CL_SUCCESS);
+    let set = |i: u32, v: &Handle| {
+        kernel::clSetKernelArg(k, i, size_of::<Handle>(), (v as *const Handle).cast())
+    };
+    assert_eq!(set(0, &buf), CL_INVALID_MEM_OBJECT, "a buffer for an image");
+    assert_eq!(set(1, &img), CL_INVALID_SAMPLER);
+    assert_eq!(
+        set(2, &img),
+        CL_INVALID_MEM_OBJECT,
+        "an image for a pointer"
+    );
+    assert_eq!(set(0, &img), CL_SUCCESS);
+    assert_eq!(set(1, &smp), CL_SUCCESS);
+    assert_eq!(set(2, &buf), CL_SUCCESS);
+    let one = [1usize];
+    let mut kev: Handle = null_mut();
+    assert_eq!(
+        kernel::clEnqueueNDRangeKernel(q, k, 1, null(), one.as_ptr(), null(), 0, null(), &mut kev),
+        CL_SUCCESS
+    );
+    assert_eq!(
+        event::clWaitForEvents(1, &kev),
+        CL_SUCCESS,
+        "the host got an image and a sampler"
+    );
+    assert_eq!(event::clReleaseEvent(kev), CL_SUCCESS);
+
+    assert_eq!(kernel::clReleaseKernel(k), CL_SUCCESS);
+    assert_eq!(program::clReleaseProgram(prog), CL_SUCCESS);
+    for s in [smp, smp2] {
+        assert_eq!(sampler::clReleaseSampler(s), CL_SUCCESS);
+    }
+    assert_eq!(sampler::clReleaseSampler(smp), CL_INVALID_SAMPLER);
+    for m in [img, img2, img3, img1, buf] {
+        assert_eq!(mem::clReleaseMemObject(m), CL_SUCCESS);
+    }
 }

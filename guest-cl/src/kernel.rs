@@ -2,14 +2,15 @@
 //!
 //! Arguments are kept here until a launch, which sends them all with the
 //! geometry in one fire-and-forget `ClNdRange`. The kind of an argument is
-//! decided here ([`arg_kind`]): from its address space when the host can
-//! say (`CL_KERNEL_ARG_ADDRESS_QUALIFIER`, asked once per argument when the
-//! kernel is made; hosts answer for programs built with
-//! `-cl-kernel-arg-info`, which [`crate::program`] adds to every build),
-//! which also lets `clSetKernelArg` fail as the spec says; else from what
-//! `clSetKernelArg` got, which reproduces the application's call on the
-//! host exactly but for the buffer handle, and leaves its errors to the
-//! launch.
+//! decided here ([`arg_kind`]): from its address space and type when the
+//! host can say (`CL_KERNEL_ARG_ADDRESS_QUALIFIER` and
+//! `CL_KERNEL_ARG_TYPE_NAME`, asked once per argument when the kernel is
+//! made; hosts answer for programs built with `-cl-kernel-arg-info`, which
+//! [`crate::program`] adds to every build), which also lets
+//! `clSetKernelArg` fail as the spec says; else from what `clSetKernelArg`
+//! got, which reproduces the application's call on the host exactly but
+//! for the handle of a memory object or sampler, and leaves its errors to
+//! the launch.
 
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::Ordering;
@@ -22,9 +23,10 @@ use fairgpu_protocol::Opcode;
 
 use crate::event::Enqueue;
 use crate::mem::Mem;
-use crate::platform::{check_device, cstring, host_device_info, host_info};
+use crate::platform::{check_device, cstring, host_device_info, host_info, host_str};
 use crate::program::{split_names, Build, Program};
 use crate::registry::{self, ParentRef};
+use crate::sampler::Sampler;
 use crate::types::*;
 use crate::{conn, guard, guard_obj, raw};
 
@@ -46,20 +48,36 @@ pub struct Kernel {
     args: Mutex<Vec<Option<KernelArg>>>,
 }
 
-/// The address space of a kernel argument, as far as the host said.
+/// What a kernel argument takes, as far as the host said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArgSpace {
     /// Not known: decided from the call.
     Unknown,
-    /// `__global` or `__constant`: a buffer.
+    /// `__global` or `__constant` pointer: a buffer.
     Buffer,
+    /// An image type (`image2d_t`, …): an image.
+    Image,
+    /// `sampler_t`: a sampler.
+    Sampler,
     /// `__local`: a size.
     Local,
     /// `__private`: a value.
     Value,
 }
 
+/// A live object a `clSetKernelArg` value names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgObject {
+    /// A buffer (its host handle).
+    Buffer(u64),
+    /// An image (its host handle).
+    Image(u64),
+    /// A sampler (its host handle).
+    Sampler(u64),
+}
+
 const CL_KERNEL_ARG_ADDRESS_QUALIFIER: u64 = 0x1196;
+const CL_KERNEL_ARG_TYPE_NAME: u64 = 0x1198;
 const CL_KERNEL_ARG_ADDRESS_GLOBAL: u32 = 0x119B;
 const CL_KERNEL_ARG_ADDRESS_LOCAL: u32 = 0x119C;
 const CL_KERNEL_ARG_ADDRESS_CONSTANT: u32 = 0x119D;
@@ -72,6 +90,39 @@ impl ArgSpace {
             CL_KERNEL_ARG_ADDRESS_LOCAL => ArgSpace::Local,
             CL_KERNEL_ARG_ADDRESS_PRIVATE => ArgSpace::Value,
             _ => ArgSpace::Unknown,
+        }
+    }
+
+    /// From an argument's address qualifier and type name: image types
+    /// and `sampler_t` by name (whatever qualifier the host reports for
+    /// them), the rest by address space.
+    fn of(q: u32, type_name: &str) -> ArgSpace {
+        let t = type_name
+            .split_whitespace()
+            .last()
+            .unwrap_or("")
+            .trim_start_matches("__");
+        let image = matches!(
+            t,
+            "image1d_t"
+                | "image1d_array_t"
+                | "image1d_buffer_t"
+                | "image2d_t"
+                | "image2d_array_t"
+                | "image3d_t"
+                | "image2d_depth_t"
+                | "image2d_array_depth_t"
+                | "image2d_msaa_t"
+                | "image2d_array_msaa_t"
+                | "image2d_msaa_depth_t"
+                | "image2d_array_msaa_depth_t"
+        );
+        if image {
+            ArgSpace::Image
+        } else if t == "sampler_t" {
+            ArgSpace::Sampler
+        } else {
+            ArgSpace::from_qualifier(q)
         }
     }
 }
@@ -90,16 +141,16 @@ impl Drop for Kernel {
 }
 
 /// The kind of a `clSetKernelArg` argument of `size` bytes at `value` for
-/// an argument in address space `space` (`mem` answers the host handle of
-/// a live buffer by its `cl_mem`), checked as the spec says where the space
-/// is known. Where it is not: no value is `__local` memory of that size;
-/// the size of a `cl_mem` holding a live buffer or NULL is a buffer;
-/// anything else is bytes by value.
+/// an argument that takes `space` (`find` answers the live memory object or
+/// sampler a handle names), checked as the spec says where the space is
+/// known. Where it is not: no value is `__local` memory of that size; the
+/// size of a handle holding a live memory object, a live sampler or NULL
+/// is that object (NULL: a NULL buffer); anything else is bytes by value.
 pub fn arg_kind(
     space: ArgSpace,
     size: usize,
     value: Option<&[u8]>,
-    mem: impl Fn(usize) -> Option<u64>,
+    find: impl Fn(usize) -> Option<ArgObject>,
 ) -> Result<KernelArg, i32> {
     let word = |b: &[u8]| <[u8; size_of::<usize>()]>::try_from(b).map(usize::from_ne_bytes);
     match space {
@@ -119,8 +170,33 @@ pub fn arg_kind(
             }
             return match value.map(word) {
                 None | Some(Ok(0)) => Ok(KernelArg::Mem(0)),
-                Some(Ok(p)) => mem(p).map(KernelArg::Mem).ok_or(CL_INVALID_MEM_OBJECT),
+                Some(Ok(p)) => match find(p) {
+                    Some(ArgObject::Buffer(h)) => Ok(KernelArg::Mem(h)),
+                    _ => Err(CL_INVALID_MEM_OBJECT),
+                },
                 Some(Err(_)) => Err(CL_INVALID_ARG_SIZE),
+            };
+        }
+        ArgSpace::Image => {
+            if size != size_of::<usize>() {
+                return Err(CL_INVALID_ARG_SIZE);
+            }
+            let p = value.map(word).ok_or(CL_INVALID_ARG_VALUE)?;
+            return match p.map(&find) {
+                Ok(Some(ArgObject::Image(h))) => Ok(KernelArg::Mem(h)),
+                Ok(_) => Err(CL_INVALID_MEM_OBJECT),
+                Err(_) => Err(CL_INVALID_ARG_SIZE),
+            };
+        }
+        ArgSpace::Sampler => {
+            if size != size_of::<usize>() {
+                return Err(CL_INVALID_ARG_SIZE);
+            }
+            let p = value.map(word).ok_or(CL_INVALID_ARG_VALUE)?;
+            return match p.map(&find) {
+                Ok(Some(ArgObject::Sampler(h))) => Ok(KernelArg::Sampler(h)),
+                Ok(_) => Err(CL_INVALID_SAMPLER),
+                Err(_) => Err(CL_INVALID_ARG_SIZE),
             };
         }
         ArgSpace::Value => {
@@ -144,8 +220,10 @@ pub fn arg_kind(
         if p == 0 {
             return Ok(KernelArg::Mem(0));
         }
-        if let Some(h) = mem(p) {
-            return Ok(KernelArg::Mem(h));
+        match find(p) {
+            Some(ArgObject::Buffer(h) | ArgObject::Image(h)) => return Ok(KernelArg::Mem(h)),
+            Some(ArgObject::Sampler(h)) => return Ok(KernelArg::Sampler(h)),
+            None => {}
         }
     }
     if size > MAX_ARG_BYTES as usize {
@@ -187,8 +265,9 @@ fn new_kernel(program: Handle, p: &Arc<Program>, name: &[u8]) -> Result<Handle, 
     })))
 }
 
-/// The address spaces of host kernel `kernel`'s arguments, if the host
-/// answers for the build `b` (asked once per build, then per argument).
+/// What host kernel `kernel`'s arguments take, if the host answers for
+/// the build `b` (asked once per build, then per argument: the address
+/// qualifier and the type name).
 fn arg_spaces(b: &mut Build, kernel: u64, nargs: u32) -> Vec<ArgSpace> {
     let unknown = vec![ArgSpace::Unknown; nargs as usize];
     if nargs == 0 || b.arg_info == Some(false) {
@@ -198,14 +277,20 @@ fn arg_spaces(b: &mut Build, kernel: u64, nargs: u32) -> Vec<ArgSpace> {
         (0..nargs)
             .map(|i| {
                 let mut q = [0u8; 4];
+                let at = u64::from(i);
                 let param = CL_KERNEL_ARG_ADDRESS_QUALIFIER;
-                c.call(
+                c.call(Opcode::ClKernelArgInfo, &[kernel, at, param], &[], &mut q)?;
+                let mut name = [0u8; 256];
+                let param = CL_KERNEL_ARG_TYPE_NAME;
+                let r = c.call(
                     Opcode::ClKernelArgInfo,
-                    &[kernel, u64::from(i), param],
+                    &[kernel, at, param],
                     &[],
-                    &mut q,
+                    &mut name,
                 )?;
-                Ok(ArgSpace::from_qualifier(u32::from_ne_bytes(q)))
+                let name = &name[..(r.data_len as usize).min(name.len())];
+                let name = String::from_utf8_lossy(host_str(name));
+                Ok(ArgSpace::of(u32::from_ne_bytes(q), &name))
             })
             .collect::<Result<Vec<_>, i32>>()
     });
@@ -291,7 +376,14 @@ pub(crate) extern "C" fn clSetKernelArg(
         };
         let space = k.spaces[index as usize];
         let arg = arg_kind(space, size, bytes, |p| {
-            registry::find::<Mem>(p).map(|m| m.host)
+            if let Some(m) = registry::find::<Mem>(p) {
+                return Some(if m.image.is_some() {
+                    ArgObject::Image(m.host)
+                } else {
+                    ArgObject::Buffer(m.host)
+                });
+            }
+            registry::find::<Sampler>(p).map(|s| ArgObject::Sampler(s.host))
         })?;
         k.args()[index as usize] = Some(arg);
         Ok(())
@@ -560,13 +652,24 @@ mod tests {
     use fairgpu_protocol::opencl::decode_args;
 
     const LIVE: usize = 0x5000_1000;
+    const IMAGE: usize = 0x5000_2000;
+    const SAMPLER: usize = 0x5000_3000;
+
+    fn find(p: usize) -> Option<ArgObject> {
+        match p {
+            LIVE => Some(ArgObject::Buffer(77)),
+            IMAGE => Some(ArgObject::Image(78)),
+            SAMPLER => Some(ArgObject::Sampler(79)),
+            _ => None,
+        }
+    }
 
     fn kind(size: usize, value: Option<&[u8]>) -> Result<KernelArg, i32> {
         kind_in(ArgSpace::Unknown, size, value)
     }
 
     fn kind_in(space: ArgSpace, size: usize, value: Option<&[u8]>) -> Result<KernelArg, i32> {
-        arg_kind(space, size, value, |p| (p == LIVE).then_some(77))
+        arg_kind(space, size, value, find)
     }
 
     #[test]
@@ -601,6 +704,34 @@ mod tests {
         assert_eq!(kind_in(Value, 4, None), Err(CL_INVALID_ARG_VALUE));
         assert_eq!(ArgSpace::from_qualifier(0x119D), Buffer);
         assert_eq!(ArgSpace::from_qualifier(0), Unknown);
+    }
+
+    #[test]
+    fn images_and_samplers_are_checked_by_type() {
+        use ArgSpace::*;
+        let (img, smp, buf) = (
+            IMAGE.to_ne_bytes(),
+            SAMPLER.to_ne_bytes(),
+            LIVE.to_ne_bytes(),
+        );
+        assert_eq!(kind_in(Image, 8, Some(&img)), Ok(KernelArg::Mem(78)));
+        assert_eq!(kind_in(Image, 8, Some(&buf)), Err(CL_INVALID_MEM_OBJECT));
+        assert_eq!(kind_in(Image, 8, None), Err(CL_INVALID_ARG_VALUE));
+        assert_eq!(kind_in(Image, 4, Some(&img[..4])), Err(CL_INVALID_ARG_SIZE));
+        assert_eq!(kind_in(Buffer, 8, Some(&img)), Err(CL_INVALID_MEM_OBJECT));
+        assert_eq!(kind_in(Sampler, 8, Some(&smp)), Ok(KernelArg::Sampler(79)));
+        assert_eq!(kind_in(Sampler, 8, Some(&img)), Err(CL_INVALID_SAMPLER));
+        assert_eq!(kind_in(Sampler, 8, None), Err(CL_INVALID_ARG_VALUE));
+        // Unknown spaces: by what the value names.
+        assert_eq!(kind(8, Some(&img)), Ok(KernelArg::Mem(78)));
+        assert_eq!(kind(8, Some(&smp)), Ok(KernelArg::Sampler(79)));
+        // Types decide before address spaces.
+        assert_eq!(ArgSpace::of(0x119B, "image2d_t"), Image);
+        assert_eq!(ArgSpace::of(0x119E, "image3d_t"), Image);
+        assert_eq!(ArgSpace::of(0x119E, "sampler_t"), Sampler);
+        assert_eq!(ArgSpace::of(0x119E, "float4"), Value);
+        assert_eq!(ArgSpace::of(0x119B, "imagedata*"), Buffer);
+        assert_eq!(ArgSpace::of(0x119E, "image_params_t"), Value);
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //! through an `.icd` file naming it, asks it for its platforms with
 //! `clIcdGetPlatformIDsKHR`, and from then on calls it through the dispatch
 //! table that every object it hands out points to. The library forwards an
-//! OpenCL 1.2 feature set (buffers, programs from source or binary,
-//! kernels, in-order queues, events) to the fairgpu host over one channel
-//! per process, with the opcodes of [`fairgpu_protocol::opencl`].
+//! OpenCL 1.2 feature set (buffers, images and samplers, programs from
+//! source or binary, kernels, in-order queues, events) to the fairgpu host
+//! over one channel per process, with the opcodes of
+//! [`fairgpu_protocol::opencl`].
 //!
 //! Invariants:
 //! - only `clIcdGetPlatformIDsKHR`, `clGetExtensionFunctionAddress` and
@@ -19,8 +20,8 @@
 //!   registry of live objects ([`registry`]) before use: a stale or foreign
 //!   pointer gets the type's `CL_INVALID_*` error;
 //! - platform, device and context are guest-side objects; queues, buffers,
-//!   programs and kernels hold the host's opaque handles; events are named
-//!   by ids this library chooses ([`event`]).
+//!   images, samplers, programs and kernels hold the host's opaque handles;
+//!   events are named by ids this library chooses ([`event`]).
 //!
 //! Environment: `FAIRGPU_REGION` (local mode; else the ivshmem device),
 //! `FAIRGPU_GUEST_LOG` (`0` silences the once-per-name log of unsupported
@@ -44,12 +45,14 @@ mod context;
 mod event;
 #[cfg(test)]
 mod fake_host;
+mod image;
 mod include;
 mod kernel;
 mod mem;
 mod platform;
 mod program;
 mod registry;
+mod sampler;
 
 use std::collections::HashSet;
 use std::io::Write as _;

@@ -1,4 +1,5 @@
-//! Buffers and the commands that move their bytes.
+//! Memory objects, buffers and the commands that move their bytes (images
+//! are memory objects too; their commands are in [`crate::image`]).
 //!
 //! A buffer is a host buffer. The host-pointer flags are the guest's
 //! business: `CL_MEM_COPY_HOST_PTR` and `CL_MEM_USE_HOST_PTR` data is
@@ -25,24 +26,26 @@ use fairgpu_protocol::Opcode;
 use crate::conn::{self, Conn};
 use crate::context::Context;
 use crate::event::Enqueue;
+use crate::image::{self, ImageBox, ImageInfo, Pitch};
 use crate::raw::{self, MapMemory};
 use crate::rect::{self, Layout};
 use crate::registry::{self, ParentRef};
 use crate::types::*;
 use crate::{guard, guard_obj, platform};
 
-const ACCESS: u64 = CL_MEM_READ_WRITE | CL_MEM_WRITE_ONLY | CL_MEM_READ_ONLY;
+/// The device access flags.
+pub const ACCESS: u64 = CL_MEM_READ_WRITE | CL_MEM_WRITE_ONLY | CL_MEM_READ_ONLY;
 const HOST_ACCESS: u64 = CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS;
 const HOST_PTR: u64 = CL_MEM_USE_HOST_PTR | CL_MEM_ALLOC_HOST_PTR | CL_MEM_COPY_HOST_PTR;
 
-/// A buffer's state.
+/// A memory object's state.
 #[derive(Debug)]
 pub struct Mem {
     /// Its context (counted).
     pub context: ParentRef,
     /// `CL_MEM_FLAGS` (for a sub-buffer, with what it inherited).
     pub flags: u64,
-    /// Bytes.
+    /// Bytes (of an image: as the host allocated it).
     pub size: usize,
     /// The application's memory of a `CL_MEM_USE_HOST_PTR` buffer (0 else).
     pub host_ptr: usize,
@@ -52,6 +55,8 @@ pub struct Mem {
     parent: Option<(ParentRef, Arc<Mem>)>,
     /// A sub-buffer's origin in its parent.
     pub offset: usize,
+    /// An image's description (`None`: a buffer).
+    pub image: Option<ImageInfo>,
     /// Its own handle, for destructor callbacks.
     handle: AtomicUsize,
     state: Mutex<MemState>,
@@ -67,19 +72,29 @@ struct MemState {
 
 /// One live map.
 #[derive(Debug)]
-struct Mapping {
-    ptr: usize,
-    offset: usize,
-    len: usize,
+pub struct Mapping {
+    /// The address the application got.
+    pub ptr: usize,
+    /// A buffer map's offset in the buffer.
+    pub offset: usize,
+    /// Bytes from `ptr`.
+    pub len: usize,
     /// Mapped for writing: the bytes go back at the unmap.
-    write: bool,
+    pub write: bool,
     /// The memory, unless it is the application's own (host pointer).
-    memory: Option<MapMemory>,
+    pub memory: Option<MapMemory>,
+    /// An image map's box (origin, region) and its layout from `ptr`.
+    pub image: Option<(ImageBox, Pitch)>,
 }
 
 impl Mem {
     fn state(&self) -> MutexGuard<'_, MemState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a live map.
+    pub fn add_map(&self, m: Mapping) {
+        self.state().maps.push(m);
     }
 
     /// The host buffer this buffer's bytes live in, and where.
@@ -150,11 +165,13 @@ pub fn sub_buffer_flags(parent: u64, flags: u64) -> Result<u64, i32> {
     Ok(f)
 }
 
-fn host_can_read(flags: u64) -> bool {
+/// Whether the host (the application) may read a memory object.
+pub fn host_can_read(flags: u64) -> bool {
     flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS) == 0
 }
 
-fn host_can_write(flags: u64) -> bool {
+/// Whether the host (the application) may write a memory object.
+pub fn host_can_write(flags: u64) -> bool {
     flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS) == 0
 }
 
@@ -250,9 +267,33 @@ fn new_buffer(
         host,
         parent: None,
         offset: 0,
+        image: None,
         handle: AtomicUsize::new(0),
         state: Mutex::new(MemState::default()),
     }))
+}
+
+/// Registers a new image: host image `host` of `size` bytes.
+pub fn new_image(
+    context: ParentRef,
+    flags: u64,
+    size: usize,
+    host_ptr: usize,
+    host: u64,
+    info: ImageInfo,
+) -> Handle {
+    register(Mem {
+        context,
+        flags,
+        size,
+        host_ptr,
+        host,
+        parent: None,
+        offset: 0,
+        image: Some(info),
+        handle: AtomicUsize::new(0),
+        state: Mutex::new(MemState::default()),
+    })
 }
 
 fn register(m: Mem) -> Handle {
@@ -302,7 +343,7 @@ pub(crate) extern "C" fn clCreateSubBuffer(
 ) -> Handle {
     guard_obj("clCreateSubBuffer", errcode_ret, || {
         let parent = registry::get::<Mem>(buffer)?;
-        if parent.parent.is_some() {
+        if parent.parent.is_some() || parent.image.is_some() {
             return Err(CL_INVALID_MEM_OBJECT);
         }
         let flags = sub_buffer_flags(parent.flags, flags)?;
@@ -342,6 +383,7 @@ pub(crate) extern "C" fn clCreateSubBuffer(
             host: r.vals[0],
             parent: Some((pref, parent)),
             offset: origin,
+            image: None,
             handle: AtomicUsize::new(0),
             state: Mutex::new(MemState::default()),
         }))
@@ -379,7 +421,11 @@ pub(crate) extern "C" fn clGetMemObjectInfo(
     guard("clGetMemObjectInfo", || {
         let m = registry::get::<Mem>(mem)?;
         let v = match param {
-            CL_MEM_TYPE => CL_MEM_OBJECT_BUFFER.to_ne_bytes().to_vec(),
+            CL_MEM_TYPE => m
+                .image
+                .map_or(CL_MEM_OBJECT_BUFFER, |i| i.desc.image_type)
+                .to_ne_bytes()
+                .to_vec(),
             CL_MEM_FLAGS => m.flags.to_ne_bytes().to_vec(),
             CL_MEM_SIZE => m.size.to_ne_bytes().to_vec(),
             CL_MEM_HOST_PTR => m.host_ptr.to_ne_bytes().to_vec(),
@@ -402,11 +448,20 @@ pub(crate) extern "C" fn clGetMemObjectInfo(
     })
 }
 
-/// Buffer `h` of the enqueue's context.
-fn mem_of(e: &Enqueue, h: Handle) -> Result<Arc<Mem>, i32> {
+/// Memory object `h` of the enqueue's context.
+pub fn mem_of(e: &Enqueue, h: Handle) -> Result<Arc<Mem>, i32> {
     let m = registry::get::<Mem>(h)?;
     if m.context.handle() as usize != e.context() {
         return Err(CL_INVALID_CONTEXT);
+    }
+    Ok(m)
+}
+
+/// Buffer `h` of the enqueue's context (an image is CL_INVALID_MEM_OBJECT).
+pub fn buffer_of(e: &Enqueue, h: Handle) -> Result<Arc<Mem>, i32> {
+    let m = mem_of(e, h)?;
+    if m.image.is_some() {
+        return Err(CL_INVALID_MEM_OBJECT);
     }
     Ok(m)
 }
@@ -432,7 +487,7 @@ pub(crate) extern "C" fn clEnqueueReadBuffer(
 ) -> i32 {
     guard("clEnqueueReadBuffer", || {
         let e = Enqueue::new(queue, num_events, wait_list, event)?;
-        let m = mem_of(&e, buffer)?;
+        let m = buffer_of(&e, buffer)?;
         if !host_can_read(m.flags) {
             return Err(CL_INVALID_OPERATION);
         }
@@ -465,7 +520,7 @@ pub(crate) extern "C" fn clEnqueueWriteBuffer(
 ) -> i32 {
     guard("clEnqueueWriteBuffer", || {
         let e = Enqueue::new(queue, num_events, wait_list, event)?;
-        let m = mem_of(&e, buffer)?;
+        let m = buffer_of(&e, buffer)?;
         if !host_can_write(m.flags) {
             return Err(CL_INVALID_OPERATION);
         }
@@ -494,8 +549,8 @@ pub(crate) extern "C" fn clEnqueueCopyBuffer(
 ) -> i32 {
     guard("clEnqueueCopyBuffer", || {
         let e = Enqueue::new(queue, num_events, wait_list, event)?;
-        let s = mem_of(&e, src)?;
-        let d = mem_of(&e, dst)?;
+        let s = buffer_of(&e, src)?;
+        let d = buffer_of(&e, dst)?;
         check_range(&s, src_offset, size)?;
         check_range(&d, dst_offset, size)?;
         let ((sr, so), (dr, dof)) = (s.root(), d.root());
@@ -545,7 +600,7 @@ pub(crate) extern "C" fn clEnqueueFillBuffer(
 ) -> i32 {
     guard("clEnqueueFillBuffer", || {
         let e = Enqueue::new(queue, num_events, wait_list, event)?;
-        let m = mem_of(&e, buffer)?;
+        let m = buffer_of(&e, buffer)?;
         check_fill(pattern_size, offset, size)?;
         check_range(&m, offset, size)?;
         // SAFETY: pattern holds pattern_size bytes.
@@ -563,7 +618,7 @@ pub(crate) extern "C" fn clEnqueueFillBuffer(
 }
 
 /// Reads three `size_t`s.
-fn triple(p: *const usize) -> Result<[usize; 3], i32> {
+pub fn triple(p: *const usize) -> Result<[usize; 3], i32> {
     // SAFETY: origins and regions are size_t[3] per the API.
     let s = unsafe { raw::slice(p, 3) }.ok_or(CL_INVALID_VALUE)?;
     Ok([s[0], s[1], s[2]])
@@ -606,7 +661,7 @@ pub(crate) extern "C" fn clEnqueueReadBufferRect(
 ) -> i32 {
     guard("clEnqueueReadBufferRect", || {
         let e = Enqueue::new(queue, num_events, wait_list, event)?;
-        let m = mem_of(&e, buffer)?;
+        let m = buffer_of(&e, buffer)?;
         if !host_can_read(m.flags) {
             return Err(CL_INVALID_OPERATION);
         }
@@ -685,7 +740,7 @@ pub(crate) extern "C" fn clEnqueueWriteBufferRect(
 ) -> i32 {
     guard("clEnqueueWriteBufferRect", || {
         let e = Enqueue::new(queue, num_events, wait_list, event)?;
-        let m = mem_of(&e, buffer)?;
+        let m = buffer_of(&e, buffer)?;
         if !host_can_write(m.flags) {
             return Err(CL_INVALID_OPERATION);
         }
@@ -739,8 +794,8 @@ pub(crate) extern "C" fn clEnqueueCopyBufferRect(
 ) -> i32 {
     guard("clEnqueueCopyBufferRect", || {
         let e = Enqueue::new(queue, num_events, wait_list, event)?;
-        let s = mem_of(&e, src)?;
-        let d = mem_of(&e, dst)?;
+        let s = buffer_of(&e, src)?;
+        let d = buffer_of(&e, dst)?;
         let region = triple(region)?;
         let sl = Layout::new(triple(src_origin)?, region, src_row_pitch, src_slice_pitch)?;
         let dl = Layout::new(triple(dst_origin)?, region, dst_row_pitch, dst_slice_pitch)?;
@@ -789,6 +844,29 @@ pub(crate) extern "C" fn clEnqueueCopyBufferRect(
     })
 }
 
+/// Checks a map's flags against the memory object's: whether the map
+/// writes (its bytes go back at the unmap) and whether it fetches them
+/// (unless it discards them).
+pub fn map_access(m: &Mem, map_flags: u64) -> Result<(bool, bool), i32> {
+    let flags = match map_flags {
+        0 => CL_MAP_READ | CL_MAP_WRITE,
+        f => f,
+    };
+    let known = CL_MAP_READ | CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION;
+    if flags & !known != 0
+        || (flags & CL_MAP_WRITE_INVALIDATE_REGION != 0
+            && flags & (CL_MAP_READ | CL_MAP_WRITE) != 0)
+    {
+        return Err(CL_INVALID_VALUE);
+    }
+    let writes = flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
+    if (flags & CL_MAP_READ != 0 && !host_can_read(m.flags)) || (writes && !host_can_write(m.flags))
+    {
+        return Err(CL_INVALID_OPERATION);
+    }
+    Ok((writes, flags & CL_MAP_WRITE_INVALIDATE_REGION == 0))
+}
+
 pub(crate) extern "C" fn clEnqueueMapBuffer(
     queue: Handle,
     buffer: Handle,
@@ -803,27 +881,9 @@ pub(crate) extern "C" fn clEnqueueMapBuffer(
 ) -> *mut c_void {
     guard_obj("clEnqueueMapBuffer", errcode_ret, || {
         let e = Enqueue::new(queue, num_events, wait_list, event)?;
-        let m = mem_of(&e, buffer)?;
-        let flags = match map_flags {
-            0 => CL_MAP_READ | CL_MAP_WRITE,
-            f => f,
-        };
-        let known = CL_MAP_READ | CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION;
-        if flags & !known != 0
-            || (flags & CL_MAP_WRITE_INVALIDATE_REGION != 0
-                && flags & (CL_MAP_READ | CL_MAP_WRITE) != 0)
-        {
-            return Err(CL_INVALID_VALUE);
-        }
-        let writes = flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
-        if (flags & CL_MAP_READ != 0 && !host_can_read(m.flags))
-            || (writes && !host_can_write(m.flags))
-        {
-            return Err(CL_INVALID_OPERATION);
-        }
+        let m = buffer_of(&e, buffer)?;
+        let (writes, fetch) = map_access(&m, map_flags)?;
         check_range(&m, offset, size)?;
-        // The bytes come over unless the map discards them.
-        let fetch = flags & CL_MAP_WRITE_INVALIDATE_REGION == 0;
         let (ptr, mut memory) = if m.flags & CL_MEM_USE_HOST_PTR != 0 {
             (m.host_ptr + offset, None)
         } else {
@@ -854,12 +914,13 @@ pub(crate) extern "C" fn clEnqueueMapBuffer(
                 Ok(())
             })
         })?;
-        m.state().maps.push(Mapping {
+        m.add_map(Mapping {
             ptr,
             offset,
             len: size,
             write: writes,
             memory,
+            image: None,
         });
         e.publish(CL_COMMAND_MAP_BUFFER, fetch)?;
         earlier?;
@@ -894,12 +955,24 @@ pub(crate) extern "C" fn clEnqueueUnmapMemObject(
             }
             let data: &[u8] = match &mut mapping.memory {
                 Some(mm) => mm.bytes_mut(),
-                // SAFETY: the mapped region of a USE_HOST_PTR buffer: `len`
-                // bytes of the application's memory at the mapped pointer.
+                // SAFETY: the mapped region of a USE_HOST_PTR memory
+                // object: `len` bytes of the application's memory at the
+                // mapped pointer.
                 None => unsafe { raw::bytes(mapping.ptr as *const c_void, mapping.len) }
                     .ok_or(CL_INVALID_VALUE)?,
             };
-            write(c, e.queue.host, m.host, mapping.offset, data, Some(&e))
+            match (mapping.image, m.image) {
+                (Some((b, p)), Some(i)) => image::write_box(
+                    c,
+                    e.queue.host,
+                    m.host,
+                    i.elem,
+                    b,
+                    e.event,
+                    |at, size, out| image::pack(data, p, i.elem, at, size, out),
+                ),
+                _ => write(c, e.queue.host, m.host, mapping.offset, data, Some(&e)),
+            }
         });
         if let Err(err) = r {
             // Still mapped: the application may try again.

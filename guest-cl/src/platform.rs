@@ -360,9 +360,7 @@ pub fn device_info(param: u32) -> Result<Vec<u8>, i32> {
         CL_DEVICE_PLATFORM => ptr(platform()),
         CL_DEVICE_VERSION => cstring(VERSION),
         CL_DEVICE_OPENCL_C_VERSION => cstring(OPENCL_C_VERSION),
-        CL_DEVICE_IMAGE_SUPPORT | CL_DEVICE_HOST_UNIFIED_MEMORY | CL_DEVICE_LINKER_AVAILABLE => {
-            u32v(CL_FALSE)
-        }
+        CL_DEVICE_HOST_UNIFIED_MEMORY | CL_DEVICE_LINKER_AVAILABLE => u32v(CL_FALSE),
         CL_DEVICE_QUEUE_PROPERTIES => u64v(CL_QUEUE_PROFILING_ENABLE),
         CL_DEVICE_EXTENSIONS => {
             let host = host_device_info(param)?;

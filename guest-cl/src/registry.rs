@@ -10,9 +10,10 @@
 //! Reference counts follow the API: an object starts at 1, `clRetain*`
 //! adds, `clRelease*` subtracts, and the handle goes at 0. Objects keep
 //! their parents counted ([`ParentRef`]): a queue its context, a kernel its
-//! program, an event its queue, so that a parent's handle stays valid (and
-//! its host object alive) while a child uses it. The state's `Drop`
-//! releases the host object (see [`crate::conn::release_later`]).
+//! program, an event its queue, a sampler its context, so that a parent's
+//! handle stays valid (and its host object alive) while a child uses it.
+//! The state's `Drop` releases the host object (see
+//! [`crate::conn::release_later`]).
 //!
 //! Lock order: the registry lock is never held while an object is dropped
 //! or the channel is used.
@@ -26,9 +27,10 @@ use crate::event::Event;
 use crate::kernel::Kernel;
 use crate::mem::Mem;
 use crate::program::Program;
+use crate::sampler::Sampler;
 use crate::types::{
     Handle, CL_INVALID_COMMAND_QUEUE, CL_INVALID_CONTEXT, CL_INVALID_EVENT, CL_INVALID_KERNEL,
-    CL_INVALID_MEM_OBJECT, CL_INVALID_PROGRAM,
+    CL_INVALID_MEM_OBJECT, CL_INVALID_PROGRAM, CL_INVALID_SAMPLER,
 };
 
 /// One live object's state.
@@ -38,8 +40,10 @@ pub enum Obj {
     Context(Arc<Context>),
     /// `cl_command_queue`.
     Queue(Arc<Queue>),
-    /// `cl_mem` (buffers and sub-buffers).
+    /// `cl_mem` (buffers, sub-buffers and images).
     Mem(Arc<Mem>),
+    /// `cl_sampler`.
+    Sampler(Arc<Sampler>),
     /// `cl_program`.
     Program(Arc<Program>),
     /// `cl_kernel`.
@@ -92,6 +96,7 @@ macro_rules! kind {
 kind!(Context, CL_INVALID_CONTEXT);
 kind!(Queue, CL_INVALID_COMMAND_QUEUE);
 kind!(Mem, CL_INVALID_MEM_OBJECT);
+kind!(Sampler, CL_INVALID_SAMPLER);
 kind!(Program, CL_INVALID_PROGRAM);
 kind!(Kernel, CL_INVALID_KERNEL);
 kind!(Event, CL_INVALID_EVENT);

@@ -210,6 +210,35 @@ pub enum Opcode {
     ClEventProfiling = 0x1062,
     /// Forgets event `args[0]`.
     ClReleaseEvent = 0x1063,
+    /// `clCreateImage(args[0] = flags)`, arena: a [`crate::opencl::ImageDesc`]
+    /// → `vals[0]` = the image (a memory object, in the buffers' handle
+    /// space), `vals[1]` = element size, `vals[2]` = its bytes.
+    ClCreateImage = 0x1027,
+    /// `clGetSupportedImageFormats(args[0] = flags, args[1] = image type)` →
+    /// `(order, type)` u32 pairs in the arena, `vals[0]` = how many there are.
+    ClImageFormats = 0x1028,
+    /// `clEnqueueWriteImage(args[0] = queue, args[1] = image, args[4] =
+    /// event)`, arena: a [`crate::opencl::ImageRegion`] then the region's
+    /// bytes, packed (rows of `region[0]` elements, no padding).
+    ClWriteImage = 0x1029,
+    /// `clEnqueueReadImage(args[0] = queue, args[1] = image, args[4] =
+    /// event)`, arena: a [`crate::opencl::ImageRegion`] → the region's bytes,
+    /// packed, from offset 0 of the arena (blocking).
+    ClReadImage = 0x102a,
+    /// `clEnqueueCopyImage(args[0] = queue, args[1] = src, args[2] = dst,
+    /// args[4] = event)`, arena: src origin, dst origin, region (u64 words).
+    ClCopyImage = 0x102b,
+    /// `clEnqueueCopyImageToBuffer(args[0] = queue, args[1] = image, args[2] =
+    /// buffer, args[4] = event)`, arena: origin, region, buffer offset (u64 words).
+    ClCopyImageToBuffer = 0x102c,
+    /// `clEnqueueCopyBufferToImage(args[0] = queue, args[1] = buffer, args[2] =
+    /// image, args[4] = event)`, arena: buffer offset, origin, region (u64 words).
+    ClCopyBufferToImage = 0x102d,
+    /// `clCreateSampler(args[0] = normalized coordinates, args[1] = addressing
+    /// mode, args[2] = filter mode)` → `vals[0]` = sampler.
+    ClCreateSampler = 0x1044,
+    /// Releases sampler `args[0]`.
+    ClReleaseSampler = 0x1045,
 }
 
 /// The first opcode of the CUDA driver API range.
@@ -243,7 +272,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 77] = [
+    pub const ALL: [Opcode; 86] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -321,6 +350,15 @@ impl Opcode {
         Opcode::ClEventStatus,
         Opcode::ClEventProfiling,
         Opcode::ClReleaseEvent,
+        Opcode::ClCreateImage,
+        Opcode::ClImageFormats,
+        Opcode::ClWriteImage,
+        Opcode::ClReadImage,
+        Opcode::ClCopyImage,
+        Opcode::ClCopyImageToBuffer,
+        Opcode::ClCopyBufferToImage,
+        Opcode::ClCreateSampler,
+        Opcode::ClReleaseSampler,
     ];
 }
 

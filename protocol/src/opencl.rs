@@ -65,6 +65,16 @@ pub const CL_OUT_OF_RESOURCES: i32 = -5;
 pub const CL_OUT_OF_HOST_MEMORY: i32 = -6;
 /// CL_PROFILING_INFO_NOT_AVAILABLE.
 pub const CL_PROFILING_INFO_NOT_AVAILABLE: i32 = -7;
+/// CL_IMAGE_FORMAT_MISMATCH.
+pub const CL_IMAGE_FORMAT_MISMATCH: i32 = -9;
+/// CL_INVALID_IMAGE_FORMAT_DESCRIPTOR.
+pub const CL_INVALID_IMAGE_FORMAT_DESCRIPTOR: i32 = -39;
+/// CL_INVALID_IMAGE_SIZE.
+pub const CL_INVALID_IMAGE_SIZE: i32 = -40;
+/// CL_INVALID_SAMPLER.
+pub const CL_INVALID_SAMPLER: i32 = -41;
+/// CL_INVALID_IMAGE_DESCRIPTOR.
+pub const CL_INVALID_IMAGE_DESCRIPTOR: i32 = -65;
 /// CL_BUILD_PROGRAM_FAILURE.
 pub const CL_BUILD_PROGRAM_FAILURE: i32 = -11;
 /// CL_INVALID_VALUE.
@@ -139,6 +149,8 @@ pub enum ArgKind {
     Mem = 1,
     /// `__local` memory of `size` bytes; nothing follows.
     Local = 2,
+    /// A sampler: one u64 follows, the sampler handle.
+    Sampler = 3,
 }
 
 impl ArgKind {
@@ -148,6 +160,7 @@ impl ArgKind {
             0 => Some(ArgKind::Bytes),
             1 => Some(ArgKind::Mem),
             2 => Some(ArgKind::Local),
+            3 => Some(ArgKind::Sampler),
             _ => None,
         }
     }
@@ -228,6 +241,8 @@ pub enum KernelArg {
     Mem(u64),
     /// `__local` bytes.
     Local(u32),
+    /// A sampler handle.
+    Sampler(u64),
 }
 
 /// Why an argument list did not decode.
@@ -254,11 +269,12 @@ pub fn encode_arg(out: &mut Vec<u8>, arg: &KernelArg) {
         KernelArg::Bytes(b) => (ArgKind::Bytes, b.len() as u32, b),
         KernelArg::Mem(_) => (ArgKind::Mem, 8, &[]),
         KernelArg::Local(n) => (ArgKind::Local, *n, &[]),
+        KernelArg::Sampler(_) => (ArgKind::Sampler, 8, &[]),
     };
     out.extend_from_slice(&(kind as u32).to_le_bytes());
     out.extend_from_slice(&size.to_le_bytes());
     match arg {
-        KernelArg::Mem(h) => out.extend_from_slice(&h.to_le_bytes()),
+        KernelArg::Mem(h) | KernelArg::Sampler(h) => out.extend_from_slice(&h.to_le_bytes()),
         _ => {
             out.extend_from_slice(payload);
             out.resize(out.len().next_multiple_of(8), 0);
@@ -293,7 +309,7 @@ pub fn decode_args(mut b: &[u8], nargs: u32) -> Result<Vec<KernelArg>, ArgsError
                 out.push(KernelArg::Bytes(b[..size as usize].to_vec()));
                 b = &b[padded..];
             }
-            ArgKind::Mem => {
+            ArgKind::Mem | ArgKind::Sampler => {
                 if size != 8 {
                     return Err(ArgsError::Size(i));
                 }
@@ -302,7 +318,12 @@ pub fn decode_args(mut b: &[u8], nargs: u32) -> Result<Vec<KernelArg>, ArgsError
                 }
                 let mut w = [0u8; 8];
                 w.copy_from_slice(&b[..8]);
-                out.push(KernelArg::Mem(u64::from_le_bytes(w)));
+                let h = u64::from_le_bytes(w);
+                out.push(if kind == ArgKind::Mem {
+                    KernelArg::Mem(h)
+                } else {
+                    KernelArg::Sampler(h)
+                });
                 b = &b[8..];
             }
             ArgKind::Local => {
@@ -314,6 +335,156 @@ pub fn decode_args(mut b: &[u8], nargs: u32) -> Result<Vec<KernelArg>, ArgsError
         }
     }
     Ok(out)
+}
+
+/// The description of a new image, the arena of a `ClCreateImage`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImageDesc {
+    /// `cl_channel_order`.
+    pub order: u32,
+    /// `cl_channel_type`.
+    pub channel_type: u32,
+    /// `cl_mem_object_type`: 1D, 1D array, 2D, 2D array or 3D (no 1D
+    /// buffer images).
+    pub image_type: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Width in pixels.
+    pub width: u64,
+    /// Height in pixels (2D, 2D array, 3D).
+    pub height: u64,
+    /// Depth in pixels (3D).
+    pub depth: u64,
+    /// Images in an array (1D and 2D arrays).
+    pub array_size: u64,
+}
+
+/// Size of [`ImageDesc`] on the wire.
+pub const IMAGE_DESC: usize = 48;
+const _: () = assert!(size_of::<ImageDesc>() == IMAGE_DESC);
+// SAFETY: repr(C); four u32 then four u64, no padding (size asserted);
+// every bit pattern is a valid value.
+unsafe impl Pod for ImageDesc {}
+
+/// `CL_MEM_OBJECT_IMAGE2D`.
+pub const IMAGE2D: u32 = 0x10F1;
+/// `CL_MEM_OBJECT_IMAGE3D`.
+pub const IMAGE3D: u32 = 0x10F2;
+/// `CL_MEM_OBJECT_IMAGE2D_ARRAY`.
+pub const IMAGE2D_ARRAY: u32 = 0x10F3;
+/// `CL_MEM_OBJECT_IMAGE1D`.
+pub const IMAGE1D: u32 = 0x10F4;
+/// `CL_MEM_OBJECT_IMAGE1D_ARRAY`.
+pub const IMAGE1D_ARRAY: u32 = 0x10F5;
+
+impl ImageDesc {
+    /// Encodes the description as little-endian bytes.
+    pub fn to_bytes(&self) -> [u8; IMAGE_DESC] {
+        let mut b = [0u8; IMAGE_DESC];
+        for (i, w) in [
+            self.order,
+            self.channel_type,
+            self.image_type,
+            self.reserved,
+        ]
+        .iter()
+        .enumerate()
+        {
+            b[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        for (i, w) in [self.width, self.height, self.depth, self.array_size]
+            .iter()
+            .enumerate()
+        {
+            b[16 + 8 * i..24 + 8 * i].copy_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+
+    /// Decodes a description from its little-endian bytes.
+    pub fn from_bytes(b: &[u8; IMAGE_DESC]) -> Self {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        ImageDesc {
+            order: u32_at(0),
+            channel_type: u32_at(4),
+            image_type: u32_at(8),
+            reserved: u32_at(12),
+            width: u64_at(16),
+            height: u64_at(24),
+            depth: u64_at(32),
+            array_size: u64_at(40),
+        }
+    }
+
+    /// The image's extent as (x, y, z) in pixels, with array layers as the
+    /// last coordinate, as regions address it; `None` for a type this
+    /// protocol does not carry.
+    pub fn extent(&self) -> Option<[u64; 3]> {
+        Some(match self.image_type {
+            IMAGE1D => [self.width, 1, 1],
+            IMAGE1D_ARRAY => [self.width, self.array_size, 1],
+            IMAGE2D => [self.width, self.height, 1],
+            IMAGE2D_ARRAY => [self.width, self.height, self.array_size],
+            IMAGE3D => [self.width, self.height, self.depth],
+            _ => return None,
+        })
+    }
+}
+
+/// The box of an image read or write: origin and region in pixels (array
+/// layers as the last coordinate), at the start of the arena.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImageRegion {
+    /// First pixel.
+    pub origin: [u64; 3],
+    /// Pixels per dimension (all ≥ 1).
+    pub region: [u64; 3],
+}
+
+/// Size of [`ImageRegion`] on the wire.
+pub const IMAGE_REGION: usize = 48;
+
+impl ImageRegion {
+    /// Encodes the region as six little-endian u64 words.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        encode_words(&[
+            self.origin[0],
+            self.origin[1],
+            self.origin[2],
+            self.region[0],
+            self.region[1],
+            self.region[2],
+        ])
+    }
+
+    /// Decodes the first 48 bytes of `b`.
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        let w = decode_words(b.get(..IMAGE_REGION)?)?;
+        Some(ImageRegion {
+            origin: [w[0], w[1], w[2]],
+            region: [w[3], w[4], w[5]],
+        })
+    }
+
+    /// Whether the box is non-empty and lies within `extent`, with no
+    /// overflow.
+    pub fn within(&self, extent: [u64; 3]) -> bool {
+        (0..3).all(|i| {
+            self.region[i] > 0
+                && self.origin[i]
+                    .checked_add(self.region[i])
+                    .is_some_and(|end| end <= extent[i])
+        })
+    }
+
+    /// Bytes of the box packed at `elem` bytes a pixel, if that fits a u64.
+    pub fn bytes(&self, elem: u64) -> Option<u64> {
+        self.region
+            .iter()
+            .try_fold(elem, |acc, &r| acc.checked_mul(r))
+    }
 }
 
 /// Encodes a list of u64 words (event ids, copy parameters) little-endian.
@@ -371,28 +542,81 @@ mod tests {
             KernelArg::Local(256),
             KernelArg::Bytes(vec![9; 16]),
             KernelArg::Mem(0),
+            KernelArg::Sampler(3),
         ];
         let mut b = Vec::new();
         for a in &args {
             encode_arg(&mut b, a);
         }
-        assert_eq!(decode_args(&b, 5).unwrap(), args);
+        assert_eq!(decode_args(&b, 6).unwrap(), args);
         assert_eq!(
-            decode_args(&b[..b.len() - 1], 5),
-            Err(ArgsError::Truncated(4))
+            decode_args(&b[..b.len() - 1], 6),
+            Err(ArgsError::Truncated(5))
         );
-        assert_eq!(decode_args(&b, 6), Err(ArgsError::Truncated(5)));
+        assert_eq!(decode_args(&b, 7), Err(ArgsError::Truncated(6)));
         assert_eq!(
             decode_args(&b, MAX_KERNEL_ARGS + 1),
             Err(ArgsError::TooMany)
         );
         let mut bad = b.clone();
         bad[0] = 7;
-        assert_eq!(decode_args(&bad, 5), Err(ArgsError::Kind(0)));
+        assert_eq!(decode_args(&bad, 6), Err(ArgsError::Kind(0)));
         let mut huge = Vec::new();
         huge.extend_from_slice(&0u32.to_le_bytes());
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(decode_args(&huge, 1), Err(ArgsError::Size(0)));
+    }
+
+    #[test]
+    fn images_describe_and_bound_their_regions() {
+        let d = ImageDesc {
+            order: 0x10B5,
+            channel_type: 0x10D2,
+            image_type: IMAGE2D,
+            width: 64,
+            height: 32,
+            ..Default::default()
+        };
+        assert_eq!(ImageDesc::from_bytes(&d.to_bytes()), d);
+        assert_eq!(d.extent(), Some([64, 32, 1]));
+        let r = ImageRegion {
+            origin: [60, 0, 0],
+            region: [4, 32, 1],
+        };
+        assert_eq!(ImageRegion::from_bytes(&r.to_bytes()), Some(r));
+        assert!(r.within([64, 32, 1]));
+        assert_eq!(r.bytes(4), Some(512));
+        let past = ImageRegion {
+            origin: [61, 0, 0],
+            ..r
+        };
+        assert!(!past.within([64, 32, 1]));
+        let empty = ImageRegion {
+            region: [0, 1, 1],
+            ..r
+        };
+        assert!(!empty.within([64, 32, 1]));
+        let wraps = ImageRegion {
+            origin: [u64::MAX, 0, 0],
+            ..r
+        };
+        assert!(!wraps.within([u64::MAX, 32, 1]));
+        assert_eq!(
+            ImageRegion {
+                origin: [0; 3],
+                region: [u64::MAX, 2, 1]
+            }
+            .bytes(4),
+            None
+        );
+        assert_eq!(
+            ImageDesc {
+                image_type: 0x10F6,
+                ..d
+            }
+            .extent(),
+            None
+        );
     }
 
     #[test]

@@ -527,6 +527,216 @@ fn opencl_requests_run_on_the_host_platform_and_bad_ones_fail_alone() {
     );
 }
 
+const IMAGES: &str = r#"
+__kernel void pick(__read_only image2d_t img, sampler_t smp, __global uint4 *out, int w) {
+    int x = get_global_id(0), y = get_global_id(1);
+    out[y * w + x] = read_imageui(img, smp, (int2)(x, y));
+}
+"#;
+
+#[test]
+fn images_and_samplers_at_the_wire() {
+    if !have_opencl() {
+        return;
+    }
+    let setup = Setup::new("opencl-images", &[("img", 1, 2)]);
+    let _daemon = setup.start();
+    let mut ch = claim(&setup.regions[0], wait_config());
+    let mut v = [0u8; 4];
+    ch.call_with(Opcode::ClGetDeviceInfo, [0x1016, 0, 0, 0, 0], &[], &mut v)
+        .expect("CL_DEVICE_IMAGE_SUPPORT");
+    if u32::from_le_bytes(v) == 0 {
+        eprintln!("SKIPPED: the host's OpenCL device has no images");
+        return;
+    }
+    let q = ch.call(Opcode::ClCreateQueue, [0; 5]).unwrap().vals[0];
+    // CL_RGBA, CL_UNSIGNED_INT8: 16 x 8 pixels of 4 bytes.
+    let (w, h) = (16u64, 8u64);
+    let desc = ImageDesc {
+        order: 0x10B5,
+        channel_type: 0x10DA,
+        image_type: IMAGE2D,
+        width: w,
+        height: h,
+        ..Default::default()
+    };
+    let r = ch
+        .call_with(
+            Opcode::ClCreateImage,
+            [1, 0, 0, 0, 0],
+            &desc.to_bytes(),
+            &mut [],
+        )
+        .expect("an image");
+    let (img, elem) = (r.vals[0], r.vals[1]);
+    assert_eq!(elem, 4);
+    let pixels: Vec<u8> = (0..w * h * 4).map(|i| (i * 7 % 251) as u8).collect();
+    let whole = ImageRegion {
+        origin: [0; 3],
+        region: [w, h, 1],
+    };
+    let mut msg = whole.to_bytes();
+    msg.extend_from_slice(&pixels);
+    ch.call_with(Opcode::ClWriteImage, [q, img, 0, 0, 0], &msg, &mut [])
+        .expect("write");
+    let mut back = vec![0u8; pixels.len()];
+    ch.call_with(
+        Opcode::ClReadImage,
+        [q, img, 0, 0, 0],
+        &whole.to_bytes(),
+        &mut back,
+    )
+    .expect("read");
+    assert_eq!(back, pixels);
+    // A sub-box: rows 2..4, columns 3..7.
+    let sub = ImageRegion {
+        origin: [3, 2, 0],
+        region: [4, 2, 1],
+    };
+    let mut part = vec![0u8; 4 * 2 * 4];
+    ch.call_with(
+        Opcode::ClReadImage,
+        [q, img, 0, 0, 0],
+        &sub.to_bytes(),
+        &mut part,
+    )
+    .unwrap();
+    for y in 0..2usize {
+        let row = ((2 + y) * w as usize + 3) * 4;
+        assert_eq!(
+            &part[y * 16..y * 16 + 16],
+            &pixels[row..row + 16],
+            "row {y}"
+        );
+    }
+
+    // A kernel reads it through a sampler into a buffer.
+    let (prog, st) = build(&mut ch, 0, IMAGES.as_bytes(), "").unwrap();
+    assert_eq!(st, 0, "{}", log(&mut ch, prog));
+    let (pick, _) = kernel(&mut ch, prog, "pick").unwrap();
+    // CLK_ADDRESS_CLAMP_TO_EDGE, CLK_FILTER_NEAREST, unnormalized.
+    let smp = ch
+        .call(Opcode::ClCreateSampler, [0, 0x1131, 0x1140, 0, 0])
+        .expect("a sampler")
+        .vals[0];
+    let out = buffer(&mut ch, w * h * 16).unwrap();
+    let geometry = NdRangeHeader {
+        dims: 2,
+        global: [w, h, 1],
+        nargs: 4,
+        ..Default::default()
+    };
+    let send = |ch: &mut Channel, args: &[KernelArg]| {
+        let mut b = geometry.to_bytes().to_vec();
+        for a in args {
+            encode_arg(&mut b, a);
+        }
+        code(ch.call_with(Opcode::ClNdRange, [q, pick, 0, 0, 0], &b, &mut []))
+    };
+    let wi = KernelArg::Bytes((w as i32).to_le_bytes().to_vec());
+    let good = [
+        KernelArg::Mem(img),
+        KernelArg::Sampler(smp),
+        KernelArg::Mem(out),
+        wi.clone(),
+    ];
+    assert_eq!(send(&mut ch, &good), 0);
+    let mut got = vec![0u8; (w * h * 16) as usize];
+    ch.recv_bulk(Opcode::ClReadBuffer, [q, out, 0, 0, 0], 2, &mut got)
+        .unwrap();
+    for (i, px) in got.chunks_exact(16).enumerate() {
+        let want: Vec<u8> = pixels[i * 4..i * 4 + 4].to_vec();
+        let have: Vec<u8> = px.chunks_exact(4).map(|c| c[0]).collect();
+        assert_eq!(have, want, "pixel {i}");
+    }
+
+    // Bad requests fail alone.
+    let past = ImageRegion {
+        origin: [10, 0, 0],
+        region: [8, 1, 1],
+    };
+    let mut m = past.to_bytes();
+    m.extend_from_slice(&[0; 32]);
+    assert_eq!(
+        code(ch.call_with(Opcode::ClWriteImage, [q, img, 0, 0, 0], &m, &mut [])),
+        CL_INVALID_VALUE,
+        "past the width"
+    );
+    let mut short = whole.to_bytes();
+    short.extend_from_slice(&pixels[..pixels.len() - 4]);
+    assert_eq!(
+        code(ch.call_with(Opcode::ClWriteImage, [q, img, 0, 0, 0], &short, &mut [])),
+        CL_INVALID_VALUE,
+        "too few bytes"
+    );
+    assert_eq!(
+        code(ch.call_with(Opcode::ClWriteBuffer, [q, img, 0, 0, 0], &[0; 4], &mut [])),
+        CL_INVALID_MEM_OBJECT,
+        "an image is no buffer"
+    );
+    assert_eq!(
+        code(ch.call_with(Opcode::ClWriteImage, [q, out, 0, 0, 0], &msg, &mut [])),
+        CL_INVALID_MEM_OBJECT,
+        "a buffer is no image"
+    );
+    let swapped = [
+        KernelArg::Mem(out),
+        KernelArg::Sampler(smp),
+        KernelArg::Mem(img),
+        wi.clone(),
+    ];
+    assert_eq!(send(&mut ch, &swapped), CL_INVALID_ARG_VALUE);
+    let no_sampler = [
+        KernelArg::Mem(img),
+        KernelArg::Bytes(vec![0; 8]),
+        KernelArg::Mem(out),
+        wi.clone(),
+    ];
+    assert_eq!(send(&mut ch, &no_sampler), CL_INVALID_ARG_VALUE);
+    let forged = [
+        KernelArg::Mem(img),
+        KernelArg::Sampler(smp ^ (1 << 40)),
+        KernelArg::Mem(out),
+        wi,
+    ];
+    assert_eq!(send(&mut ch, &forged), CL_INVALID_SAMPLER);
+    let huge = ImageDesc {
+        width: 1 << 40,
+        ..desc
+    };
+    assert_ne!(
+        code(ch.call_with(
+            Opcode::ClCreateImage,
+            [1, 0, 0, 0, 0],
+            &huge.to_bytes(),
+            &mut []
+        )),
+        0
+    );
+    let bad_type = ImageDesc {
+        image_type: 0x10F6,
+        ..desc
+    };
+    assert_eq!(
+        code(ch.call_with(
+            Opcode::ClCreateImage,
+            [1, 0, 0, 0, 0],
+            &bad_type.to_bytes(),
+            &mut []
+        )),
+        CL_INVALID_IMAGE_DESCRIPTOR
+    );
+    // Still working.
+    ch.call_with(
+        Opcode::ClReadImage,
+        [q, img, 0, 0, 0],
+        &whole.to_bytes(),
+        &mut back,
+    )
+    .unwrap();
+    assert_eq!(back, pixels);
+}
+
 /// The C programs of `tests/opencl/`, built once per run.
 fn programs() -> &'static [PathBuf] {
     static BUILT: OnceLock<Result<Vec<PathBuf>, String>> = OnceLock::new();
@@ -595,7 +805,7 @@ fn c_programs_pass_through_the_icd() {
         return;
     }
     let progs = programs();
-    assert!(progs.len() >= 6, "tests/opencl/build.sh built {progs:?}");
+    assert!(progs.len() >= 7, "tests/opencl/build.sh built {progs:?}");
     let setup = Setup::new("opencl-programs", &[("ocl", 1, 4)]);
     let daemon = setup.start();
     let tmp = TempDir::new("opencl-icd");
@@ -660,4 +870,48 @@ fn pyopencl_runs_through_the_icd() {
         let v = vm(s, "pyocl");
         v.channels_used == 0 && v.mem_used == 0
     });
+}
+
+/// OpenCL work is charged to its VM under each accounting mode: `sampled`
+/// (synchronising with `clFinish`), `every`, and `events` (markers on the
+/// request's queue, timed by their profiling completion times).
+#[test]
+fn opencl_work_is_charged_under_every_accounting_mode() {
+    if !have_opencl() {
+        return;
+    }
+    let program = programs()
+        .iter()
+        .find(|p| p.ends_with("reduction"))
+        .expect("the reduction program");
+    for mode in ["sampled", "every", "events"] {
+        let setup = Setup::new(&format!("opencl-accounting-{mode}"), &[("acct", 1, 2)]);
+        let text = std::fs::read_to_string(&setup.config).unwrap();
+        std::fs::write(
+            &setup.config,
+            text.replacen(
+                "[daemon]\n",
+                &format!("[daemon]\naccounting = {mode:?}\n"),
+                1,
+            ),
+        )
+        .unwrap();
+        let daemon = setup.start();
+        let tmp = TempDir::new("opencl-accounting");
+        let vendors = icd_dir(&tmp);
+        let (ok, report) = run_guest(&mut Command::new(program), &setup.regions[0], &vendors);
+        assert!(
+            ok,
+            "reduction under {mode} accounting: {report}\n{}",
+            daemon.log()
+        );
+        wait_for_status(&daemon, "the program's work to be charged", |s| {
+            let v = vm(s, "acct");
+            v.channels_used == 0 && v.sched.as_ref().is_some_and(|s| s.charged_ns > 0)
+        });
+        assert!(
+            vm(&status(&daemon), "acct").gpu_time_ns > 0,
+            "{mode}: the VM's device time counts its OpenCL commands"
+        );
+    }
 }

@@ -203,6 +203,11 @@ fn is_work(op: Opcode) -> bool {
             | Opcode::ClReadBuffer
             | Opcode::ClCopyBuffer
             | Opcode::ClFillBuffer
+            | Opcode::ClWriteImage
+            | Opcode::ClReadImage
+            | Opcode::ClCopyImage
+            | Opcode::ClCopyImageToBuffer
+            | Opcode::ClCopyBufferToImage
     )
 }
 
@@ -1559,9 +1564,9 @@ mod tests {
             .into_iter()
             .filter(|&op| needs_grant(op))
             .collect();
-        // CUDA's 13, and OpenCL's kernels, transfers, fills, markers, wait
-        // lists, finishes and event waits.
-        assert_eq!(gated.len(), 13 + 9);
+        // CUDA's 13, and OpenCL's kernels, buffer and image transfers,
+        // fills, markers, wait lists, finishes and event waits.
+        assert_eq!(gated.len(), 13 + 14);
         assert!(needs_grant(Opcode::Memcpy3D));
         assert!(needs_grant(Opcode::ClNdRange) && needs_grant(Opcode::ClFinish));
         for op in [

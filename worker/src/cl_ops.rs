@@ -46,6 +46,9 @@ struct Buffer {
     size: u64,
     /// Quota bytes this buffer holds (0 for a sub-buffer).
     charged: u64,
+    /// An image's extent (pixels; array layers last), element size and
+    /// format (channel order, channel type).
+    image: Option<([u64; 3], u64, (u32, u32))>,
 }
 
 struct Program {
@@ -60,10 +63,50 @@ struct Program {
 struct Kernel {
     kernel: ocl::Kernel,
     nargs: u32,
-    /// Each argument's address qualifier, when the platform reports them
-    /// (programs are built with `-cl-kernel-arg-info`).
-    quals: Option<Vec<u32>>,
+    /// What each argument takes, when the platform reports argument
+    /// information (programs are built with `-cl-kernel-arg-info`).
+    specs: Option<Vec<ArgSpec>>,
 }
+
+/// What one kernel argument takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ArgSpec {
+    /// A buffer (`__global` or `__constant` pointer), or NULL.
+    Buffer,
+    /// An image (`image2d_t`, …).
+    Image,
+    /// A sampler (`sampler_t`).
+    Sampler,
+    /// `__local` memory: a size.
+    Local,
+    /// By-value bytes.
+    Value,
+}
+
+impl ArgSpec {
+    /// From an argument's address qualifier and type name.
+    fn of(qual: u32, type_name: &str) -> Option<ArgSpec> {
+        let t = type_name.trim();
+        // The image types are `image1d_t` … `image2d_array_depth_t`; a
+        // pointer to a struct named `imagedata` is a buffer.
+        let image = t.starts_with("image") && t.ends_with("_t") && !t.contains(['*', ' ']);
+        Some(if image {
+            ArgSpec::Image
+        } else if t == "sampler_t" {
+            ArgSpec::Sampler
+        } else {
+            match qual {
+                ADDRESS_GLOBAL | ADDRESS_CONSTANT => ArgSpec::Buffer,
+                ADDRESS_LOCAL => ArgSpec::Local,
+                ADDRESS_PRIVATE => ArgSpec::Value,
+                _ => return None,
+            }
+        })
+    }
+}
+
+/// `CL_KERNEL_ARG_TYPE_NAME`.
+const KERNEL_ARG_TYPE_NAME: u32 = 0x1198;
 
 /// `CL_KERNEL_ARG_ADDRESS_QUALIFIER`.
 const KERNEL_ARG_ADDRESS_QUALIFIER: u32 = 0x1196;
@@ -73,15 +116,19 @@ const ADDRESS_LOCAL: u32 = 0x119C;
 const ADDRESS_CONSTANT: u32 = 0x119D;
 const ADDRESS_PRIVATE: u32 = 0x119E;
 
-/// Whether argument `a` may be set on an argument of address qualifier
-/// `qual`: a buffer pointer takes a buffer (by-value bytes there would be
-/// a pointer the guest made up, which a platform dereferences: PoCL
-/// crashes), `__local` a size, anything else bytes.
-fn arg_fits(qual: u32, a: &KernelArg) -> bool {
-    match qual {
-        ADDRESS_GLOBAL | ADDRESS_CONSTANT => matches!(a, KernelArg::Mem(_)),
-        ADDRESS_LOCAL => matches!(a, KernelArg::Local(_)),
-        ADDRESS_PRIVATE => matches!(a, KernelArg::Bytes(_)),
+/// Whether argument `a` may be set on an argument that takes `spec`
+/// (`image`: whether a memory handle names an image): a buffer pointer
+/// takes a buffer (by-value bytes there would be a pointer the guest made
+/// up, which a platform dereferences: PoCL crashes), an image an image, a
+/// sampler a sampler, `__local` a size, anything else bytes.
+fn arg_fits(spec: ArgSpec, a: &KernelArg, image: impl Fn(u64) -> Option<bool>) -> bool {
+    match (spec, a) {
+        (ArgSpec::Buffer, KernelArg::Mem(0)) => true,
+        (ArgSpec::Buffer, KernelArg::Mem(h)) => image(*h) == Some(false),
+        (ArgSpec::Image, KernelArg::Mem(h)) => image(*h) == Some(true),
+        (ArgSpec::Sampler, KernelArg::Sampler(_))
+        | (ArgSpec::Local, KernelArg::Local(_))
+        | (ArgSpec::Value, KernelArg::Bytes(_)) => true,
         _ => false,
     }
 }
@@ -89,11 +136,18 @@ fn arg_fits(qual: u32, a: &KernelArg) -> bool {
 /// One channel's OpenCL state. Field order is drop order: objects before
 /// their context.
 struct Channel {
+    /// Which of the worker's channel lives this is (marks of an earlier
+    /// one are void).
+    generation: u64,
+    /// `events` accounting's marks: markers by mark id.
+    marks: HashMap<u64, Event>,
+    next_mark: u64,
     /// Events of the device work issued, oldest first, whose device time
     /// is not yet counted.
     timed: std::collections::VecDeque<Event>,
     events: HashMap<u64, Event>,
     kernels: HandleTable<Kernel>,
+    samplers: HandleTable<ocl::Sampler>,
     programs: HandleTable<Program>,
     buffers: HandleTable<Buffer>,
     queues: HandleTable<ocl::Queue>,
@@ -115,7 +169,12 @@ pub struct ClOps {
     /// Device time of the OpenCL work completed, ns (profiling start to
     /// end of each command).
     device_ns: u64,
+    /// Channel lives begun.
+    generations: u64,
 }
+
+/// Most accounting marks one channel holds.
+const MAX_MARKS: usize = 1024;
 
 /// Most commands one channel has timed but not counted: beyond, the
 /// oldest is waited for.
@@ -231,6 +290,7 @@ impl ClOps {
             host_memory,
             used: 0,
             device_ns: 0,
+            generations: 0,
         }
     }
 
@@ -265,10 +325,15 @@ impl ClOps {
             let host = self.host()?;
             let ctx = host.context().map_err(cl)?;
             let internal = host.queue(&ctx, 0).map_err(cl)?;
+            self.generations += 1;
             self.channels[i] = Some(Channel {
+                generation: self.generations,
+                marks: HashMap::new(),
+                next_mark: 0,
                 timed: std::collections::VecDeque::new(),
                 events: HashMap::new(),
                 kernels: HandleTable::new(MAX_OBJECTS),
+                samplers: HandleTable::new(MAX_OBJECTS),
                 programs: HandleTable::new(MAX_OBJECTS),
                 buffers: HandleTable::new(MAX_OBJECTS),
                 queues: HandleTable::new(MAX_OBJECTS),
@@ -295,6 +360,54 @@ impl ClOps {
             self.device_ns += count_completed(cx, false);
         }
         self.device_ns
+    }
+
+    /// `events` accounting: a marker on queue `queue` of channel `ch`
+    /// (complete when everything queued before it is), as (channel life,
+    /// mark id).
+    pub fn mark(&mut self, ch: u32, queue_h: u64) -> Option<(u64, u64)> {
+        let cx = self.channels.get_mut(ch as usize)?.as_mut()?;
+        if cx.marks.len() >= MAX_MARKS {
+            return None;
+        }
+        let ev = queue(cx, queue_h).ok()?.marker().ok()?;
+        cx.next_mark += 1;
+        cx.marks.insert(cx.next_mark, ev);
+        Some((cx.generation, cx.next_mark))
+    }
+
+    fn mark_event(&self, ch: u32, generation: u64, id: u64) -> Option<&Event> {
+        let cx = self.channels.get(ch as usize)?.as_ref()?;
+        if cx.generation != generation {
+            return None;
+        }
+        cx.marks.get(&id)
+    }
+
+    /// Whether a mark is complete; `None` if void or failed.
+    pub fn mark_done(&self, ch: u32, generation: u64, id: u64) -> Option<bool> {
+        match self.mark_event(ch, generation, id)?.status().ok()? {
+            0 => Some(true),
+            s if s > 0 => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Device nanoseconds from mark `a` to mark `b` (their completion
+    /// times).
+    pub fn mark_elapsed_ns(&self, ch: u32, generation: u64, a: u64, b: u64) -> Option<i64> {
+        let ta = self.mark_event(ch, generation, a)?.profiling().ok()?[3];
+        let tb = self.mark_event(ch, generation, b)?.profiling().ok()?[3];
+        Some(tb as i64 - ta as i64)
+    }
+
+    /// Forgets a mark.
+    pub fn unmark(&mut self, ch: u32, generation: u64, id: u64) {
+        if let Some(Some(cx)) = self.channels.get_mut(ch as usize) {
+            if cx.generation == generation {
+                cx.marks.remove(&id);
+            }
+        }
     }
 
     /// Whether channel `ch` has OpenCL state.
@@ -424,6 +537,7 @@ impl ClOps {
                         mem,
                         size,
                         charged: size,
+                        image: None,
                     })
                     .map_err(handle_err(CL_OUT_OF_RESOURCES))?;
                 self.used = budget_used + size;
@@ -444,6 +558,7 @@ impl ClOps {
                         mem,
                         size: a[3],
                         charged: 0,
+                        image: None,
                     })
                     .map_err(handle_err(CL_OUT_OF_RESOURCES))?;
                 Ok(vals(&[h.0]))
@@ -523,6 +638,164 @@ impl ClOps {
                     .fill(&b.mem, &pattern, a[2], a[3], &[], want)
                     .map_err(cl)?;
                 keep_event(cx, a[4], ev);
+                Ok(Answer::default())
+            }
+            Opcode::ClCreateImage => {
+                let raw = read_arena(arena)?;
+                let desc = ImageDesc::from_bytes(
+                    raw.get(..IMAGE_DESC)
+                        .and_then(|b| b.try_into().ok())
+                        .ok_or(cl(CL_INVALID_VALUE))?,
+                );
+                let extent = desc.extent().ok_or(cl(CL_INVALID_IMAGE_DESCRIPTOR))?;
+                if desc.reserved != 0 {
+                    return Err(cl(CL_INVALID_VALUE));
+                }
+                if extent.contains(&0) {
+                    return Err(cl(CL_INVALID_IMAGE_SIZE));
+                }
+                let img = host
+                    .image(
+                        &cx._ctx,
+                        a[0] & MEM_ACCESS,
+                        (desc.order, desc.channel_type),
+                        (
+                            desc.image_type,
+                            [desc.width, desc.height, desc.depth, desc.array_size],
+                        ),
+                    )
+                    .map_err(cl)?;
+                if img.bytes > quota_left {
+                    return Err(cl(CL_MEM_OBJECT_ALLOCATION_FAILURE));
+                }
+                let (elem, bytes) = (img.elem, img.bytes);
+                if elem == 0 {
+                    return Err(cl(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR));
+                }
+                let h = cx
+                    .buffers
+                    .insert(Buffer {
+                        mem: img.mem,
+                        size: bytes,
+                        charged: bytes,
+                        image: Some((extent, elem, (desc.order, desc.channel_type))),
+                    })
+                    .map_err(handle_err(CL_OUT_OF_RESOURCES))?;
+                self.used = budget_used + bytes;
+                Ok(vals(&[h.0, elem, bytes]))
+            }
+            Opcode::ClImageFormats => {
+                let t = param(a[1])?;
+                let fmts = host
+                    .image_formats(&cx._ctx, a[0] & MEM_ACCESS, t, MAX_INFO_BYTES / 8)
+                    .map_err(cl)?;
+                let bytes: Vec<u8> = fmts
+                    .iter()
+                    .flat_map(|(o, t)| o.to_le_bytes().into_iter().chain(t.to_le_bytes()))
+                    .collect();
+                let mut ans = info_answer(&bytes, 0, arena)?;
+                ans.vals[0] = fmts.len() as u64;
+                Ok(ans)
+            }
+            Opcode::ClWriteImage | Opcode::ClReadImage => {
+                let raw = read_arena(arena)?;
+                let r = ImageRegion::from_bytes(&raw).ok_or(cl(CL_INVALID_VALUE))?;
+                let (_, extent, elem, _) = image(cx, a[1])?;
+                in_image(r.origin, r.region, extent)?;
+                let n = r.bytes(elem).ok_or(cl(CL_INVALID_VALUE))?;
+                want_event(a[4], cx)?;
+                let q = queue(cx, a[0])?;
+                let (mem, ..) = image(cx, a[1])?;
+                let ev = if req.op == Opcode::ClWriteImage {
+                    let data = raw.get(IMAGE_REGION..).unwrap_or_default();
+                    if data.len() as u64 != n {
+                        return Err(cl(CL_INVALID_VALUE));
+                    }
+                    q.write_image(mem, r.origin, r.region, data, true)
+                        .map_err(cl)?
+                } else {
+                    if n > arena.len() as u64 {
+                        return Err(cl(CL_INVALID_VALUE));
+                    }
+                    let mut out = vec![0u8; n as usize];
+                    let ev = q
+                        .read_image(mem, r.origin, r.region, &mut out, true)
+                        .map_err(cl)?;
+                    arena.write(0, &out)?;
+                    keep_event(cx, a[4], ev);
+                    return Ok(Answer {
+                        vals: [n, 0, 0, 0, 0],
+                        out_len: n as u32,
+                    });
+                };
+                keep_event(cx, a[4], ev);
+                Ok(Answer::default())
+            }
+            Opcode::ClCopyImage => {
+                let w = words(arena, 9)?;
+                let (so, dof, region) = (three(&w[0..3]), three(&w[3..6]), three(&w[6..9]));
+                let (src, se, _, s_format) = image(cx, a[1])?;
+                let (dst, de, _, d_format) = image(cx, a[2])?;
+                in_image(so, region, se)?;
+                in_image(dof, region, de)?;
+                if s_format != d_format {
+                    return Err(cl(CL_IMAGE_FORMAT_MISMATCH));
+                }
+                want_event(a[4], cx)?;
+                let ev = queue(cx, a[0])?
+                    .copy_image(src, dst, [so, dof, region], true)
+                    .map_err(cl)?;
+                keep_event(cx, a[4], ev);
+                Ok(Answer::default())
+            }
+            Opcode::ClCopyImageToBuffer | Opcode::ClCopyBufferToImage => {
+                let w = words(arena, 7)?;
+                let to_buffer = req.op == Opcode::ClCopyImageToBuffer;
+                let (origin, region, offset) = if to_buffer {
+                    (three(&w[0..3]), three(&w[3..6]), w[6])
+                } else {
+                    (three(&w[1..4]), three(&w[4..7]), w[0])
+                };
+                let (ih, bh) = if to_buffer {
+                    (a[1], a[2])
+                } else {
+                    (a[2], a[1])
+                };
+                let (img, extent, elem, _) = image(cx, ih)?;
+                let buf = buffer(cx, bh)?;
+                in_image(origin, region, extent)?;
+                let n = (ImageRegion { origin, region })
+                    .bytes(elem)
+                    .ok_or(cl(CL_INVALID_VALUE))?;
+                in_range(offset, n, buf.size)?;
+                want_event(a[4], cx)?;
+                let q = queue(cx, a[0])?;
+                let ev = if to_buffer {
+                    q.copy_image_to_buffer(img, &buf.mem, [origin, region], offset, true)
+                } else {
+                    q.copy_buffer_to_image(&buf.mem, img, offset, [origin, region], true)
+                }
+                .map_err(cl)?;
+                keep_event(cx, a[4], ev);
+                Ok(Answer::default())
+            }
+            Opcode::ClCreateSampler => {
+                if a[0] > 1 {
+                    return Err(cl(CL_INVALID_VALUE));
+                }
+                let smp = host
+                    .sampler(&cx._ctx, a[0] == 1, param(a[1])?, param(a[2])?)
+                    .map_err(cl)?;
+                let h = cx
+                    .samplers
+                    .insert(smp)
+                    .map_err(handle_err(CL_OUT_OF_RESOURCES))?;
+                Ok(vals(&[h.0]))
+            }
+            Opcode::ClReleaseSampler => {
+                cx.samplers
+                    .remove(Handle(a[0]))
+                    .map_err(handle_err(CL_INVALID_SAMPLER))?;
                 Ok(Answer::default())
             }
             Opcode::ClProgramStage => {
@@ -671,14 +944,17 @@ impl ClOps {
                 if nargs > MAX_KERNEL_ARGS {
                     return Err(cl(CL_OUT_OF_RESOURCES));
                 }
-                let quals = (0..nargs)
+                let specs = (0..nargs)
                     .map(|i| {
-                        host.arg_info(&kernel, i, KERNEL_ARG_ADDRESS_QUALIFIER, 4)
-                            .ok()
-                            .and_then(|v| Some(u32::from_le_bytes(v.get(..4)?.try_into().ok()?)))
+                        let q = host
+                            .arg_info(&kernel, i, KERNEL_ARG_ADDRESS_QUALIFIER, 4)
+                            .ok()?;
+                        let q = u32::from_le_bytes(q.get(..4)?.try_into().ok()?);
+                        let t = host.arg_info(&kernel, i, KERNEL_ARG_TYPE_NAME, 1024).ok()?;
+                        ArgSpec::of(q, &ocl::cstr(&t))
                     })
-                    .collect::<Option<Vec<u32>>>();
-                if quals.is_none() && nargs > 0 {
+                    .collect::<Option<Vec<ArgSpec>>>();
+                if specs.is_none() && nargs > 0 {
                     tracing::debug!(kernel = %name, "no argument information: by-value arguments are not checked against buffer pointers");
                 }
                 let h = cx
@@ -686,7 +962,7 @@ impl ClOps {
                     .insert(Kernel {
                         kernel,
                         nargs,
-                        quals,
+                        specs,
                     })
                     .map_err(handle_err(CL_OUT_OF_RESOURCES))?;
                 Ok(vals(&[h.0, u64::from(nargs)]))
@@ -729,8 +1005,20 @@ impl ClOps {
                 }
                 let decoded = decode_args(&raw[NDRANGE_HEADER..], hdr.nargs)
                     .map_err(|_| cl(CL_INVALID_ARG_VALUE))?;
-                if let Some(q) = &k.quals {
-                    if q.iter().zip(&decoded).any(|(&q, a)| !arg_fits(q, a)) {
+                let unknown = |h: u64| h != 0 && cx.buffers.get(Handle(h)).is_err();
+                if decoded
+                    .iter()
+                    .any(|a| matches!(a, KernelArg::Mem(h) if unknown(*h)))
+                {
+                    return Err(cl(CL_INVALID_MEM_OBJECT));
+                }
+                if let Some(specs) = &k.specs {
+                    let image = |h: u64| cx.buffers.get(Handle(h)).ok().map(|b| b.image.is_some());
+                    if specs
+                        .iter()
+                        .zip(&decoded)
+                        .any(|(&s, a)| !arg_fits(s, a, image))
+                    {
                         return Err(cl(CL_INVALID_ARG_VALUE));
                     }
                 }
@@ -746,6 +1034,11 @@ impl ClOps {
                                 .mem,
                         )),
                         KernelArg::Local(n) => Arg::Local(*n as usize),
+                        KernelArg::Sampler(h) => Arg::Sampler(
+                            cx.samplers
+                                .get(Handle(*h))
+                                .map_err(handle_err(CL_INVALID_SAMPLER))?,
+                        ),
                     });
                 }
                 want_event(a[4], cx)?;
@@ -858,10 +1151,46 @@ fn queue(cx: &Channel, h: u64) -> Result<&ocl::Queue, Status> {
         .map_err(handle_err(CL_INVALID_COMMAND_QUEUE))
 }
 
+/// Buffer `h` (not an image).
 fn buffer(cx: &Channel, h: u64) -> Result<&Buffer, Status> {
     cx.buffers
         .get(Handle(h))
-        .map_err(handle_err(CL_INVALID_MEM_OBJECT))
+        .ok()
+        .filter(|b| b.image.is_none())
+        .ok_or(cl(CL_INVALID_MEM_OBJECT))
+}
+
+/// An image's memory object, extent, element size and format.
+type ImageRef<'a> = (&'a ocl::Mem, [u64; 3], u64, (u32, u32));
+
+/// Image `h`.
+fn image(cx: &Channel, h: u64) -> Result<ImageRef<'_>, Status> {
+    let b = cx
+        .buffers
+        .get(Handle(h))
+        .map_err(handle_err(CL_INVALID_MEM_OBJECT))?;
+    let (extent, elem, format) = b.image.ok_or(cl(CL_INVALID_MEM_OBJECT))?;
+    Ok((&b.mem, extent, elem, format))
+}
+
+/// The `n` u64 words of a request's arena.
+fn words(arena: &ArenaSlice<'_>, n: usize) -> Result<Vec<u64>, Status> {
+    decode_words(&read_arena(arena)?)
+        .filter(|w| w.len() == n)
+        .ok_or(cl(CL_INVALID_VALUE))
+}
+
+fn three(w: &[u64]) -> [u64; 3] {
+    [w[0], w[1], w[2]]
+}
+
+/// A box given by the guest: non-empty and within `extent`.
+fn in_image(origin: [u64; 3], region: [u64; 3], extent: [u64; 3]) -> Result<(), Status> {
+    if (ImageRegion { origin, region }).within(extent) {
+        Ok(())
+    } else {
+        Err(cl(CL_INVALID_VALUE))
+    }
 }
 
 fn program(cx: &Channel, h: u64) -> Result<&Program, Status> {
@@ -950,6 +1279,61 @@ mod tests {
         assert_eq!(include_line(b"#define include 1\n"), None);
         assert_eq!(include_line(b"#if __has_include(\"/etc/x\")\n"), Some(0));
         assert_eq!(include_line(b"\n#embed \"/etc/x\"\n"), Some(1));
+    }
+
+    #[test]
+    fn arguments_must_be_what_the_kernel_takes() {
+        assert_eq!(ArgSpec::of(ADDRESS_GLOBAL, "float*"), Some(ArgSpec::Buffer));
+        assert_eq!(
+            ArgSpec::of(ADDRESS_GLOBAL, "image2d_t"),
+            Some(ArgSpec::Image)
+        );
+        assert_eq!(
+            ArgSpec::of(ADDRESS_GLOBAL, "image1d_array_t"),
+            Some(ArgSpec::Image)
+        );
+        assert_eq!(
+            ArgSpec::of(ADDRESS_GLOBAL, "imagedata*"),
+            Some(ArgSpec::Buffer)
+        );
+        assert_eq!(
+            ArgSpec::of(ADDRESS_PRIVATE, "image_t_like"),
+            Some(ArgSpec::Value)
+        );
+        assert_eq!(
+            ArgSpec::of(ADDRESS_PRIVATE, "sampler_t"),
+            Some(ArgSpec::Sampler)
+        );
+        assert_eq!(ArgSpec::of(ADDRESS_LOCAL, "float*"), Some(ArgSpec::Local));
+        assert_eq!(ArgSpec::of(ADDRESS_PRIVATE, "uint"), Some(ArgSpec::Value));
+        assert_eq!(ArgSpec::of(7, "uint"), None);
+        // Handle 5 is a buffer, 6 an image, anything else unknown.
+        let image = |h: u64| match h {
+            5 => Some(false),
+            6 => Some(true),
+            _ => None,
+        };
+        let fits = |s, a: KernelArg| arg_fits(s, &a, image);
+        assert!(fits(ArgSpec::Buffer, KernelArg::Mem(5)));
+        assert!(fits(ArgSpec::Buffer, KernelArg::Mem(0)), "NULL");
+        assert!(
+            !fits(ArgSpec::Buffer, KernelArg::Mem(6)),
+            "an image for a buffer"
+        );
+        assert!(
+            !fits(ArgSpec::Buffer, KernelArg::Bytes(vec![0; 8])),
+            "a made-up pointer"
+        );
+        assert!(!fits(ArgSpec::Buffer, KernelArg::Mem(9)));
+        assert!(fits(ArgSpec::Image, KernelArg::Mem(6)));
+        assert!(!fits(ArgSpec::Image, KernelArg::Mem(5)));
+        assert!(!fits(ArgSpec::Image, KernelArg::Mem(0)));
+        assert!(fits(ArgSpec::Sampler, KernelArg::Sampler(1)));
+        assert!(!fits(ArgSpec::Sampler, KernelArg::Bytes(vec![0; 8])));
+        assert!(fits(ArgSpec::Local, KernelArg::Local(64)));
+        assert!(!fits(ArgSpec::Local, KernelArg::Bytes(vec![0; 8])));
+        assert!(fits(ArgSpec::Value, KernelArg::Bytes(vec![0; 4])));
+        assert!(!fits(ArgSpec::Value, KernelArg::Mem(5)));
     }
 
     #[test]

@@ -1251,7 +1251,16 @@ impl CudaOps {
             | Opcode::ClWaitEvents
             | Opcode::ClEventStatus
             | Opcode::ClEventProfiling
-            | Opcode::ClReleaseEvent => {
+            | Opcode::ClReleaseEvent
+            | Opcode::ClCreateImage
+            | Opcode::ClImageFormats
+            | Opcode::ClWriteImage
+            | Opcode::ClReadImage
+            | Opcode::ClCopyImage
+            | Opcode::ClCopyImageToBuffer
+            | Opcode::ClCopyBufferToImage
+            | Opcode::ClCreateSampler
+            | Opcode::ClReleaseSampler => {
                 unreachable!("OpenCL requests go to ClOps")
             }
         }
@@ -1340,6 +1349,11 @@ impl Handler for CudaOps {
     }
 }
 
+/// The bit that marks an accounting mark as OpenCL's: its `ctx` is then
+/// `CL_MARK | the channel's OpenCL life` and its `event` a mark id of
+/// `ClOps` (executor context ids are small counters, never this high).
+const CL_MARK: u64 = 1 << 63;
+
 /// Most accounting events one channel's context holds.
 const MAX_ACCT_EVENTS: usize = 1024;
 
@@ -1377,6 +1391,15 @@ impl Meter for CudaOps {
 
     fn mark(&mut self, ch: u32, req: &ValidRequest) -> Option<Mark> {
         let a = req.args;
+        if req.op.is_opencl() {
+            // Every OpenCL enqueue names its queue in args[0].
+            let (generation, id) = self.cl.mark(ch, a[0])?;
+            return Some(Mark {
+                ch,
+                ctx: CtxId(CL_MARK | generation),
+                event: EventId(id),
+            });
+        }
         let handle = match req.op {
             Opcode::LaunchKernel
             | Opcode::MemcpyHtoD
@@ -1411,6 +1434,9 @@ impl Meter for CudaOps {
     }
 
     fn mark_done(&mut self, m: Mark) -> Option<bool> {
+        if m.ctx.0 & CL_MARK != 0 {
+            return self.cl.mark_done(m.ch, m.ctx.0 & !CL_MARK, m.event.0);
+        }
         let ctx = self.mark_ctx(m)?.ctx;
         match self.exec.event_query(ctx, m.event) {
             Ok(()) => Some(true),
@@ -1423,12 +1449,21 @@ impl Meter for CudaOps {
         if a.ch != b.ch || a.ctx != b.ctx {
             return None;
         }
+        if a.ctx.0 & CL_MARK != 0 {
+            return self
+                .cl
+                .mark_elapsed_ns(a.ch, a.ctx.0 & !CL_MARK, a.event.0, b.event.0);
+        }
         let ctx = self.mark_ctx(a)?.ctx;
         let ms = self.exec.event_elapsed_ms(ctx, a.event, b.event).ok()?;
         Some((f64::from(ms) * 1e6).round() as i64)
     }
 
     fn unmark(&mut self, m: Mark) {
+        if m.ctx.0 & CL_MARK != 0 {
+            self.cl.unmark(m.ch, m.ctx.0 & !CL_MARK, m.event.0);
+            return;
+        }
         if let Some(cx) = self.mark_ctx(m) {
             cx.acct_free.push(m.event);
         }

@@ -8,7 +8,7 @@
 //! so the library is opened at run time, on the first OpenCL request, and
 //! a missing library or symbol is an error naming it. The maintained
 //! bindings (`cl3`/`opencl3`) link `libOpenCL` at build time by default and
-//! wrap every call in their own object model; the worker needs 37 plain
+//! wrap every call in their own object model; the worker needs about fifty plain
 //! entry points behind its own validation, so a table is smaller than the
 //! adapter would be. The prototypes are those of `CL/cl.h` (OpenCL 1.2).
 
@@ -48,7 +48,7 @@ pub const CL_BUFFER_CREATE_TYPE_REGION: ClUint = 0x1220;
 /// CL_TRUE.
 pub const CL_TRUE: ClUint = 1;
 
-type InfoFn = unsafe extern "C" fn(Obj, ClUint, usize, *mut c_void, *mut usize) -> ClInt;
+pub type InfoFn = unsafe extern "C" fn(Obj, ClUint, usize, *mut c_void, *mut usize) -> ClInt;
 type Info2Fn = unsafe extern "C" fn(Obj, Obj, ClUint, usize, *mut c_void, *mut usize) -> ClInt;
 type ObjFn = unsafe extern "C" fn(Obj) -> ClInt;
 
@@ -168,7 +168,113 @@ pub struct Api {
     pub get_event_profiling_info: InfoFn,
     pub release_event: ObjFn,
     pub retain_event: ObjFn,
+    pub create_image: unsafe extern "C" fn(
+        Obj,
+        u64,
+        *const ImageFormat,
+        *const ImageDescC,
+        *mut c_void,
+        *mut ClInt,
+    ) -> Obj,
+    pub get_image_info: InfoFn,
+    pub get_mem_object_info: InfoFn,
+    pub get_supported_image_formats:
+        unsafe extern "C" fn(Obj, u64, ClUint, ClUint, *mut ImageFormat, *mut ClUint) -> ClInt,
+    pub enqueue_read_image: unsafe extern "C" fn(
+        Obj,
+        Obj,
+        ClUint,
+        *const usize,
+        *const usize,
+        usize,
+        usize,
+        *mut c_void,
+        ClUint,
+        *const Obj,
+        *mut Obj,
+    ) -> ClInt,
+    pub enqueue_write_image: unsafe extern "C" fn(
+        Obj,
+        Obj,
+        ClUint,
+        *const usize,
+        *const usize,
+        usize,
+        usize,
+        *const c_void,
+        ClUint,
+        *const Obj,
+        *mut Obj,
+    ) -> ClInt,
+    pub enqueue_copy_image: unsafe extern "C" fn(
+        Obj,
+        Obj,
+        Obj,
+        *const usize,
+        *const usize,
+        *const usize,
+        ClUint,
+        *const Obj,
+        *mut Obj,
+    ) -> ClInt,
+    pub enqueue_copy_image_to_buffer: unsafe extern "C" fn(
+        Obj,
+        Obj,
+        Obj,
+        *const usize,
+        *const usize,
+        usize,
+        ClUint,
+        *const Obj,
+        *mut Obj,
+    ) -> ClInt,
+    pub enqueue_copy_buffer_to_image: unsafe extern "C" fn(
+        Obj,
+        Obj,
+        Obj,
+        usize,
+        *const usize,
+        *const usize,
+        ClUint,
+        *const Obj,
+        *mut Obj,
+    ) -> ClInt,
+    pub create_sampler: unsafe extern "C" fn(Obj, ClUint, ClUint, ClUint, *mut ClInt) -> Obj,
+    pub release_sampler: ObjFn,
 }
+
+/// `cl_image_format`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImageFormat {
+    /// `cl_channel_order`.
+    pub order: ClUint,
+    /// `cl_channel_type`.
+    pub channel_type: ClUint,
+}
+
+/// `cl_image_desc` (OpenCL 1.2).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ImageDescC {
+    pub image_type: ClUint,
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub array_size: usize,
+    pub row_pitch: usize,
+    pub slice_pitch: usize,
+    pub num_mip_levels: ClUint,
+    pub num_samples: ClUint,
+    pub buffer: Obj,
+}
+
+const _: () = assert!(size_of::<ImageDescC>() == 72);
+
+/// CL_IMAGE_ELEMENT_SIZE.
+pub const CL_IMAGE_ELEMENT_SIZE: ClUint = 0x1111;
+/// CL_MEM_SIZE.
+pub const CL_MEM_SIZE: ClUint = 0x1102;
 
 impl std::fmt::Debug for Api {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -260,6 +366,17 @@ impl Api {
             get_event_profiling_info: sym!("clGetEventProfilingInfo"),
             release_event: sym!("clReleaseEvent"),
             retain_event: sym!("clRetainEvent"),
+            create_image: sym!("clCreateImage"),
+            get_image_info: sym!("clGetImageInfo"),
+            get_mem_object_info: sym!("clGetMemObjectInfo"),
+            get_supported_image_formats: sym!("clGetSupportedImageFormats"),
+            enqueue_read_image: sym!("clEnqueueReadImage"),
+            enqueue_write_image: sym!("clEnqueueWriteImage"),
+            enqueue_copy_image: sym!("clEnqueueCopyImage"),
+            enqueue_copy_image_to_buffer: sym!("clEnqueueCopyImageToBuffer"),
+            enqueue_copy_buffer_to_image: sym!("clEnqueueCopyBufferToImage"),
+            create_sampler: sym!("clCreateSampler"),
+            release_sampler: sym!("clReleaseSampler"),
         })
     }
 }

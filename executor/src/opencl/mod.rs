@@ -18,7 +18,7 @@ pub mod api;
 use std::ffi::{c_void, CString};
 use std::sync::OnceLock;
 
-use api::{Api, ClInt, ClUint, Obj, CL_SUCCESS};
+use api::{Api, ClInt, ClUint, InfoFn, Obj, CL_SUCCESS};
 
 /// An OpenCL error code (negative).
 pub type ClError = i32;
@@ -117,6 +117,30 @@ owned!(
     Event,
     release_event
 );
+owned!(
+    /// A sampler.
+    Sampler,
+    release_sampler
+);
+
+/// An image the host made: the memory object, its element size and bytes.
+#[derive(Debug)]
+pub struct Image {
+    /// The memory object.
+    pub mem: Mem,
+    /// Bytes per pixel.
+    pub elem: u64,
+    /// Bytes the device holds for it.
+    pub bytes: u64,
+}
+
+fn usizes(v: [u64; 3]) -> Result<[usize; 3], ClError> {
+    let mut out = [0usize; 3];
+    for (o, x) in out.iter_mut().zip(v) {
+        *o = usize::try_from(x).map_err(|_| CL_INVALID_VALUE)?;
+    }
+    Ok(out)
+}
 
 /// The host platform and device.
 pub struct ClHost {
@@ -289,6 +313,117 @@ impl ClHost {
         self.made(raw, e).map(|raw| Mem { api: self.api, raw })
     }
 
+    /// An image of `format` (order, channel type) and `desc` (type,
+    /// width, height, depth, array size), without host data.
+    pub fn image(
+        &self,
+        ctx: &Context,
+        flags: u64,
+        format: (u32, u32),
+        desc: (u32, [u64; 4]),
+    ) -> Result<Image, ClError> {
+        let fmt = api::ImageFormat {
+            order: format.0,
+            channel_type: format.1,
+        };
+        let [w, h, d, a] = desc.1;
+        let conv = |x: u64| usize::try_from(x).map_err(|_| CL_INVALID_VALUE);
+        let dc = api::ImageDescC {
+            image_type: desc.0,
+            width: conv(w)?,
+            height: conv(h)?,
+            depth: conv(d)?,
+            array_size: conv(a)?,
+            row_pitch: 0,
+            slice_pitch: 0,
+            num_mip_levels: 0,
+            num_samples: 0,
+            buffer: std::ptr::null_mut(),
+        };
+        let mut e = 0;
+        // SAFETY: live context; format and description are valid structs
+        // for the call's duration; no host pointer.
+        let raw = unsafe {
+            (self.api.create_image)(ctx.raw, flags, &fmt, &dc, std::ptr::null_mut(), &mut e)
+        };
+        let mem = Mem {
+            api: self.api,
+            raw: self.made(raw, e)?,
+        };
+        let word = |f: InfoFn, param: u32| -> Result<u64, ClError> {
+            let mut v: usize = 0;
+            // SAFETY: a size_t value of a live memory object.
+            check(unsafe {
+                f(
+                    mem.raw,
+                    param,
+                    size_of::<usize>(),
+                    (&mut v as *mut usize).cast(),
+                    std::ptr::null_mut(),
+                )
+            })?;
+            Ok(v as u64)
+        };
+        let elem = word(self.api.get_image_info, api::CL_IMAGE_ELEMENT_SIZE)?;
+        let bytes = word(self.api.get_mem_object_info, api::CL_MEM_SIZE)?;
+        Ok(Image { mem, elem, bytes })
+    }
+
+    /// The image formats the device supports for `flags` and `image_type`,
+    /// at most `max`.
+    pub fn image_formats(
+        &self,
+        ctx: &Context,
+        flags: u64,
+        image_type: u32,
+        max: usize,
+    ) -> Result<Vec<(u32, u32)>, ClError> {
+        let mut n: ClUint = 0;
+        // SAFETY: a count query into a valid out-pointer.
+        check(unsafe {
+            (self.api.get_supported_image_formats)(
+                ctx.raw,
+                flags,
+                image_type,
+                0,
+                std::ptr::null_mut(),
+                &mut n,
+            )
+        })?;
+        let n = (n as usize).min(max);
+        let mut v = vec![api::ImageFormat::default(); n];
+        if n > 0 {
+            // SAFETY: the array holds `n` entries.
+            check(unsafe {
+                (self.api.get_supported_image_formats)(
+                    ctx.raw,
+                    flags,
+                    image_type,
+                    n as ClUint,
+                    v.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            })?;
+        }
+        Ok(v.into_iter().map(|f| (f.order, f.channel_type)).collect())
+    }
+
+    /// A sampler.
+    pub fn sampler(
+        &self,
+        ctx: &Context,
+        normalized: bool,
+        addressing: u32,
+        filter: u32,
+    ) -> Result<Sampler, ClError> {
+        let mut e = 0;
+        // SAFETY: live context; plain enum values (the platform checks them).
+        let raw = unsafe {
+            (self.api.create_sampler)(ctx.raw, u32::from(normalized), addressing, filter, &mut e)
+        };
+        self.made(raw, e).map(|raw| Sampler { api: self.api, raw })
+    }
+
     /// A program from source text (not yet built).
     pub fn program_from_source(&self, ctx: &Context, src: &[u8]) -> Result<Program, ClError> {
         let ptr = src.as_ptr().cast();
@@ -454,6 +589,8 @@ pub enum Arg<'a> {
     Mem(Option<&'a Mem>),
     /// `__local` bytes.
     Local(usize),
+    /// A sampler.
+    Sampler(&'a Sampler),
 }
 
 /// The geometry of one NDRange launch.
@@ -653,6 +790,18 @@ impl Queue {
                 Arg::Local(n) => unsafe {
                     (self.api.set_kernel_arg)(k.raw, i, *n, std::ptr::null())
                 },
+                Arg::Sampler(smp) => {
+                    let raw: Obj = smp.raw;
+                    // SAFETY: a cl_sampler value by address.
+                    unsafe {
+                        (self.api.set_kernel_arg)(
+                            k.raw,
+                            i,
+                            size_of::<Obj>(),
+                            (&raw as *const Obj).cast(),
+                        )
+                    }
+                }
             };
             check(r)?;
         }
@@ -674,6 +823,152 @@ impl Queue {
                 local,
                 n,
                 Self::list_ptr(&l),
+                if want { &mut ev } else { std::ptr::null_mut() },
+            )
+        })?;
+        Ok(self.out(want, ev))
+    }
+
+    /// A blocking write of the packed `data` into the box `origin`,
+    /// `region` of `img` (the caller checked box and length).
+    pub fn write_image(
+        &self,
+        img: &Mem,
+        origin: [u64; 3],
+        region: [u64; 3],
+        data: &[u8],
+        want: bool,
+    ) -> Result<Option<Event>, ClError> {
+        let (o, r) = (usizes(origin)?, usizes(region)?);
+        let mut ev: Obj = std::ptr::null_mut();
+        // SAFETY: live queue and image; `data` holds the packed box and
+        // outlives the blocking call.
+        check(unsafe {
+            (self.api.enqueue_write_image)(
+                self.raw,
+                img.raw,
+                api::CL_TRUE,
+                o.as_ptr(),
+                r.as_ptr(),
+                0,
+                0,
+                data.as_ptr().cast(),
+                0,
+                std::ptr::null(),
+                if want { &mut ev } else { std::ptr::null_mut() },
+            )
+        })?;
+        Ok(self.out(want, ev))
+    }
+
+    /// A blocking read of the box into `out`, packed.
+    pub fn read_image(
+        &self,
+        img: &Mem,
+        origin: [u64; 3],
+        region: [u64; 3],
+        out: &mut [u8],
+        want: bool,
+    ) -> Result<Option<Event>, ClError> {
+        let (o, r) = (usizes(origin)?, usizes(region)?);
+        let mut ev: Obj = std::ptr::null_mut();
+        // SAFETY: live queue and image; `out` holds the packed box and
+        // outlives the blocking call.
+        check(unsafe {
+            (self.api.enqueue_read_image)(
+                self.raw,
+                img.raw,
+                api::CL_TRUE,
+                o.as_ptr(),
+                r.as_ptr(),
+                0,
+                0,
+                out.as_mut_ptr().cast(),
+                0,
+                std::ptr::null(),
+                if want { &mut ev } else { std::ptr::null_mut() },
+            )
+        })?;
+        Ok(self.out(want, ev))
+    }
+
+    /// `clEnqueueCopyImage`.
+    pub fn copy_image(
+        &self,
+        src: &Mem,
+        dst: &Mem,
+        boxes: [[u64; 3]; 3],
+        want: bool,
+    ) -> Result<Option<Event>, ClError> {
+        let (a, b, r) = (usizes(boxes[0])?, usizes(boxes[1])?, usizes(boxes[2])?);
+        let mut ev: Obj = std::ptr::null_mut();
+        // SAFETY: live queue and images; three arrays of three.
+        check(unsafe {
+            (self.api.enqueue_copy_image)(
+                self.raw,
+                src.raw,
+                dst.raw,
+                a.as_ptr(),
+                b.as_ptr(),
+                r.as_ptr(),
+                0,
+                std::ptr::null(),
+                if want { &mut ev } else { std::ptr::null_mut() },
+            )
+        })?;
+        Ok(self.out(want, ev))
+    }
+
+    /// `clEnqueueCopyImageToBuffer`.
+    pub fn copy_image_to_buffer(
+        &self,
+        img: &Mem,
+        buf: &Mem,
+        boxes: [[u64; 3]; 2],
+        offset: u64,
+        want: bool,
+    ) -> Result<Option<Event>, ClError> {
+        let (o, r) = (usizes(boxes[0])?, usizes(boxes[1])?);
+        let mut ev: Obj = std::ptr::null_mut();
+        // SAFETY: live queue, image and buffer; arrays of three.
+        check(unsafe {
+            (self.api.enqueue_copy_image_to_buffer)(
+                self.raw,
+                img.raw,
+                buf.raw,
+                o.as_ptr(),
+                r.as_ptr(),
+                offset as usize,
+                0,
+                std::ptr::null(),
+                if want { &mut ev } else { std::ptr::null_mut() },
+            )
+        })?;
+        Ok(self.out(want, ev))
+    }
+
+    /// `clEnqueueCopyBufferToImage`.
+    pub fn copy_buffer_to_image(
+        &self,
+        buf: &Mem,
+        img: &Mem,
+        offset: u64,
+        boxes: [[u64; 3]; 2],
+        want: bool,
+    ) -> Result<Option<Event>, ClError> {
+        let (o, r) = (usizes(boxes[0])?, usizes(boxes[1])?);
+        let mut ev: Obj = std::ptr::null_mut();
+        // SAFETY: live queue, buffer and image; arrays of three.
+        check(unsafe {
+            (self.api.enqueue_copy_buffer_to_image)(
+                self.raw,
+                buf.raw,
+                img.raw,
+                offset as usize,
+                o.as_ptr(),
+                r.as_ptr(),
+                0,
+                std::ptr::null(),
                 if want { &mut ev } else { std::ptr::null_mut() },
             )
         })?;
