@@ -35,6 +35,13 @@ pub struct Queue {
     pub host: u64,
 }
 
+impl Queue {
+    /// Whether commands may run out of order.
+    pub fn out_of_order(&self) -> bool {
+        self.props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE != 0
+    }
+}
+
 impl Drop for Queue {
     fn drop(&mut self) {
         conn::release_later(Opcode::ClReleaseQueue, self.host);
@@ -190,8 +197,10 @@ pub(crate) extern "C" fn clGetContextInfo(
     })
 }
 
-/// Checks queue properties: profiling is all a queue may ask for.
-pub fn check_queue_props(props: u64) -> Result<(), i32> {
+/// Checks queue properties against what the device supports
+/// (`supported`, its `CL_DEVICE_QUEUE_PROPERTIES`): profiling, and
+/// out-of-order execution where the host device has it.
+pub fn check_queue_props(props: u64, supported: u64) -> Result<(), i32> {
     const KNOWN: u64 = CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE
         | CL_QUEUE_PROFILING_ENABLE
         | CL_QUEUE_ON_DEVICE
@@ -199,7 +208,8 @@ pub fn check_queue_props(props: u64) -> Result<(), i32> {
     if props & !KNOWN != 0 {
         return Err(CL_INVALID_VALUE);
     }
-    if props & !CL_QUEUE_PROFILING_ENABLE != 0 {
+    let allowed = CL_QUEUE_PROFILING_ENABLE | (supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+    if props & !allowed != 0 {
         return Err(CL_INVALID_QUEUE_PROPERTIES);
     }
     Ok(())
@@ -208,7 +218,11 @@ pub fn check_queue_props(props: u64) -> Result<(), i32> {
 fn new_queue(context: Handle, dev: Handle, props: u64) -> Result<Handle, i32> {
     let ctx = ParentRef::new::<Context>(context)?;
     check_device(dev)?;
-    check_queue_props(props)?;
+    let supported = crate::platform::device_info(CL_DEVICE_QUEUE_PROPERTIES)
+        .ok()
+        .and_then(|v| Some(u64::from_ne_bytes(v.get(..8)?.try_into().ok()?)))
+        .unwrap_or(CL_QUEUE_PROFILING_ENABLE);
+    check_queue_props(props, supported)?;
     let r = conn::with(|c| c.call(Opcode::ClCreateQueue, &[props], &[], &mut []))?;
     Ok(registry::create(Arc::new(Queue {
         context: ctx,
@@ -306,18 +320,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn queue_properties_allow_profiling_only() {
-        assert_eq!(check_queue_props(0), Ok(()));
-        assert_eq!(check_queue_props(CL_QUEUE_PROFILING_ENABLE), Ok(()));
+    fn queue_properties_allow_profiling_and_the_devices_out_of_order_mode() {
+        let ooo = CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE;
+        let p = CL_QUEUE_PROFILING_ENABLE;
+        assert_eq!(check_queue_props(0, p), Ok(()));
+        assert_eq!(check_queue_props(p, p), Ok(()));
         assert_eq!(
-            check_queue_props(CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_PROFILING_ENABLE),
+            check_queue_props(ooo | p, p),
+            Err(CL_INVALID_QUEUE_PROPERTIES),
+            "an in-order device"
+        );
+        assert_eq!(check_queue_props(ooo | p, ooo | p), Ok(()));
+        assert_eq!(
+            check_queue_props(CL_QUEUE_ON_DEVICE, ooo | p),
             Err(CL_INVALID_QUEUE_PROPERTIES)
         );
-        assert_eq!(
-            check_queue_props(CL_QUEUE_ON_DEVICE),
-            Err(CL_INVALID_QUEUE_PROPERTIES)
-        );
-        assert_eq!(check_queue_props(1 << 20), Err(CL_INVALID_VALUE));
+        assert_eq!(check_queue_props(1 << 20, p), Err(CL_INVALID_VALUE));
     }
 
     #[test]

@@ -276,7 +276,13 @@ fn marker(
 ) -> i32 {
     guard(name, || {
         let e = Enqueue::new(queue, num, list, event)?;
+        // On an out-of-order queue a barrier without a wait list waits
+        // for every command before it: a host barrier without events.
+        let barrier_all = command == CL_COMMAND_BARRIER && num == 0 && e.queue.out_of_order();
         conn::with(|c| {
+            if barrier_all {
+                c.fire(Opcode::ClWaitList, &[e.queue.host], &[])?;
+            }
             e.send_waits(c)?;
             e.marker(c)
         })?;
@@ -334,9 +340,14 @@ pub(crate) extern "C" fn clEnqueueBarrierWithWaitList(
 }
 
 pub(crate) extern "C" fn clEnqueueBarrier(queue: Handle) -> i32 {
-    // Queues are in order: every command already waits for those before it.
+    // On an in-order queue every command already waits for those before
+    // it; on an out-of-order one the host enqueues a barrier.
     guard("clEnqueueBarrier", || {
-        registry::get::<Queue>(queue).map(|_| ())
+        let q = registry::get::<Queue>(queue)?;
+        if q.out_of_order() {
+            conn::with(|c| c.fire(Opcode::ClWaitList, &[q.host], &[]))?;
+        }
+        Ok(())
     })
 }
 

@@ -361,7 +361,16 @@ pub fn device_info(param: u32) -> Result<Vec<u8>, i32> {
         CL_DEVICE_VERSION => cstring(VERSION),
         CL_DEVICE_OPENCL_C_VERSION => cstring(OPENCL_C_VERSION),
         CL_DEVICE_HOST_UNIFIED_MEMORY | CL_DEVICE_LINKER_AVAILABLE => u32v(CL_FALSE),
-        CL_DEVICE_QUEUE_PROPERTIES => u64v(CL_QUEUE_PROFILING_ENABLE),
+        CL_DEVICE_QUEUE_PROPERTIES => {
+            // Profiling always (the host's queues are profiled), and
+            // out-of-order execution where the host device has it.
+            let host = host_device_info(param)?;
+            let bits = host
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_ne_bytes);
+            u64v(CL_QUEUE_PROFILING_ENABLE | (bits & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE))
+        }
         CL_DEVICE_EXTENSIONS => {
             let host = host_device_info(param)?;
             cstring(&device_extensions(&String::from_utf8_lossy(host_str(

@@ -200,7 +200,8 @@ pub enum Opcode {
     ClNdRange = 0x1050,
     /// `clEnqueueMarkerWithWaitList(args[0] = queue, args[4] = event)`.
     ClMarker = 0x1051,
-    /// A barrier on queue `args[0]` that waits for the events (u64 ids) in the arena.
+    /// A barrier on queue `args[0]` that waits for the events (u64 ids) in the
+    /// arena; with none, for every command queued before it.
     ClWaitList = 0x1052,
     /// `clWaitForEvents` of the events (u64 ids) in the arena.
     ClWaitEvents = 0x1060,

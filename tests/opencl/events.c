@@ -324,6 +324,47 @@ int main(void) {
         CHECK(clReleaseCommandQueue(plain));
     }
 
+    // 6. An out-of-order queue, where the device has them: the order is
+    //    the events' alone. write -> scale (waits on the write) -> copy
+    //    (waits on the kernel) -> a barrier -> blocking read of the copy.
+    {
+        cl_command_queue_properties dp = 0;
+        CHECK(clGetDeviceInfo(dev, CL_DEVICE_QUEUE_PROPERTIES, sizeof dp, &dp, NULL));
+        if (!(dp & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)) {
+            ok("out-of-order queues: the device has none (skipped)");
+        } else {
+            cl_command_queue oq;
+            CREATE(oq, clCreateCommandQueue(ctx, dev, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, ERR));
+            cl_command_queue_properties op = 0;
+            CHECK(clGetCommandQueueInfo(oq, CL_QUEUE_PROPERTIES, sizeof op, &op, NULL));
+            EXPECT(op & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, "queue is not out of order");
+            int f = 7;
+            cl_event ew, ek, ec;
+            CHECK(clEnqueueWriteBuffer(oq, din, CL_FALSE, 0, N * sizeof(int), in, 0, NULL, &ew));
+            CHECK(clSetKernelArg(k, 0, sizeof din, &din));
+            CHECK(clSetKernelArg(k, 1, sizeof dout, &dout));
+            CHECK(clSetKernelArg(k, 2, sizeof f, &f));
+            CHECK(clSetKernelArg(k, 3, sizeof n, &n));
+            CHECK(clEnqueueNDRangeKernel(oq, k, 1, NULL, &global, NULL, 1, &ew, &ek));
+            CHECK(clEnqueueCopyBuffer(oq, dout, dcopy, 0, 0, N * sizeof(int), 1, &ek, &ec));
+            CHECK(clEnqueueBarrierWithWaitList(oq, 0, NULL, NULL));
+            memset(out, 0, N * sizeof(int));
+            CHECK(clEnqueueReadBuffer(oq, dcopy, CL_TRUE, 0, N * sizeof(int), out, 0, NULL, NULL));
+            for (size_t i = 0; i < N; i++) {
+                int want = in[i] * f + (int)i;
+                EXPECT(out[i] == want, "out-of-order chain: out[%zu] = %d, want %d", i, out[i],
+                       want);
+            }
+            EXPECT(status_of(ec) == CL_COMPLETE, "copy event not complete after the barrier");
+            CHECK(clFinish(oq));
+            ok("out-of-order queue: a chain ordered by its events and a barrier computes exactly");
+            CHECK(clReleaseEvent(ew));
+            CHECK(clReleaseEvent(ek));
+            CHECK(clReleaseEvent(ec));
+            CHECK(clReleaseCommandQueue(oq));
+        }
+    }
+
     CHECK(clReleaseMemObject(din));
     CHECK(clReleaseMemObject(dout));
     CHECK(clReleaseMemObject(dcopy));

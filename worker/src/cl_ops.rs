@@ -29,6 +29,8 @@ use fairgpu_protocol::{Opcode, Status};
 
 use crate::host::{Answer, ArenaSlice};
 
+/// `CL_DEVICE_QUEUE_PROPERTIES`.
+const DEVICE_QUEUE_PROPERTIES: u32 = 0x102A;
 /// `CL_DEVICE_GLOBAL_MEM_SIZE`.
 const DEVICE_GLOBAL_MEM_SIZE: u32 = 0x101F;
 /// `CL_DEVICE_MAX_MEM_ALLOC_SIZE`.
@@ -492,12 +494,20 @@ impl ClOps {
         match req.op {
             Opcode::ClGetDeviceInfo | Opcode::ClGetPlatformInfo => unreachable!("answered above"),
             Opcode::ClCreateQueue => {
+                const OUT_OF_ORDER: u64 = 1 << 0;
                 const PROFILING: u64 = 1 << 1;
-                if a[0] & !PROFILING != 0 {
+                let supported = host
+                    .device_info(DEVICE_QUEUE_PROPERTIES, 8)
+                    .ok()
+                    .and_then(|v| Some(u64::from_le_bytes(v.get(..8)?.try_into().ok()?)))
+                    .unwrap_or(0);
+                if a[0] & !(PROFILING | (supported & OUT_OF_ORDER)) != 0 {
                     return Err(cl(-35)); // CL_INVALID_QUEUE_PROPERTIES
                 }
                 // Always profiled on the host: the accounting may use it.
-                let q = host.queue(&cx._ctx, PROFILING).map_err(cl)?;
+                let q = host
+                    .queue(&cx._ctx, PROFILING | (a[0] & OUT_OF_ORDER))
+                    .map_err(cl)?;
                 let h = cx
                     .queues
                     .insert(q)
@@ -1064,7 +1074,11 @@ impl ClOps {
             }
             Opcode::ClWaitList | Opcode::ClWaitEvents => {
                 let ids = decode_words(&read_arena(arena)?).ok_or(cl(CL_INVALID_VALUE))?;
-                if ids.is_empty() || ids.len() > MAX_WAIT_LIST {
+                // An empty wait list is a barrier behind every command
+                // queued before it (out-of-order queues); waiting for no
+                // events is not a request.
+                let empty_ok = req.op == Opcode::ClWaitList;
+                if (ids.is_empty() && !empty_ok) || ids.len() > MAX_WAIT_LIST {
                     return Err(cl(CL_INVALID_VALUE));
                 }
                 let events = ids
