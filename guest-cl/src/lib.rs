@@ -43,8 +43,6 @@ pub mod types;
 mod conn;
 mod context;
 mod event;
-#[cfg(test)]
-mod fake_host;
 mod image;
 mod include;
 mod kernel;

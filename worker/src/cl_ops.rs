@@ -144,6 +144,8 @@ struct Channel {
     /// `events` accounting's marks: markers by mark id.
     marks: HashMap<u64, Event>,
     next_mark: u64,
+    /// The end of the last command counted (device clock, ns).
+    last_end: u64,
     /// Events of the device work issued, oldest first, whose device time
     /// is not yet counted.
     timed: std::collections::VecDeque<Event>,
@@ -332,6 +334,7 @@ impl ClOps {
                 generation: self.generations,
                 marks: HashMap::new(),
                 next_mark: 0,
+                last_end: 0,
                 timed: std::collections::VecDeque::new(),
                 events: HashMap::new(),
                 kernels: HandleTable::new(MAX_OBJECTS),
@@ -1113,6 +1116,14 @@ impl ClOps {
 
 /// Counts the device time of the channel's completed commands (all of
 /// them with `wait`), in order, stopping at the first unfinished one.
+///
+/// A command's device time is from its submission to the device, or the
+/// end of the channel's previous command if that is later, to its end:
+/// the time the device spent on it including its launch (on PoCL, tens of
+/// microseconds of the device's own threads between submission and
+/// start), which is what synchronising accounting charges and what no
+/// other VM can use meanwhile. Overlapping commands are not counted
+/// twice.
 fn count_completed(cx: &mut Channel, wait: bool) -> u64 {
     let mut ns = 0;
     while let Some(e) = cx.timed.front() {
@@ -1122,8 +1133,9 @@ fn count_completed(cx: &mut Channel, wait: bool) -> u64 {
         match e.status() {
             Ok(s) if s > 0 => break,
             Ok(0) => {
-                if let Ok(t) = e.profiling() {
-                    ns += t[3].saturating_sub(t[2]);
+                if let Ok([_, submit, _, end]) = e.profiling() {
+                    ns += end.saturating_sub(submit.max(cx.last_end));
+                    cx.last_end = cx.last_end.max(end);
                 }
             }
             _ => {}
