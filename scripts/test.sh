@@ -33,21 +33,14 @@ die() {
 # ---------------------------------------------------------------------------
 APT_UPDATED=0
 
-apt_install() {
-    local want=() spec cmd pkg
-    for spec in "$@"; do
-        cmd=${spec%%:*}
-        pkg=${spec#*:}
-        command -v "$cmd" >/dev/null 2>&1 || want+=("$pkg")
-    done
-    [[ ${#want[@]} -eq 0 ]] && return 0
-
+# apt_get_install PKG...: installs the packages (sudo when not root).
+apt_get_install() {
     command -v apt-get >/dev/null 2>&1 ||
-        die "missing packages ${want[*]} and no apt-get to install them with"
+        die "missing packages $* and no apt-get to install them with"
     local sudo=()
     if [[ $(id -u) -ne 0 ]]; then
         command -v sudo >/dev/null 2>&1 ||
-            die "missing packages ${want[*]}; not root and no sudo to install them"
+            die "missing packages $*; not root and no sudo to install them"
         sudo=(sudo)
     fi
     if [[ $APT_UPDATED -eq 0 ]]; then
@@ -55,7 +48,17 @@ apt_install() {
         APT_UPDATED=1
     fi
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y --no-install-recommends "${want[@]}"
+        apt-get install -y --no-install-recommends "$@"
+}
+
+apt_install() {
+    local want=() spec cmd pkg
+    for spec in "$@"; do
+        cmd=${spec%%:*}
+        pkg=${spec#*:}
+        command -v "$cmd" >/dev/null 2>&1 || want+=("$pkg")
+    done
+    [[ ${#want[@]} -eq 0 ]] || apt_get_install "${want[@]}"
 }
 
 # apt_packages PKG...
@@ -67,21 +70,7 @@ apt_packages() {
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
             want+=("$pkg")
     done
-    [[ ${#want[@]} -eq 0 ]] && return 0
-    command -v apt-get >/dev/null 2>&1 ||
-        die "missing packages ${want[*]} and no apt-get to install them with"
-    local sudo=()
-    if [[ $(id -u) -ne 0 ]]; then
-        command -v sudo >/dev/null 2>&1 ||
-            die "missing packages ${want[*]}; not root and no sudo to install them"
-        sudo=(sudo)
-    fi
-    if [[ $APT_UPDATED -eq 0 ]]; then
-        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
-        APT_UPDATED=1
-    fi
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y --no-install-recommends "${want[@]}"
+    [[ ${#want[@]} -eq 0 ]] || apt_get_install "${want[@]}"
 }
 
 # ---------------------------------------------------------------------------

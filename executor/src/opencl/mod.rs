@@ -617,8 +617,19 @@ impl Queue {
         (l, n)
     }
 
-    fn out(&self, want: bool, raw: Obj) -> Option<Event> {
-        want.then_some(Event { api: self.api, raw })
+    /// Runs an enqueue call `f`, handing it the event out-pointer (null
+    /// unless `want`), and returns the event it made.
+    fn enqueue(
+        &self,
+        want: bool,
+        f: impl FnOnce(*mut Obj) -> ClInt,
+    ) -> Result<Option<Event>, ClError> {
+        let mut ev: Obj = std::ptr::null_mut();
+        check(f(if want { &mut ev } else { std::ptr::null_mut() }))?;
+        Ok(want.then_some(Event {
+            api: self.api,
+            raw: ev,
+        }))
     }
 
     fn list_ptr(l: &[Obj]) -> *const Obj {
@@ -651,22 +662,22 @@ impl Queue {
         want: bool,
     ) -> Result<Option<Event>, ClError> {
         let (l, n) = Self::list(waits);
-        let mut ev: Obj = std::ptr::null_mut();
-        // SAFETY: live queue and buffer; `data` outlives the blocking call.
-        check(unsafe {
-            (self.api.enqueue_write_buffer)(
-                self.raw,
-                m.raw,
-                api::CL_TRUE,
-                offset as usize,
-                data.len(),
-                data.as_ptr().cast(),
-                n,
-                Self::list_ptr(&l),
-                if want { &mut ev } else { std::ptr::null_mut() },
-            )
-        })?;
-        Ok(self.out(want, ev))
+        self.enqueue(want, |ev| {
+            // SAFETY: live queue and buffer; `data` outlives the blocking call.
+            unsafe {
+                (self.api.enqueue_write_buffer)(
+                    self.raw,
+                    m.raw,
+                    api::CL_TRUE,
+                    offset as usize,
+                    data.len(),
+                    data.as_ptr().cast(),
+                    n,
+                    Self::list_ptr(&l),
+                    ev,
+                )
+            }
+        })
     }
 
     /// A blocking read into `out` from `offset`.
@@ -679,22 +690,22 @@ impl Queue {
         want: bool,
     ) -> Result<Option<Event>, ClError> {
         let (l, n) = Self::list(waits);
-        let mut ev: Obj = std::ptr::null_mut();
-        // SAFETY: live queue and buffer; `out` outlives the blocking call.
-        check(unsafe {
-            (self.api.enqueue_read_buffer)(
-                self.raw,
-                m.raw,
-                api::CL_TRUE,
-                offset as usize,
-                out.len(),
-                out.as_mut_ptr().cast(),
-                n,
-                Self::list_ptr(&l),
-                if want { &mut ev } else { std::ptr::null_mut() },
-            )
-        })?;
-        Ok(self.out(want, ev))
+        self.enqueue(want, |ev| {
+            // SAFETY: live queue and buffer; `out` outlives the blocking call.
+            unsafe {
+                (self.api.enqueue_read_buffer)(
+                    self.raw,
+                    m.raw,
+                    api::CL_TRUE,
+                    offset as usize,
+                    out.len(),
+                    out.as_mut_ptr().cast(),
+                    n,
+                    Self::list_ptr(&l),
+                    ev,
+                )
+            }
+        })
     }
 
     /// `clEnqueueCopyBuffer`.
@@ -710,22 +721,22 @@ impl Queue {
         want: bool,
     ) -> Result<Option<Event>, ClError> {
         let (l, n) = Self::list(waits);
-        let mut ev: Obj = std::ptr::null_mut();
-        // SAFETY: live queue and buffers.
-        check(unsafe {
-            (self.api.enqueue_copy_buffer)(
-                self.raw,
-                src.raw,
-                dst.raw,
-                src_off as usize,
-                dst_off as usize,
-                size as usize,
-                n,
-                Self::list_ptr(&l),
-                if want { &mut ev } else { std::ptr::null_mut() },
-            )
-        })?;
-        Ok(self.out(want, ev))
+        self.enqueue(want, |ev| {
+            // SAFETY: live queue and buffers.
+            unsafe {
+                (self.api.enqueue_copy_buffer)(
+                    self.raw,
+                    src.raw,
+                    dst.raw,
+                    src_off as usize,
+                    dst_off as usize,
+                    size as usize,
+                    n,
+                    Self::list_ptr(&l),
+                    ev,
+                )
+            }
+        })
     }
 
     /// `clEnqueueFillBuffer` (the pattern is copied at enqueue time).
@@ -739,23 +750,23 @@ impl Queue {
         want: bool,
     ) -> Result<Option<Event>, ClError> {
         let (l, n) = Self::list(waits);
-        let mut ev: Obj = std::ptr::null_mut();
-        // SAFETY: live queue and buffer; OpenCL copies the pattern before
-        // the call returns.
-        check(unsafe {
-            (self.api.enqueue_fill_buffer)(
-                self.raw,
-                m.raw,
-                pattern.as_ptr().cast(),
-                pattern.len(),
-                offset as usize,
-                size as usize,
-                n,
-                Self::list_ptr(&l),
-                if want { &mut ev } else { std::ptr::null_mut() },
-            )
-        })?;
-        Ok(self.out(want, ev))
+        self.enqueue(want, |ev| {
+            // SAFETY: live queue and buffer; OpenCL copies the pattern before
+            // the call returns.
+            unsafe {
+                (self.api.enqueue_fill_buffer)(
+                    self.raw,
+                    m.raw,
+                    pattern.as_ptr().cast(),
+                    pattern.len(),
+                    offset as usize,
+                    size as usize,
+                    n,
+                    Self::list_ptr(&l),
+                    ev,
+                )
+            }
+        })
     }
 
     /// Sets `args` on `k` and enqueues it over `range`.
@@ -806,27 +817,27 @@ impl Queue {
             check(r)?;
         }
         let (l, n) = Self::list(waits);
-        let mut ev: Obj = std::ptr::null_mut();
         let local = range
             .local
             .as_ref()
             .map_or(std::ptr::null(), |l| l.as_ptr());
-        // SAFETY: live queue and kernel; the three arrays hold `dims` (≤ 3)
-        // entries each.
-        check(unsafe {
-            (self.api.enqueue_nd_range_kernel)(
-                self.raw,
-                k.raw,
-                range.dims,
-                range.offset.as_ptr(),
-                range.global.as_ptr(),
-                local,
-                n,
-                Self::list_ptr(&l),
-                if want { &mut ev } else { std::ptr::null_mut() },
-            )
-        })?;
-        Ok(self.out(want, ev))
+        self.enqueue(want, |ev| {
+            // SAFETY: live queue and kernel; the three arrays hold `dims`
+            // (≤ 3) entries each.
+            unsafe {
+                (self.api.enqueue_nd_range_kernel)(
+                    self.raw,
+                    k.raw,
+                    range.dims,
+                    range.offset.as_ptr(),
+                    range.global.as_ptr(),
+                    local,
+                    n,
+                    Self::list_ptr(&l),
+                    ev,
+                )
+            }
+        })
     }
 
     /// A blocking write of the packed `data` into the box `origin`,
@@ -840,25 +851,25 @@ impl Queue {
         want: bool,
     ) -> Result<Option<Event>, ClError> {
         let (o, r) = (usizes(origin)?, usizes(region)?);
-        let mut ev: Obj = std::ptr::null_mut();
-        // SAFETY: live queue and image; `data` holds the packed box and
-        // outlives the blocking call.
-        check(unsafe {
-            (self.api.enqueue_write_image)(
-                self.raw,
-                img.raw,
-                api::CL_TRUE,
-                o.as_ptr(),
-                r.as_ptr(),
-                0,
-                0,
-                data.as_ptr().cast(),
-                0,
-                std::ptr::null(),
-                if want { &mut ev } else { std::ptr::null_mut() },
-            )
-        })?;
-        Ok(self.out(want, ev))
+        self.enqueue(want, |ev| {
+            // SAFETY: live queue and image; `data` holds the packed box and
+            // outlives the blocking call.
+            unsafe {
+                (self.api.enqueue_write_image)(
+                    self.raw,
+                    img.raw,
+                    api::CL_TRUE,
+                    o.as_ptr(),
+                    r.as_ptr(),
+                    0,
+                    0,
+                    data.as_ptr().cast(),
+                    0,
+                    std::ptr::null(),
+                    ev,
+                )
+            }
+        })
     }
 
     /// A blocking read of the box into `out`, packed.
@@ -871,25 +882,25 @@ impl Queue {
         want: bool,
     ) -> Result<Option<Event>, ClError> {
         let (o, r) = (usizes(origin)?, usizes(region)?);
-        let mut ev: Obj = std::ptr::null_mut();
-        // SAFETY: live queue and image; `out` holds the packed box and
-        // outlives the blocking call.
-        check(unsafe {
-            (self.api.enqueue_read_image)(
-                self.raw,
-                img.raw,
-                api::CL_TRUE,
-                o.as_ptr(),
-                r.as_ptr(),
-                0,
-                0,
-                out.as_mut_ptr().cast(),
-                0,
-                std::ptr::null(),
-                if want { &mut ev } else { std::ptr::null_mut() },
-            )
-        })?;
-        Ok(self.out(want, ev))
+        self.enqueue(want, |ev| {
+            // SAFETY: live queue and image; `out` holds the packed box and
+            // outlives the blocking call.
+            unsafe {
+                (self.api.enqueue_read_image)(
+                    self.raw,
+                    img.raw,
+                    api::CL_TRUE,
+                    o.as_ptr(),
+                    r.as_ptr(),
+                    0,
+                    0,
+                    out.as_mut_ptr().cast(),
+                    0,
+                    std::ptr::null(),
+                    ev,
+                )
+            }
+        })
     }
 
     /// `clEnqueueCopyImage`.
@@ -901,22 +912,22 @@ impl Queue {
         want: bool,
     ) -> Result<Option<Event>, ClError> {
         let (a, b, r) = (usizes(boxes[0])?, usizes(boxes[1])?, usizes(boxes[2])?);
-        let mut ev: Obj = std::ptr::null_mut();
-        // SAFETY: live queue and images; three arrays of three.
-        check(unsafe {
-            (self.api.enqueue_copy_image)(
-                self.raw,
-                src.raw,
-                dst.raw,
-                a.as_ptr(),
-                b.as_ptr(),
-                r.as_ptr(),
-                0,
-                std::ptr::null(),
-                if want { &mut ev } else { std::ptr::null_mut() },
-            )
-        })?;
-        Ok(self.out(want, ev))
+        self.enqueue(want, |ev| {
+            // SAFETY: live queue and images; three arrays of three.
+            unsafe {
+                (self.api.enqueue_copy_image)(
+                    self.raw,
+                    src.raw,
+                    dst.raw,
+                    a.as_ptr(),
+                    b.as_ptr(),
+                    r.as_ptr(),
+                    0,
+                    std::ptr::null(),
+                    ev,
+                )
+            }
+        })
     }
 
     /// `clEnqueueCopyImageToBuffer`.
@@ -929,22 +940,22 @@ impl Queue {
         want: bool,
     ) -> Result<Option<Event>, ClError> {
         let (o, r) = (usizes(boxes[0])?, usizes(boxes[1])?);
-        let mut ev: Obj = std::ptr::null_mut();
-        // SAFETY: live queue, image and buffer; arrays of three.
-        check(unsafe {
-            (self.api.enqueue_copy_image_to_buffer)(
-                self.raw,
-                img.raw,
-                buf.raw,
-                o.as_ptr(),
-                r.as_ptr(),
-                offset as usize,
-                0,
-                std::ptr::null(),
-                if want { &mut ev } else { std::ptr::null_mut() },
-            )
-        })?;
-        Ok(self.out(want, ev))
+        self.enqueue(want, |ev| {
+            // SAFETY: live queue, image and buffer; arrays of three.
+            unsafe {
+                (self.api.enqueue_copy_image_to_buffer)(
+                    self.raw,
+                    img.raw,
+                    buf.raw,
+                    o.as_ptr(),
+                    r.as_ptr(),
+                    offset as usize,
+                    0,
+                    std::ptr::null(),
+                    ev,
+                )
+            }
+        })
     }
 
     /// `clEnqueueCopyBufferToImage`.
@@ -957,22 +968,22 @@ impl Queue {
         want: bool,
     ) -> Result<Option<Event>, ClError> {
         let (o, r) = (usizes(boxes[0])?, usizes(boxes[1])?);
-        let mut ev: Obj = std::ptr::null_mut();
-        // SAFETY: live queue, buffer and image; arrays of three.
-        check(unsafe {
-            (self.api.enqueue_copy_buffer_to_image)(
-                self.raw,
-                buf.raw,
-                img.raw,
-                offset as usize,
-                o.as_ptr(),
-                r.as_ptr(),
-                0,
-                std::ptr::null(),
-                if want { &mut ev } else { std::ptr::null_mut() },
-            )
-        })?;
-        Ok(self.out(want, ev))
+        self.enqueue(want, |ev| {
+            // SAFETY: live queue, buffer and image; arrays of three.
+            unsafe {
+                (self.api.enqueue_copy_buffer_to_image)(
+                    self.raw,
+                    buf.raw,
+                    img.raw,
+                    offset as usize,
+                    o.as_ptr(),
+                    r.as_ptr(),
+                    0,
+                    std::ptr::null(),
+                    ev,
+                )
+            }
+        })
     }
 
     /// A marker after everything queued before it.
