@@ -5,8 +5,8 @@
 //! `clIcdGetPlatformIDsKHR`, and from then on calls it through the dispatch
 //! table that every object it hands out points to. The library forwards an
 //! OpenCL 1.2 feature set (buffers, images and samplers, programs from
-//! source or binary, kernels, in-order queues, events) to the fairgpu host
-//! over one channel per process, with the opcodes of
+//! source or binary, kernels, in-order and out-of-order queues, events) to
+//! the fairgpu host over one channel per process, with the opcodes of
 //! [`fairgpu_protocol::opencl`].
 //!
 //! Invariants:
