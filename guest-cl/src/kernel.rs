@@ -177,26 +177,18 @@ pub fn arg_kind(
                 Some(Err(_)) => Err(CL_INVALID_ARG_SIZE),
             };
         }
-        ArgSpace::Image => {
+        ArgSpace::Image | ArgSpace::Sampler => {
             if size != size_of::<usize>() {
                 return Err(CL_INVALID_ARG_SIZE);
             }
             let p = value.map(word).ok_or(CL_INVALID_ARG_VALUE)?;
-            return match p.map(&find) {
-                Ok(Some(ArgObject::Image(h))) => Ok(KernelArg::Mem(h)),
-                Ok(_) => Err(CL_INVALID_MEM_OBJECT),
-                Err(_) => Err(CL_INVALID_ARG_SIZE),
-            };
-        }
-        ArgSpace::Sampler => {
-            if size != size_of::<usize>() {
-                return Err(CL_INVALID_ARG_SIZE);
-            }
-            let p = value.map(word).ok_or(CL_INVALID_ARG_VALUE)?;
-            return match p.map(&find) {
-                Ok(Some(ArgObject::Sampler(h))) => Ok(KernelArg::Sampler(h)),
-                Ok(_) => Err(CL_INVALID_SAMPLER),
-                Err(_) => Err(CL_INVALID_ARG_SIZE),
+            let image = space == ArgSpace::Image;
+            return match (p.map(&find), image) {
+                (Ok(Some(ArgObject::Image(h))), true) => Ok(KernelArg::Mem(h)),
+                (Ok(Some(ArgObject::Sampler(h))), false) => Ok(KernelArg::Sampler(h)),
+                (Ok(_), true) => Err(CL_INVALID_MEM_OBJECT),
+                (Ok(_), false) => Err(CL_INVALID_SAMPLER),
+                (Err(_), _) => Err(CL_INVALID_ARG_SIZE),
             };
         }
         ArgSpace::Value => {
