@@ -26,6 +26,14 @@
 #                      through fairgpu, e.g. "kernel_slice_ms = 0.01" and
 #                      "kernel_slice_blocks = 1" (newline-separated) to run
 #                      every multi-block kernel as parts (docs/long-kernels.md)
+#   FAIRGPU_OPENCL_PROGRAMS  built OpenCL test programs (tests/opencl/build.sh
+#                      output; default: the first of target/release/opencl-programs,
+#                      target/debug/opencl-programs). Each runs natively on the
+#                      host's platform and through fairgpu's ICD, whose worker
+#                      runs it on that same platform (NVIDIA's on a GPU host)
+#   FAIRGPU_OPENCL_ICD the ICD (default target/release/libfairgpu_opencl.so)
+#   GPU_CHECK_OPENCL_PLATFORM  a substring of the host platform's name for the
+#                      native runs (default NVIDIA)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -68,6 +76,13 @@ if [[ -z "$programs" ]]; then
         [[ -d "$d" ]] && { programs="$d"; break; }
     done
 fi
+cl_programs="${FAIRGPU_OPENCL_PROGRAMS:-}"
+if [[ -z "$cl_programs" ]]; then
+    for d in "$root/target/release/opencl-programs" "$root/target/debug/opencl-programs"; do
+        [[ -d "$d" ]] && { cl_programs="$d"; break; }
+    done
+fi
+cl_icd="${FAIRGPU_OPENCL_ICD:-$root/target/release/libfairgpu_opencl.so}"
 prefix="${FAIRGPU_CUDA_PREFIX:-$root/target/cuda-toolchain}"
 cudart_path="$prefix/cu12/nvidia/cuda_runtime/lib:$prefix/cu13/nvidia/cu13/lib"
 results=()
@@ -108,15 +123,12 @@ EOT
     daemon_pid=$!
     for _ in $(seq 100); do [[ -e "$region" ]] && break; sleep 0.1; done
 
-    both_ways() { # NAME COMMAND...
-        local name="$1"; shift
-        local native fair
-        native=0; env LD_LIBRARY_PATH="$cudart_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-            FAIRGPU_CHECK_RESULTS=1 FAIRGPU_SIM_TIMING=0 timeout 120 "$@" >"$work/native.out" 2>&1 || native=$?
-        fair=0; env LD_LIBRARY_PATH="$work:$cudart_path" FAIRGPU_REGION="$region" \
-            FAIRGPU_CHECK_RESULTS=1 FAIRGPU_SIM_TIMING=0 timeout 120 "$@" >"$work/fair.out" 2>&1 || fair=$?
+    # Notes one check from the exit statuses of its native and fairgpu runs
+    # (their output in $work/native.out and $work/fair.out).
+    judge() { # NAME NATIVE_STATUS FAIRGPU_STATUS
+        local name="$1" native="$2" fair="$3"
         if [[ -n "${GPU_CHECK_LOGS:-}" ]]; then
-            mkdir -p "$GPU_CHECK_LOGS"
+            mkdir -p "$(dirname "$GPU_CHECK_LOGS/$name")"
             cp "$work/native.out" "$GPU_CHECK_LOGS/$name.native.out"
             cp "$work/fair.out" "$GPU_CHECK_LOGS/$name.fairgpu.out"
         fi
@@ -127,6 +139,16 @@ EOT
         else
             note "FAIL  $name: native exit $native, fairgpu exit $fair: $(tail -n 1 "$work/fair.out")"
         fi
+    }
+
+    both_ways() { # NAME COMMAND...
+        local name="$1"; shift
+        local native fair
+        native=0; env LD_LIBRARY_PATH="$cudart_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+            FAIRGPU_CHECK_RESULTS=1 FAIRGPU_SIM_TIMING=0 timeout 120 "$@" >"$work/native.out" 2>&1 || native=$?
+        fair=0; env LD_LIBRARY_PATH="$work:$cudart_path" FAIRGPU_REGION="$region" \
+            FAIRGPU_CHECK_RESULTS=1 FAIRGPU_SIM_TIMING=0 timeout 120 "$@" >"$work/fair.out" 2>&1 || fair=$?
+        judge "$name" "$native" "$fair"
     }
 
     if [[ -n "$programs" ]]; then
@@ -143,6 +165,33 @@ EOT
         # PyTorch: creation, elementwise, reductions, cuBLAS matmul, a small
         # training loop, streams and events, each against the CPU.
         both_ways torch python3 "$root/tests/torch/check.py"
+    fi
+    # OpenCL: natively on the host's platform, then through fairgpu's ICD,
+    # whose worker uses that platform.
+    cl_both_ways() { # NAME COMMAND...
+        local name="$1"; shift
+        local native fair
+        native=0; env OPENCL_PLATFORM="${GPU_CHECK_OPENCL_PLATFORM:-NVIDIA}" \
+            timeout 120 "$@" >"$work/native.out" 2>&1 || native=$?
+        # OCL_ICD_VENDORS for ocl-icd (PyOpenCL's bundled loader too),
+        # OCL_ICD_FILENAMES for Khronos' loader (NVIDIA's libOpenCL), which
+        # does not read the former.
+        fair=0; env OCL_ICD_VENDORS="$work/icd" OCL_ICD_FILENAMES="$cl_icd" \
+            OPENCL_PLATFORM=fairgpu FAIRGPU_REGION="$region" \
+            timeout 120 "$@" >"$work/fair.out" 2>&1 || fair=$?
+        judge "$name" "$native" "$fair"
+    }
+    if [[ -n "$cl_programs" && -f "$cl_icd" ]]; then
+        mkdir -p "$work/icd"
+        echo "$cl_icd" >"$work/icd/fairgpu.icd"
+        for p in "$cl_programs"/*; do
+            [[ -f "$p" && -x "$p" ]] || continue
+            cl_both_ways "opencl/$(basename "$p")" "$p"
+        done
+        if python3 -c 'import pyopencl, mako' >/dev/null 2>&1; then
+            # PyOpenCL: arrays, a custom kernel, reductions, against NumPy.
+            cl_both_ways opencl/pyopencl python3 "$root/tests/opencl/pyopencl_basic.py"
+        fi
     fi
     # What the daemon did: kernel slicing and the runaway guard, restarts.
     "$bin" status --socket "$work/control.sock" --log warn || true

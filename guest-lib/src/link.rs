@@ -217,6 +217,9 @@ pub extern "C" fn cuLinkAddFile(
     cuLinkAddFile_v2(state, ty, path, n, options, values)
 }
 
+/// The image of a link with no input: a PTX module that defines nothing.
+const EMPTY_PTX: &str = ".version 7.0\n.target sm_52\n.address_size 64\n";
+
 /// `cuLinkComplete`: the linked image, valid until `cuLinkDestroy`.
 #[no_mangle]
 pub extern "C" fn cuLinkComplete(
@@ -229,8 +232,11 @@ pub extern "C" fn cuLinkComplete(
             return Err(err::INVALID_VALUE);
         }
         let (p, n) = with_link(state, |l| {
+            // PTX images are text the loader reads up to a NUL.
             let mut img = match l.inputs.as_slice() {
-                [] => return Err(err::INVALID_VALUE),
+                // NVIDIA's driver completes a link with no input (580, on
+                // an H200); its image is a module without functions.
+                [] => EMPTY_PTX.as_bytes().to_vec(),
                 [(_, only)] => only.clone(),
                 many if many.iter().all(|(t, _)| *t == INPUT_PTX) => {
                     let texts: Vec<&str> = many
@@ -245,7 +251,7 @@ pub extern "C" fn cuLinkComplete(
                     ))
                 }
             };
-            if l.inputs.len() > 1 || l.inputs[0].0 == INPUT_PTX {
+            if l.inputs.len() != 1 || l.inputs[0].0 == INPUT_PTX {
                 img.push(0);
             }
             l.image = img;
