@@ -145,6 +145,11 @@ pub struct FairnessArgs {
     /// (`[daemon] work_conserving = false`): Fig. 10's comparison.
     #[arg(long)]
     pub no_work_conserving: bool,
+    /// One more `[daemon]` line for every run, as written (repeatable),
+    /// e.g. --daemon-set "adaptive_spin = false" or
+    /// --daemon-set "wake_preempt = false" to compare a setting's effect.
+    #[arg(long = "daemon-set", value_name = "LINE")]
+    pub daemon_set: Vec<String>,
     /// Guests share the host's last CPU and the daemon its other CPUs, as
     /// in FairGV's setup (VMs sharing one core, the backend on its own);
     /// without it every process may run anywhere.
@@ -658,6 +663,14 @@ pub struct VmResult {
     /// Grants it received per second in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grants_per_s: Option<f64>,
+    /// Co-scheduled grants per second (it was interactive when granted)
+    /// that found a guest thread asleep and woke it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cosched_woke_per_s: Option<f64>,
+    /// Co-scheduled grants per second that found the guest already
+    /// waiting for the GPU (nobody to wake).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cosched_waiting_per_s: Option<f64>,
     /// Periodic VMs: jobs it completed over its run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jobs: Option<u64>,
@@ -989,6 +1002,10 @@ fn measure_inner(
     };
     let charged: Vec<Option<f64>> = (0..n).map(|i| rate_of(&snap.charged, i)).collect();
     let grants: Vec<Option<f64>> = (0..n).map(|i| rate_of(&snap.grants, i)).collect();
+    let woke: Vec<Option<f64>> = (0..n).map(|i| rate_of(&snap.cosched_woke, i)).collect();
+    let waiting: Vec<Option<f64>> = (0..n)
+        .map(|i| Some((rate_of(&snap.cosched, i)? - woke[i]?).max(0.0)))
+        .collect();
     drop(obs);
     let reports = session.finish_workloads(Duration::from_secs_f64(tail + 30.0));
     drop(session);
@@ -1042,6 +1059,8 @@ fn measure_inner(
                 sync_max_us: sync.map(|l| l.max),
                 charged_share: charged[i].map(|ns_per_s| ns_per_s / 1e9),
                 grants_per_s: grants[i],
+                cosched_woke_per_s: woke[i],
+                cosched_waiting_per_s: waiting[i],
                 jobs: report.and_then(|r| r.periodic).map(|p| p.jobs),
                 deadlines_met: report
                     .and_then(|r| r.periodic)
@@ -1439,7 +1458,7 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
             pin: a.pin,
             no_work_conserving: a.no_work_conserving,
             daemon_log: a.daemon_log.clone(),
-            daemon_lines: Vec::new(),
+            daemon_lines: a.daemon_set.clone(),
         },
     };
     if a.client == ClientKind::Libcuda {
@@ -1653,6 +1672,8 @@ mod tests {
                 sync_max_us: None,
                 charged_share: None,
                 grants_per_s: None,
+                cosched_woke_per_s: None,
+                cosched_waiting_per_s: None,
                 jobs: None,
                 deadlines_met: None,
                 reserved: None,

@@ -331,6 +331,8 @@ mod tests {
             kernels: Vec::new(),
             charged: Vec::new(),
             grants: Vec::new(),
+            cosched: Vec::new(),
+            cosched_woke: Vec::new(),
             errors: 0,
             last_error: None,
         }

@@ -13,6 +13,9 @@
 //! slice_ms = 6.0
 //! accounting = "sampled"   # sampled | every | events | none
 //! spin_us = 500
+//! adaptive_spin = true     # yield at once if the VM's quiet periods outlast spin_us
+//! wake_preempt = true      # fairgv: a waking VM with a smaller tag preempts the holder
+//! wake_preempt_us = 500    # ... once it has held the GPU this long
 //! work_conserving = true    # false: a holder keeps its whole slice
 //! [sim]                    # the SimGpu cost model (executor::sim::SimConfig)
 //! [[vm]]
@@ -255,6 +258,9 @@ struct RawDaemon {
     slice_ms: Option<f64>,
     accounting: Option<String>,
     spin_us: Option<i64>,
+    adaptive_spin: Option<bool>,
+    wake_preempt: Option<bool>,
+    wake_preempt_us: Option<i64>,
     work_conserving: Option<bool>,
     slice_kernels: Option<bool>,
     kernel_slice_ms: Option<f64>,
@@ -493,6 +499,10 @@ fn validate_long_kernels(raw: &RawDaemon, sched: &SchedConfig) -> Result<LongKer
     })
 }
 
+/// How long a holder keeps the GPU before a waking VM with a smaller start
+/// tag may preempt it, unless `wake_preempt_us` says otherwise.
+pub const DEFAULT_WAKE_PREEMPT: std::time::Duration = std::time::Duration::from_micros(500);
+
 /// Longest hybrid-spin budget accepted, in µs.
 pub const MAX_SPIN_US: u64 = 100_000;
 
@@ -511,6 +521,16 @@ pub struct SchedConfig {
     /// Hybrid spinning: how long a holder with nothing to issue keeps the
     /// grant before it yields it and is marked blocked.
     pub spin: std::time::Duration,
+    /// The spin budget learned per VM (`adaptive_spin = true`): a holder
+    /// whose guest's quiet periods mostly outlast `spin` yields at once
+    /// when another VM waits, and one whose quiet periods end sooner spins
+    /// only about as long as they last (`worker/src/accounting.rs`).
+    pub adaptive_spin: bool,
+    /// FairGV's preemption on wake (`wake_preempt`, `wake_preempt_us`): a
+    /// VM that wakes with a smaller start tag than the holder's ends the
+    /// holder's grant at its next request, once it has held the GPU this
+    /// long. `None`: grants last their slice (the paper's rule).
+    pub wake_preempt: Option<std::time::Duration>,
     /// Off (`work_conserving = false`): a holder keeps the GPU for its
     /// whole slice, idle or not, and is charged at least the slice's
     /// wall-clock length; the reference FairGV's Fig. 10 compares with.
@@ -528,6 +548,8 @@ impl Default for SchedConfig {
             slice: SliceConfig::default(),
             accounting: Accounting::Sampled,
             spin: std::time::Duration::from_micros(500),
+            adaptive_spin: true,
+            wake_preempt: Some(DEFAULT_WAKE_PREEMPT),
             work_conserving: true,
         }
     }
@@ -679,11 +701,40 @@ fn validate_sched(raw: &RawDaemon) -> Result<SchedConfig, String> {
             .map(std::time::Duration::from_micros)
             .ok_or_else(|| format!("spin_us = {us} is outside 0..={MAX_SPIN_US}"))?,
     };
+    let fair_queuing = policy == Some(PolicyKind::FairQueuing);
+    if !fair_queuing && (raw.wake_preempt.is_some() || raw.wake_preempt_us.is_some()) {
+        return Err(format!(
+            "wake_preempt and wake_preempt_us are FairGV's (policy = \"fairgv\"), not policy = {:?}'s",
+            policy_name(policy)
+        ));
+    }
+    let wake_preempt = match (raw.wake_preempt, raw.wake_preempt_us) {
+        _ if !fair_queuing => None,
+        (Some(false), Some(_)) => {
+            return Err("wake_preempt_us is set but wake_preempt = false".to_owned())
+        }
+        (Some(false), None) => None,
+        (on, us) => {
+            let hold = match us {
+                None => DEFAULT_WAKE_PREEMPT,
+                Some(us) => u64::try_from(us)
+                    .ok()
+                    .filter(|us| *us <= MAX_SPIN_US)
+                    .map(std::time::Duration::from_micros)
+                    .ok_or_else(|| {
+                        format!("wake_preempt_us = {us} is outside 0..={MAX_SPIN_US}")
+                    })?,
+            };
+            (on == Some(true) || us.is_some() || defaults.wake_preempt.is_some()).then_some(hold)
+        }
+    };
     Ok(SchedConfig {
         policy,
         slice,
         accounting,
         spin,
+        adaptive_spin: raw.adaptive_spin.unwrap_or(defaults.adaptive_spin),
+        wake_preempt,
         work_conserving: raw.work_conserving.unwrap_or(defaults.work_conserving),
     })
 }
@@ -1739,6 +1790,43 @@ region = "/dev/shm/fairgpu-vm1"
         assert!(c.work_conserving);
         assert!(!with("work_conserving = false").unwrap().work_conserving);
         assert!(with("work_conserving = \"no\"").is_err());
+    }
+
+    #[test]
+    fn adaptive_spin_and_wake_preemption_keys() {
+        use std::time::Duration;
+        let with = |lines: &str| {
+            parse(&ONE_VM.replace("[daemon]", &format!("[daemon]\n{lines}")))
+                .map(|c| c.daemon.sched)
+        };
+        let d = with("").unwrap();
+        assert!(d.adaptive_spin);
+        assert_eq!(d.wake_preempt, Some(DEFAULT_WAKE_PREEMPT));
+        assert!(!with("adaptive_spin = false").unwrap().adaptive_spin);
+        assert_eq!(with("wake_preempt = false").unwrap().wake_preempt, None);
+        assert_eq!(
+            with("wake_preempt_us = 0").unwrap().wake_preempt,
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            with("wake_preempt = true\nwake_preempt_us = 1500")
+                .unwrap()
+                .wake_preempt,
+            Some(Duration::from_micros(1500))
+        );
+        let e = with("wake_preempt = false\nwake_preempt_us = 10")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("wake_preempt = false"), "{e}");
+        let e = with("wake_preempt_us = -1").unwrap_err().to_string();
+        assert!(e.contains("outside 0..=100000"), "{e}");
+        // FairGV's alone: another policy refuses the keys, and has none.
+        let e = with("policy = \"credit-hs\"\nwake_preempt = true")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("FairGV's"), "{e}");
+        assert_eq!(with("policy = \"credit-hs\"").unwrap().wake_preempt, None);
+        assert_eq!(with("policy = \"none\"").unwrap().wake_preempt, None);
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub fn build_policy(cfg: &SchedConfig) -> Option<Box<dyn Policy>> {
         PolicyKind::FairQueuing => Box::new(FairQueuing::new(FairQueuingConfig {
             slice: cfg.slice,
             wake_grace: cfg.slice.slice(),
+            wake_preempt: cfg
+                .wake_preempt
+                .map(|d| fairgpu_scheduler::Nanos::from_nanos(d.as_nanos() as u64)),
             ..FairQueuingConfig::default()
         })),
         PolicyKind::CreditPoll | PolicyKind::CreditHybridSpin | PolicyKind::StrictCoSchedule => {

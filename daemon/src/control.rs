@@ -194,8 +194,13 @@ pub struct VmSchedStatus {
     pub charged_ns: u64,
     /// Grants received.
     pub grants: u64,
-    /// Grants that woke the VM's vCPUs (GPU-centric co-scheduling).
+    /// Grants that asked for the VM's vCPUs to be woken (GPU-centric
+    /// co-scheduling of an interactive VM).
     pub cosched_wakes: u64,
+    /// Of those, the grants that found a guest thread asleep and woke it;
+    /// the rest found the guest already waiting.
+    #[serde(default)]
+    pub cosched_woke: u64,
     /// Grants held past the slice plus the grace.
     pub overruns: u64,
     /// Grants revoked before their end (preempted by higher priority, or a
@@ -237,6 +242,7 @@ pub fn sched_standing(revoked: u64, standing: fairgpu_scheduler::Standing) -> Vm
         charged_ns: 0,
         grants: 0,
         cosched_wakes: 0,
+        cosched_woke: 0,
         overruns: 0,
         revoked,
         priority: None,
@@ -319,6 +325,14 @@ impl VmSchedStatus {
         }
         if self.revoked > 0 {
             parts.push(format!("{} grants revoked", self.revoked));
+        }
+        if self.cosched_wakes > 0 {
+            parts.push(format!(
+                "{} co-scheduled grants: {} woke the guest, {} found it waiting",
+                self.cosched_wakes,
+                self.cosched_woke,
+                self.cosched_wakes.saturating_sub(self.cosched_woke)
+            ));
         }
         (!parts.is_empty()).then(|| parts.join(", "))
     }
@@ -815,7 +829,8 @@ mod tests {
                 state: "runnable".into(),
                 charged_ns: 1_400_000,
                 grants: 5,
-                cosched_wakes: 0,
+                cosched_wakes: 4,
+                cosched_woke: 1,
                 overruns: 0,
                 revoked: 2,
                 priority: Some(7),
@@ -854,7 +869,7 @@ mod tests {
         );
         assert!(t.contains("KERNELS") && t.contains("CHARGED"), "{t}");
         assert!(
-            t.contains("vm1: priority 7, reservation 2/10 ms pe, budget left -1.500 ms, throttled 3 times, 2 grants revoked"),
+            t.contains("vm1: priority 7, reservation 2/10 ms pe, budget left -1.500 ms, throttled 3 times, 2 grants revoked, 4 co-scheduled grants: 1 woke the guest, 3 found it waiting"),
             "{t}"
         );
         assert!(t.lines().nth(3).unwrap().contains("runnable"), "{t}");

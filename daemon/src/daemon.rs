@@ -341,6 +341,7 @@ impl StatusSource {
                         charged_ns: v.charged_ns,
                         grants: v.grants,
                         cosched_wakes: v.cosched_wakes,
+                        cosched_woke: v.cosched_woke,
                         overruns: v.overruns,
                         ..crate::control::sched_standing(v.revoked, v.standing)
                     }),

@@ -157,8 +157,12 @@ pub struct VmSched {
     pub charged_ns: u64,
     /// Grants received.
     pub grants: u64,
-    /// Grants that woke its vCPUs (GPU-centric co-scheduling).
+    /// Grants that asked for its vCPUs to be woken (GPU-centric
+    /// co-scheduling: it was interactive when granted).
     pub cosched_wakes: u64,
+    /// Of those, the grants that found a guest thread asleep and woke it;
+    /// the others found the guest already waiting for the GPU.
+    pub cosched_woke: u64,
     /// Grants it held past slice + grace.
     pub overruns: u64,
     /// Grants revoked before their end: preempted by a vGPU of higher
@@ -171,6 +175,7 @@ pub struct VmSched {
 #[derive(Debug, Default, Clone, Copy)]
 struct Counters {
     cosched_wakes: u64,
+    cosched_woke: u64,
     overruns: u64,
     revoked: u64,
 }
@@ -247,6 +252,7 @@ impl SchedHandle {
             charged_ns: s.charged.as_nanos(),
             grants: s.grants,
             cosched_wakes: c.cosched_wakes,
+            cosched_woke: c.cosched_woke,
             overruns: c.overruns,
             revoked: c.revoked,
             standing: s.standing,
@@ -838,6 +844,9 @@ impl Scheduler {
         if g.wake_vcpu {
             core.counters[vm].cosched_wakes += 1;
             let woken = self.coordinator.wake_vcpu(vm);
+            if woken > 0 {
+                core.counters[vm].cosched_woke += 1;
+            }
             tracing::trace!(vm = %self.names[vm], woken, "interactive vGPU granted; its vCPUs woken");
         }
         Outstanding {

@@ -87,6 +87,13 @@ pub struct FairQueuingConfig {
     /// A vGPU that wakes within this long of blocking keeps its place
     /// (see the module documentation); zero lifts every waking vGPU to V.
     pub wake_grace: Nanos,
+    /// Preemption on wake: a vGPU that woke during the current grant with
+    /// a start tag below the holder's ends that grant at the holder's next
+    /// request boundary, once the holder has held the GPU this long (so a
+    /// holder that yielded while its guest thought does not lose the GPU
+    /// for the rest of another's slice). `None`: slices are never cut
+    /// short (the paper's non-preemptive slices).
+    pub wake_preempt: Option<Nanos>,
 }
 
 impl Default for FairQueuingConfig {
@@ -96,6 +103,7 @@ impl Default for FairQueuingConfig {
             interactivity: InteractivityConfig::default(),
             gpu_centric_cosched: true,
             wake_grace: SliceConfig::NON_PREEMPTIVE,
+            wake_preempt: None,
         }
     }
 }
@@ -111,6 +119,8 @@ struct Entry {
     detector: InteractivityDetector,
     /// When it last blocked; `None` before its first wake.
     blocked_at: Option<Nanos>,
+    /// When it last woke.
+    woke_at: Option<Nanos>,
 }
 
 /// FairGV's fair-queuing policy. See the module documentation.
@@ -122,6 +132,8 @@ pub struct FairQueuing {
     runnable: BTreeSet<(VirtualTime, VgpuId)>,
     holder: Option<VgpuId>,
     last_holder: Option<VgpuId>,
+    /// When the holder's grant was made.
+    granted_at: Nanos,
     /// Global virtual time V.
     vtime: VirtualTime,
     clock: Monotonic,
@@ -142,6 +154,7 @@ impl FairQueuing {
             runnable: BTreeSet::new(),
             holder: None,
             last_holder: None,
+            granted_at: Nanos::ZERO,
             vtime: VirtualTime::ZERO,
             clock: Monotonic::default(),
         }
@@ -172,6 +185,20 @@ impl FairQueuing {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// When the front runnable vGPU may preempt the holder (see
+    /// [`FairQueuingConfig::wake_preempt`]): it woke during the holder's
+    /// grant with a start tag below the holder's, so it would have been
+    /// picked had it been runnable then. `None` when it may not.
+    fn wake_preempt_due(&self) -> Option<Nanos> {
+        let min_hold = self.config.wake_preempt?;
+        let holder = self.vgpus.get(&self.holder?)?;
+        let &(tag, front) = self.runnable.first()?;
+        let woke_during = self.vgpus[&front]
+            .woke_at
+            .is_some_and(|t| t >= self.granted_at);
+        (woke_during && tag < holder.start).then(|| self.granted_at + min_hold)
     }
 
     /// Recomputes V after the active set or a start tag changed. V never
@@ -213,6 +240,7 @@ impl Policy for FairQueuing {
                 grants: 0,
                 detector: InteractivityDetector::new(self.config.interactivity),
                 blocked_at: None,
+                woke_at: None,
             },
         );
         Ok(())
@@ -260,6 +288,7 @@ impl Policy for FairQueuing {
         };
         e.start = e.start.max(floor);
         e.state = VgpuState::Runnable;
+        e.woke_at = Some(now);
         let key = (e.start, id);
         self.runnable.insert(key);
         self.update_vtime();
@@ -295,6 +324,7 @@ impl Policy for FairQueuing {
         e.grants += 1;
         let wake_vcpu = cosched && e.detector.is_interactive(now);
         self.holder = Some(id);
+        self.granted_at = now;
         let switched = self.last_holder != Some(id);
         // The holder stays active with the same start tag: V is unchanged.
         Some(Grant {
@@ -364,6 +394,18 @@ impl Policy for FairQueuing {
 
     fn holder(&self) -> Option<VgpuId> {
         self.holder
+    }
+
+    fn preempt(&mut self, now: Nanos) -> Option<VgpuId> {
+        let now = self.clock.observe(now);
+        let due = self.wake_preempt_due()?;
+        (now >= due).then_some(self.holder?)
+    }
+
+    fn next_event(&self) -> Option<Nanos> {
+        // A waker that may preempt once the holder's minimum hold ends.
+        self.wake_preempt_due()
+            .filter(|&due| due > self.clock.get())
     }
 
     fn ids(&self) -> Vec<VgpuId> {
@@ -685,5 +727,81 @@ mod tests {
         p.add(A, 1).unwrap();
         p.wake(A, Nanos::ZERO).unwrap();
         assert_eq!(p.pick(Nanos::ZERO).unwrap().slice, ms(30));
+    }
+
+    /// A holder that yielded while its guest thought comes back before the
+    /// next holder's slice ends: with `wake_preempt` its smaller start tag
+    /// ends that grant once the minimum hold is over; without, it waits.
+    #[test]
+    fn a_brief_sleeper_preempts_after_the_minimum_hold() {
+        for preempt in [None, Some(ms(1))] {
+            let mut p = FairQueuing::new(FairQueuingConfig {
+                wake_preempt: preempt,
+                ..FairQueuingConfig::default()
+            });
+            p.add(A, 1).unwrap();
+            p.add(B, 1).unwrap();
+            let mut now = Nanos::ZERO;
+            p.wake(A, now).unwrap();
+            p.wake(B, now).unwrap();
+            // A runs briefly and blocks (its guest thinks); B is granted.
+            assert_eq!(run(&mut p, &mut now, Nanos::from_micros(200)), A);
+            p.block(A, now).unwrap();
+            assert_eq!(p.pick(now).unwrap().id, B);
+            assert_eq!(p.preempt(now), None, "nobody waits");
+            // A wakes 300 us later: its start tag (0.2 ms) is above B's
+            // (0), so it may not preempt.
+            now += Nanos::from_micros(300);
+            p.wake(A, now).unwrap();
+            assert_eq!(p.preempt(now), None, "A's tag is above B's");
+            assert_eq!(p.next_event(), None);
+            // B runs 2 ms, releases; A (0.2) runs 100 us and blocks; B (2.0)
+            // is granted; A wakes with 0.3 < 2.0.
+            now += ms(2);
+            p.release(B, ms(2), now).unwrap();
+            assert_eq!(run(&mut p, &mut now, Nanos::from_micros(100)), A);
+            p.block(A, now).unwrap();
+            let granted = now;
+            assert_eq!(p.pick(now).unwrap().id, B);
+            now += Nanos::from_micros(400);
+            p.wake(A, now).unwrap();
+            match preempt {
+                None => {
+                    assert_eq!(p.preempt(now), None);
+                    assert_eq!(p.preempt(now + ms(5)), None, "slices are not cut short");
+                    assert_eq!(p.next_event(), None);
+                }
+                Some(hold) => {
+                    assert_eq!(p.preempt(now), None, "within B's minimum hold");
+                    assert_eq!(p.next_event(), Some(granted + hold));
+                    assert_eq!(p.preempt(granted + hold), Some(B));
+                    now = granted + hold;
+                    p.release(B, hold, now).unwrap();
+                    assert_eq!(p.pick(now).unwrap().id, A, "the waker is next");
+                }
+            }
+        }
+    }
+
+    /// VMs that never block never preempt each other: the slice holds.
+    #[test]
+    fn saturating_vgpus_keep_their_slices_under_wake_preempt() {
+        let mut p = FairQueuing::new(FairQueuingConfig {
+            wake_preempt: Some(Nanos::ZERO),
+            ..FairQueuingConfig::default()
+        });
+        p.add(A, 1).unwrap();
+        p.add(B, 3).unwrap();
+        let mut now = Nanos::ZERO;
+        p.wake(A, now).unwrap();
+        p.wake(B, now).unwrap();
+        for _ in 0..20 {
+            let g = p.pick(now).unwrap();
+            for step in 0..6 {
+                assert_eq!(p.preempt(now + ms(step)), None);
+            }
+            now += ms(6);
+            p.release(g.id, ms(6), now).unwrap();
+        }
     }
 }

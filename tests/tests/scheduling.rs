@@ -617,8 +617,72 @@ fn grants_to_an_interactive_vm_wake_its_guests() {
         0,
         "the batch VM never synchronises"
     );
+    let inter_sched = vm(&s, "inter").sched.clone().unwrap();
+    assert!(
+        inter_sched.cosched_woke <= inter_sched.cosched_wakes,
+        "{} grants woke the guest of {} co-scheduled ones",
+        inter_sched.cosched_woke,
+        inter_sched.cosched_wakes
+    );
     assert!(inter.stop() > 0);
     batch.stop();
+}
+
+/// FairGV's preemption on wake: a VM that sleeps between short bursts
+/// comes back with a smaller start tag than the busy VM holding the GPU,
+/// and with `wake_preempt` it ends that grant at the holder's next
+/// request; the busy VM, always runnable, never preempts anyone. Without
+/// it no grant is cut short. Either way every kernel of both runs.
+#[test]
+fn a_waking_vm_preempts_the_busy_holder_only_with_wake_preempt() {
+    let _one = exclusive();
+    for preempt in [true, false] {
+        let lines = format!(
+            "{}\nwake_preempt = {preempt}\nadaptive_spin = true",
+            daemon_lines("fairgv", "sampled")
+        );
+        let rig = Rig::start("sched_wake_preempt", &[("busy", 1), ("sleeper", 1)], &lines);
+        let barrier = Arc::new(Barrier::new(2));
+        let busy = spinner(rig.region(0), barrier.clone(), 500 * US);
+        const BURSTS: u64 = 60;
+        let sleeper = Guest::spawn(rig.region(1), barrier, |cu, k, _stop| {
+            for _ in 0..BURSTS {
+                cu.launch(k, ONE, ONE, 0, 0, &(50 * US).to_le_bytes())
+                    .unwrap();
+                cu.ctx_synchronize().unwrap();
+                std::thread::sleep(Duration::from_millis(3));
+            }
+            BURSTS
+        });
+        let s = wait_for_status(&rig.d, "the sleeper's bursts", |s| {
+            vm(s, "sleeper").kernels == BURSTS
+        });
+        let revoked = |n: &str| vm(&s, n).sched.as_ref().unwrap().revoked;
+        eprintln!(
+            "wake_preempt = {preempt}: busy revoked {}, sleeper revoked {}",
+            revoked("busy"),
+            revoked("sleeper")
+        );
+        assert_eq!(
+            revoked("sleeper"),
+            0,
+            "a VM that never waits preempted the sleeper"
+        );
+        if preempt {
+            assert!(
+                revoked("busy") > 0,
+                "{BURSTS} wake-ups never preempted the busy holder"
+            );
+        } else {
+            assert_eq!(
+                revoked("busy"),
+                0,
+                "a grant was cut short without wake_preempt"
+            );
+        }
+        assert_eq!(sleeper.stop(), BURSTS);
+        assert!(busy.stop() > 0);
+    }
 }
 
 /// Every accounting mode charges GPU time and keeps the shares; `none`

@@ -322,6 +322,11 @@ pub struct GrantSlot {
 }
 
 impl GrantSlot {
+    /// Its index in the grant file (the VM's, in configuration order).
+    pub fn index(&self) -> usize {
+        (self.base - SLOTS_OFF) / SLOT_SIZE
+    }
+
     fn u32_at(&self, off: usize) -> &AtomicU32 {
         self.view
             .atomic_u32(self.base + off)

@@ -193,6 +193,7 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<bool> {
                     accounting: sched.accounting,
                     idle: fairgpu_config::policy::idle_behaviour(sched),
                     spin: sched.spin,
+                    adaptive_spin: sched.adaptive_spin,
                     reserve: !sched.work_conserving,
                     publish_device_time: matches!(
                         sched.policy,

@@ -90,6 +90,12 @@ pub struct SchedView {
     /// Grants revoked before their end.
     #[serde(default)]
     pub revoked: u64,
+    /// Grants that asked for its vCPUs to be woken (it was interactive).
+    #[serde(default)]
+    pub cosched_wakes: u64,
+    /// Of those, the grants that found a guest thread asleep and woke it.
+    #[serde(default)]
+    pub cosched_woke: u64,
     /// TimeGraph: its priority.
     #[serde(default)]
     pub priority: Option<u8>,
@@ -123,7 +129,8 @@ impl SchedView {
             state: String::new(),
             charged_ns: self.charged_ns,
             grants: self.grants,
-            cosched_wakes: 0,
+            cosched_wakes: self.cosched_wakes,
+            cosched_woke: self.cosched_woke,
             overruns: 0,
             revoked: self.revoked,
             priority: self.priority,
@@ -361,6 +368,10 @@ pub struct Observed {
     pub charged: Vec<Track>,
     /// Grants per VM, where a policy runs.
     pub grants: Vec<Track>,
+    /// Co-scheduled grants per VM (interactive when granted).
+    pub cosched: Vec<Track>,
+    /// Co-scheduled grants that woke a sleeping guest thread, per VM.
+    pub cosched_woke: Vec<Track>,
     /// Polls that failed.
     pub errors: u64,
     /// The last error.
@@ -401,6 +412,8 @@ impl Observer {
                                     s.kernels = vec![Track::default(); st.vms.len()];
                                     s.charged = vec![Track::default(); st.vms.len()];
                                     s.grants = vec![Track::default(); st.vms.len()];
+                                    s.cosched = vec![Track::default(); st.vms.len()];
+                                    s.cosched_woke = vec![Track::default(); st.vms.len()];
                                 }
                                 for (i, v) in st.vms.iter().enumerate() {
                                     s.gpu[i].observe(t0, v.gpu_time_ns);
@@ -410,6 +423,8 @@ impl Observer {
                                     if let Some(sc) = &v.sched {
                                         s.charged[i].observe(t0, sc.charged_ns);
                                         s.grants[i].observe(t0, sc.grants);
+                                        s.cosched[i].observe(t0, sc.cosched_wakes);
+                                        s.cosched_woke[i].observe(t0, sc.cosched_woke);
                                     }
                                 }
                                 s.last = Some(st);
