@@ -702,7 +702,9 @@ fn validate_sched(raw: &RawDaemon) -> Result<SchedConfig, String> {
             .ok_or_else(|| format!("spin_us = {us} is outside 0..={MAX_SPIN_US}"))?,
     };
     let fair_queuing = policy == Some(PolicyKind::FairQueuing);
-    if !fair_queuing && (raw.wake_preempt.is_some() || raw.wake_preempt_us.is_some()) {
+    // `wake_preempt = false` is what every other policy does anyway (a
+    // comparison run may set it for all).
+    if !fair_queuing && (raw.wake_preempt == Some(true) || raw.wake_preempt_us.is_some()) {
         return Err(format!(
             "wake_preempt and wake_preempt_us are FairGV's (policy = \"fairgv\"), not policy = {:?}'s",
             policy_name(policy)
@@ -1825,8 +1827,13 @@ region = "/dev/shm/fairgpu-vm1"
             .unwrap_err()
             .to_string();
         assert!(e.contains("FairGV's"), "{e}");
+        let e = with("policy = \"none\"\nwake_preempt_us = 100").unwrap_err().to_string();
+        assert!(e.contains("FairGV's"), "{e}");
         assert_eq!(with("policy = \"credit-hs\"").unwrap().wake_preempt, None);
         assert_eq!(with("policy = \"none\"").unwrap().wake_preempt, None);
+        // Turning it off is what the other policies do anyway.
+        let off = with("policy = \"none\"\nwake_preempt = false").unwrap();
+        assert_eq!(off.wake_preempt, None);
     }
 
     #[test]
