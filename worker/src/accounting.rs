@@ -340,32 +340,26 @@ pub struct Gate {
     quiet: SpinBudget,
 }
 
-/// The adaptive hybrid-spin budget: how long this VM's guest took to send
-/// its next request each time its holder found nothing to issue (a quiet
-/// period: from the first pass that found the holder idle, its device work
-/// done, to the next request that needs the grant, whether or not the
-/// grant was still held by then). Counted from the holder's last device
-/// request instead, a guest's own kernel made its quiet periods look longer
-/// than its sleeps: NEON's Throttle, which polls for its 200 µs kernel's
-/// end and sleeps 200 µs, measured 490–550 µs and yielded at every sleep
-/// (MMR 0.96 to 0.06 beside 1.7 ms kernels). Learned under contended
-/// grants only (a lease has nobody to yield to).
+/// The adaptive hybrid-spin budget (`adaptive_spin`, off by default): how
+/// long this VM's guest took to send its next request each time its holder
+/// found nothing to issue. A quiet period runs from the first pass that
+/// found the holder idle with its own device work done to the next request
+/// that needs the grant, whether or not the grant was still held by then;
+/// it is learned under contended grants only (a lease has nobody to yield
+/// to). Counted from the holder's last device request instead, a guest that
+/// polls for its kernel's end made its quiet periods look longer than its
+/// sleeps.
 ///
 /// A holder spins on an empty ring so that the guest's next request finds
 /// the grant still held; spinning is worth it only when that request comes
 /// within the budget. While another VM waits (its `runnable` flag is set)
 /// and three in four of the last quiet periods outlasted the configured
-/// budget (a guest that sleeps or computes between bursts), spinning keeps
-/// the GPU idle for nothing: the holder yields at once. Otherwise the
-/// configured budget applies, whole. Two looser rules were tried on this
-/// 2-core host: a budget trimmed to the usual quiet period (nine in ten, a
-/// quarter more) lost the grant whenever the host was slow to run the
-/// guest (Fig. 9 SRD1 0.95 against 0.99), and yielding when half of them
-/// outlasted it starved a guest sleeping 200 µs beside 1.7 ms kernels
-/// (NEON's sleeping Throttle, MMR 0.96 to 0.06): once it yielded, the other
-/// VM's processes took the CPUs, its own wake-ups grew past the budget,
-/// and each wake-up waited behind the other's queued kernels. With nobody
-/// waiting, yielding would only cost a grant.
+/// budget (a guest that sleeps or computes between bursts), the holder
+/// yields at once; otherwise the configured budget applies, whole (a budget
+/// trimmed to the usual quiet period lost the grant whenever the host was
+/// slow to run the guest). With nobody waiting, yielding would only cost a
+/// grant. Why it is off by default (a guest whose sleeps sit at the budget,
+/// beside a VM that queues long kernels, starved): docs/fairness.md.
 #[derive(Debug, Default)]
 struct SpinBudget {
     /// The last [`SpinBudget::KEEP`] quiet periods, ns, oldest first.
