@@ -13,7 +13,7 @@
 //! slice_ms = 6.0
 //! accounting = "sampled"   # sampled | every | events | none
 //! spin_us = 500
-//! adaptive_spin = false    # true: yield at once if the VM's quiet periods outlast spin_us
+//! adaptive_spin = true     # yield at once if the VM's quiet periods outlast spin_us by half
 //! wake_preempt = true      # fairgv: a waking VM with a smaller tag preempts the holder
 //! wake_preempt_us = 500    # ... once it has held the GPU this long
 //! work_conserving = true    # false: a holder keeps its whole slice
@@ -522,7 +522,7 @@ pub struct SchedConfig {
     /// grant before it yields it and is marked blocked.
     pub spin: std::time::Duration,
     /// The spin budget learned per VM (`adaptive_spin = true`): a holder
-    /// whose guest's quiet periods (three in four) outlast `spin` yields at once
+    /// whose guest's quiet periods (three in four) outlast `spin` by half yields at once
     /// when another VM waits, and one whose quiet periods end sooner spins
     /// only about as long as they last (`worker/src/accounting.rs`).
     pub adaptive_spin: bool,
@@ -548,7 +548,7 @@ impl Default for SchedConfig {
             slice: SliceConfig::default(),
             accounting: Accounting::Sampled,
             spin: std::time::Duration::from_micros(500),
-            adaptive_spin: false,
+            adaptive_spin: true,
             wake_preempt: Some(DEFAULT_WAKE_PREEMPT),
             work_conserving: true,
         }
@@ -1802,8 +1802,8 @@ region = "/dev/shm/fairgpu-vm1"
                 .map(|c| c.daemon.sched)
         };
         let d = with("").unwrap();
-        assert!(!d.adaptive_spin);
-        assert!(with("adaptive_spin = true").unwrap().adaptive_spin);
+        assert!(d.adaptive_spin);
+        assert!(!with("adaptive_spin = false").unwrap().adaptive_spin);
         assert_eq!(d.wake_preempt, Some(DEFAULT_WAKE_PREEMPT));
         assert!(!with("adaptive_spin = false").unwrap().adaptive_spin);
         assert_eq!(with("wake_preempt = false").unwrap().wake_preempt, None);

@@ -340,7 +340,7 @@ pub struct Gate {
     quiet: SpinBudget,
 }
 
-/// The adaptive hybrid-spin budget (`adaptive_spin`, off by default): how
+/// The adaptive hybrid-spin budget (`adaptive_spin`, on by default): how
 /// long this VM's guest took to send its next request each time its holder
 /// found nothing to issue. A quiet period runs from the first pass that
 /// found the holder idle with its own device work done to the next request
@@ -354,12 +354,13 @@ pub struct Gate {
 /// the grant still held; spinning is worth it only when that request comes
 /// within the budget. While another VM waits (its `runnable` flag is set)
 /// and three in four of the last quiet periods outlasted the configured
-/// budget (a guest that sleeps or computes between bursts), the holder
-/// yields at once; otherwise the configured budget applies, whole (a budget
-/// trimmed to the usual quiet period lost the grant whenever the host was
-/// slow to run the guest). With nobody waiting, yielding would only cost a
-/// grant. Why it is off by default (a guest whose sleeps sit at the budget,
-/// beside a VM that queues long kernels, starved): docs/fairness.md.
+/// budget by half (a guest that sleeps or computes between bursts), the
+/// holder yields at once; otherwise the configured budget applies, whole
+/// (a budget trimmed to the usual quiet period lost the grant whenever the
+/// host was slow to run the guest). The half keeps spinning a guest whose
+/// quiet periods sit at the budget: yielding there starved one beside a VM
+/// that queues long kernels (docs/fairness.md). With nobody waiting,
+/// yielding would only cost a grant.
 #[derive(Debug, Default)]
 struct SpinBudget {
     /// The last [`SpinBudget::KEEP`] quiet periods, ns, oldest first.
@@ -413,8 +414,11 @@ impl SpinBudget {
         if self.gaps.len() < Self::LEARN || self.probe {
             return configured;
         }
-        let cap = nanos(configured);
-        let longer = self.gaps.iter().filter(|&&g| g > cap).count();
+        // Long: past the budget by half again, so that a guest whose quiet
+        // periods sit at the budget (and lengthen once it yields and the
+        // other VMs' processes take the CPUs) keeps spinning.
+        let long = nanos(configured) * 3 / 2;
+        let longer = self.gaps.iter().filter(|&&g| g > long).count();
         if longer * 4 >= self.gaps.len() * 3 {
             Duration::ZERO
         } else {
@@ -2185,6 +2189,8 @@ mod tests {
         assert_eq!(learned(&[900; 7]).budget(spin), spin);
         // A guest that sleeps longer than the budget: yield at once.
         assert_eq!(learned(&[900; 20]).budget(spin), Duration::ZERO);
+        // Past the budget but not by half: still spin.
+        assert_eq!(learned(&[700; 20]).budget(spin), spin);
         // Mostly short, some long: the whole budget (a slow wake-up on a
         // loaded host must not lose the grant).
         let mut gaps = vec![80; 12];
