@@ -1362,7 +1362,9 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         if !needs_grant(req.op) {
             return true;
         }
-        gate.quiet.request(Instant::now());
+        if gate.cfg.adaptive_spin {
+            gate.quiet.request(Instant::now());
+        }
         if gate.revoked() {
             gate.release(&mut self.inner, Why::Full);
         }
@@ -1501,7 +1503,11 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
                 // A quiet period starts once the holder's own work is done:
                 // a guest that polls for its kernel's end (requests that
                 // need no grant) is not quiet while the kernel runs.
-                if !pass.served
+                // (Looked at once per quiet period: each look at a channel is
+                // an executor call.)
+                if gate.cfg.adaptive_spin
+                    && gate.quiet.since.is_none()
+                    && !pass.served
                     && !pass.deferred
                     && !h.dirty.iter().any(|&ch| self.inner.channel_busy(ch))
                 {
