@@ -301,8 +301,36 @@ fn long_kernel_cases(quick: bool) -> Vec<Case> {
             daemon,
         });
     }
+    // (c) A GPU eater against the same two VMs, the guard at
+    // EATER_GUARD_MS; and the two alone, for their throughput without it.
+    let eater = WorkloadSpec {
+        client: Some(ClientKind::Rust),
+        ..WorkloadSpec::profile("Eater")
+    };
+    let guard = vec![format!("max_request_ms = {EATER_GUARD_MS}")];
+    v.push(Case {
+        experiment: "long-kernels",
+        label: format!("eater vs 200us, guard {EATER_GUARD_MS}ms"),
+        vms: vec![
+            vm("eater", 1, eater),
+            vm("short1", 1, short.clone()),
+            vm("short2", 1, short.clone()),
+        ],
+        demands: vec![1.0; 3],
+        daemon: guard.clone(),
+    });
+    v.push(Case {
+        experiment: "long-kernels",
+        label: "200us, no eater".into(),
+        vms: vec![vm("short1", 1, short.clone()), vm("short2", 1, short)],
+        demands: vec![1.0; 2],
+        daemon: guard,
+    });
     v
 }
+
+/// The runaway guard in the eater case of the long-kernel experiments, ms.
+pub const EATER_GUARD_MS: u32 = 500;
 
 /// For a long-kernel run: the long VM's kernels per second and the short
 /// VMs' worst synchronous-call p99 (empty for other experiments).
@@ -313,6 +341,22 @@ fn long_kernel_note(r: &RunResult) -> String {
     let mut note = String::new();
     if let Some(l) = r.vms.iter().find(|v| v.name == "long") {
         note.push_str(&format!(", long {:.2} kernels/s", l.kernels_per_s));
+    }
+    if let Some(e) = r.vms.iter().find(|v| v.name == "eater") {
+        note.push_str(&format!(
+            ", eater: {} kernels ended by the guard, longest grant {:.1} ms",
+            e.runaways.unwrap_or(0),
+            e.longest_hold_ms.unwrap_or(0.0)
+        ));
+    }
+    let shorts: Vec<&VmResult> = r
+        .vms
+        .iter()
+        .filter(|v| v.name.starts_with("short"))
+        .collect();
+    if !shorts.is_empty() {
+        let total: f64 = shorts.iter().map(|v| v.kernels_per_s).sum();
+        note.push_str(&format!(", short VMs {total:.0} kernels/s together"));
     }
     let worst = |f: fn(&VmResult) -> Option<f64>| {
         r.vms
@@ -681,6 +725,14 @@ pub struct VmResult {
     /// a policy that has reservations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved: Option<f64>,
+    /// The longest it held one grant over the whole run (warm-up
+    /// included), ms of wall-clock time: what the others waited for it
+    /// at most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_hold_ms: Option<f64>,
+    /// Its requests the runaway guard ended over the whole run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runaways: Option<u64>,
 }
 
 /// What happened to a run.
@@ -1007,6 +1059,7 @@ fn measure_inner(
         .map(|i| Some((rate_of(&snap.cosched, i)? - woke[i]?).max(0.0)))
         .collect();
     drop(obs);
+    let last_vm = |i: usize| snap.last.as_ref().and_then(|st| st.vms.get(i));
     let reports = session.finish_workloads(Duration::from_secs_f64(tail + 30.0));
     drop(session);
 
@@ -1067,6 +1120,10 @@ fn measure_inner(
                     .filter(|p| p.jobs > 0)
                     .map(|p| p.met as f64 / p.jobs as f64),
                 reserved: reserved_share(v, policy),
+                longest_hold_ms: last_vm(i)
+                    .and_then(|l| l.sched.as_ref())
+                    .map(|s| s.longest_hold_ns as f64 / 1e6),
+                runaways: last_vm(i).map(|l| l.long_kernels.runaways),
             }
         })
         .collect();
@@ -1677,6 +1734,8 @@ mod tests {
                 jobs: None,
                 deadlines_met: None,
                 reserved: None,
+                longest_hold_ms: None,
+                runaways: None,
             }],
             mmr,
             overhead: 1.0,

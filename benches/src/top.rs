@@ -311,6 +311,7 @@ mod tests {
                     calls: 0,
                     kernels: None,
                     sched: None,
+                    long_kernels: Default::default(),
                 })
                 .collect(),
         };

@@ -101,6 +101,27 @@ const EV_END: usize = FLOW_EVENTS + 1;
 pub const EVENTS: usize = FLOW_EVENTS + 2;
 /// Throttle's kernel size when `--kernel-us` is not given.
 pub const THROTTLE_DEFAULT_US: f64 = 400.0;
+/// The byte every copy writes to the device buffer: every synchronous
+/// read must find it there (the others' results stay exact beside an
+/// eater or a runaway).
+pub const FILL: u8 = 0x5a;
+
+/// Checks a word read back from the device buffer.
+pub fn check_word(call: &'static str, word: [u8; 4]) -> Result<(), WorkloadError> {
+    if word == [FILL; 4] {
+        Ok(())
+    } else {
+        Err(WorkloadError::WrongData {
+            call,
+            got: u32::from_le_bytes(word),
+        })
+    }
+}
+
+/// The Eater's kernel when `--kernel-us` is not given: a minute, longer
+/// than any runaway guard (SimGpu's longest modelled kernel), standing for
+/// a persistent kernel whose flag never comes.
+pub const EATER_DEFAULT_US: f64 = 60_000_000.0;
 
 /// Why the generator could not run.
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +166,15 @@ pub enum WorkloadError {
     /// Something in setting up the generator.
     #[error("setup: {0}")]
     Setup(&'static str),
+    /// A synchronous read returned other bytes than every write put there:
+    /// the device or the system lost this VM's data.
+    #[error("{call} read {got:#010x} back, but only {:#010x} was ever written", u32::from_le_bytes([FILL; 4]))]
+    WrongData {
+        /// The driver call.
+        call: &'static str,
+        /// The word read.
+        got: u32,
+    },
     /// The profile or its options are invalid.
     #[error("{0}")]
     Profile(String),
@@ -209,7 +239,7 @@ pub const TABLE3: [Profile; 12] = [
 /// Every profile name `--profile` accepts.
 pub fn profile_names() -> Vec<&'static str> {
     let mut v: Vec<&str> = TABLE3.iter().map(|p| p.name).collect();
-    v.extend(["Throttle", "custom"]);
+    v.extend(["Throttle", "Eater", "custom"]);
     v
 }
 
@@ -291,6 +321,27 @@ impl Mix {
                 "Throttle",
                 p("Throttle", k, 10_000.0 / k.max(1e-3), 0.0, "NEON Throttle"),
             )
+        } else if name.eq_ignore_ascii_case("eater") {
+            let k = o.kernel_us.unwrap_or(EATER_DEFAULT_US);
+            if !(k.is_finite() && (1.0..=EATER_DEFAULT_US).contains(&k)) {
+                return Err(bad(format!(
+                    "--kernel-us {k} must be in 1..={EATER_DEFAULT_US} for the Eater"
+                )));
+            }
+            if o.sleep_ratio > 0.0 {
+                return Err(bad("the Eater does not sleep (--sleep-ratio)".into()));
+            }
+            let kernel_ns = (k * 1e3).round() as u64;
+            return Ok(Mix {
+                profile: "Eater",
+                kernel_ns,
+                copies_per_kernel: 0.0,
+                syncs_per_kernel: 1.0,
+                sleep_ns: 0,
+                blocks: 1,
+                period_ns: 0,
+                job_kernels: 0,
+            });
         } else if name.eq_ignore_ascii_case("custom") {
             let (Some(k), Some(a)) = (o.kernel_us, o.async_per_10ms) else {
                 return Err(bad(
@@ -376,7 +427,7 @@ impl GpuClient for Driver {
         Driver::copy_async(self)
     }
     fn read_back(&mut self) -> Result<(), WorkloadError> {
-        Driver::read_back(self).map(drop)
+        check_word("cuMemcpyDtoH", Driver::read_back(self)?.to_le_bytes())
     }
     fn stream_sync(&mut self) -> Result<(), WorkloadError> {
         Driver::stream_sync(self)
@@ -430,7 +481,7 @@ impl RustClient {
             .map(|_| call("cuEventCreate", cu.event_create(0)))
             .collect::<Result<Vec<_>, _>>()?;
         let device_buf = call("cuMemAlloc", cu.mem_alloc(COPY_BYTES as u64))?;
-        let host_buf = vec![0x5a; COPY_BYTES];
+        let host_buf = vec![FILL; COPY_BYTES];
         call("cuMemcpyHtoD", cu.memcpy_htod(device_buf, &host_buf))?;
         Ok(RustClient {
             cu,
@@ -478,7 +529,8 @@ impl GpuClient for RustClient {
         call(
             "cuMemcpyDtoH",
             self.cu.memcpy_dtoh(&mut word, self.device_buf, 0),
-        )
+        )?;
+        check_word("cuMemcpyDtoH", word)
     }
     fn stream_sync(&mut self) -> Result<(), WorkloadError> {
         call(
@@ -857,6 +909,60 @@ pub fn generate(
     })
 }
 
+/// The Eater: a GPU eater in GLoop's sense. Each round claims a channel,
+/// launches one kernel of `mix.kernel_ns` (a persistent kernel whose stop
+/// flag never comes, by default a minute) and synchronizes. A runaway guard
+/// ends it with `CUDA_ERROR_LAUNCH_TIMEOUT`, which leaves the context
+/// failed, so the round ends and the next one starts on a fresh channel,
+/// as a job restarted by its user would. `kernels` counts the rounds, the
+/// synchronous calls' latency is how long each kernel held on; a round
+/// whose kernel completed (no guard) counts too. Any other error ends the
+/// run: the Eater is measured, not excused.
+pub fn eat(mix: &Mix, stop: StopAfter) -> Result<RunCounts, WorkloadError> {
+    let mut held = Histogram::default();
+    let (mut rounds, mut claim_failures) = (0u64, 0u64);
+    let start = Instant::now();
+    let deadline = start + stop.time;
+    while Instant::now() < deadline && stop.kernels.is_none_or(|k| rounds < k) {
+        // A fresh worker may still be starting after the last round (the
+        // GPU's guard ends the worker process): retry the claim briefly.
+        let mut c = match RustClient::connect(EVENTS) {
+            Ok(c) => c,
+            Err(e) if claim_failures < 200 => {
+                claim_failures += 1;
+                tracing::debug!(error = %e, "the Eater's claim failed; retrying");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        claim_failures = 0;
+        c.launch_spin(mix.kernel_ns, mix.blocks)?;
+        let t = Instant::now();
+        let r = c.ctx_sync();
+        held.record(t.elapsed().as_nanos() as u64);
+        match r {
+            Ok(()) => {}
+            Err(WorkloadError::Call { source, .. })
+                if source.status() == fairgpu_protocol::Status::LAUNCH_TIMEOUT => {}
+            Err(e) => return Err(e),
+        }
+        rounds += 1;
+    }
+    let latency = Latency::of(&held);
+    Ok(RunCounts {
+        kernels: rounds,
+        copies: 0,
+        syncs: rounds,
+        flow_waits: 0,
+        latency,
+        kernel_event_us: 0.0,
+        span_ms: 0.0,
+        wall_s: start.elapsed().as_secs_f64(),
+        periodic: None,
+    })
+}
+
 /// Which client the generator uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -961,6 +1067,21 @@ pub fn run(a: &WorkloadArgs) -> anyhow::Result<()> {
         t.elapsed()
     };
     let (counts, library, device) = match a.client {
+        _ if mix.profile == "Eater" => {
+            if a.client != ClientKind::Rust {
+                anyhow::bail!(
+                    "the Eater needs --client rust: after a runaway guard ends its kernel the \
+                     context stays failed, and each round claims a fresh channel, as a restarted \
+                     program would"
+                );
+            }
+            if a.period_ms.is_some() {
+                anyhow::bail!("the Eater is not periodic (--period-ms)");
+            }
+            let counts = eat(&mix, stop)?;
+            let region = std::env::var(fairgpu_frontend::REGION_ENV).unwrap_or_default();
+            (counts, region, String::new())
+        }
         ClientKind::Libcuda => {
             let mut d = Driver::load(KERNELS_PTX, SPIN_KERNEL, EVENTS)?;
             let counts = generate(&mut d, &mix, stop, &mut sleep)?;
@@ -1009,6 +1130,36 @@ pub fn run(a: &WorkloadArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_eater_runs_one_kernel_longer_than_any_guard_and_reads_are_checked() {
+        let m = Mix::new("eater", &MixOptions::default()).expect("eater");
+        assert_eq!(m.profile, "Eater");
+        assert_eq!(m.kernel_ns, 60_000_000_000);
+        assert_eq!((m.blocks, m.sleep_ns), (1, 0));
+        let sleepy = MixOptions {
+            sleep_ratio: 0.5,
+            ..MixOptions::default()
+        };
+        assert!(Mix::new("Eater", &sleepy).is_err());
+        let too_long = MixOptions {
+            kernel_us: Some(EATER_DEFAULT_US * 2.0),
+            ..MixOptions::default()
+        };
+        assert!(Mix::new("Eater", &too_long).is_err());
+        assert!(check_word("cuMemcpyDtoH", [FILL; 4]).is_ok());
+        let e = check_word("cuMemcpyDtoH", [FILL, FILL, 0, FILL]).expect_err("lost data");
+        assert!(
+            matches!(
+                e,
+                WorkloadError::WrongData {
+                    got: 0x5a00_5a5a,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
 
     /// Records calls and models completion: a synchronous call completes
     /// everything queued, an event wait what was queued before its record.

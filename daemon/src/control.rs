@@ -203,6 +203,9 @@ pub struct VmSchedStatus {
     pub cosched_woke: u64,
     /// Grants held past the slice plus the grace.
     pub overruns: u64,
+    /// The longest it held one grant, ns (wall-clock, grant to release).
+    #[serde(default)]
+    pub longest_hold_ns: u64,
     /// Grants revoked before their end (preempted by higher priority, or a
     /// disengaged slice that ended while others waited).
     #[serde(default)]
@@ -244,6 +247,7 @@ pub fn sched_standing(revoked: u64, standing: fairgpu_scheduler::Standing) -> Vm
         cosched_wakes: 0,
         cosched_woke: 0,
         overruns: 0,
+        longest_hold_ns: 0,
         revoked,
         priority: None,
         reservation: None,
@@ -332,6 +336,12 @@ impl VmSchedStatus {
                 self.cosched_wakes,
                 self.cosched_woke,
                 self.cosched_wakes.saturating_sub(self.cosched_woke)
+            ));
+        }
+        if self.longest_hold_ns > 0 {
+            parts.push(format!(
+                "longest grant held {:.1} ms",
+                self.longest_hold_ns as f64 / 1e6
             ));
         }
         (!parts.is_empty()).then(|| parts.join(", "))
@@ -832,6 +842,7 @@ mod tests {
                 cosched_wakes: 4,
                 cosched_woke: 1,
                 overruns: 0,
+                longest_hold_ns: 7_300_000,
                 revoked: 2,
                 priority: Some(7),
                 reservation: Some("2/10 ms pe".into()),
@@ -869,7 +880,7 @@ mod tests {
         );
         assert!(t.contains("KERNELS") && t.contains("CHARGED"), "{t}");
         assert!(
-            t.contains("vm1: priority 7, reservation 2/10 ms pe, budget left -1.500 ms, throttled 3 times, 2 grants revoked, 4 co-scheduled grants: 1 woke the guest, 3 found it waiting"),
+            t.contains("vm1: priority 7, reservation 2/10 ms pe, budget left -1.500 ms, throttled 3 times, 2 grants revoked, 4 co-scheduled grants: 1 woke the guest, 3 found it waiting, longest grant held 7.3 ms"),
             "{t}"
         );
         assert!(t.lines().nth(3).unwrap().contains("runnable"), "{t}");

@@ -343,6 +343,7 @@ impl StatusSource {
                         cosched_wakes: v.cosched_wakes,
                         cosched_woke: v.cosched_woke,
                         overruns: v.overruns,
+                        longest_hold_ns: v.longest_hold_ns,
                         ..crate::control::sched_standing(v.revoked, v.standing)
                     }),
                     qemu: self.qemu[i].as_ref().and_then(|(cfg, q)| q.status(cfg)),

@@ -165,6 +165,10 @@ pub struct VmSched {
     pub cosched_woke: u64,
     /// Grants it held past slice + grace.
     pub overruns: u64,
+    /// The longest it held one grant, ns of wall-clock time from the grant
+    /// to its release (or to its worker's exit): what the other VMs waited
+    /// at most for this one, a runaway guard's bound included.
+    pub longest_hold_ns: u64,
     /// Grants revoked before their end: preempted by a vGPU of higher
     /// priority, or a disengaged slice that ended while others waited.
     pub revoked: u64,
@@ -177,7 +181,16 @@ struct Counters {
     cosched_wakes: u64,
     cosched_woke: u64,
     overruns: u64,
+    longest_hold_ns: u64,
     revoked: u64,
+}
+
+impl Counters {
+    /// A grant taken at `at` ended at `now`.
+    fn held(&mut self, at: Instant, now: Instant) {
+        let ns = u64::try_from(now.saturating_duration_since(at).as_nanos()).unwrap_or(u64::MAX);
+        self.longest_hold_ns = self.longest_hold_ns.max(ns);
+    }
 }
 
 #[derive(Debug)]
@@ -254,6 +267,7 @@ impl SchedHandle {
             cosched_wakes: c.cosched_wakes,
             cosched_woke: c.cosched_woke,
             overruns: c.overruns,
+            longest_hold_ns: c.longest_hold_ns,
             revoked: c.revoked,
             standing: s.standing,
         })
@@ -288,6 +302,8 @@ struct Trailing {
     vm: usize,
     seq: u32,
     estimate: u64,
+    /// When its grant was taken.
+    at: Instant,
 }
 
 /// A disengaged policy's free run: several VMs hold leases at once.
@@ -423,6 +439,7 @@ impl Scheduler {
                 }
                 epoch[i] = e;
                 if let Some(o) = out.take_if(|o| o.vm == i) {
+                    core.counters[i].held(o.at, now_i);
                     let held = Nanos::from_duration(now_i.duration_since(o.charged_until));
                     tracing::warn!(vm = %self.names[i], held = %held, "the GPU holder's worker is gone; its grant ends, charged the time it held it");
                     let r = if o.unheld {
@@ -439,7 +456,8 @@ impl Scheduler {
                         log_refusal(&self.names[i], core.policy.left_free_run(id, now));
                     }
                 }
-                if trailing.take_if(|t| t.vm == i).is_some() {
+                if let Some(t) = trailing.take_if(|t| t.vm == i) {
+                    core.counters[i].held(t.at, now_i);
                     // Its estimate stands; the grant handed over from it
                     // must not wait for a release that will not come.
                     if let Some(o) = out.as_ref().filter(|o| o.after == Some(i)) {
@@ -453,6 +471,7 @@ impl Scheduler {
             if let Some(o) = out.as_mut() {
                 let slot = &h.slots[o.vm];
                 if slot.released() == o.seq {
+                    core.counters[o.vm].held(o.at, now_i);
                     // A lease reports all of its wall-clock time; renewals
                     // charged part of it already.
                     let used =
@@ -491,6 +510,7 @@ impl Scheduler {
                         vm: o.vm,
                         seq: o.seq,
                         estimate,
+                        at: o.at,
                     });
                     out = None;
                 } else if !o.warned && o.deadline().is_some_and(|d| now_i > d) {
@@ -507,6 +527,7 @@ impl Scheduler {
             if let Some(t) =
                 trailing.take_if(|t| h.slots[t.vm].released().wrapping_sub(t.seq) as i32 >= 0)
             {
+                core.counters[t.vm].held(t.at, now_i);
                 let slot = &h.slots[t.vm];
                 // Its own report, unless a later grant of the same VM was
                 // released before this look (then the estimate stands).

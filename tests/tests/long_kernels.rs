@@ -174,6 +174,13 @@ fn the_runaway_guard_ends_an_over_long_kernel_for_its_own_context_only() {
     });
     assert_eq!(vm(&st, "vm1").long_kernels.runaways, 1);
     assert_eq!(vm(&st, "vm2").long_kernels.runaways, 0);
+    // Its grant lasted until the guard ended the kernel: the others waited
+    // that long, and status says so.
+    let held = vm(&st, "vm1").sched.as_ref().map(|s| s.longest_hold_ns);
+    assert!(
+        held.is_some_and(|ns| ns >= 20 * MS),
+        "vm1 held a grant through the 20 ms limit: {held:?}"
+    );
     let text = status(&d);
     assert_eq!(
         vm(&text, "vm1").restarts,

@@ -127,7 +127,7 @@ pub const SAMPLES: u32 = 5;
 const DEVICE_PUBLISH_EVERY: Duration = Duration::from_millis(1);
 
 /// A holder releases after this many slices of wall-clock time at most.
-pub const WALL_CAP_SLICES: u32 = 2;
+pub const WALL_CAP_SLICES: u32 = 1;
 /// Most event pairs in flight (`events`); at this many the grant ends.
 pub const MAX_PENDING_MARKS: usize = 256;
 /// Most requests a lease holder keeps in flight, as deep as a GPU's own

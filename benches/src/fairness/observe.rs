@@ -76,6 +76,17 @@ pub struct VmView {
     /// The scheduler's view, when a policy runs.
     #[serde(default)]
     pub sched: Option<SchedView>,
+    /// Kernel slicing and the runaway guard.
+    #[serde(default)]
+    pub long_kernels: LongKernelsView,
+}
+
+/// A VM's long-kernel counters (the fields used here).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct LongKernelsView {
+    /// Requests the runaway guard ended.
+    #[serde(default)]
+    pub runaways: u64,
 }
 
 /// A VM's scheduling counters (the fields used here).
@@ -96,6 +107,9 @@ pub struct SchedView {
     /// Of those, the grants that found a guest thread asleep and woke it.
     #[serde(default)]
     pub cosched_woke: u64,
+    /// The longest it held one grant, ns.
+    #[serde(default)]
+    pub longest_hold_ns: u64,
     /// TimeGraph: its priority.
     #[serde(default)]
     pub priority: Option<u8>,
@@ -132,6 +146,7 @@ impl SchedView {
             cosched_wakes: self.cosched_wakes,
             cosched_woke: self.cosched_woke,
             overruns: 0,
+            longest_hold_ns: 0,
             revoked: self.revoked,
             priority: self.priority,
             reservation: self.reservation.clone(),

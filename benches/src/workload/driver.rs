@@ -173,7 +173,7 @@ impl Driver {
             stream: ptr::null_mut(),
             events: Vec::new(),
             device_buf: 0,
-            host_buf: vec![0x5a; COPY_BYTES],
+            host_buf: vec![super::FILL; COPY_BYTES],
             device_name: String::new(),
         };
         d.setup(ptx, kernel, events)?;

@@ -98,7 +98,7 @@ impl ClClient {
             ch.call(Opcode::ClCreateBuffer, [1, COPY_BYTES as u64, 0, 0, 0]),
         )?
         .vals[0];
-        let host_buf = vec![0x5a; COPY_BYTES];
+        let host_buf = vec![super::FILL; COPY_BYTES];
         call(
             "clEnqueueWriteBuffer",
             ch.call_with(
@@ -189,8 +189,8 @@ impl GpuClient for ClClient {
                 &[],
                 &mut word,
             ),
-        )
-        .map(drop)
+        )?;
+        super::check_word("clEnqueueReadBuffer", word)
     }
     fn stream_sync(&mut self) -> Result<(), WorkloadError> {
         self.ctx_sync()

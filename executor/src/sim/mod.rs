@@ -441,6 +441,10 @@ struct Context {
     events: HashMap<u64, Event>,
     /// Set by a faulting kernel: every later call of the context fails.
     sticky: Option<ExecError>,
+    /// A kernel the runaway guard ended: from its modelled end (device
+    /// time) on, the error is sticky. Before it the kernel still runs, as
+    /// on a GPU, whose guard fires only when the limit has passed.
+    timeout: Option<(u64, ExecError)>,
     /// Addresses of its modules' variables.
     var_slots: VarSlots,
     /// What its kernels printed and the guest has not taken yet (at most
@@ -1000,15 +1004,24 @@ impl SimGpu {
             .contexts
             .get(&ctx.0)
             .ok_or(ExecError::Invalid("context"))?;
-        match &c.sticky {
-            Some(e) => Err(e.clone()),
-            None => Ok(c),
+        match (&c.sticky, &c.timeout) {
+            (Some(e), _) => Err(e.clone()),
+            (None, Some((at, e))) if self.device.now_ns() >= *at => Err(e.clone()),
+            (None, _) => Ok(c),
         }
     }
 
     fn ctx_mut(&mut self, ctx: CtxId) -> ExecResult<&mut Context> {
         if let Some(e) = &self.poisoned {
             return Err(e.clone());
+        }
+        // A runaway's timeout that has come is sticky from now on.
+        let due = self.contexts.get(&ctx.0).and_then(|c| match &c.timeout {
+            Some((at, e)) if c.sticky.is_none() && self.device.now_ns() >= *at => Some(e.clone()),
+            _ => None,
+        });
+        if let Some(e) = due {
+            self.set_sticky(ctx, &e);
         }
         let c = self
             .contexts
@@ -1018,6 +1031,13 @@ impl SimGpu {
             Some(e) => Err(e.clone()),
             None => Ok(c),
         }
+    }
+
+    /// Waits until device time `t`, for context `ctx`: then fails if the
+    /// context failed meanwhile (a runaway's timeout came).
+    fn wait_for(&mut self, ctx: CtxId, t: u64) -> ExecResult<()> {
+        self.device.wait_until(t);
+        self.ctx_mut(ctx).map(drop)
     }
 
     /// Logs `msg` about kernel `name` once per distinct `(name, cause)`, for
@@ -1388,8 +1408,7 @@ impl GpuExecutor for SimGpu {
 
     fn synchronize(&mut self, ctx: CtxId) -> ExecResult<()> {
         let t = self.ctx(ctx)?.all_ready();
-        self.device.wait_until(t);
-        Ok(())
+        self.wait_for(ctx, t)
     }
 
     fn completed_ago(&mut self, ctx: CtxId) -> Option<std::time::Duration> {
@@ -1452,7 +1471,7 @@ impl GpuExecutor for SimGpu {
         c.bytes_mut(dst, src.len())?.copy_from_slice(src);
         if stream.is_none() {
             // Synchronous copy: returns once the NULL stream reached it.
-            self.device.wait_until(t0);
+            return self.wait_for(ctx, t0);
         }
         Ok(())
     }
@@ -1469,8 +1488,7 @@ impl GpuExecutor for SimGpu {
         let t0 = c.enqueue(stream)?;
         dst.copy_from_slice(c.bytes(src, dst.len())?);
         // The bytes are the guest's once its stream reaches the copy.
-        self.device.wait_until(t0);
-        Ok(())
+        self.wait_for(ctx, t0)
     }
 
     fn memcpy_dtod(
@@ -1830,7 +1848,9 @@ impl GpuExecutor for SimGpu {
             (false, None) => return Err(ExecError::CannotEmulate(func.name.clone())),
         };
         // The runaway guard: the modelled kernel ends at the limit, and
-        // the context is left with a sticky CUDA_ERROR_LAUNCH_TIMEOUT.
+        // from then on the context fails with a sticky
+        // CUDA_ERROR_LAUNCH_TIMEOUT (before it, the kernel runs and the
+        // launch itself succeeds, as on a GPU).
         let (duration, overran) = match self.request_limit {
             Some(limit) if duration > limit => (limit, true),
             _ => (duration, false),
@@ -1856,8 +1876,7 @@ impl GpuExecutor for SimGpu {
                 call: "cuLaunchKernel (runaway guard)",
                 status: LAUNCH_TIMEOUT,
             };
-            self.set_sticky(ctx, &e);
-            return Err(e);
+            self.ctx_mut(ctx)?.timeout = Some((end, e));
         }
         Ok(())
     }
@@ -1978,7 +1997,7 @@ impl GpuExecutor for SimGpu {
         if stream.is_none() || matches!(copy.dst.place, Place::Host) {
             // Synchronous, or the bytes are the guest's once its stream
             // reaches the copy.
-            self.device.wait_until(t0);
+            return self.wait_for(ctx, t0);
         }
         Ok(())
     }
@@ -2068,8 +2087,7 @@ impl GpuExecutor for SimGpu {
 
     fn stream_synchronize(&mut self, ctx: CtxId, s: Option<StreamId>) -> ExecResult<()> {
         let t = self.ctx(ctx)?.ready(s)?;
-        self.device.wait_until(t);
-        Ok(())
+        self.wait_for(ctx, t)
     }
 
     fn stream_query(&mut self, ctx: CtxId, s: Option<StreamId>) -> ExecResult<()> {
@@ -2130,7 +2148,7 @@ impl GpuExecutor for SimGpu {
 
     fn event_synchronize(&mut self, ctx: CtxId, e: EventId) -> ExecResult<()> {
         if let Some(t) = self.ctx(ctx)?.event(e)?.time {
-            self.device.wait_until(t);
+            return self.wait_for(ctx, t);
         }
         Ok(())
     }
@@ -2596,6 +2614,32 @@ mod tests {
         assert_eq!(g.stream_query(ctx, Some(s)), Ok(()));
         assert!(g.event_elapsed_ms(ctx, e0, e1).expect("elapsed") >= 3.0 - 1e-3);
         assert_eq!(g.gpu_time_ns(), 3 * MS);
+    }
+
+    #[test]
+    fn the_runaway_guard_fails_the_context_from_the_limit_on_not_before() {
+        let dev = SimDevice::private_virtual(0);
+        let mut g = gpu(&dev);
+        g.set_request_limit(Some(std::time::Duration::from_millis(20)));
+        let (ctx, f) = spin_ctx(&mut g);
+        let (other, of) = spin_ctx(&mut g);
+        // A minute asked for: the launch succeeds, the kernel runs.
+        spin(&mut g, ctx, f, 60_000 * MS, None);
+        assert_eq!(g.runaways(), 1);
+        assert_eq!(g.stream_query(ctx, None), Err(ExecError::NotReady));
+        g.mem_alloc(ctx, 8)
+            .expect("still running: the context works");
+        // The synchronize returns at the limit, with the timeout.
+        let r = g.synchronize(ctx);
+        assert_eq!(r.expect_err("timed out").status(), LAUNCH_TIMEOUT);
+        assert_eq!(dev.now_ns(), 20 * MS, "waited exactly the limit");
+        assert_eq!(g.gpu_time_ns(), 20 * MS, "charged the limit");
+        let later = g.mem_alloc(ctx, 8).map(drop);
+        assert_eq!(later.expect_err("sticky").status(), LAUNCH_TIMEOUT);
+        // Another context queues behind the ended kernel, and is untouched.
+        spin(&mut g, other, of, MS, None);
+        g.synchronize(other).expect("the other context");
+        assert_eq!(dev.now_ns(), 21 * MS);
     }
 
     #[test]
