@@ -16,6 +16,7 @@
 //! adaptive_spin = true     # yield at once if the VM's quiet periods outlast spin_us by half
 //! wake_preempt = true      # fairgv: a waking VM with a smaller tag preempts the holder
 //! wake_preempt_us = 500    # ... once it has held the GPU this long
+//! preemptive = false       # fairgv on a GPU that time-slices contexts: switch out a holder stuck past its slice
 //! work_conserving = true    # false: a holder keeps its whole slice
 //! [sim]                    # the SimGpu cost model (executor::sim::SimConfig)
 //! [[vm]]
@@ -261,6 +262,7 @@ struct RawDaemon {
     adaptive_spin: Option<bool>,
     wake_preempt: Option<bool>,
     wake_preempt_us: Option<i64>,
+    preemptive: Option<bool>,
     work_conserving: Option<bool>,
     slice_kernels: Option<bool>,
     kernel_slice_ms: Option<f64>,
@@ -503,6 +505,11 @@ fn validate_long_kernels(raw: &RawDaemon, sched: &SchedConfig) -> Result<LongKer
 /// tag may preempt it, unless `wake_preempt_us` says otherwise.
 pub const DEFAULT_WAKE_PREEMPT: std::time::Duration = std::time::Duration::from_micros(500);
 
+/// The slice in preemptive mode when `slice_ms` is not set: FairGV's 30 ms
+/// for GPUs that preempt (a context switch costs throughput, so slices are
+/// longer than the 6 ms of non-preemptive scheduling).
+pub const PREEMPTIVE_SLICE_MS: u64 = 30;
+
 /// Longest hybrid-spin budget accepted, in µs.
 pub const MAX_SPIN_US: u64 = 100_000;
 
@@ -531,6 +538,12 @@ pub struct SchedConfig {
     /// holder's grant at its next request, once it has held the GPU this
     /// long. `None`: grants last their slice (the paper's rule).
     pub wake_preempt: Option<std::time::Duration>,
+    /// FairGV's preemptive mode (`preemptive = true`), for GPUs that
+    /// time-slice between contexts: a holder still busy a short grace
+    /// after its slice (an over-long kernel) is switched out, and the next
+    /// VM's work is submitted beside it. The slice defaults to
+    /// [`PREEMPTIVE_SLICE_MS`] then. See docs/long-kernels.md.
+    pub preemptive: bool,
     /// Off (`work_conserving = false`): a holder keeps the GPU for its
     /// whole slice, idle or not, and is charged at least the slice's
     /// wall-clock length; the reference FairGV's Fig. 10 compares with.
@@ -550,6 +563,7 @@ impl Default for SchedConfig {
             spin: std::time::Duration::from_micros(500),
             adaptive_spin: true,
             wake_preempt: Some(DEFAULT_WAKE_PREEMPT),
+            preemptive: false,
             work_conserving: true,
         }
     }
@@ -659,7 +673,18 @@ fn validate_sched(raw: &RawDaemon) -> Result<SchedConfig, String> {
         None => defaults.policy,
         Some(p) => parse_policy(p)?,
     };
+    let preemptive = raw.preemptive.unwrap_or(defaults.preemptive);
+    if preemptive && policy != Some(PolicyKind::FairQueuing) {
+        return Err(format!(
+            "preemptive = true is FairGV's preemptive mode (policy = \"fairgv\"), not policy = {:?}'s",
+            policy_name(policy)
+        ));
+    }
     let slice = match raw.slice_ms {
+        None if preemptive => {
+            SliceConfig::new(fairgpu_scheduler::Nanos(PREEMPTIVE_SLICE_MS * 1_000_000))
+                .map_err(|_| "the preemptive slice is out of range".to_owned())?
+        }
         None => defaults.slice,
         Some(ms) => {
             let (min, max) = (SliceConfig::MIN, SliceConfig::MAX);
@@ -737,6 +762,7 @@ fn validate_sched(raw: &RawDaemon) -> Result<SchedConfig, String> {
         spin,
         adaptive_spin: raw.adaptive_spin.unwrap_or(defaults.adaptive_spin),
         wake_preempt,
+        preemptive,
         work_conserving: raw.work_conserving.unwrap_or(defaults.work_conserving),
     })
 }
@@ -1792,6 +1818,33 @@ region = "/dev/shm/fairgpu-vm1"
         assert!(c.work_conserving);
         assert!(!with("work_conserving = false").unwrap().work_conserving);
         assert!(with("work_conserving = \"no\"").is_err());
+    }
+
+    #[test]
+    fn preemptive_mode_key() {
+        let with = |lines: &str| {
+            parse(&ONE_VM.replace("[daemon]", &format!("[daemon]\n{lines}")))
+                .map(|c| c.daemon.sched)
+        };
+        let ms = |n: u64| fairgpu_scheduler::Nanos(n * 1_000_000);
+        let d = with("").unwrap();
+        assert!(!d.preemptive);
+        assert_eq!(d.slice.slice(), ms(6));
+        let p = with("preemptive = true").unwrap();
+        assert!(p.preemptive);
+        assert_eq!(p.slice.slice(), ms(PREEMPTIVE_SLICE_MS), "FairGV's 30 ms");
+        let p = with("preemptive = true\nslice_ms = 10").unwrap();
+        assert_eq!(p.slice.slice(), ms(10), "an explicit slice stands");
+        let e = with("policy = \"credit-hs\"\npreemptive = true")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("preemptive"), "{e}");
+        assert!(
+            !with("policy = \"none\"\npreemptive = false")
+                .unwrap()
+                .preemptive
+        );
+        assert!(with("preemptive = 1").is_err());
     }
 
     #[test]

@@ -128,6 +128,10 @@ pub struct DaemonStatus {
     /// The VM holding the GPU now, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
+    /// FairGV's preemptive mode: holders busy past their slice are
+    /// switched out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preemptive: bool,
 }
 
 fn no_policy() -> String {
@@ -607,8 +611,9 @@ pub fn render_table(status: &Status) -> String {
     let d = &status.daemon;
     let sched = match (&d.slice_ms, &d.accounting) {
         (Some(slice), Some(acct)) => format!(
-            "policy {} (slice {slice} ms, accounting {acct}{})",
+            "policy {}{} (slice {slice} ms, accounting {acct}{})",
             d.policy,
+            if d.preemptive { ", preemptive" } else { "" },
             d.holder
                 .as_deref()
                 .map_or_else(String::new, |h| format!(", holder {h}"))
@@ -867,6 +872,7 @@ mod tests {
                 slice_ms: Some(6.0),
                 accounting: Some("sampled".into()),
                 holder: Some("vm1".into()),
+                preemptive: false,
             },
             vms: vec![vm("vm1", 10), vm("a-much-longer-name", 0)],
         };

@@ -576,7 +576,8 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
                 regions.clone(),
                 Box::new(coordinator(&vms, regions, qmp_watcher.as_ref())),
             )
-            .context("registering the VMs with the scheduling policy")?;
+            .context("registering the VMs with the scheduling policy")?
+            .with_preemptive(sched_cfg.preemptive);
             if sched_cfg.policy.is_some_and(PolicyKind::has_priorities) {
                 let h = s.handle();
                 for (i, v) in cfg.vms.iter().enumerate() {
@@ -617,6 +618,7 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
                 .policy
                 .map(|_| sched_cfg.accounting.name().to_owned()),
             holder: None,
+            preemptive: sched_cfg.preemptive,
         },
         vms: cfg
             .vms

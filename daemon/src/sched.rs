@@ -103,6 +103,9 @@ pub const IDLE_WAIT: Duration = Duration::from_millis(10);
 /// How long past its slice a holder may take to release before it is
 /// logged as overrunning.
 pub const OVERRUN_GRACE: Duration = Duration::from_secs(1);
+/// Preemptive mode: how long past its slice a holder may stay busy before
+/// it is switched out.
+pub const PREEMPT_GRACE: Duration = Duration::from_millis(1);
 /// A grant is an uncontended lease only if no other VM was runnable or
 /// running for this long: a VM that comes and goes (waiting for its own
 /// results between bursts) keeps the others on measured, drained grants,
@@ -302,6 +305,12 @@ struct Trailing {
     vm: usize,
     seq: u32,
     estimate: u64,
+    /// Switched out in preemptive mode: the next holder does not wait
+    /// behind it.
+    preempted: bool,
+    /// What renewals of its lease charged already (its release reports
+    /// the lease's whole wall-clock time).
+    charged: u64,
     /// When its grant was taken.
     at: Instant,
 }
@@ -345,6 +354,19 @@ struct Outstanding {
 }
 
 impl Outstanding {
+    /// Preemptive mode: from when it may be switched out while it still
+    /// works: [`PREEMPT_GRACE`] after its slice, or after its lease was
+    /// revoked. `None` for a lease that runs on, or one the policy no
+    /// longer counts as held.
+    fn switch_at(&self) -> Option<Instant> {
+        match (self.lease, self.revoked) {
+            _ if self.unheld => None,
+            (false, _) => Some(self.at + self.slice + PREEMPT_GRACE),
+            (true, Some(at)) => Some(at + PREEMPT_GRACE),
+            (true, None) => None,
+        }
+    }
+
     /// After this, the holder counts as overrunning; `None` for a lease
     /// that still runs.
     fn deadline(&self) -> Option<Instant> {
@@ -365,6 +387,8 @@ pub struct Scheduler {
     coordinator: Box<dyn CpuCoordinator>,
     names: Vec<String>,
     origin: Instant,
+    /// FairGV's preemptive mode (`[daemon] preemptive`).
+    preemptive: bool,
 }
 
 impl Scheduler {
@@ -402,7 +426,21 @@ impl Scheduler {
             coordinator,
             names,
             origin: Instant::now(),
+            preemptive: false,
         })
+    }
+
+    /// FairGV's preemptive mode, for a GPU that time-slices between
+    /// contexts: a holder still busy [`PREEMPT_GRACE`] after its slice
+    /// (an over-long kernel) is switched out. Its grant is revoked (its
+    /// worker releases when its wait ends), it is charged its wall-clock
+    /// time so far, and the next VM is granted at once, with no wait
+    /// behind it: its work runs beside the long kernel, the GPU
+    /// time-slicing between the two contexts. Its release later corrects
+    /// the charge to what it measured, the whole long kernel.
+    pub fn with_preemptive(mut self, on: bool) -> Scheduler {
+        self.preemptive = on;
+        self
     }
 
     /// The handle for the supervisor and the control socket.
@@ -457,7 +495,9 @@ impl Scheduler {
                     }
                 }
                 if let Some(t) = trailing.take_if(|t| t.vm == i) {
-                    core.counters[i].held(t.at, now_i);
+                    if !t.preempted {
+                        core.counters[i].held(t.at, now_i);
+                    }
                     // Its estimate stands; the grant handed over from it
                     // must not wait for a release that will not come.
                     if let Some(o) = out.as_ref().filter(|o| o.after == Some(i)) {
@@ -511,6 +551,39 @@ impl Scheduler {
                         seq: o.seq,
                         estimate,
                         at: o.at,
+                        preempted: false,
+                        charged: 0,
+                    });
+                    out = None;
+                } else if self.preemptive
+                    && trailing.is_none()
+                    && o.switch_at().is_some_and(|t| now_i >= t)
+                    && others_runnable(&*core.policy, VgpuId(o.vm as u32))
+                {
+                    // Preemptive mode: still busy past its slice (or its
+                    // revoked lease's end). Switched out; what it runs
+                    // until its release is corrected then.
+                    let estimate =
+                        Nanos::from_duration(now_i.saturating_duration_since(o.charged_until));
+                    if o.revoked.is_none() {
+                        h.slots[o.vm].revoke(o.seq);
+                        self.regions[o.vm].ring_host();
+                    }
+                    core.counters[o.vm].revoked += 1;
+                    // The others wait for it no longer.
+                    core.counters[o.vm].held(o.at, now_i);
+                    log_refusal(
+                        &self.names[o.vm],
+                        core.policy.release(VgpuId(o.vm as u32), estimate, now),
+                    );
+                    tracing::debug!(vm = %self.names[o.vm], held = %estimate, "holder switched out (preemptive mode)");
+                    trailing = Some(Trailing {
+                        vm: o.vm,
+                        seq: o.seq,
+                        estimate: estimate.as_nanos(),
+                        at: o.at,
+                        preempted: true,
+                        charged: Nanos::from_duration(o.charged).as_nanos(),
                     });
                     out = None;
                 } else if !o.warned && o.deadline().is_some_and(|d| now_i > d) {
@@ -527,12 +600,14 @@ impl Scheduler {
             if let Some(t) =
                 trailing.take_if(|t| h.slots[t.vm].released().wrapping_sub(t.seq) as i32 >= 0)
             {
-                core.counters[t.vm].held(t.at, now_i);
+                if !t.preempted {
+                    core.counters[t.vm].held(t.at, now_i);
+                }
                 let slot = &h.slots[t.vm];
                 // Its own report, unless a later grant of the same VM was
                 // released before this look (then the estimate stands).
                 let correction = if slot.released() == t.seq {
-                    slot.used_ns() as i64 - t.estimate as i64
+                    slot.used_ns() as i64 - t.charged as i64 - t.estimate as i64
                 } else {
                     0
                 };
@@ -631,7 +706,9 @@ impl Scheduler {
                             || active.iter().enumerate().all(|(i, a)| {
                                 i == vm || a.is_none_or(|t| now_i.duration_since(t) >= LEASE_QUIET)
                             });
-                        let after = trailing.filter(|t| t.vm != vm).map(|t| (t.vm, t.seq));
+                        let after = trailing
+                            .filter(|t| t.vm != vm && !t.preempted)
+                            .map(|t| (t.vm, t.seq));
                         out = Some(self.grant(&mut core, g, lease, after, now_i));
                     }
                 }
@@ -689,7 +766,12 @@ impl Scheduler {
             drop(core);
             let wait = match &out {
                 Some(o) if !o.warned => {
-                    let next = o.deadline().unwrap_or(o.charged_until + o.slice);
+                    let mut next = o.deadline().unwrap_or(o.charged_until + o.slice);
+                    // Preemptive mode: look again when it may be switched
+                    // out (a VM that becomes runnable later rings the bell).
+                    if let Some(switch) = o.switch_at().filter(|&t| self.preemptive && t > now_i) {
+                        next = next.min(switch);
+                    }
                     next.saturating_duration_since(now_i)
                         .clamp(Duration::from_micros(100), IDLE_WAIT)
                 }

@@ -255,3 +255,93 @@ fn a_runaway_kernel_on_cuda_executor_ends_its_worker_and_fails_its_channel_with_
         assert_eq!(back, [9; 16]);
     }
 }
+
+/// FairGV's preemptive mode (`preemptive = true`): a holder still busy
+/// past its slice (a 2 s kernel against 6 ms slices) is switched out, so
+/// another VM is served while the long kernel still runs, and the long
+/// VM is charged the whole kernel once it ends. Without the mode the
+/// holder keeps its grant until its kernel ends.
+#[test]
+fn preemptive_mode_serves_another_vm_while_an_over_long_kernel_runs() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    for preemptive in [true, false] {
+        let (d, setup) = start(
+            &format!("preemptive_{preemptive}"),
+            &format!("preemptive = {preemptive}\nslice_ms = 6"),
+            &[("vm1", "max_request_ms = 0"), ("vm2", "")],
+        );
+        assert_eq!(status(&d).daemon.preemptive, preemptive);
+        let mut long = Cuda::new(claim(&setup.regions[0], wait_config()));
+        let mut other = Cuda::new(claim(&setup.regions[1], wait_config()));
+        let m = long.module_load(KERNELS_PTX.as_bytes()).unwrap();
+        let spin = long.module_get_function(m, "fairgpu_spin").unwrap();
+        let buf = other.mem_alloc(16).unwrap();
+        long.launch(
+            spin.handle,
+            [1; 3],
+            [1; 3],
+            0,
+            0,
+            &(2_000 * MS).to_le_bytes(),
+        )
+        .unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let r = long.ctx_synchronize();
+                // Relaxed: joined before the final load.
+                done.store(true, Ordering::Relaxed);
+                r
+            })
+        };
+        wait_for_status(&d, "vm1 to hold the GPU with its kernel", |s| {
+            vm(s, "vm1")
+                .sched
+                .as_ref()
+                .is_some_and(|v| v.state == "running")
+        });
+        // vm2 launches a kernel (device work needs the grant): in
+        // preemptive mode it is granted while vm1's kernel still runs (on
+        // SimGpu, a non-preemptive model, its kernel then queues behind).
+        let grants = |s: &fairgpu_daemon::control::Status| {
+            vm(s, "vm2").sched.as_ref().map_or(0, |v| v.grants)
+        };
+        let before = grants(&status(&d));
+        let m2 = other.module_load(KERNELS_PTX.as_bytes()).unwrap();
+        let spin2 = other.module_get_function(m2, "fairgpu_spin").unwrap();
+        other
+            .launch(spin2.handle, [1; 3], [1; 3], 0, 0, &MS.to_le_bytes())
+            .unwrap();
+        wait_for_status(&d, "a grant for vm2", |s| grants(s) > before);
+        // Relaxed: a flag only this test's threads touch.
+        let long_still_running = !done.load(Ordering::Relaxed);
+        other.memcpy_htod(buf, &[3; 16]).unwrap();
+        let mut back = [0u8; 16];
+        other.memcpy_dtoh(&mut back, buf, 0).unwrap();
+        assert_eq!(back, [3; 16]);
+        assert_eq!(waiter.join().unwrap(), Ok(()));
+        let st = wait_for_status(&d, "vm1's release", |s| {
+            vm(s, "vm1")
+                .sched
+                .as_ref()
+                .is_some_and(|v| v.state != "running")
+        });
+        let v1 = vm(&st, "vm1").sched.clone().unwrap();
+        if preemptive {
+            assert!(
+                long_still_running,
+                "vm2 was granted the GPU while vm1's kernel ran"
+            );
+            assert!(v1.revoked >= 1, "vm1 was switched out: {v1:?}");
+            assert!(
+                v1.charged_ns >= 2_000 * MS,
+                "vm1 is charged its whole kernel: {v1:?}"
+            );
+        } else {
+            assert_eq!(v1.revoked, 0, "{v1:?}");
+            assert!(v1.longest_hold_ns >= 2_000 * MS, "{v1:?}");
+        }
+    }
+}

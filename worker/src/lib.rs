@@ -97,6 +97,17 @@ fn handler_for(
     budget: Arc<HostMemory>,
 ) -> CudaOps {
     let long = &cfg.daemon.long_kernels;
+    // CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED.
+    const COMPUTE_PREEMPTION: i32 = 90;
+    if cfg.daemon.sched.preemptive && executor.device().attribute(COMPUTE_PREEMPTION) != Some(1) {
+        tracing::warn!(
+            vm = %vm.name,
+            device = %executor.device().name,
+            "preemptive = true, but this device does not report compute preemption: a holder switched out \
+             past its slice keeps the device until its kernel ends, and the next VM's work queues behind it \
+             (SimGpu models a non-preemptive GPU); the scheduler still switches grants"
+        );
+    }
     executor.set_request_limit(vm.max_request);
     executor.set_slicing(long.slicing);
     CudaOps::new(executor, vm.name.clone(), vm.memory)
