@@ -305,8 +305,7 @@ struct Trailing {
     vm: usize,
     seq: u32,
     estimate: u64,
-    /// Switched out in preemptive mode: the next holder does not wait
-    /// behind it.
+    /// Switched out in preemptive mode (its hold ended then).
     preempted: bool,
     /// What renewals of its lease charged already (its release reports
     /// the lease's whole wall-clock time).
@@ -434,9 +433,10 @@ impl Scheduler {
     /// contexts: a holder still busy [`PREEMPT_GRACE`] after its slice
     /// (an over-long kernel) is switched out. Its grant is revoked (its
     /// worker releases when its wait ends), it is charged its wall-clock
-    /// time so far, and the next VM is granted at once, with no wait
-    /// behind it: its work runs beside the long kernel, the GPU
-    /// time-slicing between the two contexts. Its release later corrects
+    /// time so far, and the next VM is granted at once, as in a handoff
+    /// (its first work is not charged for what it waits for or shares
+    /// with the long kernel): its work runs beside the long kernel, the
+    /// GPU time-slicing between the two contexts. Its release later corrects
     /// the charge to what it measured, the whole long kernel.
     pub fn with_preemptive(mut self, on: bool) -> Scheduler {
         self.preemptive = on;
@@ -706,9 +706,10 @@ impl Scheduler {
                             || active.iter().enumerate().all(|(i, a)| {
                                 i == vm || a.is_none_or(|t| now_i.duration_since(t) >= LEASE_QUIET)
                             });
-                        let after = trailing
-                            .filter(|t| t.vm != vm && !t.preempted)
-                            .map(|t| (t.vm, t.seq));
+                        // Also after a switch-out: the next holder issues at
+                        // once, and what its first work waits for or shares
+                        // with the switched-out VM's is not charged to it.
+                        let after = trailing.filter(|t| t.vm != vm).map(|t| (t.vm, t.seq));
                         out = Some(self.grant(&mut core, g, lease, after, now_i));
                     }
                 }
