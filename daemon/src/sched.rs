@@ -112,9 +112,13 @@ pub const PREEMPT_GRACE: Duration = Duration::from_millis(1);
 /// so it never waits behind a lease holder's queue when it comes back.
 pub const LEASE_QUIET: Duration = Duration::from_millis(100);
 /// Device work each member of a free run keeps queued (its lease's queue
-/// depth): about 1 ms, so that a VM that waits for each of its kernels
-/// does not find a slice of every other member's work ahead of it.
-pub const FREE_RUN_QUEUE: Duration = Duration::from_millis(1);
+/// depth, at least one request): 300 µs, so that a VM that waits for each
+/// of its kernels does not find a slice of every other member's work ahead
+/// of it, and a device that serves queues first come first served
+/// interleaves the members about as NEON's round-robin estimate assumes
+/// (1 ms until 2026-11: `neon-dfq`'s Throttle MMR 0.32 with three request
+/// sizes, 0.84 with 300 µs; docs/results.md).
+pub const FREE_RUN_QUEUE: Duration = Duration::from_micros(300);
 /// Most synchronous calls fed to the policy per VM per pass (the detector
 /// needs only more than its threshold).
 const MAX_SYNC_RECORDS: u64 = 64;

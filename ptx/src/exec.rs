@@ -1135,6 +1135,12 @@ impl<'a> Launch<'a> {
                     Self::wr(w, d, l, u64::from(prmt(mode, src, sel)));
                 }
             }
+            Op::Video { v, d, a, b, c } => {
+                for l in bits_of(exec) {
+                    let (x, y, z) = (self.rd(w, a, l), self.rd(w, b, l), self.rd(w, c, l));
+                    Self::wr(w, d, l, u64::from(video(v, x as u32, y as u32, z as u32)));
+                }
+            }
             Op::Lop3 { d, a, b, c, lut } => {
                 for l in bits_of(exec) {
                     let (x, y, z) = (self.rd(w, a, l), self.rd(w, b, l), self.rd(w, c, l));
@@ -1934,6 +1940,51 @@ fn iun(op: IUn, ty: Ty, a: u64) -> u64 {
                 })
             }
         }
+    }
+}
+
+/// A SIMD video instruction on one thread's operands (PTX ISA, "SIMD video
+/// instructions"): each lane of `a` and `b`, sign- or zero-extended, gives
+/// a full-precision result; with `.add` the lanes' results are summed into
+/// `c`, otherwise each is clamped (`.sat`) or truncated to its lane of `d`.
+fn video(v: Video, a: u32, b: u32, c: u32) -> u32 {
+    let bits = 32 / u32::from(v.lanes);
+    let mask = (1u64 << bits) - 1;
+    let lane = |x: u32, i: u32, signed: bool| -> i64 {
+        let raw = (u64::from(x) >> (i * bits)) & mask;
+        if signed {
+            sext(raw, bits)
+        } else {
+            raw as i64
+        }
+    };
+    let (lo, hi) = if v.d_signed {
+        (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1)
+    } else {
+        (0, mask as i64)
+    };
+    let mut sum = 0i64;
+    let mut out = 0u32;
+    for i in 0..u32::from(v.lanes) {
+        let (x, y) = (lane(a, i, v.a_signed), lane(b, i, v.b_signed));
+        let r = match v.op {
+            VideoOp::Add => x + y,
+            VideoOp::Sub => x - y,
+            VideoOp::Absdiff => (x - y).abs(),
+            VideoOp::Min => x.min(y),
+            VideoOp::Max => x.max(y),
+        };
+        if v.add {
+            sum += r;
+        } else {
+            let r = if v.sat { r.clamp(lo, hi) } else { r };
+            out |= (((r as u64) & mask) << (i * bits)) as u32;
+        }
+    }
+    if v.add {
+        (i64::from(c) + sum) as u32
+    } else {
+        out
     }
 }
 

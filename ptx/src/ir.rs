@@ -360,6 +360,31 @@ pub(crate) enum HOp {
     Max,
 }
 
+/// A SIMD video instruction's per-lane operation (`vadd4`, `vabsdiff2`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VideoOp {
+    Add,
+    Sub,
+    Absdiff,
+    Min,
+    Max,
+}
+
+/// The shape of a SIMD video instruction: `lanes` lanes of `32 / lanes`
+/// bits; each operand's lanes signed or not; `.sat` clamps each lane's
+/// result to the destination's lane range; `.add` sums the lanes' full
+/// results into `c` instead (the two exclude each other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Video {
+    pub op: VideoOp,
+    pub lanes: u8,
+    pub d_signed: bool,
+    pub a_signed: bool,
+    pub b_signed: bool,
+    pub sat: bool,
+    pub add: bool,
+}
+
 /// What `cvt` does, decided at parse time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CvtKind {
@@ -589,6 +614,14 @@ pub(crate) enum Op {
     },
     Prmt {
         mode: Option<u8>,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    /// `vop4`/`vop2` with the default mask and lane selectors.
+    Video {
+        v: Video,
         d: u32,
         a: Src,
         b: Src,
@@ -956,6 +989,7 @@ impl Op {
             | Op::Sad { d, a, b, c, .. }
             | Op::Bfe { d, a, b, c, .. }
             | Op::Prmt { d, a, b, c, .. }
+            | Op::Video { d, a, b, c, .. }
             | Op::Shf { d, a, b, c, .. }
             | Op::Fma { d, a, b, c, .. }
             | Op::Selp { d, a, b, c, .. }

@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 16] = [
+const COMPUTE_PROGRAMS: [&str; 17] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -286,6 +286,7 @@ const COMPUTE_PROGRAMS: [&str; 16] = [
     "cooperative",
     "graphs",
     "jit_link",
+    "video",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -360,7 +361,7 @@ fn unsupported_and_out_of_bounds_kernels_fail_with_cuda_errors() {
     }
     let log = sim.daemon.log();
     assert!(
-        log.contains("vabsdiff4"),
+        log.contains("vabsdiff.u32"),
         "the daemon's log does not name the unsupported instruction:\n{log}"
     );
 }
