@@ -32,7 +32,8 @@
 //!   instructions `vadd`, `vsub`, `vabsdiff`, `vmin`, `vmax` on 4 byte or
 //!   2 halfword lanes (`.u32`/`.s32` operands, `.sat`, `.add`), with the
 //!   default mask and lane selectors only (`vavrg`, `vset` and the scalar
-//!   video instructions are unsupported). Division by zero
+//!   video instructions are unsupported), and sm_90's packed
+//!   `min`/`max.{u16x2,s16x2}`. Division by zero
 //!   gives all ones and remainder by zero the dividend (PTX leaves both
 //!   undefined).
 //! - **Floats** (f32, f64): add/sub/mul/div/fma/mad/sqrt/rcp with `.rn`,
