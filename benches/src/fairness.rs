@@ -87,7 +87,9 @@ pub struct FairnessArgs {
     /// a non-saturating co-runner), fig11 (background kernel size sweep),
     /// all (those four), or long-kernels (kernel slicing: FairGV's Table 4,
     /// and 100 ms kernels against 200 µs ones with and without slicing;
-    /// SimGpu's model of a grid's duration), neon (NEON's Throttle: request
+    /// SimGpu's model of a grid's duration; then a GPU eater against two
+    /// VMs of 200 µs kernels under a 500 ms runaway guard, also in
+    /// preemptive mode, and the two alone), neon (NEON's Throttle: request
     /// sizes from 19 µs to 1.7 ms, fairness, concurrency efficiency and
     /// standalone overhead), or timegraph (a periodic high-priority VM
     /// against throughput VMs: deadlines met and response times; VMs with

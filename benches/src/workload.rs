@@ -993,7 +993,9 @@ impl ClientKind {
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkloadArgs {
     /// The profile: a Table 3 benchmark (CFD, HW, HS, LMD, NW, PF, SRD1, BS,
-    /// CS, HG, MM, SCAN), Throttle or custom.
+    /// CS, HG, MM, SCAN), Throttle, Eater (a GPU eater: one kernel of a
+    /// minute per round, restarted on a fresh channel after the runaway
+    /// guard ends it; needs --client rust) or custom.
     #[arg(long)]
     pub profile: String,
     /// Kernel duration in µs (the profile's by default).
