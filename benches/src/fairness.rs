@@ -310,39 +310,29 @@ fn long_kernel_cases(quick: bool) -> Vec<Case> {
         ..WorkloadSpec::profile("Eater")
     };
     let guard = vec![format!("max_request_ms = {EATER_GUARD_MS}")];
-    v.push(Case {
+    let eater_case = |label: String, daemon: Vec<String>| Case {
         experiment: "long-kernels",
-        label: format!("eater vs 200us, guard {EATER_GUARD_MS}ms"),
+        label,
         vms: vec![
-            vm("eater", 1, eater),
+            vm("eater", 1, eater.clone()),
             vm("short1", 1, short.clone()),
             vm("short2", 1, short.clone()),
         ],
         demands: vec![1.0; 3],
-        daemon: guard.clone(),
-    });
+        daemon,
+    };
+    v.push(eater_case(
+        format!("eater vs 200us, guard {EATER_GUARD_MS}ms"),
+        guard.clone(),
+    ));
     // The same in FairGV's preemptive mode: the eater is switched out
     // after its (30 ms) slice. SimGpu models a non-preemptive GPU, so the
     // short VMs' kernels still wait behind the eater's: this shows what the
     // scheduler does, not what a GPU that time-slices would give them.
-    v.push(Case {
-        experiment: "long-kernels",
-        label: format!("eater vs 200us, guard {EATER_GUARD_MS}ms, preemptive"),
-        vms: vec![
-            vm(
-                "eater",
-                1,
-                WorkloadSpec {
-                    client: Some(ClientKind::Rust),
-                    ..WorkloadSpec::profile("Eater")
-                },
-            ),
-            vm("short1", 1, short.clone()),
-            vm("short2", 1, short.clone()),
-        ],
-        demands: vec![1.0; 3],
-        daemon: vec![guard[0].clone(), "preemptive = true".into()],
-    });
+    v.push(eater_case(
+        format!("eater vs 200us, guard {EATER_GUARD_MS}ms, preemptive"),
+        [guard.clone(), vec!["preemptive = true".into()]].concat(),
+    ));
     v.push(Case {
         experiment: "long-kernels",
         label: "200us, no eater".into(),
