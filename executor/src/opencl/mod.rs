@@ -632,6 +632,25 @@ impl Queue {
         }))
     }
 
+    /// [`Self::enqueue`] for a blocking command: its data is in place when
+    /// `f` returns, but a platform may set the event's status from its own
+    /// threads a moment later (PoCL does), and until then answers
+    /// CL_PROFILING_INFO_NOT_AVAILABLE. The guest treats the command as
+    /// complete from here on, so the event is waited for.
+    fn enqueue_blocking(
+        &self,
+        want: bool,
+        f: impl FnOnce(*mut Obj) -> ClInt,
+    ) -> Result<Option<Event>, ClError> {
+        let ev = self.enqueue(want, f)?;
+        if let Some(e) = &ev {
+            // The command itself succeeded; the event's status reports
+            // anything else.
+            let _ = Event::wait(&[e]);
+        }
+        Ok(ev)
+    }
+
     fn list_ptr(l: &[Obj]) -> *const Obj {
         if l.is_empty() {
             std::ptr::null()
@@ -662,7 +681,7 @@ impl Queue {
         want: bool,
     ) -> Result<Option<Event>, ClError> {
         let (l, n) = Self::list(waits);
-        self.enqueue(want, |ev| {
+        self.enqueue_blocking(want, |ev| {
             // SAFETY: live queue and buffer; `data` outlives the blocking call.
             unsafe {
                 (self.api.enqueue_write_buffer)(
@@ -690,7 +709,7 @@ impl Queue {
         want: bool,
     ) -> Result<Option<Event>, ClError> {
         let (l, n) = Self::list(waits);
-        self.enqueue(want, |ev| {
+        self.enqueue_blocking(want, |ev| {
             // SAFETY: live queue and buffer; `out` outlives the blocking call.
             unsafe {
                 (self.api.enqueue_read_buffer)(
@@ -851,7 +870,7 @@ impl Queue {
         want: bool,
     ) -> Result<Option<Event>, ClError> {
         let (o, r) = (usizes(origin)?, usizes(region)?);
-        self.enqueue(want, |ev| {
+        self.enqueue_blocking(want, |ev| {
             // SAFETY: live queue and image; `data` holds the packed box and
             // outlives the blocking call.
             unsafe {
@@ -882,7 +901,7 @@ impl Queue {
         want: bool,
     ) -> Result<Option<Event>, ClError> {
         let (o, r) = (usizes(origin)?, usizes(region)?);
-        self.enqueue(want, |ev| {
+        self.enqueue_blocking(want, |ev| {
             // SAFETY: live queue and image; `out` holds the packed box and
             // outlives the blocking call.
             unsafe {
