@@ -32,6 +32,11 @@ pub struct DemoArgs {
     /// Where the daemon runs kernels: sim (SimGpu) or cuda (a GPU host).
     #[arg(long, value_enum, default_value_t = crate::fairness::harness::Device::Sim)]
     pub device: crate::fairness::harness::Device,
+    /// One more `[daemon]` line for the daemon, as written (repeatable),
+    /// e.g. --daemon-set "backfill = true" to see a setting's effect on
+    /// the demo.
+    #[arg(long = "daemon-set", value_name = "LINE")]
+    pub daemon_set: Vec<String>,
 }
 
 /// The demo's VMs: weight and workload profile (FairGV Table 3).
@@ -115,7 +120,10 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
         policy: policy.clone(),
         vms: vms.clone(),
         client,
-        tuning: crate::fairness::harness::Tuning::default(),
+        tuning: crate::fairness::harness::Tuning {
+            daemon_lines: a.daemon_set.clone(),
+            ..crate::fairness::harness::Tuning::default()
+        },
     })?;
     let obs = Observer::start(session.socket(), Duration::from_millis(10))?;
     obs.wait_for(Duration::from_secs(30), |s| {

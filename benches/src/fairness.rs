@@ -747,6 +747,12 @@ pub struct VmResult {
     /// Its requests the runaway guard ended over the whole run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runaways: Option<u64>,
+    /// Backfilling: the kernels it ran in other holders' idle gaps, and
+    /// their device time in ms, over the whole run (warm-up included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfilled: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfill_ms: Option<f64>,
 }
 
 /// What happened to a run.
@@ -1138,6 +1144,14 @@ fn measure_inner(
                     .and_then(|l| l.sched.as_ref())
                     .map(|s| s.longest_hold_ns as f64 / 1e6),
                 runaways: last_vm(i).map(|l| l.long_kernels.runaways),
+                backfilled: last_vm(i)
+                    .and_then(|l| l.sched.as_ref())
+                    .map(|s| s.backfilled)
+                    .filter(|&n| n > 0),
+                backfill_ms: last_vm(i)
+                    .and_then(|l| l.sched.as_ref())
+                    .map(|s| s.backfill_ns as f64 / 1e6)
+                    .filter(|&ms| ms > 0.0),
             }
         })
         .collect();
@@ -1749,6 +1763,8 @@ mod tests {
                 deadlines_met: None,
                 reserved: None,
                 longest_hold_ms: None,
+                backfilled: None,
+                backfill_ms: None,
                 runaways: None,
             }],
             mmr,

@@ -17,6 +17,8 @@
 //! wake_preempt = true      # fairgv: a waking VM with a smaller tag preempts the holder
 //! wake_preempt_us = 500    # ... once it has held the GPU this long
 //! preemptive = false       # fairgv on a GPU that time-slices contexts: switch out a holder stuck past its slice
+//! backfill = false         # fairgv: other VMs' short kernels run in a holder's idle gaps
+//! backfill_max_us = 250    # ... predicted to take at most this long each
 //! work_conserving = true    # false: a holder keeps its whole slice
 //! [sim]                    # the SimGpu cost model (executor::sim::SimConfig)
 //! [[vm]]
@@ -263,6 +265,8 @@ struct RawDaemon {
     wake_preempt: Option<bool>,
     wake_preempt_us: Option<i64>,
     preemptive: Option<bool>,
+    backfill: Option<bool>,
+    backfill_max_us: Option<i64>,
     work_conserving: Option<bool>,
     slice_kernels: Option<bool>,
     kernel_slice_ms: Option<f64>,
@@ -510,6 +514,11 @@ pub const DEFAULT_WAKE_PREEMPT: std::time::Duration = std::time::Duration::from_
 /// longer than the 6 ms of non-preemptive scheduling).
 pub const PREEMPTIVE_SLICE_MS: u64 = 30;
 
+/// The longest request a backfilling VM may issue by default, as
+/// predicted from its own history (`backfill_max_us`): what a holder's next
+/// request may wait behind at most.
+pub const DEFAULT_BACKFILL_MAX: std::time::Duration = std::time::Duration::from_micros(250);
+
 /// Longest hybrid-spin budget accepted, in µs.
 pub const MAX_SPIN_US: u64 = 100_000;
 
@@ -544,6 +553,13 @@ pub struct SchedConfig {
     /// VM's work is submitted beside it. The slice defaults to
     /// [`PREEMPTIVE_SLICE_MS`] then. See docs/long-kernels.md.
     pub preemptive: bool,
+    /// Backfilling (`backfill = true`, FairGV with sampled accounting):
+    /// while the holder waits on its guest with its own device work done,
+    /// another runnable VM may issue kernels its history predicts to take
+    /// at most this long, one at a time, each synchronised and charged to
+    /// it; the holder's next request waits behind at most one of them.
+    /// `None`: off. See docs/fairness.md, *Backfilling*.
+    pub backfill: Option<std::time::Duration>,
     /// Off (`work_conserving = false`): a holder keeps the GPU for its
     /// whole slice, idle or not, and is charged at least the slice's
     /// wall-clock length; the reference FairGV's Fig. 10 compares with.
@@ -564,6 +580,7 @@ impl Default for SchedConfig {
             adaptive_spin: true,
             wake_preempt: Some(DEFAULT_WAKE_PREEMPT),
             preemptive: false,
+            backfill: None,
             work_conserving: true,
         }
     }
@@ -755,6 +772,34 @@ fn validate_sched(raw: &RawDaemon) -> Result<SchedConfig, String> {
             (on == Some(true) || us.is_some() || defaults.wake_preempt.is_some()).then_some(hold)
         }
     };
+    let work_conserving = raw.work_conserving.unwrap_or(defaults.work_conserving);
+    let backfill_max = match raw.backfill_max_us {
+        None => DEFAULT_BACKFILL_MAX,
+        Some(us) => u64::try_from(us)
+            .ok()
+            .filter(|us| (1..=MAX_SPIN_US).contains(us))
+            .map(std::time::Duration::from_micros)
+            .ok_or_else(|| format!("backfill_max_us = {us} is outside 1..={MAX_SPIN_US}"))?,
+    };
+    let backfill = match (raw.backfill, raw.backfill_max_us) {
+        (Some(false), Some(_)) => {
+            return Err("backfill_max_us is set but backfill = false".to_owned())
+        }
+        (Some(false), None) => None,
+        (None, None) => defaults.backfill,
+        // Without a scheduler every VM issues as its work comes: nothing to
+        // backfill (accepted, so that a comparison run may set it for all).
+        _ if policy.is_none() => None,
+        _ if !fair_queuing || accounting != Accounting::Sampled || !work_conserving => {
+            return Err(format!(
+                "backfill is FairGV's with accounting = \"sampled\" and work_conserving = true, not policy = {:?} with accounting = {:?}{}",
+                policy_name(policy),
+                accounting.name(),
+                if work_conserving { "" } else { " and work_conserving = false" }
+            ));
+        }
+        _ => Some(backfill_max),
+    };
     Ok(SchedConfig {
         policy,
         slice,
@@ -763,7 +808,8 @@ fn validate_sched(raw: &RawDaemon) -> Result<SchedConfig, String> {
         adaptive_spin: raw.adaptive_spin.unwrap_or(defaults.adaptive_spin),
         wake_preempt,
         preemptive,
-        work_conserving: raw.work_conserving.unwrap_or(defaults.work_conserving),
+        backfill,
+        work_conserving,
     })
 }
 
@@ -1818,6 +1864,42 @@ region = "/dev/shm/fairgpu-vm1"
         assert!(c.work_conserving);
         assert!(!with("work_conserving = false").unwrap().work_conserving);
         assert!(with("work_conserving = \"no\"").is_err());
+    }
+
+    #[test]
+    fn backfill_keys() {
+        let with = |lines: &str| {
+            parse(&ONE_VM.replace("[daemon]", &format!("[daemon]\n{lines}")))
+                .map(|c| c.daemon.sched)
+        };
+        assert_eq!(with("").unwrap().backfill, None);
+        assert_eq!(
+            with("backfill = true").unwrap().backfill,
+            Some(DEFAULT_BACKFILL_MAX)
+        );
+        assert_eq!(
+            with("backfill_max_us = 100").unwrap().backfill,
+            Some(std::time::Duration::from_micros(100))
+        );
+        assert_eq!(with("backfill = false").unwrap().backfill, None);
+        assert_eq!(
+            with("policy = \"none\"\nbackfill = true").unwrap().backfill,
+            None,
+            "nothing to backfill without a scheduler"
+        );
+        for bad in [
+            "backfill = false\nbackfill_max_us = 100",
+            "backfill_max_us = 0",
+            "backfill_max_us = -5",
+            "policy = \"credit-hs\"\nbackfill = true",
+            "accounting = \"events\"\nbackfill = true",
+            "work_conserving = false\nbackfill = true",
+            "policy = \"none\"\nbackfill_max_us = 0",
+            "backfill = 1",
+        ] {
+            let e = with(bad).expect_err(bad).to_string();
+            assert!(e.contains("backfill"), "{bad}: {e}");
+        }
     }
 
     #[test]

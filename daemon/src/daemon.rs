@@ -344,6 +344,8 @@ impl StatusSource {
                         cosched_woke: v.cosched_woke,
                         overruns: v.overruns,
                         longest_hold_ns: v.longest_hold_ns,
+                        backfilled: v.backfilled,
+                        backfill_ns: v.backfill_ns,
                         ..crate::control::sched_standing(v.revoked, v.standing)
                     }),
                     qemu: self.qemu[i].as_ref().and_then(|(cfg, q)| q.status(cfg)),
@@ -577,7 +579,8 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
                 Box::new(coordinator(&vms, regions, qmp_watcher.as_ref())),
             )
             .context("registering the VMs with the scheduling policy")?
-            .with_preemptive(sched_cfg.preemptive);
+            .with_preemptive(sched_cfg.preemptive)
+            .with_backfill(sched_cfg.backfill);
             if sched_cfg.policy.is_some_and(PolicyKind::has_priorities) {
                 let h = s.handle();
                 for (i, v) in cfg.vms.iter().enumerate() {
@@ -619,6 +622,7 @@ pub fn serve(config_path: &Path, log: &str) -> anyhow::Result<()> {
                 .map(|_| sched_cfg.accounting.name().to_owned()),
             holder: None,
             preemptive: sched_cfg.preemptive,
+            backfill_max_us: sched_cfg.backfill.map(|d| d.as_micros() as u64),
         },
         vms: cfg
             .vms

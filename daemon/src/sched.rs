@@ -179,6 +179,11 @@ pub struct VmSched {
     /// Grants revoked before their end: preempted by a vGPU of higher
     /// priority, or a disengaged slice that ended while others waited.
     pub revoked: u64,
+    /// Backfilling: requests it ran in other holders' idle gaps.
+    pub backfilled: u64,
+    /// Device time of those requests, ns (charged to it, and part of
+    /// `charged_ns`).
+    pub backfill_ns: u64,
     /// The policy's own standing (tags, credit, overuse, budget).
     pub standing: Standing,
 }
@@ -190,6 +195,8 @@ struct Counters {
     overruns: u64,
     longest_hold_ns: u64,
     revoked: u64,
+    backfilled: u64,
+    backfill_ns: u64,
 }
 
 impl Counters {
@@ -276,6 +283,8 @@ impl SchedHandle {
             overruns: c.overruns,
             longest_hold_ns: c.longest_hold_ns,
             revoked: c.revoked,
+            backfilled: c.backfilled,
+            backfill_ns: c.backfill_ns,
             standing: s.standing,
         })
     }
@@ -332,6 +341,16 @@ struct Free {
     /// The policy asked for no next run: no VM joins, and once the drain
     /// is over the free run ends.
     closing: bool,
+}
+
+/// A backfill grant outstanding: `vm` may fill the idle gaps of `holder`'s
+/// grant `holder_seq`.
+#[derive(Debug, Clone, Copy)]
+struct BackfillOut {
+    vm: usize,
+    seq: u32,
+    holder: usize,
+    holder_seq: u32,
 }
 
 /// The grant outstanding.
@@ -392,6 +411,9 @@ pub struct Scheduler {
     origin: Instant,
     /// FairGV's preemptive mode (`[daemon] preemptive`).
     preemptive: bool,
+    /// Backfilling (`[daemon] backfill`): the longest request a backfill
+    /// grant admits, by its VM's prediction.
+    backfill: Option<Duration>,
 }
 
 impl Scheduler {
@@ -430,6 +452,7 @@ impl Scheduler {
             names,
             origin: Instant::now(),
             preemptive: false,
+            backfill: None,
         })
     }
 
@@ -444,6 +467,16 @@ impl Scheduler {
     /// the charge to what it measured, the whole long kernel.
     pub fn with_preemptive(mut self, on: bool) -> Scheduler {
         self.preemptive = on;
+        self
+    }
+
+    /// Backfilling: while the holder waits on its guest with its own device
+    /// work done, one other runnable VM may issue kernels predicted to take
+    /// at most `max` each, one at a time, charged to it
+    /// (`fairgpu_worker::grants`, *Backfill*). A new holder is granted only
+    /// once the backfiller has released.
+    pub fn with_backfill(mut self, max: Option<Duration>) -> Scheduler {
+        self.backfill = max;
         self
     }
 
@@ -465,6 +498,11 @@ impl Scheduler {
         let mut out: Option<Outstanding> = None;
         let mut trailing: Option<Trailing> = None;
         let mut free: Option<Free> = None;
+        let mut bf: Option<BackfillOut> = None;
+        // Per VM: the holder's grant it released a backfill grant of
+        // without issuing anything (its next request did not fit): it is
+        // not asked again during that grant.
+        let mut bf_declined: Vec<Option<(usize, u32)>> = vec![None; n];
         // When each VM was last seen runnable or running.
         let mut active: Vec<Option<Instant>> = vec![None; n];
         while !shutdown.load(Ordering::Relaxed) {
@@ -509,8 +547,28 @@ impl Scheduler {
                         self.regions[o.vm].ring_host();
                     }
                 }
+                // A dead backfiller's requests were synchronised one by one;
+                // what it had not reported is lost with it.
+                bf.take_if(|b| b.vm == i);
                 log_refusal(&self.names[i], core.policy.block(id, now));
                 sync_seen[i] = h.slots[i].sync_calls();
+            }
+            if let Some(b) = bf.take_if(|b| h.slots[b.vm].backfill_released() == b.seq) {
+                let (used, requests) = h.slots[b.vm].backfill_used();
+                if requests == 0 {
+                    bf_declined[b.vm] = Some((b.holder, b.holder_seq));
+                }
+                if used > 0 {
+                    let c = &mut core.counters[b.vm];
+                    c.backfilled += requests;
+                    c.backfill_ns += used;
+                    let extra = i64::try_from(used).unwrap_or(i64::MAX);
+                    log_refusal(
+                        &self.names[b.vm],
+                        core.policy.adjust(VgpuId(b.vm as u32), extra, now),
+                    );
+                }
+                tracing::trace!(vm = %self.names[b.vm], used, requests, "backfill released");
             }
             if let Some(o) = out.as_mut() {
                 let slot = &h.slots[o.vm];
@@ -691,9 +749,41 @@ impl Scheduler {
             if out.is_none() {
                 self.free_run_step(&mut core, &mut free, &epoch, now_i, now);
             }
+            if let (Some(max), None, Some(o)) = (self.backfill, bf, out.as_ref()) {
+                if !o.lease && o.revoked.is_none() && h.slots[o.vm].quiet() == o.seq {
+                    let holder = (o.vm, o.seq);
+                    let max_ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+                    // A VM with a worker, whose kernels fit, that did not
+                    // decline during this grant already.
+                    let pick = backfiller(&*core.policy, o.vm, |i| {
+                        !epoch[i].is_multiple_of(2)
+                            && (1..=max_ns).contains(&h.slots[i].kernel_ns())
+                            && bf_declined[i] != Some(holder)
+                    });
+                    if let Some(vm) = pick {
+                        let seq = h.slots[vm].grant_backfill(o.vm, o.seq, max_ns);
+                        self.regions[vm].ring_host();
+                        bf = Some(BackfillOut {
+                            vm,
+                            seq,
+                            holder: o.vm,
+                            holder_seq: o.seq,
+                        });
+                        tracing::trace!(vm = %self.names[vm], holder = %self.names[o.vm], "backfill granted");
+                    }
+                }
+            }
             let disengaged = core.policy.execution_mode() == ExecutionMode::Disengaged;
             match out.as_mut() {
                 None if free.is_some() => {}
+                // The next holder's work would queue behind a backfilled
+                // request still on the device: it is granted once that
+                // request ended. A backfiller with none on the device issues
+                // nothing more (the holder is no longer quiet: it cleared
+                // `quiet` before its release, which this thread has seen,
+                // so the backfiller's check after its own store of
+                // `bf_busy` sees it; `fairgpu_worker::grants`, *Backfill*).
+                None if bf.is_some_and(|b| h.slots[b.vm].backfill_busy()) => {}
                 None => {
                     let g = core.policy.pick(now);
                     if g.is_none() {
@@ -974,6 +1064,30 @@ impl Scheduler {
 }
 
 /// Whether a vGPU other than `holder` is runnable.
+/// The VM to backfill `holder`'s idle gaps: the runnable one (other than
+/// the holder, and `eligible`) the policy would serve first, by its start
+/// tag under fair queuing.
+fn backfiller(
+    policy: &dyn Policy,
+    holder: usize,
+    eligible: impl Fn(usize) -> bool,
+) -> Option<usize> {
+    policy
+        .ids()
+        .into_iter()
+        .filter_map(|id| {
+            let i = id.0 as usize;
+            let s = policy.stats(id)?;
+            (i != holder && s.state == VgpuState::Runnable && eligible(i))
+                .then_some((s.standing, i))
+        })
+        .min_by_key(|(standing, i)| match standing {
+            Standing::Fair { start, .. } => (*start, *i),
+            _ => (fairgpu_scheduler::VirtualTime::default(), *i),
+        })
+        .map(|(_, i)| i)
+}
+
 fn others_runnable(policy: &dyn Policy, holder: VgpuId) -> bool {
     policy.ids().into_iter().any(|id| {
         id != holder

@@ -121,6 +121,8 @@ use fairgpu_config::Accounting;
 use fairgpu_executor::clock;
 use fairgpu_executor::{CtxId, EventId};
 
+mod backfill;
+
 /// Requests timed one by one at the start of a grant (`sampled`).
 pub const SAMPLES: u32 = 5;
 /// How often a lease holder publishes its device time at most.
@@ -270,6 +272,11 @@ pub struct GateConfig {
     /// Publish the executor's device time while holding a lease: the
     /// policy charges free runs from it (NEON DFQ, LoGA).
     pub publish_device_time: bool,
+    /// Backfilling (`[daemon] backfill`), with the longest kernel a
+    /// backfill grant admits: a holder publishes its quiet periods so that
+    /// another VM's short kernels may fill them, and this VM may fill
+    /// others' (`accounting/backfill.rs`).
+    pub backfill: Option<Duration>,
     /// The VM, for log lines.
     pub vm: String,
 }
@@ -338,6 +345,17 @@ pub struct Gate {
     avg: Option<u64>,
     /// How long this VM's quiet periods lasted.
     quiet: SpinBudget,
+    /// A running average of this VM's kernels that ran alone (samples and
+    /// backfilled ones), ns: what a backfilled kernel is predicted to take.
+    kernel_avg: Option<u64>,
+    /// The sample in flight is a kernel.
+    sample_kernel: bool,
+    /// As a holder: `quiet` is published in the slot.
+    quiet_published: bool,
+    /// As a backfiller: the backfill grant held.
+    bf: Option<backfill::BackfillHold>,
+    /// The last backfill grant sequence seen.
+    bf_seen: u32,
 }
 
 /// The adaptive hybrid-spin budget (`adaptive_spin`, on by default): how
@@ -372,6 +390,8 @@ struct SpinBudget {
     /// The current one spins the whole budget whatever the history (see
     /// [`SpinBudget::PROBE_EVERY`]).
     probe: bool,
+    /// The median of `gaps` once [`SpinBudget::LEARN`] are known.
+    median: Option<u64>,
 }
 
 impl SpinBudget {
@@ -405,7 +425,18 @@ impl SpinBudget {
                 self.gaps.pop_front();
             }
             self.gaps.push_back(nanos(now.saturating_duration_since(t)));
+            if self.gaps.len() >= Self::LEARN {
+                let mut g: Vec<u64> = self.gaps.iter().copied().collect();
+                g.sort_unstable();
+                self.median = Some(g[g.len() / 2]);
+            }
         }
+    }
+
+    /// The median of the quiet periods remembered, once
+    /// [`SpinBudget::LEARN`] are.
+    fn typical(&self) -> Option<u64> {
+        self.median
     }
 
     /// The spin budget when another VM waits, `configured` being the
@@ -448,6 +479,9 @@ struct Holding {
     behind: bool,
     /// When the final drain's work ended on the device.
     drained: Option<Instant>,
+    /// Its work after a quiet period may have queued behind this peer's
+    /// backfilled request.
+    behind_bf: Option<usize>,
     phase: Phase,
     /// Channels with work issued since their last synchronisation.
     dirty: Vec<u32>,
@@ -631,6 +665,11 @@ impl Gate {
     pub fn new(slot: GrantSlot, bell: Bell, cfg: GateConfig) -> Gate {
         let (seen, _, _) = slot.current_grant();
         slot.release(seen, 0, false);
+        // Nor is a backfill grant left to it, or a quiet period of its.
+        let bf_seen = slot.current_backfill().seq;
+        slot.release_backfill(bf_seen, 0, 0);
+        slot.backfill_done(0);
+        slot.set_quiet(0);
         bell.ring();
         Gate {
             slot,
@@ -648,6 +687,11 @@ impl Gate {
             grants: 0,
             avg: None,
             quiet: SpinBudget::default(),
+            kernel_avg: None,
+            sample_kernel: false,
+            quiet_published: false,
+            bf: None,
+            bf_seen,
         }
     }
 
@@ -699,6 +743,8 @@ impl Gate {
         if seq == self.seen {
             return false;
         }
+        // A real grant ends a backfill grant (its work is synchronised).
+        self.end_backfill();
         let behind = self.behind_previous_holder();
         let apriori = self.slot.current_apriori();
         self.seen = seq;
@@ -715,6 +761,7 @@ impl Gate {
             closing: false,
             behind,
             drained: None,
+            behind_bf: None,
             phase: Phase::Sampling {
                 n: 0,
                 pending: None,
@@ -742,6 +789,7 @@ impl Gate {
 
     /// Finishes the measurement and releases the grant.
     fn release(&mut self, meter: &mut dyn Meter, why: Why) {
+        self.leave_quiet();
         self.finish_sample(meter);
         let Some(mut h) = self.holding.take() else {
             return;
@@ -812,7 +860,8 @@ impl Gate {
                 } = h.phase
                 {
                     let end = drain(meter, &mut h.dirty);
-                    h.used += nanos(end.saturating_duration_since(since));
+                    h.used += backfill::behind_backfill(&self.peers, &mut h.behind_bf, since, end)
+                        .unwrap_or_else(|| nanos(end.saturating_duration_since(since)));
                     h.drained = Some(end);
                 }
                 h.used
@@ -966,7 +1015,8 @@ impl Gate {
             return false;
         };
         let end = drain(meter, &mut h.dirty);
-        h.used += nanos(end.saturating_duration_since(since));
+        h.used += backfill::behind_backfill(&self.peers, &mut h.behind_bf, since, end)
+            .unwrap_or_else(|| nanos(end.saturating_duration_since(since)));
         h.phase = Phase::Bulk {
             left,
             since: None,
@@ -1020,6 +1070,15 @@ impl Gate {
         // Whether it ran alone: then it feeds the average, so that a VM
         // whose samples fill its slices (long kernels) has one too.
         let mut alone = !h.behind;
+        if h.behind_bf.is_some() {
+            // It may have queued behind a backfilled request: charged from
+            // that request's end (at most this VM's average if that end is
+            // not known).
+            let ran = backfill::behind_backfill(&self.peers, &mut h.behind_bf, t0, end)
+                .unwrap_or_else(|| self.avg.map_or(nanos(took), |a| a.min(nanos(took))));
+            alone &= ran == nanos(took);
+            took = Duration::from_nanos(ran);
+        }
         if h.behind {
             // It may have queued behind the previous holder's drain (any
             // sample of the grant may: a copy or memset need not wait for
@@ -1050,6 +1109,9 @@ impl Gate {
         if alone {
             let ns = nanos(took);
             self.avg = Some(self.avg.map_or(ns, |a| (a * 3 + ns) / 4));
+            if self.sample_kernel {
+                Gate::learn_kernel(&mut self.kernel_avg, &self.slot, &self.cfg, ns);
+            }
         }
         h.used += nanos(took);
         let n = n + 1;
@@ -1096,6 +1158,7 @@ impl Gate {
                     // Synchronised before the next device work (or when the
                     // worker runs out of requests), so that the guest's
                     // other calls meanwhile overlap the sample's run.
+                    self.sample_kernel = backfill::backfillable(op);
                     h.phase = Phase::Sampling {
                         n,
                         pending: Some((ch, t0)),
@@ -1268,6 +1331,14 @@ impl<H: Handler + Meter> Scheduled<H> {
         let Some(gate) = self.gate.as_mut() else {
             return serve(&mut self.inner);
         };
+        if gate.holding.is_none() {
+            if let Some(device_before) = gate.backfilling(&mut self.inner) {
+                let t0 = Instant::now();
+                let result = serve(&mut self.inner);
+                gate.backfilled(&mut self.inner, ch, t0, device_before);
+                return result;
+            }
+        }
         if !needs_grant(req.op) || gate.holding.is_none() {
             return serve(&mut self.inner);
         }
@@ -1362,7 +1433,8 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         if !needs_grant(req.op) {
             return true;
         }
-        if gate.cfg.adaptive_spin {
+        gate.leave_quiet();
+        if gate.cfg.adaptive_spin || gate.cfg.backfill.is_some() {
             gate.quiet.request(Instant::now());
         }
         if gate.revoked() {
@@ -1389,7 +1461,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             return true;
         }
         gate.publish_runnable(true);
-        false
+        gate.try_backfill(req)
     }
 
     fn poll(&mut self, pass: Pass) -> Option<Duration> {
@@ -1410,6 +1482,10 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
                 // doorbell); one that came since the pass looked is taken
                 // by another pass at once.
                 return gate.grant_waiting();
+            }
+            if !pass.served {
+                // Nothing to backfill any more.
+                gate.end_backfill();
             }
             // Nothing waits for the GPU: yield (marked blocked) unless the
             // policy polls, whose vGPUs never block.
@@ -1505,13 +1581,18 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
                 // need no grant) is not quiet while the kernel runs.
                 // (Looked at once per quiet period: each look at a channel is
                 // an executor call.)
-                if gate.cfg.adaptive_spin
+                if (gate.cfg.adaptive_spin || gate.cfg.backfill.is_some())
                     && gate.quiet.since.is_none()
                     && !pass.served
                     && !pass.deferred
                     && !h.dirty.iter().any(|&ch| self.inner.channel_busy(ch))
                 {
                     gate.quiet.quiet(now);
+                }
+                if !pass.served && !pass.deferred {
+                    // Its own work is done (the sample and the segment
+                    // were synchronised above): others may backfill.
+                    gate.publish_quiet();
                 }
                 let spin = gate.spin_budget();
                 if quiet >= spin {
@@ -1638,6 +1719,7 @@ mod tests {
                 adaptive_spin: false,
                 reserve,
                 publish_device_time: false,
+                backfill: None,
                 vm: "vm".into(),
             },
         )
@@ -1994,6 +2076,140 @@ mod tests {
         assert!(r.serve_async(Opcode::LaunchKernel));
         let used = r.end_grant(seq, Duration::from_millis(20));
         assert!(used >= 20_000_000, "charged {used} ns");
+    }
+
+    /// Backfilling: a quiet holder's gap is filled by another VM's kernel
+    /// (synchronised, charged to it) only while the holder stays quiet; the
+    /// backfill grant ends when the holder is back.
+    #[test]
+    fn a_backfiller_issues_only_while_the_holder_is_quiet() {
+        // Quiet periods of at least half of 200 µs are offered.
+        let cfg = |spin_ms: u64| GateConfig {
+            accounting: Accounting::Sampled,
+            idle: IdleBehaviour::Block,
+            spin: Duration::from_millis(spin_ms),
+            adaptive_spin: false,
+            reserve: false,
+            publish_device_time: false,
+            backfill: Some(Duration::from_micros(200)),
+            vm: "vm".into(),
+        };
+        let mut r = rig("backfill", Accounting::Sampled, IdleBehaviour::Block);
+        let peers = || vec![r.file.slot(0).unwrap(), r.file.slot(1).unwrap()];
+        // Slot 0: the holder, spinning 10 s on an empty ring.
+        let holder = Gate::new(r.file.slot(0).unwrap(), r.file.bell(), cfg(10_000));
+        r.s = Scheduled::new(Fake::default(), holder.with_peers(peers()));
+        // Slot 1: the backfiller.
+        let gate = Gate::new(r.file.slot(1).unwrap(), r.file.bell(), cfg(0)).with_peers(peers());
+        let mut b = Scheduled::new(Fake::default(), gate);
+        let view = r.region.view().clone();
+        let issue = |s: &mut Scheduled<Fake>, op: Opcode| {
+            let q = req(op, false);
+            s.may_issue(0, &q) && {
+                s.handle(0, &q, &ArenaSlice::empty(&view)).unwrap();
+                true
+            }
+        };
+        let (d0, d1) = (r.file.slot(0).unwrap(), r.file.slot(1).unwrap());
+        // The backfiller's history: one grant of 1 ms kernels.
+        b.inner().sync_takes = Duration::from_millis(1);
+        let g = d1.grant(6_000_000, false);
+        assert!(issue(&mut b, Opcode::LaunchKernel));
+        b.poll(Pass::default());
+        assert_eq!(d1.released(), g);
+        // It waits for the GPU (runnable); the holder runs a kernel and its
+        // ring runs dry: quiet.
+        assert!(!issue(&mut b, Opcode::LaunchKernel));
+        assert!(d1.runnable());
+        let seq = d0.grant(10_000_000_000, false);
+        assert!(issue(&mut r.s, Opcode::LaunchKernel));
+        assert_eq!(d0.quiet(), 0, "busy, not quiet");
+        // Its first quiet periods (1 ms each: its guest's think time) are
+        // learned, not offered; then they are.
+        for _ in 0..SpinBudget::LEARN {
+            assert!(r.idle_pass().is_some(), "it keeps the grant");
+            assert_eq!(d0.quiet(), 0);
+            std::thread::sleep(Duration::from_millis(1));
+            assert!(issue(&mut r.s, Opcode::LaunchKernel));
+        }
+        assert!(r.idle_pass().is_some());
+        assert_eq!(d0.quiet(), seq);
+        // Without a backfill grant nothing is issued.
+        assert!(!issue(&mut b, Opcode::LaunchKernel));
+        // A backfill grant whose bound is below the backfiller's 1 ms
+        // history: nothing issued, released at once, unused.
+        let bf = d1.grant_backfill(0, seq, 500_000);
+        assert!(!issue(&mut b, Opcode::LaunchKernel));
+        assert_eq!((d1.backfill_released(), d1.backfill_used()), (bf, (0, 0)));
+        // One that admits 2 ms: kernels go, each synchronised at once; a
+        // copy does not (its length is not predicted) and ends the grant.
+        let bf = d1.grant_backfill(0, seq, 2_000_000);
+        let syncs = b.inner().syncs;
+        assert!(issue(&mut b, Opcode::LaunchKernel));
+        assert!(issue(&mut b, Opcode::LaunchKernel));
+        assert_eq!(b.inner().syncs, syncs + 2);
+        assert!(!issue(&mut b, Opcode::MemcpyHtoD));
+        assert_eq!(d1.backfill_released(), bf);
+        let (used, requests) = d1.backfill_used();
+        assert_eq!(requests, 2);
+        assert!(used >= 2_000_000, "charged {used} ns for two 1 ms kernels");
+        assert!(d1.backfill_end().is_some_and(|e| e > 0));
+        assert!(
+            d1.kernel_ns() >= 1_000_000,
+            "its kernels' average is published"
+        );
+        // Another grant; the holder comes back: the backfiller's next
+        // kernel waits, and the grant ends with what it ran.
+        let bf = d1.grant_backfill(0, seq, 2_000_000);
+        assert!(issue(&mut b, Opcode::LaunchKernel));
+        assert!(issue(&mut r.s, Opcode::LaunchKernel));
+        assert_eq!(d0.quiet(), 0);
+        assert!(!issue(&mut b, Opcode::LaunchKernel));
+        assert_eq!(d1.backfill_released(), bf);
+        assert_eq!(d1.backfill_used().1, 1);
+        // A backfill grant for a grant the holder does not hold is ended
+        // at the first look.
+        let bf = d1.grant_backfill(0, seq.wrapping_add(1), 2_000_000);
+        assert!(!issue(&mut b, Opcode::LaunchKernel));
+        assert_eq!((d1.backfill_released(), d1.backfill_used()), (bf, (0, 0)));
+    }
+
+    /// A holder's work that queued behind a backfilled request is charged
+    /// from that request's end; one the backfilled request queued behind
+    /// (they raced to the device) is charged whole.
+    #[test]
+    fn the_holder_is_not_charged_for_a_backfilled_request() {
+        let r = rig("behind-backfill", Accounting::Sampled, IdleBehaviour::Block);
+        let peers = vec![r.file.slot(0).unwrap(), r.file.slot(1).unwrap()];
+        // The holder's work ran from `since` to `end`, 20 ms.
+        let end = Instant::now();
+        let since = end - Duration::from_millis(20);
+        let at = |ms: u64| clock::instant_ns(since) + ms * 1_000_000;
+        let charged = |bf_end: u64| {
+            peers[1].set_backfill_busy();
+            peers[1].backfill_done(bf_end);
+            backfill::behind_backfill(&peers, &mut Some(1), since, end)
+        };
+        // (Instants map onto the clock to within a few ns.)
+        let near =
+            |got: Option<u64>, ms: u64| got.is_some_and(|ns| ns.abs_diff(ms * 1_000_000) < 50_000);
+        assert!(near(charged(at(15)), 5), "{:?}", charged(at(15)));
+        assert_eq!(
+            charged(at(25)),
+            Some(20_000_000),
+            "it ran after the holder's"
+        );
+        // Not behind anyone: whole.
+        assert_eq!(
+            backfill::behind_backfill(&peers, &mut None, since, end),
+            Some(20_000_000)
+        );
+        // The backfiller has not said when its request ended.
+        peers[1].set_backfill_busy();
+        assert_eq!(
+            backfill::behind_backfill(&peers, &mut Some(1), since, end),
+            None
+        );
     }
 
     /// `sampled` times device work only: ordering requests between samples

@@ -17,6 +17,10 @@
 //!       0x18 after_seq u32  the grant of that VM it drains
 //!       0x1c apriori   u32  1: issue no request predicted to overrun the
 //!                           slice (TimeGraph's apriori enforcement)
+//!       0x20 bf_seq    u32  backfill grant sequence; the daemon bumps it
+//!       0x24 bf_holder u32  1 + the holder whose idle gaps it may fill
+//!       0x28 bf_holder_seq u32  that holder's grant
+//!       0x30 bf_max_ns u64  the longest request it may backfill, predicted
 //!       ---- second cache line: written by the worker ----
 //!       0x40 release   u32  the grant sequence the worker released last
 //!       0x44 runnable  u32  1: the worker has GPU work it may not issue yet
@@ -29,6 +33,17 @@
 //!                           running average of measured requests; 0 unknown)
 //!       0x78 device_ns u64  all device time its executor accounted so far,
 //!                           published while it holds a lease (free runs)
+//!       ---- third cache line: written by the worker (backfilling) ----
+//!       0x80 quiet     u32  the grant it holds while it waits on its guest
+//!                           with its own device work done (0: not quiet)
+//!       0x84 bf_release u32 the backfill grant it released last
+//!       0x88 bf_busy   u32  1: a backfilled request may be on the device
+//!       0x90 bf_used   u64  device time the released backfill grant used
+//!       0x98 bf_end    u64  when its last backfilled request ended
+//!                           (CLOCK_MONOTONIC ns)
+//!       0xa0 bf_requests u64 requests the released backfill grant issued
+//!       0xa8 kernel_ns u64  what one of its kernels takes, by its running
+//!                           average (0 unknown): whether it can backfill
 //!       slot 1 ...
 //! ```
 //!
@@ -80,6 +95,29 @@
 //!   If the previous holder's worker dies, the
 //!   daemon stores 0 into `after` (Release; the new holder loads it with
 //!   Acquire) and rings the region's doorbell.
+//! - **Backfill** (daemon, then two workers; docs/fairness.md,
+//!   *Backfilling*): a holder whose ring is empty and whose own device work
+//!   is done stores its grant's sequence into `quiet` (SeqCst) and rings the
+//!   bell; it stores 0 (SeqCst) before it issues anything again, and at its
+//!   release. The daemon, seeing `quiet` equal to the outstanding grant,
+//!   gives another runnable VM a backfill grant: `bf_holder`,
+//!   `bf_holder_seq`, `bf_max_ns` (Relaxed), then bumps `bf_seq`
+//!   (Release; the worker's Acquire load makes them visible) and rings that
+//!   VM's region doorbell. Before each request it backfills, that worker
+//!   stores 1 into its `bf_busy` (SeqCst) and then loads the holder's
+//!   `quiet` (SeqCst): only if it still names the holder's grant does it
+//!   issue; the holder, after storing 0 into `quiet`, loads every peer's
+//!   `bf_busy` (SeqCst). Of the two SeqCst store-then-load pairs at least
+//!   one sees the other's store (Dekker): either the backfiller sees the
+//!   holder back and issues nothing, or the holder knows its work may queue
+//!   behind a backfilled request. The backfiller synchronises each request,
+//!   stores its end into `bf_end` (Relaxed), then 0 into `bf_busy`
+//!   (Release); a holder that loads `bf_busy` 0 with Acquire sees that end
+//!   and charges its own work from there. The backfiller releases the
+//!   backfill grant as soon as the holder is no longer quiet, or it has
+//!   nothing to issue: `bf_used`, `bf_requests` (Relaxed), then `bf_release
+//!   = seq` (Release; the daemon's Acquire load makes them visible), then
+//!   rings the bell. The daemon charges that time to it.
 //! - **Runnable** (worker): store `runnable` (Relaxed), then ring the bell
 //!   (Release). The scheduler loads the bell (Acquire) *before* it scans
 //!   the slots and futex-waits on the value it loaded, so a change made
@@ -97,11 +135,11 @@ use fairgpu_protocol::region::RegionView;
 /// `b"FGPUGRNT"` read as a little-endian u64.
 pub const GRANTS_MAGIC: u64 = u64::from_le_bytes(*b"FGPUGRNT");
 /// Layout version of the grant file.
-pub const GRANTS_VERSION: u64 = 3;
+pub const GRANTS_VERSION: u64 = 4;
 /// Where slot 0 starts.
 pub const SLOTS_OFF: usize = 0x40;
-/// Bytes per slot: two cache lines, one per writer.
-pub const SLOT_SIZE: usize = 128;
+/// Bytes per slot: three cache lines, the daemon's and two of the worker's.
+pub const SLOT_SIZE: usize = 192;
 /// Most slots a grant file may hold (one per VM).
 pub const MAX_SLOTS: usize = 4096;
 
@@ -122,15 +160,42 @@ const ESTIMATE: usize = 0x60;
 const DRAINED: usize = 0x68;
 const COST_NS: usize = 0x70;
 const DEVICE_NS: usize = 0x78;
+const BF_SEQ: usize = 0x20;
+const BF_HOLDER: usize = 0x24;
+const BF_HOLDER_SEQ: usize = 0x28;
+const BF_MAX_NS: usize = 0x30;
+const QUIET: usize = 0x80;
+const BF_RELEASE: usize = 0x84;
+const BF_BUSY: usize = 0x88;
+const BF_USED: usize = 0x90;
+const BF_END: usize = 0x98;
+const BF_REQUESTS: usize = 0xa0;
+const KERNEL_NS: usize = 0xa8;
 
 const _: () = assert!(
-    DEVICE_NS + 8 <= SLOT_SIZE
+    KERNEL_NS + 8 <= SLOT_SIZE
+        && BF_MAX_NS + 8 <= RELEASE
+        && QUIET.is_multiple_of(64)
+        && DEVICE_NS + 8 <= QUIET
         && COST_NS + 8 <= SLOT_SIZE
         && ESTIMATE + 8 <= SLOT_SIZE
         && AFTER_SEQ + 4 <= RELEASE
         && RELEASE.is_multiple_of(64)
         && SLOTS_OFF.is_multiple_of(64)
 );
+
+/// A backfill grant as its worker reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backfill {
+    /// Its sequence (0: none was ever given).
+    pub seq: u32,
+    /// The holder whose idle gaps it fills.
+    pub holder: usize,
+    /// That holder's grant.
+    pub holder_seq: u32,
+    /// The longest request it may issue, by its prediction, ns.
+    pub max_ns: u64,
+}
 
 /// A holder's announcement that its grant's last work is on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -455,7 +520,139 @@ impl GrantSlot {
         self.u32_at(RUNNABLE).store(0, Ordering::Relaxed);
     }
 
+    /// Gives this VM a backfill grant in the idle gaps of `holder`'s grant
+    /// `holder_seq`, for requests predicted to take at most `max_ns`:
+    /// returns its sequence. The caller then rings the VM's region
+    /// doorbell.
+    pub fn grant_backfill(&self, holder: usize, holder_seq: u32, max_ns: u64) -> u32 {
+        // Relaxed: published by the Release bump below.
+        self.u32_at(BF_HOLDER)
+            .store(u32::try_from(holder + 1).unwrap_or(0), Ordering::Relaxed);
+        self.u32_at(BF_HOLDER_SEQ)
+            .store(holder_seq, Ordering::Relaxed);
+        self.u64_at(BF_MAX_NS).store(max_ns, Ordering::Relaxed);
+        // Release: publishes the words above; pairs with the worker's
+        // Acquire load in `current_backfill`.
+        let mut seq = self
+            .u32_at(BF_SEQ)
+            .fetch_add(1, Ordering::Release)
+            .wrapping_add(1);
+        if seq == 0 {
+            // 0 is the zeroed file's (never a backfill grant).
+            seq = self.u32_at(BF_SEQ).fetch_add(1, Ordering::Release) + 1;
+        }
+        seq
+    }
+
+    /// The backfill grant this VM's worker released last.
+    pub fn backfill_released(&self) -> u32 {
+        // Acquire: pairs with the worker's Release store in
+        // `release_backfill`, so `backfill_used` read after it is that
+        // grant's.
+        self.u32_at(BF_RELEASE).load(Ordering::Acquire)
+    }
+
+    /// Device time and requests of the backfill grant released last.
+    pub fn backfill_used(&self) -> (u64, u64) {
+        // Relaxed: ordered by the Acquire load in `backfill_released`.
+        (
+            self.u64_at(BF_USED).load(Ordering::Relaxed),
+            self.u64_at(BF_REQUESTS).load(Ordering::Relaxed),
+        )
+    }
+
+    /// The grant this VM holds while it is quiet (its ring empty, its own
+    /// device work done), 0 if it is not.
+    pub fn quiet(&self) -> u32 {
+        // SeqCst: the backfiller's load after its store of `bf_busy`
+        // (Dekker; see the module documentation, *Backfill*). The daemon's
+        // reads need no more than Relaxed; they are ordered by the bell.
+        self.u32_at(QUIET).load(Ordering::SeqCst)
+    }
+
+    /// What one of this VM's kernels takes, ns, by its worker's running
+    /// average (0: unknown).
+    pub fn kernel_ns(&self) -> u64 {
+        // Relaxed: a prediction read for its value alone (a stale one only
+        // offers or withholds one backfill grant).
+        self.u64_at(KERNEL_NS).load(Ordering::Relaxed)
+    }
+
     // ---- the worker's side ----
+
+    /// Publishes what one of this VM's kernels takes, ns.
+    pub fn set_kernel_ns(&self, ns: u64) {
+        // Relaxed: see `kernel_ns`.
+        self.u64_at(KERNEL_NS).store(ns, Ordering::Relaxed);
+    }
+
+    /// Publishes that this holder is quiet in grant `seq` (0: it is not).
+    /// Going quiet, the caller then rings the [`Bell`].
+    pub fn set_quiet(&self, seq: u32) {
+        // SeqCst: a store followed by loads of the peers' `bf_busy` (when
+        // 0 is stored before issuing), Dekker against the backfiller's
+        // store of `bf_busy` then load of `quiet`.
+        self.u32_at(QUIET).store(seq, Ordering::SeqCst);
+    }
+
+    /// The current backfill grant.
+    pub fn current_backfill(&self) -> Backfill {
+        // Acquire: pairs with the Release bump in `grant_backfill`, making
+        // the words stored before it visible.
+        let seq = self.u32_at(BF_SEQ).load(Ordering::Acquire);
+        let holder = self.u32_at(BF_HOLDER).load(Ordering::Relaxed);
+        Backfill {
+            seq,
+            holder: (holder as usize).wrapping_sub(1),
+            holder_seq: self.u32_at(BF_HOLDER_SEQ).load(Ordering::Relaxed),
+            max_ns: self.u64_at(BF_MAX_NS).load(Ordering::Relaxed),
+        }
+    }
+
+    /// A backfilled request may be about to go on the device: stored
+    /// before the holder's `quiet` is loaded again (Dekker).
+    pub fn set_backfill_busy(&self) {
+        // SeqCst: see `set_quiet`.
+        self.u32_at(BF_BUSY).store(1, Ordering::SeqCst);
+    }
+
+    /// The backfilled request ended on the device at `end_ns`
+    /// (`CLOCK_MONOTONIC`; 0 if none was issued after all).
+    pub fn backfill_done(&self, end_ns: u64) {
+        if end_ns != 0 {
+            // Relaxed: published by the Release store of `bf_busy` below.
+            self.u64_at(BF_END).store(end_ns, Ordering::Relaxed);
+        }
+        // Release: publishes bf_end; pairs with the holder's Acquire load
+        // in `backfill_end`.
+        self.u32_at(BF_BUSY).store(0, Ordering::Release);
+    }
+
+    /// Whether a backfilled request of this VM may be on the device
+    /// (read by a holder right after it stopped being quiet).
+    pub fn backfill_busy(&self) -> bool {
+        // SeqCst: see `set_quiet`.
+        self.u32_at(BF_BUSY).load(Ordering::SeqCst) != 0
+    }
+
+    /// When this VM's last backfilled request ended (`CLOCK_MONOTONIC`
+    /// ns), once none is on the device any more; `None` while one may be.
+    pub fn backfill_end(&self) -> Option<u64> {
+        // Acquire: pairs with the Release store in `backfill_done`.
+        (self.u32_at(BF_BUSY).load(Ordering::Acquire) == 0)
+            .then(|| self.u64_at(BF_END).load(Ordering::Relaxed))
+    }
+
+    /// Releases backfill grant `seq`, which used `used_ns` of device time in
+    /// `requests` requests. The caller then rings the [`Bell`].
+    pub fn release_backfill(&self, seq: u32, used_ns: u64, requests: u64) {
+        // Relaxed: published by the Release store of `bf_release` below.
+        self.u64_at(BF_USED).store(used_ns, Ordering::Relaxed);
+        self.u64_at(BF_REQUESTS).store(requests, Ordering::Relaxed);
+        // Release: pairs with the daemon's Acquire load in
+        // `backfill_released`.
+        self.u32_at(BF_RELEASE).store(seq, Ordering::Release);
+    }
 
     /// The current grant: its sequence, slice and whether it is a lease.
     pub fn current_grant(&self) -> (u32, u64, bool) {
@@ -650,6 +847,35 @@ mod tests {
         // An ordinary grant names nobody.
         d0.grant(6_000_000, false);
         assert_eq!(w0.after(), None);
+        // Backfill: slot 0 fills slot 1's idle gaps.
+        assert_eq!(w0.current_backfill().seq, 0);
+        w.set_quiet(next);
+        assert_eq!(d.quiet(), next);
+        let bf = d0.grant_backfill(1, next, 250_000);
+        assert_eq!(
+            w0.current_backfill(),
+            Backfill {
+                seq: bf,
+                holder: 1,
+                holder_seq: next,
+                max_ns: 250_000
+            }
+        );
+        w0.set_backfill_busy();
+        assert!(w0.backfill_busy() && w0.backfill_end().is_none());
+        w0.backfill_done(1_234);
+        assert_eq!(w0.backfill_end(), Some(1_234));
+        w0.set_backfill_busy();
+        w0.backfill_done(0); // issued nothing: the last end stays
+        assert_eq!(w0.backfill_end(), Some(1_234));
+        assert_ne!(d0.backfill_released(), bf);
+        w0.release_backfill(bf, 200_000, 3);
+        assert_eq!(d0.backfill_released(), bf);
+        assert_eq!(d0.backfill_used(), (200_000, 3));
+        w0.set_kernel_ns(180_000);
+        assert_eq!(d0.kernel_ns(), 180_000);
+        w.set_quiet(0);
+        assert_eq!(d.quiet(), 0);
         // Slots are independent.
         assert_eq!(daemon.slot(0).unwrap().released(), 0);
         drop(worker);

@@ -213,6 +213,7 @@ fn serve(args: &WorkerArgs) -> anyhow::Result<bool> {
                                 | fairgpu_scheduler::PolicyKind::Loga
                         )
                     ),
+                    backfill: sched.backfill,
                     vm: vm.name.clone(),
                 },
             )

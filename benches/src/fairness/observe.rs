@@ -110,6 +110,12 @@ pub struct SchedView {
     /// The longest it held one grant, ns.
     #[serde(default)]
     pub longest_hold_ns: u64,
+    /// Backfilling: requests it ran in other holders' idle gaps.
+    #[serde(default)]
+    pub backfilled: u64,
+    /// Their device time, ns.
+    #[serde(default)]
+    pub backfill_ns: u64,
     /// TimeGraph: its priority.
     #[serde(default)]
     pub priority: Option<u8>,
@@ -148,6 +154,8 @@ impl SchedView {
             overruns: 0,
             longest_hold_ns: 0,
             revoked: self.revoked,
+            backfilled: self.backfilled,
+            backfill_ns: self.backfill_ns,
             priority: self.priority,
             reservation: self.reservation.clone(),
             budget_ns: self.budget_ns,
