@@ -119,6 +119,9 @@ pub const LEASE_QUIET: Duration = Duration::from_millis(100);
 /// (1 ms until 2026-11: `neon-dfq`'s Throttle MMR 0.32 with three request
 /// sizes, 0.84 with 300 µs; docs/results.md).
 pub const FREE_RUN_QUEUE: Duration = Duration::from_micros(300);
+/// A VM that left this many backfill grants in a row unused is offered one
+/// again only after 2^this many grants.
+const BACKFILL_BACKOFF_MAX: u32 = 8;
 /// Most synchronous calls fed to the policy per VM per pass (the detector
 /// needs only more than its threshold).
 const MAX_SYNC_RECORDS: u64 = 64;
@@ -503,6 +506,14 @@ impl Scheduler {
         // without issuing anything (its next request did not fit): it is
         // not asked again during that grant.
         let mut bf_declined: Vec<Option<(usize, u32)>> = vec![None; n];
+        // Per VM: backfill grants in a row that it released unused, and
+        // the count of grants before which it is not offered one again
+        // (2^streak grants after the last: a VM whose next request is
+        // seldom a kernel that fits, or which wakes too late for the
+        // holder's gaps, costs every other VM's processes CPU time for
+        // nothing with each offer).
+        let mut bf_backoff: Vec<(u32, u64)> = vec![(0, 0); n];
+        let mut grants_made: u64 = 0;
         // When each VM was last seen runnable or running.
         let mut active: Vec<Option<Instant>> = vec![None; n];
         while !shutdown.load(Ordering::Relaxed) {
@@ -555,8 +566,13 @@ impl Scheduler {
             }
             if let Some(b) = bf.take_if(|b| h.slots[b.vm].backfill_released() == b.seq) {
                 let (used, requests) = h.slots[b.vm].backfill_used();
+                let backoff = &mut bf_backoff[b.vm];
                 if requests == 0 {
                     bf_declined[b.vm] = Some((b.holder, b.holder_seq));
+                    backoff.0 = (backoff.0 + 1).min(BACKFILL_BACKOFF_MAX);
+                    backoff.1 = grants_made + (1 << backoff.0);
+                } else {
+                    *backoff = (0, 0);
                 }
                 if used > 0 {
                     let c = &mut core.counters[b.vm];
@@ -759,6 +775,7 @@ impl Scheduler {
                         !epoch[i].is_multiple_of(2)
                             && (1..=max_ns).contains(&h.slots[i].kernel_ns())
                             && bf_declined[i] != Some(holder)
+                            && grants_made >= bf_backoff[i].1
                     });
                     if let Some(vm) = pick {
                         let seq = h.slots[vm].grant_backfill(o.vm, o.seq, max_ns);
@@ -804,7 +821,20 @@ impl Scheduler {
                         // once, and what its first work waits for or shares
                         // with the switched-out VM's is not charged to it.
                         let after = trailing.filter(|t| t.vm != vm).map(|t| (t.vm, t.seq));
+                        if let Some(max) = self.backfill {
+                            // Its quiet periods are announced only if some
+                            // VM could fill them now.
+                            let max_ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+                            let wanted = (0..n).any(|i| {
+                                i != vm
+                                    && !epoch[i].is_multiple_of(2)
+                                    && (1..=max_ns).contains(&h.slots[i].kernel_ns())
+                                    && grants_made >= bf_backoff[i].1
+                            });
+                            h.slots[vm].want_backfill(wanted);
+                        }
                         out = Some(self.grant(&mut core, g, lease, after, now_i));
+                        grants_made += 1;
                     }
                 }
                 Some(o) if o.lease && o.revoked.is_none() => {

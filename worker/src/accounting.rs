@@ -482,6 +482,8 @@ struct Holding {
     /// Its work after a quiet period may have queued behind this peer's
     /// backfilled request.
     behind_bf: Option<usize>,
+    /// The daemon would offer its quiet periods to another VM.
+    bf_wanted: bool,
     phase: Phase,
     /// Channels with work issued since their last synchronisation.
     dirty: Vec<u32>,
@@ -747,6 +749,7 @@ impl Gate {
         self.end_backfill();
         let behind = self.behind_previous_holder();
         let apriori = self.slot.current_apriori();
+        let bf_wanted = self.slot.backfill_wanted();
         self.seen = seq;
         self.grants += 1;
         tracing::trace!(vm = %self.cfg.vm, seq, lease, "grant taken");
@@ -762,6 +765,7 @@ impl Gate {
             behind,
             drained: None,
             behind_bf: None,
+            bf_wanted,
             phase: Phase::Sampling {
                 n: 0,
                 pending: None,
@@ -2121,6 +2125,8 @@ mod tests {
         // ring runs dry: quiet.
         assert!(!issue(&mut b, Opcode::LaunchKernel));
         assert!(d1.runnable());
+        // (The daemon says with the grant that another VM could backfill.)
+        d0.want_backfill(true);
         let seq = d0.grant(10_000_000_000, false);
         assert!(issue(&mut r.s, Opcode::LaunchKernel));
         assert_eq!(d0.quiet(), 0, "busy, not quiet");

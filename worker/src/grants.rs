@@ -21,6 +21,8 @@
 //!       0x24 bf_holder u32  1 + the holder whose idle gaps it may fill
 //!       0x28 bf_holder_seq u32  that holder's grant
 //!       0x30 bf_max_ns u64  the longest request it may backfill, predicted
+//!       0x38 bf_wanted u32  1: the grant's holder announces its quiet
+//!                           periods (another VM could backfill them)
 //!       ---- second cache line: written by the worker ----
 //!       0x40 release   u32  the grant sequence the worker released last
 //!       0x44 runnable  u32  1: the worker has GPU work it may not issue yet
@@ -164,6 +166,7 @@ const BF_SEQ: usize = 0x20;
 const BF_HOLDER: usize = 0x24;
 const BF_HOLDER_SEQ: usize = 0x28;
 const BF_MAX_NS: usize = 0x30;
+const BF_WANTED: usize = 0x38;
 const QUIET: usize = 0x80;
 const BF_RELEASE: usize = 0x84;
 const BF_BUSY: usize = 0x88;
@@ -174,7 +177,8 @@ const KERNEL_NS: usize = 0xa8;
 
 const _: () = assert!(
     KERNEL_NS + 8 <= SLOT_SIZE
-        && BF_MAX_NS + 8 <= RELEASE
+        && BF_MAX_NS + 8 <= BF_WANTED
+        && BF_WANTED + 4 <= RELEASE
         && QUIET.is_multiple_of(64)
         && DEVICE_NS + 8 <= QUIET
         && COST_NS + 8 <= SLOT_SIZE
@@ -544,6 +548,15 @@ impl GrantSlot {
         seq
     }
 
+    /// Whether the next grant's holder should announce its quiet periods
+    /// (some other VM could backfill them): stored before the grant, whose
+    /// Release bump publishes it.
+    pub fn want_backfill(&self, wanted: bool) {
+        // Relaxed: published by the Release bump of `grant`.
+        self.u32_at(BF_WANTED)
+            .store(u32::from(wanted), Ordering::Relaxed);
+    }
+
     /// The backfill grant this VM's worker released last.
     pub fn backfill_released(&self) -> u32 {
         // Acquire: pairs with the worker's Release store in
@@ -673,6 +686,14 @@ impl GrantSlot {
         // Relaxed: published by the daemon's Release bump of `grant`,
         // which the caller loaded with Acquire first.
         self.u32_at(APRIORI).load(Ordering::Relaxed) != 0
+    }
+
+    /// Whether the current grant's holder should announce its quiet
+    /// periods. Read after [`GrantSlot::current_grant`], whose Acquire load
+    /// made it visible.
+    pub fn backfill_wanted(&self) -> bool {
+        // Relaxed: published by the daemon's Release bump of `grant`.
+        self.u32_at(BF_WANTED).load(Ordering::Relaxed) != 0
     }
 
     /// The previous holder the current grant waits for: its VM and the
@@ -873,6 +894,13 @@ mod tests {
         assert_eq!(d0.backfill_released(), bf);
         assert_eq!(d0.backfill_used(), (200_000, 3));
         w0.set_kernel_ns(180_000);
+        d0.want_backfill(true);
+        let g = d0.grant(6_000_000, false);
+        assert_eq!(w0.current_grant().0, g);
+        assert!(w0.backfill_wanted());
+        d0.want_backfill(false);
+        d0.grant(6_000_000, false);
+        assert!(!w0.backfill_wanted());
         assert_eq!(d0.kernel_ns(), 180_000);
         w.set_quiet(0);
         assert_eq!(d.quiet(), 0);

@@ -111,7 +111,8 @@ impl Gate {
     }
 
     /// Holder: its ring is empty and its own work done. Publishes `quiet`
-    /// (once per quiet period) if backfilling is on, another VM waits, and
+    /// (once per quiet period) if backfilling is on, the daemon said with
+    /// the grant that some other VM could fill it, another VM waits, and
     /// this VM's quiet periods usually last at least half the longest
     /// backfilled kernel: shorter ones would be over before another VM's
     /// kernel got to the device (it is woken through the daemon), so that
@@ -125,7 +126,12 @@ impl Gate {
         if self.quiet_published || self.quiet.typical().is_none_or(|g| g < nanos(max) / 2) {
             return;
         }
-        let Some(seq) = self.holding.as_ref().filter(|h| !h.lease).map(|h| h.seq) else {
+        let Some(seq) = self
+            .holding
+            .as_ref()
+            .filter(|h| !h.lease && h.bf_wanted)
+            .map(|h| h.seq)
+        else {
             return;
         };
         if !self.others_waiting() {
