@@ -17,7 +17,7 @@
 //! wake_preempt = true      # fairgv: a waking VM with a smaller tag preempts the holder
 //! wake_preempt_us = 500    # ... once it has held the GPU this long
 //! preemptive = false       # fairgv on a GPU that time-slices contexts: switch out a holder stuck past its slice
-//! backfill = false         # fairgv: other VMs' short kernels run in a holder's idle gaps
+//! backfill = true          # fairgv: other VMs' short kernels run in a holder's idle gaps
 //! backfill_max_us = 250    # ... predicted to take at most this long each
 //! work_conserving = true    # false: a holder keeps its whole slice
 //! [sim]                    # the SimGpu cost model (executor::sim::SimConfig)
@@ -558,7 +558,8 @@ pub struct SchedConfig {
     /// another runnable VM may issue kernels its history predicts to take
     /// at most this long, one at a time, each synchronised and charged to
     /// it; the holder's next request waits behind at most one of them.
-    /// `None`: off. See docs/fairness.md, *Backfilling*.
+    /// `None`: off. On by default under FairGV with sampled accounting
+    /// (at [`DEFAULT_BACKFILL_MAX`]). See docs/fairness.md, *Backfilling*.
     pub backfill: Option<std::time::Duration>,
     /// Off (`work_conserving = false`): a holder keeps the GPU for its
     /// whole slice, idle or not, and is charged at least the slice's
@@ -580,7 +581,7 @@ impl Default for SchedConfig {
             adaptive_spin: true,
             wake_preempt: Some(DEFAULT_WAKE_PREEMPT),
             preemptive: false,
-            backfill: None,
+            backfill: Some(DEFAULT_BACKFILL_MAX),
             work_conserving: true,
         }
     }
@@ -786,7 +787,11 @@ fn validate_sched(raw: &RawDaemon) -> Result<SchedConfig, String> {
             return Err("backfill_max_us is set but backfill = false".to_owned())
         }
         (Some(false), None) => None,
-        (None, None) => defaults.backfill,
+        // On by default where it applies (FairGV, sampled, work-conserving).
+        (None, None) if fair_queuing && accounting == Accounting::Sampled && work_conserving => {
+            defaults.backfill
+        }
+        (None, None) => None,
         // Without a scheduler every VM issues as its work comes: nothing to
         // backfill (accepted, so that a comparison run may set it for all).
         _ if policy.is_none() => None,
@@ -1872,7 +1877,16 @@ region = "/dev/shm/fairgpu-vm1"
             parse(&ONE_VM.replace("[daemon]", &format!("[daemon]\n{lines}")))
                 .map(|c| c.daemon.sched)
         };
-        assert_eq!(with("").unwrap().backfill, None);
+        assert_eq!(with("").unwrap().backfill, Some(DEFAULT_BACKFILL_MAX));
+        // Off where it does not apply, unless asked for.
+        for other in [
+            "policy = \"credit-hs\"",
+            "accounting = \"events\"",
+            "work_conserving = false",
+            "policy = \"none\"",
+        ] {
+            assert_eq!(with(other).unwrap().backfill, None, "{other}");
+        }
         assert_eq!(
             with("backfill = true").unwrap().backfill,
             Some(DEFAULT_BACKFILL_MAX)
