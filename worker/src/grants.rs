@@ -517,11 +517,15 @@ impl GrantSlot {
     }
 
     /// The daemon's bookkeeping after reaping this VM's worker: nothing of
-    /// the dead worker's is runnable.
+    /// the dead worker's is runnable, quiet or backfilling.
     pub fn worker_gone(&self) {
         // Relaxed: no worker of this VM runs; the scheduler learns of the
         // death through the daemon's epoch (Release/Acquire, in memory).
         self.u32_at(RUNNABLE).store(0, Ordering::Relaxed);
+        // Nor is it quiet in a grant it no longer holds (a backfiller
+        // checks before each kernel), or running a backfilled kernel.
+        self.u32_at(QUIET).store(0, Ordering::SeqCst);
+        self.u32_at(BF_BUSY).store(0, Ordering::Release);
     }
 
     /// Gives this VM a backfill grant in the idle gaps of `holder`'s grant
@@ -837,8 +841,10 @@ mod tests {
         w.count_sync_call();
         assert_eq!(d.sync_calls(), 2);
         w.set_runnable(true);
+        w.set_quiet(9);
         d.worker_gone();
         assert!(!d.runnable());
+        assert_eq!(d.quiet(), 0, "a dead holder is not quiet");
         let lease = d.grant(6_000_000, true);
         assert_eq!(w.current_grant(), (lease, 6_000_000, true));
         d.revoke(lease);
