@@ -33,6 +33,14 @@ const QUANTUM: u32 = 4096;
 pub const MAX_SHARED_BYTES: u64 = 228 << 10;
 /// Most bytes of registers of one block's threads together.
 pub const MAX_REGISTER_FILE: u64 = 256 << 20;
+/// Reserved shared memory of every block, after the kernel's own (static
+/// and dynamic), as sm_80–90 devices reserve 1 KiB per block for the
+/// system (CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK).
+/// Cooperative groups keep the barriers and the exchange slots of tiles
+/// larger than a warp at `%reserved_smem_offset_1` (at least 288 bytes);
+/// SimGpu puts `%reserved_smem_offset_0` at the start of the region and
+/// `_1` at its middle. Only kernels that read these registers get it.
+pub const RESERVED_SMEM: u32 = 1024;
 /// Most threads in one block.
 pub const MAX_BLOCK_THREADS: u64 = 1024;
 /// Named barriers per block.
@@ -90,7 +98,11 @@ pub(crate) struct Launch<'a> {
     /// How many instructions may still execute: the budget less what the
     /// blocks' setup has cost so far.
     allowed: u64,
+    /// The block's shared memory: the kernel's, then [`RESERVED_SMEM`].
     shared: Vec<u8>,
+    /// Where the reserved shared memory starts (the kernel's own size,
+    /// aligned to 16).
+    reserved: u32,
     /// Per-thread local memory, lane-major within a warp, warps in order.
     local: Vec<u8>,
     /// Per-thread scratch for `.param` variables declared in the body.
@@ -169,6 +181,7 @@ impl<'a> Launch<'a> {
             insts: 0,
             allowed: limits.max_instructions,
             shared: Vec::new(),
+            reserved: 0,
             local: Vec::new(),
             pscratch: Vec::new(),
             ctaid: [0; 3],
@@ -371,7 +384,9 @@ impl<'a> Launch<'a> {
         };
         self.nwarps = nwarps as u32;
         let blocks: u64 = extent.iter().map(|&v| u64::from(v)).product();
-        self.shared = vec![0; shared as usize];
+        self.reserved = shared.next_multiple_of(16) as u32;
+        let reserved = if f.reserved_smem { RESERVED_SMEM } else { 0 };
+        self.shared = vec![0; (u64::from(self.reserved) + u64::from(reserved)) as usize];
         let slots = nwarps as usize * 32;
         self.local = vec![0; f.local_bytes as usize * slots];
         self.pscratch = vec![0; self.scratch_len() * slots];
@@ -663,7 +678,11 @@ impl<'a> Launch<'a> {
             Sreg::LaneMaskGt => !(((1u64 << (lane + 1)) - 1) as u32),
             Sreg::LaneMaskGe => !((1u32 << lane) - 1),
             Sreg::DynamicSmem => self.dims.shared_bytes,
-            Sreg::TotalSmem => self.shared.len() as u32,
+            Sreg::TotalSmem => self.reserved,
+            Sreg::ReservedBegin | Sreg::Reserved(0) => self.reserved,
+            Sreg::Reserved(_) => self.reserved + RESERVED_SMEM / 2,
+            Sreg::ReservedEnd => self.reserved + RESERVED_SMEM,
+            Sreg::ReservedCap => RESERVED_SMEM,
         })
     }
 

@@ -167,6 +167,12 @@ pub(crate) enum Sreg {
     LaneMaskGe,
     DynamicSmem,
     TotalSmem,
+    /// `%reserved_smem_offset_begin`, `_end`, `_cap`, `_0`, `_1`: the
+    /// block's reserved shared memory (`crate::exec::RESERVED_SMEM`).
+    ReservedBegin,
+    ReservedEnd,
+    ReservedCap,
+    Reserved(u8),
 }
 
 /// A source operand, read as raw bits.
@@ -939,6 +945,11 @@ pub(crate) struct Func {
     pub static_shared: u32,
     /// Where `extern .shared` arrays start (aligned end of static shared).
     pub dyn_shared_base: u32,
+    /// It (or a function inlined into it) reads `%reserved_smem_offset_*`:
+    /// its blocks get reserved shared memory (`crate::exec::RESERVED_SMEM`)
+    /// after their own. Without, the shared window ends with the kernel's
+    /// own memory, so an access past it is out of bounds.
+    pub reserved_smem: bool,
     /// End of the `.local` variables of this function and its inlined
     /// callees: the local memory a thread needs. Every function's locals
     /// have their own module-wide offsets, so inlined code needs no

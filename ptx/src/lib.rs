@@ -85,7 +85,10 @@
 //!   special registers `%tid`, `%ntid`, `%ctaid`, `%nctaid`,
 //!   `%laneid`, `%warpid`, `%lanemask_*`, `%clock`, `%clock64`,
 //!   `%globaltimer` (clocks count the launch's thread-instructions so far,
-//!   so they are deterministic and increase), `%dynamic_smem_size`; the
+//!   so they are deterministic and increase), `%dynamic_smem_size`,
+//!   `%total_smem_size`, `%reserved_smem_offset_{begin,end,cap,0,1}` (1 KiB
+//!   per block after the kernel's own shared memory, where cooperative
+//!   groups keep the state of tiles larger than a warp); the
 //!   predefined constant `WARP_SZ` (32).
 //! - **Textures and surfaces** (objects: `.u64` handles that
 //!   [`Memory::texture`] and [`Memory::surface`] resolve, see [`texture`]):
@@ -182,7 +185,8 @@ use std::collections::HashMap;
 use thiserror::Error;
 
 pub use exec::{
-    BLOCK_SETUP_COST, MAX_BLOCK_THREADS, MAX_REGISTER_FILE, MAX_SHARED_BYTES, WARP_SETUP_COST,
+    BLOCK_SETUP_COST, MAX_BLOCK_THREADS, MAX_REGISTER_FILE, MAX_SHARED_BYTES, RESERVED_SMEM,
+    WARP_SETUP_COST,
 };
 pub use ir::MAX_PARAM_BYTES;
 pub use parse::{

@@ -749,6 +749,8 @@ pub(crate) struct FuncParser<'m> {
     shared: u64,
     local: u64,
     body_params: u64,
+    /// A `%reserved_smem_offset_*` register was read.
+    reserved_smem: std::cell::Cell<bool>,
 }
 
 impl<'m> FuncParser<'m> {
@@ -808,6 +810,7 @@ impl<'m> FuncParser<'m> {
                 nregs: 0,
                 static_shared: 0,
                 dyn_shared_base: 0,
+                reserved_smem: false,
                 local_bytes: 0,
                 scratch_end: 0,
             },
@@ -821,6 +824,7 @@ impl<'m> FuncParser<'m> {
             shared,
             local: m.local_top,
             body_params,
+            reserved_smem: std::cell::Cell::new(false),
         })
     }
 
@@ -900,6 +904,7 @@ impl<'m> FuncParser<'m> {
         }
         self.f.local_bytes = self.local as u32;
         self.f.scratch_end = self.body_params as u32;
+        self.f.reserved_smem = self.reserved_smem.get();
         Ok(self.f)
     }
 
@@ -1281,6 +1286,15 @@ impl<'m> FuncParser<'m> {
                     return Ok(Src::Reg(r));
                 }
                 if let Some(s) = sreg(n) {
+                    if matches!(
+                        s,
+                        Sreg::ReservedBegin
+                            | Sreg::ReservedEnd
+                            | Sreg::ReservedCap
+                            | Sreg::Reserved(_)
+                    ) {
+                        self.reserved_smem.set(true);
+                    }
                     return Ok(Src::Sreg(s));
                 }
                 // The one predefined constant name PTX has.
@@ -1448,6 +1462,11 @@ fn sreg(n: &str) -> Option<Sreg> {
         "%lanemask_ge" => Sreg::LaneMaskGe,
         "%dynamic_smem_size" => Sreg::DynamicSmem,
         "%total_smem_size" => Sreg::TotalSmem,
+        "%reserved_smem_offset_begin" => Sreg::ReservedBegin,
+        "%reserved_smem_offset_end" => Sreg::ReservedEnd,
+        "%reserved_smem_offset_cap" => Sreg::ReservedCap,
+        "%reserved_smem_offset_0" => Sreg::Reserved(0),
+        "%reserved_smem_offset_1" => Sreg::Reserved(1),
         _ => return None,
     })
 }
@@ -1618,6 +1637,7 @@ fn splice(
                 }
                 f.local_bytes = f.local_bytes.max(c.local_bytes);
                 f.scratch_end = f.scratch_end.max(c.scratch_end);
+                f.reserved_smem |= c.reserved_smem;
             }
             (Op::Call { func, rets, args }, None) => {
                 let name = names.get(*func as usize).map_or("?", String::as_str);

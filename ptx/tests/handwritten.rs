@@ -1007,3 +1007,76 @@ fn simd_video_instructions_compute_per_lane() {
         }
     }
 }
+
+/// `%reserved_smem_offset_*`: 1 KiB of shared memory per block after the
+/// kernel's own (static and dynamic), where cooperative groups keep the
+/// barriers and exchange slots of tiles larger than a warp (at
+/// `%reserved_smem_offset_1`, at least 288 bytes). Each warp's leader
+/// writes its slot there through a generic address, as CG does; the
+/// kernel's own shared memory, filled by every thread, is untouched.
+#[test]
+fn reserved_shared_memory_follows_the_kernels_own() {
+    let text = format!(
+        "{HEAD}.extern .shared .align 16 .b8 dyn[];\n\
+         .visible .entry k(.param .u64 k_param_0)\n{{\n\
+         .reg .pred %p<4>;\n.reg .b32 %r<32>;\n.reg .b64 %rd<16>;\n\
+         .shared .align 4 .b8 s[100];\n\
+         ld.param.u64 %rd1, [k_param_0];\ncvta.to.global.u64 %rd1, %rd1;\n\
+         mov.u32 %r1, %tid.x;\n\
+         // every thread fills the kernel's own shared memory\n\
+         rem.u32 %r2, %r1, 100;\nmov.u32 %r3, s;\nadd.u32 %r3, %r3, %r2;\n\
+         st.shared.u8 [%r3], 255;\n\
+         and.b32 %r4, %r1, 63;\nmov.u32 %r5, dyn;\nadd.u32 %r5, %r5, %r4;\n\
+         st.shared.u8 [%r5], 255;\n\
+         // each warp's leader writes warp + 1 into its slot of the region\n\
+         mov.u32 %r6, %reserved_smem_offset_1;\ncvt.u64.u32 %rd2, %r6;\n\
+         cvta.shared.u64 %rd2, %rd2;\n\
+         and.b32 %r7, %r1, 31;\nsetp.ne.u32 %p1, %r7, 0;\n\
+         shr.u32 %r8, %r1, 5;\nmul.wide.u32 %rd3, %r8, 4;\nadd.s64 %rd4, %rd2, %rd3;\n\
+         add.u32 %r9, %r8, 1;\n@!%p1 st.u32 [%rd4], %r9;\n\
+         bar.sync 0;\n\
+         setp.ne.u32 %p2, %r1, 0;\n@%p2 bra DONE;\n\
+         mov.u32 %r10, %reserved_smem_offset_begin;\nst.global.u32 [%rd1], %r10;\n\
+         mov.u32 %r10, %reserved_smem_offset_end;\nst.global.u32 [%rd1+4], %r10;\n\
+         mov.u32 %r10, %reserved_smem_offset_cap;\nst.global.u32 [%rd1+8], %r10;\n\
+         mov.u32 %r10, %reserved_smem_offset_0;\nst.global.u32 [%rd1+12], %r10;\n\
+         st.global.u32 [%rd1+16], %r6;\n\
+         mov.u32 %r10, %total_smem_size;\nst.global.u32 [%rd1+20], %r10;\n\
+         ld.u32 %r11, [%rd2];\nld.u32 %r12, [%rd2+4];\nld.u32 %r13, [%rd2+8];\n\
+         ld.u32 %r14, [%rd2+12];\nadd.u32 %r11, %r11, %r12;\nadd.u32 %r11, %r11, %r13;\n\
+         add.u32 %r11, %r11, %r14;\nst.global.u32 [%rd1+24], %r11;\n\
+         // the kernel's own shared memory still holds 255 everywhere\n\
+         mov.u32 %r15, 0;\nmov.u32 %r16, 0;\n\
+         LOOP:\nmov.u32 %r17, s;\nadd.u32 %r17, %r17, %r16;\nld.shared.u8 %r18, [%r17];\n\
+         add.u32 %r15, %r15, %r18;\nadd.u32 %r16, %r16, 1;\nsetp.lt.u32 %p3, %r16, 100;\n\
+         @%p3 bra LOOP;\nst.global.u32 [%rd1+28], %r15;\n\
+         DONE:\nret;\n}}\n"
+    );
+    let m = Module::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let mut mem = VecMemory::default();
+    let out = mem.alloc_u32(&[0; 8]);
+    let mut g = m.globals();
+    launch(
+        &m,
+        &mut g,
+        "k",
+        dims([1, 1, 1], [128, 1, 1], 64),
+        Params::new().ptr(out),
+        &mut mem,
+    )
+    .unwrap();
+    let o = mem.u32s(out);
+    let (begin, end, cap, r0, r1, total) = (o[0], o[1], o[2], o[3], o[4], o[5]);
+    // After the 100 static and 64 dynamic bytes, aligned.
+    assert!(begin >= 100 + 64 && begin % 16 == 0, "{o:?}");
+    assert_eq!((cap, end - begin), (1024, 1024), "{o:?}");
+    assert_eq!(r0, begin, "{o:?}");
+    assert!(r1 >= begin && r1 + 288 <= end, "{o:?}");
+    assert_eq!(total, begin, "the kernel's own shared memory: {o:?}");
+    assert_eq!(o[6], 1 + 2 + 3 + 4, "the warps' slots: {o:?}");
+    assert_eq!(
+        o[7],
+        255 * 100,
+        "the kernel's shared memory is its own: {o:?}"
+    );
+}

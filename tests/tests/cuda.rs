@@ -748,6 +748,32 @@ fn quota_bypass_through_frees_refused_by_a_sticky_context_is_closed() {
 /// of the kernel's parameter layout, so 64-byte requests grew the worker by
 /// megabytes outside any quota. The same kernel now has one handle, as on
 /// the driver.
+/// A kernel whose PTX SimGpu cannot parse (here a special register it does
+/// not know) fails its attribute queries as its launches, and the daemon's
+/// log names it and why at the first of them: programs that size their
+/// launches from the attributes first never launch it (NVIDIA's reduction
+/// sample stopped that way, silently).
+#[test]
+fn a_kernel_simgpu_cannot_parse_is_named_at_its_first_attribute_query() {
+    let rig = Rig::start("cuda_unparsable");
+    let mut a = rig.cuda(0);
+    let ptx = ".version 8.0\n.target sm_80\n.address_size 64\n\
+               .visible .entry odd()\n{\n.reg .b32 %r<2>;\n\
+               mov.u32 %r1, %no_such_register;\nret;\n}\n";
+    let module = a.module_load(ptx.as_bytes()).unwrap();
+    let f = a.module_get_function(module, "odd").unwrap();
+    let r = a.func_get_attribute(f.handle, fairgpu_executor::func_attr::NUM_REGS);
+    assert!(r.is_err(), "{r:?}");
+    fairgpu_tests::wait_until("the daemon's warning", CHILD_TIMEOUT, || {
+        let log = rig.d.log();
+        (log.contains("SimGpu cannot execute this kernel") && log.contains("%no_such_register"))
+            .then_some(())
+    });
+    // The channel still works.
+    let p = a.mem_alloc(16).unwrap();
+    a.memcpy_htod(p, &[5; 16]).unwrap();
+}
+
 #[test]
 fn handle_minting_by_asking_for_a_kernel_again_and_again_is_closed() {
     let rig = Rig::start("cuda_function_handles");

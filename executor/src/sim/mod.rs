@@ -910,6 +910,7 @@ fn attributes(sm_count: u32) -> Vec<(i32, i32)> {
         (84, 0),       // MULTI_GPU_BOARD
         (97, 232_448), // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
         (106, 32),     // MAX_BLOCKS_PER_MULTIPROCESSOR
+        (111, 1024),   // RESERVED_SHARED_MEMORY_PER_BLOCK (the interpreter's)
         // Persisting-L2 set-aside (three quarters of L2) and the largest
         // access policy window: hints the guest library accepts and the
         // model ignores, as a cache may.
@@ -1097,7 +1098,17 @@ impl SimGpu {
             Ok(m) => m
                 .kernel_info(&name)
                 .ok_or_else(|| cannot("its PTX does not define it".into())),
-            Err(ProgramError::Ptx(e)) => Err(cannot(e.to_string())),
+            Err(ProgramError::Ptx(e)) => {
+                // Said here too: a program that asks for the kernel's
+                // attributes (occupancy, cudaFuncGetAttributes) first may
+                // stop at that error and never launch it.
+                let reason = e.to_string();
+                let msg = format!(
+                    "SimGpu cannot execute this kernel: {reason}; its attribute queries and launches fail"
+                );
+                self.warn_once(&name, &reason, &msg);
+                Err(cannot(reason))
+            }
             Err(ProgramError::HostMemory(e)) => Err(ExecError::HostMemory(e)),
             Err(ProgramError::TooManyModules) => Err(too_many_modules()),
         }
