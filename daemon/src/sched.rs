@@ -765,19 +765,23 @@ impl Scheduler {
             if out.is_none() {
                 self.free_run_step(&mut core, &mut free, &epoch, now_i, now);
             }
+            // A VM that could backfill now: one with a worker, whose kernels
+            // fit, and not backing off.
+            let can_backfill = |i: usize, max: Duration| {
+                let max_ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+                !epoch[i].is_multiple_of(2)
+                    && (1..=max_ns).contains(&h.slots[i].kernel_ns())
+                    && grants_made >= bf_backoff[i].1
+            };
             if let (Some(max), None, Some(o)) = (self.backfill, bf, out.as_ref()) {
                 if !o.lease && o.revoked.is_none() && h.slots[o.vm].quiet() == o.seq {
                     let holder = (o.vm, o.seq);
-                    let max_ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
-                    // A VM with a worker, whose kernels fit, that did not
-                    // decline during this grant already.
+                    // ... that did not decline during this grant already.
                     let pick = backfiller(&*core.policy, o.vm, |i| {
-                        !epoch[i].is_multiple_of(2)
-                            && (1..=max_ns).contains(&h.slots[i].kernel_ns())
-                            && bf_declined[i] != Some(holder)
-                            && grants_made >= bf_backoff[i].1
+                        can_backfill(i, max) && bf_declined[i] != Some(holder)
                     });
                     if let Some(vm) = pick {
+                        let max_ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
                         let seq = h.slots[vm].grant_backfill(o.vm, o.seq, max_ns);
                         self.regions[vm].ring_host();
                         bf = Some(BackfillOut {
@@ -824,13 +828,7 @@ impl Scheduler {
                         if let Some(max) = self.backfill {
                             // Its quiet periods are announced only if some
                             // VM could fill them now.
-                            let max_ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
-                            let wanted = (0..n).any(|i| {
-                                i != vm
-                                    && !epoch[i].is_multiple_of(2)
-                                    && (1..=max_ns).contains(&h.slots[i].kernel_ns())
-                                    && grants_made >= bf_backoff[i].1
-                            });
+                            let wanted = (0..n).any(|i| i != vm && can_backfill(i, max));
                             h.slots[vm].want_backfill(wanted);
                         }
                         out = Some(self.grant(&mut core, g, lease, after, now_i));
@@ -1093,7 +1091,6 @@ impl Scheduler {
     }
 }
 
-/// Whether a vGPU other than `holder` is runnable.
 /// The VM to backfill `holder`'s idle gaps: the runnable one (other than
 /// the holder, and `eligible`) the policy would serve first, by its start
 /// tag under fair queuing.
@@ -1118,6 +1115,7 @@ fn backfiller(
         .map(|(_, i)| i)
 }
 
+/// Whether a vGPU other than `holder` is runnable.
 fn others_runnable(policy: &dyn Policy, holder: VgpuId) -> bool {
     policy.ids().into_iter().any(|id| {
         id != holder

@@ -151,6 +151,18 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     out
 }
 
+/// Little-endian `f32`s from device bytes.
+pub fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// The little-endian bytes of `v`, for a copy to the device.
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
 /// Panics with the first differing offset unless `got == want`.
 pub fn assert_bytes_eq(got: &[u8], want: &[u8], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length differs");

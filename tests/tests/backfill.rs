@@ -8,21 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use fairgpu_frontend::cuda::Cuda;
-use fairgpu_tests::{claim, status, vm, wait_config, wait_for_status, Setup, DEFAULT_SIM};
+use fairgpu_tests::{
+    claim, f32_bytes, f32s, status, vm, wait_config, wait_for_status, Setup, DEFAULT_SIM,
+};
 
 /// fairgpu's own kernels: `fairgpu_axpy` (executed) and `fairgpu_spin`.
 const KERNELS_PTX: &str = include_str!("../../benches/kernels/fairgpu.ptx");
 const MS: u64 = 1_000_000;
-
-fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
 
 #[test]
 fn a_short_kernel_vm_fills_an_interactive_holders_gaps_and_pays_for_them() {
@@ -75,8 +67,8 @@ fn a_short_kernel_vm_fills_an_interactive_holders_gaps_and_pays_for_them() {
     let axpy = cu.module_get_function(m, "fairgpu_axpy").unwrap();
     let px = cu.mem_alloc(4 * n as u64).unwrap();
     let py = cu.mem_alloc(4 * n as u64).unwrap();
-    cu.memcpy_htod(px, &bytes(&x)).unwrap();
-    cu.memcpy_htod(py, &bytes(&y0)).unwrap();
+    cu.memcpy_htod(px, &f32_bytes(&x)).unwrap();
+    cu.memcpy_htod(py, &f32_bytes(&y0)).unwrap();
     let a = 2.0f32;
     let params = axpy
         .pack(&[

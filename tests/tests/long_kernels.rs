@@ -8,8 +8,8 @@
 use fairgpu_frontend::cuda::Cuda;
 use fairgpu_protocol::Status;
 use fairgpu_tests::{
-    claim, guest_lib_dir, status, vm, wait_config, wait_for_status, DaemonProcess, Setup,
-    DEFAULT_SIM,
+    claim, f32_bytes, f32s, guest_lib_dir, status, vm, wait_config, wait_for_status, DaemonProcess,
+    Setup, DEFAULT_SIM,
 };
 
 /// fairgpu's own kernels: `fairgpu_axpy` (executed) and `fairgpu_spin`.
@@ -41,16 +41,6 @@ fn configure(test: &str, executor: &str, daemon: &str, vms: &[(&str, &str)]) -> 
     setup
 }
 
-fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
 #[test]
 fn a_sliced_launch_computes_what_the_whole_launch_computes() {
     // Every launch longer than 50 µs of modelled time is cut into parts
@@ -70,8 +60,8 @@ fn a_sliced_launch_computes_what_the_whole_launch_computes() {
     let y0: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
     let px = cu.mem_alloc(4 * n as u64).unwrap();
     let py = cu.mem_alloc(4 * n as u64).unwrap();
-    cu.memcpy_htod(px, &bytes(&x)).unwrap();
-    cu.memcpy_htod(py, &bytes(&y0)).unwrap();
+    cu.memcpy_htod(px, &f32_bytes(&x)).unwrap();
+    cu.memcpy_htod(py, &f32_bytes(&y0)).unwrap();
     let a = 1.5f32;
     let params = axpy
         .pack(&[

@@ -667,7 +667,8 @@ impl Gate {
     pub fn new(slot: GrantSlot, bell: Bell, cfg: GateConfig) -> Gate {
         let (seen, _, _) = slot.current_grant();
         slot.release(seen, 0, false);
-        // Nor is a backfill grant left to it, or a quiet period of its.
+        // Nor does it keep a backfill grant or a quiet period of its
+        // predecessor.
         let bf_seen = slot.current_backfill().seq;
         slot.release_backfill(bf_seen, 0, 0);
         slot.backfill_done(0);
@@ -864,8 +865,7 @@ impl Gate {
                 } = h.phase
                 {
                     let end = drain(meter, &mut h.dirty);
-                    h.used += backfill::behind_backfill(&self.peers, &mut h.behind_bf, since, end)
-                        .unwrap_or_else(|| nanos(end.saturating_duration_since(since)));
+                    h.used += backfill::stretch_ns(&self.peers, &mut h.behind_bf, since, end);
                     h.drained = Some(end);
                 }
                 h.used
@@ -1019,8 +1019,7 @@ impl Gate {
             return false;
         };
         let end = drain(meter, &mut h.dirty);
-        h.used += backfill::behind_backfill(&self.peers, &mut h.behind_bf, since, end)
-            .unwrap_or_else(|| nanos(end.saturating_duration_since(since)));
+        h.used += backfill::stretch_ns(&self.peers, &mut h.behind_bf, since, end);
         h.phase = Phase::Bulk {
             left,
             since: None,

@@ -92,6 +92,18 @@ pub(super) fn behind_backfill(
     Some(end_ns.saturating_sub(start).min(whole))
 }
 
+/// [`behind_backfill`] for a holder's stretch of work: whole when the
+/// backfilled request's end is not known.
+pub(super) fn stretch_ns(
+    peers: &[GrantSlot],
+    behind: &mut Option<usize>,
+    since: Instant,
+    end: Instant,
+) -> u64 {
+    behind_backfill(peers, behind, since, end)
+        .unwrap_or_else(|| nanos(end.saturating_duration_since(since)))
+}
+
 impl Gate {
     /// One of this VM's kernels ran alone for `ns`: the history that
     /// predicts them, published for the daemon (which offers backfill
