@@ -20,6 +20,10 @@
 
 /// Texture and surface instructions.
 mod image;
+/// Whole-warp forms of the common instructions.
+mod lanes;
+
+use lanes::specialize;
 
 use crate::float::*;
 use crate::ir::*;
@@ -66,9 +70,19 @@ enum Lane {
 struct Warp {
     regs: Vec<u64>,
     pc: [u32; 32],
+    /// Each lane's state; written only through [`Warp::set`], which keeps
+    /// the masks below in step.
     st: [Lane; 32],
+    /// Lanes in [`Lane::Active`].
+    active: u32,
+    /// Lanes in [`Lane::Exited`].
+    exited: u32,
+    /// Lanes waiting at a block barrier ([`Lane::Bar`]).
+    barred: u32,
     tid: [[u32; 3]; 32],
     exists: u32,
+    /// Lanes whose `tid` is computed.
+    tid_set: u32,
     /// Carry flags of `add.cc` and friends, one bit per lane.
     carry: u32,
     /// Predicates of threads waiting at a `bar.red`.
@@ -76,6 +90,23 @@ struct Warp {
     /// Whether this turn runs the highest-PC group first.
     favor_high: bool,
     id: u32,
+}
+
+impl Warp {
+    #[inline]
+    fn set(&mut self, l: usize, st: Lane) {
+        let bit = 1u32 << l;
+        self.active &= !bit;
+        self.exited &= !bit;
+        self.barred &= !bit;
+        match st {
+            Lane::Active => self.active |= bit,
+            Lane::Exited => self.exited |= bit,
+            Lane::Bar(_) => self.barred |= bit,
+            Lane::Sync(_) => {}
+        }
+        self.st[l] = st;
+    }
 }
 
 /// Per-launch state.
@@ -395,8 +426,12 @@ impl<'a> Launch<'a> {
                 regs: vec![0; f.nregs as usize * 32],
                 pc: [0; 32],
                 st: [Lane::Exited; 32],
+                active: 0,
+                exited: u32::MAX,
+                barred: 0,
                 tid: [[0; 3]; 32],
                 exists: 0,
+                tid_set: 0,
                 carry: 0,
                 redp: 0,
                 favor_high: false,
@@ -449,11 +484,18 @@ impl<'a> Launch<'a> {
                 w.pc[i] = 0;
                 if t < threads {
                     w.exists |= 1 << l;
-                    w.st[i] = Lane::Active;
-                    w.tid[i] = [t % bx, (t / bx) % by, t / (bx * by)];
+                    w.set(i, Lane::Active);
                 } else {
-                    w.st[i] = Lane::Exited;
+                    w.set(i, Lane::Exited);
                 }
+            }
+            // The same in every block of the launch.
+            if w.tid_set != w.exists {
+                for l in bits_of(w.exists & !w.tid_set) {
+                    let t = w.id * 32 + l as u32;
+                    w.tid[l] = [t % bx, (t / bx) % by, t / (bx * by)];
+                }
+                w.tid_set = w.exists;
             }
         }
         self.arrivals = [0; BARRIERS];
@@ -463,14 +505,10 @@ impl<'a> Launch<'a> {
             for w in warps.iter_mut() {
                 progressed |= self.run_warp(w)?;
             }
-            let mut live = 0u32;
-            for w in warps.iter() {
-                for l in bits_of(w.exists) {
-                    if w.st[l] != Lane::Exited {
-                        live += 1;
-                    }
-                }
-            }
+            let live: u32 = warps
+                .iter()
+                .map(|w| (w.exists & !w.exited).count_ones())
+                .sum();
             if live == 0 {
                 return Ok(());
             }
@@ -485,7 +523,7 @@ impl<'a> Launch<'a> {
     fn release_barriers(&mut self, warps: &mut [Warp], live: u32) -> bool {
         let mut waiting = [0u32; BARRIERS];
         for w in warps.iter() {
-            for l in bits_of(w.exists) {
+            for l in bits_of(w.barred) {
                 if let Lane::Bar(id) = w.st[l] {
                     waiting[id as usize] += 1;
                 }
@@ -504,14 +542,14 @@ impl<'a> Launch<'a> {
                 // `bar.red`: reduce the predicates of the waiting threads.
                 let mut trues = 0u32;
                 for w in warps.iter() {
-                    for l in bits_of(w.exists) {
-                        if w.st[l] == Lane::Bar(id as u8) && w.redp & (1 << l) != 0 {
+                    for l in bits_of(w.barred & w.redp) {
+                        if w.st[l] == Lane::Bar(id as u8) {
                             trues += 1;
                         }
                     }
                 }
                 for w in warps.iter_mut() {
-                    for l in bits_of(w.exists) {
+                    for l in bits_of(w.barred) {
                         if w.st[l] == Lane::Bar(id as u8) {
                             if let Op::Bar {
                                 red: Some((op, d, _)),
@@ -525,7 +563,7 @@ impl<'a> Launch<'a> {
                                 };
                                 Self::wr(w, d, l, u64::from(v));
                             }
-                            w.st[l] = Lane::Active;
+                            w.set(l, Lane::Active);
                             w.pc[l] += 1;
                         }
                     }
@@ -556,13 +594,15 @@ impl<'a> Launch<'a> {
     /// anything.
     fn run_warp(&mut self, w: &mut Warp) -> Result<bool, Error> {
         let mut n = 0;
-        // The next group when the previous one held every active thread
-        // and moved on together: no need to look at the other lanes.
-        let mut known: Option<(u32, u32)> = None;
+        // The next group, known without looking at the lanes: the group
+        // that just moved on together to a PC below `bound`, the lowest
+        // PC of the warp's other active threads (`u32::MAX`: none), is
+        // still the lowest group. Its threads' `w.pc` stay stale meanwhile.
+        let mut known: Option<(u32, u32, u32)> = None;
         let mut diverged = false;
         while n < QUANTUM {
-            let (pc, mask, all) = if let Some((pc, mask)) = known.take() {
-                (pc, mask, mask)
+            let (pc, mask, bound) = if let Some(k) = known.take() {
+                k
             } else {
                 // The group at the lowest PC, or at the highest on turns
                 // that favour the threads ahead.
@@ -570,19 +610,29 @@ impl<'a> Launch<'a> {
                 let mut pc = if high { 0 } else { u32::MAX };
                 let mut mask = 0u32;
                 let mut all = 0u32;
-                for l in 0..32 {
-                    if w.st[l] == Lane::Active {
+                // The lowest PC outside the group (lowest-first turns).
+                let mut second = u32::MAX;
+                for l in bits_of(w.active) {
+                    {
                         all |= 1 << l;
                         let p = w.pc[l];
                         if mask == 0 || (if high { p > pc } else { p < pc }) {
+                            if mask != 0 {
+                                second = second.min(pc);
+                            }
                             pc = p;
                             mask = 1 << l;
                         } else if p == pc {
                             mask |= 1 << l;
+                        } else {
+                            second = second.min(p);
                         }
                     }
                 }
-                (pc, mask, all)
+                // Turns that favour the highest group take no shortcut
+                // while other threads are active.
+                let bound = if high && mask != all { 0 } else { second };
+                (pc, mask, bound)
             };
             if mask == 0 {
                 // Threads waiting at a warp-synchronous instruction may go
@@ -593,10 +643,20 @@ impl<'a> Launch<'a> {
                 break;
             }
             n += 1;
-            diverged = mask != all;
-            let next = self.step(w, pc, mask)?;
-            if mask == all {
-                known = next.map(|p| (p, mask));
+            diverged = bound != u32::MAX;
+            match self.step(w, pc, mask)? {
+                Some(p) if p < bound => known = Some((p, mask, bound)),
+                Some(p) => {
+                    for l in bits_of(mask) {
+                        w.pc[l] = p;
+                    }
+                }
+                None => {}
+            }
+        }
+        if let Some((p, mask, _)) = known {
+            for l in bits_of(mask) {
+                w.pc[l] = p;
             }
         }
         // A warp that stays diverged for a whole turn alternates between
@@ -611,6 +671,9 @@ impl<'a> Launch<'a> {
     /// warp-synchronous instruction whose member threads are all there or
     /// exited; whether there was one.
     fn resume_synced(&self, w: &mut Warp) -> bool {
+        if !w.st.iter().any(|s| matches!(s, Lane::Sync(_))) {
+            return false;
+        }
         let mut pcs: Vec<u32> = (0..32)
             .filter_map(|l| match w.st[l] {
                 Lane::Sync(p) => Some(p),
@@ -638,7 +701,7 @@ impl<'a> Launch<'a> {
                 bits_of(group).fold(0u32, |r, l| r | self.rd(w, m, l) as u32) & w.exists & !exited;
             if required & !group == 0 {
                 for l in bits_of(group) {
-                    w.st[l] = Lane::Active;
+                    w.set(l, Lane::Active);
                 }
                 return true;
             }
@@ -691,8 +754,11 @@ impl<'a> Launch<'a> {
         w.regs[d as usize * 32 + l] = v;
     }
 
-    /// Executes the instruction at `pc` for the threads in `mask`; the PC
-    /// they all moved to, if they are all still active and together.
+    /// Executes the instruction at `pc` for the threads in `mask`, whose
+    /// entries in `w.pc` may be stale (a converged warp's PC is kept by
+    /// [`Self::run_warp`]). `Some(p)`: they all moved to `p` together and
+    /// are still active, and `w.pc` is left for the caller to update;
+    /// `None`: each thread's PC and state are written here.
     fn step(&mut self, w: &mut Warp, pc: u32, mask: u32) -> Result<Option<u32>, Error> {
         let func = self.func;
         let inst = &func.insts[pc as usize];
@@ -716,21 +782,20 @@ impl<'a> Launch<'a> {
         let next = pc + 1;
         match &inst.op {
             Op::Bra { target } => {
+                if exec == mask {
+                    return Ok(Some(*target));
+                } else if exec == 0 {
+                    return Ok(Some(next));
+                }
                 for l in bits_of(mask) {
                     w.pc[l] = if exec & (1 << l) != 0 { *target } else { next };
                 }
-                return Ok(if exec == mask {
-                    Some(*target)
-                } else if exec == 0 {
-                    Some(next)
-                } else {
-                    None
-                });
+                return Ok(None);
             }
             Op::Ret | Op::Exit => {
                 for l in bits_of(mask) {
                     if exec & (1 << l) != 0 {
-                        w.st[l] = Lane::Exited;
+                        w.set(l, Lane::Exited);
                     } else {
                         w.pc[l] = next;
                     }
@@ -770,7 +835,8 @@ impl<'a> Launch<'a> {
                         }
                     }
                     if *wait {
-                        w.st[l] = Lane::Bar(idv as u8);
+                        w.set(l, Lane::Bar(idv as u8));
+                        w.pc[l] = pc;
                     } else {
                         self.arrivals[idv as usize] += 1;
                         w.pc[l] = next;
@@ -806,12 +872,13 @@ impl<'a> Launch<'a> {
                 let here = exec | waiting;
                 if required & !here != 0 {
                     for l in bits_of(exec) {
-                        w.st[l] = Lane::Sync(pc);
+                        w.set(l, Lane::Sync(pc));
+                        w.pc[l] = pc;
                     }
                     return Ok(None);
                 }
                 for l in bits_of(waiting) {
-                    w.st[l] = Lane::Active;
+                    w.set(l, Lane::Active);
                 }
                 self.warp_op(w, &inst.op, here)?;
                 for l in bits_of(here) {
@@ -829,9 +896,6 @@ impl<'a> Launch<'a> {
                     self.exec(w, op, exec, inst.line)?;
                 }
             }
-        }
-        for l in bits_of(mask) {
-            w.pc[l] = next;
         }
         Ok(Some(next))
     }
@@ -972,10 +1036,7 @@ impl<'a> Launch<'a> {
         match *op {
             Op::Mov { d, a, bits } => {
                 let m = mask_of(bits);
-                for l in bits_of(exec) {
-                    let v = self.rd(w, a, l) & m;
-                    Self::wr(w, d, l, v);
-                }
+                self.map1(w, exec, d, a, |x| x & m);
             }
             Op::Pack { d, parts, n, part } => {
                 let m = mask_of(part);
@@ -996,19 +1057,41 @@ impl<'a> Launch<'a> {
                     }
                 }
             }
-            Op::IBin { op, ty, d, a, b } => {
-                for l in bits_of(exec) {
-                    let v = ibin(op, ty, self.rd(w, a, l), self.rd(w, b, l));
-                    Self::wr(w, d, l, v);
-                }
-            }
+            Op::IBin { op, ty, d, a, b } => specialize!(OP: IBin = op; [
+                IBin::Add, IBin::Sub, IBin::MulLo, IBin::Shl, IBin::Shr,
+                IBin::And, IBin::Or, IBin::Xor, IBin::Min, IBin::Max,
+            ] => specialize!(TY: Ty = ty; [Ty::U32, Ty::S32, Ty::B32, Ty::U64, Ty::S64, Ty::B64] =>
+                self.map2(w, exec, d, a, b, |x, y| ibin(OP, TY, x, y)))),
             Op::MulWide { ty, d, a, b } => {
-                let bits = ty.bits();
-                for l in bits_of(exec) {
-                    let (x, y) = (self.rd(w, a, l), self.rd(w, b, l));
-                    Self::wr(w, d, l, mul_wide(ty, bits, x, y));
-                }
+                specialize!(TY: Ty = ty; [Ty::U32, Ty::S32, Ty::U16, Ty::S16] =>
+                    self.map2(w, exec, d, a, b, |x, y| mul_wide(TY, TY.bits(), x, y)))
             }
+            Op::Mad {
+                mul: IBin::MulLo,
+                wide: false,
+                sat: false,
+                ty,
+                d,
+                a,
+                b,
+                c,
+            } => specialize!(TY: Ty = ty; [Ty::U32, Ty::S32, Ty::U64, Ty::S64] =>
+            self.map3(w, exec, d, a, b, c, |x, y, z| {
+                ibin(IBin::MulLo, TY, x, y).wrapping_add(z) & mask_of(TY.bits())
+            })),
+            Op::Mad {
+                wide: true,
+                sat: false,
+                ty,
+                d,
+                a,
+                b,
+                c,
+                ..
+            } => specialize!(TY: Ty = ty; [Ty::U32, Ty::S32, Ty::U16, Ty::S16] =>
+            self.map3(w, exec, d, a, b, c, |x, y, z| {
+                mul_wide(TY, TY.bits(), x, y).wrapping_add(z) & mask_of(2 * TY.bits())
+            })),
             Op::Mad {
                 mul,
                 wide,
@@ -1196,31 +1279,18 @@ impl<'a> Launch<'a> {
                     Self::wr(w, d, l, r & 0xffff_ffff);
                 }
             }
-            Op::FBin { op, ty, m, d, a, b } => {
-                for l in bits_of(exec) {
-                    let (x, y) = (self.rd(w, a, l), self.rd(w, b, l));
-                    let v = fbin(op, ty, m, x, y);
-                    Self::wr(w, d, l, v);
-                }
-            }
+            Op::FBin { op, ty, m, d, a, b } => specialize!(OP: FBin = op; [
+                FBin::Add, FBin::Sub, FBin::Mul, FBin::Div, FBin::Min, FBin::Max,
+            ] => specialize!(TY: Ty = ty; [Ty::F32, Ty::F64] => specialize!(M: FMode = m; [RN, RN_FTZ] =>
+                self.map2(w, exec, d, a, b, |x, y| fbin(OP, TY, M, x, y))))),
             Op::Fma { ty, m, d, a, b, c } => {
                 if ty == Ty::F64 && m.rnd != Rnd::Rn {
                     return Err(Error::Unsupported {
                         what: format!("fma.f64 with directed rounding (line {line})"),
                     });
                 }
-                for l in bits_of(exec) {
-                    let (x, y, z) = (self.rd(w, a, l), self.rd(w, b, l), self.rd(w, c, l));
-                    let v = if ty == Ty::F64 {
-                        f64::from_bits(x)
-                            .mul_add(f64::from_bits(y), f64::from_bits(z))
-                            .to_bits()
-                    } else {
-                        let (x, y, z) = ftz3(m.ftz, f32b(x), f32b(y), f32b(z));
-                        f32res(fma_f32(x, y, z, m.rnd), m)
-                    };
-                    Self::wr(w, d, l, v);
-                }
+                specialize!(TY: Ty = ty; [Ty::F32, Ty::F64] => specialize!(M: FMode = m; [RN, RN_FTZ] =>
+                    self.map3(w, exec, d, a, b, c, |x, y, z| fma(TY, M, x, y, z))));
             }
             Op::FUn { op, ty, m, d, a } => {
                 for l in bits_of(exec) {
@@ -1328,6 +1398,20 @@ impl<'a> Launch<'a> {
                 dn,
                 a,
                 b,
+                comb: None,
+            } => {
+                specialize!(CMP: Cmp = cmp; [Cmp::Eq, Cmp::Ne, Cmp::Lt, Cmp::Le, Cmp::Gt, Cmp::Ge] =>
+                specialize!(TY: Ty = ty; [Ty::S32, Ty::U32, Ty::S64, Ty::U64, Ty::F32] =>
+                    self.setp(w, exec, d, dn, a, b, |x, y| compare(CMP, TY, ftz, x, y))))
+            }
+            Op::Setp {
+                cmp,
+                ty,
+                ftz,
+                d,
+                dn,
+                a,
+                b,
                 comb,
             } => {
                 for l in bits_of(exec) {
@@ -1354,14 +1438,9 @@ impl<'a> Launch<'a> {
             }
             Op::Selp { bits, d, a, b, c } => {
                 let m = mask_of(bits);
-                for l in bits_of(exec) {
-                    let v = if self.rd(w, c, l) & 1 != 0 {
-                        self.rd(w, a, l)
-                    } else {
-                        self.rd(w, b, l)
-                    };
-                    Self::wr(w, d, l, v & m);
-                }
+                self.map3(w, exec, d, a, b, c, |x, y, p| {
+                    (if p & 1 != 0 { x } else { y }) & m
+                });
             }
             Op::Slct {
                 bits,
@@ -1398,17 +1477,27 @@ impl<'a> Launch<'a> {
                 d,
                 a,
             } => {
-                for l in bits_of(exec) {
-                    let v = cvt(kind, dty, sty, sat, ftz, self.rd(w, a, l)).ok_or_else(|| {
-                        Error::Unsupported {
-                            what: format!(
-                                "cvt.{}.{} with this rounding (line {line})",
-                                dty.name(),
-                                sty.name()
-                            ),
-                        }
-                    })?;
-                    Self::wr(w, d, l, v);
+                // Whether a conversion exists depends on its kinds only.
+                if cvt(kind, dty, sty, sat, ftz, 0).is_none() {
+                    return Err(Error::Unsupported {
+                        what: format!(
+                            "cvt.{}.{} with this rounding (line {line})",
+                            dty.name(),
+                            sty.name()
+                        ),
+                    });
+                }
+                match (kind, sat) {
+                    (CvtKind::IntInt, false) => {
+                        specialize!(DTY: Ty = dty; [Ty::U64, Ty::S64, Ty::U32, Ty::S32] =>
+                        specialize!(STY: Ty = sty; [Ty::U32, Ty::S32, Ty::U64, Ty::S64, Ty::U16] =>
+                            self.map1(w, exec, d, a, |x| {
+                                cvt(CvtKind::IntInt, DTY, STY, false, false, x).unwrap_or(0)
+                            })))
+                    }
+                    _ => self.map1(w, exec, d, a, |x| {
+                        cvt(kind, dty, sty, sat, ftz, x).unwrap_or(0)
+                    }),
                 }
             }
             Op::Cvta {
@@ -1458,17 +1547,16 @@ impl<'a> Launch<'a> {
             } => {
                 let e = ty.bytes() as usize;
                 let total = e * n as usize;
+                let at = self.addresses(w, addr, exec);
+                if self.load_lanes(w, exec, space, ty, &ds[..n as usize], &at)? {
+                    return Ok(());
+                }
                 for l in bits_of(exec) {
-                    let at = self.address(w, addr, l);
+                    let at = at[l];
                     let mut buf = [0u8; 32];
                     self.load(w, l, space, at, &mut buf[..total])?;
                     for (k, d) in ds.iter().enumerate().take(n as usize) {
-                        let mut b8 = [0u8; 8];
-                        copy(&mut b8[..e], &buf[k * e..(k + 1) * e]);
-                        let mut v = u64::from_le_bytes(b8);
-                        if ty.is_signed() {
-                            v = sext(v, ty.bits()) as u64;
-                        }
+                        let v = lanes::value(&buf[k * e..(k + 1) * e], ty.is_signed(), ty.bits());
                         Self::wr(w, *d, l, v);
                     }
                 }
@@ -1482,8 +1570,12 @@ impl<'a> Launch<'a> {
             } => {
                 let e = ty.bytes() as usize;
                 let total = e * n as usize;
+                let at = self.addresses(w, addr, exec);
+                if self.store_lanes(w, exec, space, ty, &srcs[..n as usize], &at)? {
+                    return Ok(());
+                }
                 for l in bits_of(exec) {
-                    let at = self.address(w, addr, l);
+                    let at = at[l];
                     let mut buf = [0u8; 32];
                     for (k, s) in srcs.iter().enumerate().take(n as usize) {
                         let v = self.rd(w, *s, l);
@@ -1638,6 +1730,16 @@ impl<'a> Launch<'a> {
         (u64::from(self.func.scratch_end).saturating_sub(PARAM_SCRATCH_BASE)) as usize
     }
 
+    /// The address of `a` in each lane of `exec` (0 elsewhere).
+    #[inline(always)]
+    fn addresses(&self, w: &Warp, a: Addr, exec: u32) -> [u64; 32] {
+        let mut at = [0u64; 32];
+        for l in bits_of(exec) {
+            at[l] = self.address(w, a, l);
+        }
+        at
+    }
+
     #[inline]
     fn address(&self, w: &Warp, a: Addr, l: usize) -> u64 {
         let base = match a.base {
@@ -1645,6 +1747,14 @@ impl<'a> Launch<'a> {
             None => 0,
         };
         base.wrapping_add(a.off as u64)
+    }
+
+    /// Whether a generic address lies in the window of shared, local or
+    /// parameter memory.
+    #[inline]
+    fn in_window(&self, at: u64) -> bool {
+        let win = |b: u64| at.wrapping_sub(b) < WINDOW_SIZE;
+        win(SHARED_WINDOW) || win(LOCAL_WINDOW) || win(PARAM_WINDOW)
     }
 
     /// Maps an address in `space` to a concrete space and offset.
@@ -1829,6 +1939,7 @@ fn boolop(op: BoolOp, a: bool, b: bool) -> bool {
     }
 }
 
+#[inline(always)]
 fn mul_wide(ty: Ty, bits: u32, x: u64, y: u64) -> u64 {
     if ty.is_signed() {
         (sext(x, bits).wrapping_mul(sext(y, bits)) as u64) & mask_of(2 * bits)
@@ -1838,6 +1949,7 @@ fn mul_wide(ty: Ty, bits: u32, x: u64, y: u64) -> u64 {
 }
 
 /// Integer binary operation on `ty`; the result is masked to its width.
+#[inline(always)]
 fn ibin(op: IBin, ty: Ty, a: u64, b: u64) -> u64 {
     let bits = ty.bits();
     let m = mask_of(bits);
@@ -2039,6 +2151,33 @@ fn prmt(mode: Option<u8>, src: u64, sel: u32) -> u32 {
     r
 }
 
+/// Round to nearest, subnormals kept: plain `add.f32` and friends.
+const RN: FMode = FMode {
+    rnd: Rnd::Rn,
+    ftz: false,
+    sat: false,
+};
+/// Round to nearest, subnormals flushed (`-ftz=true`, fast math).
+const RN_FTZ: FMode = FMode {
+    rnd: Rnd::Rn,
+    ftz: true,
+    sat: false,
+};
+
+/// `fma` of `ty` (f32 or f64; f64 rounds to nearest: the caller refuses
+/// other roundings).
+#[inline(always)]
+fn fma(ty: Ty, m: FMode, x: u64, y: u64, z: u64) -> u64 {
+    if ty == Ty::F64 {
+        f64::from_bits(x)
+            .mul_add(f64::from_bits(y), f64::from_bits(z))
+            .to_bits()
+    } else {
+        let (x, y, z) = ftz3(m.ftz, f32b(x), f32b(y), f32b(z));
+        f32res(fma_f32(x, y, z, m.rnd), m)
+    }
+}
+
 fn ftz3(on: bool, a: f32, b: f32, c: f32) -> (f32, f32, f32) {
     if on {
         (ftz32(a), ftz32(b), ftz32(c))
@@ -2072,6 +2211,7 @@ fn fmin<T: PartialOrd + Copy>(a: T, b: T, a_nan: bool, b_nan: bool, a_neg: bool,
     }
 }
 
+#[inline(always)]
 fn fbin(op: FBin, ty: Ty, m: FMode, x: u64, y: u64) -> u64 {
     if ty == Ty::F64 {
         let (a, b) = (f64::from_bits(x), f64::from_bits(y));
@@ -2322,6 +2462,7 @@ fn half(op: HOp, mode: HalfMode, x: u16, y: u16, z: u16) -> u16 {
     r
 }
 
+#[inline(always)]
 fn compare(cmp: Cmp, ty: Ty, ftz: bool, x: u64, y: u64) -> bool {
     if ty.is_float() {
         let (a, b) = if ty == Ty::F64 {
@@ -2391,6 +2532,7 @@ fn float_in(sty: Ty, ftz: bool, x: u64) -> f64 {
     }
 }
 
+#[inline(always)]
 pub(crate) fn cvt(kind: CvtKind, dty: Ty, sty: Ty, sat: bool, ftz: bool, x: u64) -> Option<u64> {
     let dbits = dty.bits();
     Some(match kind {

@@ -265,6 +265,43 @@ pub trait Memory {
     /// Writes `data` to global memory at `addr`; an error if any byte lies
     /// outside memory the kernel may write.
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error>;
+    /// Reads `len` bytes (at most 32) at `addrs[l]` into `out[l]` for each
+    /// lane `l` set in `lanes`, in lane order, stopping at the first read
+    /// that fails. The default reads lane by lane; a memory with a costly
+    /// lookup can share it between lanes that hit the same allocation.
+    fn read_lanes(
+        &mut self,
+        lanes: u32,
+        addrs: &[u64; 32],
+        len: usize,
+        out: &mut [[u8; 32]; 32],
+    ) -> Result<(), Error> {
+        let mut m = lanes;
+        while m != 0 {
+            let l = m.trailing_zeros() as usize;
+            m &= m - 1;
+            self.read(addrs[l], &mut out[l][..len])?;
+        }
+        Ok(())
+    }
+    /// Writes `data[l][..len]` at `addrs[l]` for each lane `l` set in
+    /// `lanes`, in lane order (the highest lane's bytes stay where lanes
+    /// overlap), stopping at the first write that fails.
+    fn write_lanes(
+        &mut self,
+        lanes: u32,
+        addrs: &[u64; 32],
+        len: usize,
+        data: &[[u8; 32]; 32],
+    ) -> Result<(), Error> {
+        let mut m = lanes;
+        while m != 0 {
+            let l = m.trailing_zeros() as usize;
+            m &= m - 1;
+            self.write(addrs[l], &data[l][..len])?;
+        }
+        Ok(())
+    }
     /// The texture object a kernel names by `handle`; `None` if the
     /// handle names none (the instruction then fails the launch).
     fn texture(&self, _handle: u64) -> Option<texture::Texture> {

@@ -138,9 +138,11 @@ fn two_vms_serve_their_guests_and_status_shows_them() {
             && vb.channels_used == 2
             && vb.mem_used == 1 << 20
             && vb.gpu_time_ns >= SPIN_NS
+            // Call counts are published by the workers on their own cadence.
+            && va.calls >= 100
+            && vb.calls >= 100
     });
     assert_eq!(vm(&s, "alpha").gpu_time_ns, 0, "alpha ran no kernel");
-    assert!(vm(&s, "alpha").calls >= 100 && vm(&s, "beta").calls >= 100);
     let (va, vb) = (vm(&s, "alpha"), vm(&s, "beta"));
     assert_eq!((va.weight, va.channels_total), (2, 2));
     assert_eq!((vb.weight, vb.channels_total), (1, 3));

@@ -1,0 +1,341 @@
+//! Whole-warp forms of the common instructions.
+//!
+//! A warp's registers are stored lane-major per register (`regs[r * 32 +
+//! lane]`), so one instruction's operands are 32 consecutive values. The
+//! helpers here read each operand once for all lanes, apply the operation
+//! lane by lane in a loop the compiler can unroll and vectorize, and write
+//! the lanes that execute. [`specialize!`] fixes an operation's kind and
+//! type at compile time for the pairs nvcc emits most, so that a lane's
+//! work folds to a few machine instructions instead of a walk through the
+//! operation's `match`. Results are the same functions' results: the
+//! generic and the specialized paths call the same code.
+
+use super::{bits_of, Launch, Warp};
+use crate::ir::{Space, Src, Ty};
+use crate::{Error, GLOBALS_BASE, WINDOW_SIZE};
+
+/// Every lane of a warp.
+pub(super) const FULL: u32 = u32::MAX;
+
+/// Most bytes one lane loads or stores in one instruction (`.v4.b64`).
+pub(super) const MAX_ACCESS: usize = 32;
+
+/// Evaluates `$body` with `$k` a constant item equal to `$v` when `$v` is
+/// one of the listed values (one copy of `$body` per value, in which the
+/// compiler folds every use of `$k`, closures' included: a closure does
+/// not capture a constant), and with `$k` a variable holding `$v`
+/// otherwise.
+macro_rules! specialize {
+    ($k:ident: $t:ty = $v:expr; [$($c:path),* $(,)?] => $body:expr) => {
+        match $v {
+            $(
+                $c => {
+                    const $k: $t = $c;
+                    $body
+                }
+            )*
+            #[allow(non_snake_case)]
+            $k => $body,
+        }
+    };
+}
+pub(super) use specialize;
+
+impl Launch<'_> {
+    /// The values of `s` in all 32 lanes.
+    #[inline(always)]
+    pub(super) fn lanes(&self, w: &Warp, s: Src) -> [u64; 32] {
+        match s {
+            Src::Reg(r) => {
+                let b = r as usize * 32;
+                let mut v = [0u64; 32];
+                v.copy_from_slice(&w.regs[b..b + 32]);
+                v
+            }
+            Src::Imm(v) => [v; 32],
+            Src::NotPred(r) => {
+                let b = r as usize * 32;
+                let mut v = [0u64; 32];
+                for (l, o) in v.iter_mut().enumerate() {
+                    *o = (w.regs[b + l] & 1) ^ 1;
+                }
+                v
+            }
+            Src::Sreg(_) => {
+                let mut v = [0u64; 32];
+                for (l, o) in v.iter_mut().enumerate() {
+                    *o = self.rd(w, s, l);
+                }
+                v
+            }
+        }
+    }
+
+    /// Register `d`'s 32 lanes.
+    #[inline(always)]
+    pub(super) fn dst(w: &mut Warp, d: u32) -> &mut [u64; 32] {
+        let b = d as usize * 32;
+        (&mut w.regs[b..b + 32]).try_into().expect("32 lanes")
+    }
+
+    /// Writes `v` to register `d` in the lanes of `exec`.
+    #[inline(always)]
+    pub(super) fn put(w: &mut Warp, exec: u32, d: u32, v: &[u64; 32]) {
+        let out = Self::dst(w, d);
+        if exec == FULL {
+            *out = *v;
+        } else {
+            for l in bits_of(exec) {
+                out[l] = v[l];
+            }
+        }
+    }
+
+    // The operations below are generic over their lane function and kept
+    // out of line: one small function per operation and type, each with
+    // its lane function inlined into its loop. Inlined into the
+    // interpreter's dispatch instead, their operand arrays would add up
+    // to a stack frame of many pages, touched on every instruction.
+
+    /// `d = f(a)` in the lanes of `exec`.
+    #[inline(never)]
+    pub(super) fn map1(&self, w: &mut Warp, exec: u32, d: u32, a: Src, f: impl Fn(u64) -> u64) {
+        let x = self.lanes(w, a);
+        let out = Self::dst(w, d);
+        if exec == FULL {
+            for l in 0..32 {
+                out[l] = f(x[l]);
+            }
+        } else {
+            for l in bits_of(exec) {
+                out[l] = f(x[l]);
+            }
+        }
+    }
+
+    /// `d = f(a, b)` in the lanes of `exec`.
+    #[inline(never)]
+    pub(super) fn map2(
+        &self,
+        w: &mut Warp,
+        exec: u32,
+        d: u32,
+        a: Src,
+        b: Src,
+        f: impl Fn(u64, u64) -> u64,
+    ) {
+        let (x, y) = (self.lanes(w, a), self.lanes(w, b));
+        let out = Self::dst(w, d);
+        if exec == FULL {
+            for l in 0..32 {
+                out[l] = f(x[l], y[l]);
+            }
+        } else {
+            for l in bits_of(exec) {
+                out[l] = f(x[l], y[l]);
+            }
+        }
+    }
+
+    /// `d = f(a, b, c)` in the lanes of `exec`.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn map3(
+        &self,
+        w: &mut Warp,
+        exec: u32,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+        f: impl Fn(u64, u64, u64) -> u64,
+    ) {
+        let (x, y, z) = (self.lanes(w, a), self.lanes(w, b), self.lanes(w, c));
+        let out = Self::dst(w, d);
+        if exec == FULL {
+            for l in 0..32 {
+                out[l] = f(x[l], y[l], z[l]);
+            }
+        } else {
+            for l in bits_of(exec) {
+                out[l] = f(x[l], y[l], z[l]);
+            }
+        }
+    }
+
+    /// `setp` without a combining predicate: `d = test(a, b)` and, if
+    /// given, `dn = !test(a, b)` in the lanes of `exec`.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn setp(
+        &self,
+        w: &mut Warp,
+        exec: u32,
+        d: u32,
+        dn: Option<u32>,
+        a: Src,
+        b: Src,
+        test: impl Fn(u64, u64) -> bool,
+    ) {
+        let (x, y) = (self.lanes(w, a), self.lanes(w, b));
+        let mut t = [0u64; 32];
+        for l in 0..32 {
+            t[l] = u64::from(test(x[l], y[l]));
+        }
+        Self::put(w, exec, d, &t);
+        if let Some(q) = dn {
+            for v in t.iter_mut() {
+                *v ^= 1;
+            }
+            Self::put(w, exec, q, &t);
+        }
+    }
+
+    /// Whether a warp-wide access of `len` bytes at `at` in the lanes of
+    /// `exec` can take the direct path: every lane aligned and, in
+    /// `space`, every lane plainly in the context's global memory (not the
+    /// module's variables, not a window of another space) or every lane
+    /// in shared memory. `None`: some lane needs the general path (which
+    /// also reports its error exactly).
+    #[inline(always)]
+    pub(super) fn direct_space(
+        &self,
+        space: Space,
+        exec: u32,
+        at: &[u64; 32],
+        len: usize,
+    ) -> Option<Space> {
+        let len = len as u64;
+        // Accesses are 1 to 32 bytes, powers of two (vectors of 2 or 4).
+        if !len.is_power_of_two() {
+            return None;
+        }
+        let mut misaligned = 0u64;
+        for l in bits_of(exec) {
+            misaligned |= at[l] & (len - 1);
+        }
+        if misaligned != 0 {
+            return None;
+        }
+        match space {
+            Space::Shared => {
+                let size = self.shared.len() as u64;
+                bits_of(exec)
+                    .all(|l| at[l] < size && size - at[l] >= len)
+                    .then_some(Space::Shared)
+            }
+            Space::Global | Space::Generic => {
+                let alias = self.globals_alias;
+                let globals = self.globals.len() as u64;
+                let plain = |a: u64| {
+                    (alias == 0 || a.wrapping_sub(alias) >= globals)
+                        && a.wrapping_sub(GLOBALS_BASE) >= WINDOW_SIZE
+                        && (space == Space::Global || !self.in_window(a))
+                };
+                bits_of(exec).all(|l| plain(at[l])).then_some(Space::Global)
+            }
+            _ => None,
+        }
+    }
+
+    /// Loads `e`-byte elements, `n` per lane, into `ds` in the lanes of
+    /// `exec`; false if the access must take the general path.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn load_lanes(
+        &mut self,
+        w: &mut Warp,
+        exec: u32,
+        space: Space,
+        ty: Ty,
+        ds: &[u32],
+        at: &[u64; 32],
+    ) -> Result<bool, Error> {
+        let e = ty.bytes() as usize;
+        let total = e * ds.len();
+        let Some(sp) = self.direct_space(space, exec, at, total) else {
+            return Ok(false);
+        };
+        let signed = ty.is_signed();
+        let bits = ty.bits();
+        if sp == Space::Shared {
+            for (k, &d) in ds.iter().enumerate() {
+                let out = Self::dst(w, d);
+                for l in bits_of(exec) {
+                    let o = at[l] as usize + k * e;
+                    out[l] = value(&self.shared[o..o + e], signed, bits);
+                }
+            }
+            return Ok(true);
+        }
+        let mut buf = [[0u8; MAX_ACCESS]; 32];
+        self.mem.read_lanes(exec, at, total, &mut buf)?;
+        for (k, &d) in ds.iter().enumerate() {
+            let out = Self::dst(w, d);
+            for l in bits_of(exec) {
+                out[l] = value(&buf[l][k * e..(k + 1) * e], signed, bits);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Stores `e`-byte elements, `srcs.len()` per lane, in the lanes of
+    /// `exec`; false if the access must take the general path.
+    pub(super) fn store_lanes(
+        &mut self,
+        w: &Warp,
+        exec: u32,
+        space: Space,
+        ty: Ty,
+        srcs: &[Src],
+        at: &[u64; 32],
+    ) -> Result<bool, Error> {
+        let e = ty.bytes() as usize;
+        let total = e * srcs.len();
+        let Some(sp) = self.direct_space(space, exec, at, total) else {
+            return Ok(false);
+        };
+        let mut buf = [[0u8; MAX_ACCESS]; 32];
+        for (k, &s) in srcs.iter().enumerate() {
+            let v = self.lanes(w, s);
+            for l in bits_of(exec) {
+                super::copy(&mut buf[l][k * e..(k + 1) * e], &v[l].to_le_bytes()[..e]);
+            }
+        }
+        if sp == Space::Shared {
+            // Lane order, as the general path: the highest lane's store to
+            // a shared address is the one that stays.
+            for l in bits_of(exec) {
+                let o = at[l] as usize;
+                super::copy(&mut self.shared[o..o + total], &buf[l][..total]);
+            }
+        } else {
+            self.mem.write_lanes(exec, at, total, &buf)?;
+        }
+        Ok(true)
+    }
+}
+
+/// A loaded element of 1 to 8 bytes as a register value: zero- or
+/// sign-extended to 64 bits.
+#[inline(always)]
+pub(super) fn value(bytes: &[u8], signed: bool, bits: u32) -> u64 {
+    // Read at the element's width: bytes stored into a zeroed u64 and read
+    // back whole would stall on store forwarding.
+    let v = match *bytes {
+        [a] => u64::from(a),
+        [a, b] => u64::from(u16::from_le_bytes([a, b])),
+        [a, b, c, d] => u64::from(u32::from_le_bytes([a, b, c, d])),
+        [a, b, c, d, e, f, g, h] => u64::from_le_bytes([a, b, c, d, e, f, g, h]),
+        _ => {
+            let mut b8 = [0u8; 8];
+            let n = bytes.len().min(8);
+            b8[..n].copy_from_slice(&bytes[..n]);
+            u64::from_le_bytes(b8)
+        }
+    };
+    if signed {
+        super::sext(v, bits) as u64
+    } else {
+        v
+    }
+}
