@@ -79,6 +79,8 @@ struct Warp {
     exited: u32,
     /// Lanes waiting at a block barrier ([`Lane::Bar`]).
     barred: u32,
+    /// Lanes waiting at a warp-synchronous instruction ([`Lane::Sync`]).
+    synced: u32,
     tid: [[u32; 3]; 32],
     exists: u32,
     /// Lanes whose `tid` is computed.
@@ -93,17 +95,35 @@ struct Warp {
 }
 
 impl Warp {
+    /// [`Warp::set`] for every lane of `lanes`.
+    fn set_all(&mut self, lanes: u32, st: Lane) {
+        self.active &= !lanes;
+        self.exited &= !lanes;
+        self.barred &= !lanes;
+        self.synced &= !lanes;
+        *match st {
+            Lane::Active => &mut self.active,
+            Lane::Exited => &mut self.exited,
+            Lane::Bar(_) => &mut self.barred,
+            Lane::Sync(_) => &mut self.synced,
+        } |= lanes;
+        for l in bits_of(lanes) {
+            self.st[l] = st;
+        }
+    }
+
     #[inline]
     fn set(&mut self, l: usize, st: Lane) {
         let bit = 1u32 << l;
         self.active &= !bit;
         self.exited &= !bit;
         self.barred &= !bit;
+        self.synced &= !bit;
         match st {
             Lane::Active => self.active |= bit,
             Lane::Exited => self.exited |= bit,
             Lane::Bar(_) => self.barred |= bit,
-            Lane::Sync(_) => {}
+            Lane::Sync(_) => self.synced |= bit,
         }
         self.st[l] = st;
     }
@@ -429,6 +449,7 @@ impl<'a> Launch<'a> {
                 active: 0,
                 exited: u32::MAX,
                 barred: 0,
+                synced: 0,
                 tid: [[0; 3]; 32],
                 exists: 0,
                 tid_set: 0,
@@ -671,7 +692,7 @@ impl<'a> Launch<'a> {
     /// warp-synchronous instruction whose member threads are all there or
     /// exited; whether there was one.
     fn resume_synced(&self, w: &mut Warp) -> bool {
-        if !w.st.iter().any(|s| matches!(s, Lane::Sync(_))) {
+        if w.synced == 0 {
             return false;
         }
         let mut pcs: Vec<u32> = (0..32)
@@ -769,14 +790,17 @@ impl<'a> Launch<'a> {
         let exec = match inst.guard {
             None => mask,
             Some(g) => {
-                let mut e = 0;
-                for l in bits_of(mask) {
-                    let p = w.regs[g.reg as usize * 32 + l] & 1 != 0;
-                    if p != g.neg {
-                        e |= 1 << l;
-                    }
+                let b = g.reg as usize * 32;
+                let p: &[u64; 32] = w.regs[b..b + 32].try_into().expect("32 lanes");
+                let mut set = 0u32;
+                for (l, v) in p.iter().enumerate() {
+                    set |= ((*v & 1) as u32) << l;
                 }
-                e
+                if g.neg {
+                    mask & !set
+                } else {
+                    mask & set
+                }
             }
         };
         let next = pc + 1;
@@ -810,6 +834,16 @@ impl<'a> Launch<'a> {
             } => {
                 for l in bits_of(mask & !exec) {
                     w.pc[l] = next;
+                }
+                // `bar.sync N` / `barrier.sync N`: the whole group waits.
+                if let (Src::Imm(idv), None, None, true) = (*id, count, red, *wait) {
+                    if idv < BARRIERS as u64 {
+                        w.set_all(exec, Lane::Bar(idv as u8));
+                        for l in bits_of(exec) {
+                            w.pc[l] = pc;
+                        }
+                        return Ok(None);
+                    }
                 }
                 for l in bits_of(exec) {
                     let idv = self.rd(w, *id, l) as u32;
@@ -849,27 +883,24 @@ impl<'a> Launch<'a> {
             | Op::WarpSync { mask: m }
             | Op::Redux { mask: m, .. }
             | Op::Match { mask: m, .. } => {
+                if exec == 0 {
+                    return Ok(Some(next));
+                }
+                let mut waiting = 0u32;
+                for l in bits_of(w.synced) {
+                    if w.st[l] == Lane::Sync(pc) {
+                        waiting |= 1 << l;
+                    }
+                }
+                let mut required = match *m {
+                    Src::Imm(v) => v as u32,
+                    _ => bits_of(exec).fold(0, |r, l| r | self.rd(w, *m, l) as u32),
+                };
+                required &= w.exists & !w.exited;
+                let here = exec | waiting;
                 for l in bits_of(mask & !exec) {
                     w.pc[l] = next;
                 }
-                if exec == 0 {
-                    return Ok(None);
-                }
-                let mut waiting = 0u32;
-                let mut exited = 0u32;
-                for l in 0..32 {
-                    match w.st[l] {
-                        Lane::Sync(p) if p == pc => waiting |= 1 << l,
-                        Lane::Exited => exited |= 1 << l,
-                        _ => {}
-                    }
-                }
-                let mut required = 0u32;
-                for l in bits_of(exec) {
-                    required |= self.rd(w, *m, l) as u32;
-                }
-                required &= w.exists & !exited;
-                let here = exec | waiting;
                 if required & !here != 0 {
                     for l in bits_of(exec) {
                         w.set(l, Lane::Sync(pc));
@@ -881,6 +912,10 @@ impl<'a> Launch<'a> {
                     w.set(l, Lane::Active);
                 }
                 self.warp_op(w, &inst.op, here)?;
+                if here == mask {
+                    // The whole group went on together.
+                    return Ok(Some(next));
+                }
                 for l in bits_of(here) {
                     w.pc[l] = next;
                 }
@@ -911,14 +946,12 @@ impl<'a> Launch<'a> {
                 c,
                 ..
             } => {
-                let mut vals = [0u64; 32];
-                for l in bits_of(here) {
-                    vals[l] = self.rd(w, a, l) & 0xffff_ffff;
-                }
+                let vals = self.lanes(w, a).map(|v| v & 0xffff_ffff);
+                let (bs, cs) = (self.lanes(w, b), self.lanes(w, c));
                 for l in bits_of(here) {
                     let lane = l as i32;
-                    let bv = (self.rd(w, b, l) & 31) as i32;
-                    let cv = self.rd(w, c, l) as u32;
+                    let bv = (bs[l] & 31) as i32;
+                    let cv = cs[l] as u32;
                     let cval = (cv & 31) as i32;
                     let segmask = ((cv >> 8) & 31) as i32;
                     let max_lane = (lane & segmask) | (cval & !segmask);
@@ -1547,7 +1580,7 @@ impl<'a> Launch<'a> {
             } => {
                 let e = ty.bytes() as usize;
                 let total = e * n as usize;
-                let at = self.addresses(w, addr, exec);
+                let at = self.addresses(w, addr);
                 if self.load_lanes(w, exec, space, ty, &ds[..n as usize], &at)? {
                     return Ok(());
                 }
@@ -1570,7 +1603,7 @@ impl<'a> Launch<'a> {
             } => {
                 let e = ty.bytes() as usize;
                 let total = e * n as usize;
-                let at = self.addresses(w, addr, exec);
+                let at = self.addresses(w, addr);
                 if self.store_lanes(w, exec, space, ty, &srcs[..n as usize], &at)? {
                     return Ok(());
                 }
@@ -1730,14 +1763,19 @@ impl<'a> Launch<'a> {
         (u64::from(self.func.scratch_end).saturating_sub(PARAM_SCRATCH_BASE)) as usize
     }
 
-    /// The address of `a` in each lane of `exec` (0 elsewhere).
+    /// The address of `a` in each lane.
     #[inline(always)]
-    fn addresses(&self, w: &Warp, a: Addr, exec: u32) -> [u64; 32] {
-        let mut at = [0u64; 32];
-        for l in bits_of(exec) {
-            at[l] = self.address(w, a, l);
+    fn addresses(&self, w: &Warp, a: Addr) -> [u64; 32] {
+        let off = a.off as u64;
+        match a.base {
+            // Computed in every lane: cheaper than picking the lanes.
+            Some(r) => {
+                let b = r as usize * 32;
+                let base: &[u64; 32] = w.regs[b..b + 32].try_into().expect("32 lanes");
+                base.map(|v| v.wrapping_add(off))
+            }
+            None => [off; 32],
         }
-        at
     }
 
     #[inline]

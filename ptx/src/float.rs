@@ -177,9 +177,10 @@ pub(crate) fn sqrt_f32(a: f32, rnd: Rnd) -> f32 {
     round_to_f32(s, sqrt_err(a, s), rnd)
 }
 
+#[inline(always)]
 pub(crate) fn fma_f32(a: f32, b: f32, c: f32, rnd: Rnd) -> f32 {
     if rnd == Rnd::Rn {
-        return a.mul_add(b, c);
+        return fma_rn_f32(a, b, c);
     }
     let p = f64::from(a) * f64::from(b);
     let c = f64::from(c);
@@ -289,6 +290,29 @@ pub(crate) fn sat32(x: f32) -> f32 {
     } else {
         x.clamp(0.0, 1.0)
     }
+}
+
+/// `fma.rn.f32` without a call of the C library's `fmaf` (which a build
+/// for the baseline x86-64 makes per lane). The product of two f32 is
+/// exact in f64, so `s = p + c` is the exact result rounded once to f64.
+/// Rounding `s` to f32 gives the correctly rounded result unless `s`
+/// lies exactly halfway between two f32 values: rounding to f64 is
+/// monotonic and keeps every such midpoint, so otherwise `s` and the
+/// exact result sit between the same two midpoints. Midpoints (low 29 of
+/// f64's 52 fraction bits `1000…0` in f32's normal range), results near
+/// f32's subnormals and non-finite sums take `f32::mul_add`.
+#[inline(always)]
+pub(crate) fn fma_rn_f32(a: f32, b: f32, c: f32) -> f32 {
+    let s = f64::from(a) * f64::from(b) + f64::from(c);
+    let low = s.to_bits() & ((1 << 29) - 1);
+    if low != 1 << 28 && s.is_finite() && s.abs() >= 2f64.powi(-125) {
+        return s as f32;
+    }
+    if s == 0.0 {
+        // An exact zero: its sign is IEEE's for the sum, as f64's.
+        return s as f32;
+    }
+    a.mul_add(b, c)
 }
 
 /// f32 to IEEE half precision, round to nearest even.
@@ -449,6 +473,60 @@ pub(crate) fn bf16_to_f32(h: u16) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fma_rn_is_the_correctly_rounded_fma() {
+        // Random bit patterns (all classes: NaN, infinities, subnormals),
+        // values of similar magnitude (accumulations) and constructed
+        // double-rounding cases: a product exactly halfway between two
+        // f32 after adding a tiny addend.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let same = |a: f32, b: f32, c: f32| {
+            let (got, want) = (fma_rn_f32(a, b, c), a.mul_add(b, c));
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "fma({a:e}, {b:e}, {c:e}) = {got:e}, want {want:e}"
+            );
+        };
+        for _ in 0..200_000 {
+            let r = next();
+            same(
+                f32::from_bits(r as u32),
+                f32::from_bits((r >> 32) as u32),
+                f32::from_bits(next() as u32),
+            );
+            let u = |v: u64| (v >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            same(u(next()) * 8.0, u(next()), u(next()) * 100.0);
+        }
+        // (1 + 2^-23) * (1 + 2^-24): exact product 1 + 3*2^-24 + 2^-47,
+        // halfway-ish cases around it and with a tiny addend of each sign.
+        let (a, b) = (1.0f32 + f32::EPSILON, 1.0f32 + f32::EPSILON / 2.0);
+        for c in [0.0, 1e-30, -1e-30, f32::from_bits(1), -f32::from_bits(1)] {
+            same(a, b, c);
+            same(-a, b, c);
+        }
+        // 97 * 172961 = 2^24 + 1: a product exactly halfway between 1 and
+        // the next f32; a tiny addend decides, which f64 would round away.
+        let (a, b) = (97.0f32 / 128.0, 172_961.0f32 / 131_072.0);
+        assert_eq!(f64::from(a) * f64::from(b), 1.0 + 2f64.powi(-24));
+        for c in [0.0, 1e-30, -1e-30] {
+            same(a, b, c);
+            same(-a, b, c);
+        }
+        assert_eq!(fma_rn_f32(a, b, 1e-30), 1.0f32.next_up());
+        same(f32::MAX, 1.0 + f32::EPSILON, 0.0);
+        same(f32::MAX, 1.0, f32::MAX / 16777216.0);
+        same(f32::MIN_POSITIVE, 0.5, f32::from_bits(1));
+        same(-0.0, 0.0, 0.0);
+        same(-0.0, 0.0, -0.0);
+        same(f32::INFINITY, 0.0, 1.0);
+    }
 
     #[test]
     fn directed_add_sees_tiny_addends() {

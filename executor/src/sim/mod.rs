@@ -1360,6 +1360,71 @@ impl Allocations<'_> {
     }
 }
 
+/// The allocation holding `[addr, addr + len)`, found once for the lanes
+/// of a warp that hit the same one (the common case: a warp reads
+/// neighbouring elements of one array).
+struct Hit<'m> {
+    base: u64,
+    bytes: &'m mut Vec<u8>,
+}
+
+impl Hit<'_> {
+    /// The offset of `[addr, addr + len)` in this allocation, if inside.
+    fn offset(&self, addr: u64, len: usize) -> Option<usize> {
+        let off = usize::try_from(addr.checked_sub(self.base)?).ok()?;
+        (off.checked_add(len)? <= self.bytes.len()).then_some(off)
+    }
+}
+
+impl Allocations<'_> {
+    fn lanes(
+        &mut self,
+        lanes: u32,
+        addrs: &[u64; 32],
+        len: usize,
+        mut each: impl FnMut(usize, &mut [u8]),
+    ) -> Result<(), ptx::Error> {
+        let mut hit: Option<Hit> = None;
+        let mut m = lanes;
+        while m != 0 {
+            let l = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let addr = addrs[l];
+            let off = match hit.as_ref().and_then(|h| h.offset(addr, len)) {
+                Some(off) => off,
+                None => {
+                    let out = || ptx::Error::OutOfBounds {
+                        space: "global",
+                        addr,
+                        len: len as u64,
+                    };
+                    let (&base, bytes) =
+                        self.allocs.range_mut(..=addr).next_back().ok_or_else(out)?;
+                    let h = Hit { base, bytes };
+                    let off = h.offset(addr, len).ok_or_else(out)?;
+                    hit = Some(h);
+                    off
+                }
+            };
+            let h = hit.as_mut().expect("set above");
+            each(l, &mut h.bytes[off..off + len]);
+        }
+        Ok(())
+    }
+}
+
+/// `dst.copy_from_slice(src)` for one lane's access (1 to 32 bytes) with
+/// the common sizes spelled out: moves rather than a call of `memcpy`.
+#[inline(always)]
+fn copy_small(dst: &mut [u8], src: &[u8]) {
+    match dst.len() {
+        4 => dst[..4].copy_from_slice(&src[..4]),
+        8 => dst[..8].copy_from_slice(&src[..8]),
+        16 => dst[..16].copy_from_slice(&src[..16]),
+        _ => dst.copy_from_slice(src),
+    }
+}
+
 impl ptx::Memory for Allocations<'_> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), ptx::Error> {
         buf.copy_from_slice(self.span(addr, buf.len())?);
@@ -1370,6 +1435,34 @@ impl ptx::Memory for Allocations<'_> {
         self.span(addr, data.len())?.copy_from_slice(data);
         self.wrote = true;
         Ok(())
+    }
+
+    fn read_lanes(
+        &mut self,
+        lanes: u32,
+        addrs: &[u64; 32],
+        len: usize,
+        out: &mut [[u8; 32]; 32],
+    ) -> Result<(), ptx::Error> {
+        self.lanes(lanes, addrs, len, |l, bytes| {
+            copy_small(&mut out[l][..len], bytes)
+        })
+    }
+
+    fn write_lanes(
+        &mut self,
+        lanes: u32,
+        addrs: &[u64; 32],
+        len: usize,
+        data: &[[u8; 32]; 32],
+    ) -> Result<(), ptx::Error> {
+        let mut wrote = false;
+        let r = self.lanes(lanes, addrs, len, |l, bytes| {
+            copy_small(bytes, &data[l][..len]);
+            wrote = true;
+        });
+        self.wrote |= wrote;
+        r
     }
 
     fn texture(&self, handle: u64) -> Option<ptx::texture::Texture> {

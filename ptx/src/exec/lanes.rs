@@ -210,19 +210,15 @@ impl Launch<'_> {
         if !len.is_power_of_two() {
             return None;
         }
-        let mut misaligned = 0u64;
-        for l in bits_of(exec) {
-            misaligned |= at[l] & (len - 1);
-        }
-        if misaligned != 0 {
+        // Over all 32 lanes, the others masked out: branch-free loops the
+        // compiler vectorizes.
+        if any(exec, at, |a| a & (len - 1) != 0) {
             return None;
         }
         match space {
             Space::Shared => {
-                let size = self.shared.len() as u64;
-                bits_of(exec)
-                    .all(|l| at[l] < size && size - at[l] >= len)
-                    .then_some(Space::Shared)
+                let last = (self.shared.len() as u64).checked_sub(len)?;
+                (!any(exec, at, |a| a > last)).then_some(Space::Shared)
             }
             Space::Global | Space::Generic => {
                 let alias = self.globals_alias;
@@ -260,9 +256,11 @@ impl Launch<'_> {
         if sp == Space::Shared {
             for (k, &d) in ds.iter().enumerate() {
                 let out = Self::dst(w, d);
-                for l in bits_of(exec) {
-                    let o = at[l] as usize + k * e;
-                    out[l] = value(&self.shared[o..o + e], signed, bits);
+                match e {
+                    4 => gather::<4>(&self.shared, exec, at, k, out, signed, bits),
+                    8 => gather::<8>(&self.shared, exec, at, k, out, signed, bits),
+                    2 => gather::<2>(&self.shared, exec, at, k, out, signed, bits),
+                    _ => gather::<1>(&self.shared, exec, at, k, out, signed, bits),
                 }
             }
             return Ok(true);
@@ -338,4 +336,59 @@ pub(super) fn value(bytes: &[u8], signed: bool, bits: u32) -> u64 {
     } else {
         v
     }
+}
+
+/// Element `k` of `E` bytes at each lane's address in `mem` (every lane of
+/// `exec` checked to lie inside), extended into `out`.
+#[inline(always)]
+fn gather<const E: usize>(
+    mem: &[u8],
+    exec: u32,
+    at: &[u64; 32],
+    k: usize,
+    out: &mut [u64; 32],
+    signed: bool,
+    bits: u32,
+) {
+    if signed {
+        gather_as::<E, true>(mem, exec, at, k, out, bits)
+    } else {
+        gather_as::<E, false>(mem, exec, at, k, out, bits)
+    }
+}
+
+#[inline(always)]
+fn gather_as<const E: usize, const SIGNED: bool>(
+    mem: &[u8],
+    exec: u32,
+    at: &[u64; 32],
+    k: usize,
+    out: &mut [u64; 32],
+    bits: u32,
+) {
+    let one = |a: u64| {
+        let o = a as usize + k * E;
+        let b: &[u8; E] = mem[o..o + E].try_into().expect("E bytes");
+        value(b, SIGNED, bits)
+    };
+    if exec == FULL {
+        for l in 0..32 {
+            out[l] = one(at[l]);
+        }
+    } else {
+        for l in bits_of(exec) {
+            out[l] = one(at[l]);
+        }
+    }
+}
+
+/// Whether `bad` holds for any lane of `exec`: evaluated in all 32 lanes,
+/// the others masked out, a branch-free loop the compiler vectorizes.
+#[inline(always)]
+fn any(exec: u32, at: &[u64; 32], bad: impl Fn(u64) -> bool) -> bool {
+    let mut hit = 0u32;
+    for (l, &a) in at.iter().enumerate() {
+        hit |= u32::from(bad(a)) << l;
+    }
+    hit & exec != 0
 }
