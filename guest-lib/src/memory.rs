@@ -398,6 +398,75 @@ export! {
     fn cuMemsetD32Async(dst: CUdeviceptr, v: u32, n: usize, s: CUstream) => memset(dst, v, 4, n, Some(s));
     /// `cuMemsetD32Async_ptsz`.
     fn cuMemsetD32Async_ptsz(dst: CUdeviceptr, v: u32, n: usize, s: CUstream) => memset(dst, v, 4, n, Some(s));
+    /// `cuMemsetD2D8_v2`.
+    fn cuMemsetD2D8_v2(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize) => memset_2d(dst, pitch, v.into(), 1, w, h, None);
+    /// `cuMemsetD2D8_v2_ptds`.
+    fn cuMemsetD2D8_v2_ptds(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize) => memset_2d(dst, pitch, v.into(), 1, w, h, None);
+    /// `cuMemsetD2D16_v2`.
+    fn cuMemsetD2D16_v2(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize) => memset_2d(dst, pitch, v.into(), 2, w, h, None);
+    /// `cuMemsetD2D16_v2_ptds`.
+    fn cuMemsetD2D16_v2_ptds(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize) => memset_2d(dst, pitch, v.into(), 2, w, h, None);
+    /// `cuMemsetD2D32_v2`.
+    fn cuMemsetD2D32_v2(dst: CUdeviceptr, pitch: usize, v: u32, w: usize, h: usize) => memset_2d(dst, pitch, v, 4, w, h, None);
+    /// `cuMemsetD2D32_v2_ptds`.
+    fn cuMemsetD2D32_v2_ptds(dst: CUdeviceptr, pitch: usize, v: u32, w: usize, h: usize) => memset_2d(dst, pitch, v, 4, w, h, None);
+    /// `cuMemsetD2D8Async`.
+    fn cuMemsetD2D8Async(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v.into(), 1, w, h, Some(s));
+    /// `cuMemsetD2D8Async_ptsz`.
+    fn cuMemsetD2D8Async_ptsz(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v.into(), 1, w, h, Some(s));
+    /// `cuMemsetD2D16Async`.
+    fn cuMemsetD2D16Async(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v.into(), 2, w, h, Some(s));
+    /// `cuMemsetD2D16Async_ptsz`.
+    fn cuMemsetD2D16Async_ptsz(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v.into(), 2, w, h, Some(s));
+    /// `cuMemsetD2D32Async`.
+    fn cuMemsetD2D32Async(dst: CUdeviceptr, pitch: usize, v: u32, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v, 4, w, h, Some(s));
+    /// `cuMemsetD2D32Async_ptsz`.
+    fn cuMemsetD2D32Async_ptsz(dst: CUdeviceptr, pitch: usize, v: u32, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v, 4, w, h, Some(s));
+}
+
+/// `cuMemsetD2D*`: `height` rows of `width` elements, `pitch` bytes apart,
+/// each row one memset (a stream capture records the whole as one node).
+fn memset_2d(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: u32,
+    elem: u8,
+    width: usize,
+    height: usize,
+    stream: Option<CUstream>,
+) -> CUresult {
+    let row = match width.checked_mul(usize::from(elem)) {
+        Some(r) if height <= 1 || pitch >= r => r,
+        _ => return err::INVALID_VALUE,
+    };
+    let Some(span) = pitch
+        .checked_mul(height.saturating_sub(1))
+        .and_then(|b| b.checked_add(row))
+    else {
+        return err::INVALID_VALUE;
+    };
+    if dst.checked_add(span as u64).is_none() {
+        return err::INVALID_VALUE;
+    }
+    let work = crate::graph::Work::Memset {
+        dst,
+        pitch,
+        value,
+        elem,
+        width,
+        height,
+    };
+    if let Some(r) = captured_copy(stream, work) {
+        return r;
+    }
+    for r in 0..height {
+        let at = dst + (r * pitch) as u64;
+        let rc = memset(at, value, elem, width, stream);
+        if rc != err::SUCCESS {
+            return rc;
+        }
+    }
+    err::SUCCESS
 }
 
 fn memset(dst: CUdeviceptr, value: u32, elem: u8, n: usize, stream: Option<CUstream>) -> CUresult {

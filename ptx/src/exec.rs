@@ -1772,7 +1772,11 @@ impl<'a> Launch<'a> {
             Some(r) => {
                 let b = r as usize * 32;
                 let base: &[u64; 32] = w.regs[b..b + 32].try_into().expect("32 lanes");
-                base.map(|v| v.wrapping_add(off))
+                let mut at = [0u64; 32];
+                for (a, v) in at.iter_mut().zip(base) {
+                    *a = v.wrapping_add(off);
+                }
+                at
             }
             None => [off; 32],
         }

@@ -7,7 +7,7 @@
 # time, the launches and instructions SimGpu executed, the host time spent
 # executing them, and the instructions per second.
 #
-#   cargo build --release -p fairgpu -p fairgpu-guest
+#   cargo build --release -p fairgpu-cli -p fairgpu-guest
 #   tests/cuda/measure-interpreter.sh [PROGRAM[:ARG]...]
 #
 # Default: every program that checks what kernels compute, then
@@ -23,7 +23,7 @@ bin=$repo/target/release/fairgpu
 lib=$repo/target/release/libcuda.so
 for f in "$bin" "$lib"; do
     [[ -e $f ]] || {
-        echo "error: $f missing: cargo build --release -p fairgpu -p fairgpu-guest" >&2
+        echo "error: $f missing: cargo build --release -p fairgpu-cli -p fairgpu-guest" >&2
         exit 1
     }
 done
@@ -62,7 +62,7 @@ region = "$region"
 channels = 4
 TOML
 
-FAIRGPU_LOG=info,fairgpu::executor::sim=debug "$bin" serve --config "$tmp/fairgpu.toml" \
+FAIRGPU_LOG=info,fairgpu_executor::sim=debug "$bin" serve --config "$tmp/fairgpu.toml" \
     2>"$tmp/log" &
 pid=$!
 for _ in $(seq 100); do

@@ -78,6 +78,45 @@ static void memsets() {
     CHECK(cudaFree(d));
 }
 
+// cudaMemset2D(Async) on pitched memory changes exactly its rectangle:
+// the bytes between rows and past the width keep their values.
+static void memsets_2d() {
+    const size_t width = 301, height = 37;
+    size_t pitch = 0;
+    unsigned char* d = nullptr;
+    CHECK(cudaMallocPitch((void**)&d, &pitch, width, height));
+    if (pitch < width) fail("cudaMallocPitch gave a pitch below the width");
+    const size_t n = pitch * height;
+    std::vector<unsigned char> want(n), got(n);
+    fill_pattern(want.data(), n, 7);
+    CHECK(cudaMemcpy(d, want.data(), n, cudaMemcpyHostToDevice));
+    struct {
+        size_t x, y, w, h;
+        int value;
+    } cases[] = {{0, 0, width, height, 0x21}, {1, 2, 13, 5, 0xfe},
+                 {4, 1, 64, 30, 0x00}, {width - 3, height - 1, 3, 1, 0x7f}};
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    for (int async = 0; async < 2; async++) {
+        for (auto& c : cases) {
+            unsigned char* at = d + c.y * pitch + c.x;
+            int v = c.value ^ async;
+            if (async) {
+                CHECK(cudaMemset2DAsync(at, pitch, v, c.w, c.h, s));
+                CHECK(cudaStreamSynchronize(s));
+            } else {
+                CHECK(cudaMemset2D(at, pitch, v, c.w, c.h));
+            }
+            for (size_t r = 0; r < c.h; r++)
+                std::memset(want.data() + (c.y + r) * pitch + c.x, v, c.w);
+            CHECK(cudaMemcpy(got.data(), d, n, cudaMemcpyDeviceToHost));
+            expect_same(got.data(), want.data(), n, "cudaMemset2D", c.w * c.h, c.y * pitch + c.x);
+        }
+    }
+    CHECK(cudaStreamDestroy(s));
+    CHECK(cudaFree(d));
+}
+
 // cudaMemcpyAsync/cudaMemsetAsync on a stream, pageable and pinned memory.
 static void async_copies() {
     cudaStream_t s;
@@ -174,6 +213,7 @@ int main() {
 
     round_trips();
     memsets();
+    memsets_2d();
     async_copies();
     quota();
     bad_pointers();

@@ -41,7 +41,42 @@ macro_rules! specialize {
 }
 pub(super) use specialize;
 
+/// An operand's values in the 32 lanes, read in place where they are a
+/// register's. Lives on the stack for one instruction: boxing the rare
+/// owned form would cost an allocation.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Operand<'a> {
+    Lanes(&'a [u64; 32]),
+    Same(u64),
+    Owned([u64; 32]),
+}
+
+impl Operand<'_> {
+    #[inline(always)]
+    pub(super) fn get(&self, l: usize) -> u64 {
+        match self {
+            Operand::Lanes(v) => v[l],
+            Operand::Same(x) => *x,
+            Operand::Owned(v) => v[l],
+        }
+    }
+}
+
 impl Launch<'_> {
+    /// The values of `s` in all 32 lanes, borrowed from the register file
+    /// where they are a register's.
+    #[inline(always)]
+    pub(super) fn operand<'w>(&self, w: &'w Warp, s: Src) -> Operand<'w> {
+        match s {
+            Src::Reg(r) => {
+                let b = r as usize * 32;
+                Operand::Lanes(w.regs[b..b + 32].try_into().expect("32 lanes"))
+            }
+            Src::Imm(v) => Operand::Same(v),
+            _ => Operand::Owned(self.lanes(w, s)),
+        }
+    }
+
     /// The values of `s` in all 32 lanes.
     #[inline(always)]
     pub(super) fn lanes(&self, w: &Warp, s: Src) -> [u64; 32] {
@@ -49,7 +84,10 @@ impl Launch<'_> {
             Src::Reg(r) => {
                 let b = r as usize * 32;
                 let mut v = [0u64; 32];
-                v.copy_from_slice(&w.regs[b..b + 32]);
+                // Two halves: a copy of 128 bytes is inlined, one of 256
+                // is a call of `memcpy`.
+                v[..16].copy_from_slice(&w.regs[b..b + 16]);
+                v[16..].copy_from_slice(&w.regs[b + 16..b + 32]);
                 v
             }
             Src::Imm(v) => [v; 32],
@@ -83,7 +121,8 @@ impl Launch<'_> {
     pub(super) fn put(w: &mut Warp, exec: u32, d: u32, v: &[u64; 32]) {
         let out = Self::dst(w, d);
         if exec == FULL {
-            *out = *v;
+            out[..16].copy_from_slice(&v[..16]);
+            out[16..].copy_from_slice(&v[16..]);
         } else {
             for l in bits_of(exec) {
                 out[l] = v[l];
@@ -100,17 +139,18 @@ impl Launch<'_> {
     /// `d = f(a)` in the lanes of `exec`.
     #[inline(never)]
     pub(super) fn map1(&self, w: &mut Warp, exec: u32, d: u32, a: Src, f: impl Fn(u64) -> u64) {
-        let x = self.lanes(w, a);
-        let out = Self::dst(w, d);
+        let mut r = [0u64; 32];
+        let x = self.operand(w, a);
         if exec == FULL {
-            for l in 0..32 {
-                out[l] = f(x[l]);
+            for (l, o) in r.iter_mut().enumerate() {
+                *o = f(x.get(l));
             }
         } else {
             for l in bits_of(exec) {
-                out[l] = f(x[l]);
+                r[l] = f(x.get(l));
             }
         }
+        Self::put(w, exec, d, &r);
     }
 
     /// `d = f(a, b)` in the lanes of `exec`.
@@ -124,17 +164,18 @@ impl Launch<'_> {
         b: Src,
         f: impl Fn(u64, u64) -> u64,
     ) {
-        let (x, y) = (self.lanes(w, a), self.lanes(w, b));
-        let out = Self::dst(w, d);
+        let mut r = [0u64; 32];
+        let (x, y) = (self.operand(w, a), self.operand(w, b));
         if exec == FULL {
-            for l in 0..32 {
-                out[l] = f(x[l], y[l]);
+            for (l, o) in r.iter_mut().enumerate() {
+                *o = f(x.get(l), y.get(l));
             }
         } else {
             for l in bits_of(exec) {
-                out[l] = f(x[l], y[l]);
+                r[l] = f(x.get(l), y.get(l));
             }
         }
+        Self::put(w, exec, d, &r);
     }
 
     /// `d = f(a, b, c)` in the lanes of `exec`.
@@ -150,17 +191,18 @@ impl Launch<'_> {
         c: Src,
         f: impl Fn(u64, u64, u64) -> u64,
     ) {
-        let (x, y, z) = (self.lanes(w, a), self.lanes(w, b), self.lanes(w, c));
-        let out = Self::dst(w, d);
+        let mut r = [0u64; 32];
+        let (x, y, z) = (self.operand(w, a), self.operand(w, b), self.operand(w, c));
         if exec == FULL {
-            for l in 0..32 {
-                out[l] = f(x[l], y[l], z[l]);
+            for (l, o) in r.iter_mut().enumerate() {
+                *o = f(x.get(l), y.get(l), z.get(l));
             }
         } else {
             for l in bits_of(exec) {
-                out[l] = f(x[l], y[l], z[l]);
+                r[l] = f(x.get(l), y.get(l), z.get(l));
             }
         }
+        Self::put(w, exec, d, &r);
     }
 
     /// `setp` without a combining predicate: `d = test(a, b)` and, if
@@ -177,10 +219,10 @@ impl Launch<'_> {
         b: Src,
         test: impl Fn(u64, u64) -> bool,
     ) {
-        let (x, y) = (self.lanes(w, a), self.lanes(w, b));
         let mut t = [0u64; 32];
-        for l in 0..32 {
-            t[l] = u64::from(test(x[l], y[l]));
+        let (x, y) = (self.operand(w, a), self.operand(w, b));
+        for (l, o) in t.iter_mut().enumerate() {
+            *o = u64::from(test(x.get(l), y.get(l)));
         }
         Self::put(w, exec, d, &t);
         if let Some(q) = dn {
@@ -294,9 +336,12 @@ impl Launch<'_> {
         };
         let mut buf = [[0u8; MAX_ACCESS]; 32];
         for (k, &s) in srcs.iter().enumerate() {
-            let v = self.lanes(w, s);
+            let v = self.operand(w, s);
             for l in bits_of(exec) {
-                super::copy(&mut buf[l][k * e..(k + 1) * e], &v[l].to_le_bytes()[..e]);
+                super::copy(
+                    &mut buf[l][k * e..(k + 1) * e],
+                    &v.get(l).to_le_bytes()[..e],
+                );
             }
         }
         if sp == Space::Shared {
