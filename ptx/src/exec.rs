@@ -164,6 +164,47 @@ pub(crate) struct Launch<'a> {
     counts: [Option<u32>; BARRIERS],
 }
 
+/// Lane `l`'s bit, as a table rather than a shift by `l`: SSE2 has no
+/// shift by a different amount per lane, so loops over the 32 lanes that
+/// shift stay scalar while loops that look bits up here vectorize.
+const BIT: [u32; 32] = {
+    let mut b = [0u32; 32];
+    let mut l = 0;
+    while l < 32 {
+        b[l] = 1 << l;
+        l += 1;
+    }
+    b
+};
+
+/// The group of lanes of `active` at the lowest PC (the highest if
+/// `high`): its PC, its lanes, and the lowest PC of the other active
+/// lanes (`u32::MAX`: none). Branch-free passes over the 32 lanes, which
+/// the compiler vectorizes.
+#[inline]
+fn group(pcs: &[u32; 32], active: u32, high: bool) -> (u32, u32, u32) {
+    // Inactive lanes count as the worst PC.
+    let worst = if high { 0 } else { u32::MAX };
+    let mut key = [0u32; 32];
+    for l in 0..32 {
+        key[l] = if active & BIT[l] != 0 { pcs[l] } else { worst };
+    }
+    let pc = if high {
+        key.iter().fold(0, |a, &p| a.max(p))
+    } else {
+        key.iter().fold(u32::MAX, |a, &p| a.min(p))
+    };
+    let mut mask = 0u32;
+    let mut second = u32::MAX;
+    for l in 0..32 {
+        let on = active & BIT[l] != 0;
+        let here = on && pcs[l] == pc;
+        mask |= if here { BIT[l] } else { 0 };
+        second = second.min(if on && !here { pcs[l] } else { u32::MAX });
+    }
+    (pc, mask, second)
+}
+
 fn bits_of(mut m: u32) -> impl Iterator<Item = usize> {
     std::iter::from_fn(move || {
         if m == 0 {
@@ -628,28 +669,8 @@ impl<'a> Launch<'a> {
                 // The group at the lowest PC, or at the highest on turns
                 // that favour the threads ahead.
                 let high = w.favor_high;
-                let mut pc = if high { 0 } else { u32::MAX };
-                let mut mask = 0u32;
-                let mut all = 0u32;
-                // The lowest PC outside the group (lowest-first turns).
-                let mut second = u32::MAX;
-                for l in bits_of(w.active) {
-                    {
-                        all |= 1 << l;
-                        let p = w.pc[l];
-                        if mask == 0 || (if high { p > pc } else { p < pc }) {
-                            if mask != 0 {
-                                second = second.min(pc);
-                            }
-                            pc = p;
-                            mask = 1 << l;
-                        } else if p == pc {
-                            mask |= 1 << l;
-                        } else {
-                            second = second.min(p);
-                        }
-                    }
-                }
+                let all = w.active;
+                let (pc, mask, second) = group(&w.pc, all, high);
                 // Turns that favour the highest group take no shortcut
                 // while other threads are active.
                 let bound = if high && mask != all { 0 } else { second };
@@ -793,8 +814,8 @@ impl<'a> Launch<'a> {
                 let b = g.reg as usize * 32;
                 let p: &[u64; 32] = w.regs[b..b + 32].try_into().expect("32 lanes");
                 let mut set = 0u32;
-                for (l, v) in p.iter().enumerate() {
-                    set |= ((*v & 1) as u32) << l;
+                for (v, bit) in p.iter().zip(BIT) {
+                    set |= if *v & 1 != 0 { bit } else { 0 };
                 }
                 if g.neg {
                     mask & !set

@@ -98,6 +98,66 @@ fn unknown_modifiers_are_unsupported_not_ignored() {
     }
 }
 
+/// Whole warps: accesses are checked for all 32 lanes at once and, when
+/// any lane would fault, run lane by lane, so the error names the first
+/// faulting lane's address and the lanes before it still did their work.
+#[test]
+fn a_warp_access_fails_at_its_first_faulting_lane() {
+    // `out` holds 45 u32: threads 45.. of the second warp store past it.
+    let m = kernel_with("", "st.global.u32 [%rd3], %r1;");
+    let (r, out) = run_k(&m, 64, 45);
+    match r {
+        Err(Error::OutOfBounds {
+            space: "global",
+            addr,
+            len: 4,
+        }) => {
+            assert_eq!(addr % 4, 0, "{addr:#x}");
+            assert_eq!(
+                out,
+                (0..45).collect::<Vec<u32>>(),
+                "lanes before the fault stored"
+            );
+        }
+        r => panic!("{r:?}"),
+    }
+    // A shared array of 36 u32: lane 36's load is the first outside it.
+    let m = kernel_with(
+        ".shared .align 4 .b8 s[144];",
+        "mov.u32 %r3, s;
+shl.b32 %r4, %r1, 2;
+add.s32 %r5, %r3, %r4;
+ld.shared.u32 %r2, [%r5];",
+    );
+    match run_k(&m, 64, 64).0 {
+        Err(Error::OutOfBounds {
+            space: "shared",
+            addr,
+            len: 4,
+        }) => assert_eq!(addr, 36 * 4),
+        r => panic!("{r:?}"),
+    }
+    // One misaligned lane of a full warp.
+    let m = kernel_with(
+        ".shared .align 4 .b8 s[256];",
+        "mov.u32 %r3, s;
+shl.b32 %r4, %r1, 2;
+setp.eq.u32 %p1, %r1, 9;
+         selp.b32 %r6, 2, 0, %p1;
+add.s32 %r5, %r3, %r4;
+add.s32 %r5, %r5, %r6;
+         ld.shared.u32 %r2, [%r5];",
+    );
+    match run_k(&m, 32, 32).0 {
+        Err(Error::Misaligned {
+            space: "shared",
+            addr,
+            len: 4,
+        }) => assert_eq!(addr, 9 * 4 + 2),
+        r => panic!("{r:?}"),
+    }
+}
+
 #[test]
 fn out_of_bounds_and_misaligned_accesses_fail() {
     let cases = [

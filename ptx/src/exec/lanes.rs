@@ -41,39 +41,22 @@ macro_rules! specialize {
 }
 pub(super) use specialize;
 
-/// An operand's values in the 32 lanes, read in place where they are a
-/// register's. Lives on the stack for one instruction: boxing the rare
-/// owned form would cost an allocation.
-#[allow(clippy::large_enum_variant)]
-pub(super) enum Operand<'a> {
-    Lanes(&'a [u64; 32]),
-    Same(u64),
-    Owned([u64; 32]),
-}
-
-impl Operand<'_> {
-    #[inline(always)]
-    pub(super) fn get(&self, l: usize) -> u64 {
-        match self {
-            Operand::Lanes(v) => v[l],
-            Operand::Same(x) => *x,
-            Operand::Owned(v) => v[l],
-        }
-    }
-}
-
 impl Launch<'_> {
-    /// The values of `s` in all 32 lanes, borrowed from the register file
-    /// where they are a register's.
+    /// The values of `s` in all 32 lanes: borrowed from the register file
+    /// where they are a register's, else written into `buf`. Always an
+    /// array, so that the lane loops reading it have no branch per lane
+    /// and vectorize.
     #[inline(always)]
-    pub(super) fn operand<'w>(&self, w: &'w Warp, s: Src) -> Operand<'w> {
+    pub(super) fn operand<'w>(&self, w: &'w Warp, s: Src, buf: &'w mut [u64; 32]) -> &'w [u64; 32] {
         match s {
             Src::Reg(r) => {
                 let b = r as usize * 32;
-                Operand::Lanes(w.regs[b..b + 32].try_into().expect("32 lanes"))
+                w.regs[b..b + 32].try_into().expect("32 lanes")
             }
-            Src::Imm(v) => Operand::Same(v),
-            _ => Operand::Owned(self.lanes(w, s)),
+            _ => {
+                *buf = self.lanes(w, s);
+                buf
+            }
         }
     }
 
@@ -140,14 +123,15 @@ impl Launch<'_> {
     #[inline(never)]
     pub(super) fn map1(&self, w: &mut Warp, exec: u32, d: u32, a: Src, f: impl Fn(u64) -> u64) {
         let mut r = [0u64; 32];
-        let x = self.operand(w, a);
+        let mut bx = [0u64; 32];
+        let x = self.operand(w, a, &mut bx);
         if exec == FULL {
             for (l, o) in r.iter_mut().enumerate() {
-                *o = f(x.get(l));
+                *o = f(x[l]);
             }
         } else {
             for l in bits_of(exec) {
-                r[l] = f(x.get(l));
+                r[l] = f(x[l]);
             }
         }
         Self::put(w, exec, d, &r);
@@ -165,14 +149,15 @@ impl Launch<'_> {
         f: impl Fn(u64, u64) -> u64,
     ) {
         let mut r = [0u64; 32];
-        let (x, y) = (self.operand(w, a), self.operand(w, b));
+        let (mut bx, mut by) = ([0u64; 32], [0u64; 32]);
+        let (x, y) = (self.operand(w, a, &mut bx), self.operand(w, b, &mut by));
         if exec == FULL {
             for (l, o) in r.iter_mut().enumerate() {
-                *o = f(x.get(l), y.get(l));
+                *o = f(x[l], y[l]);
             }
         } else {
             for l in bits_of(exec) {
-                r[l] = f(x.get(l), y.get(l));
+                r[l] = f(x[l], y[l]);
             }
         }
         Self::put(w, exec, d, &r);
@@ -192,14 +177,19 @@ impl Launch<'_> {
         f: impl Fn(u64, u64, u64) -> u64,
     ) {
         let mut r = [0u64; 32];
-        let (x, y, z) = (self.operand(w, a), self.operand(w, b), self.operand(w, c));
+        let (mut bx, mut by, mut bz) = ([0u64; 32], [0u64; 32], [0u64; 32]);
+        let (x, y, z) = (
+            self.operand(w, a, &mut bx),
+            self.operand(w, b, &mut by),
+            self.operand(w, c, &mut bz),
+        );
         if exec == FULL {
             for (l, o) in r.iter_mut().enumerate() {
-                *o = f(x.get(l), y.get(l), z.get(l));
+                *o = f(x[l], y[l], z[l]);
             }
         } else {
             for l in bits_of(exec) {
-                r[l] = f(x.get(l), y.get(l), z.get(l));
+                r[l] = f(x[l], y[l], z[l]);
             }
         }
         Self::put(w, exec, d, &r);
@@ -220,9 +210,10 @@ impl Launch<'_> {
         test: impl Fn(u64, u64) -> bool,
     ) {
         let mut t = [0u64; 32];
-        let (x, y) = (self.operand(w, a), self.operand(w, b));
+        let (mut bx, mut by) = ([0u64; 32], [0u64; 32]);
+        let (x, y) = (self.operand(w, a, &mut bx), self.operand(w, b, &mut by));
         for (l, o) in t.iter_mut().enumerate() {
-            *o = u64::from(test(x.get(l), y.get(l)));
+            *o = u64::from(test(x[l], y[l]));
         }
         Self::put(w, exec, d, &t);
         if let Some(q) = dn {
@@ -290,11 +281,29 @@ impl Launch<'_> {
     ) -> Result<bool, Error> {
         let e = ty.bytes() as usize;
         let total = e * ds.len();
+        let signed = ty.is_signed();
+        let bits = ty.bits();
+        if space == Space::Param {
+            // A kernel parameter: one address for every lane, read once.
+            let a = at[exec.trailing_zeros() as usize & 31];
+            let end = a.checked_add(total as u64);
+            if any(exec, at, |x| x != a)
+                || !a.is_multiple_of(total as u64)
+                || a >= crate::ir::PARAM_SCRATCH_BASE
+                || end.is_none_or(|end| end > u64::from(self.func.param_bytes))
+            {
+                return Ok(false);
+            }
+            let bytes = &self.params[a as usize..a as usize + total];
+            for (k, &d) in ds.iter().enumerate() {
+                let v = value(&bytes[k * e..(k + 1) * e], signed, bits);
+                Self::put(w, exec, d, &[v; 32]);
+            }
+            return Ok(true);
+        }
         let Some(sp) = self.direct_space(space, exec, at, total) else {
             return Ok(false);
         };
-        let signed = ty.is_signed();
-        let bits = ty.bits();
         if sp == Space::Shared {
             for (k, &d) in ds.iter().enumerate() {
                 let out = Self::dst(w, d);
@@ -336,12 +345,10 @@ impl Launch<'_> {
         };
         let mut buf = [[0u8; MAX_ACCESS]; 32];
         for (k, &s) in srcs.iter().enumerate() {
-            let v = self.operand(w, s);
+            let mut bv = [0u64; 32];
+            let v = self.operand(w, s, &mut bv);
             for l in bits_of(exec) {
-                super::copy(
-                    &mut buf[l][k * e..(k + 1) * e],
-                    &v.get(l).to_le_bytes()[..e],
-                );
+                super::copy(&mut buf[l][k * e..(k + 1) * e], &v[l].to_le_bytes()[..e]);
             }
         }
         if sp == Space::Shared {
@@ -432,8 +439,8 @@ fn gather_as<const E: usize, const SIGNED: bool>(
 #[inline(always)]
 fn any(exec: u32, at: &[u64; 32], bad: impl Fn(u64) -> bool) -> bool {
     let mut hit = 0u32;
-    for (l, &a) in at.iter().enumerate() {
-        hit |= u32::from(bad(a)) << l;
+    for (&a, bit) in at.iter().zip(super::BIT) {
+        hit |= if bad(a) { bit } else { 0 };
     }
     hit & exec != 0
 }
