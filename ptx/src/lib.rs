@@ -165,10 +165,11 @@
 //!   earlier ones left (PTX leaves them undefined), never data of another
 //!   launch.
 //!
-//! Measured speed (release build, one core of a busy 2-core machine):
-//! about 70 million thread-instructions per second on a shared-memory tiled
-//! matmul and 85 to 100 million on reductions (`cargo run -p fairgpu-ptx
-//! --release --example speed`).
+//! Warps execute the common instructions as operations over their 32
+//! lanes (`docs/simgpu-engine.md`). Measured speed (release build, one
+//! core of a busy 2-core machine): 200 to 250 million thread-instructions
+//! per second on a shared-memory tiled matmul and 300 to 350 million on
+//! reductions (`cargo run -p fairgpu-ptx --release --example speed`).
 
 mod exec;
 mod float;
