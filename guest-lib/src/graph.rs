@@ -383,20 +383,7 @@ fn run(work: &Work, s: CUstream) -> CUresult {
             elem,
             width,
             height,
-        } => {
-            for row in 0..height {
-                let at = dst + (row * pitch) as u64;
-                let r = match elem {
-                    1 => crate::memory::cuMemsetD8Async(at, value as u8, width, s),
-                    2 => crate::memory::cuMemsetD16Async(at, value as u16, width, s),
-                    _ => crate::memory::cuMemsetD32Async(at, value, width, s),
-                };
-                if r != err::SUCCESS {
-                    return r;
-                }
-            }
-            err::SUCCESS
-        }
+        } => crate::memory::memset_2d(dst, pitch, value, elem, width, height, Some(s)),
         Work::Host { f, data } => {
             // SAFETY: a `CUhostFn` the application gave (checked non-null
             // when the node was made); transmuted back from its address.

@@ -426,7 +426,8 @@ export! {
 
 /// `cuMemsetD2D*`: `height` rows of `width` elements, `pitch` bytes apart,
 /// each row one memset (a stream capture records the whole as one node).
-fn memset_2d(
+/// Graph replay of a memset node comes here too.
+pub(crate) fn memset_2d(
     dst: CUdeviceptr,
     pitch: usize,
     value: u32,

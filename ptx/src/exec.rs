@@ -1212,12 +1212,10 @@ impl<'a> Launch<'a> {
                     Self::wr(w, d, l, v);
                 }
             }
-            Op::IUn { op, ty, d, a } => {
-                for l in bits_of(exec) {
-                    let v = iun(op, ty, self.rd(w, a, l));
-                    Self::wr(w, d, l, v);
-                }
-            }
+            Op::IUn { op, ty, d, a } => specialize!(OP: IUn = op; [
+                IUn::Not, IUn::Neg, IUn::Abs, IUn::Popc, IUn::Clz,
+            ] => specialize!(TY: Ty = ty; [Ty::B32, Ty::S32, Ty::U32, Ty::B64, Ty::S64] =>
+                self.map1(w, exec, d, a, |x| iun(OP, TY, x)))),
             Op::Sad { ty, d, a, b, c } => {
                 let bits = ty.bits();
                 let m = mask_of(bits);
@@ -1346,12 +1344,11 @@ impl<'a> Launch<'a> {
                 specialize!(TY: Ty = ty; [Ty::F32, Ty::F64] => specialize!(M: FMode = m; [RN, RN_FTZ] =>
                     self.map3(w, exec, d, a, b, c, |x, y, z| fma(TY, M, x, y, z))));
             }
-            Op::FUn { op, ty, m, d, a } => {
-                for l in bits_of(exec) {
-                    let v = fun(op, ty, m, self.rd(w, a, l));
-                    Self::wr(w, d, l, v);
-                }
-            }
+            Op::FUn { op, ty, m, d, a } => specialize!(OP: FUn = op; [
+                FUn::Abs, FUn::Neg, FUn::Rcp, FUn::RcpApprox, FUn::Sqrt, FUn::SqrtApprox,
+                FUn::Rsqrt, FUn::Ex2, FUn::Lg2,
+            ] => specialize!(TY: Ty = ty; [Ty::F32, Ty::F64] =>
+                self.map1(w, exec, d, a, |x| fun(OP, TY, m, x)))),
             Op::Half {
                 op,
                 fmt,
@@ -1483,13 +1480,9 @@ impl<'a> Launch<'a> {
                     }
                 }
             }
-            Op::PredBin { op, d, a, b } => {
-                for l in bits_of(exec) {
-                    let x = self.rd(w, a, l) & 1 != 0;
-                    let y = self.rd(w, b, l) & 1 != 0;
-                    Self::wr(w, d, l, u64::from(boolop(op, x, y)));
-                }
-            }
+            Op::PredBin { op, d, a, b } => self.map2(w, exec, d, a, b, |x, y| {
+                u64::from(boolop(op, x & 1 != 0, y & 1 != 0))
+            }),
             Op::Selp { bits, d, a, b, c } => {
                 let m = mask_of(bits);
                 self.map3(w, exec, d, a, b, c, |x, y, p| {
@@ -2104,6 +2097,7 @@ fn ibin(op: IBin, ty: Ty, a: u64, b: u64) -> u64 {
     r & m
 }
 
+#[inline(always)]
 fn iun(op: IUn, ty: Ty, a: u64) -> u64 {
     let bits = ty.bits();
     let m = mask_of(bits);
@@ -2365,6 +2359,7 @@ fn high_word_approx(a: f64, f: impl Fn(f64) -> f64) -> u64 {
     r.to_bits() & HIGH
 }
 
+#[inline(always)]
 fn fun(op: FUn, ty: Ty, m: FMode, x: u64) -> u64 {
     if ty == Ty::F64 {
         let a = f64::from_bits(x);
