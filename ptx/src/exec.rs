@@ -81,10 +81,9 @@ struct Warp {
     barred: u32,
     /// Lanes waiting at a warp-synchronous instruction ([`Lane::Sync`]).
     synced: u32,
+    /// Each lane's `%tid`: the same in every block of the launch.
     tid: [[u32; 3]; 32],
     exists: u32,
-    /// Lanes whose `tid` is computed.
-    tid_set: u32,
     /// Carry flags of `add.cc` and friends, one bit per lane.
     carry: u32,
     /// Predicates of threads waiting at a `bar.red`.
@@ -491,9 +490,12 @@ impl<'a> Launch<'a> {
                 exited: u32::MAX,
                 barred: 0,
                 synced: 0,
-                tid: [[0; 3]; 32],
+                tid: std::array::from_fn(|l| {
+                    let t = id * 32 + l as u32;
+                    let [bx, by, _] = d.block;
+                    [t % bx, (t / bx) % by, t / (bx * by)]
+                }),
                 exists: 0,
-                tid_set: 0,
                 carry: 0,
                 redp: 0,
                 favor_high: false,
@@ -530,7 +532,6 @@ impl<'a> Launch<'a> {
     }
 
     fn run_block(&mut self, warps: &mut [Warp], threads: u32) -> Result<(), Error> {
-        let [bx, by, _] = self.dims.block;
         // Registers, shared and local memory are undefined at a block's
         // start in PTX; they are zero at the launch's start and otherwise
         // hold what the previous block of this launch left, so a block's
@@ -550,14 +551,6 @@ impl<'a> Launch<'a> {
                 } else {
                     w.set(i, Lane::Exited);
                 }
-            }
-            // The same in every block of the launch.
-            if w.tid_set != w.exists {
-                for l in bits_of(w.exists & !w.tid_set) {
-                    let t = w.id * 32 + l as u32;
-                    w.tid[l] = [t % bx, (t / bx) % by, t / (bx * by)];
-                }
-                w.tid_set = w.exists;
             }
         }
         self.arrivals = [0; BARRIERS];
