@@ -2146,9 +2146,12 @@ mod tests {
         let bf = d1.grant_backfill(0, seq, 500_000);
         assert!(!issue(&mut b, Opcode::LaunchKernel));
         assert_eq!((d1.backfill_released(), d1.backfill_used()), (bf, (0, 0)));
-        // One that admits 2 ms: kernels go, each synchronised at once; a
-        // copy does not (its length is not predicted) and ends the grant.
-        let bf = d1.grant_backfill(0, seq, 2_000_000);
+        // One that admits its kernels (a bound of 1 s: a loaded host may
+        // stretch the 1 ms sleeps well past 2 ms): kernels go, each
+        // synchronised at once; a copy does not (its length is not
+        // predicted) and ends the grant.
+        let admits = 1_000_000_000;
+        let bf = d1.grant_backfill(0, seq, admits);
         let syncs = b.inner().syncs;
         assert!(issue(&mut b, Opcode::LaunchKernel));
         assert!(issue(&mut b, Opcode::LaunchKernel));
@@ -2165,7 +2168,7 @@ mod tests {
         );
         // Another grant; the holder comes back: the backfiller's next
         // kernel waits, and the grant ends with what it ran.
-        let bf = d1.grant_backfill(0, seq, 2_000_000);
+        let bf = d1.grant_backfill(0, seq, admits);
         assert!(issue(&mut b, Opcode::LaunchKernel));
         assert!(issue(&mut r.s, Opcode::LaunchKernel));
         assert_eq!(d0.quiet(), 0);
@@ -2174,7 +2177,7 @@ mod tests {
         assert_eq!(d1.backfill_used().1, 1);
         // A backfill grant for a grant the holder does not hold is ended
         // at the first look.
-        let bf = d1.grant_backfill(0, seq.wrapping_add(1), 2_000_000);
+        let bf = d1.grant_backfill(0, seq.wrapping_add(1), admits);
         assert!(!issue(&mut b, Opcode::LaunchKernel));
         assert_eq!((d1.backfill_released(), d1.backfill_used()), (bf, (0, 0)));
     }
