@@ -830,6 +830,21 @@ impl<'a> Launch<'a> {
                 }
                 return Ok(None);
             }
+            Op::Dispatch { target, cases } => {
+                let b = *target as usize * 32;
+                for l in bits_of(mask) {
+                    w.pc[l] = if exec & (1 << l) != 0 {
+                        let addr = w.regs[b + l];
+                        match cases.iter().find(|c| c.0 == addr) {
+                            Some(&(_, at)) => at,
+                            None => return Err(Error::BadCall { addr }),
+                        }
+                    } else {
+                        next
+                    };
+                }
+                return Ok(None);
+            }
             Op::Ret | Op::Exit => {
                 for l in bits_of(mask) {
                     if exec & (1 << l) != 0 {
@@ -1713,10 +1728,25 @@ impl<'a> Launch<'a> {
                         .copy_within(base + src.start..base + src.end, base + dst.start);
                 }
             }
-            Op::Call { .. } => {
+            Op::Call { .. } | Op::CallIndirect(_) | Op::Dispatch { .. } => {
                 return Err(Error::Unsupported {
                     what: format!("call (line {line})"),
                 })
+            }
+            Op::Malloc { size, ret } => {
+                for l in bits_of(exec) {
+                    let n = self.param_u64(w, l, size)?;
+                    let a = self.mem.malloc(n);
+                    self.store(w, l, Space::Param, u64::from(ret), &a.to_le_bytes())?;
+                }
+            }
+            Op::Free { ptr } => {
+                for l in bits_of(exec) {
+                    let a = self.param_u64(w, l, ptr)?;
+                    if a != 0 {
+                        self.mem.free(a)?;
+                    }
+                }
             }
             Op::Printf { fmt, args, ret } => {
                 for l in bits_of(exec) {

@@ -861,6 +861,29 @@ pub(crate) enum Op {
     AssertFail {
         args: [u32; 5],
     },
+    /// `call (ret), malloc, (size)`: a block of the context's device heap
+    /// ([`crate::Memory::malloc`]). Param-space addresses, as for `Printf`.
+    Malloc {
+        size: u32,
+        ret: u32,
+    },
+    /// `call free, (ptr)`: gives a block back ([`crate::Memory::free`]).
+    Free {
+        ptr: u32,
+    },
+    /// An indirect call after inlining: each thread jumps to the case
+    /// whose function address ([`crate::func_addr`]) its register `target`
+    /// holds; an address no case names fails the launch with
+    /// [`crate::Error::BadCall`].
+    Dispatch {
+        target: u32,
+        cases: Box<[(u64, u32)]>,
+    },
+    /// `call [(rets),] %r, [(args),] prototype`: a call through a function
+    /// pointer; replaced by a [`Op::Dispatch`] over the module's functions
+    /// whose parameters have the prototype's sizes when the module is
+    /// loaded.
+    CallIndirect(Box<CallIndirect>),
     /// `call` of a `.func`; replaced by the callee's body when the module
     /// is loaded.
     Call {
@@ -904,6 +927,19 @@ pub(crate) enum Op {
     /// An instruction the interpreter does not implement; executing it
     /// fails the launch with its name. Shared: inlining copies it.
     Unsupported(Arc<str>),
+}
+
+/// A call through a function pointer, before inlining.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CallIndirect {
+    /// The register holding the callee's address.
+    pub target: u32,
+    /// Param-space addresses of the caller's return and argument variables.
+    pub rets: Vec<u32>,
+    pub args: Vec<u32>,
+    /// Sizes the prototype gives the return values and parameters.
+    pub ret_sizes: Vec<u32>,
+    pub arg_sizes: Vec<u32>,
 }
 
 /// A guard predicate `@%p` or `@!%p`.
@@ -1168,10 +1204,14 @@ impl Op {
                     s(x);
                 }
             }
+            Op::Dispatch { target, .. } => *target += k,
+            Op::CallIndirect(c) => c.target += k,
             Op::Bra { .. }
             | Op::Ret
             | Op::Exit
             | Op::Call { .. }
+            | Op::Malloc { .. }
+            | Op::Free { .. }
             | Op::Printf { .. }
             | Op::AssertFail { .. }
             | Op::ParamCopy { .. }

@@ -173,6 +173,7 @@
 
 mod exec;
 mod float;
+pub mod heap;
 mod ir;
 mod lex;
 mod parse;
@@ -209,6 +210,15 @@ pub const PARAM_WINDOW: u64 = 0x5200_0000_0000;
 /// Global (and generic) addresses of the module's `.global` and `.const`
 /// variables; they live in [`Globals`], not in [`Memory`].
 pub const GLOBALS_BASE: u64 = 0x5300_0000_0000;
+/// Addresses of the module's functions (what `mov.u64 %rd, func` and a
+/// C++ virtual table hold): see [`func_addr`]. Nothing is readable there.
+pub const FUNCS_BASE: u64 = 0x5400_0000_0000;
+
+/// The address of the module's `i`th function (in declaration order),
+/// which an indirect call through it reaches.
+pub const fn func_addr(i: u32) -> u64 {
+    FUNCS_BASE + (i as u64) * 16
+}
 
 /// Errors of parsing and running PTX.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -256,6 +266,13 @@ pub enum Error {
     /// Threads of a block wait at barriers that can never be satisfied.
     #[error("barrier deadlock in block ({0}, {1}, {2})")]
     Deadlock(u32, u32, u32),
+    /// A call through a function pointer whose address is no function of
+    /// the module with the call's prototype.
+    #[error("indirect call to {addr:#x}, which is no function of the call's prototype")]
+    BadCall { addr: u64 },
+    /// Device `free` of an address that is no live block of the heap.
+    #[error("free of {addr:#x}, which is no block the device heap gave out")]
+    BadFree { addr: u64 },
 }
 
 /// Global memory as the kernel sees it: the VM's allocations.
@@ -302,6 +319,18 @@ pub trait Memory {
             self.write(addrs[l], &data[l][..len])?;
         }
         Ok(())
+    }
+    /// Device `malloc`: the address of a new block of at least `size`
+    /// bytes, 16-byte aligned, from the context's heap, which outlives the
+    /// launch; 0 when the heap cannot hold it (or there is none, the
+    /// default), as on a GPU.
+    fn malloc(&mut self, _size: u64) -> u64 {
+        0
+    }
+    /// Device `free` of a block [`Memory::malloc`] gave (0 is ignored); an
+    /// error for any other address (PTX leaves that undefined).
+    fn free(&mut self, addr: u64) -> Result<(), Error> {
+        Err(Error::BadFree { addr })
     }
     /// The texture object a kernel names by `handle`; `None` if the
     /// handle names none (the instruction then fails the launch).

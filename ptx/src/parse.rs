@@ -467,6 +467,7 @@ impl ModuleState {
                     let bits = match o {
                         Opnd::Name(n) => match syms.get(n) {
                             Some(Sym::Addr(a)) => *a,
+                            Some(Sym::Func(i)) => crate::func_addr(*i),
                             _ => return Err(perr(line, format!("unknown symbol {n}"))),
                         },
                         o => imm(&o, v.ty, line)?,
@@ -751,6 +752,8 @@ pub(crate) struct FuncParser<'m> {
     body_params: u64,
     /// A `%reserved_smem_offset_*` register was read.
     reserved_smem: std::cell::Cell<bool>,
+    /// `name: .callprototype (rets) _ (params);`: the sizes of each.
+    protos: HashMap<String, (Vec<u32>, Vec<u32>)>,
 }
 
 impl<'m> FuncParser<'m> {
@@ -825,6 +828,7 @@ impl<'m> FuncParser<'m> {
             local: m.local_top,
             body_params,
             reserved_smem: std::cell::Cell::new(false),
+            protos: HashMap::new(),
         })
     }
 
@@ -873,6 +877,10 @@ impl<'m> FuncParser<'m> {
                     let s = (*s).to_owned();
                     p.bump();
                     p.bump();
+                    if p.eat_ident(".callprototype") {
+                        self.prototype(p, s, line)?;
+                        continue;
+                    }
                     let at = self.f.insts.len() as u32;
                     if self.labels.len() >= MAX_LABELS {
                         return Err(perr(
@@ -939,6 +947,47 @@ impl<'m> FuncParser<'m> {
         p.reset(save);
         self.f.static_shared = self.shared as u32;
         self.f.dyn_shared_base = align_up(self.shared, align) as u32;
+        Ok(())
+    }
+
+    /// `.callprototype (rets) _ (params);` after label `name`: the sizes
+    /// of the return values and parameters an indirect call passes.
+    fn prototype(&mut self, p: &mut P<'_>, name: String, line: u32) -> Result<(), Error> {
+        let sizes = |vs: Vec<VarDecl<'_>>| -> Vec<u32> {
+            vs.iter()
+                .map(|v| {
+                    let n = v.count.unwrap_or(0).saturating_mul(u64::from(v.ty.bytes()));
+                    n.min(u64::from(u32::MAX)) as u32
+                })
+                .collect()
+        };
+        let rets = sizes(param_list(p)?);
+        if !p.eat_ident("_") {
+            return Err(perr(
+                line,
+                ".callprototype needs `_` for the function's name",
+            ));
+        }
+        let params = if p.is_punct('(') {
+            sizes(param_list(p)?)
+        } else {
+            Vec::new()
+        };
+        // `.noreturn` and `.abi_preserve*` hints.
+        while let Some(Tok::Ident(d)) = p.peek() {
+            if !d.starts_with('.') {
+                break;
+            }
+            p.next()?;
+            while matches!(p.peek(), Some(Tok::Int(_)) | Some(Tok::Punct(','))) {
+                p.next()?;
+            }
+        }
+        p.expect_punct(';')?;
+        if self.protos.len() >= MAX_LABELS {
+            return Err(perr(line, "too many call prototypes in one function"));
+        }
+        self.protos.insert(name, (rets, params));
         Ok(())
     }
 
@@ -1303,9 +1352,7 @@ impl<'m> FuncParser<'m> {
                 }
                 match self.lookup_sym(n) {
                     Some(Sym::Addr(a)) => Ok(Src::Imm(a)),
-                    Some(Sym::Func(_)) => Err(Error::Unsupported {
-                        what: format!("address of function {n}"),
-                    }),
+                    Some(Sym::Func(i)) => Ok(Src::Imm(crate::func_addr(i))),
                     None => Err(perr(line, format!("unknown name {n}"))),
                 }
             }
@@ -1347,6 +1394,11 @@ impl<'m> FuncParser<'m> {
 
     /// `call{.uni} [(rets),] func[, (args)]` of a `.func` of this module.
     pub(crate) fn call(&self, ops: &[Opnd<'_>], line: u32) -> Result<Op, Error> {
+        if let Some((Opnd::Name(proto), rest)) = ops.split_last() {
+            if let Some((ret_sizes, arg_sizes)) = self.protos.get(*proto) {
+                return self.call_indirect(rest, ret_sizes, arg_sizes, line);
+            }
+        }
         let (rets, name, args): (&[Opnd<'_>], &str, &[Opnd<'_>]) = match ops {
             [Opnd::Vec(r), Opnd::Name(f), Opnd::Vec(a)] => (r, f, a),
             [Opnd::Vec(r), Opnd::Name(f)] => (r, f, &[]),
@@ -1363,26 +1415,68 @@ impl<'m> FuncParser<'m> {
                 what: format!("call of {name} (line {line})"),
             });
         };
-        let param_var = |o: &Opnd<'_>| -> Result<u32, Error> {
-            if let Opnd::Name(n) = o {
-                if let Some(Sym::Addr(a)) = self.lookup_sym(n) {
-                    if a >= PARAM_SCRATCH_BASE
-                        && a < PARAM_SCRATCH_BASE + u64::from(MAX_PARAM_SCRATCH)
-                    {
-                        return Ok(a as u32);
-                    }
+        let rets = rets
+            .iter()
+            .map(|o| self.param_var(o, name, line))
+            .collect::<Result<_, _>>()?;
+        let args = args
+            .iter()
+            .map(|o| self.param_var(o, name, line))
+            .collect::<Result<_, _>>()?;
+        Ok(Op::Call { func, rets, args })
+    }
+
+    /// `call [(rets),] %r, [(args),]` through prototype `proto`.
+    fn call_indirect(
+        &self,
+        ops: &[Opnd<'_>],
+        ret_sizes: &[u32],
+        arg_sizes: &[u32],
+        line: u32,
+    ) -> Result<Op, Error> {
+        let (rets, target, args): (&[Opnd<'_>], &str, &[Opnd<'_>]) = match ops {
+            [Opnd::Vec(r), Opnd::Name(f), Opnd::Vec(a)] => (r, f, a),
+            [Opnd::Vec(r), Opnd::Name(f)] => (r, f, &[]),
+            [Opnd::Name(f), Opnd::Vec(a)] => (&[], f, a),
+            [Opnd::Name(f)] => (&[], f, &[]),
+            _ => return Err(perr(line, "malformed indirect call")),
+        };
+        let Some((target, _)) = self.lookup_reg(target) else {
+            return Err(perr(line, format!("{target} is not a register")));
+        };
+        if rets.len() != ret_sizes.len() || args.len() != arg_sizes.len() {
+            return Err(perr(line, "indirect call does not match its prototype"));
+        }
+        let name = "a function pointer";
+        Ok(Op::CallIndirect(Box::new(CallIndirect {
+            target,
+            rets: rets
+                .iter()
+                .map(|o| self.param_var(o, name, line))
+                .collect::<Result<_, _>>()?,
+            args: args
+                .iter()
+                .map(|o| self.param_var(o, name, line))
+                .collect::<Result<_, _>>()?,
+            ret_sizes: ret_sizes.to_vec(),
+            arg_sizes: arg_sizes.to_vec(),
+        })))
+    }
+
+    /// A call's argument or return variable: a `.param` of the caller.
+    fn param_var(&self, o: &Opnd<'_>, name: &str, line: u32) -> Result<u32, Error> {
+        if let Opnd::Name(n) = o {
+            if let Some(Sym::Addr(a)) = self.lookup_sym(n) {
+                if a >= PARAM_SCRATCH_BASE && a < PARAM_SCRATCH_BASE + u64::from(MAX_PARAM_SCRATCH)
+                {
+                    return Ok(a as u32);
                 }
             }
-            Err(Error::Unsupported {
-                what: format!(
-                    "call of {name} with an argument that is not a .param variable (line {line})"
-                ),
-            })
-        };
-        Ok(Op::Call {
-            func,
-            rets: rets.iter().map(param_var).collect::<Result<_, _>>()?,
-            args: args.iter().map(param_var).collect::<Result<_, _>>()?,
+        }
+        Err(Error::Unsupported {
+            what: format!(
+                "call of {name} with an argument that is not a .param variable (line {line})"
+            ),
         })
     }
 
@@ -1508,14 +1602,22 @@ fn expand(
         state[i] = 2;
         return Ok(());
     };
-    let callees: Vec<usize> = f
-        .insts
-        .iter()
-        .filter_map(|x| match x.op {
-            Op::Call { func, .. } => Some(func as usize),
-            _ => None,
-        })
-        .collect();
+    let mut callees: Vec<usize> = Vec::new();
+    for x in &f.insts {
+        match &x.op {
+            Op::Call { func, .. } => callees.push(*func as usize),
+            Op::CallIndirect(ci) => callees.extend(
+                funcs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.as_ref().is_some_and(|c| fits(c, ci)))
+                    .map(|(j, _)| j),
+            ),
+            _ => {}
+        }
+    }
+    callees.sort_unstable();
+    callees.dedup();
     for c in callees {
         expand(c, funcs, names, state, module_insts, depth + 1)?;
     }
@@ -1525,6 +1627,35 @@ fn expand(
     r
 }
 
+/// What [`splice`] does with one instruction.
+enum Plan<'f> {
+    Keep,
+    /// A direct call: the callee's body.
+    Inline(&'f Func),
+    /// A call through a pointer: a [`Op::Dispatch`] to a copy of each
+    /// function the prototype fits (index, function).
+    Indirect(Vec<(usize, &'f Func)>),
+}
+
+/// Functions an indirect call with these sizes may reach: every `.func`
+/// with a body whose parameters and return values have them.
+fn fits(c: &Func, ci: &CallIndirect) -> bool {
+    !c.is_entry
+        && c.params
+            .iter()
+            .map(|p| p.size)
+            .eq(ci.arg_sizes.iter().copied())
+        && c.rets
+            .iter()
+            .map(|p| p.size)
+            .eq(ci.ret_sizes.iter().copied())
+}
+
+/// Most instructions the copies of one indirect call's candidates may
+/// add; beyond it the call fails when reached instead of growing the
+/// function.
+const MAX_INDIRECT_INSTS: usize = MAX_INSTS / 8;
+
 fn splice(
     f: &mut Func,
     funcs: &[Option<Func>],
@@ -1532,34 +1663,68 @@ fn splice(
     state: &[u8],
     module_insts: &mut usize,
 ) -> Result<(), Error> {
-    if !f.insts.iter().any(|x| matches!(x.op, Op::Call { .. })) {
+    if !f
+        .insts
+        .iter()
+        .any(|x| matches!(x.op, Op::Call { .. } | Op::CallIndirect(_)))
+    {
         return Ok(());
     }
-    let callee = |op: &Op| -> Option<&Func> {
-        let Op::Call { func, rets, args } = op else {
-            return None;
-        };
-        let c = funcs.get(*func as usize)?.as_ref()?;
-        (state[*func as usize] == 2 && c.params.len() == args.len() && c.rets.len() == rets.len())
-            .then_some(c)
+    let plan = |op: &Op| -> Plan<'_> {
+        match op {
+            Op::Call { func, rets, args } => {
+                match funcs.get(*func as usize).and_then(Option::as_ref) {
+                    Some(c)
+                        if state[*func as usize] == 2
+                            && c.params.len() == args.len()
+                            && c.rets.len() == rets.len() =>
+                    {
+                        Plan::Inline(c)
+                    }
+                    _ => Plan::Keep,
+                }
+            }
+            Op::CallIndirect(ci) => Plan::Indirect(
+                funcs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, c)| Some((j, c.as_ref()?)))
+                    .filter(|&(j, c)| state[j] == 2 && fits(c, ci))
+                    .collect(),
+            ),
+            _ => Plan::Keep,
+        }
     };
     // The module's instructions other than this function's.
     let others = *module_insts - f.insts.len();
     let old = std::mem::take(&mut f.insts);
+    let mut plans = Vec::with_capacity(old.len());
     // Where each old instruction lands.
     let mut at = Vec::with_capacity(old.len() + 1);
     let mut total = 0usize;
     for inst in &old {
         at.push(total as u32);
-        total += match callee(&inst.op) {
-            Some(c) => {
-                let Op::Call { rets, args, .. } = &inst.op else {
-                    unreachable!()
-                };
-                usize::from(inst.guard.is_some()) + args.len() + c.insts.len() + rets.len()
+        let mut p = plan(&inst.op);
+        let guard = usize::from(inst.guard.is_some());
+        total += match (&p, &inst.op) {
+            (Plan::Inline(c), Op::Call { rets, args, .. }) => {
+                guard + args.len() + c.insts.len() + rets.len()
             }
-            None => 1,
+            (Plan::Indirect(cs), Op::CallIndirect(ci)) => {
+                let copies: usize = cs
+                    .iter()
+                    .map(|(_, c)| ci.args.len() + c.insts.len() + ci.rets.len() + 1)
+                    .sum();
+                if copies > MAX_INDIRECT_INSTS {
+                    p = Plan::Keep;
+                    1
+                } else {
+                    guard + 1 + copies
+                }
+            }
+            _ => 1,
         };
+        plans.push(p);
         if total > MAX_INSTS {
             return Err(perr(inst.line, "inlined calls make the function too long"));
         }
@@ -1573,73 +1738,47 @@ fn splice(
     *module_insts = others + total;
     at.push(total as u32);
     let mut out: Vec<Inst> = Vec::with_capacity(total);
-    for (k, inst) in old.into_iter().enumerate() {
+    for ((k, inst), plan) in old.into_iter().enumerate().zip(plans) {
         let line = inst.line;
-        match (&inst.op, callee(&inst.op)) {
-            (Op::Call { rets, args, .. }, Some(c)) => {
-                let end = at[k + 1];
-                let ret_at = end - rets.len() as u32;
+        let end = at[k + 1];
+        match (&inst.op, plan) {
+            (Op::Call { rets, args, .. }, Plan::Inline(c)) => {
                 if let Some(g) = inst.guard {
-                    out.push(Inst {
-                        guard: Some(Guard {
-                            reg: g.reg,
-                            neg: !g.neg,
-                        }),
-                        op: Op::Bra { target: end },
-                        line,
-                    });
+                    out.push(skip_unless(g, end, line));
                 }
-                for (a, p) in args.iter().zip(&c.params) {
-                    out.push(Inst {
-                        guard: None,
-                        op: Op::ParamCopy {
-                            from: *a,
-                            to: p.offset,
-                            len: p.size,
-                        },
-                        line,
-                    });
-                }
-                let shift = f.nregs;
-                f.nregs = shift
-                    .checked_add(c.nregs)
-                    .filter(|&n| n <= MAX_REGS)
-                    .ok_or_else(|| {
-                        perr(
-                            line,
-                            format!("more than {MAX_REGS} registers after inlining"),
-                        )
-                    })?;
-                let base = out.len() as u32;
-                for ci in &c.insts {
-                    let mut ci = ci.clone();
-                    ci.op.shift_regs(shift);
-                    if let Some(g) = &mut ci.guard {
-                        g.reg += shift;
-                    }
-                    match &mut ci.op {
-                        Op::Bra { target } => *target += base,
-                        Op::Ret => ci.op = Op::Bra { target: ret_at },
-                        _ => {}
-                    }
-                    out.push(ci);
-                }
-                for (r, p) in rets.iter().zip(&c.rets) {
-                    out.push(Inst {
-                        guard: None,
-                        op: Op::ParamCopy {
-                            from: p.offset,
-                            to: *r,
-                            len: p.size,
-                        },
-                        line,
-                    });
-                }
-                f.local_bytes = f.local_bytes.max(c.local_bytes);
-                f.scratch_end = f.scratch_end.max(c.scratch_end);
-                f.reserved_smem |= c.reserved_smem;
+                let shift = grow_regs(f, c.nregs, line)?;
+                inline_body(&mut out, f, c, args, rets, shift, line, None);
             }
-            (Op::Call { func, rets, args }, None) => {
+            (Op::CallIndirect(ci), Plan::Indirect(cs)) => {
+                if let Some(g) = inst.guard {
+                    out.push(skip_unless(g, end, line));
+                }
+                let dispatch = out.len();
+                out.push(Inst {
+                    guard: None,
+                    op: Op::Nop,
+                    line,
+                });
+                // Each thread runs one candidate: they share registers.
+                let shift = grow_regs(f, cs.iter().map(|(_, c)| c.nregs).max().unwrap_or(0), line)?;
+                let mut cases = Vec::with_capacity(cs.len());
+                for (j, c) in cs {
+                    cases.push((crate::func_addr(j as u32), out.len() as u32));
+                    inline_body(&mut out, f, c, &ci.args, &ci.rets, shift, line, Some(end));
+                }
+                out[dispatch].op = Op::Dispatch {
+                    target: ci.target,
+                    cases: cases.into_boxed_slice(),
+                };
+            }
+            (Op::CallIndirect(_), _) => out.push(Inst {
+                guard: inst.guard,
+                op: unsupported(&format!(
+                    "indirect call whose candidate functions are too large to inline (line {line})"
+                )),
+                line,
+            }),
+            (Op::Call { func, rets, args }, _) => {
                 let name = names.get(*func as usize).map_or("?", String::as_str);
                 let op = match (name, &args[..], &rets[..]) {
                     // The CUDA runtime's device functions the driver provides.
@@ -1651,6 +1790,8 @@ fn splice(
                     ("__assertfail", &[m, fl, ln, fun, size], []) => Op::AssertFail {
                         args: [m, fl, ln, fun, size],
                     },
+                    ("malloc", &[size], &[ret]) => Op::Malloc { size, ret },
+                    ("free", &[ptr], []) => Op::Free { ptr },
                     _ => unsupported(&format!(
                         "call of {} (no body, recursive, or mismatched arguments; line {line})",
                         clip(name, MAX_QUOTED)
@@ -1672,6 +1813,98 @@ fn splice(
             _ => out.push(inst),
         }
     }
+    debug_assert_eq!(out.len(), total);
     f.insts = out;
     Ok(())
+}
+
+/// `@!g bra end`: threads whose guard is false skip the call.
+fn skip_unless(g: Guard, end: u32, line: u32) -> Inst {
+    Inst {
+        guard: Some(Guard {
+            reg: g.reg,
+            neg: !g.neg,
+        }),
+        op: Op::Bra { target: end },
+        line,
+    }
+}
+
+/// Gives `f` `n` more registers; the first of them.
+fn grow_regs(f: &mut Func, n: u32, line: u32) -> Result<u32, Error> {
+    let shift = f.nregs;
+    f.nregs = shift
+        .checked_add(n)
+        .filter(|&n| n <= MAX_REGS)
+        .ok_or_else(|| {
+            perr(
+                line,
+                format!("more than {MAX_REGS} registers after inlining"),
+            )
+        })?;
+    Ok(shift)
+}
+
+/// Appends a copy of `c`'s body to `out`, its registers moved up by
+/// `shift`: the arguments copied in, the body (returns jump past it), the
+/// return values copied out, then a jump to `then` if given.
+#[allow(clippy::too_many_arguments)]
+fn inline_body(
+    out: &mut Vec<Inst>,
+    f: &mut Func,
+    c: &Func,
+    args: &[u32],
+    rets: &[u32],
+    shift: u32,
+    line: u32,
+    then: Option<u32>,
+) {
+    for (a, p) in args.iter().zip(&c.params) {
+        out.push(Inst {
+            guard: None,
+            op: Op::ParamCopy {
+                from: *a,
+                to: p.offset,
+                len: p.size,
+            },
+            line,
+        });
+    }
+    let base = out.len() as u32;
+    let ret_at = base + c.insts.len() as u32;
+    for ci in &c.insts {
+        let mut ci = ci.clone();
+        ci.op.shift_regs(shift);
+        if let Some(g) = &mut ci.guard {
+            g.reg += shift;
+        }
+        match &mut ci.op {
+            Op::Bra { target } => *target += base,
+            Op::Dispatch { cases, .. } => cases.iter_mut().for_each(|c| c.1 += base),
+            Op::Ret => ci.op = Op::Bra { target: ret_at },
+            _ => {}
+        }
+        out.push(ci);
+    }
+    for (r, p) in rets.iter().zip(&c.rets) {
+        out.push(Inst {
+            guard: None,
+            op: Op::ParamCopy {
+                from: p.offset,
+                to: *r,
+                len: p.size,
+            },
+            line,
+        });
+    }
+    if let Some(t) = then {
+        out.push(Inst {
+            guard: None,
+            op: Op::Bra { target: t },
+            line,
+        });
+    }
+    f.local_bytes = f.local_bytes.max(c.local_bytes);
+    f.scratch_end = f.scratch_end.max(c.scratch_end);
+    f.reserved_smem |= c.reserved_smem;
 }

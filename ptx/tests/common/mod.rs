@@ -1,6 +1,7 @@
 //! A Vec-backed global memory and helpers to launch kernels in tests.
 #![allow(dead_code)]
 
+use fairgpu_ptx::heap::Heap;
 use fairgpu_ptx::texture::{Image, Texture};
 use fairgpu_ptx::{Dims, Error, Globals, Limits, Memory, Module, RunStats};
 
@@ -11,6 +12,8 @@ pub struct VecMemory {
     allocs: Vec<(u64, Vec<u8>)>,
     textures: Vec<(u64, Texture)>,
     surfaces: Vec<(u64, Image)>,
+    /// The device heap: its allocation's address and its blocks.
+    heap: Option<(u64, Heap)>,
 }
 
 /// Handles of texture and surface objects (as the driver's, small
@@ -26,6 +29,18 @@ impl VecMemory {
         });
         self.allocs.push((at, bytes));
         at
+    }
+
+    /// Gives kernels a device heap of `size` bytes (one allocation).
+    pub fn with_heap(mut self, size: u64) -> Self {
+        let base = self.alloc(vec![0; size as usize]);
+        self.heap = Some((base, Heap::new(size, 1 << 16)));
+        self
+    }
+
+    /// The heap's live blocks.
+    pub fn heap_blocks(&self) -> usize {
+        self.heap.as_ref().map_or(0, |h| h.1.live_blocks())
     }
 
     pub fn alloc_u32(&mut self, v: &[u32]) -> u64 {
@@ -122,6 +137,25 @@ impl Memory for VecMemory {
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error> {
         self.find(addr, data.len())?.copy_from_slice(data);
         Ok(())
+    }
+
+    fn malloc(&mut self, size: u64) -> u64 {
+        match &mut self.heap {
+            Some((base, h)) => h.alloc(size).map_or(0, |off| *base + off),
+            None => 0,
+        }
+    }
+
+    fn free(&mut self, addr: u64) -> Result<(), Error> {
+        let freed = match &mut self.heap {
+            Some((base, h)) => addr >= *base && h.free(addr - *base),
+            None => false,
+        };
+        if freed {
+            Ok(())
+        } else {
+            Err(Error::BadFree { addr })
+        }
     }
 
     fn texture(&self, handle: u64) -> Option<Texture> {
