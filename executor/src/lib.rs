@@ -486,6 +486,16 @@ pub trait GpuExecutor: Send {
     fn take_output(&mut self, _ctx: CtxId, _max: usize) -> ExecResult<(Vec<u8>, u64)> {
         Ok((Vec::new(), 0))
     }
+    /// `cuCtxSetLimit` for a limit of [`fairgpu_protocol::cuda::limit`]
+    /// (the worker has charged a heap size to the VM's quota). The heap's
+    /// size cannot change once the context's heap exists.
+    fn set_limit(&mut self, ctx: CtxId, limit: u32, value: u64) -> ExecResult<()>;
+    /// Whether launches of `f` use the context's device heap (`malloc`,
+    /// `new`): the worker charges the default heap to the VM at the first.
+    /// False where the executor cannot tell.
+    fn function_uses_heap(&mut self, _ctx: CtxId, _f: FnId) -> bool {
+        false
+    }
     /// `cuFuncGetAttribute`: a [`func_attr`] value of function `f`, which
     /// describes the code this executor runs for it.
     fn function_attribute(&mut self, ctx: CtxId, f: FnId, attr: i32) -> ExecResult<i32>;

@@ -512,6 +512,12 @@ impl Cuda {
         .map(|_| ())
     }
 
+    /// `cuCtxSetLimit` for a limit of [`fairgpu_protocol::cuda::limit`].
+    pub fn ctx_set_limit(&mut self, limit: u32, value: u64) -> Result<(), CallError> {
+        self.call(Opcode::CtxSetLimit, &[u64::from(limit), value])
+            .map(|_| ())
+    }
+
     /// `cuLaunchKernel` with a packed parameter buffer (fire-and-forget).
     pub fn launch(
         &mut self,

@@ -10,6 +10,8 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
+use fairgpu_protocol::cuda::limit as host_limit;
+
 use crate::types::{err, CUcontext, CUdevice, CUresult};
 use crate::{ffi, ffi_result, state};
 
@@ -384,7 +386,10 @@ pub extern "C" fn cuCtxGetStreamPriorityRange(least: *mut i32, greatest: *mut i3
 
 /// `CUlimit` values 0–9; SHMEM_SIZE (7) and CIG_ENABLED (8) describe a
 /// CIG context (fairgpu's are not: 0) and can only be queried.
-static LIMITS: Mutex<[usize; 10]> = Mutex::new([1024, 1 << 20, 8 << 20, 2, 2048, 4, 128, 0, 0, 0]);
+/// How many `CUlimit` values there are.
+const LIMIT_COUNT: usize = 10;
+static LIMITS: Mutex<[usize; LIMIT_COUNT]> =
+    Mutex::new([1024, 1 << 20, 8 << 20, 2, 2048, 4, 128, 0, 0, 0]);
 /// `CU_LIMIT_SHMEM_SIZE`.
 const LIMIT_SHMEM_SIZE: u32 = 7;
 /// `CU_LIMIT_CIG_ENABLED`.
@@ -405,7 +410,9 @@ pub extern "C" fn cuCtxGetLimit(value: *mut usize, limit: u32) -> CUresult {
     })
 }
 
-/// `cuCtxSetLimit`: remembered, not enforced.
+/// `cuCtxSetLimit`: the stack, printf FIFO and heap sizes go to the host,
+/// whose device uses them (the heap's size counts against the VM's
+/// quota); the others are remembered. A refused value leaves the old one.
 #[no_mangle]
 pub extern "C" fn cuCtxSetLimit(limit: u32, value: usize) -> CUresult {
     ffi_result(|| {
@@ -413,11 +420,17 @@ pub extern "C" fn cuCtxSetLimit(limit: u32, value: usize) -> CUresult {
         if matches!(limit, LIMIT_SHMEM_SIZE | LIMIT_CIG_ENABLED) {
             return Err(err::INVALID_VALUE);
         }
-        *LIMITS
-            .lock()
-            .map_err(|_| err::UNKNOWN)?
-            .get_mut(limit as usize)
-            .ok_or(err::INVALID_VALUE)? = value;
+        if limit as usize >= LIMIT_COUNT {
+            return Err(err::INVALID_VALUE);
+        }
+        // The host is asked without the table locked.
+        if matches!(
+            limit,
+            host_limit::STACK_SIZE | host_limit::PRINTF_FIFO_SIZE | host_limit::MALLOC_HEAP_SIZE
+        ) {
+            state::with(|cu| cu.ctx_set_limit(limit, value as u64))?;
+        }
+        LIMITS.lock().map_err(|_| err::UNKNOWN)?[limit as usize] = value;
         Ok(())
     })
 }

@@ -358,9 +358,8 @@ const INVALID_CLUSTER_SIZE: CUresult = 912;
 /// Whether the device runs what `options` asks for: a cooperative grid
 /// only if all of it can be resident; clusters only where it
 /// reports CLUSTER_LAUNCH (SimGpu does not), in whole clusters of at most
-/// 16 blocks; cooperative launches where it reports COOPERATIVE_LAUNCH, or
-/// on SimGpu, which runs them as plain launches (a grid-wide barrier is
-/// not executed there).
+/// 16 blocks; cooperative launches where it reports COOPERATIVE_LAUNCH
+/// (SimGpu does: it runs a cooperative grid's blocks interleaved).
 fn check_options(
     func: &GuestFunction,
     grid: [u32; 3],

@@ -38,6 +38,23 @@ pub fn image_hash(bytes: &[u8]) -> [u64; 2] {
     [h as u64, (h >> 64) as u64]
 }
 
+/// `CUlimit` values a `CtxSetLimit` request may carry: the limits the
+/// host's device honours. The guest keeps the others.
+pub mod limit {
+    /// CU_LIMIT_STACK_SIZE: bytes of stack per thread.
+    pub const STACK_SIZE: u32 = 0;
+    /// CU_LIMIT_PRINTF_FIFO_SIZE: bytes of device `printf` output held
+    /// until the next synchronization.
+    pub const PRINTF_FIFO_SIZE: u32 = 1;
+    /// CU_LIMIT_MALLOC_HEAP_SIZE: bytes of the device heap (`malloc`,
+    /// `new`); counted against the VM's device-memory quota.
+    pub const MALLOC_HEAP_SIZE: u32 = 2;
+    /// The driver's default heap: 8 MiB.
+    pub const DEFAULT_HEAP: u64 = 8 << 20;
+    /// The driver's default printf FIFO: 1 MiB.
+    pub const DEFAULT_PRINTF_FIFO: u64 = 1 << 20;
+}
+
 /// CUDA_ERROR_NOT_READY, returned by queries of unfinished work.
 pub const NOT_READY: u32 = crate::wire::Status::NOT_READY.0;
 

@@ -45,6 +45,11 @@ pub enum Opcode {
     /// `assert`s): as many bytes as the arena slice holds, written there;
     /// `vals[0]` = bytes still waiting.
     CtxTakeOutput = 0x0111,
+    /// `cuCtxSetLimit(args[0] = limit, args[1] = value)` for the limits
+    /// of [`crate::cuda::limit`]. The device heap's size is charged
+    /// against the VM's quota; it cannot change once a kernel that uses
+    /// the heap has run (INVALID_VALUE).
+    CtxSetLimit = 0x0112,
     /// `cuMemAlloc(args[0] = bytes)` → `vals[0]` = device pointer.
     MemAlloc = 0x0120,
     /// `cuMemFree(args[0] = device pointer)`.
@@ -273,7 +278,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 86] = [
+    pub const ALL: [Opcode; 87] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -285,6 +290,7 @@ impl Opcode {
         Opcode::DeviceGetUuid,
         Opcode::CtxSynchronize,
         Opcode::CtxTakeOutput,
+        Opcode::CtxSetLimit,
         Opcode::MemAlloc,
         Opcode::MemFree,
         Opcode::MemGetInfo,

@@ -37,6 +37,10 @@ const QUANTUM: u32 = 4096;
 pub const MAX_SHARED_BYTES: u64 = 228 << 10;
 /// Most bytes of registers of one block's threads together.
 pub const MAX_REGISTER_FILE: u64 = 256 << 20;
+/// Most bytes of block state (registers, shared, local and parameter
+/// scratch memory) a cooperative launch, whose blocks all live at once,
+/// may hold.
+pub const MAX_COOPERATIVE_STATE: u64 = 1 << 30;
 /// Reserved shared memory of every block, after the kernel's own (static
 /// and dynamic), as sm_80–90 devices reserve 1 KiB per block for the
 /// system (CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK).
@@ -67,6 +71,7 @@ enum Lane {
     Sync(u32),
 }
 
+#[derive(Clone)]
 struct Warp {
     regs: Vec<u64>,
     pc: [u32; 32],
@@ -126,6 +131,18 @@ impl Warp {
         }
         self.st[l] = st;
     }
+}
+
+/// A block of a cooperative launch between its turns: what
+/// [`Launch`] holds of the block that runs.
+struct BlockState {
+    warps: Vec<Warp>,
+    shared: Vec<u8>,
+    local: Vec<u8>,
+    pscratch: Vec<u8>,
+    ctaid: [u32; 3],
+    arrivals: [u32; BARRIERS],
+    counts: [Option<u32>; BARRIERS],
 }
 
 /// Per-launch state.
@@ -503,12 +520,23 @@ impl<'a> Launch<'a> {
             })
             .collect();
         let setup = BLOCK_SETUP_COST + WARP_SETUP_COST * nwarps;
-        for z in first[2]..first[2] + extent[2] {
-            for y in first[1]..first[1] + extent[1] {
-                for x in first[0]..first[0] + extent[0] {
-                    self.ctaid = [x, y, z];
-                    self.charge_setup(setup)?;
-                    self.run_block(&mut warps, threads as u32)?;
+        if d.cooperative.is_some() {
+            let state =
+                regfile + (self.shared.len() + self.local.len() + self.pscratch.len()) as u64;
+            if state.saturating_mul(blocks) > MAX_COOPERATIVE_STATE {
+                return bad(format!(
+                    "a cooperative launch of {blocks} blocks needs {state} bytes of state per block, more than {MAX_COOPERATIVE_STATE} in all"
+                ));
+            }
+            self.run_cooperative(&warps, first, extent, threads as u32, setup)?;
+        } else {
+            for z in first[2]..first[2] + extent[2] {
+                for y in first[1]..first[1] + extent[1] {
+                    for x in first[0]..first[0] + extent[0] {
+                        self.ctaid = [x, y, z];
+                        self.charge_setup(setup)?;
+                        self.run_block(&mut warps, threads as u32)?;
+                    }
                 }
             }
         }
@@ -516,6 +544,69 @@ impl<'a> Launch<'a> {
             instructions: self.insts,
             threads: threads * blocks,
         })
+    }
+
+    /// A cooperative launch: every block's state lives at once and the
+    /// blocks take turns, one round of their warps each, so that a block
+    /// spinning at a grid-wide barrier (on a counter in global memory)
+    /// lets the others reach it, as resident blocks do on a GPU.
+    fn run_cooperative(
+        &mut self,
+        template: &[Warp],
+        first: [u32; 3],
+        extent: [u32; 3],
+        threads: u32,
+        setup: u64,
+    ) -> Result<(), Error> {
+        let mut blocks = Vec::new();
+        for z in first[2]..first[2] + extent[2] {
+            for y in first[1]..first[1] + extent[1] {
+                for x in first[0]..first[0] + extent[0] {
+                    self.charge_setup(setup)?;
+                    let mut warps = template.to_vec();
+                    Self::start_block(&mut warps, threads);
+                    blocks.push(BlockState {
+                        warps,
+                        shared: self.shared.clone(),
+                        local: self.local.clone(),
+                        pscratch: self.pscratch.clone(),
+                        ctaid: [x, y, z],
+                        arrivals: [0; BARRIERS],
+                        counts: [None; BARRIERS],
+                    });
+                }
+            }
+        }
+        while !blocks.is_empty() {
+            let mut k = 0;
+            while k < blocks.len() {
+                let b = &mut blocks[k];
+                self.swap_block(b);
+                let r = self.round(&mut b.warps);
+                let r = match r {
+                    Ok(Some(false)) => Err(self.stuck(&b.warps)),
+                    r => r,
+                };
+                self.swap_block(b);
+                match r? {
+                    None => {
+                        blocks.swap_remove(k);
+                    }
+                    Some(_) => k += 1,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Exchanges the block state `b` holds with the launch's current one.
+    fn swap_block(&mut self, b: &mut BlockState) {
+        std::mem::swap(&mut self.shared, &mut b.shared);
+        std::mem::swap(&mut self.local, &mut b.local);
+        std::mem::swap(&mut self.pscratch, &mut b.pscratch);
+        std::mem::swap(&mut self.ctaid, &mut b.ctaid);
+        std::mem::swap(&mut self.arrivals, &mut b.arrivals);
+        std::mem::swap(&mut self.counts, &mut b.counts);
     }
 
     /// Charges a block's setup against the budget, so that a grid of many
@@ -537,6 +628,20 @@ impl<'a> Launch<'a> {
         // hold what the previous block of this launch left, so a block's
         // setup costs time in its warps' lanes only (what `charge_setup`
         // charged).
+        Self::start_block(warps, threads);
+        self.arrivals = [0; BARRIERS];
+        self.counts = [None; BARRIERS];
+        loop {
+            match self.round(warps)? {
+                None => return Ok(()),
+                Some(false) => return Err(self.stuck(warps)),
+                Some(true) => {}
+            }
+        }
+    }
+
+    /// Puts every thread of the block at its first instruction.
+    fn start_block(warps: &mut [Warp], threads: u32) {
         for w in warps.iter_mut() {
             w.carry = 0;
             w.favor_high = false;
@@ -553,25 +658,25 @@ impl<'a> Launch<'a> {
                 }
             }
         }
-        self.arrivals = [0; BARRIERS];
-        self.counts = [None; BARRIERS];
-        loop {
-            let mut progressed = false;
-            for w in warps.iter_mut() {
-                progressed |= self.run_warp(w)?;
-            }
-            let live: u32 = warps
-                .iter()
-                .map(|w| (w.exists & !w.exited).count_ones())
-                .sum();
-            if live == 0 {
-                return Ok(());
-            }
-            let released = self.release_barriers(warps, live);
-            if !progressed && !released {
-                return Err(self.stuck(warps));
-            }
+    }
+
+    /// One turn of each warp of the current block, then the barriers it
+    /// completed: `None` once every thread has exited, else whether
+    /// anything moved.
+    fn round(&mut self, warps: &mut [Warp]) -> Result<Option<bool>, Error> {
+        let mut progressed = false;
+        for w in warps.iter_mut() {
+            progressed |= self.run_warp(w)?;
         }
+        let live: u32 = warps
+            .iter()
+            .map(|w| (w.exists & !w.exited).count_ones())
+            .sum();
+        if live == 0 {
+            return Ok(None);
+        }
+        let released = self.release_barriers(warps, live);
+        Ok(Some(progressed || released))
     }
 
     /// Completes every barrier whose arrivals reach its count.
@@ -766,6 +871,12 @@ impl<'a> Launch<'a> {
             Sreg::WarpId => w.id,
             Sreg::NWarpId => self.nwarps,
             Sreg::SmId | Sreg::GridId => 0,
+            // The grid workspace of a cooperative launch: high, then low
+            // half of its address (cooperative groups' driver ABI).
+            Sreg::EnvReg(1) => (self.dims.cooperative.unwrap_or(0) >> 32) as u32,
+            Sreg::EnvReg(2) => self.dims.cooperative.unwrap_or(0) as u32,
+            Sreg::EnvReg(_) | Sreg::Zero => 0,
+            Sreg::One => 1,
             Sreg::NSmId => 1,
             Sreg::Clock | Sreg::GlobalTimerLo => self.insts as u32,
             Sreg::ClockHi | Sreg::GlobalTimerHi => (self.insts >> 32) as u32,

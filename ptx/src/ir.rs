@@ -173,6 +173,12 @@ pub(crate) enum Sreg {
     ReservedEnd,
     ReservedCap,
     Reserved(u8),
+    /// `%envreg0`..`%envreg31`: the driver's per-launch data.
+    EnvReg(u8),
+    /// Constants: the cluster registers of a launch without clusters
+    /// (`%cluster_ctarank` 0, `%cluster_nctarank` 1, ...).
+    Zero,
+    One,
 }
 
 /// A source operand, read as raw bits.

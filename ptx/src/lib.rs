@@ -23,8 +23,17 @@
 //!   (struct) parameters; module-scope `.global`/`.const` variables with
 //!   initializers (kept in [`Globals`]); `.shared` (static and
 //!   `.extern` dynamic); `.local` (including `__local_depot` with
-//!   `%SP`/`%SPL`); `.func` definitions parse, but `call` is unsupported
-//!   (nvcc inlines device functions unless told not to).
+//!   `%SP`/`%SPL`).
+//! - **Calls**: `call` of a `.func` of the module is replaced by the
+//!   callee's body when the module loads (recursion is unsupported);
+//!   a function's name is an address ([`func_addr`]: `mov`, `.global`
+//!   initializers such as C++ virtual tables), and a call through a
+//!   pointer (`call %r, (args), prototype`) jumps, per thread, to a copy
+//!   of the module's function at that address among those whose
+//!   parameters have the prototype's sizes ([`Error::BadCall`] if none
+//!   is). The CUDA runtime's device functions: `vprintf`, `__assertfail`,
+//!   `malloc` and `free` (C++ `new` and `delete`), which allocate from
+//!   [`Memory::malloc`] (see [`heap`]).
 //! - **Integers** (16/32/64-bit): add/sub (`.sat`, `.cc`, `addc`/`subc`),
 //!   mul/mad (`.lo`/`.hi`/`.wide`, `.cc`, `madc`), mul24/mad24, div, rem,
 //!   abs, neg, min, max, and/or/xor/not/cnot, shl/shr, popc, clz, bfind,
@@ -103,7 +112,8 @@
 //!   filtering across faces), read modes and sRGB (see `sample.rs`).
 //!   Textures have no mipmaps: levels and gradients are ignored.
 //!
-//! Anything else (tensor-core instructions, the calls above, `sust.p`, `sured`, texture lookups with an explicit sampler,
+//! Anything else (tensor-core instructions, calls of functions without
+//! a body, `sust.p`, `sured`, texture lookups with an explicit sampler,
 //! offsets or depth compares, `.f16` texture results, multi-sample
 //! textures, module-scope `.texref`/`.surfref` variables, modifiers not
 //! listed) parses to an instruction that fails the launch with
@@ -130,7 +140,11 @@
 //! can never meet fail the launch with [`Error::Deadlock`] (barriers) or
 //! [`Error::Unsupported`] (warp-synchronous instructions). Blocks never
 //! wait for each other, so a kernel that spins on a flag set by another
-//! block runs until [`Limits::max_instructions`].
+//! block runs until [`Limits::max_instructions`], except in a cooperative
+//! launch ([`Dims::cooperative`]): there every block is resident, and the
+//! blocks take turns (a turn of each of their warps), so that grid-wide
+//! barriers (cooperative groups' `grid.sync()`, or a counter in global
+//! memory) complete.
 //!
 //! # Addresses
 //!
@@ -354,6 +368,12 @@ pub struct Dims {
     /// kernel): `%ctaid` still counts in the whole grid and `%nctaid` is
     /// `grid`. `None`: every block.
     pub part: Option<Part>,
+    /// `Some(workspace)`: a cooperative launch. Its blocks all live at
+    /// once and take turns, so that blocks waiting for each other at a
+    /// grid-wide barrier progress; `%envreg1`/`%envreg2` give `workspace`,
+    /// the address of 8 zeroed bytes of global memory where cooperative
+    /// groups' grid barrier counts (`{size, barrier}` of the driver's ABI).
+    pub cooperative: Option<u64>,
 }
 
 /// A box of a grid's blocks: `offset .. offset + extent` per dimension.
@@ -410,6 +430,9 @@ pub struct KernelInfo {
     pub registers: u32,
     /// Bytes of the module's `.const` variables.
     pub const_bytes: u32,
+    /// Whether it calls `malloc` or `free` (C++ `new`/`delete`): its
+    /// launches need the context's device heap.
+    pub uses_heap: bool,
 }
 
 /// A parsed PTX module.
@@ -561,6 +584,10 @@ impl Module {
             local_bytes: f.local_bytes,
             registers: f.nregs,
             const_bytes: self.const_bytes,
+            uses_heap: f
+                .insts
+                .iter()
+                .any(|x| matches!(x.op, ir::Op::Malloc { .. } | ir::Op::Free { .. })),
         })
     }
 

@@ -1533,11 +1533,18 @@ fn sreg(n: &str) -> Option<Sreg> {
             "%ntid" => Sreg::Ntid(d),
             "%ctaid" => Sreg::Ctaid(d),
             "%nctaid" => Sreg::Nctaid(d),
+            // Every launch SimGpu runs is one block per cluster.
+            "%clusterid" => Sreg::Ctaid(d),
+            "%nclusterid" => Sreg::Nctaid(d),
+            "%cluster_ctaid" => Sreg::Zero,
+            "%cluster_nctaid" => Sreg::One,
             _ => return None,
         });
     }
     Some(match n {
         "%laneid" => Sreg::LaneId,
+        "%cluster_ctarank" | "%is_explicit_cluster" => Sreg::Zero,
+        "%cluster_nctarank" => Sreg::One,
         "%warpid" => Sreg::WarpId,
         "%nwarpid" => Sreg::NWarpId,
         "%smid" => Sreg::SmId,
@@ -1561,7 +1568,10 @@ fn sreg(n: &str) -> Option<Sreg> {
         "%reserved_smem_offset_cap" => Sreg::ReservedCap,
         "%reserved_smem_offset_0" => Sreg::Reserved(0),
         "%reserved_smem_offset_1" => Sreg::Reserved(1),
-        _ => return None,
+        _ => {
+            let k: u8 = n.strip_prefix("%envreg")?.parse().ok()?;
+            return (k < 32).then_some(Sreg::EnvReg(k));
+        }
     })
 }
 

@@ -765,6 +765,11 @@ fn every_kernel_gets_a_companion_that_parses() {
         let grown: Vec<&str> = m2.kernel_names().collect();
         for e in &p.entries {
             assert!(names.contains(&e.name.as_str()));
+            // A grid-wide barrier (gridsync.ptx) needs every block at once.
+            if src.contains("%envreg") {
+                assert!(e.part.is_err(), "{} was sliced", e.name);
+                continue;
+            }
             let part = e.part.as_ref().expect("sliceable");
             assert_eq!(part, &format!("{}{PART_SUFFIX}", e.name));
             assert!(grown.contains(&part.as_str()));

@@ -64,6 +64,7 @@ fn arb_dims() -> impl Strategy<Value = Dims> {
             block,
             shared_bytes,
             part: None,
+            cooperative: None,
         })
 }
 

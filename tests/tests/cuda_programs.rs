@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 17] = [
+const COMPUTE_PROGRAMS: [&str; 18] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -287,6 +287,7 @@ const COMPUTE_PROGRAMS: [&str; 17] = [
     "graphs",
     "jit_link",
     "video",
+    "device_heap",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -509,6 +510,7 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
         "cooperative",
         "graphs",
         "jit_link",
+        "device_heap",
     ] {
         for v in VARIANTS {
             runs.push((format!("{p}-{v}"), v));

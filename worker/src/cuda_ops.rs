@@ -26,7 +26,7 @@ use fairgpu_protocol::array::{
     MEM_DEVICE, MEM_HOST, RESOURCE_ARRAY, RESOURCE_LINEAR, RESOURCE_PITCH2D, TEX_OBJECT_BYTES,
 };
 use fairgpu_protocol::cuda::{
-    image_hash, LaunchHeader, LaunchOptions, ParamInfo, MAX_DEVICE_NAME, MAX_IMAGE_CACHE,
+    image_hash, limit, LaunchHeader, LaunchOptions, ParamInfo, MAX_DEVICE_NAME, MAX_IMAGE_CACHE,
     MAX_MODULE_IMAGE, MAX_NAME, MAX_OBJECTS,
 };
 use fairgpu_protocol::handle::{Handle, HandleTable};
@@ -94,6 +94,12 @@ struct Context {
     /// CUDA arrays and their descriptions (sizes count against the quota).
     arrays: HandleTable<(ArrayId, ArrayDesc)>,
     array_bytes: u64,
+    /// The device heap's size (`cuCtxSetLimit`), what of the VM's quota
+    /// it holds, and whether a kernel that uses it has run (its size is
+    /// fixed from then on).
+    heap_limit: u64,
+    heap_charge: u64,
+    heap_fixed: bool,
     /// Texture and surface objects, by the value the executor gave them
     /// (what kernels receive): only these may be destroyed.
     tex_objects: HashSet<u64>,
@@ -152,6 +158,9 @@ impl Context {
             events: HandleTable::new(MAX_OBJECTS),
             arrays: HandleTable::new(MAX_OBJECTS),
             array_bytes: 0,
+            heap_limit: limit::DEFAULT_HEAP,
+            heap_charge: 0,
+            heap_fixed: false,
             tex_objects: HashSet::new(),
             surf_objects: HashSet::new(),
             staging: Vec::new(),
@@ -707,6 +716,31 @@ impl CudaOps {
                     out_len: text.len() as u32,
                 })
             }
+            Opcode::CtxSetLimit => {
+                let which = u32::try_from(a[0]).map_err(|_| Status::INVALID_VALUE)?;
+                let value = a[1];
+                match which {
+                    limit::STACK_SIZE | limit::PRINTF_FIFO_SIZE => {}
+                    limit::MALLOC_HEAP_SIZE => {
+                        if cx.heap_fixed {
+                            return Err(Status::INVALID_VALUE);
+                        }
+                        let others = mem_used - cx.heap_charge;
+                        if others.checked_add(value).is_none_or(|u| u > quota) {
+                            return Err(Status::OUT_OF_MEMORY);
+                        }
+                    }
+                    _ => return Err(Status::INVALID_VALUE),
+                }
+                self.exec.set_limit(ctx, which, value).map_err(exec_err)?;
+                if which == limit::MALLOC_HEAP_SIZE {
+                    let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                    self.mem_used = self.mem_used - cx.heap_charge + value;
+                    cx.heap_charge = value;
+                    cx.heap_limit = value;
+                }
+                Ok(Answer::default())
+            }
             Opcode::MemAlloc => {
                 let bytes = a[0];
                 if bytes == 0 {
@@ -936,6 +970,19 @@ impl CudaOps {
                     return Err(Status::INVALID_VALUE);
                 }
                 let id = f.id;
+                // The first kernel that uses the device heap fixes its
+                // size, and a heap the guest did not size (the default)
+                // is charged now.
+                let need = cx.heap_limit.saturating_sub(cx.heap_charge);
+                if !cx.heap_fixed && self.exec.function_uses_heap(ctx, id) {
+                    if mem_used.checked_add(need).is_none_or(|u| u > quota) {
+                        return Err(Status::OUT_OF_MEMORY);
+                    }
+                    let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                    cx.heap_charge += need;
+                    cx.heap_fixed = true;
+                    self.mem_used += need;
+                }
                 self.buf.resize(n, 0);
                 arena.read(32, &mut self.buf)?;
                 let options =
@@ -1341,7 +1388,7 @@ impl Handler for CudaOps {
         self.cl.reset(ch);
         self.mem_used -= before - self.cl.used();
         if let Some(cx) = self.contexts.get_mut(ch as usize).and_then(Option::take) {
-            let freed: u64 = cx.allocs.values().sum::<u64>() + cx.array_bytes;
+            let freed: u64 = cx.allocs.values().sum::<u64>() + cx.array_bytes + cx.heap_charge;
             self.mem_used -= freed;
             self.exec.destroy_context(cx.ctx);
             tracing::debug!(vm = %self.vm, channel = ch, freed, "context destroyed");

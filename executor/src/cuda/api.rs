@@ -247,6 +247,7 @@ driver_api! {
     cuCtxPopCurrent_v2(*mut CUcontext);
     cuCtxSetCurrent(CUcontext);
     cuCtxSynchronize();
+    cuCtxSetLimit(c_int, usize);
     cuMemGetInfo_v2(*mut usize, *mut usize);
     cuMemAlloc_v2(*mut CUdeviceptr, usize);
     cuMemFree_v2(CUdeviceptr);

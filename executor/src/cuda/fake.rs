@@ -728,6 +728,19 @@ unsafe extern "C" fn func_get_attribute(v: *mut c_int, attr: c_int, f: CUfunctio
     })
 }
 
+/// `cuCtxSetLimit`: the limits the driver knows (0 to 9) are accepted.
+unsafe extern "C" fn ctx_set_limit(limit: c_int, _value: usize) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuCtxSetLimit", true) {
+            return r;
+        }
+        if !(0..=9).contains(&limit) {
+            return INVALID_VALUE;
+        }
+        0
+    })
+}
+
 /// `cuFuncSetAttribute`: kept for `cuFuncGetAttribute`.
 unsafe extern "C" fn func_set_attribute(f: CUfunction, attr: c_int, value: c_int) -> CuResult {
     with(|s| {
@@ -1309,6 +1322,7 @@ pub(super) fn api() -> &'static Api {
         cuCtxPopCurrent_v2: ctx_pop_current,
         cuCtxSetCurrent: ctx_set_current,
         cuCtxSynchronize: ctx_synchronize,
+        cuCtxSetLimit: ctx_set_limit,
         cuMemGetInfo_v2: mem_get_info,
         cuMemAlloc_v2: mem_alloc,
         cuMemFree_v2: mem_free,

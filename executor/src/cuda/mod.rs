@@ -1452,6 +1452,17 @@ impl GpuExecutor for CudaExecutor {
         Ok(v)
     }
 
+    fn set_limit(&mut self, ctx: CtxId, limit: u32, value: u64) -> ExecResult<()> {
+        let api = self.api;
+        self.enter(ctx)?;
+        let limit = c_int::try_from(limit).map_err(|_| ExecError::Invalid("limit"))?;
+        let value = usize::try_from(value).map_err(|_| ExecError::Invalid("limit value"))?;
+        // SAFETY: the context is current; the driver checks both values.
+        check("cuCtxSetLimit", unsafe {
+            (api.cuCtxSetLimit)(limit, value)
+        })
+    }
+
     fn set_function_attribute(
         &mut self,
         ctx: CtxId,

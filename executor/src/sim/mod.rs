@@ -107,7 +107,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
-use fairgpu_protocol::cuda::ParamInfo;
+use fairgpu_protocol::cuda::{limit, ParamInfo};
 use fairgpu_protocol::Status;
 use fairgpu_ptx as ptx;
 
@@ -190,6 +190,22 @@ const MAX_KEPT_PTX_TOTAL: usize = 256 * 1024 * 1024;
 const LAUNCH_TIMEOUT: Status = Status(702);
 /// CUDA_ERROR_MISALIGNED_ADDRESS.
 const MISALIGNED_ADDRESS: Status = Status(716);
+/// CUDA_ERROR_ILLEGAL_INSTRUCTION: a call to an address that holds no
+/// function.
+const ILLEGAL_INSTRUCTION: Status = Status(715);
+/// CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE.
+const COOPERATIVE_LAUNCH_TOO_LARGE: Status = Status(720);
+/// Bytes of a cooperative launch's grid workspace (`{size, barrier}`).
+const GRID_WORKSPACE: u64 = 8;
+/// What one multiprocessor holds (the device attributes
+/// MAX_THREADS_PER_MULTIPROCESSOR, MAX_SHARED_MEMORY_PER_MULTIPROCESSOR and
+/// MAX_BLOCKS_PER_MULTIPROCESSOR).
+const SM_THREADS: u64 = 2048;
+const SM_SHARED: u64 = 233_472;
+const SM_BLOCKS: u64 = 32;
+/// Most live blocks a device heap holds (its bookkeeping is host memory):
+/// `malloc` gives NULL beyond.
+const MAX_HEAP_BLOCKS: usize = 1 << 20;
 /// Driver version SimGpu reports.
 const DRIVER_VERSION: i32 = 12080;
 
@@ -204,6 +220,8 @@ struct Function {
     /// Modelled ns per block of its last launch (the history kernel
     /// slicing predicts from).
     ns_per_block: Option<f64>,
+    /// Whether its PTX calls `malloc`/`free`, once known.
+    uses_heap: Option<bool>,
 }
 
 /// `ns` split pro rata: the share of `part` blocks out of `whole`.
@@ -457,6 +475,16 @@ struct Context {
     /// Texture and surface objects: value -> what kernels read through it.
     textures: HashMap<u64, ptx::texture::Texture>,
     surfaces: HashMap<u64, ptx::texture::Image>,
+    /// `cuCtxSetLimit` values: the printf FIFO's and the device heap's
+    /// sizes (`None`: the driver's defaults).
+    printf_fifo: Option<usize>,
+    heap_size: Option<u64>,
+    /// The device heap, made at the first launch of a kernel that uses it:
+    /// its allocation (in `allocs`) and its blocks.
+    heap: Option<(DevPtr, ptx::heap::Heap)>,
+    /// The grid workspace of its cooperative launches (8 bytes, zeroed
+    /// before each), made at the first.
+    grid_workspace: Option<DevPtr>,
 }
 
 /// A CUDA array: its elements packed densely in an allocation (rows, then
@@ -852,65 +880,65 @@ fn attributes(sm_count: u32) -> Vec<(i32, i32)> {
         (19, 1), // CAN_MAP_HOST_MEMORY
         (20, 0), // COMPUTE_MODE (default)
         // Texture and surface limits, an H100's.
-        (21, 131_072),    // MAXIMUM_TEXTURE1D_WIDTH
-        (22, 131_072),    // MAXIMUM_TEXTURE2D_WIDTH
-        (23, 65_536),     // MAXIMUM_TEXTURE2D_HEIGHT
-        (24, 16_384),     // MAXIMUM_TEXTURE3D_WIDTH
-        (25, 16_384),     // MAXIMUM_TEXTURE3D_HEIGHT
-        (26, 16_384),     // MAXIMUM_TEXTURE3D_DEPTH
-        (27, 32_768),     // MAXIMUM_TEXTURE2D_LAYERED_WIDTH
-        (28, 32_768),     // MAXIMUM_TEXTURE2D_LAYERED_HEIGHT
-        (29, 2048),       // MAXIMUM_TEXTURE2D_LAYERED_LAYERS
-        (30, 512),        // SURFACE_ALIGNMENT
-        (42, 32_768),     // MAXIMUM_TEXTURE1D_LAYERED_WIDTH
-        (43, 2048),       // MAXIMUM_TEXTURE1D_LAYERED_LAYERS
-        (45, 32_768),     // MAXIMUM_TEXTURE2D_GATHER_WIDTH
-        (46, 32_768),     // MAXIMUM_TEXTURE2D_GATHER_HEIGHT
-        (51, 32),         // TEXTURE_PITCH_ALIGNMENT
-        (52, 32_768),     // MAXIMUM_TEXTURECUBEMAP_WIDTH
-        (53, 32_768),     // MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH
-        (54, 2046),       // MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS
-        (55, 32_768),     // MAXIMUM_SURFACE1D_WIDTH
-        (56, 131_072),    // MAXIMUM_SURFACE2D_WIDTH
-        (57, 65_536),     // MAXIMUM_SURFACE2D_HEIGHT
-        (58, 16_384),     // MAXIMUM_SURFACE3D_WIDTH
-        (59, 16_384),     // MAXIMUM_SURFACE3D_HEIGHT
-        (60, 16_384),     // MAXIMUM_SURFACE3D_DEPTH
-        (61, 32_768),     // MAXIMUM_SURFACE1D_LAYERED_WIDTH
-        (62, 2048),       // MAXIMUM_SURFACE1D_LAYERED_LAYERS
-        (63, 32_768),     // MAXIMUM_SURFACE2D_LAYERED_WIDTH
-        (64, 32_768),     // MAXIMUM_SURFACE2D_LAYERED_HEIGHT
-        (65, 2048),       // MAXIMUM_SURFACE2D_LAYERED_LAYERS
-        (66, 32_768),     // MAXIMUM_SURFACECUBEMAP_WIDTH
-        (67, 32_768),     // MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH
-        (68, 2046),       // MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS
-        (70, 131_072),    // MAXIMUM_TEXTURE2D_LINEAR_WIDTH
-        (71, 65_000),     // MAXIMUM_TEXTURE2D_LINEAR_HEIGHT
-        (72, 2_097_120),  // MAXIMUM_TEXTURE2D_LINEAR_PITCH
-        (31, 1),          // CONCURRENT_KERNELS
-        (32, 0),          // ECC_ENABLED
-        (33, 0),          // PCI_BUS_ID
-        (34, 0),          // PCI_DEVICE_ID
-        (36, 2_619_000),  // MEMORY_CLOCK_RATE (kHz)
-        (37, 5120),       // GLOBAL_MEMORY_BUS_WIDTH
-        (38, 52_428_800), // L2_CACHE_SIZE
-        (39, 2048),       // MAX_THREADS_PER_MULTIPROCESSOR
-        (40, 2),          // ASYNC_ENGINE_COUNT
-        (41, 1),          // UNIFIED_ADDRESSING
-        (50, 0),          // PCI_DOMAIN_ID
+        (21, 131_072),           // MAXIMUM_TEXTURE1D_WIDTH
+        (22, 131_072),           // MAXIMUM_TEXTURE2D_WIDTH
+        (23, 65_536),            // MAXIMUM_TEXTURE2D_HEIGHT
+        (24, 16_384),            // MAXIMUM_TEXTURE3D_WIDTH
+        (25, 16_384),            // MAXIMUM_TEXTURE3D_HEIGHT
+        (26, 16_384),            // MAXIMUM_TEXTURE3D_DEPTH
+        (27, 32_768),            // MAXIMUM_TEXTURE2D_LAYERED_WIDTH
+        (28, 32_768),            // MAXIMUM_TEXTURE2D_LAYERED_HEIGHT
+        (29, 2048),              // MAXIMUM_TEXTURE2D_LAYERED_LAYERS
+        (30, 512),               // SURFACE_ALIGNMENT
+        (42, 32_768),            // MAXIMUM_TEXTURE1D_LAYERED_WIDTH
+        (43, 2048),              // MAXIMUM_TEXTURE1D_LAYERED_LAYERS
+        (45, 32_768),            // MAXIMUM_TEXTURE2D_GATHER_WIDTH
+        (46, 32_768),            // MAXIMUM_TEXTURE2D_GATHER_HEIGHT
+        (51, 32),                // TEXTURE_PITCH_ALIGNMENT
+        (52, 32_768),            // MAXIMUM_TEXTURECUBEMAP_WIDTH
+        (53, 32_768),            // MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH
+        (54, 2046),              // MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS
+        (55, 32_768),            // MAXIMUM_SURFACE1D_WIDTH
+        (56, 131_072),           // MAXIMUM_SURFACE2D_WIDTH
+        (57, 65_536),            // MAXIMUM_SURFACE2D_HEIGHT
+        (58, 16_384),            // MAXIMUM_SURFACE3D_WIDTH
+        (59, 16_384),            // MAXIMUM_SURFACE3D_HEIGHT
+        (60, 16_384),            // MAXIMUM_SURFACE3D_DEPTH
+        (61, 32_768),            // MAXIMUM_SURFACE1D_LAYERED_WIDTH
+        (62, 2048),              // MAXIMUM_SURFACE1D_LAYERED_LAYERS
+        (63, 32_768),            // MAXIMUM_SURFACE2D_LAYERED_WIDTH
+        (64, 32_768),            // MAXIMUM_SURFACE2D_LAYERED_HEIGHT
+        (65, 2048),              // MAXIMUM_SURFACE2D_LAYERED_LAYERS
+        (66, 32_768),            // MAXIMUM_SURFACECUBEMAP_WIDTH
+        (67, 32_768),            // MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH
+        (68, 2046),              // MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS
+        (70, 131_072),           // MAXIMUM_TEXTURE2D_LINEAR_WIDTH
+        (71, 65_000),            // MAXIMUM_TEXTURE2D_LINEAR_HEIGHT
+        (72, 2_097_120),         // MAXIMUM_TEXTURE2D_LINEAR_PITCH
+        (31, 1),                 // CONCURRENT_KERNELS
+        (32, 0),                 // ECC_ENABLED
+        (33, 0),                 // PCI_BUS_ID
+        (34, 0),                 // PCI_DEVICE_ID
+        (36, 2_619_000),         // MEMORY_CLOCK_RATE (kHz)
+        (37, 5120),              // GLOBAL_MEMORY_BUS_WIDTH
+        (38, 52_428_800),        // L2_CACHE_SIZE
+        (39, SM_THREADS as i32), // MAX_THREADS_PER_MULTIPROCESSOR
+        (40, 2),                 // ASYNC_ENGINE_COUNT
+        (41, 1),                 // UNIFIED_ADDRESSING
+        (50, 0),                 // PCI_DOMAIN_ID
         (attr::COMPUTE_CAPABILITY_MAJOR, 9),
         (attr::COMPUTE_CAPABILITY_MINOR, 0),
-        (78, 1),       // STREAM_PRIORITIES_SUPPORTED
-        (81, 233_472), // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-        (82, 65536),   // MAX_REGISTERS_PER_MULTIPROCESSOR
-        (83, 1),       // MANAGED_MEMORY (mirrored by the guest library)
-        (89, 0),       // CONCURRENT_MANAGED_ACCESS
-        (95, 0),       // COOPERATIVE_LAUNCH (no grid-wide barrier)
-        (120, 0),      // CLUSTER_LAUNCH (no thread-block clusters)
-        (84, 0),       // MULTI_GPU_BOARD
-        (97, 232_448), // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-        (106, 32),     // MAX_BLOCKS_PER_MULTIPROCESSOR
-        (111, 1024),   // RESERVED_SHARED_MEMORY_PER_BLOCK (the interpreter's)
+        (78, 1),                 // STREAM_PRIORITIES_SUPPORTED
+        (81, SM_SHARED as i32),  // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        (82, 65536),             // MAX_REGISTERS_PER_MULTIPROCESSOR
+        (83, 1),                 // MANAGED_MEMORY (mirrored by the guest library)
+        (89, 0),                 // CONCURRENT_MANAGED_ACCESS
+        (95, 1),                 // COOPERATIVE_LAUNCH (blocks interleaved, all resident)
+        (120, 0),                // CLUSTER_LAUNCH (no thread-block clusters)
+        (84, 0),                 // MULTI_GPU_BOARD
+        (97, 232_448),           // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        (106, SM_BLOCKS as i32), // MAX_BLOCKS_PER_MULTIPROCESSOR
+        (111, 1024),             // RESERVED_SHARED_MEMORY_PER_BLOCK (the interpreter's)
         // Persisting-L2 set-aside (three quarters of L2) and the largest
         // access policy window: hints the guest library accepts and the
         // model ignores, as a cache may.
@@ -1053,6 +1081,67 @@ impl SimGpu {
     /// guest's (see [`execution_error`]).
     /// Charges the context's printed output to the VM's host memory; what
     /// does not fit the budget is dropped.
+    /// Makes the context's device heap if it has none: an allocation of
+    /// the heap's size (the worker charged it to the VM's quota), or, when
+    /// the device cannot hold it, an empty heap whose `malloc` gives NULL.
+    fn make_heap(&mut self, ctx: CtxId) -> ExecResult<()> {
+        let c = self.ctx(ctx)?;
+        if c.heap.is_some() {
+            return Ok(());
+        }
+        let size = c.heap_size.unwrap_or(limit::DEFAULT_HEAP);
+        let heap = match self.mem_alloc(ctx, size.max(1)) {
+            Ok(base) => (base, ptx::heap::Heap::new(size, MAX_HEAP_BLOCKS)),
+            Err(e) => {
+                tracing::warn!(bytes = size, error = %e, "no room for the device heap: device malloc gives NULL");
+                (0, ptx::heap::Heap::new(0, 0))
+            }
+        };
+        self.ctx_mut(ctx)?.heap = Some(heap);
+        Ok(())
+    }
+
+    /// The context's grid workspace for a cooperative launch (made at the
+    /// first), zeroed: cooperative groups' grid barrier counts there.
+    fn grid_workspace(&mut self, ctx: CtxId) -> ExecResult<DevPtr> {
+        let at = match self.ctx(ctx)?.grid_workspace {
+            Some(a) => a,
+            None => {
+                let a = self.mem_alloc(ctx, GRID_WORKSPACE)?;
+                self.ctx_mut(ctx)?.grid_workspace = Some(a);
+                a
+            }
+        };
+        if let Some(b) = self.ctx_mut(ctx)?.allocs.get_mut(&at) {
+            b.fill(0);
+        }
+        Ok(at)
+    }
+
+    /// A cooperative launch must fit on the device at once: its blocks
+    /// at most what the multiprocessors hold of its geometry (threads in
+    /// whole warps, shared memory and blocks per multiprocessor, as the
+    /// occupancy calculator counts them).
+    fn check_resident(&mut self, ctx: CtxId, f: FnId, cfg: &LaunchConfig) -> ExecResult<()> {
+        let static_shared = self.kernel_info(ctx, f).map_or(0, |i| i.static_shared);
+        let threads: u64 = cfg.block.iter().map(|&b| u64::from(b)).product();
+        let warps = threads.div_ceil(32) * 32;
+        let smem = u64::from(static_shared) + u64::from(cfg.shared_mem);
+        let by_threads = SM_THREADS / warps.max(1);
+        let by_shared = SM_SHARED.checked_div(smem).unwrap_or(u64::MAX);
+        let per_sm = by_threads.min(by_shared).min(SM_BLOCKS);
+        // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT.
+        let sms = self.props.attribute(16).unwrap_or(0).max(0) as u64;
+        let resident = per_sm * sms;
+        if cfg.blocks() > resident {
+            return Err(ExecError::Driver {
+                call: "cuLaunchCooperativeKernel",
+                status: COOPERATIVE_LAUNCH_TOO_LARGE,
+            });
+        }
+        Ok(())
+    }
+
     fn charge_output(&mut self, ctx: CtxId, budget: &Arc<HostMemory>) {
         let Some(c) = self.contexts.get_mut(&ctx.0) else {
             return;
@@ -1142,6 +1231,13 @@ impl SimGpu {
         params: &[u8],
     ) -> ExecResult<ptx::RunStats> {
         check_geometry(cfg)?;
+        if self.function_uses_heap(ctx, f) {
+            self.make_heap(ctx)?;
+        }
+        let workspace = match cfg.options.cooperative {
+            true => Some(self.grid_workspace(ctx)?),
+            false => None,
+        };
         let limits = self.limits;
         let budget = self.host_memory.clone();
         let started = Instant::now();
@@ -1163,15 +1259,18 @@ impl SimGpu {
                 offset: p.offset,
                 extent: p.extent,
             }),
+            cooperative: workspace,
         };
         let mut memory = Allocations {
             allocs: &mut c.allocs,
             textures: &c.textures,
             surfaces: &c.surfaces,
+            heap: c.heap.as_mut(),
             wrote: false,
         };
         let slots = &mut c.var_slots;
         let output = &mut c.output;
+        let printf_fifo = c.printf_fifo.unwrap_or(PRINTF_FIFO);
         let ran = match module
             .source_of
             .get(&name)
@@ -1218,7 +1317,7 @@ impl SimGpu {
                                 &mut memory,
                                 &limits,
                                 output,
-                                PRINTF_FIFO,
+                                printf_fifo,
                             );
                             if let Some(b) = base {
                                 memory.allocs.insert(b, globals.take_bytes());
@@ -1317,9 +1416,11 @@ fn execution_error(kernel: &str, e: &ptx::Error, wrote: bool) -> (ExecError, boo
     match e {
         // A texture or surface handle of nothing: the descriptor fetch
         // faults, as an out-of-bounds access does.
-        ptx::Error::OutOfBounds { .. } | ptx::Error::InvalidHandle { .. } => {
-            (fault(Status::ILLEGAL_ADDRESS), true)
-        }
+        // A free of what the heap did not give corrupts it on a GPU.
+        ptx::Error::OutOfBounds { .. }
+        | ptx::Error::InvalidHandle { .. }
+        | ptx::Error::BadFree { .. } => (fault(Status::ILLEGAL_ADDRESS), true),
+        ptx::Error::BadCall { .. } => (fault(ILLEGAL_INSTRUCTION), true),
         ptx::Error::Misaligned { .. } => (fault(MISALIGNED_ADDRESS), true),
         ptx::Error::Trap => (fault(Status::LAUNCH_FAILED), true),
         ptx::Error::Assert => (fault(Status::ASSERT), true),
@@ -1342,6 +1443,8 @@ struct Allocations<'a> {
     allocs: &'a mut BTreeMap<DevPtr, Vec<u8>>,
     textures: &'a HashMap<u64, ptx::texture::Texture>,
     surfaces: &'a HashMap<u64, ptx::texture::Image>,
+    /// The context's device heap, if it has one.
+    heap: Option<&'a mut (DevPtr, ptx::heap::Heap)>,
     /// Whether the kernel wrote any of them.
     wrote: bool,
 }
@@ -1465,6 +1568,25 @@ impl ptx::Memory for Allocations<'_> {
         r
     }
 
+    fn malloc(&mut self, size: u64) -> u64 {
+        match &mut self.heap {
+            Some((base, h)) => h.alloc(size).map_or(0, |off| *base + off),
+            None => 0,
+        }
+    }
+
+    fn free(&mut self, addr: u64) -> Result<(), ptx::Error> {
+        let freed = match &mut self.heap {
+            Some((base, h)) => addr >= *base && h.free(addr - *base),
+            None => false,
+        };
+        if freed {
+            Ok(())
+        } else {
+            Err(ptx::Error::BadFree { addr })
+        }
+    }
+
     fn texture(&self, handle: u64) -> Option<ptx::texture::Texture> {
         self.textures.get(&handle).copied()
     }
@@ -1552,6 +1674,9 @@ impl GpuExecutor for SimGpu {
 
     fn mem_free(&mut self, ctx: CtxId, ptr: DevPtr) -> ExecResult<()> {
         let c = self.ctx_mut(ctx)?;
+        if c.heap.as_ref().is_some_and(|h| h.0 == ptr) {
+            return Err(ExecError::Invalid("the device heap is not an allocation"));
+        }
         let b = (ptr >= BASE_ADDR)
             .then(|| c.allocs.remove(&ptr))
             .flatten()
@@ -1741,10 +1866,53 @@ impl GpuExecutor for SimGpu {
                 model,
                 set: Default::default(),
                 ns_per_block: None,
+                uses_heap: None,
             },
         );
         self.next_id += 1;
         Ok((FnId(id), params))
+    }
+
+    fn set_limit(&mut self, ctx: CtxId, which: u32, value: u64) -> ExecResult<()> {
+        let c = self.ctx_mut(ctx)?;
+        match which {
+            // Local memory is bounded per thread by the interpreter.
+            limit::STACK_SIZE => {}
+            limit::PRINTF_FIFO_SIZE => {
+                c.printf_fifo = Some(usize::try_from(value).unwrap_or(usize::MAX));
+            }
+            limit::MALLOC_HEAP_SIZE => {
+                if c.heap.is_some() {
+                    return Err(ExecError::Invalid(
+                        "the device heap's size is fixed once a kernel that uses it has run",
+                    ));
+                }
+                c.heap_size = Some(value);
+            }
+            _ => return Err(ExecError::Invalid("limit")),
+        }
+        Ok(())
+    }
+
+    fn function_uses_heap(&mut self, ctx: CtxId, f: FnId) -> bool {
+        let known = |g: &mut SimGpu| {
+            g.ctx(ctx)
+                .ok()
+                .and_then(|c| c.functions.get(&f.0))
+                .and_then(|func| func.uses_heap)
+        };
+        if let Some(v) = known(self) {
+            return v;
+        }
+        let v = self.kernel_info(ctx, f).is_ok_and(|i| i.uses_heap);
+        if let Some(func) = self
+            .ctx_mut(ctx)
+            .ok()
+            .and_then(|c| c.functions.get_mut(&f.0))
+        {
+            func.uses_heap = Some(v);
+        }
+        v
     }
 
     fn function_prints(&mut self, ctx: CtxId, f: FnId) -> bool {
@@ -1885,9 +2053,12 @@ impl GpuExecutor for SimGpu {
         }
         // Thread-block clusters (distributed shared memory, cluster
         // barriers) are not modelled: refused, as a device without
-        // CLUSTER_LAUNCH would. A cooperative launch runs as any other
-        // (SimGpu does not report COOPERATIVE_LAUNCH; a grid-wide barrier
-        // is not executed).
+        // CLUSTER_LAUNCH would. A cooperative launch runs its blocks
+        // interleaved, all resident at once: refused if the device could
+        // not hold them all.
+        if cfg.options.cooperative {
+            self.check_resident(ctx, f, cfg)?;
+        }
         if cfg.options.cluster != [1, 1, 1] {
             return Err(ExecError::Driver {
                 call: "cuLaunchKernelEx (thread-block clusters)",
@@ -3049,6 +3220,7 @@ mod tests {
             allocs: &mut c.allocs,
             textures: &c.textures,
             surfaces: &c.surfaces,
+            heap: None,
             wrote: false,
         };
         use ptx::Memory as _;
@@ -3102,6 +3274,7 @@ mod tests {
             allocs: &mut c.allocs,
             textures: &c.textures,
             surfaces: &c.surfaces,
+            heap: None,
             wrote: false,
         };
         oob(mem.read(a, &mut buf));

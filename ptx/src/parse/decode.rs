@@ -1195,6 +1195,11 @@ impl FuncParser<'_> {
             }
             "bar" | "barrier" => {
                 m.has("cta");
+                if m.has("cluster") {
+                    // Thread-block clusters are not modelled (SimGpu
+                    // refuses cluster launches).
+                    return Err(unsup());
+                }
                 if m.has("warp") {
                     if !m.has("sync") {
                         return Err(unsup());

@@ -214,6 +214,7 @@ pub fn dims(grid: [u32; 3], block: [u32; 3], shared_bytes: u32) -> Dims {
         block,
         shared_bytes,
         part: None,
+        cooperative: None,
     }
 }
 

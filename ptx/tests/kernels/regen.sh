@@ -1,7 +1,8 @@
 #!/bin/sh
 # Regenerates the checked-in PTX of the test kernels with nvcc
 # (set NVCC, or have nvcc on PATH; NVCC_FLAGS adds options such as the
-# include paths cuda_bf16.h needs). The tests read only the .ptx files.
+# include paths cuda_bf16.h needs, and the CCCL headers gridsync.cu's
+# cooperative_groups needs). The tests read only the .ptx files.
 # bf16.cu is also built for sm_90, which has more bf16 instructions.
 set -eu
 cd "$(dirname "$0")"
