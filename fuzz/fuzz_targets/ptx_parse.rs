@@ -81,6 +81,9 @@ fuzz_target!(|data: &[u8]| {
         block: [40, 1, 1],
         shared_bytes: 256,
         part: None,
+        // Half the inputs run as cooperative launches (blocks
+        // interleaved), their grid workspace in the fuzz memory.
+        cooperative: (text.len() % 2 == 0).then_some(BASE),
     };
     let params: Vec<u8> = (0..512).flat_map(|_| BASE.to_le_bytes()).collect();
     let limits = Limits {
