@@ -349,6 +349,80 @@ impl<'a> Launch<'a> {
         Ok(s)
     }
 
+    /// An `mbarrier` operation of lane `l`. The object's 64 bits: the
+    /// arrivals still pending in the current phase (bits 0–20), the
+    /// arrivals each phase expects (21–41) and the phase's parity (63).
+    /// An arrival's state token is the parity of the phase it arrived in
+    /// with the pending count after it; a phase completes when its last
+    /// pending arrival comes, and the next one starts.
+    fn mbarrier(&mut self, w: &mut Warp, l: usize, x: &Mbar) -> Result<(), Error> {
+        const COUNT: u64 = (1 << 21) - 1;
+        const PHASE: u64 = 1 << 63;
+        let at = self.address(w, x.addr, l);
+        let read = |me: &mut Self, w: &Warp| -> Result<u64, Error> {
+            let mut b = [0u8; 8];
+            if at % 8 != 0 {
+                return Err(Error::Misaligned {
+                    space: "shared",
+                    addr: at,
+                    len: 8,
+                });
+            }
+            me.load(w, l, x.space, at, &mut b)?;
+            Ok(u64::from_le_bytes(b))
+        };
+        let arrive = |me: &mut Self, w: &Warp, n: u64, drop: bool| -> Result<u64, Error> {
+            let obj = read(me, w)?;
+            let mut pending = (obj & COUNT).saturating_sub(n);
+            let mut expected = (obj >> 21) & COUNT;
+            if drop {
+                expected = expected.saturating_sub(1);
+            }
+            let mut phase = obj & PHASE;
+            let token = phase | pending;
+            if pending == 0 {
+                phase ^= PHASE;
+                pending = expected;
+            }
+            let new = phase | expected << 21 | pending;
+            me.store(w, l, x.space, at, &new.to_le_bytes())?;
+            Ok(token)
+        };
+        let v = match x.kind {
+            MbarKind::Init => {
+                let n = self.rd(w, x.a.expect("init has a count"), l) & COUNT;
+                self.store(w, l, x.space, at, &(n << 21 | n).to_le_bytes())?;
+                None
+            }
+            MbarKind::Arrive { drop } => {
+                let n = x.a.map_or(1, |a| self.rd(w, a, l) & COUNT);
+                Some(arrive(self, w, n, drop)?)
+            }
+            MbarKind::AsyncArrive { noinc } => {
+                // Without `.noinc` the pending count is raised by one
+                // first: the arrival then leaves it as it was.
+                if noinc {
+                    arrive(self, w, 1, false)?;
+                }
+                None
+            }
+            MbarKind::Wait { parity } => {
+                let s = self.rd(w, x.a.expect("wait has a state"), l);
+                let waited = if parity { s & 1 } else { s >> 63 };
+                Some(u64::from(read(self, w)? >> 63 != waited))
+            }
+            MbarKind::PendingCount => Some(self.rd(w, x.a.expect("a state"), l) & COUNT),
+            MbarKind::Inval => {
+                self.store(w, l, x.space, at, &[0; 8])?;
+                None
+            }
+        };
+        if let (Some(d), Some(v)) = (x.d, v) {
+            Self::wr(w, d, l, v);
+        }
+        Ok(())
+    }
+
     /// `vprintf` for lane `l`: the number of arguments it used, -1 for a
     /// NULL format.
     fn printf(&mut self, w: &Warp, l: usize, fmt: u32, args: u32) -> Result<i32, Error> {
@@ -1843,6 +1917,11 @@ impl<'a> Launch<'a> {
                 return Err(Error::Unsupported {
                     what: format!("call (line {line})"),
                 })
+            }
+            Op::Mbarrier(ref x) => {
+                for l in bits_of(exec) {
+                    self.mbarrier(w, l, x)?;
+                }
             }
             Op::Malloc { size, ret } => {
                 for l in bits_of(exec) {

@@ -867,6 +867,9 @@ pub(crate) enum Op {
     AssertFail {
         args: [u32; 5],
     },
+    /// `mbarrier.*` and `cp.async.mbarrier.arrive`: an operation on a
+    /// 64-bit barrier object in shared memory (`Launch::mbarrier`).
+    Mbarrier(Box<Mbar>),
     /// `call (ret), malloc, (size)`: a block of the context's device heap
     /// ([`crate::Memory::malloc`]). Param-space addresses, as for `Printf`.
     Malloc {
@@ -933,6 +936,33 @@ pub(crate) enum Op {
     /// An instruction the interpreter does not implement; executing it
     /// fails the launch with its name. Shared: inlining copies it.
     Unsupported(Arc<str>),
+}
+
+/// What an `mbarrier` instruction does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MbarKind {
+    /// `init [a], count`.
+    Init,
+    /// `arrive{_drop} state, [a]{, count}`.
+    Arrive { drop: bool },
+    /// `test_wait`/`try_wait{.parity} p, [a], state|parity`.
+    Wait { parity: bool },
+    /// `pending_count count, state`.
+    PendingCount,
+    /// `inval [a]`.
+    Inval,
+    /// `cp.async.mbarrier.arrive{.noinc} [a]`.
+    AsyncArrive { noinc: bool },
+}
+
+/// An `mbarrier` instruction's operands.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Mbar {
+    pub kind: MbarKind,
+    pub space: Space,
+    pub d: Option<u32>,
+    pub addr: Addr,
+    pub a: Option<Src>,
 }
 
 /// A call through a function pointer, before inlining.
@@ -1211,6 +1241,17 @@ impl Op {
                 }
             }
             Op::Dispatch { target, .. } => *target += k,
+            Op::Mbarrier(x) => {
+                if let Some(d) = &mut x.d {
+                    *d += k;
+                }
+                if let Some(b) = &mut x.addr.base {
+                    *b += k;
+                }
+                if let Some(a) = &mut x.a {
+                    s(a);
+                }
+            }
             Op::CallIndirect(c) => c.target += k,
             Op::Bra { .. }
             | Op::Ret

@@ -79,7 +79,12 @@
 //!   generic spaces, `.v2`/`.v4`, every cache and ordering qualifier nvcc
 //!   emits (they do not change a sequential execution), cvta and isspacep;
 //!   `cp.async` from global to shared memory (copied at once; its commit
-//!   and wait instructions are no-ops).
+//!   and wait instructions are no-ops, and `cp.async.mbarrier.arrive`
+//!   arrives at once); split barriers in shared memory (`mbarrier`:
+//!   `init`, `arrive`, `arrive_drop`, `test_wait`, `try_wait` with and
+//!   without `.parity`, `pending_count`, `inval`; not the transaction
+//!   counts of sm_90's tensor memory accelerator), as libcu++'s
+//!   `cuda::barrier` and `cuda::memcpy_async` use them.
 //!   atom and red on global, shared and generic addresses: add (integer,
 //!   f32, f64), min, max, inc, dec, cas, exch, and, or, xor.
 //! - **Control and threads**: bra, ret, exit, bar.sync/barrier.sync (with

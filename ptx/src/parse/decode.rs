@@ -144,6 +144,7 @@ pub(crate) fn known(opcode: &str) -> bool {
             | "suq"
             | "suld"
             | "sust"
+            | "mbarrier"
     )
 }
 
@@ -1307,7 +1308,26 @@ impl FuncParser<'_> {
                 if !m.has("async") {
                     return Err(unsup());
                 }
-                if m.has("commit_group") || m.has("wait_all") {
+                if m.has("mbarrier") {
+                    // `cp.async.mbarrier.arrive{.noinc}{.shared}.b64 [a]`:
+                    // the copies are done already, so the arrival is now.
+                    if !m.has("arrive") || !m.has("b64") {
+                        return Err(unsup());
+                    }
+                    let noinc = m.has("noinc");
+                    let space = m.space().unwrap_or(Space::Generic);
+                    if !matches!(space, Space::Shared | Space::Generic) || !m.all_used() {
+                        return Err(unsup());
+                    }
+                    want(1)?;
+                    Op::Mbarrier(Box::new(Mbar {
+                        kind: MbarKind::AsyncArrive { noinc },
+                        space,
+                        d: None,
+                        addr: self.addr(&ops[0], line)?,
+                        a: None,
+                    }))
+                } else if m.has("commit_group") || m.has("wait_all") {
                     want(0)?;
                     Op::Nop
                 } else if m.has("wait_group") {
@@ -1338,6 +1358,77 @@ impl FuncParser<'_> {
                         },
                     }
                 }
+            }
+            "mbarrier" => {
+                let space = m.space().unwrap_or(Space::Generic);
+                m.ignore(&["release", "acquire", "relaxed", "cta"]);
+                let kind = match m.one_of(&[
+                    "init",
+                    "arrive",
+                    "arrive_drop",
+                    "test_wait",
+                    "try_wait",
+                    "pending_count",
+                    "inval",
+                ]) {
+                    Some("init") => MbarKind::Init,
+                    Some("arrive") => MbarKind::Arrive { drop: false },
+                    Some("arrive_drop") => MbarKind::Arrive { drop: true },
+                    Some("test_wait" | "try_wait") => MbarKind::Wait {
+                        parity: m.has("parity"),
+                    },
+                    Some("pending_count") => MbarKind::PendingCount,
+                    Some("inval") => MbarKind::Inval,
+                    // expect_tx, complete_tx: transaction counts of the
+                    // tensor memory accelerator, which is not modelled.
+                    _ => return Err(unsup()),
+                };
+                if !m.has("b64")
+                    || !matches!(space, Space::Shared | Space::Generic)
+                    || !m.all_used()
+                {
+                    return Err(unsup());
+                }
+                let nops = ops.len();
+                let bad = || Error::Parse {
+                    line,
+                    msg: format!("{opcode} takes other operands"),
+                };
+                let (d, addr, a) = match kind {
+                    MbarKind::Init if nops == 2 => (
+                        None,
+                        Some(self.addr(&ops[0], line)?),
+                        Some(self.src(&ops[1], Ty::U32, line)?),
+                    ),
+                    MbarKind::Arrive { .. } if matches!(nops, 2 | 3) => (
+                        Some(self.dst(&ops[0], line)?),
+                        Some(self.addr(&ops[1], line)?),
+                        match ops.get(2) {
+                            Some(o) => Some(self.src(o, Ty::U32, line)?),
+                            None => None,
+                        },
+                    ),
+                    // try_wait's optional fourth operand is a time hint.
+                    MbarKind::Wait { parity } if matches!(nops, 3 | 4) => (
+                        Some(self.dst(&ops[0], line)?),
+                        Some(self.addr(&ops[1], line)?),
+                        Some(self.src(&ops[2], if parity { Ty::U32 } else { Ty::B64 }, line)?),
+                    ),
+                    MbarKind::PendingCount if nops == 2 => (
+                        Some(self.dst(&ops[0], line)?),
+                        None,
+                        Some(self.src(&ops[1], Ty::B64, line)?),
+                    ),
+                    MbarKind::Inval if nops == 1 => (None, Some(self.addr(&ops[0], line)?), None),
+                    _ => return Err(bad()),
+                };
+                Op::Mbarrier(Box::new(Mbar {
+                    kind,
+                    space,
+                    d,
+                    addr: addr.unwrap_or(Addr { base: None, off: 0 }),
+                    a,
+                }))
             }
             "call" => {
                 m.has("uni");
