@@ -361,7 +361,7 @@ impl<'a> Launch<'a> {
         let at = self.address(w, x.addr, l);
         let read = |me: &mut Self, w: &Warp| -> Result<u64, Error> {
             let mut b = [0u8; 8];
-            if at % 8 != 0 {
+            if !at.is_multiple_of(8) {
                 return Err(Error::Misaligned {
                     space: "shared",
                     addr: at,
