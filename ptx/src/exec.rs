@@ -22,6 +22,8 @@
 mod image;
 /// Whole-warp forms of the common instructions.
 mod lanes;
+/// Warp-wide matrix products.
+mod wmma;
 
 use lanes::specialize;
 
@@ -683,8 +685,9 @@ impl<'a> Launch<'a> {
         std::mem::swap(&mut self.counts, &mut b.counts);
     }
 
-    /// Charges a block's setup against the budget, so that a grid of many
-    /// tiny blocks is bounded like any other launch. Executed instructions
+    /// Charges a block's setup (or a warp's matrix product) against the
+    /// budget, so that a grid of many tiny blocks (or a loop of products)
+    /// is bounded like any other launch. Executed instructions
     /// ([`RunStats::instructions`], `%clock`) do not include it.
     fn charge_setup(&mut self, cost: u64) -> Result<(), Error> {
         match self.allowed.checked_sub(cost) {
@@ -1972,6 +1975,7 @@ impl<'a> Launch<'a> {
                     self.query(w, l, surface, query, d, handle)?;
                 }
             }
+            Op::Wmma(ref x) => self.wmma(w, x, exec, line)?,
             Op::Nop => {}
             Op::Trap => return Err(Error::Trap),
             Op::Unsupported(ref what) => {
@@ -2587,7 +2591,7 @@ fn fun(op: FUn, ty: Ty, m: FMode, x: u64) -> u64 {
             FUn::Rsqrt if m.ftz => return high_word_approx(a, |x| 1.0 / x.sqrt()),
             FUn::Rsqrt => 1.0 / a.sqrt(),
             // Rejected at decode time for f64.
-            FUn::Sin | FUn::Cos | FUn::Lg2 | FUn::Ex2 | FUn::Tanh => f64::NAN,
+            FUn::Sin | FUn::Cos | FUn::Lg2 | FUn::Ex2 | FUn::Tanh | FUn::Tf32 => f64::NAN,
         };
         return r.to_bits();
     }
@@ -2611,6 +2615,11 @@ fn fun(op: FUn, ty: Ty, m: FMode, x: u64) -> u64 {
         FUn::Lg2 => a.log2(),
         FUn::Ex2 => a.exp2(),
         FUn::Tanh => a.tanh(),
+        FUn::Tf32 if a.is_nan() => return 0x7fff_ffff,
+        // Half of the dropped bits' weight, added to the magnitude, then
+        // truncated: ties go away from zero; a carry into the exponent
+        // (up to infinity) is the correct rounding.
+        FUn::Tf32 => return u64::from(a.to_bits().wrapping_add(0x1000) & !0x1fff),
     };
     f32res(r, m)
 }

@@ -280,6 +280,9 @@ pub(crate) enum FUn {
     Lg2,
     Ex2,
     Tanh,
+    /// `cvt.rna.tf32.f32`: to the nearest tf32 (10 fraction bits), ties
+    /// away from zero, as an f32's bits.
+    Tf32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -867,6 +870,8 @@ pub(crate) enum Op {
     AssertFail {
         args: [u32; 5],
     },
+    /// `wmma.load`, `wmma.store`, `wmma.mma` (`exec::wmma`).
+    Wmma(Box<Wmma>),
     /// `mbarrier.*` and `cp.async.mbarrier.arrive`: an operation on a
     /// 64-bit barrier object in shared memory (`Launch::mbarrier`).
     Mbarrier(Box<Mbar>),
@@ -936,6 +941,94 @@ pub(crate) enum Op {
     /// An instruction the interpreter does not implement; executing it
     /// fails the launch with its name. Shared: inlining copies it.
     Unsupported(Arc<str>),
+}
+
+/// The element type of a `wmma` fragment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WTy {
+    F16,
+    Bf16,
+    Tf32,
+    F32,
+    F64,
+    S8,
+    U8,
+    S32,
+}
+
+impl WTy {
+    pub fn parse(s: &str) -> Option<WTy> {
+        Some(match s {
+            "f16" => WTy::F16,
+            "bf16" => WTy::Bf16,
+            "tf32" => WTy::Tf32,
+            "f32" => WTy::F32,
+            "f64" => WTy::F64,
+            "s8" => WTy::S8,
+            "u8" => WTy::U8,
+            "s32" => WTy::S32,
+            _ => return None,
+        })
+    }
+
+    /// Bits of one element.
+    pub fn bits(self) -> u32 {
+        match self {
+            WTy::F16 | WTy::Bf16 => 16,
+            WTy::S8 | WTy::U8 => 8,
+            WTy::F64 => 64,
+            WTy::Tf32 | WTy::F32 | WTy::S32 => 32,
+        }
+    }
+
+    /// Elements one register holds (packed from its low bits).
+    pub fn per_reg(self) -> usize {
+        (32 / self.bits()).max(1) as usize
+    }
+}
+
+/// A `wmma` instruction: a warp-wide operation on matrix fragments held
+/// in registers, `shape` = (m, n, k).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Wmma {
+    pub shape: [u32; 3],
+    pub op: WmmaOp,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum WmmaOp {
+    /// `wmma.load.{a,b,c}`: fragment `which` (0 = a, m×k; 1 = b, k×n;
+    /// 2 = c, m×n) from memory, row- or column-major with `stride`
+    /// elements between rows (columns).
+    Load {
+        which: u8,
+        col: bool,
+        ty: WTy,
+        space: Space,
+        d: Vec<u32>,
+        addr: Addr,
+        stride: Option<Src>,
+    },
+    /// `wmma.store.d`.
+    Store {
+        col: bool,
+        ty: WTy,
+        space: Space,
+        v: Vec<u32>,
+        addr: Addr,
+        stride: Option<Src>,
+    },
+    /// `wmma.mma`: d = a × b + c.
+    Mma {
+        ab: WTy,
+        cty: WTy,
+        dty: WTy,
+        satfinite: bool,
+        d: Vec<u32>,
+        a: Vec<u32>,
+        b: Vec<u32>,
+        c: Vec<u32>,
+    },
 }
 
 /// What an `mbarrier` instruction does.
@@ -1241,6 +1334,38 @@ impl Op {
                 }
             }
             Op::Dispatch { target, .. } => *target += k,
+            Op::Wmma(x) => {
+                let regs: &mut [Vec<u32>] = match &mut x.op {
+                    WmmaOp::Load { d, addr, .. } => {
+                        if let Some(b) = &mut addr.base {
+                            *b += k;
+                        }
+                        std::slice::from_mut(d)
+                    }
+                    WmmaOp::Store { v, addr, .. } => {
+                        if let Some(b) = &mut addr.base {
+                            *b += k;
+                        }
+                        std::slice::from_mut(v)
+                    }
+                    WmmaOp::Mma { d, a, b, c, .. } => {
+                        for v in [a, b, c] {
+                            v.iter_mut().for_each(|r| *r += k);
+                        }
+                        std::slice::from_mut(d)
+                    }
+                };
+                regs.iter_mut().flatten().for_each(|r| *r += k);
+                if let WmmaOp::Load {
+                    stride: Some(st), ..
+                }
+                | WmmaOp::Store {
+                    stride: Some(st), ..
+                } = &mut x.op
+                {
+                    s(st);
+                }
+            }
             Op::Mbarrier(x) => {
                 if let Some(d) = &mut x.d {
                     *d += k;

@@ -104,6 +104,15 @@
 //!   per block after the kernel's own shared memory, where cooperative
 //!   groups keep the state of tiles larger than a warp); the
 //!   predefined constant `WARP_SZ` (32).
+//! - **Tensor cores**: `wmma.load`, `wmma.store` and `wmma.mma` for the
+//!   shapes and types of sm_80 (f16 with f16 or f32 accumulators at
+//!   m16n16k16, m32n8k16 and m8n32k16; bf16 at the same; tf32 at
+//!   m16n16k8; s8/u8 into s32, `.satfinite`; f64 at m8n8k4), row- and
+//!   column-major, global, shared or generic, with `cvt.rna.tf32.f32`;
+//!   a fragment's elements are distributed over the lanes as
+//!   `exec/wmma.rs` says (PTX leaves it open), products are exact and
+//!   rounded once to the accumulator. The sub-byte types and `mma.sync`
+//!   (fixed layouts) are unsupported.
 //! - **Textures and surfaces** (objects: `.u64` handles that
 //!   [`Memory::texture`] and [`Memory::surface`] resolve, see [`texture`]):
 //!   `tex` (`.base`, `.level`, `.grad`; `.1d`, `.2d`, `.3d`, `.a1d`,
@@ -117,8 +126,7 @@
 //!   filtering across faces), read modes and sRGB (see `sample.rs`).
 //!   Textures have no mipmaps: levels and gradients are ignored.
 //!
-//! Anything else (tensor-core instructions, calls of functions without
-//! a body, `sust.p`, `sured`, texture lookups with an explicit sampler,
+//! Anything else (calls of functions without a body, `sust.p`, `sured`, texture lookups with an explicit sampler,
 //! offsets or depth compares, `.f16` texture results, multi-sample
 //! textures, module-scope `.texref`/`.surfref` variables, modifiers not
 //! listed) parses to an instruction that fails the launch with

@@ -145,6 +145,7 @@ pub(crate) fn known(opcode: &str) -> bool {
             | "suld"
             | "sust"
             | "mbarrier"
+            | "wmma"
     )
 }
 
@@ -1119,6 +1120,24 @@ impl FuncParser<'_> {
                     a: self.src(&ops[1], ty, line)?,
                 }
             }
+            "cvt" if m.has("tf32") => {
+                // `cvt.rna.tf32.f32 d, a` (not `.satfinite`).
+                if !m.has("rna") || m.types() != [Ty::F32] || !m.all_used() {
+                    return Err(unsup());
+                }
+                want(2)?;
+                Op::FUn {
+                    op: FUn::Tf32,
+                    ty: Ty::F32,
+                    m: FMode {
+                        rnd: Rnd::Rn,
+                        ftz: false,
+                        sat: false,
+                    },
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], Ty::F32, line)?,
+                }
+            }
             "cvt" => {
                 let irnd = m.irnd();
                 let frnd = m.rnd();
@@ -1359,6 +1378,7 @@ impl FuncParser<'_> {
                     }
                 }
             }
+            "wmma" => Op::Wmma(Box::new(self.wmma(&mut m, ops, opcode, line)?)),
             "mbarrier" => {
                 let space = m.space().unwrap_or(Space::Generic);
                 m.ignore(&["release", "acquire", "relaxed", "cta"]);
@@ -1993,6 +2013,170 @@ fn one_ty(m: &mut Mods<'_>) -> Option<Ty> {
 impl FuncParser<'_> {
     /// `add`/`sub`/`mul`/`fma`/`neg`/`abs`/`min`/`max` on `.f16`, `.f16x2`,
     /// `.bf16` or `.bf16x2`.
+    /// `wmma.load`, `wmma.store` and `wmma.mma` (the shapes and types of
+    /// sm_80: f16, bf16, tf32, 8-bit integers and f64; not the sub-byte
+    /// ones). Every fragment's register count must hold its share of the
+    /// matrix (a whole number of copies of it).
+    fn wmma(
+        &mut self,
+        m: &mut Mods<'_>,
+        ops: &[Opnd<'_>],
+        opcode: &str,
+        line: u32,
+    ) -> Result<Wmma, Error> {
+        let unsup = || Error::Unsupported {
+            what: format!("{opcode} (line {line})"),
+        };
+        let bad = || Error::Parse {
+            line,
+            msg: format!("{opcode}: wrong operands"),
+        };
+        if !m.has("sync") || !m.has("aligned") {
+            return Err(unsup());
+        }
+        let shape = match m.one_of(&["m16n16k16", "m32n8k16", "m8n32k16", "m16n16k8", "m8n8k4"]) {
+            Some("m16n16k16") => [16, 16, 16],
+            Some("m32n8k16") => [32, 8, 16],
+            Some("m8n32k16") => [8, 32, 16],
+            Some("m16n16k8") => [16, 16, 8],
+            Some(_) => [8, 8, 4],
+            None => return Err(unsup()),
+        };
+        let [mm, nn, kk] = shape;
+        // Registers of a `{...}` operand holding a fragment of `rows` ×
+        // `cols` elements of `ty`.
+        let frag = |me: &mut Self, o: &Opnd<'_>, ty: WTy, rows: u32, cols: u32| {
+            let Opnd::Vec(v) = o else {
+                return Err(bad());
+            };
+            let share = (rows * cols / 32) as usize;
+            let count = v.len() * ty.per_reg();
+            if count == 0 || !count.is_multiple_of(share) || v.len() > 16 {
+                return Err(unsup());
+            }
+            v.iter()
+                .map(|e| me.dst(e, line))
+                .collect::<Result<Vec<u32>, Error>>()
+        };
+        // The remaining type qualifiers, in order.
+        let mut types = Vec::new();
+        for (k, p) in m.parts.iter().enumerate() {
+            if !m.used[k] {
+                if let Some(t) = WTy::parse(p) {
+                    m.used[k] = true;
+                    types.push(t);
+                }
+            }
+        }
+        let load = m.has("load");
+        if load || m.has("store") {
+            let which = if load {
+                match m.one_of(&["a", "b", "c"]) {
+                    Some("a") => 0u8,
+                    Some("b") => 1,
+                    Some(_) => 2,
+                    None => return Err(unsup()),
+                }
+            } else if m.has("d") {
+                2
+            } else {
+                return Err(unsup());
+            };
+            let col = match m.one_of(&["row", "col"]) {
+                Some(l) => l == "col",
+                None => return Err(unsup()),
+            };
+            let space = m.space().unwrap_or(Space::Generic);
+            let [ty] = types[..] else {
+                return Err(unsup());
+            };
+            if !matches!(space, Space::Global | Space::Shared | Space::Generic) || !m.all_used() {
+                return Err(unsup());
+            }
+            let (rows, cols) = match which {
+                0 => (mm, kk),
+                1 => (kk, nn),
+                _ => (mm, nn),
+            };
+            let (frag_at, addr_at) = if load { (0, 1) } else { (1, 0) };
+            if !matches!(ops.len(), 2 | 3) {
+                return Err(bad());
+            }
+            let regs = frag(self, &ops[frag_at], ty, rows, cols)?;
+            let addr = self.addr(&ops[addr_at], line)?;
+            let stride = match ops.get(2) {
+                Some(o) => Some(self.src(o, Ty::U32, line)?),
+                None => None,
+            };
+            let op = if load {
+                WmmaOp::Load {
+                    which,
+                    col,
+                    ty,
+                    space,
+                    d: regs,
+                    addr,
+                    stride,
+                }
+            } else {
+                WmmaOp::Store {
+                    col,
+                    ty,
+                    space,
+                    v: regs,
+                    addr,
+                    stride,
+                }
+            };
+            return Ok(Wmma { shape, op });
+        }
+        if !m.has("mma") {
+            return Err(unsup());
+        }
+        // The operands' layouts: the fragments hold elements by position,
+        // whatever layout they were loaded from.
+        for _ in 0..2 {
+            if m.one_of(&["row", "col"]).is_none() {
+                return Err(unsup());
+            }
+        }
+        let satfinite = m.has("satfinite");
+        let rn = m.has("rn");
+        let (dty, ab, cty) = match types[..] {
+            [d, c] if matches!(d, WTy::F16 | WTy::F32) && matches!(c, WTy::F16 | WTy::F32) => {
+                (d, WTy::F16, c)
+            }
+            [d, a, b, c] if a == b => (d, a, c),
+            _ => return Err(unsup()),
+        };
+        let ok = match ab {
+            WTy::F16 => true,
+            WTy::Bf16 | WTy::Tf32 => dty == WTy::F32 && cty == WTy::F32,
+            WTy::S8 | WTy::U8 => dty == WTy::S32 && cty == WTy::S32,
+            WTy::F64 => dty == WTy::F64 && cty == WTy::F64 && shape == [8, 8, 4],
+            _ => false,
+        };
+        if !ok || (rn && ab != WTy::F64) || (satfinite && dty != WTy::S32) || !m.all_used() {
+            return Err(unsup());
+        }
+        let [d, a, b, c] = ops else {
+            return Err(bad());
+        };
+        Ok(Wmma {
+            shape,
+            op: WmmaOp::Mma {
+                ab,
+                cty,
+                dty,
+                satfinite,
+                d: frag(self, d, dty, mm, nn)?,
+                a: frag(self, a, ab, mm, kk)?,
+                b: frag(self, b, ab, kk, nn)?,
+                c: frag(self, c, cty, mm, nn)?,
+            },
+        })
+    }
+
     fn half_op(
         &mut self,
         base: &str,
