@@ -4,10 +4,12 @@
 # and no NVIDIA driver. Idempotent: pinned versions already present are not
 # downloaded again.
 #
-#   cu13/   nvcc 13 (nvidia-cuda-nvcc, -crt, nvidia-nvvm) and the CUDA 13
-#           runtime (nvidia-cuda-runtime): libcudart.so.13, 13.x headers
+#   cu13/   nvcc 13 (nvidia-cuda-nvcc, -crt, nvidia-nvvm), the CUDA 13
+#           runtime (nvidia-cuda-runtime): libcudart.so.13, 13.x headers,
+#           and CCCL 13.0 (nvidia-cuda-cccl: libcu++, CUB, Thrust)
 #   cu12/   the CUDA 12.9 runtime (nvidia-cuda-runtime-cu12): libcudart.so.12,
-#           libcudart_static.a, 12.9 headers (cuda.h, cuda_runtime.h, ...)
+#           libcudart_static.a, 12.9 headers (cuda.h, cuda_runtime.h, ...),
+#           and CCCL 12.9 (nvidia-cuda-cccl-cu12)
 #   cupy/   with --with-cupy: CuPy for CUDA 12 and NVRTC 12.9 (PyPI), for
 #           tests/cupy/check.py (about 600 MB)
 #   env.sh  the variables below, written last: its presence means the
@@ -18,6 +20,8 @@
 #   CUDA_NVCC            nvcc 13
 #   CUDA12_INCLUDE       12.9 headers      CUDA12_LIB  libcudart.so.12, libcudart_static.a
 #   CUDA13_INCLUDE       13.x headers      CUDA13_LIB  libcudart.so.13
+#   CUDA12_CCCL, CUDA13_CCCL  CCCL's headers of each release (cuda/barrier,
+#                        nv/target, cub/, thrust/)
 #   with --with-cupy:
 #   CUPY_PYTHONPATH      CuPy and NumPy (for PYTHONPATH)
 #   CUPY_CUDA_PATH       the CUDA 12.9 headers' root (CuPy's CUDA_PATH)
@@ -42,8 +46,15 @@ CUDA13_WHEELS=(
     "nvidia-cuda-crt==$CUDA13_VERSION"
     "nvidia-nvvm==$CUDA13_VERSION"
     "nvidia-cuda-runtime==$CUDA13_VERSION"
+    # CCCL (libcu++, CUB, Thrust and nv/target), which cooperative_groups,
+    # mma.h, cuda_fp16.h and cuda::barrier need; of the same 13.0 release.
+    "nvidia-cuda-cccl==13.0.85"
 )
-CUDA12_WHEELS=("nvidia-cuda-runtime-cu12==$CUDA12_RUNTIME_VERSION")
+CUDA12_WHEELS=(
+    "nvidia-cuda-runtime-cu12==$CUDA12_RUNTIME_VERSION"
+    # CCCL of the 12.9 release: CCCL 13 refuses the 12.9 headers.
+    "nvidia-cuda-cccl-cu12==12.9.27"
+)
 # CuPy compiles its kernels at run time with NVRTC; the NVRTC of the CUDA
 # 12 runtime above. NumPy is left to pip (its wheels follow the Python).
 CUPY_WHEELS=(
@@ -126,8 +137,10 @@ cu13="$prefix/cu13/nvidia/cu13"
 cu12="$prefix/cu12/nvidia/cuda_runtime"
 nvcc="$cu13/bin/nvcc"
 for f in "$nvcc" "$cu13/include/cuda_runtime.h" "$cu13/lib/libcudart.so.13" \
+    "$cu13/include/cccl/cuda/barrier" "$cu13/include/nv/target" \
     "$cu12/include/cuda.h" "$cu12/include/cuda_runtime.h" \
-    "$cu12/lib/libcudart.so.12" "$cu12/lib/libcudart_static.a"; do
+    "$cu12/lib/libcudart.so.12" "$cu12/lib/libcudart_static.a" \
+    "$prefix/cu12/nvidia/cuda_cccl/include/cuda/barrier"; do
     [[ -e $f ]] || die "$f missing after the install; remove $prefix and retry"
 done
 version=$("$nvcc" --version) || die "$nvcc does not run"
@@ -144,8 +157,10 @@ export FAIRGPU_CUDA_PREFIX='$prefix'
 export CUDA_NVCC='$nvcc'
 export CUDA12_INCLUDE='$cu12/include'
 export CUDA12_LIB='$cu12/lib'
+export CUDA12_CCCL='$prefix/cu12/nvidia/cuda_cccl/include'
 export CUDA13_INCLUDE='$cu13/include'
 export CUDA13_LIB='$cu13/lib'
+export CUDA13_CCCL='$cu13/include/cccl'
 EOF
 )
 if [[ -f $prefix/cupy/.fairgpu-installed ]]; then

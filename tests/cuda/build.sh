@@ -77,13 +77,18 @@ deps=("$here/common.h" "$here/build.sh" "$prefix/env.sh" "$flags_stamp")
 for src in "$here"/*.cu; do
     name=$(basename "$src" .cu)
     for v in 12 13; do
-        if [[ $v == 12 ]]; then inc=$CUDA12_INCLUDE; else inc=$CUDA13_INCLUDE; fi
+        if [[ $v == 12 ]]; then
+            inc=$CUDA12_INCLUDE cccl=$CUDA12_CCCL
+        else
+            inc=$CUDA13_INCLUDE cccl=$CUDA13_CCCL
+        fi
         obj="$out/obj/$name-cu$v.o"
         # A program may ask for flags of its own (a first line
         # "// nvcc-flags: ..."), e.g. an architecture its code needs.
         read -r -a own <<<"$(sed -n '1s|^// nvcc-flags: ||p' "$src")"
         if stale "$obj" "$src" "${deps[@]}"; then
-            run "$CUDA_NVCC" -std=c++17 -O1 -I"$inc" "${own[@]}" "${extra[@]}" -c "$src" -o "$obj.tmp"
+            run "$CUDA_NVCC" -std=c++17 -O1 -I"$inc" -I"$cccl" "${own[@]}" "${extra[@]}" \
+                -c "$src" -o "$obj.tmp"
             mv "$obj.tmp" "$obj"
         fi
     done

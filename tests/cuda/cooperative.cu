@@ -12,8 +12,8 @@
 
 #include <vector>
 
-// Written without cooperative_groups (its headers need CCCL, which the
-// test toolchain does not carry): a grid barrier over a global counter,
+// A grid barrier written by hand over a global counter (cooperative
+// groups' grid.sync() is exercised in sm80_features.cu),
 // correct only when every block is resident at once, as a cooperative
 // launch guarantees; clusters through sm_90's PTX.
 __device__ void grid_barrier(unsigned* arrived, unsigned blocks) {

@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 18] = [
+const COMPUTE_PROGRAMS: [&str; 19] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -288,6 +288,7 @@ const COMPUTE_PROGRAMS: [&str; 18] = [
     "jit_link",
     "video",
     "device_heap",
+    "sm80_features",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -511,6 +512,7 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
         "graphs",
         "jit_link",
         "device_heap",
+        "sm80_features",
     ] {
         for v in VARIANTS {
             runs.push((format!("{p}-{v}"), v));
