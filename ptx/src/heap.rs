@@ -12,6 +12,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::Error;
+
 /// Alignment and granule of every block (what CUDA guarantees).
 pub const GRANULE: u64 = 16;
 
@@ -114,6 +116,30 @@ impl Heap {
     fn remove_free(&mut self, off: u64, len: u64) {
         self.by_len.remove(&(len, off));
         self.by_off.remove(&off);
+    }
+}
+
+/// A heap placed at device address `base`: what a [`crate::Memory`]
+/// implementation's `malloc` and `free` need.
+#[derive(Debug, Clone)]
+pub struct DeviceHeap {
+    pub base: u64,
+    pub heap: Heap,
+}
+
+impl DeviceHeap {
+    /// The address of a new block of `size` bytes; 0 if none fits.
+    pub fn malloc(&mut self, size: u64) -> u64 {
+        self.heap.alloc(size).map_or(0, |off| self.base + off)
+    }
+
+    /// Frees the block at `addr`; [`Error::BadFree`] if none starts there.
+    pub fn free(&mut self, addr: u64) -> Result<(), Error> {
+        if addr >= self.base && self.heap.free(addr - self.base) {
+            Ok(())
+        } else {
+            Err(Error::BadFree { addr })
+        }
     }
 }
 

@@ -512,15 +512,7 @@ impl ModuleState {
             Vec::new()
         };
         // Performance tuning directives.
-        while let Some(Tok::Ident(d)) = p.peek() {
-            if !d.starts_with('.') {
-                break;
-            }
-            p.next()?;
-            while matches!(p.peek(), Some(Tok::Int(_)) | Some(Tok::Punct(','))) {
-                p.next()?;
-            }
-        }
+        skip_hints(p)?;
         let idx = match self.syms.get(name) {
             Some(Sym::Func(i)) => *i,
             Some(_) => return Err(perr(line, format!("{name} redefined"))),
@@ -637,6 +629,21 @@ fn var_decl<'a>(p: &mut P<'a>) -> Result<VarDecl<'a>, Error> {
         initializer(p, &mut |_| Ok(()), 0)?;
     }
     Ok(v)
+}
+
+/// Skips directives with numeric arguments (`.maxntid 256, 1, 1`,
+/// `.noreturn`) after a function's or prototype's signature.
+fn skip_hints(p: &mut P<'_>) -> Result<(), Error> {
+    while let Some(Tok::Ident(d)) = p.peek() {
+        if !d.starts_with('.') {
+            break;
+        }
+        p.next()?;
+        while matches!(p.peek(), Some(Tok::Int(_)) | Some(Tok::Punct(','))) {
+            p.next()?;
+        }
+    }
+    Ok(())
 }
 
 /// A (possibly nested) initializer, flattened: each element goes to `out`
@@ -974,15 +981,7 @@ impl<'m> FuncParser<'m> {
             Vec::new()
         };
         // `.noreturn` and `.abi_preserve*` hints.
-        while let Some(Tok::Ident(d)) = p.peek() {
-            if !d.starts_with('.') {
-                break;
-            }
-            p.next()?;
-            while matches!(p.peek(), Some(Tok::Int(_)) | Some(Tok::Punct(','))) {
-                p.next()?;
-            }
-        }
+        skip_hints(p)?;
         p.expect_punct(';')?;
         if self.protos.len() >= MAX_LABELS {
             return Err(perr(line, "too many call prototypes in one function"));

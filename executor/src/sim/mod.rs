@@ -481,7 +481,7 @@ struct Context {
     heap_size: Option<u64>,
     /// The device heap, made at the first launch of a kernel that uses it:
     /// its allocation (in `allocs`) and its blocks.
-    heap: Option<(DevPtr, ptx::heap::Heap)>,
+    heap: Option<ptx::heap::DeviceHeap>,
     /// The grid workspace of its cooperative launches (8 bytes, zeroed
     /// before each), made at the first.
     grid_workspace: Option<DevPtr>,
@@ -1090,13 +1090,14 @@ impl SimGpu {
             return Ok(());
         }
         let size = c.heap_size.unwrap_or(limit::DEFAULT_HEAP);
-        let heap = match self.mem_alloc(ctx, size.max(1)) {
+        let (base, heap) = match self.mem_alloc(ctx, size.max(1)) {
             Ok(base) => (base, ptx::heap::Heap::new(size, MAX_HEAP_BLOCKS)),
             Err(e) => {
                 tracing::warn!(bytes = size, error = %e, "no room for the device heap: device malloc gives NULL");
                 (0, ptx::heap::Heap::new(0, 0))
             }
         };
+        let heap = ptx::heap::DeviceHeap { base, heap };
         self.ctx_mut(ctx)?.heap = Some(heap);
         Ok(())
     }
@@ -1444,7 +1445,7 @@ struct Allocations<'a> {
     textures: &'a HashMap<u64, ptx::texture::Texture>,
     surfaces: &'a HashMap<u64, ptx::texture::Image>,
     /// The context's device heap, if it has one.
-    heap: Option<&'a mut (DevPtr, ptx::heap::Heap)>,
+    heap: Option<&'a mut ptx::heap::DeviceHeap>,
     /// Whether the kernel wrote any of them.
     wrote: bool,
 }
@@ -1569,21 +1570,13 @@ impl ptx::Memory for Allocations<'_> {
     }
 
     fn malloc(&mut self, size: u64) -> u64 {
-        match &mut self.heap {
-            Some((base, h)) => h.alloc(size).map_or(0, |off| *base + off),
-            None => 0,
-        }
+        self.heap.as_mut().map_or(0, |h| h.malloc(size))
     }
 
     fn free(&mut self, addr: u64) -> Result<(), ptx::Error> {
-        let freed = match &mut self.heap {
-            Some((base, h)) => addr >= *base && h.free(addr - *base),
-            None => false,
-        };
-        if freed {
-            Ok(())
-        } else {
-            Err(ptx::Error::BadFree { addr })
+        match &mut self.heap {
+            Some(h) => h.free(addr),
+            None => Err(ptx::Error::BadFree { addr }),
         }
     }
 
@@ -1674,7 +1667,7 @@ impl GpuExecutor for SimGpu {
 
     fn mem_free(&mut self, ctx: CtxId, ptr: DevPtr) -> ExecResult<()> {
         let c = self.ctx_mut(ctx)?;
-        if c.heap.as_ref().is_some_and(|h| h.0 == ptr) {
+        if c.heap.as_ref().is_some_and(|h| h.base == ptr) {
             return Err(ExecError::Invalid("the device heap is not an allocation"));
         }
         let b = (ptr >= BASE_ADDR)

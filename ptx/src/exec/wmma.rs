@@ -26,6 +26,24 @@ fn positions(l: usize, share: usize) -> std::ops::Range<usize> {
     l * share..(l + 1) * share
 }
 
+/// Lane `l`'s `count` elements of a fragment: its `share` distinct ones
+/// from `f(position)`, then copies of them.
+fn lane_values(
+    l: usize,
+    share: usize,
+    count: usize,
+    mut f: impl FnMut(usize) -> Result<u64, Error>,
+) -> Result<Vec<u64>, Error> {
+    let mut vals = Vec::with_capacity(count);
+    for q in positions(l, share) {
+        vals.push(f(q)?);
+    }
+    for e in share..count {
+        vals.push(vals[e % share]);
+    }
+    Ok(vals)
+}
+
 /// Bits of element `e` of a fragment in registers `regs` of lane `l`.
 fn element(w: &Warp, regs: &[u32], ty: WTy, l: usize, e: usize) -> u64 {
     let per = ty.per_reg();
@@ -117,10 +135,10 @@ impl Launch<'_> {
                 };
                 let share = rows * cols / 32;
                 let count = d.len() * ty.per_reg();
+                let size = (ty.bits() / 8) as usize;
                 for l in 0..32 {
-                    let mut vals = vec![0u64; count];
-                    for (e, q) in positions(l, share).enumerate() {
-                        let b = self.fragment_access(
+                    let vals = lane_values(l, share, count, |q| {
+                        let at = self.fragment_access(
                             w,
                             l,
                             (*addr, *space, *stride, *col),
@@ -129,13 +147,9 @@ impl Launch<'_> {
                             *ty,
                         )?;
                         let mut buf = [0u8; 8];
-                        let size = (ty.bits() / 8) as usize;
-                        self.load(w, l, *space, b, &mut buf[..size])?;
-                        vals[e] = u64::from_le_bytes(buf);
-                    }
-                    for e in share..count {
-                        vals[e] = vals[e % share];
-                    }
+                        self.load(w, l, *space, at, &mut buf[..size])?;
+                        Ok(u64::from_le_bytes(buf))
+                    })?;
                     put(w, d, *ty, l, &vals);
                 }
             }
@@ -233,13 +247,7 @@ impl Launch<'_> {
                 let share = m * n / 32;
                 let count = d.len() * dty.per_reg();
                 for l in 0..32 {
-                    let mut vals = vec![0u64; count];
-                    for (e, q) in positions(l, share).enumerate() {
-                        vals[e] = md[q];
-                    }
-                    for e in share..count {
-                        vals[e] = vals[e % share];
-                    }
+                    let vals = lane_values(l, share, count, |q| Ok(md[q]))?;
                     put(w, d, *dty, l, &vals);
                 }
             }

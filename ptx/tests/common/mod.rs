@@ -1,7 +1,7 @@
 //! A Vec-backed global memory and helpers to launch kernels in tests.
 #![allow(dead_code)]
 
-use fairgpu_ptx::heap::Heap;
+use fairgpu_ptx::heap::{DeviceHeap, Heap};
 use fairgpu_ptx::texture::{Image, Texture};
 use fairgpu_ptx::{Dims, Error, Globals, Limits, Memory, Module, RunStats};
 
@@ -12,8 +12,8 @@ pub struct VecMemory {
     allocs: Vec<(u64, Vec<u8>)>,
     textures: Vec<(u64, Texture)>,
     surfaces: Vec<(u64, Image)>,
-    /// The device heap: its allocation's address and its blocks.
-    heap: Option<(u64, Heap)>,
+    /// The device heap, in one of the allocations.
+    heap: Option<DeviceHeap>,
 }
 
 /// Handles of texture and surface objects (as the driver's, small
@@ -34,13 +34,16 @@ impl VecMemory {
     /// Gives kernels a device heap of `size` bytes (one allocation).
     pub fn with_heap(mut self, size: u64) -> Self {
         let base = self.alloc(vec![0; size as usize]);
-        self.heap = Some((base, Heap::new(size, 1 << 16)));
+        self.heap = Some(DeviceHeap {
+            base,
+            heap: Heap::new(size, 1 << 16),
+        });
         self
     }
 
     /// The heap's live blocks.
     pub fn heap_blocks(&self) -> usize {
-        self.heap.as_ref().map_or(0, |h| h.1.live_blocks())
+        self.heap.as_ref().map_or(0, |h| h.heap.live_blocks())
     }
 
     pub fn alloc_u32(&mut self, v: &[u32]) -> u64 {
@@ -140,21 +143,13 @@ impl Memory for VecMemory {
     }
 
     fn malloc(&mut self, size: u64) -> u64 {
-        match &mut self.heap {
-            Some((base, h)) => h.alloc(size).map_or(0, |off| *base + off),
-            None => 0,
-        }
+        self.heap.as_mut().map_or(0, |h| h.malloc(size))
     }
 
     fn free(&mut self, addr: u64) -> Result<(), Error> {
-        let freed = match &mut self.heap {
-            Some((base, h)) => addr >= *base && h.free(addr - *base),
-            None => false,
-        };
-        if freed {
-            Ok(())
-        } else {
-            Err(Error::BadFree { addr })
+        match &mut self.heap {
+            Some(h) => h.free(addr),
+            None => Err(Error::BadFree { addr }),
         }
     }
 
