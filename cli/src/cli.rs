@@ -62,6 +62,9 @@ pub enum Command {
         #[arg(long, default_value = "cuda", value_parser = ["cuda", "sim", "auto"])]
         executor: String,
     },
+    /// Check PTX files against SimGpu: what it cannot parse or execute.
+    #[command(long_about = PTX_CHECK_ABOUT)]
+    PtxCheck(PtxCheckArgs),
     /// Print the QEMU options that give a configured VM its fairgpu device.
     ///
     /// The device is ivshmem-plain over the VM's region file (or
@@ -252,4 +255,26 @@ pub enum BenchCommand {
     /// Ratio, the aggregated overhead and the utilization. Writes
     /// results.json and fairness.svg into --out.
     Fairness(fairgpu_benches::fairness::FairnessArgs),
+}
+
+const PTX_CHECK_ABOUT: &str = "\
+Check PTX files against SimGpu: what it cannot parse or execute.
+
+Each FILE is PTX text (`nvcc -ptx`, `cuobjdump -ptx`, NVRTC's output). SimGpu
+parses it as it would a module a guest loads, then lists, per kernel, the
+instructions it holds that SimGpu cannot execute (a launch fails with
+CUDA_ERROR_NOT_SUPPORTED only if a thread reaches one). A file SimGpu cannot
+parse fails every launch of its kernels. Exits 0 if every file parses and no
+kernel holds an unsupported instruction, 1 otherwise.";
+
+/// `fairgpu ptx-check`.
+#[derive(Debug, Args)]
+pub struct PtxCheckArgs {
+    /// PTX files.
+    #[arg(required = true)]
+    pub files: Vec<std::path::PathBuf>,
+    /// Print only the summary line and the problems, not each kernel
+    /// that is fine.
+    #[arg(long)]
+    pub quiet: bool,
 }

@@ -7,7 +7,9 @@ use anyhow::{bail, Context};
 use fairgpu_frontend::{Channel, GuestRegion, WaitConfig};
 use fairgpu_protocol::{Opcode, RegionConfig};
 
-use crate::cli::{BenchCommand, Command, PingArgs, ServeArgs, ServeRegionArgs, StatusArgs};
+use crate::cli::{
+    BenchCommand, Command, PingArgs, PtxCheckArgs, ServeArgs, ServeRegionArgs, StatusArgs,
+};
 use fairgpu_worker::host::{HostRegion, ServeConfig, Server};
 use fairgpu_worker::transport_ops::TransportOps;
 
@@ -25,6 +27,7 @@ pub fn run_with_log(cmd: Command, log: &str) -> anyhow::Result<()> {
         Command::ServeRegion(a) => serve_region(&a),
         Command::Ping(a) => ping(&a),
         Command::GpuCheck { executor } => fairgpu_benches::gpu_check::run(&executor),
+        Command::PtxCheck(a) => ptx_check(&a),
         Command::QemuArgs(a) => {
             let args = fairgpu_qemu::qemu_args(&vm_device(&a)?);
             println!(
@@ -264,4 +267,46 @@ fn shell_quote(s: &str) -> String {
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
     }
+}
+
+/// `fairgpu ptx-check`: parses each file as SimGpu would and lists what
+/// its kernels hold that SimGpu cannot execute.
+fn ptx_check(a: &PtxCheckArgs) -> anyhow::Result<()> {
+    let (mut bad_files, mut kernels, mut bad_kernels) = (0usize, 0usize, 0usize);
+    for file in &a.files {
+        let shown = file.display();
+        let text = std::fs::read(file).with_context(|| format!("reading {shown}"))?;
+        let m = match fairgpu_ptx::Module::parse(&String::from_utf8_lossy(&text)) {
+            Ok(m) => m,
+            Err(e) => {
+                println!("{shown}: cannot be loaded: {e}");
+                bad_files += 1;
+                continue;
+            }
+        };
+        let mut names: Vec<&str> = m.kernel_names().collect();
+        names.sort_unstable();
+        for k in names {
+            kernels += 1;
+            let missing = m.kernel_unsupported(k);
+            if missing.is_empty() {
+                if !a.quiet {
+                    println!("{shown}: {k}: ok");
+                }
+                continue;
+            }
+            bad_kernels += 1;
+            for what in missing {
+                println!("{shown}: {k}: unsupported: {what}");
+            }
+        }
+    }
+    println!(
+        "{} files ({bad_files} cannot be loaded), {kernels} kernels ({bad_kernels} with instructions SimGpu cannot execute)",
+        a.files.len()
+    );
+    if bad_files > 0 || bad_kernels > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
 }

@@ -615,6 +615,23 @@ impl Module {
         })
     }
 
+    /// What kernel `name` holds that SimGpu cannot execute: the distinct
+    /// messages of its unsupported instructions (its callees' included),
+    /// in program order. A launch fails only if a thread reaches one.
+    pub fn kernel_unsupported(&self, name: &str) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        if let Some(&i) = self.kernels.get(name) {
+            for x in &self.funcs[i].insts {
+                if let ir::Op::Unsupported(what) = &x.op {
+                    if !out.contains(&&**what) {
+                        out.push(what);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Names of the module's kernels.
     pub fn kernel_names(&self) -> impl Iterator<Item = &str> {
         self.kernels.keys().map(String::as_str)

@@ -96,3 +96,62 @@ fn serve_region_refuses_zero_channels() {
     let _ = std::fs::remove_file(&path);
     assert!(!created, "a refused configuration leaves no region file");
 }
+
+/// `ptx-check` passes the PTX nvcc built for the interpreter's tests and
+/// names, per kernel, what SimGpu cannot execute or parse.
+#[test]
+fn ptx_check_lists_what_simgpu_cannot_execute() {
+    let kernels = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ptx/tests/kernels");
+    let mut files: Vec<_> = std::fs::read_dir(&kernels)
+        .expect("ptx/tests/kernels")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "ptx"))
+        .collect();
+    files.sort();
+    let out = run(
+        Command::new(fairgpu_bin())
+            .arg("ptx-check")
+            .arg("--quiet")
+            .args(&files),
+        Duration::from_secs(60),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(&format!("{} files (0 cannot be loaded)", files.len())),
+        "{stdout}"
+    );
+
+    let dir = fairgpu_tests::TempDir::new("cli_ptx_check");
+    let odd = dir.path().join("odd.ptx");
+    std::fs::write(
+        &odd,
+        ".version 8.0\n.target sm_90\n.address_size 64\n\
+         .visible .entry fine(.param .u64 p)\n{\n\t.reg .b64 %rd<2>;\n\
+         \tld.param.u64 %rd1, [p];\n\tret;\n}\n\
+         .visible .entry odd(.param .u64 p)\n{\n\t.reg .b32 %r<5>;\n\
+         \tsured.b.add.u32.trap [%rd1, {%r1}], %r2;\n\tret;\n}\n",
+    )
+    .expect("writing odd.ptx");
+    let broken = dir.path().join("broken.ptx");
+    std::fs::write(&broken, ".version 8.0\n.target sm_90\n.visible .entry (").expect("write");
+    let out = run(
+        Command::new(fairgpu_bin())
+            .arg("ptx-check")
+            .arg(&odd)
+            .arg(&broken),
+        Duration::from_secs(60),
+    );
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stdout.contains("odd.ptx: fine: ok"), "{stdout}");
+    assert!(
+        stdout.contains("odd.ptx: odd: unsupported: sured"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("broken.ptx: cannot be loaded"), "{stdout}");
+    assert!(
+        stdout.contains("2 files (1 cannot be loaded), 2 kernels (1 with"),
+        "{stdout}"
+    );
+}
