@@ -82,9 +82,10 @@ files=("$out"/ptx/*.ptx)
     tail -n 1 "$out/check.txt"
     echo
     echo "kernels  unsupported instruction"
+    # One line per kernel and instruction (line numbers dropped), counted.
     grep ': unsupported: ' "$out/check.txt" |
-        sed -E 's/^[^:]+: [^:]+: unsupported: //; s/ ?\(line [0-9]+\)//; s/; line [0-9]+//' |
-        sort | uniq -c | sort -rn
+        sed -E 's/ ?\(line [0-9]+\)//; s/; line [0-9]+//' | sort -u |
+        sed -E 's/^[^:]+: [^:]+: unsupported: //' | sort | uniq -c | sort -rn
     echo
     echo "files SimGpu cannot load:"
     grep ': cannot be loaded: ' "$out/check.txt" || echo "  none"

@@ -2300,6 +2300,23 @@ fn ibin(op: IBin, ty: Ty, a: u64, b: u64) -> u64 {
                 ua << n
             }
         }
+        IBin::BmskClamp | IBin::BmskWrap => {
+            let (a, b) = (a as u32, b as u32);
+            let (pos, width) = (a & 31, b & 31);
+            let clamp = op == IBin::BmskClamp;
+            // From bit `pos` up, unless the position is past the word.
+            let low = if clamp && a >= 32 { 0 } else { u32::MAX << pos };
+            // Ones from the mask's end up, cleared below: none when the
+            // mask reaches bit 31 (or its width is 32 or more).
+            let high = if pos + width >= 32 || (clamp && (a >= 32 || b >= 32)) {
+                0
+            } else if width == 0 {
+                u32::MAX
+            } else {
+                u32::MAX << (pos + width)
+            };
+            u64::from(low & !high)
+        }
         IBin::Shr => {
             let n = (b & 0xffff_ffff).min(u64::from(bits) - 1 + u64::from(!signed));
             if signed {
@@ -2977,6 +2994,16 @@ mod tests {
             (-3i32) as u32 as u64
         );
         assert_eq!(ibin(IBin::Shl, Ty::B32, 1, 32), 0);
+        // bmsk: the PTX ISA's example, then the edges of both modes.
+        let bmsk = |op, a, b| ibin(op, Ty::B32, a, b);
+        assert_eq!(bmsk(IBin::BmskWrap, 1, 2), 0x6);
+        assert_eq!(bmsk(IBin::BmskClamp, 0, 32), 0xffff_ffff);
+        assert_eq!(bmsk(IBin::BmskClamp, 4, 40), 0xffff_fff0);
+        assert_eq!(bmsk(IBin::BmskClamp, 32, 3), 0);
+        assert_eq!(bmsk(IBin::BmskWrap, 33, 2), 0x6);
+        assert_eq!(bmsk(IBin::BmskWrap, 30, 4), 0xc000_0000);
+        assert_eq!(bmsk(IBin::BmskClamp, 0, 0), 0);
+        assert_eq!(bmsk(IBin::BmskClamp, 8, 8), 0xff00);
         assert_eq!(ibin(IBin::Shr, Ty::S32, 0x8000_0000, 40), 0xffff_ffff);
         assert_eq!(ibin(IBin::Shr, Ty::U32, 0x8000_0000, 40), 0);
         assert_eq!(ibin(IBin::Shr, Ty::S64, 1 << 63, 63), u64::MAX);

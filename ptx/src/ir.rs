@@ -238,6 +238,9 @@ pub(crate) enum IBin {
     Xor,
     Shl,
     Shr,
+    /// `bmsk.clamp.b32` and `bmsk.wrap.b32`: `b` one bits from bit `a`.
+    BmskClamp,
+    BmskWrap,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -37,7 +37,7 @@
 //! - **Integers** (16/32/64-bit): add/sub (`.sat`, `.cc`, `addc`/`subc`),
 //!   mul/mad (`.lo`/`.hi`/`.wide`, `.cc`, `madc`), mul24/mad24, div, rem,
 //!   abs, neg, min, max, and/or/xor/not/cnot, shl/shr, popc, clz, bfind,
-//!   brev, bfe, bfi, prmt (all modes), lop3, shf, sad; the SIMD video
+//!   brev, bfe, bfi, bmsk, prmt (all modes), lop3, shf, sad; the SIMD video
 //!   instructions `vadd`, `vsub`, `vabsdiff`, `vmin`, `vmax` on 4 byte or
 //!   2 halfword lanes (`.u32`/`.s32` operands, `.sat`, `.add`), with the
 //!   default mask and lane selectors only (`vavrg`, `vset` and the scalar

@@ -77,6 +77,7 @@ pub(crate) fn known(opcode: &str) -> bool {
             | "or"
             | "xor"
             | "shl"
+            | "bmsk"
             | "shr"
             | "not"
             | "cnot"
@@ -643,6 +644,24 @@ impl FuncParser<'_> {
                         _ => IBin::Max,
                     };
                     Op::IBin { op, ty, d, a, b }
+                }
+            }
+            "bmsk" => {
+                let op = match m.one_of(&["clamp", "wrap"]) {
+                    Some("clamp") => IBin::BmskClamp,
+                    Some(_) => IBin::BmskWrap,
+                    None => return Err(unsup()),
+                };
+                if !m.has("b32") || !m.all_used() {
+                    return Err(unsup());
+                }
+                want(3)?;
+                Op::IBin {
+                    op,
+                    ty: Ty::B32,
+                    d: self.dst(&ops[0], line)?,
+                    a: self.src(&ops[1], Ty::U32, line)?,
+                    b: self.src(&ops[2], Ty::U32, line)?,
                 }
             }
             "and" | "or" | "xor" | "shl" | "shr" => {
