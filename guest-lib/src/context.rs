@@ -410,9 +410,10 @@ pub extern "C" fn cuCtxGetLimit(value: *mut usize, limit: u32) -> CUresult {
     })
 }
 
-/// `cuCtxSetLimit`: the stack, printf FIFO and heap sizes go to the host,
-/// whose device uses them (the heap's size counts against the VM's
-/// quota); the others are remembered. A refused value leaves the old one.
+/// `cuCtxSetLimit`: the printf FIFO and heap sizes go to the host, whose
+/// device uses them and counts them against the VM's quota; the others
+/// (the stack size among them) are remembered, not carried. A refused
+/// value leaves the old one.
 #[no_mangle]
 pub extern "C" fn cuCtxSetLimit(limit: u32, value: usize) -> CUresult {
     ffi_result(|| {
@@ -426,7 +427,7 @@ pub extern "C" fn cuCtxSetLimit(limit: u32, value: usize) -> CUresult {
         // The host is asked without the table locked.
         if matches!(
             limit,
-            host_limit::STACK_SIZE | host_limit::PRINTF_FIFO_SIZE | host_limit::MALLOC_HEAP_SIZE
+            host_limit::PRINTF_FIFO_SIZE | host_limit::MALLOC_HEAP_SIZE
         ) {
             state::with(|cu| cu.ctx_set_limit(limit, value as u64))?;
         }

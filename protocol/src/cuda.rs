@@ -39,9 +39,11 @@ pub fn image_hash(bytes: &[u8]) -> [u64; 2] {
 }
 
 /// `CUlimit` values a `CtxSetLimit` request may carry: the limits the
-/// host's device honours. The guest keeps the others.
+/// host's device honours, both device memory counted against the VM's
+/// quota. The guest keeps the others.
 pub mod limit {
-    /// CU_LIMIT_STACK_SIZE: bytes of stack per thread.
+    /// CU_LIMIT_STACK_SIZE (not carried: the driver reserves it for every
+    /// resident thread of the device).
     pub const STACK_SIZE: u32 = 0;
     /// CU_LIMIT_PRINTF_FIFO_SIZE: bytes of device `printf` output held
     /// until the next synchronization.

@@ -1,5 +1,5 @@
 // The device heap: cudaDeviceSetLimit(cudaLimitMallocHeapSize) reaches the
-// host and counts against the VM's quota; per-thread malloc/free; a binary
+// host and counts against the VM's quota (the printf FIFO's too); per-thread malloc/free; a binary
 // search tree built with new by one launch and read and deleted by later
 // ones; virtual functions through objects another launch made; a request
 // larger than the heap gives NULL; once a kernel that uses the heap has
@@ -135,6 +135,16 @@ int main() {
     size_t after = free_memory();
     EXPECT(before - after == 4u << 20, "free memory %zu -> %zu: the heap is not counted",
            before, after);
+    // The printf FIFO is device memory too; the stack size stays with the
+    // program (remembered, as the driver reports it back).
+    CHECK(cudaDeviceSetLimit(cudaLimitPrintfFifoSize, 2u << 20));
+    size_t fifo = free_memory();
+    EXPECT(after - fifo == 2u << 20, "free memory %zu -> %zu: the printf FIFO is not counted",
+           after, fifo);
+    CHECK(cudaDeviceSetLimit(cudaLimitStackSize, 4096));
+    size_t stack = 0;
+    CHECK(cudaDeviceGetLimit(&stack, cudaLimitStackSize));
+    EXPECT(stack == 4096, "stack size %zu after setting 4096", stack);
 
     // Per-thread scratch.
     const int threads = 256, n = 40;

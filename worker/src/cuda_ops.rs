@@ -100,6 +100,9 @@ struct Context {
     heap_limit: u64,
     heap_charge: u64,
     heap_fixed: bool,
+    /// What of the VM's quota the printf FIFO size the guest set holds
+    /// (the driver's default 1 MiB is not charged).
+    fifo_charge: u64,
     /// Texture and surface objects, by the value the executor gave them
     /// (what kernels receive): only these may be destroyed.
     tex_objects: HashSet<u64>,
@@ -161,6 +164,7 @@ impl Context {
             heap_limit: limit::DEFAULT_HEAP,
             heap_charge: 0,
             heap_fixed: false,
+            fifo_charge: 0,
             tex_objects: HashSet::new(),
             surf_objects: HashSet::new(),
             staging: Vec::new(),
@@ -717,28 +721,32 @@ impl CudaOps {
                 })
             }
             Opcode::CtxSetLimit => {
+                // The heap and the printf FIFO are device memory the driver
+                // reserves for the context: both count against the quota.
+                // The stack (STACK_SIZE) is not carried: the driver would
+                // reserve it for every resident thread, far beyond what a
+                // quota can bound.
                 let which = u32::try_from(a[0]).map_err(|_| Status::INVALID_VALUE)?;
                 let value = a[1];
-                match which {
-                    limit::STACK_SIZE | limit::PRINTF_FIFO_SIZE => {}
-                    limit::MALLOC_HEAP_SIZE => {
-                        if cx.heap_fixed {
-                            return Err(Status::INVALID_VALUE);
-                        }
-                        let others = mem_used - cx.heap_charge;
-                        if others.checked_add(value).is_none_or(|u| u > quota) {
-                            return Err(Status::OUT_OF_MEMORY);
-                        }
-                    }
+                let held = match which {
+                    limit::PRINTF_FIFO_SIZE => cx.fifo_charge,
+                    limit::MALLOC_HEAP_SIZE if cx.heap_fixed => return Err(Status::INVALID_VALUE),
+                    limit::MALLOC_HEAP_SIZE => cx.heap_charge,
                     _ => return Err(Status::INVALID_VALUE),
+                };
+                let others = mem_used - held;
+                if others.checked_add(value).is_none_or(|u| u > quota) {
+                    return Err(Status::OUT_OF_MEMORY);
                 }
                 self.exec.set_limit(ctx, which, value).map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
                 if which == limit::MALLOC_HEAP_SIZE {
-                    let cx = self.contexts[ch as usize].as_mut().expect("context exists");
-                    self.mem_used = self.mem_used - cx.heap_charge + value;
                     cx.heap_charge = value;
                     cx.heap_limit = value;
+                } else {
+                    cx.fifo_charge = value;
                 }
+                self.mem_used = others + value;
                 Ok(Answer::default())
             }
             Opcode::MemAlloc => {
@@ -1388,7 +1396,8 @@ impl Handler for CudaOps {
         self.cl.reset(ch);
         self.mem_used -= before - self.cl.used();
         if let Some(cx) = self.contexts.get_mut(ch as usize).and_then(Option::take) {
-            let freed: u64 = cx.allocs.values().sum::<u64>() + cx.array_bytes + cx.heap_charge;
+            let freed: u64 =
+                cx.allocs.values().sum::<u64>() + cx.array_bytes + cx.heap_charge + cx.fifo_charge;
             self.mem_used -= freed;
             self.exec.destroy_context(cx.ctx);
             tracing::debug!(vm = %self.vm, channel = ch, freed, "context destroyed");
