@@ -249,8 +249,9 @@ fn a_runaway_kernel_on_cuda_executor_ends_its_worker_and_fails_its_channel_with_
 /// FairGV's preemptive mode (`preemptive = true`): a holder still busy
 /// past its slice (a 2 s kernel against 6 ms slices) is switched out, so
 /// another VM is served while the long kernel still runs, and the long
-/// VM is charged the whole kernel once it ends. Without the mode the
-/// holder keeps its grant until its kernel ends.
+/// VM is charged the whole kernel once it ends. Without the mode (and
+/// without preemption on wake) the holder keeps its grant until its
+/// kernel ends.
 #[test]
 fn preemptive_mode_serves_another_vm_while_an_over_long_kernel_runs() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -258,7 +259,9 @@ fn preemptive_mode_serves_another_vm_while_an_over_long_kernel_runs() {
     for preemptive in [true, false] {
         let (d, setup) = start(
             &format!("preemptive_{preemptive}"),
-            &format!("preemptive = {preemptive}\nslice_ms = 6"),
+            // Without preemption on wake, which vm2's waking may trigger
+            // at vm1's next request: this test is about slices alone.
+            &format!("preemptive = {preemptive}\nslice_ms = 6\nwake_preempt = false"),
             &[("vm1", "max_request_ms = 0"), ("vm2", "")],
         );
         assert_eq!(status(&d).daemon.preemptive, preemptive);
