@@ -18,7 +18,7 @@
 
 use super::{Launch, Warp};
 use crate::float::{f16_to_f32, HFmt};
-use crate::ir::{Addr, Space, Src, WTy, Wmma, WmmaOp};
+use crate::ir::{Addr, Src, WTy, Wmma, WmmaOp};
 use crate::Error;
 
 /// Lane `l`'s `share` distinct elements of a fragment: their positions.
@@ -141,11 +141,11 @@ impl Launch<'_> {
                         let at = self.fragment_access(
                             w,
                             l,
-                            (*addr, *space, *stride, *col),
+                            (*addr, *stride, *col),
                             (rows, cols),
                             q,
                             *ty,
-                        )?;
+                        );
                         let mut buf = [0u8; 8];
                         self.load(w, l, *space, at, &mut buf[..size])?;
                         Ok(u64::from_le_bytes(buf))
@@ -165,14 +165,7 @@ impl Launch<'_> {
                 for l in 0..32 {
                     for (e, q) in positions(l, share).enumerate() {
                         let bits = element(w, v, *ty, l, e);
-                        let at = self.fragment_access(
-                            w,
-                            l,
-                            (*addr, *space, *stride, *col),
-                            (m, n),
-                            q,
-                            *ty,
-                        )?;
+                        let at = self.fragment_access(w, l, (*addr, *stride, *col), (m, n), q, *ty);
                         let size = (ty.bits() / 8) as usize;
                         self.store(w, l, *space, at, &bits.to_le_bytes()[..size])?;
                     }
@@ -259,14 +252,14 @@ impl Launch<'_> {
     /// `rows` × `cols` fragment in memory: row- or column-major from lane
     /// `l`'s base address, `stride` elements between rows (columns).
     fn fragment_access(
-        &mut self,
+        &self,
         w: &Warp,
         l: usize,
-        (addr, _space, stride, col): (Addr, Space, Option<Src>, bool),
+        (addr, stride, col): (Addr, Option<Src>, bool),
         (rows, cols): (usize, usize),
         q: usize,
         ty: WTy,
-    ) -> Result<u64, Error> {
+    ) -> u64 {
         let base = self.address(w, addr, l);
         let (i, j) = ((q / cols) as u64, (q % cols) as u64);
         let st = match stride {
@@ -275,6 +268,6 @@ impl Launch<'_> {
             None => cols as u64,
         };
         let off = if col { i + j * st } else { i * st + j };
-        Ok(base.wrapping_add(off.wrapping_mul(u64::from(ty.bits() / 8))))
+        base.wrapping_add(off.wrapping_mul(u64::from(ty.bits() / 8)))
     }
 }
