@@ -234,20 +234,28 @@ fn fresh(d: &DaemonProcess, names: &[&str]) -> Vec<(Instant, u64)> {
     out.into_iter().map(|o| o.expect("all seen")).collect()
 }
 
-/// Each VM's share of the modelled device time over about [`WINDOW`], and
-/// the status at its end.
-fn shares(d: &DaemonProcess, names: &[&str]) -> (Vec<f64>, Status) {
+/// Each VM's rate of modelled device time over about [`WINDOW`]: seconds
+/// of modelled device time per second of wall-clock time, and the status
+/// at its end.
+fn rates(d: &DaemonProcess, names: &[&str]) -> (Vec<f64>, Status) {
     let a = fresh(d, names);
     std::thread::sleep(WINDOW);
     let b = fresh(d, names);
     let rates: Vec<f64> = a
         .iter()
         .zip(&b)
-        .map(|(&(t0, v0), &(t1, v1))| (v1 - v0) as f64 / t1.duration_since(t0).as_secs_f64())
+        .map(|(&(t0, v0), &(t1, v1))| (v1 - v0) as f64 / 1e9 / t1.duration_since(t0).as_secs_f64())
         .collect();
+    (rates, status(d))
+}
+
+/// Each VM's share of the modelled device time over about [`WINDOW`], and
+/// the status at its end.
+fn shares(d: &DaemonProcess, names: &[&str]) -> (Vec<f64>, Status) {
+    let (rates, s) = rates(d, names);
     let sum: f64 = rates.iter().sum();
     assert!(sum > 0.0, "no modelled GPU time in the window");
-    (rates.iter().map(|r| r / sum).collect(), status(d))
+    (rates.iter().map(|r| r / sum).collect(), s)
 }
 
 #[track_caller]
@@ -862,8 +870,8 @@ fn disengaged_fair_queueing_runs_vms_together() {
 
 /// TimeGraph (HT): a VM of priority 10 with a reservation of 3 ms per
 /// 10 ms (posterior enforcement) beside a busy VM of priority 0. The
-/// reserved VM is held to its budget, 30% of the modelled GPU time; the
-/// other gets the rest, and is preempted each time the budget comes back
+/// reserved VM is held to its budget, at most 30% of the device's time
+/// (modelled device time per second); the other gets the rest, and is preempted each time the budget comes back
 /// (its grants revoked); status shows the priorities, the reservation and
 /// the throttling.
 #[test]
@@ -884,9 +892,32 @@ fn timegraph_reservations_cap_and_priorities_preempt() {
         .map(|i| spinner(rig.region(i), barrier.clone(), 200 * US))
         .collect();
     wait_for_grants(&rig.d, &names, 5);
-    let (got, s) = shares(&rig.d, &names);
-    eprintln!("timegraph-ht: shares {got:?}");
-    assert_shares(&got, &[3, 7], "a 30% reservation beside a best-effort VM");
+    // A reservation caps a rate, not a share: 3 ms of every 10 ms period
+    // is at most 30 % of the device's time whatever the other VM manages
+    // to use. (Its share of what both used is larger whenever this host
+    // leaves the device idle at times, so it is not what is checked.)
+    let (got, s) = rates(&rig.d, &names);
+    eprintln!("timegraph-ht: modelled device seconds per second {got:?}");
+    let (hi_rate, lo_rate) = (got[0], got[1]);
+    assert!(
+        hi_rate <= 0.30 + TOLERANCE,
+        "the reserved VM used {:.1} % of the device, over its 30 % budget",
+        hi_rate * 100.0
+    );
+    // Held to its budget, not starved: backlogged at priority 10, it gets
+    // most of it (its charge includes this host's wake-up latencies).
+    assert!(
+        hi_rate >= 0.30 / 2.0,
+        "the reserved VM used {:.1} % of the device, far below its 30 % budget",
+        hi_rate * 100.0
+    );
+    // Work conserving: the best-effort VM gets what the budget leaves.
+    assert!(
+        lo_rate > hi_rate,
+        "the best-effort VM used {:.1} % of the device, the reserved one {:.1} %",
+        lo_rate * 100.0,
+        hi_rate * 100.0
+    );
     let hi = vm(&s, "hi").sched.clone().expect("scheduler state");
     let lo = vm(&s, "lo").sched.clone().expect("scheduler state");
     assert_eq!(hi.priority, Some(10));
