@@ -12,6 +12,10 @@
 #           and CCCL 12.9 (nvidia-cuda-cccl-cu12)
 #   cupy/   with --with-cupy: CuPy for CUDA 12 and NVRTC 12.9 (PyPI), for
 #           tests/cupy/check.py (about 600 MB)
+#   numba/  with --with-numba: a Python virtual environment with Numba's
+#           CUDA target (numba-cuda) and the CUDA 12.9 NVVM, runtime and
+#           NVRTC it compiles with, for tests/numba/check.py (about 700 MB;
+#           needs Python's venv module: Debian's python3-venv)
 #   env.sh  the variables below, written last: its presence means the
 #           install is complete
 #
@@ -26,6 +30,8 @@
 #   CUPY_PYTHONPATH      CuPy and NumPy (for PYTHONPATH)
 #   CUPY_CUDA_PATH       the CUDA 12.9 headers' root (CuPy's CUDA_PATH)
 #   CUPY_NVRTC_LIB       libnvrtc.so.12 (for LD_LIBRARY_PATH)
+#   with --with-numba:
+#   NUMBA_PYTHON         the environment's python, with Numba importable
 #
 # nvcc needs a host C++ compiler (g++) to compile.
 #
@@ -63,10 +69,34 @@ CUPY_WHEELS=(
     "numpy>=2"
 )
 
+# Numba's CUDA target, pinned with what it loads at run time. Not
+# nvJitLink: with it, Numba links its kernels in the guest into machine code
+# for one GPU; without it, through the driver's cuLink* calls, which
+# fairgpu's guest library answers with the PTX (which SimGpu executes and a
+# GPU's driver compiles). Installed into a virtual environment: numba-cuda
+# takes over `numba.cuda` through a .pth file, and cuda-pathfinder finds the
+# NVIDIA libraries in site-packages, neither of which a --target install
+# gives.
+NUMBA_WHEELS=(
+    "numba-cuda==0.30.4"
+    "numba==0.68.1"
+    "llvmlite==0.50.0"
+    "cuda-bindings==12.9.10"
+    "cuda-core==1.2.2"
+    "cuda-pathfinder==1.9.1"
+    "nvidia-cuda-nvcc-cu12==12.9.86"
+    "nvidia-cuda-runtime-cu12==$CUDA12_RUNTIME_VERSION"
+    "nvidia-cuda-nvrtc-cu12==12.9.86"
+    "nvidia-cuda-cccl-cu12==12.9.27"
+    "numpy>=2"
+)
+
 with_cupy=0
+with_numba=0
 for arg in "$@"; do
     case $arg in
     --with-cupy) with_cupy=1 ;;
+    --with-numba) with_numba=1 ;;
     -h | --help)
         sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
         exit 0
@@ -126,11 +156,33 @@ install() {
     stamp_of "$@" >"$stamp"
 }
 
+# install_venv DIR WHEEL...: the same, into a new virtual environment.
+install_venv() {
+    local dir=$1
+    shift
+    local stamp="$dir/.fairgpu-installed"
+    if [[ -f $stamp && $(cat "$stamp") == "$(stamp_of "$@")" ]]; then
+        say "$(basename "$dir"): $* already installed"
+        return 0
+    fi
+    rm -rf "$dir"
+    say "$(basename "$dir"): installing $* into a virtual environment"
+    "$python" -m venv "$dir" >&2 ||
+        die "$python could not make a virtual environment (Debian: apt-get install python3-venv)"
+    PIP_ROOT_USER_ACTION=ignore "$dir/bin/python" -m pip install --quiet \
+        --disable-pip-version-check --no-input --only-binary=:all: "$@" >&2 ||
+        die "pip could not install $* into $dir"
+    stamp_of "$@" >"$stamp"
+}
+
 rm -f "$prefix/env.sh"
 install "$prefix/cu13" "${CUDA13_WHEELS[@]}"
 install "$prefix/cu12" "${CUDA12_WHEELS[@]}"
 if [[ $with_cupy == 1 ]]; then
     install "$prefix/cupy" "${CUPY_WHEELS[@]}"
+fi
+if [[ $with_numba == 1 ]]; then
+    install_venv "$prefix/numba" "${NUMBA_WHEELS[@]}"
 fi
 
 cu13="$prefix/cu13/nvidia/cu13"
@@ -170,6 +222,11 @@ if [[ -f $prefix/cupy/.fairgpu-installed ]]; then
     env_text+=$'\n'"export CUPY_PYTHONPATH='$prefix/cupy'"
     env_text+=$'\n'"export CUPY_CUDA_PATH='$cu12'"
     env_text+=$'\n'"export CUPY_NVRTC_LIB='$nvrtc'"
+fi
+if [[ -f $prefix/numba/.fairgpu-installed ]]; then
+    "$prefix/numba/bin/python" -c 'import numba.cuda, numpy' 2>/dev/null ||
+        die "Numba does not import from $prefix/numba; remove it and retry"
+    env_text+=$'\n'"export NUMBA_PYTHON='$prefix/numba/bin/python'"
 fi
 printf '%s\n' "$env_text" >"$prefix/env.sh.tmp"
 mv "$prefix/env.sh.tmp" "$prefix/env.sh"

@@ -7,7 +7,7 @@
 #   CARGO_BUILD_JOBS          parallel rustc jobs (default: nproc)
 #   FAIRGPU_SKIP_FUZZ_CHECK   if set (to anything), skip checking and running fuzz/
 #   FAIRGPU_FUZZ_SECONDS      how long each fuzz target runs (default 20)
-#   FAIRGPU_CUDA_PREFIX       where the CUDA toolchain (and CuPy) is installed
+#   FAIRGPU_CUDA_PREFIX       where the CUDA toolchain (and CuPy, Numba) is installed
 #                             (default: target/cuda-toolchain)
 set -euo pipefail
 
@@ -136,8 +136,13 @@ export FAIRGPU_CUDA_PREFIX="${FAIRGPU_CUDA_PREFIX:-$PWD/target/cuda-toolchain}"
 # With CuPy for CUDA 12 and NVRTC (about 600 MB more, a fresh install in
 # about 10 s): tests/tests/cupy.rs runs tests/cupy/check.py through the
 # guest library, every result compared with NumPy.
-scripts/cuda-toolchain.sh --with-cupy >/dev/null
+# With Numba's CUDA target as well (a virtual environment of about 700 MB,
+# a fresh install in about 30 s): tests/tests/numba.rs runs
+# tests/numba/check.py the same way.
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || apt_get_install python3-venv
+scripts/cuda-toolchain.sh --with-cupy --with-numba >/dev/null
 export FAIRGPU_REQUIRE_CUPY=1
+export FAIRGPU_REQUIRE_NUMBA=1
 
 # OpenCL: the ICD loader (ocl-icd), the Khronos headers and PoCL, a CPU
 # OpenCL platform, for tests/tests/opencl.rs: the workers run guests'

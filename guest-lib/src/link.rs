@@ -11,11 +11,20 @@
 //!   is dropped, so the host's PTX compiler (or SimGpu) sees one module in
 //!   which every call resolves.
 //!
-//! Anything else (object files, static libraries such as libcudadevrt,
-//! NVVM IR, several cubins) needs NVIDIA's device linker, which the guest
-//! does not have: `cuLinkAddData`/`cuLinkAddFile` refuse it with
-//! CUDA_ERROR_NOT_SUPPORTED, named once. Options are accepted and ignored
-//! (the host's driver uses its defaults when it compiles the PTX).
+//! NVIDIA's device runtime (`libcudadevrt.a`, which Numba links into every
+//! kernel that uses a grid group) holds machine code only. Of it, fairgpu
+//! provides in PTX what cooperative groups call through it for a grid
+//! barrier ([`DEVICE_RUNTIME_PTX`]: `cudaCGGetIntrinsicHandle`,
+//! `cudaCGSynchronize`); it is linked in when the PTX inputs call those,
+//! and a link that needs anything else of the device runtime (dynamic
+//! parallelism's launches, for one) fails at `cuLinkComplete` with
+//! CUDA_ERROR_NOT_SUPPORTED naming what is missing.
+//!
+//! Anything else (object files, other static libraries, NVVM IR, several
+//! cubins) needs NVIDIA's device linker, which the guest does not have:
+//! `cuLinkAddData`/`cuLinkAddFile` refuse it with CUDA_ERROR_NOT_SUPPORTED,
+//! named once. Options are accepted and ignored (the host's driver uses its
+//! defaults when it compiles the PTX).
 
 use std::collections::HashSet;
 use std::ffi::{c_char, c_void, CStr};
@@ -29,6 +38,7 @@ use crate::types::{err, CUresult};
 const INPUT_CUBIN: u32 = 0;
 const INPUT_PTX: u32 = 1;
 const INPUT_FATBINARY: u32 = 2;
+const INPUT_LIBRARY: u32 = 4;
 
 /// `CUDA_ERROR_FILE_NOT_FOUND`.
 const FILE_NOT_FOUND: CUresult = 301;
@@ -44,6 +54,9 @@ struct Link {
     inputs: Vec<(u32, Vec<u8>)>,
     /// The image `cuLinkComplete` handed out (kept until destroy).
     image: Vec<u8>,
+    /// NVIDIA's device runtime was added (its bytes are not kept: what of
+    /// it fairgpu can provide is [`DEVICE_RUNTIME_PTX`]).
+    device_runtime: bool,
 }
 
 static LINKS: Mutex<Vec<(usize, Link)>> = Mutex::new(Vec::new());
@@ -104,6 +117,12 @@ pub extern "C" fn cuLinkCreate(
 }
 
 fn add(state: CUlinkState, ty: u32, bytes: Vec<u8>) -> Result<(), CUresult> {
+    if ty == INPUT_LIBRARY && is_device_runtime(&bytes) {
+        return with_link(state, |l| {
+            l.device_runtime = true;
+            Ok(())
+        });
+    }
     if !matches!(ty, INPUT_CUBIN | INPUT_PTX | INPUT_FATBINARY) {
         return Err(crate::unsupported(
             "cuLinkAddData/cuLinkAddFile of an object, library or NVVM input (needs NVIDIA's device linker)",
@@ -232,17 +251,25 @@ pub extern "C" fn cuLinkComplete(
             return Err(err::INVALID_VALUE);
         }
         let (p, n) = with_link(state, |l| {
+            let runtime = if l.device_runtime {
+                device_runtime_needed(&l.inputs)?
+            } else {
+                false
+            };
             // PTX images are text the loader reads up to a NUL.
             let mut img = match l.inputs.as_slice() {
                 // NVIDIA's driver completes a link with no input (580, on
                 // an H200); its image is a module without functions.
                 [] => EMPTY_PTX.as_bytes().to_vec(),
-                [(_, only)] => only.clone(),
+                [(_, only)] if !runtime => only.clone(),
                 many if many.iter().all(|(t, _)| *t == INPUT_PTX) => {
-                    let texts: Vec<&str> = many
+                    let mut texts: Vec<&str> = many
                         .iter()
                         .map(|(_, b)| std::str::from_utf8(b).map_err(|_| err::INVALID_IMAGE))
                         .collect::<Result<_, _>>()?;
+                    if runtime {
+                        texts.push(DEVICE_RUNTIME_PTX);
+                    }
                     merge_ptx(&texts).into_bytes()
                 }
                 _ => {
@@ -251,7 +278,7 @@ pub extern "C" fn cuLinkComplete(
                     ))
                 }
             };
-            if l.inputs.len() != 1 || l.inputs[0].0 == INPUT_PTX {
+            if runtime || l.inputs.len() != 1 || l.inputs[0].0 == INPUT_PTX {
                 img.push(0);
             }
             l.image = img;
@@ -280,6 +307,146 @@ pub extern "C" fn cuLinkDestroy(state: CUlinkState) -> CUresult {
         links.swap_remove(i);
         Ok(())
     })
+}
+
+/// Whether a library input is NVIDIA's device runtime (`libcudadevrt.a`:
+/// an archive whose one member is `cuda_device_runtime.o`).
+fn is_device_runtime(bytes: &[u8]) -> bool {
+    const MEMBER: &[u8] = b"cuda_device_runtime.o";
+    bytes.starts_with(b"!<arch>\n") && bytes.windows(MEMBER.len()).any(|w| w == MEMBER)
+}
+
+/// The functions of NVIDIA's device runtime that fairgpu provides, in PTX:
+/// what cooperative groups' grid group calls (Numba's `this_grid()` and
+/// `sync()`). The handle of the grid is the address of the grid's barrier
+/// workspace, which the driver gives every thread of a cooperative launch
+/// in `%envreg1` (high half) and `%envreg2` (low half), zeroed at launch;
+/// outside a cooperative launch it is 0 and a barrier on it traps.
+///
+/// The barrier: after a block-wide barrier, one thread per block adds to
+/// the counter at workspace + 4: 1 from every block but the first, which
+/// adds 2^31 - (blocks - 1). The additions of one barrier sum to exactly
+/// 2^31, so the counter's top bit flips once, when the last block has
+/// arrived, and its lower bits are the same before and after each barrier;
+/// every block waits until the top bit differs from the value its own
+/// addition returned. The fences order the blocks' writes before the
+/// barrier against their reads after it.
+const DEVICE_RUNTIME_PTX: &str = r#".version 7.0
+.target sm_70
+.address_size 64
+
+.visible .func (.param .b64 handle) cudaCGGetIntrinsicHandle(
+	.param .b32 scope
+)
+{
+	.reg .b32 %hi, %lo;
+	.reg .b64 %ws;
+	mov.u32 %hi, %envreg1;
+	mov.u32 %lo, %envreg2;
+	mov.b64 %ws, {%lo, %hi};
+	st.param.b64 [handle], %ws;
+	ret;
+}
+
+.visible .func (.param .b32 status) cudaCGSynchronize(
+	.param .b64 handle,
+	.param .b32 flags
+)
+{
+	.reg .pred %p<4>;
+	.reg .b32 %r<12>;
+	.reg .b64 %ws, %counter;
+	ld.param.u64 %ws, [handle];
+	setp.eq.u64 %p0, %ws, 0;
+	@%p0 trap;
+	add.u64 %counter, %ws, 4;
+	bar.sync 0;
+	mov.u32 %r0, %tid.x;
+	mov.u32 %r1, %tid.y;
+	mov.u32 %r2, %tid.z;
+	or.b32 %r0, %r0, %r1;
+	or.b32 %r0, %r0, %r2;
+	setp.ne.u32 %p1, %r0, 0;
+	@%p1 bra DONE;
+	mov.u32 %r3, %nctaid.x;
+	mov.u32 %r4, %nctaid.y;
+	mov.u32 %r5, %nctaid.z;
+	mul.lo.u32 %r3, %r3, %r4;
+	mul.lo.u32 %r3, %r3, %r5;
+	mov.u32 %r6, %ctaid.x;
+	mov.u32 %r7, %ctaid.y;
+	mov.u32 %r8, %ctaid.z;
+	or.b32 %r6, %r6, %r7;
+	or.b32 %r6, %r6, %r8;
+	setp.eq.u32 %p2, %r6, 0;
+	sub.u32 %r10, -2147483647, %r3;
+	selp.u32 %r9, %r10, 1, %p2;
+	fence.acq_rel.gpu;
+	atom.global.add.u32 %r11, [%counter], %r9;
+WAIT:
+	ld.volatile.global.u32 %r4, [%counter];
+	xor.b32 %r4, %r4, %r11;
+	and.b32 %r4, %r4, -2147483648;
+	setp.eq.u32 %p3, %r4, 0;
+	@%p3 bra WAIT;
+	fence.acq_rel.gpu;
+DONE:
+	bar.sync 0;
+	mov.u32 %r0, 0;
+	st.param.b32 [status], %r0;
+	ret;
+}
+"#;
+
+/// Whether a link that was given the device runtime needs
+/// [`DEVICE_RUNTIME_PTX`]: its PTX inputs call a function of it. A
+/// function none of them defines and fairgpu does not provide fails the
+/// link (NVIDIA's linker would take it from the device runtime's machine
+/// code).
+fn device_runtime_needed(inputs: &[(u32, Vec<u8>)]) -> Result<bool, CUresult> {
+    let provided: HashSet<String> = statements(DEVICE_RUNTIME_PTX)
+        .iter()
+        .filter(|s| directive_word(s.trim_start()) == Some(".visible"))
+        .filter_map(|s| declared_name(s))
+        .collect();
+    let mut defined = HashSet::new();
+    let mut declared = Vec::new();
+    for (ty, bytes) in inputs {
+        if *ty != INPUT_PTX {
+            continue;
+        }
+        let text = std::str::from_utf8(bytes).map_err(|_| err::INVALID_IMAGE)?;
+        for s in statements(text) {
+            let t = s.trim_start();
+            let Some(name) = declared_name(t) else {
+                continue;
+            };
+            match directive_word(t) {
+                Some(".visible") => {
+                    defined.insert(name);
+                }
+                Some(".extern") if t.contains(".func") => declared.push(name),
+                _ => {}
+            }
+        }
+    }
+    let missing: Vec<&String> = declared.iter().filter(|n| !defined.contains(*n)).collect();
+    if let Some(other) = missing.iter().find(|n| !provided.contains(**n)) {
+        if crate::log_level() != crate::LogLevel::Off {
+            eprintln!(
+                "fairgpu guest-lib: the linked PTX calls {other}, which NVIDIA's device runtime holds in machine code only"
+            );
+        }
+        return Err(crate::unsupported(
+            "cuLinkComplete with device-runtime functions other than cooperative groups' grid barrier",
+        ));
+    }
+    if !missing.is_empty() && inputs.iter().any(|(t, _)| *t != INPUT_PTX) {
+        return Err(crate::unsupported(
+            "cuLinkComplete of machine code with the device runtime (needs NVIDIA's device linker)",
+        ));
+    }
+    Ok(!missing.is_empty())
 }
 
 /// A statement's first word.
@@ -518,5 +685,57 @@ mod tests {
             lone.contains(".extern .func (.param .b32 r) add3"),
             "{lone}"
         );
+    }
+
+    /// A kernel that calls cooperative groups' grid barrier the way Numba
+    /// emits it (declared .extern, defined by the device runtime).
+    const GRID_SYNC: &str = ".version 8.5\n.target sm_90\n.address_size 64\n\n\
+        .extern .func (.param .b64 func_retval0) cudaCGGetIntrinsicHandle\n(\n\t.param .b32 s\n)\n;\n\
+        .extern .func (.param .b32 func_retval0) cudaCGSynchronize\n(\n\t.param .b64 h,\n\t.param .b32 f\n)\n;\n\
+        .visible .entry k(\n\t.param .u64 p\n)\n{\n\tret;\n}\n";
+
+    #[test]
+    fn the_device_runtime_is_recognized_by_its_member() {
+        let mut ar =
+            b"!<arch>\n/               0           0     0     0       4         `\n".to_vec();
+        ar.extend_from_slice(b"cuda_device_runtime.o/\n");
+        assert!(is_device_runtime(&ar));
+        assert!(!is_device_runtime(b"!<arch>\nother.o/"));
+        assert!(!is_device_runtime(b"\x7fELF cuda_device_runtime.o"));
+    }
+
+    #[test]
+    fn the_grid_barrier_of_the_device_runtime_is_provided_in_ptx() {
+        let inputs = vec![(INPUT_PTX, GRID_SYNC.as_bytes().to_vec())];
+        assert_eq!(device_runtime_needed(&inputs), Ok(true));
+        let m = merge_ptx(&[GRID_SYNC, DEVICE_RUNTIME_PTX]);
+        assert!(!m.contains(".extern"), "{m}");
+        assert!(m.contains(".target sm_90"), "{m}");
+        for f in ["cudaCGGetIntrinsicHandle", "cudaCGSynchronize"] {
+            assert_eq!(m.matches(f).count(), 1, "{f} once, defined: {m}");
+        }
+        // Defined before the kernel that calls them.
+        assert!(m.find("cudaCGSynchronize(").unwrap() < m.find(".entry k(").unwrap());
+        // Not needed: a kernel that calls none of it links as before.
+        let plain = vec![
+            (INPUT_PTX, MAIN.as_bytes().to_vec()),
+            (INPUT_PTX, LIB.as_bytes().to_vec()),
+        ];
+        assert_eq!(device_runtime_needed(&plain), Ok(false));
+    }
+
+    #[test]
+    fn other_device_runtime_functions_fail_the_link() {
+        // Dynamic parallelism's launch exists in machine code only.
+        let cdp = ".version 8.5\n.target sm_90\n.address_size 64\n\
+            .extern .func (.param .b64 r) cudaGetParameterBufferV2\n(\n\t.param .b64 f\n)\n;\n";
+        let inputs = vec![(INPUT_PTX, cdp.as_bytes().to_vec())];
+        assert_eq!(device_runtime_needed(&inputs), Err(err::NOT_SUPPORTED));
+        // Machine code that would need it cannot be linked here.
+        let with_cubin = vec![
+            (INPUT_PTX, GRID_SYNC.as_bytes().to_vec()),
+            (INPUT_CUBIN, b"\x7fELF".to_vec()),
+        ];
+        assert_eq!(device_runtime_needed(&with_cubin), Err(err::NOT_SUPPORTED));
     }
 }
