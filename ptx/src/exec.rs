@@ -2872,11 +2872,10 @@ pub(crate) fn cvt(kind: CvtKind, dty: Ty, sty: Ty, sat: bool, ftz: bool, x: u64)
                     u64::from(v.to_bits())
                 }
                 Ty::F64 => int_to_float(neg, mag, rnd, 53).to_bits(),
-                // Exact in f32: at most 8 significant bits below 2^64.
-                Ty::BF16 => u64::from(f32_to_bf16(int_to_float(neg, mag, rnd, 8) as f32)),
-                Ty::F16 if rnd == Rnd::Rn => {
-                    u64::from(f32_to_f16(int_to_float(neg, mag, rnd, 11) as f32))
-                }
+                // Rounded once to the target's significant bits (exact in
+                // f64); `f64_to_half` then only decides the overflow.
+                Ty::BF16 => u64::from(f64_to_half(int_to_float(neg, mag, rnd, 8), true, rnd)),
+                Ty::F16 => u64::from(f64_to_half(int_to_float(neg, mag, rnd, 11), false, rnd)),
                 _ => return None,
             }
         }
@@ -2912,8 +2911,18 @@ pub(crate) fn cvt(kind: CvtKind, dty: Ty, sty: Ty, sat: bool, ftz: bool, x: u64)
                     let r = if sat { sat32(r) } else { r };
                     f32out(r)
                 }
-                Ty::F16 if rnd == Rnd::Rn && sty == Ty::F32 => u64::from(f32_to_f16(v as f32)),
-                Ty::BF16 if rnd == Rnd::Rn && sty == Ty::F32 => u64::from(f32_to_bf16(v as f32)),
+                Ty::F16 | Ty::BF16 => {
+                    // `.sat` clamps to [0, 1], NaN to 0; both bounds are
+                    // values of the target.
+                    let v = if sat && v.is_nan() {
+                        0.0
+                    } else if sat {
+                        v.clamp(0.0, 1.0)
+                    } else {
+                        v
+                    };
+                    u64::from(f64_to_half(v, dty == Ty::BF16, rnd))
+                }
                 _ => return None,
             }
         }
@@ -3110,15 +3119,21 @@ mod tests {
             ),
             f(2.0)
         );
-        assert!(cvt(
-            CvtKind::FloatFloat(Rnd::Rz),
-            Ty::F16,
-            Ty::F32,
-            false,
-            false,
-            0
-        )
-        .is_none());
+        // 1/3 lies between the f16 values 0x3555 and 0x3556: toward zero
+        // the first, up the second.
+        for (rnd, want) in [(Rnd::Rz, 0x3555), (Rnd::Rp, 0x3556), (Rnd::Rn, 0x3555)] {
+            assert_eq!(
+                cvt(
+                    CvtKind::FloatFloat(rnd),
+                    Ty::F16,
+                    Ty::F32,
+                    false,
+                    false,
+                    f(1.0 / 3.0)
+                ),
+                Some(want)
+            );
+        }
     }
 
     #[test]

@@ -466,6 +466,53 @@ pub(crate) fn f32_to_bf16(x: f32) -> u16 {
     (r >> 16) as u16
 }
 
+/// `v` rounded once in mode `rnd` to a 16-bit float, as its bits: bf16 (8
+/// significant bits, normal exponents -126..=127) or f16 (11 bits,
+/// -14..=15), with their subnormals; beyond the largest finite value,
+/// infinity or that value as the mode says. Every f64 is rounded directly,
+/// not through f32 (which would round twice).
+pub(crate) fn f64_to_half(v: f64, bf16: bool, rnd: Rnd) -> u16 {
+    let (p, emin, emax): (i32, i32, i32) = if bf16 { (8, -126, 127) } else { (11, -14, 15) };
+    let enc = |x: f32| if bf16 { f32_to_bf16(x) } else { f32_to_f16(x) };
+    if !v.is_finite() || v == 0.0 {
+        return enc(v as f32);
+    }
+    let pow2 = |e: i32| f64::from_bits(((e + 1023) as u64) << 52);
+    let biased = ((v.to_bits() >> 52) & 0x7ff) as i32;
+    // f64 subnormals lie far below the targets' smallest subnormal.
+    let e = if biased == 0 { emin } else { biased - 1023 };
+    // The spacing of the target's values around `v`: dividing by it and
+    // multiplying back are exact (a power of two, far from f64's limits).
+    let quantum = pow2(e.max(emin) - (p - 1));
+    let n = v / quantum;
+    let n = match rnd {
+        Rnd::Rn => n.round_ties_even(),
+        Rnd::Rz => n.trunc(),
+        Rnd::Rm => n.floor(),
+        Rnd::Rp => n.ceil(),
+    };
+    let r = n * quantum;
+    let max = (2.0 - pow2(1 - p)) * pow2(emax);
+    let r = if r.abs() > max {
+        let to_infinity = match rnd {
+            Rnd::Rn => true,
+            Rnd::Rz => false,
+            Rnd::Rm => v < 0.0,
+            Rnd::Rp => v > 0.0,
+        };
+        if to_infinity {
+            f64::INFINITY.copysign(v)
+        } else {
+            max.copysign(v)
+        }
+    } else {
+        r
+    };
+    // `r` is a value of the target format, so exact in f32 and encoded
+    // exactly.
+    enc(r as f32)
+}
+
 pub(crate) fn bf16_to_f32(h: u16) -> f32 {
     f32::from_bits(u32::from(h) << 16)
 }
@@ -473,6 +520,115 @@ pub(crate) fn bf16_to_f32(h: u16) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `f64_to_half` against the definition: the values of the format,
+    /// all of them, sorted; `v` lies between two neighbours and the mode
+    /// picks one (ties to the even encoding), past the largest finite
+    /// value infinity or that value.
+    #[test]
+    fn halves_round_once_in_every_mode() {
+        for bf16 in [false, true] {
+            let dec = |h: u16| if bf16 { bf16_to_f32(h) } else { f16_to_f32(h) };
+            let mut values: Vec<(f64, u16)> = (0..=0x7fffu16)
+                .map(|h| (f64::from(dec(h)), h))
+                .filter(|(v, _)| v.is_finite())
+                .flat_map(|(v, h)| [(v, h), (-v, h | 0x8000)])
+                .collect();
+            values.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let max = values.last().unwrap().0;
+            let want = |v: f64, rnd: Rnd| -> u16 {
+                let inf = if bf16 { 0x7f80 } else { 0x7c00 };
+                let i = values.partition_point(|&(x, _)| x < v);
+                if i < values.len() && values[i].0 == v {
+                    // Exact (of two zeros, the one of v's sign).
+                    let sign = if v.is_sign_negative() { 0x8000 } else { 0 };
+                    return if v == 0.0 { sign } else { values[i].1 };
+                }
+                if v > max || v < -max {
+                    let pos = v > 0.0;
+                    let to_inf = match rnd {
+                        Rnd::Rn => {
+                            // Overflow unless nearer the largest value than
+                            // the next binade's first.
+                            let ulp = max - values[values.len() - 2].0;
+                            v.abs() >= max + ulp / 2.0
+                        }
+                        Rnd::Rz => false,
+                        Rnd::Rm => !pos,
+                        Rnd::Rp => pos,
+                    };
+                    let s = if pos { 0 } else { 0x8000 };
+                    let lim = if pos {
+                        values.last().unwrap().1
+                    } else {
+                        values[0].1
+                    };
+                    return if to_inf { inf | s } else { lim };
+                }
+                let (lo, hi) = (values[i - 1], values[i]);
+                let toward_zero_is_lo = v > 0.0;
+                match rnd {
+                    Rnd::Rm => lo.1,
+                    Rnd::Rp => hi.1,
+                    Rnd::Rz => {
+                        if toward_zero_is_lo {
+                            lo.1
+                        } else {
+                            hi.1
+                        }
+                    }
+                    Rnd::Rn => {
+                        let (dl, dh) = (v - lo.0, hi.0 - v);
+                        if dl < dh || (dl == dh && lo.1 & 1 == 0) {
+                            lo.1
+                        } else {
+                            hi.1
+                        }
+                    }
+                }
+            };
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let mut next = || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let mut inputs: Vec<f64> = Vec::new();
+            for _ in 0..20_000 {
+                let r = next();
+                // Random magnitudes across the format's range and beyond.
+                let e = (r % 300) as i32 - 160;
+                inputs.push(
+                    f64::from_bits(r >> 12 | ((e + 1023) as u64) << 52)
+                        * if r & 1 == 0 { 1.0 } else { -1.0 },
+                );
+                inputs.push(f64::from(f32::from_bits(next() as u32)));
+            }
+            // Midpoints between neighbours (ties), and just off them.
+            for w in values.windows(2).step_by(97) {
+                let mid = (w[0].0 + w[1].0) / 2.0;
+                inputs.extend([mid, mid.next_up(), mid.next_down()]);
+            }
+            let top = max + (max - values[values.len() - 2].0) / 2.0;
+            inputs.extend([top, top.next_down(), -top, 1e300, -1e300, 1e-300, -1e-300]);
+            for &v in inputs.iter().filter(|v| v.is_finite()) {
+                for rnd in [Rnd::Rn, Rnd::Rz, Rnd::Rm, Rnd::Rp] {
+                    let (got, want) = (f64_to_half(v, bf16, rnd), want(v, rnd));
+                    assert_eq!(
+                        got, want,
+                        "{v:e} {rnd:?} bf16={bf16}: {got:#06x}, want {want:#06x}"
+                    );
+                }
+            }
+            // Infinities keep their sign; NaN stays NaN.
+            assert!(dec(f64_to_half(f64::NAN, bf16, Rnd::Rz)).is_nan());
+            assert_eq!(
+                dec(f64_to_half(f64::NEG_INFINITY, bf16, Rnd::Rz)),
+                f32::NEG_INFINITY
+            );
+        }
+    }
 
     #[test]
     fn fma_rn_is_the_correctly_rounded_fma() {

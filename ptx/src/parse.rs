@@ -993,16 +993,17 @@ impl<'m> FuncParser<'m> {
     fn directive(&mut self, p: &mut P<'_>) -> Result<(), Error> {
         let line = p.line();
         let d = p.ident()?;
+        // `.reg.b8 %r;` (NVRTC's bf16 headers write it so): the qualifiers
+        // glued to the directive come first.
+        let (d, glued) = match d.strip_prefix(".reg") {
+            Some(rest) if rest.starts_with('.') => (".reg", rest),
+            _ => (d, ""),
+        };
         match d {
             ".reg" => {
                 let mut ty = None;
                 let mut vec = 1u32;
-                while let Some(Tok::Ident(q)) = p.peek() {
-                    if !q.starts_with('.') {
-                        break;
-                    }
-                    let q = *q;
-                    p.next()?;
+                let mut qualifier = |q: &str| -> Result<(), Error> {
                     match q {
                         ".v2" => vec = 2,
                         ".v4" => vec = 4,
@@ -1015,6 +1016,18 @@ impl<'m> FuncParser<'m> {
                             }
                         }
                     }
+                    Ok(())
+                };
+                for q in glued.split('.').filter(|q| !q.is_empty()) {
+                    qualifier(&format!(".{q}"))?;
+                }
+                while let Some(Tok::Ident(q)) = p.peek() {
+                    if !q.starts_with('.') {
+                        break;
+                    }
+                    let q = *q;
+                    p.next()?;
+                    qualifier(q)?;
                 }
                 let ty = ty.ok_or_else(|| perr(line, ".reg without a type"))?;
                 if vec != 1 {

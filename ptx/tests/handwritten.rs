@@ -84,7 +84,7 @@ fn unknown_modifiers_are_unsupported_not_ignored() {
         "add.sat.bf16 %rs1, %rs2, %rs3;",
         "min.xorsign.abs.bf16 %rs1, %rs2, %rs3;",
         "ld.global.L2::cache_hint.u32 %r2, [%rd3], %rd4;",
-        "cvt.rz.f16.f32 %rs1, %f1;",
+        "cvt.rni.f16.f32 %rs1, %f1;",
         "mul.foo.s32 %r2, %r3, %r4;",
     ] {
         let m = kernel_with("", inst);
@@ -874,6 +874,73 @@ fn cvt_saturating_and_rounding_within_f32() {
     .expect("runs");
     let got: Vec<f32> = mem.u32s(out).into_iter().map(f32::from_bits).collect();
     assert_eq!(got, [0.0, 0.25, 1.0, 0.0, 0.0, 0.75]);
+}
+
+/// Conversions to bf16 and f16 in every rounding mode, from f32 and from
+/// f64 (one rounding, not two), and registers declared with their type
+/// glued to `.reg` (`.reg.b16`, as NVRTC's bf16 header writes them).
+#[test]
+fn cvt_to_half_formats_in_every_rounding_mode() {
+    let m = kernel_with(
+        ".reg.b16 %h<8>;\n.reg.b8 %c;",
+        "mul.wide.u32 %rd4, %r1, 8;\nadd.s64 %rd5, %rd1, %rd4;\n\
+         ld.global.f64 %fd1, [%rd5];\ncvt.rn.f32.f64 %f1, %fd1;\n\
+         cvt.rn.bf16.f64 %h0, %fd1;\ncvt.rz.bf16.f32 %h1, %f1;\n\
+         cvt.rm.f16.f64 %h2, %fd1;\ncvt.rp.f16.f32 %h3, %f1;\n\
+         mov.b32 %r2, {%h0, %h1};\nmov.b32 %r3, {%h2, %h3};\n\
+         st.global.v2.u32 [%rd5], {%r2, %r3};",
+    );
+    // 1 + 2^-8 + 2^-30: above bf16's midpoint 1 + 2^-8 only in f64 (f32
+    // rounds it to the midpoint, and then ties go to even, 1.0).
+    let just_above = 1.0 + 2f64.powi(-8) + 2f64.powi(-30);
+    let inputs = [just_above, -1.5, 70000.0, -1e-7, 3.0e38];
+    let mut mem = VecMemory::default();
+    let words: Vec<u32> = inputs
+        .iter()
+        .flat_map(|v: &f64| [v.to_bits() as u32, (v.to_bits() >> 32) as u32])
+        .collect();
+    let out = mem.alloc_u32(&words);
+    let mut g = m.globals();
+    launch(
+        &m,
+        &mut g,
+        "k",
+        dims([1, 1, 1], [inputs.len() as u32, 1, 1], 0),
+        Params::new().ptr(out),
+        &mut mem,
+    )
+    .expect("runs");
+    let got: Vec<[u16; 4]> = mem
+        .u32s(out)
+        .chunks(2)
+        .map(|w| {
+            [
+                w[0] as u16,
+                (w[0] >> 16) as u16,
+                w[1] as u16,
+                (w[1] >> 16) as u16,
+            ]
+        })
+        .collect();
+    // [rn bf16 from f64, rz bf16 from f32, rm f16 from f64, rp f16 from f32]
+    assert_eq!(
+        got,
+        [
+            // 1 + 2^-7 (bf16 0x3f81); toward zero 1.0; f16 holds 1 + 2^-8
+            // exactly with 10 fraction bits: down 0x3c04, up 0x3c04 + 1 as
+            // f32 rounded to 1 + 2^-8 (even: f32 has 23 bits).
+            [0x3f81, 0x3f80, 0x3c04, 0x3c04],
+            [0xbfc0, 0xbfc0, 0xbe00, 0xbe00],
+            // Beyond f16's 65504: down to the largest, up to infinity.
+            [0x4789, 0x4788, 0x7bff, 0x7c00],
+            // -1e-7: bf16 normal; in f16 between the subnormals -2 and -1
+            // times 2^-24: toward minus infinity the first, toward plus
+            // the second.
+            [0xb3d7, 0xb3d6, 0x8002, 0x8001],
+            // 3e38 in bf16 range (max 3.39e38); f16: largest, infinity.
+            [0x7f62, 0x7f61, 0x7bff, 0x7c00],
+        ]
+    );
 }
 
 /// `match.any.sync.b32`: the lanes holding the same value;
