@@ -421,12 +421,10 @@ fn device_runtime_needed(inputs: &[(u32, Vec<u8>)]) -> Result<bool, CUresult> {
             let Some(name) = declared_name(t) else {
                 continue;
             };
-            match directive_word(t) {
-                Some(".visible") => {
-                    defined.insert(name);
-                }
-                Some(".extern") if t.contains(".func") => declared.push(name),
-                _ => {}
+            if definition(t).is_some() {
+                defined.insert(name);
+            } else if directive_word(t) == Some(".extern") && t.contains(".func") {
+                declared.push(name);
             }
         }
     }
@@ -547,6 +545,24 @@ fn is_header(stmt: &str) -> bool {
     )
 }
 
+/// The symbol a statement defines and whether the definition is strong
+/// (`.visible`) or weak (`.weak`, which NVVM gives functions that several
+/// modules carry a copy of): a variable, or a function with its body (a
+/// prototype ending in `;` defines nothing).
+fn definition(stmt: &str) -> Option<(String, bool)> {
+    let t = stmt.trim_start();
+    let strong = match directive_word(t) {
+        Some(".visible") => true,
+        Some(".weak") => false,
+        _ => return None,
+    };
+    let is_function = t.contains(".func") || t.contains(".entry");
+    if is_function && !t.trim_end().ends_with('}') {
+        return None;
+    }
+    declared_name(t).map(|n| (n, strong))
+}
+
 /// One PTX module from several (see the module's documentation).
 fn merge_ptx(texts: &[&str]) -> String {
     let parsed: Vec<Vec<&str>> = texts.iter().map(|t| statements(t)).collect();
@@ -555,12 +571,20 @@ fn merge_ptx(texts: &[&str]) -> String {
         .map(|stmts| {
             stmts
                 .iter()
-                .filter(|s| directive_word(s.trim_start()) == Some(".visible"))
-                .filter_map(|s| declared_name(s))
+                .filter_map(|s| definition(s).map(|(n, _)| n))
                 .collect()
         })
         .collect();
     let defined: HashSet<&String> = defines.iter().flatten().collect();
+    // Of a symbol defined weakly in several inputs (or strongly in one),
+    // one definition is kept: the strong one, else the first weak one.
+    let strong: HashSet<String> = parsed
+        .iter()
+        .flatten()
+        .filter_map(|s| definition(s))
+        .filter_map(|(n, strong)| strong.then_some(n))
+        .collect();
+    let mut kept_weak: HashSet<String> = HashSet::new();
     let externs: Vec<HashSet<String>> = parsed
         .iter()
         .map(|stmts| {
@@ -630,6 +654,11 @@ fn merge_ptx(texts: &[&str]) -> String {
                 }
                 _ => {}
             }
+            if let Some((name, false)) = definition(t) {
+                if strong.contains(&name) || !kept_weak.insert(name) {
+                    continue;
+                }
+            }
             out.push_str(s);
         }
         out.push('\n');
@@ -684,6 +713,42 @@ mod tests {
         assert!(
             lone.contains(".extern .func (.param .b32 r) add3"),
             "{lone}"
+        );
+    }
+
+    /// NVVM's modules of one Numba kernel, each with a copy of a device
+    /// function they share (`.weak`), and one that declares it.
+    #[test]
+    fn weak_definitions_in_several_inputs_are_kept_once() {
+        let f = |body: &str| {
+            format!(
+                ".version 8.8\n.target sm_90\n.address_size 64\n\
+                 .weak .func (.param .b32 r) leaf(\n\t.param .b32 a\n)\n;\n\
+                 .weak .func (.param .b32 r) leaf(\n\t.param .b32 a\n)\n{{\n\t{body}\n\tret;\n}}\n"
+            )
+        };
+        let (a, b) = (f("// first"), f("// second"));
+        let user = ".version 8.8\n.target sm_90\n.address_size 64\n\
+            .extern .func (.param .b32 r) leaf\n(\n\t.param .b32 a\n)\n;\n\
+            .visible .entry k(\n\t.param .u64 p\n)\n{\n\tret;\n}\n";
+        let m = merge_ptx(&[user, &a, &b]);
+        assert_eq!(m.matches("// first").count(), 1, "{m}");
+        assert_eq!(m.matches("// second").count(), 0, "{m}");
+        assert!(!m.contains(".extern"), "{m}");
+        // The definition, and the prototypes before it, come before the
+        // kernel.
+        assert!(
+            m.find("// first").unwrap() < m.find(".entry k(").unwrap(),
+            "{m}"
+        );
+        // A strong definition wins over weak ones.
+        let strong = LIB.replace("add3", "leaf");
+        let m = merge_ptx(&[&a, &strong]);
+        assert_eq!(m.matches("// first").count(), 0, "{m}");
+        assert_eq!(
+            m.matches(".visible .func (.param .b32 r) leaf").count(),
+            1,
+            "{m}"
         );
     }
 

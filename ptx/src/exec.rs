@@ -1617,7 +1617,7 @@ impl<'a> Launch<'a> {
                 cmp,
                 ty,
                 ftz,
-                float,
+                dty,
                 d,
                 a,
                 b,
@@ -1629,10 +1629,12 @@ impl<'a> Launch<'a> {
                         None => t,
                         Some((op, c)) => boolop(op, t, self.rd(w, c, l) & 1 != 0),
                     };
-                    let v = match (t, float) {
+                    let v = match (t, dty) {
                         (false, _) => 0,
-                        (true, true) => u64::from(1.0f32.to_bits()),
-                        (true, false) => u64::from(u32::MAX),
+                        (true, Ty::F32) => u64::from(1.0f32.to_bits()),
+                        (true, Ty::F16) => 0x3c00,
+                        (true, Ty::BF16) => 0x3f80,
+                        (true, _) => u64::from(u32::MAX),
                     };
                     Self::wr(w, d, l, v);
                 }
@@ -2936,6 +2938,13 @@ pub(crate) fn cvt(kind: CvtKind, dty: Ty, sty: Ty, sat: bool, ftz: bool, x: u64)
                 f32out(r)
             }
             Ty::F64 => round_integral_f64(f64::from_bits(x), rnd).to_bits(),
+            // A 16-bit float rounded to an integer is a value of its format
+            // (its magnitudes from 2^8, resp. 2^11, on are integers): the
+            // encoding is exact.
+            Ty::F16 | Ty::BF16 => {
+                let r = round_integral_f64(float_in(dty, false, x), rnd);
+                u64::from(f64_to_half(r, dty == Ty::BF16, Rnd::Rn))
+            }
             _ => return None,
         },
     })

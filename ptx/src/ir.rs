@@ -707,7 +707,9 @@ pub(crate) enum Op {
         cmp: Cmp,
         ty: Ty,
         ftz: bool,
-        float: bool,
+        /// The destination's type: `.u32`/`.s32` (all ones when true) or a
+        /// float type (1.0 of that type).
+        dty: Ty,
         d: u32,
         a: Src,
         b: Src,

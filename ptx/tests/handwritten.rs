@@ -943,6 +943,60 @@ fn cvt_to_half_formats_in_every_rounding_mode() {
     );
 }
 
+/// Rounding 16-bit floats to integers (`cvt.rzi.bf16.bf16`, ...) and
+/// `set` with a 16-bit float destination (1.0 of that format when true).
+#[test]
+fn half_formats_round_to_integers_and_set_their_one() {
+    let m = kernel_with(
+        "",
+        "mul.wide.u32 %rd4, %r1, 4;\nadd.s64 %rd5, %rd1, %rd4;\n\
+         ld.global.u32 %r2, [%rd5];\nmov.b32 {%rs1, %rs2}, %r2;\n\
+         cvt.rzi.bf16.bf16 %rs3, %rs1;\ncvt.rpi.bf16.bf16 %rs4, %rs1;\n\
+         cvt.rmi.f16.f16 %rs5, %rs2;\nset.nan.bf16.bf16 %rs6, %rs1, %rs1;\n\
+         set.gt.f16.f16 %rs7, %rs2, %rs5;\n\
+         mov.b32 %r3, {%rs3, %rs4};\nmov.b32 %r4, {%rs5, %rs6};\n\
+         st.global.u32 [%rd5], %r3;\nmul.wide.u32 %rd6, %r1, 4;\n\
+         add.s64 %rd7, %rd6, 64;\nadd.s64 %rd7, %rd1, %rd7;\nst.global.u32 [%rd7], %r4;\n\
+         add.s64 %rd8, %rd7, 64;\ncvt.u32.u16 %r5, %rs7;\nst.global.u32 [%rd8], %r5;",
+    );
+    let bf = |v: f32| (v.to_bits() >> 16) as u16;
+    // (bf16 input, f16 input): 2.75 / -2.5; -1.5 / 7.0; NaN / -0.25.
+    let ins: [(u16, u16); 3] = [(bf(2.75), 0x4180), (bf(-1.5), 0x4700), (0x7fc0, 0xb400)];
+    let mut words = vec![0u32; 48];
+    for (i, (a, b)) in ins.iter().enumerate() {
+        words[i] = u32::from(*a) | u32::from(*b) << 16;
+    }
+    let mut mem = VecMemory::default();
+    let out = mem.alloc_u32(&words);
+    let mut g = m.globals();
+    launch(
+        &m,
+        &mut g,
+        "k",
+        dims([1, 1, 1], [3, 1, 1], 0),
+        Params::new().ptr(out),
+        &mut mem,
+    )
+    .expect("runs");
+    let w = mem.u32s(out);
+    let lo = |x: u32| x as u16;
+    let hi = |x: u32| (x >> 16) as u16;
+    // rzi, rpi of the bf16.
+    assert_eq!([lo(w[0]), hi(w[0])], [bf(2.0), bf(3.0)]);
+    assert_eq!([lo(w[1]), hi(w[1])], [bf(-1.0), bf(-1.0)]);
+    assert!(
+        lo(w[2]) & 0x7fff > 0x7f80 && hi(w[2]) & 0x7fff > 0x7f80,
+        "NaN stays NaN"
+    );
+    // rmi of the f16: 2.75 -> 2.0, 7.0 -> 7.0, -0.25 -> -1.0; set.nan:
+    // 1.0 in bf16 for the NaN only.
+    assert_eq!([lo(w[16]), hi(w[16])], [0x4000, 0]);
+    assert_eq!([lo(w[17]), hi(w[17])], [0x4700, 0]);
+    assert_eq!([lo(w[18]), hi(w[18])], [0xbc00, bf(1.0)]);
+    // set.gt.f16: the input above its floor gives 1.0 (0x3c00).
+    assert_eq!(&w[32..35], [0x3c00, 0, 0x3c00]);
+}
+
 /// `match.any.sync.b32`: the lanes holding the same value;
 /// `match.all.sync.b32 d|p`: the mask and true when every lane agrees.
 #[test]

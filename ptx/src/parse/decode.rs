@@ -983,7 +983,7 @@ impl FuncParser<'_> {
                         | Cmp::Num
                         | Cmp::Nan
                 );
-                if !matches!(dty, Ty::U32 | Ty::S32 | Ty::F32)
+                if !matches!(dty, Ty::U32 | Ty::S32 | Ty::F32 | Ty::F16 | Ty::BF16)
                     || !(float_cmp || ty.is_int())
                     || ftz && !matches!(ty, Ty::F16 | Ty::F32)
                     || float_cmp && int_only
@@ -1000,7 +1000,7 @@ impl FuncParser<'_> {
                     cmp,
                     ty,
                     ftz,
-                    float: dty == Ty::F32,
+                    dty,
                     d: self.dst(&ops[0], line)?,
                     a: self.src(&ops[1], ty, line)?,
                     b: self.src(&ops[2], ty, line)?,
