@@ -428,7 +428,13 @@ fn device_runtime_needed(inputs: &[(u32, Vec<u8>)]) -> Result<bool, CUresult> {
             }
         }
     }
-    let missing: Vec<&String> = declared.iter().filter(|n| !defined.contains(*n)).collect();
+    // What the GPU's own PTX compiler resolves (system calls), not a
+    // library.
+    const SYSTEM_CALLS: [&str; 4] = ["vprintf", "__assertfail", "malloc", "free"];
+    let missing: Vec<&String> = declared
+        .iter()
+        .filter(|n| !defined.contains(*n) && !SYSTEM_CALLS.contains(&n.as_str()))
+        .collect();
     if let Some(other) = missing.iter().find(|n| !provided.contains(**n)) {
         if crate::log_level() != crate::LogLevel::Off {
             eprintln!(
@@ -796,6 +802,12 @@ mod tests {
             .extern .func (.param .b64 r) cudaGetParameterBufferV2\n(\n\t.param .b64 f\n)\n;\n";
         let inputs = vec![(INPUT_PTX, cdp.as_bytes().to_vec())];
         assert_eq!(device_runtime_needed(&inputs), Err(err::NOT_SUPPORTED));
+        // System calls are the GPU's compiler's, not the device runtime's.
+        let assert = ".version 8.5\n.target sm_90\n.address_size 64\n\
+            .extern .func __assertfail\n(\n\t.param .b64 m\n)\n;\n\
+            .extern .func (.param .b32 r) vprintf\n(\n\t.param .b64 f,\n\t.param .b64 a\n)\n;\n";
+        let inputs = vec![(INPUT_PTX, assert.as_bytes().to_vec())];
+        assert_eq!(device_runtime_needed(&inputs), Ok(false));
         // Machine code that would need it cannot be linked here.
         let with_cubin = vec![
             (INPUT_PTX, GRID_SYNC.as_bytes().to_vec()),

@@ -538,6 +538,15 @@ impl ModuleState {
         }
         self.local_top = u64::from(f.local_bytes);
         self.scratch_top = u64::from(f.scratch_end) - PARAM_SCRATCH_BASE;
+        if !is_entry {
+            // A `.shared` variable declared in a function's body (NVVM
+            // demotes a `__shared__` that one device function uses into
+            // it) is laid out after the module's, and the functions and
+            // kernels that follow start after it: inlined into any of them
+            // it keeps its place. (A kernel that precedes the function
+            // cannot make room for it; its call stays unsupported.)
+            self.shared = self.shared.max(u64::from(f.static_shared));
+        }
         self.funcs[idx as usize] = Some(f);
         Ok(())
     }
@@ -1692,6 +1701,9 @@ fn splice(
     {
         return Ok(());
     }
+    // A callee whose shared variables lie beyond this function's shared
+    // memory (it was defined after this function) is not inlined.
+    let room = f.static_shared;
     let plan = |op: &Op| -> Plan<'_> {
         match op {
             Op::Call { func, rets, args } => {
@@ -1699,7 +1711,8 @@ fn splice(
                     Some(c)
                         if state[*func as usize] == 2
                             && c.params.len() == args.len()
-                            && c.rets.len() == rets.len() =>
+                            && c.rets.len() == rets.len()
+                            && c.static_shared <= room =>
                     {
                         Plan::Inline(c)
                     }
@@ -1711,7 +1724,7 @@ fn splice(
                     .iter()
                     .enumerate()
                     .filter_map(|(j, c)| Some((j, c.as_ref()?)))
-                    .filter(|&(j, c)| state[j] == 2 && fits(c, ci))
+                    .filter(|&(j, c)| state[j] == 2 && fits(c, ci) && c.static_shared <= room)
                     .collect(),
             ),
             _ => Plan::Keep,

@@ -997,6 +997,60 @@ fn half_formats_round_to_integers_and_set_their_one() {
     assert_eq!(&w[32..35], [0x3c00, 0, 0x3c00]);
 }
 
+/// A module-scope `.shared` variable that only a called function uses
+/// (nvcc's `__shared__` in a `__device__` function, linked into another
+/// module's kernel) is part of the calling kernel's shared memory.
+#[test]
+fn shared_variables_of_called_functions_belong_to_the_kernel() {
+    let text = format!(
+        "{HEAD}.shared .align 8 .b8 slot[8];\n\
+         .visible .func (.param .b32 r) bump(.param .b32 x)\n{{\n\
+         .reg .b32 %a<4>;\n.reg .pred %fq;\n\
+         ld.param.u32 %a1, [x];\nmov.u32 %a0, %tid.x;\nsetp.eq.u32 %fq, %a0, 0;\n\
+         @%fq st.shared.u32 [slot], 0;\nbar.sync 0;\n\
+         atom.shared.add.u32 %a2, [slot], %a1;\nbar.sync 0;\n\
+         ld.shared.u32 %a3, [slot];\nst.param.b32 [r], %a3;\nret;\n}}\n\
+         .visible .entry k(.param .u64 out)\n{{\n\
+         .reg .b32 %r<4>;\n.reg .b64 %rd<4>;\n\
+         ld.param.u64 %rd1, [out];\ncvta.to.global.u64 %rd1, %rd1;\n\
+         mov.u32 %r1, %tid.x;\n\
+         {{\n.param .b32 a;\n.param .b32 rv;\nst.param.b32 [a], 1;\n\
+         call.uni (rv), bump, (a);\nld.param.b32 %r2, [rv];\n}}\n\
+         mul.wide.u32 %rd2, %r1, 4;\nadd.s64 %rd3, %rd1, %rd2;\nst.global.u32 [%rd3], %r2;\nret;\n}}\n"
+    );
+    let m = Module::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let (r, out) = run_k(&m, 32, 32);
+    r.expect("runs");
+    assert_eq!(out, [32; 32]);
+    // The same with the variable declared in the function's body (NVVM
+    // "demotes" a `__shared__` used by one function into it).
+    let demoted = text.replace(".shared .align 8 .b8 slot[8];\n", "").replace(
+        ".reg .b32 %a<4>;",
+        ".shared .align 8 .b8 slot[8];\n.reg .b32 %a<4>;",
+    );
+    let m = Module::parse(&demoted).unwrap_or_else(|e| panic!("{e}\n{demoted}"));
+    let (r, out) = run_k(&m, 32, 32);
+    r.expect("runs");
+    assert_eq!(out, [32; 32]);
+    // Defined after the kernel that calls it: the kernel's shared memory
+    // has no room for it, and the call is unsupported (not run into
+    // another variable's bytes).
+    let at = demoted.find(".visible .func").unwrap();
+    let end = demoted.find(".visible .entry").unwrap();
+    let func = &demoted[at..end];
+    let late = format!(
+        "{}.visible .func (.param .b32 r) bump(.param .b32 x);\n{}{}",
+        &demoted[..at],
+        &demoted[end..],
+        func
+    );
+    let m = Module::parse(&late).unwrap_or_else(|e| panic!("{e}\n{late}"));
+    match run_k(&m, 32, 32).0 {
+        Err(Error::Unsupported { what }) => assert!(what.contains("bump"), "{what}"),
+        r => panic!("{r:?}"),
+    }
+}
+
 /// `match.any.sync.b32`: the lanes holding the same value;
 /// `match.all.sync.b32 d|p`: the mask and true when every lane agrees.
 #[test]
