@@ -1589,6 +1589,45 @@ impl<'a> Launch<'a> {
                     Self::wr(w, d, l, v);
                 }
             }
+            Op::CvtF8 {
+                fmt,
+                from_f16x2,
+                to_f16x2,
+                relu,
+                d,
+                a,
+                b,
+            } => {
+                for l in bits_of(exec) {
+                    let x = self.rd(w, a, l);
+                    let v = if to_f16x2 {
+                        // Exact: every 8-bit float is an f16.
+                        let half = |byte: u64| {
+                            let v = f8_to_f64(byte as u8, fmt);
+                            let v = if relu && v < 0.0 { 0.0 } else { v };
+                            if v.is_nan() {
+                                0x7fff
+                            } else {
+                                u64::from(f64_to_half(v, false, Rnd::Rn))
+                            }
+                        };
+                        half(x >> 8 & 0xff) << 16 | half(x & 0xff)
+                    } else {
+                        let (hi, lo) = if from_f16x2 {
+                            (
+                                f64::from(f16_to_f32((x >> 16) as u16)),
+                                f64::from(f16_to_f32(x as u16)),
+                            )
+                        } else {
+                            let lo = b.map_or(0, |b| self.rd(w, b, l));
+                            (f64::from(f32b(x)), f64::from(f32b(lo)))
+                        };
+                        u64::from(f64_to_f8(hi, fmt, relu)) << 8
+                            | u64::from(f64_to_f8(lo, fmt, relu))
+                    };
+                    Self::wr(w, d, l, v);
+                }
+            }
             Op::Testp { op, ty, d, a } => {
                 for l in bits_of(exec) {
                     let x = self.rd(w, a, l);

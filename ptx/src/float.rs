@@ -466,20 +466,13 @@ pub(crate) fn f32_to_bf16(x: f32) -> u16 {
     (r >> 16) as u16
 }
 
-/// `v` rounded once in mode `rnd` to a 16-bit float, as its bits: bf16 (8
-/// significant bits, normal exponents -126..=127) or f16 (11 bits,
-/// -14..=15), with their subnormals; beyond the largest finite value,
-/// infinity or that value as the mode says. Every f64 is rounded directly,
-/// not through f32 (which would round twice).
-pub(crate) fn f64_to_half(v: f64, bf16: bool, rnd: Rnd) -> u16 {
-    let (p, emin, emax): (i32, i32, i32) = if bf16 { (8, -126, 127) } else { (11, -14, 15) };
-    let enc = |x: f32| if bf16 { f32_to_bf16(x) } else { f32_to_f16(x) };
-    if !v.is_finite() || v == 0.0 {
-        return enc(v as f32);
-    }
-    let pow2 = |e: i32| f64::from_bits(((e + 1023) as u64) << 52);
+/// `v` (finite, non-zero) rounded once in mode `rnd` to a binary format
+/// of `p` significant bits whose normal exponents start at `emin` (below
+/// it, subnormals of spacing 2^(emin - p + 1)); a result beyond `max`, the
+/// format's largest finite value, is infinity or `max` as the mode says.
+fn round_to_format(v: f64, p: i32, emin: i32, max: f64, rnd: Rnd) -> f64 {
     let biased = ((v.to_bits() >> 52) & 0x7ff) as i32;
-    // f64 subnormals lie far below the targets' smallest subnormal.
+    // f64 subnormals lie far below every target's smallest subnormal.
     let e = if biased == 0 { emin } else { biased - 1023 };
     // The spacing of the target's values around `v`: dividing by it and
     // multiplying back are exact (a power of two, far from f64's limits).
@@ -492,25 +485,128 @@ pub(crate) fn f64_to_half(v: f64, bf16: bool, rnd: Rnd) -> u16 {
         Rnd::Rp => n.ceil(),
     };
     let r = n * quantum;
-    let max = (2.0 - pow2(1 - p)) * pow2(emax);
-    let r = if r.abs() > max {
-        let to_infinity = match rnd {
-            Rnd::Rn => true,
-            Rnd::Rz => false,
-            Rnd::Rm => v < 0.0,
-            Rnd::Rp => v > 0.0,
-        };
-        if to_infinity {
-            f64::INFINITY.copysign(v)
-        } else {
-            max.copysign(v)
+    if r.abs() <= max {
+        return r;
+    }
+    let to_infinity = match rnd {
+        Rnd::Rn => {
+            // Past the largest value, to nearest: whatever lies beyond the
+            // midpoint to the next binade's first value (as if the exponent
+            // range went on) is infinite.
+            let step = pow2(max.log2().floor() as i32 - (p - 1));
+            v.abs() >= max + step / 2.0
         }
-    } else {
-        r
+        Rnd::Rz => false,
+        Rnd::Rm => v < 0.0,
+        Rnd::Rp => v > 0.0,
     };
-    // `r` is a value of the target format, so exact in f32 and encoded
-    // exactly.
-    enc(r as f32)
+    if to_infinity {
+        f64::INFINITY.copysign(v)
+    } else {
+        max.copysign(v)
+    }
+}
+
+/// 2^e for the exponents of f64's normal numbers.
+fn pow2(e: i32) -> f64 {
+    f64::from_bits(((e + 1023) as u64) << 52)
+}
+
+/// `v` rounded once in mode `rnd` to a 16-bit float, as its bits: bf16 (8
+/// significant bits, normal exponents -126..=127) or f16 (11 bits,
+/// -14..=15), with their subnormals; beyond the largest finite value,
+/// infinity or that value as the mode says. Every f64 is rounded directly,
+/// not through f32 (which would round twice).
+pub(crate) fn f64_to_half(v: f64, bf16: bool, rnd: Rnd) -> u16 {
+    let (p, emin, emax): (i32, i32, i32) = if bf16 { (8, -126, 127) } else { (11, -14, 15) };
+    let enc = |x: f32| if bf16 { f32_to_bf16(x) } else { f32_to_f16(x) };
+    if !v.is_finite() || v == 0.0 {
+        return enc(v as f32);
+    }
+    let max = (2.0 - pow2(1 - p)) * pow2(emax);
+    // A value of the target format, so exact in f32 and encoded exactly.
+    enc(round_to_format(v, p, emin, max, rnd) as f32)
+}
+
+/// The 8-bit float formats of `cvt` (sm_89): E4M3 (4 significant bits,
+/// exponent bias 7, no infinities, largest 448, NaN 0x7f) and E5M2 (3
+/// bits, bias 15, IEEE-like, largest finite 57344).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum F8 {
+    E4m3,
+    E5m2,
+}
+
+impl F8 {
+    /// (significant bits, exponent bias, largest finite value).
+    fn params(self) -> (i32, i32, f64) {
+        match self {
+            F8::E4m3 => (4, 7, 448.0),
+            F8::E5m2 => (3, 15, 57344.0),
+        }
+    }
+}
+
+/// `cvt.rn.satfinite{.relu}` of `v` to an 8-bit float: to nearest even,
+/// beyond the largest finite value (infinities included) that value with
+/// the sign, NaN to NaN (0x7f); `.relu` makes negative values +0.
+pub(crate) fn f64_to_f8(v: f64, fmt: F8, relu: bool) -> u8 {
+    if v.is_nan() {
+        return 0x7f;
+    }
+    if relu && v < 0.0 {
+        return 0;
+    }
+    let sign = if v.is_sign_negative() { 0x80u8 } else { 0 };
+    if v == 0.0 {
+        return sign;
+    }
+    let (p, bias, max) = fmt.params();
+    let emin = 1 - bias;
+    let r = if v.is_infinite() {
+        max
+    } else {
+        round_to_format(v, p, emin, max, Rnd::Rn).abs().min(max)
+    };
+    if r == 0.0 {
+        return sign;
+    }
+    let m = p - 1;
+    let biased = ((r.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+    let code = if biased < emin {
+        // Subnormal: a multiple of the smallest spacing.
+        (r / pow2(emin - m)) as u8
+    } else {
+        let frac = (r / pow2(biased) - 1.0) * f64::from(1u32 << m);
+        (((biased + bias) as u8) << m) | frac as u8
+    };
+    sign | code
+}
+
+/// An 8-bit float's value (exact in f16, f32 and f64).
+pub(crate) fn f8_to_f64(b: u8, fmt: F8) -> f64 {
+    let (p, bias, _) = fmt.params();
+    let m = p - 1;
+    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+    let e = i32::from((b & 0x7f) >> m);
+    let frac = f64::from(b & ((1 << m) - 1));
+    let emax_field = (1 << (7 - m)) - 1;
+    match fmt {
+        F8::E4m3 if b & 0x7f == 0x7f => return f64::NAN,
+        F8::E5m2 if e == emax_field => {
+            return if frac == 0.0 {
+                sign * f64::INFINITY
+            } else {
+                f64::NAN
+            };
+        }
+        _ => {}
+    }
+    if e == 0 {
+        sign * frac * pow2(1 - bias - m)
+    } else {
+        sign * (1.0 + frac / f64::from(1u32 << m)) * pow2(e - bias)
+    }
 }
 
 pub(crate) fn bf16_to_f32(h: u16) -> f32 {
@@ -520,6 +616,63 @@ pub(crate) fn bf16_to_f32(h: u16) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The 8-bit formats against their definitions: known codes, every
+    /// code back and forth, and rounding to the nearest of all 256 values
+    /// (ties to the even code), saturated at the largest finite one.
+    #[test]
+    fn fp8_formats_decode_encode_and_round_to_nearest() {
+        assert_eq!(f8_to_f64(0x7e, F8::E4m3), 448.0);
+        assert_eq!(f8_to_f64(0x01, F8::E4m3), 2f64.powi(-9));
+        assert_eq!(f8_to_f64(0x08, F8::E4m3), 2f64.powi(-6));
+        assert_eq!(f8_to_f64(0x38, F8::E4m3), 1.0);
+        assert!(f8_to_f64(0xff, F8::E4m3).is_nan());
+        assert_eq!(f8_to_f64(0x7b, F8::E5m2), 57344.0);
+        assert_eq!(f8_to_f64(0x01, F8::E5m2), 2f64.powi(-16));
+        assert_eq!(f8_to_f64(0x3c, F8::E5m2), 1.0);
+        assert_eq!(f8_to_f64(0xfc, F8::E5m2), f64::NEG_INFINITY);
+        assert!(f8_to_f64(0x7e, F8::E5m2).is_nan());
+        for fmt in [F8::E4m3, F8::E5m2] {
+            let finite: Vec<(f64, u8)> = (0..=255u8)
+                .map(|c| (f8_to_f64(c, fmt), c))
+                .filter(|(v, _)| v.is_finite())
+                .collect();
+            for &(v, c) in &finite {
+                // -0 and +0 keep their codes.
+                assert_eq!(f64_to_f8(v, fmt, false), c, "{fmt:?} {v}");
+            }
+            let max = finite.iter().map(|(v, _)| *v).fold(0.0, f64::max);
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            for _ in 0..50_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let v = f64::from(f32::from_bits(x as u32 & 0xbfff_ffff | 0x3000_0000))
+                    * if x >> 40 & 1 == 0 { 1.0 } else { 1e-3 };
+                let got = f64_to_f8(v, fmt, false);
+                let want = if v.abs() >= max {
+                    f64_to_f8(max.copysign(v), fmt, false)
+                } else {
+                    let best = finite
+                        .iter()
+                        .filter(|(w, _)| w.is_sign_negative() == v.is_sign_negative())
+                        .min_by(|a, b| {
+                            let (da, db) = ((a.0 - v).abs(), (b.0 - v).abs());
+                            da.total_cmp(&db).then((a.1 & 1).cmp(&(b.1 & 1)))
+                        })
+                        .unwrap();
+                    best.1
+                };
+                assert_eq!(got, want, "{fmt:?} {v:e}: {got:#04x}, want {want:#04x}");
+            }
+            assert_eq!(
+                f64_to_f8(f64::INFINITY, fmt, false),
+                f64_to_f8(max, fmt, false)
+            );
+            assert_eq!(f64_to_f8(f64::NAN, fmt, false), 0x7f);
+            assert_eq!(f64_to_f8(-1.5, fmt, true), 0);
+        }
+    }
 
     /// `f64_to_half` against the definition: the values of the format,
     /// all of them, sorted; `v` lies between two neighbours and the mode

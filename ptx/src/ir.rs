@@ -724,6 +724,19 @@ pub(crate) enum Op {
         a: Src,
         b: Option<Src>,
     },
+    /// `cvt.rn.satfinite{.relu}.{e4m3x2,e5m2x2}.f32 d, a, b` (`a` into the
+    /// upper byte, `b` into the lower), `...{e4m3x2,e5m2x2}.f16x2 d, a`
+    /// (the upper half into the upper byte), and, with `to_f16x2`,
+    /// `cvt.rn{.relu}.f16x2.{e4m3x2,e5m2x2} d, a` (exact).
+    CvtF8 {
+        fmt: crate::float::F8,
+        from_f16x2: bool,
+        to_f16x2: bool,
+        relu: bool,
+        d: u32,
+        a: Src,
+        b: Option<Src>,
+    },
     Testp {
         op: Testp,
         ty: Ty,
@@ -1221,7 +1234,7 @@ impl Op {
                     s(c);
                 }
             }
-            Op::CvtHalf { d, a, b, .. } => {
+            Op::CvtHalf { d, a, b, .. } | Op::CvtF8 { d, a, b, .. } => {
                 *d += k;
                 s(a);
                 if let Some(b) = b {

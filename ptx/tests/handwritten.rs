@@ -1051,6 +1051,60 @@ fn shared_variables_of_called_functions_belong_to_the_kernel() {
     }
 }
 
+/// Pairs of 8-bit floats (sm_89): from two f32 and from f16x2, saturated
+/// to the largest finite value, and back to f16x2.
+#[test]
+fn fp8_pairs_convert_with_saturation() {
+    let m = kernel_with(
+        "",
+        "mul.wide.u32 %rd4, %r1, 8;\nadd.s64 %rd5, %rd1, %rd4;\n\
+         ld.global.f32 %f1, [%rd5];\nld.global.f32 %f2, [%rd5+4];\n\
+         cvt.rn.satfinite.e4m3x2.f32 %rs1, %f1, %f2;\n\
+         cvt.rn.satfinite.e5m2x2.f32 %rs2, %f1, %f2;\n\
+         cvt.rn.f16x2.e4m3x2 %r2, %rs1;\n\
+         cvt.rn.satfinite.relu.e5m2x2.f16x2 %rs3, %r2;\n\
+         mov.b32 %r3, {%rs1, %rs2};\ncvt.u32.u16 %r4, %rs3;\n\
+         st.global.u32 [%rd5], %r3;\nst.global.u32 [%rd5+4], %r2;\n\
+         add.s64 %rd6, %rd5, 64;\nst.global.u32 [%rd6], %r4;",
+    );
+    // (a, b): 1.0 and -0.3 (between codes); 1000 and a NaN (saturated,
+    // NaN); 0.001 (E4M3 subnormal 0.001 = 0.512 * 2^-9 -> 1 * 2^-9).
+    let pairs = [(1.0f32, -0.3f32), (1000.0, f32::NAN), (0.001, -1.0e9)];
+    let mut words = vec![0u32; 32];
+    for (i, (a, b)) in pairs.iter().enumerate() {
+        words[2 * i] = a.to_bits();
+        words[2 * i + 1] = b.to_bits();
+    }
+    let mut mem = VecMemory::default();
+    let out = mem.alloc_u32(&words);
+    let mut g = m.globals();
+    launch(
+        &m,
+        &mut g,
+        "k",
+        dims([1, 1, 1], [3, 1, 1], 0),
+        Params::new().ptr(out),
+        &mut mem,
+    )
+    .expect("runs");
+    let w = mem.u32s(out);
+    // [e4m3 pair | e5m2 pair << 16], the e4m3 pair as f16x2, and that
+    // f16x2 back to e5m2 with relu (negatives to +0).
+    // E4M3: 1.0 = 0x38, -0.3 -> -0.3125 = 0xaa (1.25 * 2^-2 = 0x28|2);
+    // E5M2: 1.0 = 0x3c, -0.3 -> -0.3125 = 0xb5 (exponent 13, mantissa 01).
+    assert_eq!(w[0], 0x38aa | 0x3cb5 << 16);
+    // f16: 1.0 = 0x3c00, -0.3125 = 0xb500.
+    assert_eq!(w[1], 0x3c00 << 16 | 0xb500);
+    assert_eq!(w[16], 0x3c00);
+    // 1000 saturates to 448 (0x7e) and 57344's 1024 -> E5M2 1024 = 0x64;
+    // NaN is 0x7f in both.
+    assert_eq!(w[2], 0x7e7f | 0x647f << 16);
+    // 0.001: E4M3 subnormal 0x01 (2^-9); -1e9 saturates to -448 (0xfe);
+    // E5M2: 0.001 -> 2^-10 = 0x14 (exponent 5, 0x14 = 5 << 2);
+    // -1e9 -> -57344 (0xfb).
+    assert_eq!(w[4], 0x01fe | 0x14fb << 16);
+}
+
 /// `match.any.sync.b32`: the lanes holding the same value;
 /// `match.all.sync.b32 d|p`: the mask and true when every lane agrees.
 #[test]

@@ -1007,6 +1007,9 @@ impl FuncParser<'_> {
                     comb,
                 }
             }
+            "cvt" if m.parts.iter().any(|p| matches!(*p, "e4m3x2" | "e5m2x2")) => {
+                self.cvt_f8(&mut m, ops, line, &unsup)?
+            }
             "cvt" if m.has("relu") || m.parts.iter().any(|p| matches!(*p, "f16x2" | "bf16x2")) => {
                 // `.relu` was consumed by the guard when present.
                 let relu = m.parts.contains(&"relu");
@@ -2259,6 +2262,68 @@ impl FuncParser<'_> {
             a: opt(1, self)?,
             b: opt(2, self)?,
             c: opt(3, self)?,
+        })
+    }
+
+    /// The conversions to and from pairs of 8-bit floats (see
+    /// [`Op::CvtF8`]).
+    fn cvt_f8(
+        &mut self,
+        m: &mut Mods<'_>,
+        ops: &[Opnd<'_>],
+        line: u32,
+        unsup: &dyn Fn() -> Error,
+    ) -> Result<Op, Error> {
+        use crate::float::F8;
+        if !m.has("rn") {
+            return Err(unsup());
+        }
+        let relu = m.has("relu");
+        let satfinite = m.has("satfinite");
+        let fmt = |p: &str| match p {
+            "e4m3x2" => Some(F8::E4m3),
+            "e5m2x2" => Some(F8::E5m2),
+            _ => None,
+        };
+        let rest: Vec<&str> = m
+            .parts
+            .iter()
+            .zip(&m.used)
+            .filter(|(_, u)| !**u)
+            .map(|(p, _)| *p)
+            .collect();
+        let (fmt, from_f16x2, to_f16x2) = match rest[..] {
+            [d, "f32"] if satfinite => (fmt(d).ok_or_else(unsup)?, false, false),
+            [d, "f16x2"] if satfinite => (fmt(d).ok_or_else(unsup)?, true, false),
+            ["f16x2", s] if !satfinite => (fmt(s).ok_or_else(unsup)?, false, true),
+            _ => return Err(unsup()),
+        };
+        m.used.iter_mut().for_each(|u| *u = true);
+        let n = if !from_f16x2 && !to_f16x2 { 3 } else { 2 };
+        if ops.len() != n {
+            return Err(Error::Parse {
+                line,
+                msg: format!("cvt takes {n} operands, found {}", ops.len()),
+            });
+        }
+        let src_ty = if to_f16x2 {
+            Ty::B16
+        } else if from_f16x2 {
+            Ty::B32
+        } else {
+            Ty::F32
+        };
+        Ok(Op::CvtF8 {
+            fmt,
+            from_f16x2,
+            to_f16x2,
+            relu,
+            d: self.dst(&ops[0], line)?,
+            a: self.src(&ops[1], src_ty, line)?,
+            b: match ops.get(2) {
+                Some(o) if n == 3 => Some(self.src(o, Ty::F32, line)?),
+                _ => None,
+            },
         })
     }
 
