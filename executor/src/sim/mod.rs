@@ -74,7 +74,9 @@
 //!   time (the scheduler sees an overrun), though it is charged only its
 //!   modelled duration.
 //! - **Errors** map to CUDA errors in one place ([`execution_error`]): an
-//!   access outside the allocations is a sticky
+//!   access outside the allocations (each rounded up to its 256-byte
+//!   granule, as a GPU hands out memory: a kernel's access a few bytes
+//!   past the end of an array does not fault there either) is a sticky
 //!   CUDA_ERROR_ILLEGAL_ADDRESS, a misaligned one a sticky
 //!   CUDA_ERROR_MISALIGNED_ADDRESS, `trap` a sticky
 //!   CUDA_ERROR_LAUNCH_FAILED, an exhausted instruction budget or a barrier
@@ -449,6 +451,10 @@ struct Event {
 struct Context {
     /// Base address -> bytes.
     allocs: BTreeMap<DevPtr, Vec<u8>>,
+    /// The sizes `mem_alloc` was asked for, by base address: what copies,
+    /// memsets and the accounting use. Their bytes above are that rounded
+    /// up to the granule, which kernels may touch (see `mem_alloc`).
+    sizes: HashMap<DevPtr, u64>,
     modules: HashMap<u64, Module>,
     functions: HashMap<u64, Function>,
     /// (module, kernel name) -> function, so a kernel has one handle.
@@ -692,9 +698,10 @@ impl Context {
     fn locate(&self, ptr: DevPtr, len: u64) -> ExecResult<(DevPtr, usize)> {
         let bad = ExecError::Invalid("device range outside the context's allocations");
         let (&base, bytes) = self.allocs.range(..=ptr).next_back().ok_or(bad.clone())?;
+        let size = self.sizes.get(&base).copied().unwrap_or(bytes.len() as u64);
         let off = ptr - base;
         match off.checked_add(len) {
-            Some(end) if end <= bytes.len() as u64 => Ok((base, off as usize)),
+            Some(end) if end <= size => Ok((base, off as usize)),
             _ => Err(bad),
         }
     }
@@ -778,7 +785,7 @@ impl Context {
     fn allocated(&self) -> u64 {
         self.allocs
             .range(BASE_ADDR..)
-            .map(|(_, b)| b.len() as u64)
+            .map(|(base, b)| self.sizes.get(base).copied().unwrap_or(b.len() as u64))
             .sum()
     }
 }
@@ -1438,8 +1445,8 @@ fn execution_error(kernel: &str, e: &ptx::Error, wrote: bool) -> (ExecError, boo
     }
 }
 
-/// Global memory of one executed launch: the context's allocations. An
-/// access must lie within one allocation.
+/// Global memory of one executed launch: the context's allocations, each
+/// to the end of its granule. An access must lie within one of them.
 struct Allocations<'a> {
     allocs: &'a mut BTreeMap<DevPtr, Vec<u8>>,
     textures: &'a HashMap<u64, ptx::texture::Texture>,
@@ -1641,14 +1648,24 @@ impl GpuExecutor for SimGpu {
         if bytes == 0 {
             return Err(ExecError::Invalid("zero-byte allocation"));
         }
+        // A GPU hands out memory in granules: a kernel's access a little
+        // past the end of an allocation (a common, benign bug: real
+        // programs and test suites have them) lands in the rest of its
+        // granule and does not fault. So an allocation here is its
+        // requested size rounded up to ALLOC_ALIGN; beyond that (the guard
+        // gap, other allocations' granules) an access faults. Copies are
+        // checked against the requested size by the worker, as the
+        // driver checks them.
+        let granule = bytes
+            .checked_next_multiple_of(ALLOC_ALIGN)
+            .ok_or(ExecError::OutOfMemory(bytes))?;
         if bytes > self.memory_bytes.saturating_sub(self.used) {
             return Err(ExecError::OutOfMemory(bytes));
         }
-        let len = usize::try_from(bytes).map_err(|_| ExecError::OutOfMemory(bytes))?;
+        let len = usize::try_from(granule).map_err(|_| ExecError::OutOfMemory(bytes))?;
         let addr = self.next_addr;
-        let next = bytes
-            .checked_next_multiple_of(ALLOC_ALIGN)
-            .and_then(|b| b.checked_add(GUARD))
+        let next = granule
+            .checked_add(GUARD)
             .and_then(|b| addr.checked_add(b))
             .ok_or(ExecError::OutOfMemory(bytes))?;
         // Probe before committing: `vec!` aborts the process if the host is
@@ -1660,6 +1677,7 @@ impl GpuExecutor for SimGpu {
         // Zeroed allocations come from the OS lazily: untouched device
         // memory costs no host RAM.
         c.allocs.insert(addr, vec![0u8; len]);
+        c.sizes.insert(addr, bytes);
         self.next_addr = next;
         self.used += bytes;
         Ok(addr)
@@ -1676,7 +1694,8 @@ impl GpuExecutor for SimGpu {
             .ok_or(ExecError::Invalid(
                 "pointer is not an allocation of this context",
             ))?;
-        self.used = self.used.saturating_sub(b.len() as u64);
+        let size = c.sizes.remove(&ptr).unwrap_or(b.len() as u64);
+        self.used = self.used.saturating_sub(size);
         Ok(())
     }
 
@@ -3201,7 +3220,7 @@ mod tests {
     }
 
     #[test]
-    fn kernel_memory_is_exactly_the_allocations() {
+    fn kernel_memory_is_the_allocations_to_the_end_of_their_granules() {
         let mut g = gpu(&SimDevice::private());
         let ctx = g.create_context().expect("context");
         let a = g.mem_alloc(ctx, 100).expect("alloc");
@@ -3222,6 +3241,12 @@ mod tests {
         mem.read(a + 96, &mut buf).expect("read back");
         assert_eq!(buf, [1, 2, 3, 4]);
         mem.write(b, &[9; 64]).expect("all of b");
+        // Past the 100 bytes asked for, to the end of a's 256-byte granule:
+        // no fault, as on a GPU.
+        mem.write(a + 100, &[5; 4]).expect("just past the end");
+        mem.read(a + 252, &mut buf)
+            .expect("the granule's last bytes");
+        assert_eq!(buf, [0; 4]);
         let oob = |r: Result<(), ptx::Error>| {
             assert!(
                 matches!(
@@ -3234,12 +3259,12 @@ mod tests {
                 "{r:?}"
             )
         };
-        // One byte past the end, the guard gap, a span across two
+        // Across the granule's end, the guard gap, a span across two
         // allocations, below the first, freed memory, the top of the
         // address space.
-        oob(mem.write(a + 97, &[0; 4]));
-        oob(mem.read(a + 100, &mut buf));
-        oob(mem.read(a + 200, &mut buf));
+        oob(mem.write(a + 253, &[0; 4]));
+        oob(mem.read(a + 256, &mut buf));
+        oob(mem.read(a + 300, &mut buf));
         oob(mem.read(b - 2, &mut buf));
         oob(mem.read(a - 1, &mut buf));
         oob(mem.read(0, &mut buf));
@@ -3247,10 +3272,10 @@ mod tests {
         oob(mem.read(freed + 8, &mut buf));
         oob(mem.read(u64::MAX - 1, &mut buf));
         assert_eq!(
-            mem.read(a + 98, &mut buf),
+            mem.read(a + 254, &mut buf),
             Err(ptx::Error::OutOfBounds {
                 space: "global",
-                addr: a + 98,
+                addr: a + 254,
                 len: 4
             })
         );
@@ -3376,9 +3401,14 @@ mod tests {
         };
         let (good, (fill, _, _), good_out) = setup(&mut g);
 
-        // Out of bounds: 17 threads into 16 words.
+        // Out of bounds: 65 threads into 16 words (the 64 bytes' granule
+        // holds 64 words).
         let (ctx, (f, _, _), out) = setup(&mut g);
-        let r = g.launch(ctx, f, &LC, &fill_params(out, 17), None);
+        let lc3 = LaunchConfig {
+            grid: [3, 1, 1],
+            ..LC
+        };
+        let r = g.launch(ctx, f, &lc3, &fill_params(out, 65), None);
         assert_eq!(status_of(r), Status::ILLEGAL_ADDRESS);
         assert_eq!(
             status_of(g.synchronize(ctx)),
@@ -3526,7 +3556,8 @@ mod tests {
             let lc = LaunchConfig { grid: [3, 1, 1], ..LC };
             let r = g.launch(ctx, fill, &lc, &fill_params(out, n), None);
             let end = out + 4 * u64::from(n);
-            let inside = n == 0 || bufs.iter().any(|&b| out >= b && end <= b + 200);
+            // Each 200-byte allocation's granule is 256 bytes.
+            let inside = n == 0 || bufs.iter().any(|&b| out >= b && end <= b + 256);
             let aligned = n == 0 || out.is_multiple_of(4);
             match &r {
                 Ok(()) => prop_assert!(inside && aligned, "{out:#x}+{n} ran"),
