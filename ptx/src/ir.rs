@@ -1126,6 +1126,10 @@ pub(crate) struct Func {
     pub nregs: u32,
     /// Bytes of `.shared` variables (module scope and this function's).
     pub static_shared: u32,
+    /// `.maxntid`: the most threads a block of it may have.
+    pub max_threads: Option<u32>,
+    /// `.reqntid`: the block shape its launches must have.
+    pub reqntid: Option<[u32; 3]>,
     /// Where `extern .shared` arrays start (aligned end of static shared).
     pub dyn_shared_base: u32,
     /// It (or a function inlined into it) reads `%reserved_smem_offset_*`:

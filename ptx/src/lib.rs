@@ -446,6 +446,11 @@ pub struct KernelInfo {
     /// Whether it calls `malloc` or `free` (C++ `new`/`delete`): its
     /// launches need the context's device heap.
     pub uses_heap: bool,
+    /// Its launch bounds: the most threads per block (`.maxntid`), and the
+    /// block shape it requires (`.reqntid`). A GPU's driver refuses other
+    /// launches with CUDA_ERROR_INVALID_VALUE.
+    pub max_threads: Option<u32>,
+    pub reqntid: Option<[u32; 3]>,
 }
 
 /// A parsed PTX module.
@@ -601,6 +606,8 @@ impl Module {
                 .insts
                 .iter()
                 .any(|x| matches!(x.op, ir::Op::Malloc { .. } | ir::Op::Free { .. })),
+            max_threads: f.max_threads,
+            reqntid: f.reqntid,
         })
     }
 

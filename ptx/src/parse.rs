@@ -511,8 +511,8 @@ impl ModuleState {
         } else {
             Vec::new()
         };
-        // Performance tuning directives.
-        skip_hints(p)?;
+        // Performance tuning directives; the launch bounds are kept.
+        let bounds = launch_bounds(p)?;
         let idx = match self.syms.get(name) {
             Some(Sym::Func(i)) => *i,
             Some(_) => return Err(perr(line, format!("{name} redefined"))),
@@ -531,7 +531,8 @@ impl ModuleState {
         if self.funcs[idx as usize].is_some() {
             return Err(perr(line, format!("{name} defined twice")));
         }
-        let f = FuncParser::new(self, name, is_entry, &params, &rets, line)?.body(p)?;
+        let mut f = FuncParser::new(self, name, is_entry, &params, &rets, line)?.body(p)?;
+        (f.max_threads, f.reqntid) = bounds;
         self.insts += f.insts.len();
         if self.insts > MODULE_INSTS {
             return Err(perr(line, "too many instructions in the module"));
@@ -638,6 +639,47 @@ fn var_decl<'a>(p: &mut P<'a>) -> Result<VarDecl<'a>, Error> {
         initializer(p, &mut |_| Ok(()), 0)?;
     }
     Ok(v)
+}
+
+/// The performance directives after a function's signature: the most
+/// threads a block may have (`.maxntid x{, y{, z}}`: their product) and
+/// the exact block shape it requires (`.reqntid x{, y{, z}}`); the others
+/// (`.minnctapersm`, `.maxnreg`, `.maxclusterrank`, `.noreturn`, ...)
+/// skipped.
+fn launch_bounds(p: &mut P<'_>) -> Result<(Option<u32>, Option<[u32; 3]>), Error> {
+    let (mut max, mut req) = (None, None);
+    while let Some(Tok::Ident(d)) = p.peek() {
+        if !d.starts_with('.') {
+            break;
+        }
+        let d = *d;
+        p.next()?;
+        let mut dims = [1u32; 3];
+        let mut n = 0;
+        while let Some(t) = p.peek() {
+            match t {
+                Tok::Int(_) => {
+                    let v = p.uint32()?;
+                    if n < 3 {
+                        dims[n] = v.max(1);
+                    }
+                    n += 1;
+                }
+                Tok::Punct(',') => {
+                    p.next()?;
+                }
+                _ => break,
+            }
+        }
+        match d {
+            ".maxntid" if n > 0 => {
+                max = Some(dims.iter().fold(1u32, |a, &b| a.saturating_mul(b)));
+            }
+            ".reqntid" if n > 0 => req = Some(dims),
+            _ => {}
+        }
+    }
+    Ok((max, req))
 }
 
 /// Skips directives with numeric arguments (`.maxntid 256, 1, 1`,
@@ -832,6 +874,8 @@ impl<'m> FuncParser<'m> {
                 reserved_smem: false,
                 local_bytes: 0,
                 scratch_end: 0,
+                max_threads: None,
+                reqntid: None,
             },
             scopes: vec![Scope {
                 regs: HashMap::new(),

@@ -1994,7 +1994,19 @@ impl GpuExecutor for SimGpu {
         };
         let to_i32 = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
         Ok(match a {
-            func_attr::MAX_THREADS_PER_BLOCK => MAX_BLOCK_THREADS as i32,
+            func_attr::MAX_THREADS_PER_BLOCK => {
+                // The device's limit, or the kernel's launch bound below it.
+                let bound = match self.kernel_info(ctx, f) {
+                    Ok(info) => info
+                        .max_threads
+                        .or(info
+                            .reqntid
+                            .map(|r| r.iter().fold(1u32, |a, &b| a.saturating_mul(b))))
+                        .map_or(MAX_BLOCK_THREADS, u64::from),
+                    Err(_) => MAX_BLOCK_THREADS,
+                };
+                bound.min(MAX_BLOCK_THREADS) as i32
+            }
             // The code that runs is the PTX itself: both versions are its
             // target (a fatbin's PTX for compute_100 runs as compute_100
             // code, and a program tuning itself by PTX_VERSION must see
@@ -2095,6 +2107,20 @@ impl GpuExecutor for SimGpu {
             return Err(ExecError::Invalid(
                 "dynamic shared memory above the function's MAX_DYNAMIC_SHARED_SIZE_BYTES",
             ));
+        }
+        // The kernel's launch bounds, as the driver enforces them.
+        if let Ok(info) = self.kernel_info(ctx, f) {
+            let threads = cfg.block.iter().map(|&d| u64::from(d)).product::<u64>();
+            if info.max_threads.is_some_and(|m| threads > u64::from(m)) {
+                return Err(ExecError::Invalid(
+                    "block larger than the kernel's launch bound (.maxntid)",
+                ));
+            }
+            if info.reqntid.is_some_and(|r| r != cfg.block) {
+                return Err(ExecError::Invalid(
+                    "block shape other than the kernel requires (.reqntid)",
+                ));
+            }
         }
         let c = self.ctx_mut(ctx)?;
         let func = c
@@ -3217,6 +3243,40 @@ mod tests {
         b.chunks_exact(4)
             .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
             .collect()
+    }
+
+    /// `.maxntid` and `.reqntid`: launches outside them are refused with
+    /// CUDA_ERROR_INVALID_VALUE and MAX_THREADS_PER_BLOCK reports them.
+    #[test]
+    fn launch_bounds_are_enforced_and_reported() {
+        let ptx = ".version 7.0\n.target sm_50\n.address_size 64\n\
+            .visible .entry capped() .maxntid 128, 1, 1 .minnctapersm 2\n{\n\tret;\n}\n\
+            .visible .entry shaped() .reqntid 64, 2\n{\n\tret;\n}\n\
+            .visible .entry free()\n{\n\tret;\n}\n";
+        let mut g = gpu(&SimDevice::private_virtual(0));
+        let ctx = g.create_context().expect("context");
+        let m = g.module_load(ctx, ptx.as_bytes()).expect("load");
+        let f = |g: &mut SimGpu, name| g.function(ctx, m, name).expect("function").0;
+        let (capped, shaped, free) = (f(&mut g, "capped"), f(&mut g, "shaped"), f(&mut g, "free"));
+        let lc = |block| LaunchConfig::new([1, 1, 1], block, 0);
+        let max = func_attr::MAX_THREADS_PER_BLOCK;
+        assert_eq!(g.function_attribute(ctx, capped, max), Ok(128));
+        assert_eq!(g.function_attribute(ctx, shaped, max), Ok(128));
+        assert_eq!(g.function_attribute(ctx, free, max), Ok(1024));
+        g.launch(ctx, capped, &lc([128, 1, 1]), &[], None)
+            .expect("within");
+        g.launch(ctx, capped, &lc([32, 2, 2]), &[], None)
+            .expect("within");
+        let refused =
+            |r: ExecResult<()>| assert_eq!(r.expect_err("refused").status(), Status::INVALID_VALUE);
+        refused(g.launch(ctx, capped, &lc([256, 1, 1]), &[], None));
+        g.launch(ctx, shaped, &lc([64, 2, 1]), &[], None)
+            .expect("its shape");
+        refused(g.launch(ctx, shaped, &lc([128, 1, 1]), &[], None));
+        g.launch(ctx, free, &lc([1024, 1, 1]), &[], None)
+            .expect("any");
+        // Not sticky: the context still works.
+        g.synchronize(ctx).expect("synchronize");
     }
 
     #[test]
