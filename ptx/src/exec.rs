@@ -2759,9 +2759,14 @@ fn half(op: HOp, mode: HalfMode, x: u16, y: u16, z: u16) -> u16 {
         relu,
         nan,
     } = mode;
-    // `.ftz` exists for f16 only (the decoder rejects it for bf16).
+    // `.ftz` exists for f16, and for bf16's `ex2.approx.ftz`.
+    let flush = |h: u16| match fmt {
+        HFmt::F16 => ftz16(h),
+        HFmt::BF16 if h & 0x7f80 == 0 => h & 0x8000,
+        HFmt::BF16 => h,
+    };
     let (x, y, z) = if ftz {
-        (ftz16(x), ftz16(y), ftz16(z))
+        (flush(x), flush(y), flush(z))
     } else {
         (x, y, z)
     };
@@ -2781,12 +2786,14 @@ fn half(op: HOp, mode: HalfMode, x: u16, y: u16, z: u16) -> u16 {
             fmt.round(s, e)
         }
         HOp::Mul => fmt.round(a * b, 0.0),
+        HOp::Tanh => fmt.round(a.tanh(), 0.0),
+        HOp::Ex2 => fmt.round(a.exp2(), 0.0),
         HOp::Fma => {
             let (s, e) = two_sum(a * b, c);
             fmt.round(s, e)
         }
     };
-    let r = if ftz { ftz16(r) } else { r };
+    let r = if ftz { flush(r) } else { r };
     let r = if relu { relu16(fmt, r) } else { r };
     if sat {
         let v = f16_to_f32(r);

@@ -376,6 +376,9 @@ pub(crate) enum HOp {
     Abs,
     Min,
     Max,
+    /// `tanh.approx` and `ex2.approx`, rounded once from f64.
+    Tanh,
+    Ex2,
 }
 
 /// A SIMD video instruction's per-lane operation (`vadd4`, `vabsdiff2`, ...).

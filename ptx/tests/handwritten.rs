@@ -1105,6 +1105,47 @@ fn fp8_pairs_convert_with_saturation() {
     assert_eq!(w[4], 0x01fe | 0x14fb << 16);
 }
 
+/// `tanh.approx` and `ex2.approx` on halves (cuda_bf16.h's htanh, hexp2).
+#[test]
+fn half_tanh_and_ex2_approximations() {
+    let m = kernel_with(
+        "",
+        "mul.wide.u32 %rd4, %r1, 4;\nadd.s64 %rd5, %rd1, %rd4;\n\
+         ld.global.u32 %r2, [%rd5];\nmov.b32 {%rs1, %rs2}, %r2;\n\
+         tanh.approx.bf16 %rs3, %rs1;\nex2.approx.f16 %rs4, %rs2;\n\
+         ex2.approx.ftz.bf16 %rs5, %rs1;\ntanh.approx.f16x2 %r3, %r2;\n\
+         mov.b32 %r4, {%rs3, %rs4};\nst.global.u32 [%rd5], %r4;\n\
+         add.s64 %rd6, %rd5, 64;\nst.global.u32 [%rd6], %r3;\n\
+         add.s64 %rd7, %rd6, 64;\ncvt.u32.u16 %r5, %rs5;\nst.global.u32 [%rd7], %r5;",
+    );
+    let bf = |v: f32| (v.to_bits() >> 16) as u16;
+    // bf16 0.5 (0x3f00) and f16 3.0 (0x4200).
+    let mut words = vec![0u32; 48];
+    words[0] = 0x3f00 | 0x4200 << 16;
+    let mut mem = VecMemory::default();
+    let out = mem.alloc_u32(&words);
+    let mut g = m.globals();
+    launch(
+        &m,
+        &mut g,
+        "k",
+        dims([1, 1, 1], [1, 1, 1], 0),
+        Params::new().ptr(out),
+        &mut mem,
+    )
+    .expect("runs");
+    let w = mem.u32s(out);
+    // tanh(0.5) = 0.46211... -> bf16 0.462890625 (0x3eed); 2^3 = 8 (f16
+    // 0x4800); 2^0.5 = 1.41421... -> bf16 1.4140625 (0x3fb5).
+    assert_eq!(w[0], u32::from(bf(0.462_890_63)) | 0x4800 << 16);
+    assert_eq!(bf(0.462_890_63), 0x3eed);
+    assert_eq!(w[32], 0x3fb5);
+    // tanh on an f16x2 whose halves are the bf16 0.5's bits as f16
+    // (1.75, 0x3f00) and 3.0: tanh(1.75) = 0.941376 -> f16 0x3b88,
+    // tanh(3) = 0.995055 -> f16 0x3bf6.
+    assert_eq!(w[16], 0x3b88 | 0x3bf6 << 16);
+}
+
 /// `match.any.sync.b32`: the lanes holding the same value;
 /// `match.all.sync.b32 d|p`: the mask and true when every lane agrees.
 #[test]

@@ -276,7 +276,7 @@ impl FuncParser<'_> {
         };
         if matches!(
             base,
-            "add" | "sub" | "mul" | "fma" | "neg" | "abs" | "min" | "max"
+            "add" | "sub" | "mul" | "fma" | "neg" | "abs" | "min" | "max" | "tanh" | "ex2"
         ) && m
             .parts
             .iter()
@@ -2220,7 +2220,11 @@ impl FuncParser<'_> {
         let sat = m.has("sat");
         let relu = m.has("relu");
         let nan = m.has("NaN");
+        let approx = m.has("approx");
         let (op, n) = match base {
+            "tanh" if approx => (HOp::Tanh, 2),
+            "ex2" if approx => (HOp::Ex2, 2),
+            "tanh" | "ex2" => return Err(unsup()),
             "add" => (HOp::Add, 3),
             "sub" => (HOp::Sub, 3),
             "mul" => (HOp::Mul, 3),
@@ -2235,7 +2239,8 @@ impl FuncParser<'_> {
             || sat && !arith
             || relu && (op != HOp::Fma || sat)
             || nan && !matches!(op, HOp::Min | HOp::Max)
-            || fmt == HFmt::BF16 && (ftz || sat);
+            || approx && !matches!(op, HOp::Tanh | HOp::Ex2)
+            || fmt == HFmt::BF16 && (sat || ftz && op != HOp::Ex2);
         if bad {
             return Err(unsup());
         }
