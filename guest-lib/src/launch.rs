@@ -176,6 +176,14 @@ pub(crate) fn prepare(
     if shared > 0 && shared > func.max_dynamic_shared()? {
         return Err(err::INVALID_VALUE);
     }
+    // Above the kernel's launch bound: refused at once, as the driver does.
+    // (On a GPU a kernel's register use can lower the bound too, and the
+    // driver then answers CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES; refused here
+    // with INVALID_VALUE, it fails all the same.)
+    let threads: u64 = block.iter().map(|&b| u64::from(b)).product();
+    if threads > u64::from(func.max_threads()?) {
+        return Err(err::INVALID_VALUE);
+    }
     // SAFETY: the arguments come straight from the application's launch.
     unsafe { pack(func, params, extra) }
 }

@@ -44,12 +44,32 @@ pub struct GuestFunction {
     /// The host's MAX_DYNAMIC_SHARED_SIZE_BYTES, once asked (-1 before), so
     /// that a launch asking more fails at once, as on a driver.
     max_dynamic_shared: AtomicI64,
+    /// The host's MAX_THREADS_PER_BLOCK (the kernel's launch bound, if
+    /// any), once asked (-1 before): a larger block fails at once.
+    max_threads: AtomicI64,
 }
 
 /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`.
 const MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
+/// `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`.
+const MAX_THREADS_PER_BLOCK: i32 = 0;
 
 impl GuestFunction {
+    /// Most threads a block of this function may have: the device's
+    /// limit, or the kernel's launch bound (`__launch_bounds__`, `.maxntid`)
+    /// below it. Fixed when the kernel was compiled, so asked once.
+    pub fn max_threads(&self) -> Result<u32, CUresult> {
+        // Relaxed: a cache of the host's answer, as `max_dynamic_shared`.
+        let known = self.max_threads.load(Ordering::Relaxed);
+        if let Ok(v) = u32::try_from(known) {
+            return Ok(v);
+        }
+        let v = state::with(|cu| cu.func_get_attribute(self.host, MAX_THREADS_PER_BLOCK))?;
+        self.max_threads
+            .store(i64::from(v.max(0)), Ordering::Relaxed);
+        Ok(u32::try_from(v).unwrap_or(0))
+    }
+
     /// Most dynamic shared memory a launch of this function may ask for.
     pub fn max_dynamic_shared(&self) -> Result<u32, CUresult> {
         // Relaxed: the value is a cache of the host's answer; any thread
@@ -264,6 +284,7 @@ fn get_function(m: CUmodule, name: *const c_char) -> Result<*mut GuestFunction, 
         name: name.to_owned(),
         module: m as usize,
         max_dynamic_shared: AtomicI64::new(-1),
+        max_threads: AtomicI64::new(-1),
     }));
     cache.insert(key, f as usize);
     register(&FUNCTIONS, f as usize);

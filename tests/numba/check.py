@@ -343,6 +343,20 @@ def errors_are_reported():
         assert "INVALID_VALUE" in str(e) or "invalid" in str(e).lower(), str(e)
     else:
         raise AssertionError("a block of 4096 threads was accepted")
+    # A block above the kernel's launch bound is refused at the launch.
+    @cuda.jit(launch_bounds=64)
+    def bounded(out):
+        out[cuda.grid(1)] = 1.0
+
+    small = cuda.device_array(128)
+    bounded[2, 64](small)
+    try:
+        bounded[1, 128](small)
+    except Exception as e:
+        assert "INVALID_VALUE" in str(e), str(e)
+    else:
+        raise AssertionError("a block of 128 threads passed a launch bound of 64")
+    same(small, np.ones(128))
     # The context is still usable afterwards.
     out = cuda.device_array(10)
     axpy[1, 32](1.0, cuda.to_device(np.arange(10.0)), cuda.to_device(np.ones(10)), out)
