@@ -59,9 +59,14 @@
 //! - **Half precision**: add, sub, mul, fma (to nearest, `.ftz`, `.sat`,
 //!   `.relu`), neg, abs, min, max (`.NaN`) on `.f16` and `.f16x2`; add,
 //!   sub, mul, fma (`.relu`), neg, abs, min, max (`.NaN`) on `.bf16` and
-//!   `.bf16x2`; `setp` and `set` on `.f16` and `.bf16`; `cvt` between
-//!   f16/bf16 and f32 (to nearest), with `.relu`, and the packing
-//!   `cvt.rn{.relu}.{f16x2,bf16x2}.f32 d, a, b`. Results are the exact
+//!   `.bf16x2`; `tanh.approx` and `ex2.approx` on all four; `setp` and
+//!   `set` on `.f16` and `.bf16` (`set` also into an f16/bf16 destination);
+//!   `cvt` to f16/bf16 from f32, f64 and integers in all four rounding
+//!   modes, rounded once, `.sat`, `.relu`, rounding a half to an integral
+//!   value (`cvt.rzi.bf16.bf16`), and the packing
+//!   `cvt.rn{.relu}.{f16x2,bf16x2}.f32 d, a, b`; sm_89's 8-bit floats,
+//!   `cvt.rn.satfinite{.relu}.{e4m3x2,e5m2x2}.{f32,f16x2}` and
+//!   `cvt.rn{.relu}.f16x2.{e4m3x2,e5m2x2}`. Results are the exact
 //!   value rounded once to nearest even; NaN results of arithmetic,
 //!   `min`/`max` and `.relu` are the canonical NaN (`0x7fff`), and `.relu`
 //!   turns results with the sign bit set (-0 included) into +0.
