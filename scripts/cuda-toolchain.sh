@@ -134,10 +134,9 @@ stamp_of() {
     printf '%s\n' "$@"
 }
 
-# install DIR WHEEL...: installs the wheels into DIR unless DIR's stamp says
-# they are there. A partial or different install is removed first, so a
-# changed pin never mixes two releases.
-install() {
+# installed DIR WHEEL...: whether DIR's stamp says the wheels are there
+# (and says so).
+installed() {
     local dir=$1
     shift
     local stamp="$dir/.fairgpu-installed"
@@ -145,6 +144,17 @@ install() {
         say "$(basename "$dir"): $* already installed"
         return 0
     fi
+    return 1
+}
+
+# install DIR WHEEL...: installs the wheels into DIR unless DIR's stamp says
+# they are there. A partial or different install is removed first, so a
+# changed pin never mixes two releases.
+install() {
+    local dir=$1
+    shift
+    local stamp="$dir/.fairgpu-installed"
+    installed "$dir" "$@" && return 0
     rm -rf "$dir"
     say "$(basename "$dir"): installing $*"
     # --target installs outside any environment (and so is allowed where
@@ -161,10 +171,7 @@ install_venv() {
     local dir=$1
     shift
     local stamp="$dir/.fairgpu-installed"
-    if [[ -f $stamp && $(cat "$stamp") == "$(stamp_of "$@")" ]]; then
-        say "$(basename "$dir"): $* already installed"
-        return 0
-    fi
+    installed "$dir" "$@" && return 0
     rm -rf "$dir"
     say "$(basename "$dir"): installing $* into a virtual environment"
     "$python" -m venv "$dir" >&2 ||

@@ -40,6 +40,24 @@ fn run_k(m: &Module, threads: u32, n: usize) -> (Result<fairgpu_ptx::RunStats, E
     (r, mem.u32s(out))
 }
 
+/// Runs `k` with `threads` threads in one block over `words` (its `out`),
+/// and returns them afterwards.
+fn run_words(m: &Module, threads: u32, words: &[u32]) -> Vec<u32> {
+    let mut mem = VecMemory::default();
+    let out = mem.alloc_u32(words);
+    let mut g = m.globals();
+    launch(
+        m,
+        &mut g,
+        "k",
+        dims([1, 1, 1], [threads, 1, 1], 0),
+        Params::new().ptr(out),
+        &mut mem,
+    )
+    .expect("runs");
+    mem.u32s(out)
+}
+
 #[test]
 fn unsupported_instruction_is_named_when_reached() {
     let m = kernel_with(
@@ -966,19 +984,7 @@ fn half_formats_round_to_integers_and_set_their_one() {
     for (i, (a, b)) in ins.iter().enumerate() {
         words[i] = u32::from(*a) | u32::from(*b) << 16;
     }
-    let mut mem = VecMemory::default();
-    let out = mem.alloc_u32(&words);
-    let mut g = m.globals();
-    launch(
-        &m,
-        &mut g,
-        "k",
-        dims([1, 1, 1], [3, 1, 1], 0),
-        Params::new().ptr(out),
-        &mut mem,
-    )
-    .expect("runs");
-    let w = mem.u32s(out);
+    let w = run_words(&m, 3, &words);
     let lo = |x: u32| x as u16;
     let hi = |x: u32| (x >> 16) as u16;
     // rzi, rpi of the bf16.
@@ -1075,19 +1081,7 @@ fn fp8_pairs_convert_with_saturation() {
         words[2 * i] = a.to_bits();
         words[2 * i + 1] = b.to_bits();
     }
-    let mut mem = VecMemory::default();
-    let out = mem.alloc_u32(&words);
-    let mut g = m.globals();
-    launch(
-        &m,
-        &mut g,
-        "k",
-        dims([1, 1, 1], [3, 1, 1], 0),
-        Params::new().ptr(out),
-        &mut mem,
-    )
-    .expect("runs");
-    let w = mem.u32s(out);
+    let w = run_words(&m, 3, &words);
     // [e4m3 pair | e5m2 pair << 16], the e4m3 pair as f16x2, and that
     // f16x2 back to e5m2 with relu (negatives to +0).
     // E4M3: 1.0 = 0x38, -0.3 -> -0.3125 = 0xaa (1.25 * 2^-2 = 0x28|2);
@@ -1122,19 +1116,7 @@ fn half_tanh_and_ex2_approximations() {
     // bf16 0.5 (0x3f00) and f16 3.0 (0x4200).
     let mut words = vec![0u32; 48];
     words[0] = 0x3f00 | 0x4200 << 16;
-    let mut mem = VecMemory::default();
-    let out = mem.alloc_u32(&words);
-    let mut g = m.globals();
-    launch(
-        &m,
-        &mut g,
-        "k",
-        dims([1, 1, 1], [1, 1, 1], 0),
-        Params::new().ptr(out),
-        &mut mem,
-    )
-    .expect("runs");
-    let w = mem.u32s(out);
+    let w = run_words(&m, 1, &words);
     // tanh(0.5) = 0.46211... -> bf16 0.462890625 (0x3eed); 2^3 = 8 (f16
     // 0x4800); 2^0.5 = 1.41421... -> bf16 1.4140625 (0x3fb5).
     assert_eq!(w[0], u32::from(bf(0.462_890_63)) | 0x4800 << 16);
