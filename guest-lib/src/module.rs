@@ -59,28 +59,24 @@ impl GuestFunction {
     /// limit, or the kernel's launch bound (`__launch_bounds__`, `.maxntid`)
     /// below it. Fixed when the kernel was compiled, so asked once.
     pub fn max_threads(&self) -> Result<u32, CUresult> {
-        // Relaxed: a cache of the host's answer, as `max_dynamic_shared`.
-        let known = self.max_threads.load(Ordering::Relaxed);
-        if let Ok(v) = u32::try_from(known) {
-            return Ok(v);
-        }
-        let v = state::with(|cu| cu.func_get_attribute(self.host, MAX_THREADS_PER_BLOCK))?;
-        self.max_threads
-            .store(i64::from(v.max(0)), Ordering::Relaxed);
-        Ok(u32::try_from(v).unwrap_or(0))
+        self.cached_attribute(&self.max_threads, MAX_THREADS_PER_BLOCK)
     }
 
     /// Most dynamic shared memory a launch of this function may ask for.
     pub fn max_dynamic_shared(&self) -> Result<u32, CUresult> {
+        self.cached_attribute(&self.max_dynamic_shared, MAX_DYNAMIC_SHARED_SIZE_BYTES)
+    }
+
+    /// Function attribute `attr`, from `cache` once the host answered.
+    fn cached_attribute(&self, cache: &AtomicI64, attr: i32) -> Result<u32, CUresult> {
         // Relaxed: the value is a cache of the host's answer; any thread
         // that finds it unset asks the host itself.
-        let known = self.max_dynamic_shared.load(Ordering::Relaxed);
+        let known = cache.load(Ordering::Relaxed);
         if let Ok(v) = u32::try_from(known) {
             return Ok(v);
         }
-        let v = state::with(|cu| cu.func_get_attribute(self.host, MAX_DYNAMIC_SHARED_SIZE_BYTES))?;
-        self.max_dynamic_shared
-            .store(i64::from(v.max(0)), Ordering::Relaxed);
+        let v = state::with(|cu| cu.func_get_attribute(self.host, attr))?;
+        cache.store(i64::from(v.max(0)), Ordering::Relaxed);
         Ok(u32::try_from(v).unwrap_or(0))
     }
 }
