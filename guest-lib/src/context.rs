@@ -20,12 +20,31 @@ use crate::{ffi, ffi_result, state};
 pub struct GuestContext {
     flags: AtomicU32,
     retained: AtomicU32,
+    /// `cuCtxSetCacheConfig`'s `CUfunc_cache`: a preference the device may
+    /// ignore, remembered so that `cuCtxGetCacheConfig` answers what was set.
+    cache_config: AtomicU32,
 }
 
-static PRIMARY: GuestContext = GuestContext {
-    flags: AtomicU32::new(0),
-    retained: AtomicU32::new(0),
-};
+impl GuestContext {
+    const fn new(flags: u32, retained: u32) -> GuestContext {
+        GuestContext {
+            flags: AtomicU32::new(flags),
+            retained: AtomicU32::new(retained),
+            cache_config: AtomicU32::new(CACHE_PREFER_NONE),
+        }
+    }
+}
+
+/// `CU_FUNC_CACHE_PREFER_NONE`; the values run to `PREFER_EQUAL` (3).
+const CACHE_PREFER_NONE: u32 = 0;
+const CACHE_PREFER_EQUAL: u32 = 3;
+/// `CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE`: the banks of every device
+/// since Maxwell, whatever is asked for; the values run to
+/// `EIGHT_BYTE_BANK_SIZE` (2).
+const SHARED_FOUR_BYTE_BANK_SIZE: u32 = 1;
+const SHARED_EIGHT_BYTE_BANK_SIZE: u32 = 2;
+
+static PRIMARY: GuestContext = GuestContext::new(0, 0);
 static CREATED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 thread_local! {
@@ -37,7 +56,7 @@ pub fn primary() -> CUcontext {
     &PRIMARY as *const GuestContext as *mut c_void
 }
 
-fn valid(ctx: CUcontext) -> bool {
+pub fn valid(ctx: CUcontext) -> bool {
     ctx == primary()
         || CREATED
             .lock()
@@ -252,10 +271,7 @@ pub extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
 fn ctx_create(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> CUresult {
     ffi_result(|| {
         check_device(dev)?;
-        let obj = Box::leak(Box::new(GuestContext {
-            flags: AtomicU32::new(flags),
-            retained: AtomicU32::new(1),
-        }));
+        let obj = Box::leak(Box::new(GuestContext::new(flags, 1)));
         let ctx = obj as *mut GuestContext as *mut c_void;
         CREATED.lock().map_err(|_| err::UNKNOWN)?.push(ctx as usize);
         // SAFETY: caller passes a writable slot (checked for null).
@@ -497,4 +513,126 @@ pub extern "C" fn cuProfilerStart() -> CUresult {
 #[no_mangle]
 pub extern "C" fn cuProfilerStop() -> CUresult {
     ffi_result(|| state::device().map(|_| ()))
+}
+
+/// `cuCtxGetCacheConfig`: what `cuCtxSetCacheConfig` set (default
+/// `PREFER_NONE`).
+#[no_mangle]
+pub extern "C" fn cuCtxGetCacheConfig(config: *mut u32) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let c = object(current()).cache_config.load(Ordering::Relaxed);
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(config, c) }
+    })
+}
+
+/// `cuCtxSetCacheConfig`: remembered; the split between L1 and shared
+/// memory is the device's to choose, as on any GPU that ignores it.
+#[no_mangle]
+pub extern "C" fn cuCtxSetCacheConfig(config: u32) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if config > CACHE_PREFER_EQUAL {
+            return Err(err::INVALID_VALUE);
+        }
+        object(current())
+            .cache_config
+            .store(config, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+/// `cuCtxGetSharedMemConfig`: four-byte banks.
+#[no_mangle]
+pub extern "C" fn cuCtxGetSharedMemConfig(config: *mut u32) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(config, SHARED_FOUR_BYTE_BANK_SIZE) }
+    })
+}
+
+/// `cuCtxSetSharedMemConfig`: accepted and without effect, as on every
+/// device whose bank size is fixed.
+#[no_mangle]
+pub extern "C" fn cuCtxSetSharedMemConfig(config: u32) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if config > SHARED_EIGHT_BYTE_BANK_SIZE {
+            return Err(err::INVALID_VALUE);
+        }
+        Ok(())
+    })
+}
+
+/// Checks a shared-memory configuration value (`cuFuncSetSharedMemConfig`).
+pub fn shared_config_valid(config: u32) -> Result<(), CUresult> {
+    if config > SHARED_EIGHT_BYTE_BANK_SIZE {
+        Err(err::INVALID_VALUE)
+    } else {
+        Ok(())
+    }
+}
+
+/// `CUDA_ERROR_PEER_ACCESS_NOT_ENABLED`.
+const PEER_ACCESS_NOT_ENABLED: CUresult = 705;
+
+/// `cuDeviceCanAccessPeer`: a VM sees one device, and a device is not its
+/// own peer (as the driver answers for `dev == peer`).
+#[no_mangle]
+pub extern "C" fn cuDeviceCanAccessPeer(can: *mut i32, dev: CUdevice, peer: CUdevice) -> CUresult {
+    ffi_result(|| {
+        check_device(dev)?;
+        check_device(peer)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(can, 0) }
+    })
+}
+
+/// `cuDeviceGetP2PAttribute`: there is no second device to link to.
+#[no_mangle]
+pub extern "C" fn cuDeviceGetP2PAttribute(
+    value: *mut i32,
+    _attrib: u32,
+    src: CUdevice,
+    dst: CUdevice,
+) -> CUresult {
+    ffi_result(|| {
+        check_device(src)?;
+        check_device(dst)?;
+        if value.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        // The driver refuses a device paired with itself.
+        Err(err::INVALID_DEVICE)
+    })
+}
+
+/// `cuCtxEnablePeerAccess`: every context is on the one device, which
+/// cannot be its own peer.
+#[no_mangle]
+pub extern "C" fn cuCtxEnablePeerAccess(peer: CUcontext, flags: u32) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if flags != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        if peer.is_null() || !valid(peer) {
+            return Err(err::INVALID_CONTEXT);
+        }
+        Err(err::INVALID_DEVICE)
+    })
+}
+
+/// `cuCtxDisablePeerAccess`: never enabled.
+#[no_mangle]
+pub extern "C" fn cuCtxDisablePeerAccess(peer: CUcontext) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if peer.is_null() || !valid(peer) {
+            return Err(err::INVALID_CONTEXT);
+        }
+        Err(PEER_ACCESS_NOT_ENABLED)
+    })
 }

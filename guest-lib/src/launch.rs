@@ -285,6 +285,24 @@ pub extern "C" fn cuLaunchCooperativeKernel(
     )
 }
 
+/// `cuLaunchCooperativeKernel_ptsz` (the per-thread default stream is the
+/// host's NULL stream, as for every `_ptsz` entry point).
+#[no_mangle]
+pub extern "C" fn cuLaunchCooperativeKernel_ptsz(
+    f: CUfunction,
+    gx: u32,
+    gy: u32,
+    gz: u32,
+    bx: u32,
+    by: u32,
+    bz: u32,
+    shared: u32,
+    s: CUstream,
+    params: *mut *mut c_void,
+) -> CUresult {
+    cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, s, params)
+}
+
 /// `CUlaunchConfig`.
 #[repr(C)]
 #[derive(Debug)]

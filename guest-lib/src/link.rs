@@ -40,8 +40,7 @@ const INPUT_PTX: u32 = 1;
 const INPUT_FATBINARY: u32 = 2;
 const INPUT_LIBRARY: u32 = 4;
 
-/// `CUDA_ERROR_FILE_NOT_FOUND`.
-const FILE_NOT_FOUND: CUresult = 301;
+use crate::types::err::FILE_NOT_FOUND;
 
 /// Most bytes one link keeps (all inputs together).
 const MAX_LINK_BYTES: usize = 1 << 30;

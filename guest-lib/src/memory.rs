@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use crate::context::{out, require_current};
 use crate::state;
 use crate::stream::stream_handle;
-use crate::types::{err, CUdeviceptr, CUresult, CUstream};
+use crate::types::{err, CUcontext, CUdeviceptr, CUresult, CUstream};
 use crate::{context, ffi_result, managed};
 
 static DEVICE: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
@@ -333,6 +333,25 @@ fn any(dst: u64, src: u64, n: usize, stream: Option<CUstream>) -> CUresult {
     }
 }
 
+/// `cuMemcpyPeer*`: both contexts are on the VM's one device, so this is
+/// a device-to-device copy once they are known to be contexts.
+fn peer(
+    dst: CUdeviceptr,
+    dst_ctx: CUcontext,
+    src: CUdeviceptr,
+    src_ctx: CUcontext,
+    n: usize,
+    stream: Option<CUstream>,
+) -> CUresult {
+    if let Err(e) = state::device() {
+        return e;
+    }
+    if !context::valid(dst_ctx) || !context::valid(src_ctx) {
+        return err::INVALID_CONTEXT;
+    }
+    dtod(dst, src, n, stream)
+}
+
 macro_rules! export {
     ($($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),*) => $body:expr;)*) => {$(
         $(#[$m])*
@@ -366,6 +385,14 @@ export! {
     fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => dtod(dst, src, n, Some(s));
     /// `cuMemcpyDtoDAsync_v2_ptsz`.
     fn cuMemcpyDtoDAsync_v2_ptsz(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => dtod(dst, src, n, Some(s));
+    /// `cuMemcpyPeer`.
+    fn cuMemcpyPeer(dst: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize) => peer(dst, dc, src, sc, n, None);
+    /// `cuMemcpyPeer_ptds`.
+    fn cuMemcpyPeer_ptds(dst: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize) => peer(dst, dc, src, sc, n, None);
+    /// `cuMemcpyPeerAsync`.
+    fn cuMemcpyPeerAsync(dst: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream) => peer(dst, dc, src, sc, n, Some(s));
+    /// `cuMemcpyPeerAsync_ptsz`.
+    fn cuMemcpyPeerAsync_ptsz(dst: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream) => peer(dst, dc, src, sc, n, Some(s));
     /// `cuMemcpy` (unified addressing).
     fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => any(dst, src, n, None);
     /// `cuMemcpy_ptds`.

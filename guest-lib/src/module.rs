@@ -127,6 +127,46 @@ pub fn function_ref(f: CUfunction) -> Result<&'static GuestFunction, CUresult> {
 
 const FATBIN_WRAPPER_MAGIC: u32 = 0x4662_43b1;
 const FATBIN_MAGIC: u32 = 0xba55_ed50;
+const ELF_MAGIC: u32 = 0x464c_457f;
+
+const FATBIN_HEADER: usize = 16;
+const ELF_HEADER: usize = 64;
+
+/// The length the header `h` of a fatbin (16 bytes) or an ELF64 image (64
+/// bytes) declares for its whole image, bounded by `MAX_MODULE_IMAGE`.
+fn declared_len(h: &[u8]) -> Result<usize, CUresult> {
+    let u64_at = |o: usize| -> Result<usize, CUresult> {
+        let b = h.get(o..o + 8).ok_or(err::INVALID_IMAGE)?;
+        let v = u64::from_le_bytes(b.try_into().map_err(|_| err::INVALID_IMAGE)?);
+        usize::try_from(v).map_err(|_| err::INVALID_IMAGE)
+    };
+    let u16_at = |o: usize| -> Result<usize, CUresult> {
+        let b = h.get(o..o + 2).ok_or(err::INVALID_IMAGE)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]) as usize)
+    };
+    let magic = u32::from_le_bytes(
+        h.get(..4)
+            .and_then(|m| m.try_into().ok())
+            .ok_or(err::INVALID_IMAGE)?,
+    );
+    let total = match magic {
+        // u32 magic, u16 version, u16 header size, u64 size of the rest.
+        FATBIN_MAGIC => u16_at(6)?
+            .checked_add(u64_at(8)?)
+            .filter(|t| *t >= FATBIN_HEADER),
+        // ELF64: the image ends at the later of the section and program
+        // header tables.
+        ELF_MAGIC => {
+            let sh_end = u64_at(0x28)?.saturating_add(u16_at(0x3a)?.saturating_mul(u16_at(0x3c)?));
+            let ph_end = u64_at(0x20)?.saturating_add(u16_at(0x36)?.saturating_mul(u16_at(0x38)?));
+            Some(sh_end.max(ph_end).max(ELF_HEADER))
+        }
+        _ => None,
+    };
+    total
+        .filter(|t| *t <= MAX_MODULE_IMAGE as usize)
+        .ok_or(err::INVALID_IMAGE)
+}
 
 /// Reads `n` bytes at `p`.
 ///
@@ -163,33 +203,14 @@ unsafe fn image_bytes<'a>(image: *const c_void) -> Result<&'a [u8], CUresult> {
             unsafe { image_bytes(data) }
         }
         FATBIN_MAGIC => {
-            // u32 magic, u16 version, u16 header size, u64 size of the rest.
             // SAFETY: a fatbin header is 16 bytes.
-            let h = unsafe { bytes(p, 16) };
-            let header = u16::from_le_bytes([h[6], h[7]]) as usize;
-            let rest =
-                u64::from_le_bytes(h[8..16].try_into().map_err(|_| err::INVALID_IMAGE)?) as usize;
-            let total = header
-                .checked_add(rest)
-                .filter(|t| *t <= limit && *t >= 16)
-                .ok_or(err::INVALID_IMAGE)?;
+            let total = declared_len(unsafe { bytes(p, FATBIN_HEADER) })?;
             // SAFETY: the header declares `total` bytes of fatbin.
             Ok(unsafe { bytes(p, total) })
         }
-        0x464c_457f => {
-            // ELF64: the image ends at the later of the section and program
-            // header tables.
+        ELF_MAGIC => {
             // SAFETY: an ELF64 header is 64 bytes.
-            let h = unsafe { bytes(p, 64) };
-            let u64_at =
-                |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().unwrap_or([0; 8])) as usize;
-            let u16_at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]) as usize;
-            let sh_end = u64_at(0x28).saturating_add(u16_at(0x3a).saturating_mul(u16_at(0x3c)));
-            let ph_end = u64_at(0x20).saturating_add(u16_at(0x36).saturating_mul(u16_at(0x38)));
-            let total = sh_end.max(ph_end).max(64);
-            if total > limit {
-                return Err(err::INVALID_IMAGE);
-            }
+            let total = declared_len(unsafe { bytes(p, ELF_HEADER) })?;
             // SAFETY: the ELF headers declare `total` bytes of image.
             Ok(unsafe { bytes(p, total) })
         }
@@ -294,6 +315,63 @@ pub extern "C" fn cuModuleLoadData(pm: *mut CUmodule, image: *const c_void) -> C
         require_current()?;
         let m = load(image)?;
         // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(pm, m.cast()) }
+    })
+}
+
+/// The image in file `path` (`cuModuleLoad`, `cuLibraryLoadFromFile`):
+/// its bytes, NUL-terminated when they are PTX text, as an image in
+/// memory is. A file that cannot be read is CUDA_ERROR_FILE_NOT_FOUND, one
+/// larger than an image may be CUDA_ERROR_INVALID_IMAGE.
+fn read_image_file(path: *const c_char) -> Result<Vec<u8>, CUresult> {
+    if path.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: a C string per the API.
+    let path = unsafe { CStr::from_ptr(path) }
+        .to_str()
+        .map_err(|_| err::FILE_NOT_FOUND)?;
+    let meta = std::fs::metadata(path).map_err(|_| err::FILE_NOT_FOUND)?;
+    if !meta.is_file() {
+        return Err(err::FILE_NOT_FOUND);
+    }
+    if meta.len() >= MAX_MODULE_IMAGE {
+        return Err(err::INVALID_IMAGE);
+    }
+    let mut b = std::fs::read(path).map_err(|_| err::FILE_NOT_FOUND)?;
+    let magic = b
+        .get(..4)
+        .map(|m| u32::from_le_bytes([m[0], m[1], m[2], m[3]]));
+    if magic == Some(FATBIN_WRAPPER_MAGIC) {
+        // A wrapper points into the program that holds it: not a file.
+        return Err(err::INVALID_IMAGE);
+    }
+    if matches!(magic, Some(FATBIN_MAGIC | ELF_MAGIC)) {
+        // The image's header gives its length: a truncated file is refused
+        // here rather than read past.
+        if declared_len(&b)? > b.len() {
+            return Err(err::INVALID_IMAGE);
+        }
+    } else {
+        if let Some(end) = b.iter().position(|&c| c == 0) {
+            b.truncate(end);
+        }
+        b.push(0);
+    }
+    Ok(b)
+}
+
+/// `cuModuleLoad`: a module from a file (PTX, cubin or fatbin).
+#[no_mangle]
+pub extern "C" fn cuModuleLoad(pm: *mut CUmodule, path: *const c_char) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if pm.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let image = read_image_file(path)?;
+        let m = load(image.as_ptr().cast())?;
+        // SAFETY: non-null slot provided by the caller.
         unsafe { out(pm, m.cast()) }
     })
 }
@@ -406,6 +484,40 @@ pub extern "C" fn cuLibraryLoadData(
         register(&LIBRARIES, l as usize);
         // SAFETY: non-null slot provided by the caller.
         unsafe { out(pl, l.cast()) }
+    })
+}
+
+/// `cuLibraryLoadFromFile`: as `cuLibraryLoadData` on the file's image.
+#[no_mangle]
+pub extern "C" fn cuLibraryLoadFromFile(
+    pl: *mut CUlibrary,
+    path: *const c_char,
+    jit_opts: *mut c_void,
+    jit_vals: *mut *mut c_void,
+    n_jit: u32,
+    lib_opts: *mut c_void,
+    lib_vals: *mut *mut c_void,
+    n_lib: u32,
+) -> CUresult {
+    ffi_result(|| {
+        if pl.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        state::device()?;
+        let image = read_image_file(path)?;
+        match cuLibraryLoadData(
+            pl,
+            image.as_ptr().cast(),
+            jit_opts,
+            jit_vals,
+            n_jit,
+            lib_opts,
+            lib_vals,
+            n_lib,
+        ) {
+            err::SUCCESS => Ok(()),
+            e => Err(e),
+        }
     })
 }
 
@@ -530,6 +642,16 @@ pub extern "C" fn cuKernelSetAttribute(a: i32, v: i32, k: CUkernel, _dev: CUdevi
 #[no_mangle]
 pub extern "C" fn cuFuncSetCacheConfig(f: CUfunction, _c: u32) -> CUresult {
     ffi_result(|| function_ref(f).map(|_| ()))
+}
+
+/// `cuFuncSetSharedMemConfig`: accepted, without effect (the bank size
+/// is fixed).
+#[no_mangle]
+pub extern "C" fn cuFuncSetSharedMemConfig(f: CUfunction, c: u32) -> CUresult {
+    ffi_result(|| {
+        function_ref(f)?;
+        crate::context::shared_config_valid(c)
+    })
 }
 
 /// `cuKernelSetCacheConfig`: accepted.

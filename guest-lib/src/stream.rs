@@ -153,6 +153,75 @@ pub extern "C" fn cuStreamGetFlags(s: CUstream, flags: *mut u32) -> CUresult {
     })
 }
 
+/// `cuStreamGetFlags_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetFlags_ptsz(s: CUstream, flags: *mut u32) -> CUresult {
+    cuStreamGetFlags(s, flags)
+}
+
+/// `cuStreamGetPriority_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetPriority_ptsz(s: CUstream, priority: *mut i32) -> CUresult {
+    cuStreamGetPriority(s, priority)
+}
+
+/// `cuStreamGetCtx_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetCtx_ptsz(s: CUstream, pctx: *mut CUcontext) -> CUresult {
+    cuStreamGetCtx(s, pctx)
+}
+
+/// `cuStreamGetCtx_v2`: the stream's context; there are no green contexts.
+#[no_mangle]
+pub extern "C" fn cuStreamGetCtx_v2(
+    s: CUstream,
+    pctx: *mut CUcontext,
+    green: *mut *mut c_void,
+) -> CUresult {
+    ffi_result(|| {
+        if pctx.is_null() && green.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        if !green.is_null() {
+            // SAFETY: non-null slot provided by the caller.
+            unsafe { out(green, std::ptr::null_mut())? };
+        }
+        if !pctx.is_null() {
+            match cuStreamGetCtx(s, pctx) {
+                err::SUCCESS => {}
+                e => return Err(e),
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `cuStreamGetCtx_v2_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetCtx_v2_ptsz(
+    s: CUstream,
+    pctx: *mut CUcontext,
+    green: *mut *mut c_void,
+) -> CUresult {
+    cuStreamGetCtx_v2(s, pctx, green)
+}
+
+/// `cuStreamGetDevice`: every stream is on the VM's one device.
+#[no_mangle]
+pub extern "C" fn cuStreamGetDevice(_s: CUstream, dev: *mut i32) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(dev, 0) }
+    })
+}
+
+/// `cuStreamGetDevice_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamGetDevice_ptsz(s: CUstream, dev: *mut i32) -> CUresult {
+    cuStreamGetDevice(s, dev)
+}
+
 /// `cuStreamGetPriority`: always 0.
 #[no_mangle]
 pub extern "C" fn cuStreamGetPriority(_s: CUstream, priority: *mut i32) -> CUresult {

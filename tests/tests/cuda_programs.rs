@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 19] = [
+const COMPUTE_PROGRAMS: [&str; 20] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -289,6 +289,7 @@ const COMPUTE_PROGRAMS: [&str; 19] = [
     "video",
     "device_heap",
     "sm80_features",
+    "per_thread_stream",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -297,7 +298,8 @@ const COMPUTE_PROGRAMS: [&str; 19] = [
 /// textures and written through surfaces, managed and mapped memory shared
 /// by the CPU and kernels, cooperative launches (and cluster launches
 /// refused where the device has none), CUDA graphs built and captured,
-/// PTX modules JIT-linked: SimGpu's kernels compute exactly what the CPU
+/// PTX modules JIT-linked or loaded from files, programs built with the
+/// per-thread default stream: SimGpu's kernels compute exactly what the CPU
 /// does. The three variants of a program run
 /// at once, one per VM.
 #[test]
