@@ -42,6 +42,9 @@ use crate::ffi_result;
 use crate::stream::stream_handle;
 use crate::types::{err, CUfunction, CUresult, CUstream};
 
+mod nodes;
+pub use nodes::{captured_alloc, captured_free};
+
 /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`.
 pub const CAPTURE_UNSUPPORTED: CUresult = 900;
 /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`.
@@ -96,6 +99,10 @@ pub enum Work {
     Empty,
     /// A child graph, copied when the node was made.
     Child(Box<Graph>),
+    /// A memory allocation node: its memory, made with the node.
+    MemAlloc(crate::graph_mem::Hold),
+    /// A memory free node: the graph allocation it frees.
+    MemFree(u64),
 }
 
 /// A `CUDA_MEMCPY3D` kept in a node (its pointers are the application's).
@@ -119,6 +126,15 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// Whether the graph has memory allocation or free nodes (which the
+    /// driver does not let child graphs and clones have, and lets a graph
+    /// have one instantiation of at a time).
+    fn has_memory_nodes(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| matches!(n.work, Work::MemAlloc(_) | Work::MemFree(_)))
+    }
+
     fn index(&self, node: u64) -> Option<usize> {
         self.nodes.iter().position(|n| n.handle == node)
     }
@@ -173,6 +189,14 @@ impl Graph {
 struct Exec {
     graph: Graph,
     steps: Vec<(u64, Work)>,
+    /// The flags it was instantiated with; of them,
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH` matters: a launch
+    /// frees the allocations an earlier one left live.
+    flags: u64,
+    /// Nodes `cuGraphNodeSetEnabled` disabled: their work is skipped.
+    disabled: HashSet<u64>,
+    /// The graph it was instantiated from.
+    source: u64,
 }
 
 /// A capture in progress on one stream.
@@ -198,6 +222,8 @@ struct Table {
     captures: HashMap<u64, Capture>,
     /// Events recorded on a capturing stream: (capture id, nodes).
     events: HashMap<usize, (u64, Vec<u64>)>,
+    /// (clone, node of the original) -> the clone's node.
+    clones: HashMap<(u64, u64), u64>,
 }
 
 impl Table {
@@ -393,30 +419,52 @@ fn run(work: &Work, s: CUstream) -> CUresult {
         Work::EventRecord(e) => crate::stream::cuEventRecord(e as _, s),
         Work::EventWait(e) => crate::stream::cuStreamWaitEvent(s, e as _, 0),
         Work::Empty => err::SUCCESS,
+        Work::MemAlloc(ref h) => crate::graph_mem::begin(h.ptr()),
+        Work::MemFree(p) => crate::graph_mem::end(p, Some(s)).unwrap_or(err::INVALID_VALUE),
         // Flattened at instantiation.
         Work::Child(_) => err::INVALID_VALUE,
     }
 }
 
 fn launch(exec: *mut c_void, s: CUstream) -> CUresult {
-    let steps = match with(|t| {
+    let (graph, steps, auto_free) = match with(|t| {
         let e = t.execs.get(&(exec as u64)).ok_or(err::INVALID_VALUE)?;
-        Ok((e.graph.clone(), e.steps.clone()))
+        let steps: Vec<(u64, Work)> = e
+            .steps
+            .iter()
+            .filter(|(node, _)| !e.disabled.contains(node))
+            .cloned()
+            .collect();
+        Ok((e.graph.clone(), steps, e.flags & AUTO_FREE_ON_LAUNCH != 0))
     }) {
         Ok(v) => v,
         Err(e) => return e,
     };
     // Launched into a capture: the graph becomes a child graph node.
-    if let Some(r) = captured(s, || Ok(Work::Child(Box::new(steps.0.clone())))) {
+    if let Some(r) = captured(s, || Ok(Work::Child(Box::new(graph.clone())))) {
         return r;
     }
-    for (_, w) in &steps.1 {
-        let r = run(w, s);
+    // Nothing runs if an allocation of an earlier launch is still live.
+    let allocs: Vec<u64> = steps
+        .iter()
+        .filter_map(|(_, w)| match w {
+            Work::MemAlloc(h) => Some(h.ptr()),
+            _ => None,
+        })
+        .collect();
+    if let Err(e) = crate::graph_mem::check_launch(&allocs, auto_free) {
+        return e;
+    }
+    let mut r = err::SUCCESS;
+    for (_, w) in &steps {
+        r = run(w, s);
         if r != err::SUCCESS {
-            return r;
+            break;
         }
     }
-    err::SUCCESS
+    drop((graph, steps));
+    crate::graph_mem::flush();
+    r
 }
 
 // ---------------------------------------------------------------------------
@@ -581,15 +629,18 @@ pub extern "C" fn cuGraphCreate(graph: *mut CUgraph, _flags: u32) -> CUresult {
 /// `cuGraphDestroy`.
 #[no_mangle]
 pub extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
-    ffi_result(|| {
+    let r = ffi_result(|| {
         with(|t| {
             let g = t.graphs.remove(&(graph as u64)).ok_or(err::INVALID_VALUE)?;
             for n in g.nodes {
                 t.nodes.remove(&n.handle);
             }
+            t.clones.retain(|(clone, _), _| *clone != graph as u64);
             Ok(())
         })
-    })
+    });
+    crate::graph_mem::flush();
+    r
 }
 
 /// `cuGraphClone`: a copy with fresh node handles.
@@ -605,6 +656,9 @@ pub extern "C" fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) -> CUresu
                 .get(&(original as u64))
                 .ok_or(err::INVALID_VALUE)?
                 .clone();
+            if g.has_memory_nodes() {
+                return Err(err::NOT_SUPPORTED);
+            }
             let h = t.fresh();
             let renamed: HashMap<u64, u64> =
                 g.nodes.iter().map(|n| (n.handle, t.fresh())).collect();
@@ -619,6 +673,9 @@ pub extern "C" fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) -> CUresu
                 .collect::<Vec<_>>();
             for n in &nodes {
                 t.nodes.insert(n.handle, h);
+            }
+            for (orig, new) in renamed {
+                t.clones.insert((h, orig), new);
             }
             t.graphs.insert(h, Graph { nodes });
             Ok(h)
@@ -745,6 +802,8 @@ pub extern "C" fn cuGraphAddChildGraphNode(
         let g = with(|t| {
             t.graphs
                 .get(&(child as u64))
+                // A copied child may not allocate or free memory.
+                .filter(|g| !g.has_memory_nodes())
                 .cloned()
                 .ok_or(err::INVALID_VALUE)
         })?;
@@ -858,6 +917,8 @@ fn node_type(w: &Work) -> u32 {
         Work::Empty => 5,
         Work::EventWait(_) => 6,
         Work::EventRecord(_) => 7,
+        Work::MemAlloc(_) => 10,
+        Work::MemFree(_) => 11,
     }
 }
 
@@ -901,7 +962,10 @@ pub extern "C" fn cuGraphKernelNodeSetParams_v2(
     }
 }
 
-fn instantiate(exec: *mut CUgraphExec, graph: CUgraph) -> CUresult {
+/// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`.
+const AUTO_FREE_ON_LAUNCH: u64 = 1;
+
+fn instantiate(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CUresult {
     ffi_result(|| {
         if exec.is_null() {
             return Err(err::INVALID_VALUE);
@@ -913,8 +977,20 @@ fn instantiate(exec: *mut CUgraphExec, graph: CUgraph) -> CUresult {
                 .ok_or(err::INVALID_VALUE)?
                 .clone();
             let steps = g.flatten().ok_or(err::INVALID_VALUE)?;
+            if g.has_memory_nodes() && t.execs.values().any(|e| e.source == graph as u64) {
+                return Err(err::INVALID_VALUE);
+            }
             let h = t.fresh();
-            t.execs.insert(h, Exec { graph: g, steps });
+            t.execs.insert(
+                h,
+                Exec {
+                    graph: g,
+                    steps,
+                    flags,
+                    disabled: HashSet::new(),
+                    source: graph as u64,
+                },
+            );
             Ok(h)
         })?;
         put(exec, h as CUgraphExec)
@@ -931,7 +1007,7 @@ pub extern "C" fn cuGraphInstantiate(
     _log: *mut i8,
     _size: usize,
 ) -> CUresult {
-    instantiate(exec, graph)
+    instantiate(exec, graph, 0)
 }
 
 /// `cuGraphInstantiate_v2`.
@@ -943,18 +1019,18 @@ pub extern "C" fn cuGraphInstantiate_v2(
     _log: *mut i8,
     _size: usize,
 ) -> CUresult {
-    instantiate(exec, graph)
+    instantiate(exec, graph, 0)
 }
 
-/// `cuGraphInstantiateWithFlags` (auto-free-on-launch and friends concern
-/// memory nodes, which fairgpu's graphs do not have).
+/// `cuGraphInstantiateWithFlags` (of the flags, AUTO_FREE_ON_LAUNCH
+/// matters: the others concern uploads and priorities).
 #[no_mangle]
 pub extern "C" fn cuGraphInstantiateWithFlags(
     exec: *mut CUgraphExec,
     graph: CUgraph,
-    _flags: u64,
+    flags: u64,
 ) -> CUresult {
-    instantiate(exec, graph)
+    instantiate(exec, graph, flags)
 }
 
 /// `CUDA_GRAPH_INSTANTIATE_PARAMS`.
@@ -971,7 +1047,13 @@ fn instantiate_with_params(
     graph: CUgraph,
     params: *mut InstantiateParams,
 ) -> CUresult {
-    let r = instantiate(exec, graph);
+    let flags = if params.is_null() {
+        0
+    } else {
+        // SAFETY: non-null; the caller passes the parameters.
+        unsafe { (*params).flags }
+    };
+    let r = instantiate(exec, graph, flags);
     if !params.is_null() {
         // SAFETY: non-null; the caller passes the parameters to fill.
         unsafe {
@@ -1004,14 +1086,16 @@ pub extern "C" fn cuGraphInstantiateWithParams_ptsz(
 /// `cuGraphExecDestroy`.
 #[no_mangle]
 pub extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
-    ffi_result(|| {
+    let r = ffi_result(|| {
         with(|t| {
             t.execs
                 .remove(&(exec as u64))
                 .map(|_| ())
                 .ok_or(err::INVALID_VALUE)
         })
-    })
+    });
+    crate::graph_mem::flush();
+    r
 }
 
 /// `cuGraphLaunch`.
@@ -1103,6 +1187,7 @@ pub extern "C" fn cuGraphExecUpdate_v2(
             let same = g.nodes.len() == e.graph.nodes.len()
                 && g.nodes.iter().zip(&e.graph.nodes).all(|(a, b)| {
                     node_type(&a.work) == node_type(&b.work)
+                        && same_memory(&a.work, &b.work)
                         && a.deps.iter().map(|d| pos(&g, d)).collect::<Vec<_>>()
                             == b.deps.iter().map(|d| pos(&e.graph, d)).collect::<Vec<_>>()
                 });
@@ -1133,6 +1218,16 @@ pub extern "C" fn cuGraphExecUpdate_v2(
             Err(EXEC_UPDATE_FAILURE)
         }
     })
+}
+
+/// Memory nodes cannot change in an update: the same allocation, or the
+/// same freed address.
+fn same_memory(a: &Work, b: &Work) -> bool {
+    match (a, b) {
+        (Work::MemAlloc(x), Work::MemAlloc(y)) => x.ptr() == y.ptr(),
+        (Work::MemFree(x), Work::MemFree(y)) => x == y,
+        _ => true,
+    }
 }
 
 /// `CUgraphExecUpdateResultInfo`.

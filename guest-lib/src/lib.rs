@@ -36,6 +36,7 @@ mod device;
 mod driver;
 pub mod export_tables;
 mod graph;
+mod graph_mem;
 mod hooks;
 mod integrity;
 mod launch;

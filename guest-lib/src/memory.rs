@@ -173,6 +173,13 @@ pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
         if managed::free(dptr, false)? {
             return Ok(());
         }
+        // A graph's allocation: freed until the graph allocates it again.
+        if let Some(r) = crate::graph_mem::end(dptr, None) {
+            return match r {
+                err::SUCCESS => Ok(()),
+                e => Err(e),
+            };
+        }
         device_free(dptr)?;
         crate::pool::forget(dptr);
         Ok(())

@@ -159,13 +159,11 @@ fn current_pool() -> Result<usize, CUresult> {
 /// `cuMemAllocAsync`: from the device's current pool.
 #[no_mangle]
 pub extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, s: CUstream) -> CUresult {
-    ffi_result(|| {
-        // Graph memory nodes are not kept: allocating now, outside the
-        // graph, would leave a captured graph using memory that its own
-        // free node (also not kept) released.
-        crate::graph::refuse_if_capturing(stream_handle(s))?;
-        alloc_from(current_pool()?, dptr, size)
-    })
+    // In a capture: an allocation node of the graph.
+    if let Some(r) = crate::graph::captured_alloc(s, size, dptr) {
+        return r;
+    }
+    ffi_result(|| alloc_from(current_pool()?, dptr, size))
 }
 
 /// `cuMemAllocAsync_ptsz`.
@@ -186,10 +184,10 @@ pub extern "C" fn cuMemAllocFromPoolAsync(
     pool: CUmemoryPool,
     s: CUstream,
 ) -> CUresult {
-    ffi_result(|| {
-        crate::graph::refuse_if_capturing(stream_handle(s))?;
-        alloc_from(pool as usize, dptr, size)
-    })
+    if let Some(r) = crate::graph::captured_alloc(s, size, dptr) {
+        return r;
+    }
+    ffi_result(|| alloc_from(pool as usize, dptr, size))
 }
 
 /// `cuMemAllocFromPoolAsync_ptsz`.
@@ -214,7 +212,19 @@ pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, s: CUstream) -> CUresult {
         if !crate::memory::is_device(dptr) {
             return Err(err::INVALID_VALUE);
         }
-        crate::graph::refuse_if_capturing(stream_handle(s))?;
+        // In a capture: a free node (of a graph allocation).
+        if let Some(r) = crate::graph::captured_free(s, dptr) {
+            return match r {
+                err::SUCCESS => Ok(()),
+                e => Err(e),
+            };
+        }
+        if let Some(r) = crate::graph_mem::end(dptr, Some(s)) {
+            return match r {
+                err::SUCCESS => Ok(()),
+                e => Err(e),
+            };
+        }
         state::with(|cu| cu.stream_synchronize(stream_handle(s)))?;
         device_free(dptr)?;
         with(|p| {

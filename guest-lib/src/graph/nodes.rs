@@ -1,0 +1,589 @@
+//! Memory nodes, the generic node API (`cuGraphAddNode`), and the queries
+//! and edits of a graph's structure: dependencies, edges, node removal,
+//! clones' nodes, event nodes' events, nodes turned off in an instantiated
+//! graph.
+
+use std::ffi::c_void;
+
+use super::{
+    add_node, captured, cuGraphAddChildGraphNode, cuGraphAddEmptyNode, cuGraphAddEventRecordNode,
+    cuGraphAddEventWaitNode, cuGraphAddHostNode, cuGraphAddKernelNode_v2, cuGraphAddMemcpyNode,
+    cuGraphAddMemsetNode, handles, node_type, put, with, CUgraph, CUgraphExec, CUgraphNode, Work,
+};
+use crate::array::Memcpy3D;
+use crate::ffi_result;
+use crate::types::{err, CUresult, CUstream};
+
+/// `CUDA_MEM_ALLOC_NODE_PARAMS` (v1 and v2 share the layout): the pool
+/// properties (88 bytes, of which the leading four 32-bit fields matter
+/// here), the access descriptors, the size, and the address the driver
+/// returns.
+#[repr(C)]
+pub struct MemAllocNodeParams {
+    alloc_type: u32,
+    handle_types: u32,
+    location_type: u32,
+    location_id: i32,
+    props_rest: [u64; 9],
+    access_descs: *const c_void,
+    access_desc_count: usize,
+    bytesize: usize,
+    dptr: u64,
+}
+
+/// Most access descriptors an allocation node may name (one device).
+const MAX_ACCESS_DESCS: usize = 64;
+
+/// The work of an allocation node described by `params`; writes the
+/// allocation's address into `params.dptr`.
+fn mem_alloc_work(params: *mut MemAllocNodeParams) -> Result<Work, CUresult> {
+    if params.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: non-null; the caller passes the node's parameters.
+    let p = unsafe { &mut *params };
+    // CU_MEM_ALLOCATION_TYPE_PINNED on CU_MEM_LOCATION_TYPE_DEVICE 0.
+    if p.alloc_type != 1 || p.location_type != 1 || p.access_desc_count > MAX_ACCESS_DESCS {
+        return Err(err::INVALID_VALUE);
+    }
+    if p.location_id != 0 {
+        return Err(err::INVALID_DEVICE);
+    }
+    if p.handle_types != 0 {
+        return Err(crate::unsupported(
+            "graph allocations exported to other processes",
+        ));
+    }
+    let hold = crate::graph_mem::create(p.bytesize as u64)?;
+    p.dptr = hold.ptr();
+    Ok(Work::MemAlloc(hold))
+}
+
+fn mem_free_work(dptr: u64) -> Result<Work, CUresult> {
+    if crate::graph_mem::size(dptr).is_none() {
+        return Err(err::INVALID_VALUE);
+    }
+    Ok(Work::MemFree(dptr))
+}
+
+/// `cuGraphAddMemAllocNode`: the allocation's address is in
+/// `params.dptr` on return.
+#[no_mangle]
+pub extern "C" fn cuGraphAddMemAllocNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *mut MemAllocNodeParams,
+) -> CUresult {
+    let r = add_node(node, graph, deps, n, || mem_alloc_work(params));
+    crate::graph_mem::flush();
+    r
+}
+
+/// `cuGraphAddMemFreeNode`: frees a graph allocation.
+#[no_mangle]
+pub extern "C" fn cuGraphAddMemFreeNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    dptr: u64,
+) -> CUresult {
+    add_node(node, graph, deps, n, || mem_free_work(dptr))
+}
+
+/// `cuGraphMemAllocNodeGetParams`.
+#[no_mangle]
+pub extern "C" fn cuGraphMemAllocNodeGetParams(
+    node: CUgraphNode,
+    params: *mut MemAllocNodeParams,
+) -> CUresult {
+    ffi_result(|| {
+        let ptr = with(|t| match &t.node_mut(node as u64)?.work {
+            Work::MemAlloc(h) => Ok(h.ptr()),
+            _ => Err(err::INVALID_VALUE),
+        })?;
+        let bytes = crate::graph_mem::size(ptr).ok_or(err::INVALID_VALUE)?;
+        put(
+            params,
+            MemAllocNodeParams {
+                alloc_type: 1,
+                handle_types: 0,
+                location_type: 1,
+                location_id: 0,
+                props_rest: [0; 9],
+                access_descs: std::ptr::null(),
+                access_desc_count: 0,
+                bytesize: bytes as usize,
+                dptr: ptr,
+            },
+        )
+    })
+}
+
+/// `cuGraphMemFreeNodeGetParams`.
+#[no_mangle]
+pub extern "C" fn cuGraphMemFreeNodeGetParams(node: CUgraphNode, dptr: *mut u64) -> CUresult {
+    ffi_result(|| {
+        let p = with(|t| match t.node_mut(node as u64)?.work {
+            Work::MemFree(p) => Ok(p),
+            _ => Err(err::INVALID_VALUE),
+        })?;
+        put(dptr, p)
+    })
+}
+
+/// Stream capture of `cuMemAllocAsync`: an allocation node, its address
+/// written to `dptr`. `None` if stream `s` is not capturing.
+pub fn captured_alloc(s: CUstream, size: usize, dptr: *mut u64) -> Option<CUresult> {
+    let r = captured(s, || {
+        if dptr.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let hold = crate::graph_mem::create(size as u64)?;
+        put(dptr, hold.ptr())?;
+        Ok(Work::MemAlloc(hold))
+    });
+    if r.is_some() {
+        crate::graph_mem::flush();
+    }
+    r
+}
+
+/// Stream capture of `cuMemFreeAsync`: a free node. `None` if stream `s`
+/// is not capturing.
+pub fn captured_free(s: CUstream, dptr: u64) -> Option<CUresult> {
+    captured(s, || mem_free_work(dptr))
+}
+
+/// `CUgraphNodeParams`: a type, then a union of every kind's parameters
+/// (232 bytes), then a reserved word.
+#[repr(C)]
+pub struct GraphNodeParams {
+    ty: u32,
+    reserved0: [i32; 3],
+    u: [u64; 29],
+    reserved2: i64,
+}
+
+/// `cuGraphAddNode`: each node type through its own entry point.
+#[no_mangle]
+pub extern "C" fn cuGraphAddNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    n: usize,
+    params: *mut GraphNodeParams,
+) -> CUresult {
+    if params.is_null() {
+        return err::INVALID_VALUE;
+    }
+    // SAFETY: non-null; the caller passes the node's parameters, which
+    // this call may write (an allocation's address).
+    let p = unsafe { &mut *params };
+    let u = p.u.as_mut_ptr();
+    let word = |i: usize| p.u[i];
+    match p.ty {
+        0 => cuGraphAddKernelNode_v2(node, graph, deps, n, u.cast()),
+        1 => {
+            // CUDA_MEMCPY_NODE_PARAMS: flags, reserved, context, then the
+            // copy (16 bytes in).
+            // SAFETY: the union holds the copy description at that offset.
+            let copy = unsafe { u.add(2) }.cast::<Memcpy3D>();
+            cuGraphAddMemcpyNode(node, graph, deps, n, copy, std::ptr::null_mut())
+        }
+        2 => cuGraphAddMemsetNode(node, graph, deps, n, u.cast(), std::ptr::null_mut()),
+        3 => cuGraphAddHostNode(node, graph, deps, n, u.cast()),
+        4 => cuGraphAddChildGraphNode(node, graph, deps, n, word(0) as CUgraph),
+        5 => cuGraphAddEmptyNode(node, graph, deps, n),
+        6 => cuGraphAddEventWaitNode(node, graph, deps, n, word(0) as *mut c_void),
+        7 => cuGraphAddEventRecordNode(node, graph, deps, n, word(0) as *mut c_void),
+        10 => cuGraphAddMemAllocNode(node, graph, deps, n, u.cast()),
+        11 => cuGraphAddMemFreeNode(node, graph, deps, n, word(0)),
+        8 | 9 => crate::unsupported("graph nodes of external semaphores"),
+        12 => crate::unsupported("graph nodes of batched memory operations"),
+        13 => crate::unsupported("conditional graph nodes"),
+        _ => err::INVALID_VALUE,
+    }
+}
+
+/// `cuGraphAddNode_v2` (edge data: default edges only).
+#[no_mangle]
+pub extern "C" fn cuGraphAddNode_v2(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    edge_data: *const c_void,
+    n: usize,
+    params: *mut GraphNodeParams,
+) -> CUresult {
+    if !edge_data.is_null() {
+        return crate::unsupported("cuGraphAddNode_v2 with edge data");
+    }
+    cuGraphAddNode(node, graph, deps, n, params)
+}
+
+/// Writes `items` into the caller's array of `*count` slots (null: only
+/// the count), and how many were written (or exist) into `count`.
+fn put_list(items: &[u64], out: *mut CUgraphNode, count: *mut usize) -> Result<(), CUresult> {
+    if count.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    if out.is_null() {
+        return put(count, items.len());
+    }
+    // SAFETY: non-null; the caller says how many slots it passes.
+    let room = unsafe { *count };
+    for (i, h) in items.iter().take(room).enumerate() {
+        // SAFETY: `i` is below the caller's count of slots.
+        unsafe { *out.add(i) = *h as CUgraphNode };
+    }
+    put(count, items.len().min(room))
+}
+
+/// The nodes `node` depends on (`deps`) or that depend on it.
+fn neighbours(node: CUgraphNode, deps: bool) -> Result<Vec<u64>, CUresult> {
+    with(|t| {
+        let h = node as u64;
+        let g = *t.nodes.get(&h).ok_or(err::INVALID_VALUE)?;
+        let g = t.graphs.get(&g).ok_or(err::INVALID_VALUE)?;
+        let me = g
+            .nodes
+            .iter()
+            .find(|n| n.handle == h)
+            .ok_or(err::INVALID_VALUE)?;
+        Ok(if deps {
+            me.deps.clone()
+        } else {
+            g.nodes
+                .iter()
+                .filter(|n| n.deps.contains(&h))
+                .map(|n| n.handle)
+                .collect()
+        })
+    })
+}
+
+/// `cuGraphNodeGetDependencies`.
+#[no_mangle]
+pub extern "C" fn cuGraphNodeGetDependencies(
+    node: CUgraphNode,
+    deps: *mut CUgraphNode,
+    n: *mut usize,
+) -> CUresult {
+    ffi_result(|| put_list(&neighbours(node, true)?, deps, n))
+}
+
+/// `cuGraphNodeGetDependencies_v2` (every edge is a default edge: its
+/// data, if asked for, is zeroed).
+#[no_mangle]
+pub extern "C" fn cuGraphNodeGetDependencies_v2(
+    node: CUgraphNode,
+    deps: *mut CUgraphNode,
+    edge_data: *mut u64,
+    n: *mut usize,
+) -> CUresult {
+    ffi_result(|| {
+        let list = neighbours(node, true)?;
+        put_list(&list, deps, n)?;
+        zero_edges(edge_data, deps.is_null(), n)
+    })
+}
+
+/// `cuGraphNodeGetDependentNodes`.
+#[no_mangle]
+pub extern "C" fn cuGraphNodeGetDependentNodes(
+    node: CUgraphNode,
+    users: *mut CUgraphNode,
+    n: *mut usize,
+) -> CUresult {
+    ffi_result(|| put_list(&neighbours(node, false)?, users, n))
+}
+
+/// `cuGraphNodeGetDependentNodes_v2`.
+#[no_mangle]
+pub extern "C" fn cuGraphNodeGetDependentNodes_v2(
+    node: CUgraphNode,
+    users: *mut CUgraphNode,
+    edge_data: *mut u64,
+    n: *mut usize,
+) -> CUresult {
+    ffi_result(|| {
+        let list = neighbours(node, false)?;
+        put_list(&list, users, n)?;
+        zero_edges(edge_data, users.is_null(), n)
+    })
+}
+
+/// Zeroes the `*n` 8-byte `CUgraphEdgeData` records at `edge_data`
+/// (default edges), unless only a count was asked for.
+fn zero_edges(edge_data: *mut u64, count_only: bool, n: *mut usize) -> Result<(), CUresult> {
+    if edge_data.is_null() || count_only {
+        return Ok(());
+    }
+    // SAFETY: `n` was checked non-null and written by `put_list`.
+    let k = unsafe { *n };
+    for i in 0..k {
+        // SAFETY: the caller passes as many edge records as node slots.
+        unsafe { edge_data.add(i).write_unaligned(0) };
+    }
+    Ok(())
+}
+
+/// `cuGraphGetEdges`: every (dependency, node) pair.
+#[no_mangle]
+pub extern "C" fn cuGraphGetEdges(
+    graph: CUgraph,
+    from: *mut CUgraphNode,
+    to: *mut CUgraphNode,
+    n: *mut usize,
+) -> CUresult {
+    ffi_result(|| {
+        if n.is_null() || from.is_null() != to.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let edges: Vec<(u64, u64)> = with(|t| {
+            let g = t.graphs.get(&(graph as u64)).ok_or(err::INVALID_VALUE)?;
+            Ok(g.nodes
+                .iter()
+                .flat_map(|x| x.deps.iter().map(move |d| (*d, x.handle)))
+                .collect())
+        })?;
+        let froms: Vec<u64> = edges.iter().map(|e| e.0).collect();
+        let tos: Vec<u64> = edges.iter().map(|e| e.1).collect();
+        if from.is_null() {
+            return put(n, edges.len());
+        }
+        // SAFETY: non-null; read before `put_list` overwrites it.
+        let room = unsafe { *n };
+        put_list(&froms, from, n)?;
+        put(n, room)?;
+        put_list(&tos, to, n)
+    })
+}
+
+/// `cuGraphGetEdges_v2`.
+#[no_mangle]
+pub extern "C" fn cuGraphGetEdges_v2(
+    graph: CUgraph,
+    from: *mut CUgraphNode,
+    to: *mut CUgraphNode,
+    edge_data: *mut u64,
+    n: *mut usize,
+) -> CUresult {
+    match cuGraphGetEdges(graph, from, to, n) {
+        err::SUCCESS => ffi_result(|| zero_edges(edge_data, from.is_null(), n)),
+        e => e,
+    }
+}
+
+/// `cuGraphRemoveDependencies`.
+#[no_mangle]
+pub extern "C" fn cuGraphRemoveDependencies(
+    _graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    n: usize,
+) -> CUresult {
+    ffi_result(|| {
+        let (from, to) = (handles(from, n)?, handles(to, n)?);
+        with(|t| {
+            // All or nothing: every edge must exist.
+            for (f, d) in from.iter().zip(&to) {
+                if !t.node_mut(*d)?.deps.contains(f) {
+                    return Err(err::INVALID_VALUE);
+                }
+            }
+            for (f, d) in from.iter().zip(&to) {
+                t.node_mut(*d)?.deps.retain(|x| x != f);
+            }
+            Ok(())
+        })
+    })
+}
+
+/// `cuGraphRemoveDependencies_v2`.
+#[no_mangle]
+pub extern "C" fn cuGraphRemoveDependencies_v2(
+    graph: CUgraph,
+    from: *const CUgraphNode,
+    to: *const CUgraphNode,
+    _edge_data: *const c_void,
+    n: usize,
+) -> CUresult {
+    cuGraphRemoveDependencies(graph, from, to, n)
+}
+
+/// `cuGraphDestroyNode`: the node and every edge to or from it.
+#[no_mangle]
+pub extern "C" fn cuGraphDestroyNode(node: CUgraphNode) -> CUresult {
+    let r = ffi_result(|| {
+        let h = node as u64;
+        with(|t| {
+            let g = t.nodes.remove(&h).ok_or(err::INVALID_VALUE)?;
+            let graph = t.graphs.get_mut(&g).ok_or(err::INVALID_VALUE)?;
+            graph.nodes.retain(|n| n.handle != h);
+            for n in &mut graph.nodes {
+                n.deps.retain(|d| *d != h);
+            }
+            Ok(())
+        })
+    });
+    crate::graph_mem::flush();
+    r
+}
+
+/// `cuGraphNodeGetContainingGraph`.
+#[no_mangle]
+pub extern "C" fn cuGraphNodeGetContainingGraph(
+    node: CUgraphNode,
+    graph: *mut CUgraph,
+) -> CUresult {
+    ffi_result(|| {
+        let g = with(|t| {
+            t.nodes
+                .get(&(node as u64))
+                .copied()
+                .ok_or(err::INVALID_VALUE)
+        })?;
+        put(graph, g as CUgraph)
+    })
+}
+
+fn event_of(node: CUgraphNode, record: bool) -> Result<usize, CUresult> {
+    with(|t| match t.node_mut(node as u64)?.work {
+        Work::EventRecord(e) if record => Ok(e),
+        Work::EventWait(e) if !record => Ok(e),
+        _ => Err(err::INVALID_VALUE),
+    })
+}
+
+fn set_event(node: CUgraphNode, record: bool, e: *mut c_void) -> CUresult {
+    ffi_result(|| {
+        if e.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        with(|t| {
+            let n = t.node_mut(node as u64)?;
+            n.work = match n.work {
+                Work::EventRecord(_) if record => Work::EventRecord(e as usize),
+                Work::EventWait(_) if !record => Work::EventWait(e as usize),
+                _ => return Err(err::INVALID_VALUE),
+            };
+            Ok(())
+        })
+    })
+}
+
+/// `cuGraphEventRecordNodeGetEvent`.
+#[no_mangle]
+pub extern "C" fn cuGraphEventRecordNodeGetEvent(
+    node: CUgraphNode,
+    e: *mut *mut c_void,
+) -> CUresult {
+    ffi_result(|| put(e, event_of(node, true)? as *mut c_void))
+}
+
+/// `cuGraphEventRecordNodeSetEvent`.
+#[no_mangle]
+pub extern "C" fn cuGraphEventRecordNodeSetEvent(node: CUgraphNode, e: *mut c_void) -> CUresult {
+    set_event(node, true, e)
+}
+
+/// `cuGraphEventWaitNodeGetEvent`.
+#[no_mangle]
+pub extern "C" fn cuGraphEventWaitNodeGetEvent(node: CUgraphNode, e: *mut *mut c_void) -> CUresult {
+    ffi_result(|| put(e, event_of(node, false)? as *mut c_void))
+}
+
+/// `cuGraphEventWaitNodeSetEvent`.
+#[no_mangle]
+pub extern "C" fn cuGraphEventWaitNodeSetEvent(node: CUgraphNode, e: *mut c_void) -> CUresult {
+    set_event(node, false, e)
+}
+
+/// `cuGraphNodeFindInClone`: the node of clone `graph` made from
+/// `original`.
+#[no_mangle]
+pub extern "C" fn cuGraphNodeFindInClone(
+    node: *mut CUgraphNode,
+    original: CUgraphNode,
+    graph: CUgraph,
+) -> CUresult {
+    ffi_result(|| {
+        let h = with(|t| {
+            t.clones
+                .get(&(graph as u64, original as u64))
+                .copied()
+                .filter(|n| t.nodes.contains_key(n))
+                .ok_or(err::INVALID_VALUE)
+        })?;
+        put(node, h as CUgraphNode)
+    })
+}
+
+/// `cuGraphExecGetFlags`: the flags the graph was instantiated with.
+#[no_mangle]
+pub extern "C" fn cuGraphExecGetFlags(exec: CUgraphExec, flags: *mut u64) -> CUresult {
+    ffi_result(|| {
+        let f = with(|t| {
+            t.execs
+                .get(&(exec as u64))
+                .map(|e| e.flags)
+                .ok_or(err::INVALID_VALUE)
+        })?;
+        put(flags, f)
+    })
+}
+
+/// `cuGraphNodeSetEnabled`: kernel, copy and memset nodes of an
+/// instantiated graph may be turned off and on.
+#[no_mangle]
+pub extern "C" fn cuGraphNodeSetEnabled(exec: CUgraphExec, node: CUgraphNode, on: u32) -> CUresult {
+    ffi_result(|| {
+        with(|t| {
+            let e = t.execs.get_mut(&(exec as u64)).ok_or(err::INVALID_VALUE)?;
+            let n = e
+                .graph
+                .nodes
+                .iter()
+                .find(|n| n.handle == node as u64)
+                .ok_or(err::INVALID_VALUE)?;
+            if !matches!(node_type(&n.work), 0..=2) {
+                return Err(err::INVALID_VALUE);
+            }
+            if on != 0 {
+                e.disabled.remove(&(node as u64));
+            } else {
+                e.disabled.insert(node as u64);
+            }
+            Ok(())
+        })
+    })
+}
+
+/// `cuGraphNodeGetEnabled`.
+#[no_mangle]
+pub extern "C" fn cuGraphNodeGetEnabled(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    on: *mut u32,
+) -> CUresult {
+    ffi_result(|| {
+        let v = with(|t| {
+            let e = t.execs.get(&(exec as u64)).ok_or(err::INVALID_VALUE)?;
+            let n = e
+                .graph
+                .nodes
+                .iter()
+                .find(|n| n.handle == node as u64)
+                .ok_or(err::INVALID_VALUE)?;
+            if !matches!(node_type(&n.work), 0..=2) {
+                return Err(err::INVALID_VALUE);
+            }
+            Ok(u32::from(!e.disabled.contains(&(node as u64))))
+        })?;
+        put(on, v)
+    })
+}
