@@ -60,7 +60,9 @@ ids!(
     /// An event.
     EventId,
     /// A CUDA array.
-    ArrayId
+    ArrayId,
+    /// Device memory made by `cuMemCreate` (the virtual-memory API).
+    PhysId
 );
 
 /// Where one side of a rectangular copy is, resolved by the request layer
@@ -205,7 +207,6 @@ pub const UNREMOTED_FEATURES: &[(i32, &str)] = &[
     (96, "COOPERATIVE_MULTI_DEVICE_LAUNCH"),
     (100, "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES"),
     (101, "DIRECT_MANAGED_MEM_ACCESS_FROM_HOST"),
-    (102, "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED"),
     (103, "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED"),
     (104, "HANDLE_TYPE_WIN32_HANDLE_SUPPORTED"),
     (105, "HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED"),
@@ -359,6 +360,9 @@ pub enum ExecError {
     /// Queried work has not finished.
     #[error("not ready")]
     NotReady,
+    /// What the executor does not implement.
+    #[error("not supported: {0}")]
+    Unsupported(&'static str),
 }
 
 impl ExecError {
@@ -374,6 +378,7 @@ impl ExecError {
             ExecError::CannotEmulate(_) | ExecError::CannotExecute { .. } => Status::NOT_SUPPORTED,
             ExecError::Invalid(_) => Status::INVALID_VALUE,
             ExecError::NotReady => Status::NOT_READY,
+            ExecError::Unsupported(_) => Status::NOT_SUPPORTED,
         }
     }
 }
@@ -422,6 +427,57 @@ pub trait GpuExecutor: Send {
     fn mem_alloc(&mut self, ctx: CtxId, bytes: u64) -> ExecResult<DevPtr>;
     /// Frees an allocation made by `mem_alloc` in this context.
     fn mem_free(&mut self, ctx: CtxId, ptr: DevPtr) -> ExecResult<()>;
+
+    // The virtual-memory API. The request layer checks every range and
+    // handle first: sizes, offsets and addresses are multiples of
+    // `VMM_GRANULARITY`, a mapping lies in one reservation of the context
+    // over no other mapping, `offset + bytes` lies in the memory, and
+    // unmaps, access changes and frees name whole mappings and whole
+    // reservations with nothing mapped.
+
+    /// Reserves `bytes` of device address space aligned to `align` (a
+    /// power of two, at least the granularity), with no memory behind it.
+    fn va_reserve(&mut self, _ctx: CtxId, _bytes: u64, _align: u64) -> ExecResult<DevPtr> {
+        Err(ExecError::Unsupported("the virtual-memory API"))
+    }
+    /// Frees a reservation with nothing mapped in it.
+    fn va_free(&mut self, _ctx: CtxId, _base: DevPtr, _bytes: u64) -> ExecResult<()> {
+        Err(ExecError::Unsupported("the virtual-memory API"))
+    }
+    /// Makes `bytes` of device memory, to be mapped.
+    fn phys_create(&mut self, _ctx: CtxId, _bytes: u64) -> ExecResult<PhysId> {
+        Err(ExecError::Unsupported("the virtual-memory API"))
+    }
+    /// Frees memory made by `phys_create` that is mapped nowhere.
+    fn phys_release(&mut self, _ctx: CtxId, _mem: PhysId) -> ExecResult<()> {
+        Err(ExecError::Unsupported("the virtual-memory API"))
+    }
+    /// Maps `bytes` of memory `mem` from `offset` at `addr`.
+    fn map(
+        &mut self,
+        _ctx: CtxId,
+        _addr: DevPtr,
+        _bytes: u64,
+        _offset: u64,
+        _mem: PhysId,
+    ) -> ExecResult<()> {
+        Err(ExecError::Unsupported("the virtual-memory API"))
+    }
+    /// Unmaps the mapping at `addr` of `bytes`.
+    fn unmap(&mut self, _ctx: CtxId, _addr: DevPtr, _bytes: u64) -> ExecResult<()> {
+        Err(ExecError::Unsupported("the virtual-memory API"))
+    }
+    /// Sets the device's access to the mappings in `addr..addr + bytes`:
+    /// `prot` 3 read-write, 1 read-only, 0 none (`CUmemAccess_flags`).
+    fn set_access(
+        &mut self,
+        _ctx: CtxId,
+        _addr: DevPtr,
+        _bytes: u64,
+        _prot: u32,
+    ) -> ExecResult<()> {
+        Err(ExecError::Unsupported("the virtual-memory API"))
+    }
     /// Copies host bytes to the device.
     fn memcpy_htod(
         &mut self,

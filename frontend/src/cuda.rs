@@ -376,6 +376,50 @@ impl Cuda {
         self.call(Opcode::SurfObjectDestroy, &[obj]).map(|_| ())
     }
 
+    /// `cuMemAddressReserve` → the range's base.
+    pub fn mem_address_reserve(&mut self, bytes: u64, align: u64) -> Result<u64, CallError> {
+        Ok(self.call(Opcode::MemAddressReserve, &[bytes, align])?[0])
+    }
+
+    /// `cuMemAddressFree` of a whole reservation.
+    pub fn mem_address_free(&mut self, base: u64, bytes: u64) -> Result<(), CallError> {
+        self.call(Opcode::MemAddressFree, &[base, bytes])
+            .map(|_| ())
+    }
+
+    /// `cuMemCreate` → the memory's handle.
+    pub fn mem_create(&mut self, bytes: u64) -> Result<u64, CallError> {
+        Ok(self.call(Opcode::MemCreate, &[bytes])?[0])
+    }
+
+    /// `cuMemRelease`.
+    pub fn mem_release(&mut self, handle: u64) -> Result<(), CallError> {
+        self.call(Opcode::MemRelease, &[handle]).map(|_| ())
+    }
+
+    /// `cuMemMap`.
+    pub fn mem_map(
+        &mut self,
+        addr: u64,
+        bytes: u64,
+        offset: u64,
+        handle: u64,
+    ) -> Result<(), CallError> {
+        self.call(Opcode::MemMap, &[addr, bytes, offset, handle])
+            .map(|_| ())
+    }
+
+    /// `cuMemUnmap`.
+    pub fn mem_unmap(&mut self, addr: u64, bytes: u64) -> Result<(), CallError> {
+        self.call(Opcode::MemUnmap, &[addr, bytes]).map(|_| ())
+    }
+
+    /// `cuMemSetAccess` (`prot`: 3 read-write, 1 read-only, 0 none).
+    pub fn mem_set_access(&mut self, addr: u64, bytes: u64, prot: u64) -> Result<(), CallError> {
+        self.call(Opcode::MemSetAccess, &[addr, bytes, prot])
+            .map(|_| ())
+    }
+
     fn memset_op(elem: u8) -> Result<Opcode, CallError> {
         match elem {
             1 => Ok(Opcode::MemsetD8),

@@ -49,6 +49,7 @@ mod pool;
 mod proc_address;
 mod state;
 mod stream;
+mod vmm;
 
 use std::collections::HashSet;
 use std::sync::Mutex;

@@ -25,6 +25,24 @@ static HOST: Mutex<BTreeMap<usize, (usize, u32)>> = Mutex::new(BTreeMap::new());
 /// `cuMemFree`; gone with their module.
 static GLOBALS: Mutex<BTreeMap<u64, (u64, usize)>> = Mutex::new(BTreeMap::new());
 
+/// Mappings of the virtual-memory API: address -> size (`vmm.rs`).
+static MAPPED: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+
+/// Records a mapping of the virtual-memory API: device memory for copies'
+/// direction and attributes, never an allocation `cuMemFree` frees.
+pub fn register_mapping(ptr: u64, size: u64) {
+    if let Ok(mut m) = MAPPED.lock() {
+        m.insert(ptr, size);
+    }
+}
+
+/// Forgets a mapping (`cuMemUnmap`).
+pub fn forget_mapping(ptr: u64) {
+    if let Ok(mut m) = MAPPED.lock() {
+        m.remove(&ptr);
+    }
+}
+
 /// Records a module variable the host placed at `ptr`.
 pub fn register_global(ptr: u64, size: u64, module: usize) -> Result<(), CUresult> {
     GLOBALS
@@ -49,7 +67,9 @@ fn find_global(ptr: u64) -> Option<(u64, u64)> {
 
 /// The device range (allocation or module variable) holding `ptr`.
 fn find_device(ptr: u64) -> Option<(u64, u64)> {
-    find(&DEVICE, ptr).or_else(|| find_global(ptr))
+    find(&DEVICE, ptr)
+        .or_else(|| find_global(ptr))
+        .or_else(|| find(&MAPPED, ptr))
 }
 
 fn find(map: &Mutex<BTreeMap<u64, u64>>, ptr: u64) -> Option<(u64, u64)> {

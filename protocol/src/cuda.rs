@@ -19,6 +19,16 @@ pub const MAX_PARAM_BYTES: u32 = 32764;
 /// Most live objects of each kind (allocations, modules, functions,
 /// streams, events) one channel may hold.
 pub const MAX_OBJECTS: usize = 1 << 16;
+/// The virtual-memory API's granularity (`cuMemGetAllocationGranularity`,
+/// minimum and recommended): sizes, offsets and addresses of
+/// `MemAddressReserve`, `MemCreate` and `MemMap` are multiples of it, as
+/// on NVIDIA's GPUs (2 MiB).
+pub const VMM_GRANULARITY: u64 = 2 << 20;
+/// Most bytes of address space one reservation may cover (the guest sees
+/// no more device memory than its quota, but may reserve ahead of it, as
+/// PyTorch's expandable segments do): 1 TiB.
+pub const MAX_RESERVATION: u64 = 1 << 40;
+
 /// Longest device name returned.
 pub const MAX_DEVICE_NAME: usize = 256;
 

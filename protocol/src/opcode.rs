@@ -138,6 +138,27 @@ pub enum Opcode {
     /// `cuSurfObjectDestroy(args[0] = object)`.
     SurfObjectDestroy = 0x0176,
 
+    // The virtual-memory API; see `crate::cuda::VMM_GRANULARITY`.
+    /// `cuMemAddressReserve(args[0] = bytes, args[1] = alignment)` →
+    /// `vals[0]` = the range's base (no memory behind it).
+    MemAddressReserve = 0x0180,
+    /// `cuMemAddressFree(args[0] = base, args[1] = bytes)`: a whole
+    /// reservation with nothing mapped in it.
+    MemAddressFree = 0x0181,
+    /// `cuMemCreate(args[0] = bytes)` → `vals[0]` = a handle to that much
+    /// device memory, charged against the VM's quota.
+    MemCreate = 0x0182,
+    /// `cuMemRelease(args[0] = handle)`: the memory goes once unmapped.
+    MemRelease = 0x0183,
+    /// `cuMemMap(args[0] = address, args[1] = bytes, args[2] = offset into
+    /// the memory, args[3] = handle)`.
+    MemMap = 0x0184,
+    /// `cuMemUnmap(args[0] = address, args[1] = bytes)`: whole mappings.
+    MemUnmap = 0x0185,
+    /// `cuMemSetAccess(args[0] = address, args[1] = bytes, args[2] = 3
+    /// read-write, 1 read-only, 0 none)`: whole mappings.
+    MemSetAccess = 0x0186,
+
     // OpenCL; arguments and results are documented in `crate::opencl`.
     /// `clGetDeviceInfo(args[0] = param)` of the channel's host device → the
     /// value's bytes in the arena, `vals[0]` = its full size. The host
@@ -278,7 +299,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 87] = [
+    pub const ALL: [Opcode; 94] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -327,6 +348,13 @@ impl Opcode {
         Opcode::TexObjectDestroy,
         Opcode::SurfObjectCreate,
         Opcode::SurfObjectDestroy,
+        Opcode::MemAddressReserve,
+        Opcode::MemAddressFree,
+        Opcode::MemCreate,
+        Opcode::MemRelease,
+        Opcode::MemMap,
+        Opcode::MemUnmap,
+        Opcode::MemSetAccess,
         Opcode::ClGetDeviceInfo,
         Opcode::ClGetPlatformInfo,
         Opcode::ClCreateQueue,

@@ -1415,3 +1415,87 @@ fn arrays_and_rectangular_copies_are_exact_and_bounded() {
         vm(st, "vm1").mem_used == pitch * (h + 3)
     });
 }
+
+/// The virtual-memory API through the channel: every range, offset and
+/// handle is checked on the host (granularity, inside one reservation of
+/// the channel, over no other mapping, memory of the channel), memory
+/// counts against the VM's quota from `MemCreate` until its last mapping
+/// goes after `MemRelease`, copies reach a mapping only once access is
+/// set, and another channel's reservations and memory are out of reach.
+#[test]
+fn virtual_memory_is_checked_on_the_host_and_charged_to_the_vm() {
+    const G: u64 = fairgpu_protocol::cuda::VMM_GRANULARITY;
+    let rig = Rig::start("cuda_vmm");
+    let mut a = rig.cuda(0);
+    let inval = Status::INVALID_VALUE;
+    assert_refused(a.mem_address_reserve(0, 0), inval);
+    assert_refused(a.mem_address_reserve(G + 1, 0), inval);
+    assert_refused(a.mem_address_reserve(G, 3 * G), inval);
+    assert_refused(a.mem_address_reserve(2 << 40, 0), inval);
+    let base = a.mem_address_reserve(4 * G, 4 * G).unwrap();
+    assert_eq!(base % (4 * G), 0);
+    assert_refused(a.mem_create(G / 2), inval);
+    assert_refused(
+        a.mem_create((VM_QUOTA / G + 1) * G),
+        Status::OUT_OF_MEMORY,
+    );
+    let m = a.mem_create(2 * G).unwrap();
+    assert_eq!(a.mem_get_info(), Ok((VM_QUOTA - 2 * G, VM_QUOTA)));
+    // Misplaced mappings: off the granularity, outside any reservation,
+    // past the memory's end, a forged handle.
+    assert_refused(a.mem_map(base + 4096, 2 * G, 0, m), inval);
+    assert_refused(a.mem_map(base + 3 * G, 2 * G, 0, m), inval);
+    assert_refused(a.mem_map(base, 2 * G, G, m), inval);
+    assert_refused(a.mem_map(base + (1 << 40), G, 0, m), inval);
+    assert_refused(a.mem_map(base, 2 * G, 0, FORGED), inval);
+    a.mem_map(base, 2 * G, 0, m).unwrap();
+    assert_refused(a.mem_map(base, 2 * G, 0, m), inval);
+    // No access yet: copies are refused.
+    let data = pattern(4096, 9);
+    assert_refused(a.memcpy_htod(base, &data), inval);
+    assert_refused(a.mem_set_access(base, G, 3), inval); // half a mapping
+    assert_refused(a.mem_set_access(base, 2 * G, 2), inval); // not a protection
+    a.mem_set_access(base, 2 * G, 3).unwrap();
+    a.memcpy_htod(base + 2 * G - 4096, &data).unwrap();
+    assert_bytes_eq(&read(&mut a, base + 2 * G - 4096, 4096), &data, "mapped");
+    // A copy past the mapping, into the reservation's unmapped rest.
+    assert_refused(a.memcpy_htod(base + 2 * G - 2048, &data), inval);
+    // Not an allocation: MemFree refuses it; the range cannot be freed
+    // while mapped.
+    assert_refused(a.mem_free(base), inval);
+    assert_refused(a.mem_address_free(base, 4 * G), inval);
+
+    // Another channel of the VM reaches none of it.
+    let mut b = rig.cuda(0);
+    assert_refused(b.memcpy_htod(base, &data), inval);
+    assert_refused(b.mem_map(base + 2 * G, 2 * G, 0, m), inval);
+    assert_refused(b.mem_unmap(base, 2 * G), inval);
+    assert_refused(b.mem_release(m), inval);
+    assert_refused(b.mem_address_free(base, 4 * G), inval);
+
+    // Released while mapped: still there, and charged, until unmapped.
+    a.mem_release(m).unwrap();
+    assert_refused(a.mem_release(m), inval);
+    assert_bytes_eq(&read(&mut a, base + 2 * G - 4096, 4096), &data, "released, mapped");
+    assert_eq!(a.mem_get_info(), Ok((VM_QUOTA - 2 * G, VM_QUOTA)));
+    a.mem_unmap(base, 2 * G).unwrap();
+    assert_eq!(a.mem_get_info(), Ok((VM_QUOTA, VM_QUOTA)));
+    assert_refused(a.memcpy_htod(base, &data), inval);
+    a.mem_address_free(base, 4 * G).unwrap();
+    assert_refused(a.mem_address_free(base, 4 * G), inval);
+
+    // What a channel leaves behind goes with it.
+    let r = b.mem_address_reserve(2 * G, 0).unwrap();
+    let m2 = b.mem_create(2 * G).unwrap();
+    b.mem_map(r, 2 * G, 0, m2).unwrap();
+    b.mem_set_access(r, 2 * G, 3).unwrap();
+    wait_for_status(&rig.d, "vm1's mapped memory to be charged", |s| {
+        vm(s, "vm1").mem_used == 2 * G
+    });
+    drop(b);
+    wait_for_status(&rig.d, "vm1's memory to be returned", |s| {
+        vm(s, "vm1").mem_used == 0 && vm(s, "vm1").contexts == 1
+    });
+    let scratch = a.mem_alloc(4096).unwrap();
+    still_works(&mut a, scratch, 3);
+}

@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 21] = [
+const COMPUTE_PROGRAMS: [&str; 22] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -291,6 +291,7 @@ const COMPUTE_PROGRAMS: [&str; 21] = [
     "sm80_features",
     "per_thread_stream",
     "graph_memory",
+    "vmm",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -298,7 +299,7 @@ const COMPUTE_PROGRAMS: [&str; 21] = [
 /// atomics, prefix scans, structs passed by value, arrays read through
 /// textures and written through surfaces, managed and mapped memory shared
 /// by the CPU and kernels, cooperative launches (and cluster launches
-/// refused where the device has none), CUDA graphs built and captured (memory nodes among them),
+/// refused where the device has none), CUDA graphs built and captured (memory nodes among them), memory mapped through the virtual-memory API,
 /// PTX modules JIT-linked or loaded from files, programs built with the
 /// per-thread default stream: SimGpu's kernels compute exactly what the CPU
 /// does. The three variants of a program run

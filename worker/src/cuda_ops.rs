@@ -27,7 +27,7 @@ use fairgpu_protocol::array::{
 };
 use fairgpu_protocol::cuda::{
     image_hash, limit, LaunchHeader, LaunchOptions, ParamInfo, MAX_DEVICE_NAME, MAX_IMAGE_CACHE,
-    MAX_MODULE_IMAGE, MAX_NAME, MAX_OBJECTS,
+    MAX_MODULE_IMAGE, MAX_NAME, MAX_OBJECTS, MAX_RESERVATION, VMM_GRANULARITY,
 };
 use fairgpu_protocol::handle::{Handle, HandleTable};
 use fairgpu_protocol::wire::ValidRequest;
@@ -41,7 +41,7 @@ use crate::transport_ops::TransportOps;
 use fairgpu_executor::host_memory::{HostCharge, HostMemory};
 use fairgpu_executor::{
     ArrayId, CtxId, DevPtr, EventId, ExecError, FnId, GpuExecutor, HostData, LaunchConfig, ModId,
-    Place, RectCopy, RectSide, StreamId, TexResource,
+    PhysId, Place, RectCopy, RectSide, StreamId, TexResource,
 };
 
 /// What a VM uses, for status and accounting.
@@ -115,10 +115,39 @@ struct Context {
     acct_events: usize,
     /// Bytes of parameter layouts `functions` hold.
     param_bytes: u64,
+    /// The virtual-memory API: reserved ranges (base -> bytes), memory
+    /// made by `MemCreate` (charged against the quota until freed), and
+    /// mappings (address -> mapping). Copies and memsets may use a mapping
+    /// once the device has access to it.
+    reservations: BTreeMap<DevPtr, u64>,
+    vmem: HandleTable<VMem>,
+    vmem_bytes: u64,
+    mappings: BTreeMap<DevPtr, Mapping>,
     /// What this context is charged against the VM's host memory: at
     /// least [`Context::host_bytes`], and before a request at least that
     /// plus what the request may add ([`growth_bound`]).
     held: HostCharge,
+}
+
+/// Memory made by `MemCreate`.
+#[derive(Debug)]
+struct VMem {
+    id: PhysId,
+    bytes: u64,
+    /// Mappings of it that exist.
+    mapped: u32,
+    /// `MemRelease` came while it was mapped: it goes with its last
+    /// mapping.
+    released: bool,
+}
+
+/// One `MemMap`.
+#[derive(Debug, Clone, Copy)]
+struct Mapping {
+    bytes: u64,
+    mem: Handle,
+    /// The device may access it (`MemSetAccess` read or read-write).
+    accessible: bool,
 }
 
 /// Host memory charged for any context, besides its tables: the context
@@ -172,6 +201,10 @@ impl Context {
             acct_free: Vec::new(),
             acct_events: 0,
             param_bytes: 0,
+            reservations: BTreeMap::new(),
+            vmem: HandleTable::new(MAX_OBJECTS),
+            vmem_bytes: 0,
+            mappings: BTreeMap::new(),
             held,
         }
     }
@@ -231,10 +264,34 @@ impl Context {
             Some((&base, &size)) if end <= base + size => return Ok(()),
             _ => {}
         }
+        match self.mappings.range(..=ptr).next_back() {
+            Some((&base, m)) if m.accessible && end <= base + m.bytes => return Ok(()),
+            _ => {}
+        }
         match self.globals.range(..=ptr).next_back() {
             Some((&base, &(size, _))) if end <= base + size => Ok(()),
             _ => Err(Status::INVALID_VALUE),
         }
+    }
+
+    /// The mappings `addr..addr + bytes` covers, each whole: at least one,
+    /// and none cut by either end.
+    fn whole_mappings(&self, addr: DevPtr, bytes: u64) -> Result<Vec<(DevPtr, Mapping)>, Status> {
+        let end = addr.checked_add(bytes).ok_or(Status::INVALID_VALUE)?;
+        if let Some((&a, m)) = self.mappings.range(..addr).next_back() {
+            if a + m.bytes > addr {
+                return Err(Status::INVALID_VALUE);
+            }
+        }
+        let inside: Vec<(DevPtr, Mapping)> = self
+            .mappings
+            .range(addr..end)
+            .map(|(&a, &m)| (a, m))
+            .collect();
+        if inside.is_empty() || inside.iter().any(|(a, m)| a + m.bytes > end) {
+            return Err(Status::INVALID_VALUE);
+        }
+        Ok(inside)
     }
 
     /// The function guest handle `h` names, while its module is loaded.
@@ -778,6 +835,170 @@ impl CudaOps {
                     .and_then(|cx| cx.allocs.remove(&a[0]))
                     .ok_or(Status::INVALID_VALUE)?;
                 self.mem_used -= size;
+                Ok(Answer::default())
+            }
+            Opcode::MemAddressReserve => {
+                let (bytes, align) = (a[0], a[1]);
+                if bytes == 0
+                    || !bytes.is_multiple_of(VMM_GRANULARITY)
+                    || bytes > MAX_RESERVATION
+                    || (align != 0 && (!align.is_power_of_two() || align > MAX_RESERVATION))
+                {
+                    return Err(Status::INVALID_VALUE);
+                }
+                if cx.reservations.len() >= MAX_OBJECTS {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let base = self
+                    .exec
+                    .va_reserve(ctx, bytes, align.max(VMM_GRANULARITY))
+                    .map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                cx.reservations.insert(base, bytes);
+                Ok(vals(&[base]))
+            }
+            Opcode::MemAddressFree => {
+                let (base, bytes) = (a[0], a[1]);
+                if cx.reservations.get(&base) != Some(&bytes)
+                    || cx.mappings.range(base..base + bytes).next().is_some()
+                {
+                    return Err(Status::INVALID_VALUE);
+                }
+                self.exec.va_free(ctx, base, bytes).map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                cx.reservations.remove(&base);
+                Ok(Answer::default())
+            }
+            Opcode::MemCreate => {
+                let bytes = a[0];
+                if bytes == 0 || !bytes.is_multiple_of(VMM_GRANULARITY) {
+                    return Err(Status::INVALID_VALUE);
+                }
+                if mem_used.checked_add(bytes).is_none_or(|u| u > quota) {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let id = self.exec.phys_create(ctx, bytes).map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let h = match cx.vmem.insert(VMem {
+                    id,
+                    bytes,
+                    mapped: 0,
+                    released: false,
+                }) {
+                    Ok(h) => h,
+                    Err(_) => {
+                        let _ = self.exec.phys_release(ctx, id);
+                        return Err(Status::OUT_OF_MEMORY);
+                    }
+                };
+                cx.vmem_bytes += bytes;
+                self.mem_used += bytes;
+                Ok(vals(&[h.0]))
+            }
+            Opcode::MemRelease => {
+                let h = Handle(a[0]);
+                let m = cx.vmem.get_mut(h).map_err(|_| Status::INVALID_VALUE)?;
+                if m.released {
+                    return Err(Status::INVALID_VALUE);
+                }
+                if m.mapped > 0 {
+                    // Freed with its last mapping, as with the driver.
+                    m.released = true;
+                    return Ok(Answer::default());
+                }
+                let (id, bytes) = (m.id, m.bytes);
+                self.exec.phys_release(ctx, id).map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let _ = cx.vmem.remove(h);
+                cx.vmem_bytes -= bytes;
+                self.mem_used -= bytes;
+                Ok(Answer::default())
+            }
+            Opcode::MemMap => {
+                let (addr, bytes, offset, h) = (a[0], a[1], a[2], Handle(a[3]));
+                if bytes == 0
+                    || [addr, bytes, offset]
+                        .iter()
+                        .any(|v| !v.is_multiple_of(VMM_GRANULARITY))
+                {
+                    return Err(Status::INVALID_VALUE);
+                }
+                let end = addr.checked_add(bytes).ok_or(Status::INVALID_VALUE)?;
+                let reserved = cx
+                    .reservations
+                    .range(..=addr)
+                    .next_back()
+                    .is_some_and(|(&b, &n)| end <= b + n);
+                let overlaps = cx
+                    .mappings
+                    .range(..end)
+                    .next_back()
+                    .is_some_and(|(&m, map)| m + map.bytes > addr);
+                let m = cx.vmem.get(h).map_err(|_| Status::INVALID_VALUE)?;
+                if !reserved
+                    || overlaps
+                    || m.released
+                    || offset.checked_add(bytes).is_none_or(|e| e > m.bytes)
+                    || cx.mappings.len() >= MAX_OBJECTS
+                {
+                    return Err(Status::INVALID_VALUE);
+                }
+                let id = m.id;
+                self.exec
+                    .map(ctx, addr, bytes, offset, id)
+                    .map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                cx.mappings.insert(
+                    addr,
+                    Mapping {
+                        bytes,
+                        mem: h,
+                        accessible: false,
+                    },
+                );
+                if let Ok(m) = cx.vmem.get_mut(h) {
+                    m.mapped += 1;
+                }
+                Ok(Answer::default())
+            }
+            Opcode::MemUnmap => {
+                let inside = cx.whole_mappings(a[0], a[1])?;
+                for (addr, map) in inside {
+                    self.exec.unmap(ctx, addr, map.bytes).map_err(exec_err)?;
+                    let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                    cx.mappings.remove(&addr);
+                    let Ok(m) = cx.vmem.get_mut(map.mem) else {
+                        continue;
+                    };
+                    m.mapped -= 1;
+                    if m.released && m.mapped == 0 {
+                        let (id, bytes) = (m.id, m.bytes);
+                        let _ = cx.vmem.remove(map.mem);
+                        cx.vmem_bytes -= bytes;
+                        self.mem_used -= bytes;
+                        self.exec.phys_release(ctx, id).map_err(exec_err)?;
+                    }
+                }
+                Ok(Answer::default())
+            }
+            Opcode::MemSetAccess => {
+                let (addr, bytes) = (a[0], a[1]);
+                let prot = match a[2] {
+                    0 => 0,
+                    1 => 1,
+                    3 => 3,
+                    _ => return Err(Status::INVALID_VALUE),
+                };
+                let inside = cx.whole_mappings(addr, bytes)?;
+                self.exec
+                    .set_access(ctx, addr, bytes, prot)
+                    .map_err(exec_err)?;
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                for (a, _) in inside {
+                    if let Some(m) = cx.mappings.get_mut(&a) {
+                        m.accessible = prot != 0;
+                    }
+                }
                 Ok(Answer::default())
             }
             Opcode::MemcpyHtoD => {
@@ -1396,8 +1617,11 @@ impl Handler for CudaOps {
         self.cl.reset(ch);
         self.mem_used -= before - self.cl.used();
         if let Some(cx) = self.contexts.get_mut(ch as usize).and_then(Option::take) {
-            let freed: u64 =
-                cx.allocs.values().sum::<u64>() + cx.array_bytes + cx.heap_charge + cx.fifo_charge;
+            let freed: u64 = cx.allocs.values().sum::<u64>()
+                + cx.array_bytes
+                + cx.heap_charge
+                + cx.fifo_charge
+                + cx.vmem_bytes;
             self.mem_used -= freed;
             self.exec.destroy_context(cx.ctx);
             tracing::debug!(vm = %self.vm, channel = ch, freed, "context destroyed");

@@ -66,6 +66,29 @@ pub(crate) struct LaunchConfigC {
     pub num_attrs: c_uint,
 }
 
+/// `CUmemAllocationProp`: type (1: pinned), requested handle types (0),
+/// location (type 1: a device, and its ordinal), Windows metadata, flags.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MemAllocationProp {
+    pub alloc_type: c_uint,
+    pub handle_types: c_uint,
+    pub location_type: c_uint,
+    pub location_id: c_int,
+    pub win32_metadata: *mut c_void,
+    pub flags: [c_uchar; 8],
+}
+
+/// `CUmemAccessDesc`: a location (type 1: a device, and its ordinal) and
+/// the access it gets (`CUmemAccess_flags`: 0 none, 1 read, 3 read-write).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MemAccessDesc {
+    pub location_type: c_uint,
+    pub location_id: c_int,
+    pub flags: c_uint,
+}
+
 /// `CUDA_ARRAY3D_DESCRIPTOR`, with the format as a plain integer.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -251,6 +274,13 @@ driver_api! {
     cuMemGetInfo_v2(*mut usize, *mut usize);
     cuMemAlloc_v2(*mut CUdeviceptr, usize);
     cuMemFree_v2(CUdeviceptr);
+    cuMemAddressReserve(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64);
+    cuMemAddressFree(CUdeviceptr, usize);
+    cuMemCreate(*mut u64, usize, *const MemAllocationProp, u64);
+    cuMemRelease(u64);
+    cuMemMap(CUdeviceptr, usize, usize, u64, u64);
+    cuMemUnmap(CUdeviceptr, usize);
+    cuMemSetAccess(CUdeviceptr, usize, *const MemAccessDesc, usize);
     cuMemcpyHtoD_v2(CUdeviceptr, *const c_void, usize);
     cuMemcpyHtoDAsync_v2(CUdeviceptr, *const c_void, usize, CUstream);
     cuMemcpyDtoH_v2(*mut c_void, CUdeviceptr, usize);

@@ -121,6 +121,13 @@ pub(super) struct State {
     pub arrays: HashMap<usize, FakeArray>,
     /// Texture and surface objects -> (context, what they read).
     pub objects: HashMap<u64, (usize, api::ResourceDesc)>,
+    /// The virtual-memory API (process-wide, as in the driver):
+    /// reservations (base -> bytes), memory (handle -> its bytes while no
+    /// accessible mapping holds them in `allocs`), mappings (address ->
+    /// handle, bytes).
+    pub reservations: BTreeMap<u64, usize>,
+    pub vmm_mem: HashMap<u64, (usize, Option<Vec<u8>>)>,
+    pub mappings: BTreeMap<u64, (u64, usize)>,
 }
 
 /// An array of the fake: its elements packed by rows and slices.
@@ -1307,6 +1314,180 @@ unsafe extern "C" fn surf_object_destroy(obj: u64) -> CuResult {
     object_destroy("cuSurfObjectDestroy", obj)
 }
 
+/// The fake's virtual-memory granularity.
+const GRANULARITY: usize = 2 << 20;
+
+unsafe extern "C" fn mem_address_reserve(
+    p: *mut CUdeviceptr,
+    size: usize,
+    align: usize,
+    addr: CUdeviceptr,
+    flags: u64,
+) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuMemAddressReserve", false) {
+            return r;
+        }
+        if size == 0 || !size.is_multiple_of(GRANULARITY) || addr != 0 || flags != 0 {
+            return INVALID_VALUE;
+        }
+        let align = align.max(GRANULARITY) as u64;
+        let base = s.next_dev.next_multiple_of(align);
+        s.next_dev = base + size as u64 + GRANULARITY as u64;
+        s.reservations.insert(base, size);
+        out(p, base);
+        0
+    })
+}
+
+unsafe extern "C" fn mem_address_free(base: CUdeviceptr, size: usize) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuMemAddressFree", false) {
+            return r;
+        }
+        let mapped = s.mappings.range(base..base + size as u64).next().is_some();
+        if s.reservations.get(&base) != Some(&size) || mapped {
+            return INVALID_VALUE;
+        }
+        s.reservations.remove(&base);
+        0
+    })
+}
+
+unsafe extern "C" fn mem_create(
+    h: *mut u64,
+    size: usize,
+    prop: *const api::MemAllocationProp,
+    flags: u64,
+) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuMemCreate", false) {
+            return r;
+        }
+        // SAFETY: the executor passes a live description.
+        let p = unsafe { &*prop };
+        if size == 0 || !size.is_multiple_of(GRANULARITY) || flags != 0 {
+            return INVALID_VALUE;
+        }
+        if p.alloc_type != 1 || p.location_type != 1 || p.location_id != 0 || p.handle_types != 0 {
+            return INVALID_VALUE;
+        }
+        let handle = s.new_handle() as u64;
+        s.vmm_mem.insert(handle, (size, Some(vec![0; size])));
+        out(h, handle);
+        0
+    })
+}
+
+unsafe extern "C" fn mem_release(h: u64) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuMemRelease", false) {
+            return r;
+        }
+        // Strict: the executor releases only memory mapped nowhere.
+        if s.mappings.values().any(|(m, _)| *m == h) || s.vmm_mem.remove(&h).is_none() {
+            return INVALID_VALUE;
+        }
+        0
+    })
+}
+
+unsafe extern "C" fn mem_map(
+    addr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    h: u64,
+    flags: u64,
+) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuMemMap", false) {
+            return r;
+        }
+        let end = addr + size as u64;
+        let reserved = s
+            .reservations
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&b, &n)| end <= b + n as u64);
+        let overlaps = s
+            .mappings
+            .range(..end)
+            .next_back()
+            .is_some_and(|(&a, &(_, n))| a + n as u64 > addr);
+        let whole = s.vmm_mem.get(&h).is_some_and(|(n, _)| *n == size) && offset == 0;
+        if !reserved || overlaps || !whole || flags != 0 {
+            return INVALID_VALUE;
+        }
+        s.mappings.insert(addr, (h, size));
+        0
+    })
+}
+
+unsafe extern "C" fn mem_unmap(addr: CUdeviceptr, size: usize) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuMemUnmap", false) {
+            return r;
+        }
+        match s.mappings.get(&addr) {
+            Some(&(h, n)) if n == size => {
+                s.mappings.remove(&addr);
+                if let Some(a) = s.allocs.remove(&addr) {
+                    if let Some(m) = s.vmm_mem.get_mut(&h) {
+                        m.1 = Some(a.bytes);
+                    }
+                }
+                0
+            }
+            _ => INVALID_VALUE,
+        }
+    })
+}
+
+unsafe extern "C" fn mem_set_access(
+    addr: CUdeviceptr,
+    size: usize,
+    desc: *const api::MemAccessDesc,
+    count: usize,
+) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuMemSetAccess", true) {
+            return r;
+        }
+        if count != 1 {
+            return INVALID_VALUE;
+        }
+        // SAFETY: the executor passes one live descriptor.
+        let d = unsafe { &*desc };
+        let inside: Vec<(u64, u64)> = s
+            .mappings
+            .range(addr..addr + size as u64)
+            .map(|(&a, &(h, _))| (a, h))
+            .collect();
+        if inside.is_empty() || d.location_type != 1 || d.location_id != 0 {
+            return INVALID_VALUE;
+        }
+        let ctx = s.current;
+        for (a, h) in inside {
+            match d.flags {
+                3 => {
+                    if let Some(bytes) = s.vmm_mem.get_mut(&h).and_then(|m| m.1.take()) {
+                        s.allocs.insert(a, Alloc { ctx, bytes });
+                    }
+                }
+                0 => {
+                    if let Some(al) = s.allocs.remove(&a) {
+                        if let Some(m) = s.vmm_mem.get_mut(&h) {
+                            m.1 = Some(al.bytes);
+                        }
+                    }
+                }
+                _ => return INVALID_VALUE,
+            }
+        }
+        0
+    })
+}
+
 pub(super) fn api() -> &'static Api {
     Box::leak(Box::new(Api {
         cuInit: cu_init,
@@ -1326,6 +1507,13 @@ pub(super) fn api() -> &'static Api {
         cuMemGetInfo_v2: mem_get_info,
         cuMemAlloc_v2: mem_alloc,
         cuMemFree_v2: mem_free,
+        cuMemAddressReserve: mem_address_reserve,
+        cuMemAddressFree: mem_address_free,
+        cuMemCreate: mem_create,
+        cuMemRelease: mem_release,
+        cuMemMap: mem_map,
+        cuMemUnmap: mem_unmap,
+        cuMemSetAccess: mem_set_access,
         cuMemcpyHtoD_v2: memcpy_htod,
         cuMemcpyHtoDAsync_v2: memcpy_htod_async,
         cuMemcpyDtoH_v2: memcpy_dtoh,

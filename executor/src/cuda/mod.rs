@@ -89,7 +89,8 @@ use self::api::{
 };
 use super::{
     ArrayDesc, ArrayId, CtxId, DevPtr, DeviceProps, EventId, ExecError, ExecResult, FnId,
-    GpuExecutor, HostData, LaunchConfig, ModId, RectCopy, StreamId, TexResource, TextureDesc,
+    GpuExecutor, HostData, LaunchConfig, ModId, PhysId, RectCopy, StreamId, TexResource,
+    TextureDesc,
 };
 
 /// Highest `CUdevice_attribute` value queried for [`DeviceProps`].
@@ -302,6 +303,12 @@ struct Context {
     /// Texture and surface objects: their values are what kernels receive.
     textures: HashSet<u64>,
     surfaces: HashSet<u64>,
+    /// The virtual-memory API: reservations (base -> bytes), memory made
+    /// by `cuMemCreate` (id -> the driver's handle), mappings (address ->
+    /// bytes).
+    reservations: HashMap<DevPtr, usize>,
+    phys: HashMap<u64, u64>,
+    mappings: HashMap<DevPtr, usize>,
 }
 
 /// Launches whose device time has not been collected yet.
@@ -408,6 +415,9 @@ impl Context {
             arrays: HashMap::new(),
             textures: HashSet::new(),
             surfaces: HashSet::new(),
+            reservations: HashMap::new(),
+            phys: HashMap::new(),
+            mappings: HashMap::new(),
         }
     }
 
@@ -517,6 +527,21 @@ impl Context {
         for ptr in self.allocs.drain() {
             // SAFETY: an allocation of this context, removed from its table.
             note("cuMemFree_v2", unsafe { (api.cuMemFree_v2)(ptr) });
+        }
+        // Mappings before the memory and the address ranges they use.
+        for (addr, bytes) in self.mappings.drain() {
+            // SAFETY: a mapping this context made, removed from its table.
+            note("cuMemUnmap", unsafe { (api.cuMemUnmap)(addr, bytes) });
+        }
+        for (_, handle) in self.phys.drain() {
+            // SAFETY: memory this context made, now mapped nowhere.
+            note("cuMemRelease", unsafe { (api.cuMemRelease)(handle) });
+        }
+        for (base, bytes) in self.reservations.drain() {
+            // SAFETY: a reservation of this context, now with nothing mapped.
+            note("cuMemAddressFree", unsafe {
+                (api.cuMemAddressFree)(base, bytes)
+            });
         }
         if failures > 0 {
             tracing::debug!("{failures} objects of a destroyed context failed to release");
@@ -1142,6 +1167,129 @@ impl GpuExecutor for CudaExecutor {
         // SAFETY: `ptr` is an allocation of the current context, now out
         // of its table.
         check("cuMemFree_v2", unsafe { (api.cuMemFree_v2)(ptr) })
+    }
+
+    fn va_reserve(&mut self, ctx: CtxId, bytes: u64, align: u64) -> ExecResult<DevPtr> {
+        let size = usize::try_from(bytes).map_err(|_| ExecError::OutOfMemory(bytes))?;
+        let align = usize::try_from(align).map_err(|_| ExecError::Invalid("alignment"))?;
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        let mut p: CUdeviceptr = 0;
+        // SAFETY: `p` is a valid out-pointer; no fixed address is asked for.
+        let result = unsafe { (api.cuMemAddressReserve)(&mut p, size, align, 0, 0) };
+        if result == CUDA_ERROR_OUT_OF_MEMORY {
+            return Err(ExecError::OutOfMemory(bytes));
+        }
+        check("cuMemAddressReserve", result)?;
+        c.reservations.insert(p, size);
+        Ok(p)
+    }
+
+    fn va_free(&mut self, ctx: CtxId, base: DevPtr, bytes: u64) -> ExecResult<()> {
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        match c.reservations.get(&base) {
+            Some(&b) if b as u64 == bytes => {}
+            _ => return Err(ExecError::Invalid("reservation")),
+        }
+        let size = c.reservations.remove(&base).expect("checked");
+        // SAFETY: a reservation of this context with nothing mapped (the
+        // request layer checked), now out of its table.
+        check("cuMemAddressFree", unsafe {
+            (api.cuMemAddressFree)(base, size)
+        })
+    }
+
+    fn phys_create(&mut self, ctx: CtxId, bytes: u64) -> ExecResult<PhysId> {
+        let size = usize::try_from(bytes).map_err(|_| ExecError::OutOfMemory(bytes))?;
+        let api = self.api;
+        let ordinal = i32::try_from(self.ordinal).map_err(|_| ExecError::Invalid("device"))?;
+        let id = self.fresh_id();
+        let c = self.enter(ctx)?;
+        let prop = api::MemAllocationProp {
+            alloc_type: 1,
+            handle_types: 0,
+            location_type: 1,
+            location_id: ordinal,
+            win32_metadata: ptr::null_mut(),
+            flags: [0; 8],
+        };
+        let mut h: u64 = 0;
+        // SAFETY: `h` is a valid out-pointer, `prop` a complete description.
+        let result = unsafe { (api.cuMemCreate)(&mut h, size, &prop, 0) };
+        if result == CUDA_ERROR_OUT_OF_MEMORY {
+            return Err(ExecError::OutOfMemory(bytes));
+        }
+        check("cuMemCreate", result)?;
+        c.phys.insert(id, h);
+        Ok(PhysId(id))
+    }
+
+    fn phys_release(&mut self, ctx: CtxId, mem: PhysId) -> ExecResult<()> {
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        let h = c
+            .phys
+            .remove(&mem.0)
+            .ok_or(ExecError::Invalid("memory handle"))?;
+        // SAFETY: memory this context made, mapped nowhere (the request
+        // layer checked), now out of its table.
+        check("cuMemRelease", unsafe { (api.cuMemRelease)(h) })
+    }
+
+    fn map(
+        &mut self,
+        ctx: CtxId,
+        addr: DevPtr,
+        bytes: u64,
+        offset: u64,
+        mem: PhysId,
+    ) -> ExecResult<()> {
+        let size = usize::try_from(bytes).map_err(|_| ExecError::Invalid("size"))?;
+        let offset = usize::try_from(offset).map_err(|_| ExecError::Invalid("offset"))?;
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        let h = *c
+            .phys
+            .get(&mem.0)
+            .ok_or(ExecError::Invalid("memory handle"))?;
+        // SAFETY: the range lies in a reservation of this context over no
+        // other mapping, and `offset + size` inside the memory (checked by
+        // the request layer).
+        check("cuMemMap", unsafe {
+            (api.cuMemMap)(addr, size, offset, h, 0)
+        })?;
+        c.mappings.insert(addr, size);
+        Ok(())
+    }
+
+    fn unmap(&mut self, ctx: CtxId, addr: DevPtr, bytes: u64) -> ExecResult<()> {
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        match c.mappings.get(&addr) {
+            Some(&b) if b as u64 == bytes => {}
+            _ => return Err(ExecError::Invalid("mapping")),
+        }
+        let size = c.mappings.remove(&addr).expect("checked");
+        // SAFETY: a whole mapping of this context, now out of its table.
+        check("cuMemUnmap", unsafe { (api.cuMemUnmap)(addr, size) })
+    }
+
+    fn set_access(&mut self, ctx: CtxId, addr: DevPtr, bytes: u64, prot: u32) -> ExecResult<()> {
+        let size = usize::try_from(bytes).map_err(|_| ExecError::Invalid("size"))?;
+        let api = self.api;
+        let ordinal = i32::try_from(self.ordinal).map_err(|_| ExecError::Invalid("device"))?;
+        self.enter(ctx)?;
+        let desc = api::MemAccessDesc {
+            location_type: 1,
+            location_id: ordinal,
+            flags: prot,
+        };
+        // SAFETY: the range is whole mappings of this context (checked by
+        // the request layer); one descriptor.
+        check("cuMemSetAccess", unsafe {
+            (api.cuMemSetAccess)(addr, size, &desc, 1)
+        })
     }
 
     fn memcpy_htod(

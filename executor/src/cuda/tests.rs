@@ -1003,3 +1003,48 @@ fn a_fatbin_whose_cubin_this_gpu_cannot_run_is_loaded_from_its_ptx_with_companio
     let (f, _) = e.function(ctx, m, "add_one").unwrap();
     assert_eq!(e.sliceable(ctx, f), Ok(()));
 }
+
+#[test]
+fn virtual_memory_maps_memory_kernels_then_use() {
+    const GRAN: u64 = 2 << 20;
+    let mut e = exec();
+    // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is the device's own.
+    assert_eq!(e.device().attribute(102), Some(1020));
+    let (ctx, _, f) = setup(&mut e, 8);
+    let base = e.va_reserve(ctx, 2 * GRAN, 0).unwrap();
+    assert_eq!(base % GRAN, 0);
+    let mems = [
+        e.phys_create(ctx, GRAN).unwrap(),
+        e.phys_create(ctx, GRAN).unwrap(),
+    ];
+    // Two pieces of memory side by side in the range, then read-write.
+    e.map(ctx, base, GRAN, 0, mems[0]).unwrap();
+    e.map(ctx, base + GRAN, GRAN, 0, mems[1]).unwrap();
+    e.set_access(ctx, base, 2 * GRAN, 3).unwrap();
+    let p = base + GRAN;
+    e.memcpy_htod(ctx, p, &words(&[5, 6, 7, 8]), None).unwrap();
+    e.launch(ctx, f, &cfg(1, 4), &params(p, 4), None).unwrap();
+    let mut out = vec![0u8; 16];
+    e.memcpy_dtoh(ctx, &mut out, p, None).unwrap();
+    assert_eq!(out, words(&[6, 7, 8, 9]));
+    // Unmapped and mapped again at the other place: the bytes stay with the
+    // memory.
+    e.unmap(ctx, base, GRAN).unwrap();
+    e.unmap(ctx, p, GRAN).unwrap();
+    e.map(ctx, base, GRAN, 0, mems[1]).unwrap();
+    e.set_access(ctx, base, GRAN, 3).unwrap();
+    e.memcpy_dtoh(ctx, &mut out, base, None).unwrap();
+    assert_eq!(out, words(&[6, 7, 8, 9]));
+    e.unmap(ctx, base, GRAN).unwrap();
+    e.phys_release(ctx, mems[0]).unwrap();
+    e.va_free(ctx, base, 2 * GRAN).unwrap();
+    // What is left (memory mapped in a second range) goes with the context.
+    let again = e.va_reserve(ctx, GRAN, 4 * GRAN).unwrap();
+    assert_eq!(again % (4 * GRAN), 0);
+    e.map(ctx, again, GRAN, 0, mems[1]).unwrap();
+    e.set_access(ctx, again, GRAN, 3).unwrap();
+    e.destroy_context(ctx);
+    let (res, mem, maps) =
+        fake::with(|s| (s.reservations.len(), s.vmm_mem.len(), s.mappings.len()));
+    assert_eq!((res, mem, maps), (0, 0, 0), "left behind by the context");
+}

@@ -124,8 +124,8 @@ use self::config::{Cost, CostModel, KernelModel};
 use super::host_memory::{HostCharge, HostMemory, HostMemoryExceeded};
 use super::{
     attr, func_attr, ArrayDesc, ArrayId, CtxId, DevPtr, DeviceProps, EventId, ExecError,
-    ExecResult, FnId, GpuExecutor, HostData, LaunchConfig, ModId, Place, RectCopy, StreamId,
-    TexResource, TextureDesc,
+    ExecResult, FnId, GpuExecutor, HostData, LaunchConfig, ModId, PhysId, Place, RectCopy,
+    StreamId, TexResource, TextureDesc,
 };
 use fairgpu_protocol::array::ArrayKind;
 
@@ -159,6 +159,8 @@ const _: () = {
 const ALLOC_ALIGN: u64 = 256;
 /// Unused addresses after each allocation.
 const GUARD: u64 = 256;
+/// The virtual-memory API's granularity.
+const VMM_GRANULARITY: u64 = fairgpu_protocol::cuda::VMM_GRANULARITY;
 /// CU_STREAM_NON_BLOCKING.
 const STREAM_NON_BLOCKING: u32 = 0x1;
 /// CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS.
@@ -491,6 +493,23 @@ struct Context {
     /// The grid workspace of its cooperative launches (8 bytes, zeroed
     /// before each), made at the first.
     grid_workspace: Option<DevPtr>,
+    /// The virtual-memory API: reserved address ranges (base -> bytes),
+    /// memory made by `phys_create`, and its mappings. A mapping the
+    /// device may access (read-write) holds its memory's bytes in
+    /// `allocs`, like an allocation; otherwise they stay in `phys`, and a
+    /// kernel's access faults as on a GPU.
+    reservations: BTreeMap<DevPtr, u64>,
+    phys: HashMap<u64, PhysMem>,
+    mappings: BTreeMap<DevPtr, u64>,
+}
+
+/// Memory made by `cuMemCreate`.
+struct PhysMem {
+    size: u64,
+    /// Its bytes, unless a read-write mapping holds them in `allocs`.
+    bytes: Option<Vec<u8>>,
+    /// Where it is mapped.
+    mapped_at: Option<DevPtr>,
 }
 
 /// A CUDA array: its elements packed densely in an allocation (rows, then
@@ -783,10 +802,13 @@ impl Context {
     /// Bytes of the guest's allocations (module variables, below
     /// [`BASE_ADDR`], are charged to host memory instead).
     fn allocated(&self) -> u64 {
-        self.allocs
+        let allocations: u64 = self
+            .allocs
             .range(BASE_ADDR..)
+            .filter(|(base, _)| !self.mappings.contains_key(base))
             .map(|(base, b)| self.sizes.get(base).copied().unwrap_or(b.len() as u64))
-            .sum()
+            .sum();
+        allocations + self.phys.values().map(|p| p.size).sum::<u64>()
     }
 }
 
@@ -952,6 +974,7 @@ fn attributes(sm_count: u32) -> Vec<(i32, i32)> {
         (108, 39_321_600),  // MAX_PERSISTING_L2_CACHE_SIZE
         (109, 134_213_632), // MAX_ACCESS_POLICY_WINDOW_SIZE
         (115, 1),           // MEMORY_POOLS_SUPPORTED (the guest library's pools)
+        (102, 1),           // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED (whole-memory mappings)
     ]
 }
 
@@ -1697,6 +1720,142 @@ impl GpuExecutor for SimGpu {
         let size = c.sizes.remove(&ptr).unwrap_or(b.len() as u64);
         self.used = self.used.saturating_sub(size);
         Ok(())
+    }
+
+    fn va_reserve(&mut self, ctx: CtxId, bytes: u64, align: u64) -> ExecResult<DevPtr> {
+        self.ctx(ctx)?;
+        let align = align.max(VMM_GRANULARITY);
+        let addr = self
+            .next_addr
+            .checked_next_multiple_of(align)
+            .ok_or(ExecError::OutOfMemory(bytes))?;
+        let next = addr
+            .checked_add(bytes)
+            .and_then(|e| e.checked_add(GUARD))
+            .ok_or(ExecError::OutOfMemory(bytes))?;
+        self.ctx_mut(ctx)?.reservations.insert(addr, bytes);
+        self.next_addr = next;
+        Ok(addr)
+    }
+
+    fn va_free(&mut self, ctx: CtxId, base: DevPtr, bytes: u64) -> ExecResult<()> {
+        let c = self.ctx_mut(ctx)?;
+        match c.reservations.get(&base) {
+            Some(&b) if b == bytes => {
+                c.reservations.remove(&base);
+                Ok(())
+            }
+            _ => Err(ExecError::Invalid("not a reservation of this context")),
+        }
+    }
+
+    fn phys_create(&mut self, ctx: CtxId, bytes: u64) -> ExecResult<PhysId> {
+        self.ctx(ctx)?;
+        if bytes == 0 || bytes > self.memory_bytes.saturating_sub(self.used) {
+            return Err(ExecError::OutOfMemory(bytes));
+        }
+        let len = usize::try_from(bytes).map_err(|_| ExecError::OutOfMemory(bytes))?;
+        Vec::<u8>::new()
+            .try_reserve_exact(len)
+            .map_err(|_| ExecError::OutOfMemory(bytes))?;
+        let id = self.id();
+        self.ctx_mut(ctx)?.phys.insert(
+            id,
+            PhysMem {
+                size: bytes,
+                bytes: Some(vec![0u8; len]),
+                mapped_at: None,
+            },
+        );
+        self.used += bytes;
+        Ok(PhysId(id))
+    }
+
+    fn phys_release(&mut self, ctx: CtxId, mem: PhysId) -> ExecResult<()> {
+        let c = self.ctx_mut(ctx)?;
+        match c.phys.get(&mem.0) {
+            Some(p) if p.mapped_at.is_none() => {}
+            _ => return Err(ExecError::Invalid("memory that is mapped or unknown")),
+        }
+        let p = c.phys.remove(&mem.0).expect("checked");
+        self.used = self.used.saturating_sub(p.size);
+        Ok(())
+    }
+
+    fn map(
+        &mut self,
+        ctx: CtxId,
+        addr: DevPtr,
+        bytes: u64,
+        offset: u64,
+        mem: PhysId,
+    ) -> ExecResult<()> {
+        let c = self.ctx_mut(ctx)?;
+        let p = c
+            .phys
+            .get_mut(&mem.0)
+            .ok_or(ExecError::Invalid("memory handle"))?;
+        // Each mapping is an allocation of its own here, holding the
+        // memory's bytes: one mapping of the whole memory at a time.
+        if offset != 0 || bytes != p.size || p.mapped_at.is_some() {
+            return Err(ExecError::Unsupported(
+                "on SimGpu, a mapping of part of a cuMemCreate allocation, or a second mapping of one",
+            ));
+        }
+        p.mapped_at = Some(addr);
+        c.mappings.insert(addr, mem.0);
+        Ok(())
+    }
+
+    fn unmap(&mut self, ctx: CtxId, addr: DevPtr, _bytes: u64) -> ExecResult<()> {
+        let c = self.ctx_mut(ctx)?;
+        let mem = c
+            .mappings
+            .remove(&addr)
+            .ok_or(ExecError::Invalid("not a mapping"))?;
+        let taken = c.allocs.remove(&addr);
+        c.sizes.remove(&addr);
+        if let Some(p) = c.phys.get_mut(&mem) {
+            p.mapped_at = None;
+            if let Some(b) = taken {
+                p.bytes = Some(b);
+            }
+        }
+        Ok(())
+    }
+
+    fn set_access(&mut self, ctx: CtxId, addr: DevPtr, bytes: u64, prot: u32) -> ExecResult<()> {
+        let c = self.ctx_mut(ctx)?;
+        let end = addr.saturating_add(bytes);
+        let inside: Vec<(DevPtr, u64)> =
+            c.mappings.range(addr..end).map(|(&a, &m)| (a, m)).collect();
+        match prot {
+            3 => {
+                for (a, m) in inside {
+                    if let Some(p) = c.phys.get_mut(&m) {
+                        if let Some(b) = p.bytes.take() {
+                            c.allocs.insert(a, b);
+                            c.sizes.insert(a, p.size);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            0 => {
+                for (a, m) in inside {
+                    if let Some(b) = c.allocs.remove(&a) {
+                        c.sizes.remove(&a);
+                        if let Some(p) = c.phys.get_mut(&m) {
+                            p.bytes = Some(b);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            _ => Err(ExecError::Unsupported(
+                "read-only mappings on SimGpu (its kernels' stores are not checked against them)",
+            )),
+        }
     }
 
     fn memcpy_htod(
@@ -3243,6 +3402,60 @@ mod tests {
         b.chunks_exact(4)
             .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
             .collect()
+    }
+
+    /// The virtual-memory API: memory mapped into a reserved range is what
+    /// kernels and copies reach once access is set, keeps its bytes across
+    /// unmapping, and counts as device memory until released; before access
+    /// is set a kernel's store faults.
+    #[test]
+    fn virtual_memory_mappings_hold_their_memory() {
+        const GRAN: u64 = VMM_GRANULARITY;
+        let mut g = gpu(&SimDevice::private_virtual(0));
+        assert_eq!(g.device().attribute(102), Some(1));
+        let ctx = g.create_context().expect("context");
+        let m = g.module_load(ctx, FILL_PTX.as_bytes()).unwrap();
+        let (fill, _) = g.function(ctx, m, "fill").unwrap();
+        let free0 = g.device_free_mem().unwrap();
+        let base = g.va_reserve(ctx, 2 * GRAN, 0).unwrap();
+        assert_eq!(base % GRAN, 0);
+        assert_eq!(
+            g.device_free_mem().unwrap(),
+            free0,
+            "a reservation is no memory"
+        );
+        let a = g.phys_create(ctx, GRAN).unwrap();
+        let b = g.phys_create(ctx, GRAN).unwrap();
+        assert_eq!(g.device_free_mem().unwrap(), free0 - 2 * GRAN);
+        g.map(ctx, base, GRAN, 0, a).unwrap();
+        g.map(ctx, base + GRAN, GRAN, 0, b).unwrap();
+        // Part of a memory, or a second mapping of one: refused here.
+        let other = g.va_reserve(ctx, GRAN, 0).unwrap();
+        assert_eq!(
+            g.map(ctx, other, GRAN, 0, a).unwrap_err().status(),
+            Status::NOT_SUPPORTED
+        );
+        g.set_access(ctx, base, 2 * GRAN, 3).unwrap();
+        let lc = LaunchConfig::new([1, 1, 1], [64, 1, 1], 0);
+        g.launch(ctx, fill, &lc, &fill_params(base + GRAN, 64), None)
+            .unwrap();
+        let want: Vec<u32> = (0..64).map(|i| i * 3).collect();
+        assert_eq!(read_u32s(&mut g, ctx, base + GRAN, 64), want);
+        // Mapped again elsewhere, the memory keeps its bytes.
+        g.unmap(ctx, base + GRAN, GRAN).unwrap();
+        g.map(ctx, other, GRAN, 0, b).unwrap();
+        g.set_access(ctx, other, GRAN, 3).unwrap();
+        assert_eq!(read_u32s(&mut g, ctx, other, 64), want);
+        // Access revoked: a kernel's store faults (sticky, as on a GPU).
+        g.set_access(ctx, base, GRAN, 0).unwrap();
+        assert!(g.memcpy_htod(ctx, base, &[1, 2, 3, 4], None).is_err());
+        g.launch(ctx, fill, &lc, &fill_params(base, 64), None).ok();
+        assert!(
+            g.synchronize(ctx).is_err(),
+            "a store into a mapping without access"
+        );
+        g.destroy_context(ctx);
+        assert_eq!(g.device_free_mem().unwrap(), free0, "memory left behind");
     }
 
     /// `.maxntid` and `.reqntid`: launches outside them are refused with

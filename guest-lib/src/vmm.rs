@@ -1,0 +1,408 @@
+//! The virtual-memory API: address ranges reserved without memory,
+//! memory made without an address, and mappings of one into the other.
+//!
+//! Reservations, memory and mappings live on the host (each channel's
+//! own, checked there: sizes, offsets and addresses are multiples of the
+//! 2 MiB granularity, a mapping lies inside one reservation over no other,
+//! memory counts against the VM's quota from `cuMemCreate` until its last
+//! mapping is gone after `cuMemRelease`). The device reaches a mapping
+//! once `cuMemSetAccess` gives it access, as with the driver. This side
+//! keeps what the queries need: each handle's size and references
+//! (`cuMemRetainAllocationHandle` adds one, `cuMemRelease` drops one, the
+//! host frees at the last), and each mapping's handle and access.
+//!
+//! On SimGpu a mapping is of a whole `cuMemCreate` allocation and an
+//! allocation is mapped once at a time (what vectorAddMMAP-style code and
+//! PyTorch's expandable segments do); other mappings fail with
+//! CUDA_ERROR_NOT_SUPPORTED. A copy or memset must lie inside one mapping.
+//! Shareable handles (IPC between processes) are not supported.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use fairgpu_protocol::cuda::VMM_GRANULARITY;
+
+use crate::context::{out, require_current};
+use crate::types::{err, CUdeviceptr, CUresult};
+use crate::{ffi_result, state};
+
+/// `CUmemAllocationProp`: type (1: pinned), requested shareable handle
+/// types, location (1: a device, and its ordinal), Windows metadata, and
+/// flags (compression, RDMA, usage).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct AllocationProp {
+    alloc_type: u32,
+    handle_types: u32,
+    location_type: u32,
+    location_id: i32,
+    win32_metadata: *mut c_void,
+    flags: [u8; 8],
+}
+
+/// `CUmemAccessDesc`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct AccessDesc {
+    location_type: u32,
+    location_id: i32,
+    flags: u32,
+}
+
+/// `CUmemLocation`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Location {
+    kind: u32,
+    id: i32,
+}
+
+/// `CU_MEM_LOCATION_TYPE_DEVICE`, `CU_MEM_ALLOCATION_TYPE_PINNED`.
+const LOCATION_DEVICE: u32 = 1;
+const ALLOCATION_PINNED: u32 = 1;
+/// `CU_MEM_ACCESS_FLAGS_PROT_*`.
+const PROT_NONE: u32 = 0;
+const PROT_READ: u32 = 1;
+const PROT_READWRITE: u32 = 3;
+
+#[derive(Debug)]
+struct Memory {
+    bytes: u64,
+    /// `cuMemCreate` and each `cuMemRetainAllocationHandle`.
+    refs: u32,
+}
+
+#[derive(Debug)]
+struct Mapping {
+    bytes: u64,
+    handle: u64,
+    prot: u32,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    memory: HashMap<u64, Memory>,
+    mappings: BTreeMap<u64, Mapping>,
+}
+
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+
+fn with<R>(f: impl FnOnce(&mut Table) -> Result<R, CUresult>) -> Result<R, CUresult> {
+    let mut t = TABLE.lock().map_err(|_| err::UNKNOWN)?;
+    f(t.get_or_insert_with(Table::default))
+}
+
+/// Checks an allocation's properties: pinned memory of device 0; shareable
+/// handles are not supported.
+fn check_prop(prop: *const AllocationProp) -> Result<AllocationProp, CUresult> {
+    if prop.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: non-null; the caller passes a `CUmemAllocationProp`.
+    let p = unsafe { prop.read_unaligned() };
+    if p.alloc_type != ALLOCATION_PINNED || p.location_type != LOCATION_DEVICE {
+        return Err(err::INVALID_VALUE);
+    }
+    if p.location_id != 0 {
+        return Err(err::INVALID_DEVICE);
+    }
+    if p.handle_types != 0 {
+        return Err(crate::unsupported(
+            "cuMemCreate with shareable handle types (IPC)",
+        ));
+    }
+    Ok(p)
+}
+
+/// `cuMemGetAllocationGranularity`: 2 MiB, minimum and recommended.
+#[no_mangle]
+pub extern "C" fn cuMemGetAllocationGranularity(
+    granularity: *mut usize,
+    prop: *const AllocationProp,
+    _option: u32,
+) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        check_prop(prop)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(granularity, VMM_GRANULARITY as usize) }
+    })
+}
+
+/// `cuMemAddressReserve`: a fixed address is a hint the host does not
+/// take (as the driver may not).
+#[no_mangle]
+pub extern "C" fn cuMemAddressReserve(
+    ptr: *mut CUdeviceptr,
+    size: usize,
+    alignment: usize,
+    _addr: CUdeviceptr,
+    flags: u64,
+) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if ptr.is_null() || flags != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let base = state::with(|cu| cu.mem_address_reserve(size as u64, alignment as u64))?;
+        // SAFETY: non-null slot provided by the caller.
+        unsafe { out(ptr, base) }
+    })
+}
+
+/// `cuMemAddressFree`.
+#[no_mangle]
+pub extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        state::with(|cu| cu.mem_address_free(ptr, size as u64))
+    })
+}
+
+/// `cuMemCreate`.
+#[no_mangle]
+pub extern "C" fn cuMemCreate(
+    handle: *mut u64,
+    size: usize,
+    prop: *const AllocationProp,
+    flags: u64,
+) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        check_prop(prop)?;
+        if handle.is_null() || flags != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let h = state::with(|cu| cu.mem_create(size as u64))?;
+        with(|t| {
+            t.memory.insert(
+                h,
+                Memory {
+                    bytes: size as u64,
+                    refs: 1,
+                },
+            );
+            Ok(())
+        })?;
+        // SAFETY: non-null slot provided by the caller.
+        unsafe { out(handle, h) }
+    })
+}
+
+/// `cuMemRelease`: drops one reference; the host frees the memory at the
+/// last (and, if it is mapped, once it is unmapped).
+#[no_mangle]
+pub extern "C" fn cuMemRelease(handle: u64) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        let last = with(|t| {
+            let m = t.memory.get_mut(&handle).ok_or(err::INVALID_VALUE)?;
+            m.refs -= 1;
+            Ok(m.refs == 0)
+        })?;
+        if !last {
+            return Ok(());
+        }
+        let r = state::with(|cu| cu.mem_release(handle));
+        with(|t| {
+            match r {
+                Ok(()) => {
+                    t.memory.remove(&handle);
+                }
+                Err(_) => {
+                    if let Some(m) = t.memory.get_mut(&handle) {
+                        m.refs += 1;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        r
+    })
+}
+
+/// `cuMemMap`.
+#[no_mangle]
+pub extern "C" fn cuMemMap(
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: u64,
+    flags: u64,
+) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if flags != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        state::with(|cu| cu.mem_map(ptr, size as u64, offset as u64, handle))?;
+        with(|t| {
+            t.mappings.insert(
+                ptr,
+                Mapping {
+                    bytes: size as u64,
+                    handle,
+                    prot: PROT_NONE,
+                },
+            );
+            Ok(())
+        })?;
+        crate::memory::register_mapping(ptr, size as u64);
+        Ok(())
+    })
+}
+
+/// `cuMemUnmap`: whole mappings.
+#[no_mangle]
+pub extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        // Kernels queued on the mapping finish first, as the driver waits.
+        state::with_sync(|cu| cu.ctx_synchronize())?;
+        state::with(|cu| cu.mem_unmap(ptr, size as u64))?;
+        let end = ptr.saturating_add(size as u64);
+        let gone: Vec<u64> = with(|t| {
+            let gone: Vec<u64> = t.mappings.range(ptr..end).map(|(&a, _)| a).collect();
+            for a in &gone {
+                t.mappings.remove(a);
+            }
+            Ok(gone)
+        })?;
+        for a in gone {
+            crate::memory::forget_mapping(a);
+        }
+        Ok(())
+    })
+}
+
+/// `cuMemSetAccess`: the device's access to whole mappings (a descriptor
+/// for another location is refused: one device, and host access to
+/// device memory does not exist).
+#[no_mangle]
+pub extern "C" fn cuMemSetAccess(
+    ptr: CUdeviceptr,
+    size: usize,
+    desc: *const AccessDesc,
+    count: usize,
+) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if desc.is_null() || count == 0 || count > 64 {
+            return Err(err::INVALID_VALUE);
+        }
+        // SAFETY: non-null; the caller passes `count` (bounded) descriptors.
+        let descs = unsafe { std::slice::from_raw_parts(desc, count) };
+        let mut prot = None;
+        for d in descs {
+            if d.location_type != LOCATION_DEVICE {
+                return Err(err::INVALID_VALUE);
+            }
+            if d.location_id != 0 {
+                return Err(err::INVALID_DEVICE);
+            }
+            if !matches!(d.flags, PROT_NONE | PROT_READ | PROT_READWRITE) {
+                return Err(err::INVALID_VALUE);
+            }
+            prot = Some(d.flags);
+        }
+        let prot = prot.ok_or(err::INVALID_VALUE)?;
+        state::with(|cu| cu.mem_set_access(ptr, size as u64, u64::from(prot)))?;
+        let end = ptr.saturating_add(size as u64);
+        with(|t| {
+            for (_, m) in t.mappings.range_mut(ptr..end) {
+                m.prot = prot;
+            }
+            Ok(())
+        })
+    })
+}
+
+/// `cuMemGetAccess`: the device's access to the mapping holding `ptr`.
+#[no_mangle]
+pub extern "C" fn cuMemGetAccess(
+    flags: *mut u64,
+    location: *const Location,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if location.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        // SAFETY: non-null; the caller passes a `CUmemLocation`.
+        let l = unsafe { location.read_unaligned() };
+        if l.kind != LOCATION_DEVICE || l.id != 0 {
+            return Err(err::INVALID_DEVICE);
+        }
+        let p = with(|t| {
+            let (&base, m) = t
+                .mappings
+                .range(..=ptr)
+                .next_back()
+                .ok_or(err::INVALID_VALUE)?;
+            if ptr >= base + m.bytes {
+                return Err(err::INVALID_VALUE);
+            }
+            Ok(m.prot)
+        })?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(flags, u64::from(p)) }
+    })
+}
+
+/// `cuMemRetainAllocationHandle`: the handle of the memory mapped at
+/// `addr`, with one more reference (the caller releases it).
+#[no_mangle]
+pub extern "C" fn cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        let ptr = addr as u64;
+        let h = with(|t| {
+            let (&base, m) = t
+                .mappings
+                .range(..=ptr)
+                .next_back()
+                .ok_or(err::INVALID_VALUE)?;
+            if ptr >= base + m.bytes {
+                return Err(err::INVALID_VALUE);
+            }
+            let h = m.handle;
+            t.memory.get_mut(&h).ok_or(err::INVALID_VALUE)?.refs += 1;
+            Ok(h)
+        })?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(handle, h) }
+    })
+}
+
+/// `cuMemGetAllocationPropertiesFromHandle`: pinned memory of device 0.
+#[no_mangle]
+pub extern "C" fn cuMemGetAllocationPropertiesFromHandle(
+    prop: *mut AllocationProp,
+    handle: u64,
+) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        with(|t| {
+            t.memory
+                .get(&handle)
+                .map(|m| m.bytes)
+                .ok_or(err::INVALID_VALUE)
+        })?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe {
+            out(
+                prop,
+                AllocationProp {
+                    alloc_type: ALLOCATION_PINNED,
+                    handle_types: 0,
+                    location_type: LOCATION_DEVICE,
+                    location_id: 0,
+                    win32_metadata: std::ptr::null_mut(),
+                    flags: [0; 8],
+                },
+            )
+        }
+    })
+}
