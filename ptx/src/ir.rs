@@ -1039,8 +1039,10 @@ pub(crate) enum WmmaOp {
         addr: Addr,
         stride: Option<Src>,
     },
-    /// `wmma.mma`: d = a × b + c.
+    /// `wmma.mma`, or `mma.sync` (`fixed`: the fragments are laid out over
+    /// the lanes as the PTX ISA fixes for `mma`): d = a × b + c.
     Mma {
+        fixed: bool,
         ab: WTy,
         cty: WTy,
         dty: WTy,
@@ -1049,6 +1051,22 @@ pub(crate) enum WmmaOp {
         a: Vec<u32>,
         b: Vec<u32>,
         c: Vec<u32>,
+    },
+    /// `ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.b16`: `d.len()` 8×8
+    /// matrices of 16-bit elements, row `r` of matrix `j` at the address
+    /// lane `8j + r` gives.
+    LdMatrix {
+        trans: bool,
+        space: Space,
+        d: Vec<u32>,
+        addr: Addr,
+    },
+    /// `stmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.b16`: the inverse.
+    StMatrix {
+        trans: bool,
+        space: Space,
+        v: Vec<u32>,
+        addr: Addr,
     },
 }
 
@@ -1378,6 +1396,18 @@ impl Op {
                             v.iter_mut().for_each(|r| *r += k);
                         }
                         std::slice::from_mut(d)
+                    }
+                    WmmaOp::LdMatrix { d, addr, .. } => {
+                        if let Some(b) = &mut addr.base {
+                            *b += k;
+                        }
+                        std::slice::from_mut(d)
+                    }
+                    WmmaOp::StMatrix { v, addr, .. } => {
+                        if let Some(b) = &mut addr.base {
+                            *b += k;
+                        }
+                        std::slice::from_mut(v)
                     }
                 };
                 regs.iter_mut().flatten().for_each(|r| *r += k);

@@ -116,8 +116,11 @@
 //!   column-major, global, shared or generic, with `cvt.rna.tf32.f32`;
 //!   a fragment's elements are distributed over the lanes as
 //!   `exec/wmma.rs` says (PTX leaves it open), products are exact and
-//!   rounded once to the accumulator. The sub-byte types and `mma.sync`
-//!   (fixed layouts) are unsupported.
+//!   rounded once to the accumulator; `mma.sync.aligned` with the
+//!   fragment layouts the PTX ISA fixes (m16n8k8/k16 f16 with f16 or f32
+//!   accumulators, bf16; m16n8k4/k8 tf32; m16n8k16/k32 s8/u8 into s32;
+//!   m8n8k4 f64), and `ldmatrix`/`stmatrix` (`.m8n8.x1/x2/x4`,
+//!   `.trans`). The sub-byte types are unsupported.
 //! - **Textures and surfaces** (objects: `.u64` handles that
 //!   [`Memory::texture`] and [`Memory::surface`] resolve, see [`texture`]):
 //!   `tex` (`.base`, `.level`, `.grad`; `.1d`, `.2d`, `.3d`, `.a1d`,

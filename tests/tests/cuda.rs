@@ -1435,10 +1435,7 @@ fn virtual_memory_is_checked_on_the_host_and_charged_to_the_vm() {
     let base = a.mem_address_reserve(4 * G, 4 * G).unwrap();
     assert_eq!(base % (4 * G), 0);
     assert_refused(a.mem_create(G / 2), inval);
-    assert_refused(
-        a.mem_create((VM_QUOTA / G + 1) * G),
-        Status::OUT_OF_MEMORY,
-    );
+    assert_refused(a.mem_create((VM_QUOTA / G + 1) * G), Status::OUT_OF_MEMORY);
     let m = a.mem_create(2 * G).unwrap();
     assert_eq!(a.mem_get_info(), Ok((VM_QUOTA - 2 * G, VM_QUOTA)));
     // Misplaced mappings: off the granularity, outside any reservation,
@@ -1476,7 +1473,11 @@ fn virtual_memory_is_checked_on_the_host_and_charged_to_the_vm() {
     // Released while mapped: still there, and charged, until unmapped.
     a.mem_release(m).unwrap();
     assert_refused(a.mem_release(m), inval);
-    assert_bytes_eq(&read(&mut a, base + 2 * G - 4096, 4096), &data, "released, mapped");
+    assert_bytes_eq(
+        &read(&mut a, base + 2 * G - 4096, 4096),
+        &data,
+        "released, mapped",
+    );
     assert_eq!(a.mem_get_info(), Ok((VM_QUOTA - 2 * G, VM_QUOTA)));
     a.mem_unmap(base, 2 * G).unwrap();
     assert_eq!(a.mem_get_info(), Ok((VM_QUOTA, VM_QUOTA)));

@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 22] = [
+const COMPUTE_PROGRAMS: [&str; 23] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -292,6 +292,7 @@ const COMPUTE_PROGRAMS: [&str; 22] = [
     "per_thread_stream",
     "graph_memory",
     "vmm",
+    "mma",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -299,7 +300,7 @@ const COMPUTE_PROGRAMS: [&str; 22] = [
 /// atomics, prefix scans, structs passed by value, arrays read through
 /// textures and written through surfaces, managed and mapped memory shared
 /// by the CPU and kernels, cooperative launches (and cluster launches
-/// refused where the device has none), CUDA graphs built and captured (memory nodes among them), memory mapped through the virtual-memory API,
+/// refused where the device has none), CUDA graphs built and captured (memory nodes among them), memory mapped through the virtual-memory API, tensor-core `mma.sync` with `ldmatrix`/`stmatrix` in inline PTX,
 /// PTX modules JIT-linked or loaded from files, programs built with the
 /// per-thread default stream: SimGpu's kernels compute exactly what the CPU
 /// does. The three variants of a program run

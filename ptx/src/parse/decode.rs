@@ -147,6 +147,9 @@ pub(crate) fn known(opcode: &str) -> bool {
             | "sust"
             | "mbarrier"
             | "wmma"
+            | "mma"
+            | "ldmatrix"
+            | "stmatrix"
     )
 }
 
@@ -1401,6 +1404,14 @@ impl FuncParser<'_> {
                 }
             }
             "wmma" => Op::Wmma(Box::new(self.wmma(&mut m, ops, opcode, line)?)),
+            "mma" => Op::Wmma(Box::new(self.mma_sync(&mut m, ops, opcode, line)?)),
+            "ldmatrix" | "stmatrix" => Op::Wmma(Box::new(self.ldst_matrix(
+                &mut m,
+                ops,
+                base == "ldmatrix",
+                opcode,
+                line,
+            )?)),
             "mbarrier" => {
                 let space = m.space().unwrap_or(Space::Generic);
                 m.ignore(&["release", "acquire", "relaxed", "cta"]);
@@ -2187,6 +2198,7 @@ impl FuncParser<'_> {
         Ok(Wmma {
             shape,
             op: WmmaOp::Mma {
+                fixed: false,
                 ab,
                 cty,
                 dty,
@@ -2196,6 +2208,166 @@ impl FuncParser<'_> {
                 b: frag(self, b, ab, kk, nn)?,
                 c: frag(self, c, cty, mm, nn)?,
             },
+        })
+    }
+
+    /// `mma.sync.aligned` for the shapes and types sm_80–sm_90 code uses:
+    /// m16n8k8 and m16n8k16 on f16 and bf16, m16n8k4 and m16n8k8 on tf32,
+    /// m16n8k16 and m16n8k32 on 8-bit integers, m8n8k4 on f64; `.row.col`
+    /// (the only layout these shapes have). The fragments' registers hold
+    /// the elements the PTX ISA assigns to each lane.
+    fn mma_sync(
+        &mut self,
+        m: &mut Mods<'_>,
+        ops: &[Opnd<'_>],
+        opcode: &str,
+        line: u32,
+    ) -> Result<Wmma, Error> {
+        let unsup = || Error::Unsupported {
+            what: format!("{opcode} (line {line})"),
+        };
+        let bad = || Error::Parse {
+            line,
+            msg: format!("{opcode}: wrong operands"),
+        };
+        if !m.has("sync") || !m.has("aligned") || !m.has("row") || !m.has("col") {
+            return Err(unsup());
+        }
+        let shape = match m.one_of(&["m16n8k16", "m16n8k8", "m16n8k4", "m16n8k32", "m8n8k4"]) {
+            Some("m16n8k16") => [16, 8, 16],
+            Some("m16n8k8") => [16, 8, 8],
+            Some("m16n8k4") => [16, 8, 4],
+            Some("m16n8k32") => [16, 8, 32],
+            Some(_) => [8, 8, 4],
+            None => return Err(unsup()),
+        };
+        let satfinite = m.has("satfinite");
+        let mut types = Vec::new();
+        for (k, p) in m.parts.iter().enumerate() {
+            if !m.used[k] {
+                if let Some(t) = WTy::parse(p) {
+                    m.used[k] = true;
+                    types.push(t);
+                }
+            }
+        }
+        let [dty, ab, bty, cty] = types[..] else {
+            return Err(unsup());
+        };
+        let k = shape[2];
+        let ok = ab == bty
+            && match ab {
+                WTy::F16 => {
+                    matches!(k, 8 | 16)
+                        && matches!(dty, WTy::F16 | WTy::F32)
+                        && matches!(cty, WTy::F16 | WTy::F32)
+                }
+                WTy::Bf16 => matches!(k, 8 | 16) && dty == WTy::F32 && cty == WTy::F32,
+                WTy::Tf32 => matches!(k, 4 | 8) && dty == WTy::F32 && cty == WTy::F32,
+                WTy::S8 | WTy::U8 => matches!(k, 16 | 32) && dty == WTy::S32 && cty == WTy::S32,
+                WTy::F64 => shape == [8, 8, 4] && dty == WTy::F64 && cty == WTy::F64,
+                _ => false,
+            }
+            && (shape != [8, 8, 4] || ab == WTy::F64);
+        if !ok || (satfinite && dty != WTy::S32) || !m.all_used() {
+            return Err(unsup());
+        }
+        let [d, a, b, c] = ops else {
+            return Err(bad());
+        };
+        // Registers of a `{...}` operand: exactly what the fragment needs.
+        let frag = |me: &mut Self, o: &Opnd<'_>, ty: WTy, rows: u32, cols: u32| {
+            let Opnd::Vec(v) = o else {
+                return Err(bad());
+            };
+            let elems = (rows * cols / 32) as usize;
+            if v.len() * ty.per_reg() != elems {
+                return Err(bad());
+            }
+            v.iter()
+                .map(|e| me.dst(e, line))
+                .collect::<Result<Vec<u32>, Error>>()
+        };
+        let [mm, nn, kk] = shape;
+        Ok(Wmma {
+            shape,
+            op: WmmaOp::Mma {
+                fixed: true,
+                ab,
+                cty,
+                dty,
+                satfinite,
+                d: frag(self, d, dty, mm, nn)?,
+                a: frag(self, a, ab, mm, kk)?,
+                b: frag(self, b, ab, kk, nn)?,
+                c: frag(self, c, cty, mm, nn)?,
+            },
+        })
+    }
+
+    /// `ldmatrix`/`stmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}{.shared}.b16`.
+    fn ldst_matrix(
+        &mut self,
+        m: &mut Mods<'_>,
+        ops: &[Opnd<'_>],
+        load: bool,
+        opcode: &str,
+        line: u32,
+    ) -> Result<Wmma, Error> {
+        let unsup = || Error::Unsupported {
+            what: format!("{opcode} (line {line})"),
+        };
+        let bad = || Error::Parse {
+            line,
+            msg: format!("{opcode}: wrong operands"),
+        };
+        if !m.has("sync") || !m.has("aligned") || !m.has("m8n8") || !m.has("b16") {
+            return Err(unsup());
+        }
+        let num = match m.one_of(&["x1", "x2", "x4"]) {
+            Some("x1") => 1,
+            Some("x2") => 2,
+            Some(_) => 4,
+            None => return Err(unsup()),
+        };
+        let trans = m.has("trans");
+        let space = m.space().unwrap_or(Space::Generic);
+        if !matches!(space, Space::Shared | Space::Generic) || !m.all_used() {
+            return Err(unsup());
+        }
+        let [x, y] = ops else {
+            return Err(bad());
+        };
+        let (regs, at) = if load { (x, y) } else { (y, x) };
+        let Opnd::Vec(v) = regs else {
+            return Err(bad());
+        };
+        if v.len() != num {
+            return Err(bad());
+        }
+        let regs = v
+            .iter()
+            .map(|e| self.dst(e, line))
+            .collect::<Result<Vec<u32>, Error>>()?;
+        let addr = self.addr(at, line)?;
+        let op = if load {
+            WmmaOp::LdMatrix {
+                trans,
+                space,
+                d: regs,
+                addr,
+            }
+        } else {
+            WmmaOp::StMatrix {
+                trans,
+                space,
+                v: regs,
+                addr,
+            }
+        };
+        Ok(Wmma {
+            shape: [8, 8, 0],
+            op,
         })
     }
 
