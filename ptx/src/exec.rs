@@ -360,6 +360,8 @@ impl<'a> Launch<'a> {
     fn mbarrier(&mut self, w: &mut Warp, l: usize, x: &Mbar) -> Result<(), Error> {
         const COUNT: u64 = (1 << 21) - 1;
         const PHASE: u64 = 1 << 63;
+        const TX_SHIFT: u32 = 42;
+        const TX_MASK: u64 = (1 << 21) - 1;
         let at = self.address(w, x.addr, l);
         let read = |me: &mut Self, w: &Warp| -> Result<u64, Error> {
             let mut b = [0u8; 8];
@@ -373,39 +375,63 @@ impl<'a> Launch<'a> {
             me.load(w, l, x.space, at, &mut b)?;
             Ok(u64::from_le_bytes(b))
         };
-        let arrive = |me: &mut Self, w: &Warp, n: u64, drop: bool| -> Result<u64, Error> {
-            let obj = read(me, w)?;
-            let mut pending = (obj & COUNT).saturating_sub(n);
-            let mut expected = (obj >> 21) & COUNT;
-            if drop {
-                expected = expected.saturating_sub(1);
-            }
-            let mut phase = obj & PHASE;
-            let token = phase | pending;
-            if pending == 0 {
+        // The object: pending arrivals (bits 0-20), expected arrivals
+        // (21-41), the transaction count (42-62, signed: bytes still to
+        // come, negative when copies completed before they were expected)
+        // and the phase (63). A phase completes when no arrival is pending
+        // and the transaction count is zero.
+        let write = |me: &mut Self, w: &Warp, phase: u64, expected: u64, pending: u64, tx: i64| {
+            let (mut phase, mut pending) = (phase, pending);
+            if pending == 0 && tx == 0 {
                 phase ^= PHASE;
                 pending = expected;
             }
-            let new = phase | expected << 21 | pending;
-            me.store(w, l, x.space, at, &new.to_le_bytes())?;
-            Ok(token)
+            let tx_bits = (tx as u64) & TX_MASK;
+            let new = phase | tx_bits << TX_SHIFT | expected << 21 | pending;
+            me.store(w, l, x.space, at, &new.to_le_bytes())
         };
+        let fields = |obj: u64| {
+            let tx = (((obj >> TX_SHIFT) & TX_MASK) << (64 - 21)) as i64 >> (64 - 21);
+            (obj & PHASE, (obj >> 21) & COUNT, obj & COUNT, tx)
+        };
+        let arrive =
+            |me: &mut Self, w: &Warp, n: u64, drop: bool, tx_add: i64| -> Result<u64, Error> {
+                let (phase, mut expected, pending, tx) = fields(read(me, w)?);
+                let pending = pending.saturating_sub(n);
+                if drop {
+                    expected = expected.saturating_sub(1);
+                }
+                let token = phase | pending;
+                write(me, w, phase, expected, pending, tx + tx_add)?;
+                Ok(token)
+            };
         let v = match x.kind {
             MbarKind::Init => {
                 let n = self.rd(w, x.a.expect("init has a count"), l) & COUNT;
                 self.store(w, l, x.space, at, &(n << 21 | n).to_le_bytes())?;
                 None
             }
-            MbarKind::Arrive { drop } => {
-                let n = x.a.map_or(1, |a| self.rd(w, a, l) & COUNT);
-                Some(arrive(self, w, n, drop)?)
+            MbarKind::Arrive { drop, expect_tx } => {
+                let arg = x.a.map(|a| self.rd(w, a, l));
+                let (n, tx) = match (expect_tx, arg) {
+                    (true, Some(t)) => (1, (t as u32 & COUNT as u32) as i64),
+                    (_, a) => (a.map_or(1, |v| v & COUNT), 0),
+                };
+                Some(arrive(self, w, n, drop, tx)?)
             }
             MbarKind::AsyncArrive { noinc } => {
                 // Without `.noinc` the pending count is raised by one
                 // first: the arrival then leaves it as it was.
                 if noinc {
-                    arrive(self, w, 1, false)?;
+                    arrive(self, w, 1, false, 0)?;
                 }
+                None
+            }
+            MbarKind::ExpectTx | MbarKind::CompleteTx => {
+                let n = (self.rd(w, x.a.expect("a count"), l) as u32 & COUNT as u32) as i64;
+                let delta = if x.kind == MbarKind::ExpectTx { n } else { -n };
+                let (phase, expected, pending, tx) = fields(read(self, w)?);
+                write(self, w, phase, expected, pending, tx + delta)?;
                 None
             }
             MbarKind::Wait { parity } => {
@@ -421,6 +447,52 @@ impl<'a> Launch<'a> {
         };
         if let (Some(d), Some(v)) = (x.d, v) {
             Self::wr(w, d, l, v);
+        }
+        Ok(())
+    }
+
+    /// `cp.async.bulk` by lane `l`: the copy, then (into shared memory)
+    /// the completion of its bytes on the `mbarrier`.
+    fn bulk_copy(&mut self, w: &mut Warp, l: usize, x: &BulkCopy) -> Result<(), Error> {
+        let n = self.rd(w, x.size, l) as u32;
+        let (d, s) = (self.address(w, x.dst, l), self.address(w, x.src, l));
+        // Sizes and both addresses are multiples of 16 (the PTX ISA), and
+        // a transaction count holds at most 2^20 - 1 bytes.
+        if !n.is_multiple_of(16) || n >= 1 << 20 {
+            return Err(Error::Unsupported {
+                what: format!("cp.async.bulk of {n} bytes (a multiple of 16 below 1 MiB)"),
+            });
+        }
+        for (a, space) in [(d, x.dst_space), (s, x.src_space)] {
+            if !a.is_multiple_of(16) {
+                return Err(Error::Misaligned {
+                    space: if space == Space::Shared {
+                        "shared"
+                    } else {
+                        "global"
+                    },
+                    addr: a,
+                    len: 16,
+                });
+            }
+        }
+        // Charged as the 16-byte moves it makes.
+        self.charge_setup(u64::from(n / 16))?;
+        // In 16-byte pieces: each is one aligned access of either space.
+        let mut piece = [0u8; 16];
+        for off in (0..u64::from(n)).step_by(16) {
+            self.load(w, l, x.src_space, s + off, &mut piece)?;
+            self.store(w, l, x.dst_space, d + off, &piece)?;
+        }
+        if let Some(mbar) = x.mbar {
+            let done = Mbar {
+                kind: MbarKind::CompleteTx,
+                space: Space::Shared,
+                d: None,
+                addr: mbar,
+                a: Some(Src::Imm(u64::from(n))),
+            };
+            self.mbarrier(w, l, &done)?;
         }
         Ok(())
     }
@@ -1895,6 +1967,11 @@ impl<'a> Launch<'a> {
                         };
                         Self::wr(w, d, l, v);
                     }
+                }
+            }
+            Op::BulkCopy(ref x) => {
+                for l in bits_of(exec) {
+                    self.bulk_copy(w, l, x)?;
                 }
             }
             Op::CpAsync {

@@ -937,6 +937,13 @@ pub(crate) enum Op {
         size: u32,
         src_size: Option<Src>,
     },
+    /// `cp.async.bulk`: `size` bytes (a multiple of 16) between global and
+    /// shared memory, done at once; a copy into shared memory completes
+    /// that many bytes of the transaction count of the `mbarrier` at
+    /// `mbar` (`.mbarrier::complete_tx::bytes`), one out of it completes
+    /// in its bulk group (`.bulk_group`, whose commit and wait are
+    /// no-ops).
+    BulkCopy(Box<BulkCopy>),
     /// `tex`, `tld4`: boxed, as it is larger than the other instructions.
     Tex(Box<TexOp>),
     /// `suld.b`, `sust.b`.
@@ -1070,21 +1077,46 @@ pub(crate) enum WmmaOp {
     },
 }
 
+/// A `cp.async.bulk` copy's operands.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct BulkCopy {
+    pub dst: Addr,
+    pub dst_space: Space,
+    pub src: Addr,
+    pub src_space: Space,
+    pub size: Src,
+    pub mbar: Option<Addr>,
+}
+
 /// What an `mbarrier` instruction does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MbarKind {
     /// `init [a], count`.
     Init,
-    /// `arrive{_drop} state, [a]{, count}`.
-    Arrive { drop: bool },
+    /// `arrive{_drop} state, [a]{, count}`; with `expect_tx`,
+    /// `arrive.expect_tx state, [a], tx`: the transaction count is raised
+    /// by `tx` before one arrival.
+    Arrive {
+        drop: bool,
+        expect_tx: bool,
+    },
+    /// `expect_tx [a], tx` and `complete_tx [a], tx`: bytes of
+    /// asynchronous copies the current phase waits for, raised and
+    /// lowered.
+    ExpectTx,
+    CompleteTx,
     /// `test_wait`/`try_wait{.parity} p, [a], state|parity`.
-    Wait { parity: bool },
+    Wait {
+        parity: bool,
+    },
     /// `pending_count count, state`.
     PendingCount,
     /// `inval [a]`.
     Inval,
     /// `cp.async.mbarrier.arrive{.noinc} [a]`.
-    AsyncArrive { noinc: bool },
+    AsyncArrive {
+        noinc: bool,
+    },
 }
 
 /// An `mbarrier` instruction's operands.
@@ -1377,6 +1409,14 @@ impl Op {
                 }
             }
             Op::Dispatch { target, .. } => *target += k,
+            Op::BulkCopy(x) => {
+                for a in [&mut x.dst, &mut x.src].into_iter().chain(x.mbar.as_mut()) {
+                    if let Some(b) = &mut a.base {
+                        *b += k;
+                    }
+                }
+                s(&mut x.size);
+            }
             Op::Wmma(x) => {
                 let regs: &mut [Vec<u32>] = match &mut x.op {
                     WmmaOp::Load { d, addr, .. } => {

@@ -87,9 +87,12 @@
 //!   and wait instructions are no-ops, and `cp.async.mbarrier.arrive`
 //!   arrives at once); split barriers in shared memory (`mbarrier`:
 //!   `init`, `arrive`, `arrive_drop`, `test_wait`, `try_wait` with and
-//!   without `.parity`, `pending_count`, `inval`; not the transaction
-//!   counts of sm_90's tensor memory accelerator), as libcu++'s
-//!   `cuda::barrier` and `cuda::memcpy_async` use them.
+//!   without `.parity`, `pending_count`, `inval`, and sm_90's transaction
+//!   counts: `expect_tx`, `complete_tx`, `arrive.expect_tx`), as libcu++'s
+//!   `cuda::barrier` and `cuda::memcpy_async` use them; sm_90's bulk
+//!   copies (`cp.async.bulk` global to shared completing its bytes on an
+//!   `mbarrier`, shared to global in bulk groups; done at once; not the
+//!   tensor form).
 //!   atom and red on global, shared and generic addresses: add (integer,
 //!   f32, f64), min, max, inc, dec, cas, exch, and, or, xor.
 //! - **Control and threads**: bra, ret, exit, bar.sync/barrier.sync (with

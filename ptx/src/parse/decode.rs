@@ -1318,8 +1318,21 @@ impl FuncParser<'_> {
                 }
             }
             "membar" | "fence" => {
+                // Every access is done when it executes, in one order: a
+                // fence (of any scope, or between the generic and async
+                // proxies, or after an mbarrier's init) has nothing to
+                // order.
                 m.ignore(&[
                     "cta", "gl", "sys", "gpu", "cluster", "sc", "acq_rel", "acquire", "release",
+                ]);
+                m.ignore(&[
+                    "mbarrier_init",
+                    "proxy",
+                    "async",
+                    "alias",
+                    "shared::cta",
+                    "shared::cluster",
+                    "global",
                 ]);
                 Op::Nop
             }
@@ -1351,6 +1364,9 @@ impl FuncParser<'_> {
             "cp" => {
                 if !m.has("async") {
                     return Err(unsup());
+                }
+                if m.has("bulk") {
+                    return self.bulk_copy(&mut m, ops, opcode, line);
                 }
                 if m.has("mbarrier") {
                     // `cp.async.mbarrier.arrive{.noinc}{.shared}.b64 [a]`:
@@ -1423,17 +1439,25 @@ impl FuncParser<'_> {
                     "try_wait",
                     "pending_count",
                     "inval",
+                    "expect_tx",
+                    "complete_tx",
                 ]) {
                     Some("init") => MbarKind::Init,
-                    Some("arrive") => MbarKind::Arrive { drop: false },
-                    Some("arrive_drop") => MbarKind::Arrive { drop: true },
+                    Some("arrive") => MbarKind::Arrive {
+                        drop: false,
+                        expect_tx: m.has("expect_tx"),
+                    },
+                    Some("arrive_drop") => MbarKind::Arrive {
+                        drop: true,
+                        expect_tx: m.has("expect_tx"),
+                    },
+                    Some("expect_tx") => MbarKind::ExpectTx,
+                    Some("complete_tx") => MbarKind::CompleteTx,
                     Some("test_wait" | "try_wait") => MbarKind::Wait {
                         parity: m.has("parity"),
                     },
                     Some("pending_count") => MbarKind::PendingCount,
                     Some("inval") => MbarKind::Inval,
-                    // expect_tx, complete_tx: transaction counts of the
-                    // tensor memory accelerator, which is not modelled.
                     _ => return Err(unsup()),
                 };
                 if !m.has("b64")
@@ -1473,6 +1497,11 @@ impl FuncParser<'_> {
                         Some(self.src(&ops[1], Ty::B64, line)?),
                     ),
                     MbarKind::Inval if nops == 1 => (None, Some(self.addr(&ops[0], line)?), None),
+                    MbarKind::ExpectTx | MbarKind::CompleteTx if nops == 2 => (
+                        None,
+                        Some(self.addr(&ops[0], line)?),
+                        Some(self.src(&ops[1], Ty::U32, line)?),
+                    ),
                     _ => return Err(bad()),
                 };
                 Op::Mbarrier(Box::new(Mbar {
@@ -2209,6 +2238,88 @@ impl FuncParser<'_> {
                 c: frag(self, c, cty, mm, nn)?,
             },
         })
+    }
+
+    /// `cp.async.bulk.{shared::cta,shared::cluster}.global.mbarrier::complete_tx::bytes
+    /// [dst], [src], size, [mbar]`, `cp.async.bulk.global.shared::cta.bulk_group
+    /// [dst], [src], size`, and the bulk group's `commit_group` and
+    /// `wait_group{.read}` (no-ops: the copies are done when issued). The
+    /// cluster is the CTA: a cluster of one block.
+    fn bulk_copy(
+        &mut self,
+        m: &mut Mods<'_>,
+        ops: &[Opnd<'_>],
+        opcode: &str,
+        line: u32,
+    ) -> Result<Op, Error> {
+        let unsup = || Error::Unsupported {
+            what: format!("{opcode} (line {line})"),
+        };
+        if m.has("commit_group") {
+            return if ops.is_empty() && m.all_used() {
+                Ok(Op::Nop)
+            } else {
+                Err(unsup())
+            };
+        }
+        if m.has("wait_group") {
+            m.has("read");
+            return if ops.len() == 1 && m.all_used() {
+                Ok(Op::Nop)
+            } else {
+                Err(unsup())
+            };
+        }
+        if m.has("prefetch") {
+            m.ignore(&["L2", "global"]);
+            return if m.all_used() {
+                Ok(Op::Nop)
+            } else {
+                Err(unsup())
+            };
+        }
+        // The destination's space comes first: `.shared::cta.global` or
+        // `.global.shared::cta`.
+        let first = m
+            .parts
+            .iter()
+            .find(|p| matches!(**p, "global" | "shared::cta" | "shared::cluster"))
+            .copied();
+        let to_shared = matches!(first, Some("shared::cta" | "shared::cluster"));
+        if to_shared && !m.has("shared::cta") && !m.has("shared::cluster") {
+            return Err(unsup());
+        }
+        let (dst_space, src_space, mbar) = if to_shared {
+            if !m.has("global") || !m.has("mbarrier::complete_tx::bytes") || ops.len() != 4 {
+                return Err(unsup());
+            }
+            (
+                Space::Shared,
+                Space::Global,
+                Some(self.addr(&ops[3], line)?),
+            )
+        } else {
+            if !m.has("global") || !m.has("bulk_group") || ops.len() != 3 {
+                return Err(unsup());
+            }
+            (Space::Global, Space::Shared, None)
+        };
+        // Source and destination spaces of `.global.shared::cta`: the
+        // first named is the destination.
+        if !to_shared && !m.has("shared::cta") {
+            return Err(unsup());
+        }
+        if !m.all_used() {
+            return Err(unsup());
+        }
+        Ok(Op::BulkCopy(Box::new(BulkCopy {
+            dst: self.addr(&ops[0], line)?,
+            dst_space,
+            src: self.addr(&ops[1], line)?,
+            src_space,
+            size: self.src(&ops[2], Ty::U32, line)?,
+            mbar,
+        })))
     }
 
     /// `mma.sync.aligned` for the shapes and types sm_80–sm_90 code uses:
