@@ -531,6 +531,18 @@ pub trait GpuExecutor: Send {
     /// see what they write.
     fn module_global(&mut self, ctx: CtxId, module: ModId, name: &str)
         -> ExecResult<(DevPtr, u64)>;
+    /// Whether module variable `name` (at `ptr`, as [`Self::module_global`]
+    /// gave it) is `__managed__`: the guest program addresses it from the
+    /// CPU too, so the guest library keeps a copy of it coherent.
+    fn module_global_managed(
+        &mut self,
+        _ctx: CtxId,
+        _module: ModId,
+        _name: &str,
+        _ptr: DevPtr,
+    ) -> bool {
+        false
+    }
     /// Whether function `f` can print (device `printf` or `assert`): its
     /// launches may leave output for [`GpuExecutor::take_output`].
     fn function_prints(&mut self, _ctx: CtxId, _f: FnId) -> bool {

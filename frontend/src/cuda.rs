@@ -524,13 +524,24 @@ impl Cuda {
     /// `cuModuleGetGlobal`: the device address and size of module variable
     /// `name`.
     pub fn module_get_global(&mut self, module: u64, name: &str) -> Result<(u64, u64), CallError> {
+        self.module_get_global_info(module, name)
+            .map(|(p, s, _)| (p, s))
+    }
+
+    /// `cuModuleGetGlobal` → (address, size, whether the variable is
+    /// `__managed__`).
+    pub fn module_get_global_info(
+        &mut self,
+        module: u64,
+        name: &str,
+    ) -> Result<(u64, u64, bool), CallError> {
         let r = self.ch.call_with(
             Opcode::ModuleGetGlobal,
             args(&[module, name.len() as u64]),
             name.as_bytes(),
             &mut [],
         )?;
-        Ok((r.vals[0], r.vals[1]))
+        Ok((r.vals[0], r.vals[1], r.vals[2] & 1 != 0))
     }
 
     /// `cuFuncGetAttribute`: the host's answer, which describes the code

@@ -36,6 +36,7 @@
 //! (`cuMemHostRegister` with `DEVICEMAP`) stays where the program put it;
 //! its device pointer (`cuMemHostGetDevicePointer`) is a different address.
 
+use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -58,6 +59,17 @@ pub enum Kind {
     HostMapped { flags: u32 },
     /// `cuMemHostRegister(DEVICEMAP)` of the program's own memory.
     Registered { flags: u32 },
+    /// A `__managed__` variable of module `module` (the module object's
+    /// address), mirrored at its device address.
+    ModuleVar { module: usize },
+}
+
+impl Kind {
+    /// Whether the memory is managed (`cuMemAllocManaged` or a
+    /// `__managed__` variable), as pointer attributes report it.
+    pub fn is_managed(self) -> bool {
+        matches!(self, Kind::Managed | Kind::ModuleVar { .. })
+    }
 }
 
 #[derive(Debug)]
@@ -337,7 +349,7 @@ pub fn free(p: u64, host_alloc: bool) -> Result<bool, CUresult> {
             && match m.kind {
                 Kind::Managed => !host_alloc,
                 Kind::HostMapped { .. } => host_alloc,
-                Kind::Registered { .. } => false,
+                Kind::Registered { .. } | Kind::ModuleVar { .. } => false,
             }
     }) else {
         return Ok(false);
@@ -419,7 +431,7 @@ pub extern "C" fn cuMemHostGetDevicePointer_v2(
             return Err(err::INVALID_VALUE);
         }
         let (_, cpu, dev, _) = find_cpu(p as usize, 1)
-            .filter(|(k, ..)| *k != Kind::Managed)
+            .filter(|(k, ..)| !k.is_managed())
             .ok_or(err::INVALID_VALUE)?;
         // SAFETY: writable per the API (checked for null).
         unsafe { out(pdptr, dev + (p as usize - cpu) as u64) }
@@ -444,8 +456,106 @@ pub extern "C" fn cuMemHostGetFlags(pflags: *mut u32, p: *mut c_void) -> CUresul
 /// Checks that `[p, p + n)` is managed memory of this process.
 fn managed_range(p: CUdeviceptr, n: usize) -> Result<(), CUresult> {
     match find_dev(p, n as u64) {
-        Some((Kind::Managed, ..)) if n > 0 => Ok(()),
+        Some((k, ..)) if k.is_managed() && n > 0 => Ok(()),
         _ => Err(err::INVALID_VALUE),
+    }
+}
+
+/// Pages this library mapped for `__managed__` variables, and how many
+/// variables lie in each (variables of one module share pages).
+static VAR_PAGES: Mutex<BTreeMap<usize, u32>> = Mutex::new(BTreeMap::new());
+
+/// Maps the CPU pages holding `[at, at + len)` for module variables (a
+/// page already mapped for another variable is shared); on failure, none.
+fn map_var_pages(at: usize, len: usize) -> Result<(), CUresult> {
+    let first = at & !(PAGE - 1);
+    let end = (at + len).next_multiple_of(PAGE);
+    let mut pages = VAR_PAGES.lock().map_err(|_| err::UNKNOWN)?;
+    let mut done = Vec::new();
+    for page in (first..end).step_by(PAGE) {
+        if let Some(c) = pages.get_mut(&page) {
+            *c += 1;
+            done.push(page);
+            continue;
+        }
+        // SAFETY: a fresh anonymous private mapping of one page;
+        // MAP_FIXED_NOREPLACE never replaces a mapping of the process.
+        let p = unsafe {
+            libc::mmap(
+                page as *mut c_void,
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if p as usize != page {
+            if p != libc::MAP_FAILED {
+                // SAFETY: the mapping just made, elsewhere.
+                unsafe { libc::munmap(p, PAGE) };
+            }
+            unmap_var_pages_locked(&mut pages, &done);
+            eprintln!(
+                "fairgpu guest-lib: cannot map the __managed__ variable at device address {at:#x} \
+                 for the CPU (the address is taken in this process)"
+            );
+            return Err(err::OUT_OF_MEMORY);
+        }
+        pages.insert(page, 1);
+        done.push(page);
+    }
+    Ok(())
+}
+
+fn unmap_var_pages_locked(pages: &mut BTreeMap<usize, u32>, which: &[usize]) {
+    for page in which {
+        if let Some(c) = pages.get_mut(page) {
+            *c -= 1;
+            if *c == 0 {
+                pages.remove(page);
+                // SAFETY: a page `map_var_pages` mapped that no variable
+                // uses any more.
+                unsafe { libc::munmap(*page as *mut c_void, PAGE) };
+            }
+        }
+    }
+}
+
+/// A `__managed__` variable at device address `dev` of `len` bytes, of
+/// module `module`: the CPU addresses the same bytes at the same address
+/// (as cudart hands the program that address), kept coherent as managed
+/// memory is. Its current bytes (the initializer) come from the device.
+pub fn adopt_module_var(dev: u64, len: usize, module: usize) -> Result<(), CUresult> {
+    if len == 0 || find_dev(dev, len as u64).is_some() {
+        return Ok(());
+    }
+    let mut bytes = vec![0u8; len];
+    state::with(|cu| cu.memcpy_dtoh(&mut bytes, dev, 0))?;
+    map_var_pages(dev as usize, len)?;
+    let cpu = slice_mut(dev as *mut c_void, len)?;
+    cpu.copy_from_slice(&bytes);
+    insert(Mirror {
+        kind: Kind::ModuleVar { module },
+        cpu: dev as usize,
+        dev,
+        len,
+        alloc: 0,
+        clean: bytes,
+    });
+    Ok(())
+}
+
+/// Forgets the `__managed__` variables of an unloaded module and unmaps
+/// the pages no other variable uses.
+pub fn forget_module_vars(module: usize) {
+    while let Some(m) = remove(|m| m.kind == Kind::ModuleVar { module }) {
+        let first = m.cpu & !(PAGE - 1);
+        let end = (m.cpu + m.len).next_multiple_of(PAGE);
+        let pages: Vec<usize> = (first..end).step_by(PAGE).collect();
+        if let Ok(mut p) = VAR_PAGES.lock() {
+            unmap_var_pages_locked(&mut p, &pages);
+        }
     }
 }
 

@@ -727,7 +727,7 @@ unsafe fn mirror_attribute(
 ) -> Result<(), CUresult> {
     let in_dev = ptr >= dev && ptr - dev < len as u64;
     let off = if in_dev { ptr - dev } else { ptr - cpu as u64 };
-    let managed = kind == managed::Kind::Managed;
+    let managed = kind.is_managed();
     // SAFETY: per this function's contract `data` is writable for the type
     // each attribute documents.
     unsafe {

@@ -266,6 +266,9 @@ fn cubin_refused() {
 fn unload(m: CUmodule) -> Result<(), CUresult> {
     state::device()?;
     let module = module_ref(m)?;
+    // Its `__managed__` variables go first: no push or pull may reach
+    // them once the module is gone.
+    crate::managed::forget_module_vars(m as usize);
     state::with_sync(|cu| cu.module_unload(module.host))?;
     forget(&MODULES, m as usize);
     crate::memory::forget_globals(m as usize);
@@ -421,6 +424,18 @@ fn get_global(
     m: CUmodule,
     name: *const c_char,
 ) -> Result<(), CUresult> {
+    get_variable(dptr, bytes, m, name, false)
+}
+
+/// A module variable's address and size (`managed_only`: it must be a
+/// `__managed__` variable, else NOT_FOUND).
+fn get_variable(
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    m: CUmodule,
+    name: *const c_char,
+    managed_only: bool,
+) -> Result<(), CUresult> {
     state::device()?;
     let module = module_ref(m)?;
     if name.is_null() {
@@ -430,8 +445,20 @@ fn get_global(
     let name = unsafe { CStr::from_ptr(name) }
         .to_str()
         .map_err(|_| err::INVALID_VALUE)?;
-    let (ptr, size) = state::with(|cu| cu.module_get_global(module.host, name))?;
+    let (ptr, size, managed) = state::with(|cu| cu.module_get_global_info(module.host, name))?;
+    if managed_only && !managed {
+        return Err(err::NOT_FOUND);
+    }
     crate::memory::register_global(ptr, size, m as usize)?;
+    if managed {
+        // A `__managed__` variable: cudart hands the program this address
+        // for its CPU code to use.
+        crate::managed::adopt_module_var(
+            ptr,
+            usize::try_from(size).map_err(|_| err::UNKNOWN)?,
+            m as usize,
+        )?;
+    }
     // SAFETY: non-null slots are writable per the API.
     unsafe {
         if !dptr.is_null() {
@@ -540,6 +567,22 @@ pub extern "C" fn cuLibraryGetGlobal(
     ffi_result(|| {
         let lib = library_ref(l)?;
         get_global(dptr, bytes, lib.module as CUmodule, name)
+    })
+}
+
+/// `cuLibraryGetManaged`: a `__managed__` variable of the library (CUDA
+/// 13's libcudart finds them so), mirrored for the CPU as with
+/// `cuModuleGetGlobal`.
+#[no_mangle]
+pub extern "C" fn cuLibraryGetManaged(
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    l: CUlibrary,
+    name: *const c_char,
+) -> CUresult {
+    ffi_result(|| {
+        let lib = library_ref(l)?;
+        get_variable(dptr, bytes, lib.module as CUmodule, name, true)
     })
 }
 

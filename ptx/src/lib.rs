@@ -481,6 +481,8 @@ pub struct Module {
 pub struct Globals {
     bytes: Vec<u8>,
     vars: Vec<(String, u64, u64)>,
+    /// The names of its `__managed__` variables.
+    managed: Vec<String>,
     /// A second address of the variables in the caller's address space
     /// (0: none): where `cuModuleGetGlobal` placed them. A kernel given
     /// such a pointer (`cudaGetSymbolAddress`) reaches the same bytes.
@@ -498,6 +500,12 @@ impl Globals {
             .iter()
             .find(|(n, _, _)| n == name)
             .map(|&(_, a, s)| (a, s))
+    }
+
+    /// Whether variable `name` is `__managed__` (`.attribute(.managed)`):
+    /// the host program addresses it as well as kernels.
+    pub fn is_managed(&self, name: &str) -> bool {
+        self.managed.iter().any(|n| n == name)
     }
 
     /// Bytes of all the variables.
@@ -696,6 +704,12 @@ impl Module {
                         u64::from(v.size),
                     )
                 })
+                .collect(),
+            managed: self
+                .vars
+                .iter()
+                .filter(|v| v.managed)
+                .map(|v| v.name.clone())
                 .collect(),
         }
     }

@@ -51,6 +51,9 @@ pub(crate) struct GlobalVar {
     pub size: u32,
     /// Declared in `.const` (not `.global`).
     pub constant: bool,
+    /// `.attribute(.managed)`: a `__managed__` variable, which the host
+    /// program addresses too.
+    pub managed: bool,
 }
 
 /// A parsed module.
@@ -287,6 +290,8 @@ struct VarDecl<'a> {
     /// Whether `= initializer` follows (read by [`var_decl`], left to the
     /// caller by [`var_head`]).
     has_init: bool,
+    /// `.attribute(.managed)`.
+    managed: bool,
 }
 
 /// Parses a whole module.
@@ -493,6 +498,7 @@ impl ModuleState {
             offset: off as u32,
             size: size as u32,
             constant,
+            managed: v.managed,
         });
         self.syms
             .insert(v.name.to_owned(), Sym::Addr(GLOBALS_BASE + off));
@@ -584,6 +590,7 @@ fn var_head<'a>(p: &mut P<'a>) -> Result<VarDecl<'a>, Error> {
     let mut align = 0u64;
     let mut ty = None;
     let mut vec = 1u64;
+    let mut managed = false;
     loop {
         let d = match p.peek() {
             Some(Tok::Ident(d)) if d.starts_with('.') => *d,
@@ -600,6 +607,20 @@ fn var_head<'a>(p: &mut P<'a>) -> Result<VarDecl<'a>, Error> {
             ".v2" => vec = 2,
             ".v4" => vec = 4,
             ".ptr" | ".global" | ".shared" | ".const" | ".local" => {}
+            ".attribute" => {
+                // `.attribute(.managed)`; `.unified(...)` and others are
+                // not.
+                p.expect_punct('(')?;
+                match p.ident()? {
+                    ".managed" => managed = true,
+                    a => {
+                        return Err(Error::Unsupported {
+                            what: format!("variable attribute {a} (line {line})"),
+                        })
+                    }
+                }
+                p.expect_punct(')')?;
+            }
             _ => match d.strip_prefix('.').and_then(Ty::parse) {
                 Some(t) => ty = Some(t),
                 None => {
@@ -628,6 +649,7 @@ fn var_head<'a>(p: &mut P<'a>) -> Result<VarDecl<'a>, Error> {
         ty,
         count,
         has_init: p.eat_punct('='),
+        managed,
     })
 }
 

@@ -1392,3 +1392,28 @@ fn reserved_shared_memory_follows_the_kernels_own() {
         "the kernel's shared memory is its own: {o:?}"
     );
 }
+
+/// `__managed__` variables (`.attribute(.managed)`) load like any module
+/// variable, with their initializers, and are reported managed; other
+/// attributes are refused by name.
+#[test]
+fn managed_variables_are_module_variables_reported_managed() {
+    let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n\
+        .global .attribute(.managed) .align 4 .u32 counter = 41;\n\
+        .global .attribute(.managed) .align 4 .b8 table[16];\n\
+        .global .align 4 .u32 plain = 3;\n\
+        .visible .entry k()\n{\n\tret;\n}\n";
+    let m = Module::parse(ptx).expect("parses");
+    let g = m.globals();
+    assert!(g.is_managed("counter") && g.is_managed("table"));
+    assert!(!g.is_managed("plain") && !g.is_managed("nothing"));
+    let (_, size) = g.symbol("table").expect("table");
+    assert_eq!(size, 16);
+    assert!(g.symbol("counter").is_some());
+    let other = ".version 8.0\n.target sm_90\n.address_size 64\n\
+        .global .attribute(.unified(1, 2)) .u32 u;\n";
+    match Module::parse(other) {
+        Err(Error::Unsupported { what }) => assert!(what.contains(".unified"), "{what}"),
+        r => panic!("{r:?}"),
+    }
+}

@@ -1162,11 +1162,12 @@ impl CudaOps {
                     return Err(Status::OUT_OF_MEMORY);
                 }
                 let (ptr, size) = self.exec.module_global(ctx, m, &name).map_err(exec_err)?;
+                let managed = self.exec.module_global_managed(ctx, m, &name, ptr);
                 let cx = self.contexts[ch as usize].as_mut().expect("context exists");
                 if size > 0 {
                     cx.globals.insert(ptr, (size, h));
                 }
-                Ok(vals(&[ptr, size]))
+                Ok(vals(&[ptr, size, u64::from(managed)]))
             }
             Opcode::FuncGetAttribute | Opcode::FuncSetAttribute => {
                 let f = cx.function(a[0])?;

@@ -297,6 +297,7 @@ driver_api! {
     cuModuleUnload(CUmodule);
     cuModuleGetFunction(*mut CUfunction, CUmodule, *const c_char);
     cuModuleGetGlobal_v2(*mut CUdeviceptr, *mut usize, CUmodule, *const c_char);
+    cuPointerGetAttribute(*mut c_void, c_int, CUdeviceptr);
     cuFuncGetParamInfo(CUfunction, usize, *mut usize, *mut usize);
     cuFuncGetAttribute(*mut c_int, c_int, CUfunction);
     cuFuncSetAttribute(CUfunction, c_int, c_int);

@@ -1488,6 +1488,24 @@ unsafe extern "C" fn mem_set_access(
     })
 }
 
+unsafe extern "C" fn pointer_get_attribute(
+    data: *mut c_void,
+    attr: c_int,
+    ptr: CUdeviceptr,
+) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuPointerGetAttribute", false) {
+            return r;
+        }
+        // IS_MANAGED (8): the fake's module variables are not managed.
+        if attr != 8 || s.range(ptr, 1).is_none() && !s.globals.values().any(|&g| g == ptr) {
+            return INVALID_VALUE;
+        }
+        out(data.cast::<c_uint>(), 0);
+        0
+    })
+}
+
 pub(super) fn api() -> &'static Api {
     Box::leak(Box::new(Api {
         cuInit: cu_init,
@@ -1530,6 +1548,7 @@ pub(super) fn api() -> &'static Api {
         cuModuleUnload: module_unload,
         cuModuleGetFunction: module_get_function,
         cuModuleGetGlobal_v2: module_get_global,
+        cuPointerGetAttribute: pointer_get_attribute,
         cuFuncGetParamInfo: func_get_param_info,
         cuFuncGetAttribute: func_get_attribute,
         cuFuncSetAttribute: func_set_attribute,

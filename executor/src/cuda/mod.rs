@@ -1589,6 +1589,29 @@ impl GpuExecutor for CudaExecutor {
         Ok((ptr, size as u64))
     }
 
+    fn module_global_managed(
+        &mut self,
+        ctx: CtxId,
+        _module: ModId,
+        _name: &str,
+        ptr: DevPtr,
+    ) -> bool {
+        /// `CU_POINTER_ATTRIBUTE_IS_MANAGED`.
+        const IS_MANAGED: c_int = 8;
+        let api = self.api;
+        if self.enter(ctx).is_err() {
+            return false;
+        }
+        let mut managed: c_uint = 0;
+        // SAFETY: the attribute is an unsigned int written through a
+        // valid out-pointer; `ptr` is a module variable of the current
+        // context.
+        let result = unsafe {
+            (api.cuPointerGetAttribute)((&mut managed as *mut c_uint).cast(), IS_MANAGED, ptr)
+        };
+        result == CUDA_SUCCESS && managed != 0
+    }
+
     fn function_attribute(&mut self, ctx: CtxId, f: FnId, attr: i32) -> ExecResult<i32> {
         let api = self.api;
         let raw = self.raw_function(ctx, f)?;

@@ -2143,6 +2143,30 @@ impl GpuExecutor for SimGpu {
         Err(ExecError::NotFound(name.to_owned()))
     }
 
+    fn module_global_managed(
+        &mut self,
+        ctx: CtxId,
+        module: ModId,
+        name: &str,
+        _ptr: DevPtr,
+    ) -> bool {
+        let budget = self.host_memory.clone();
+        let Ok(c) = self.ctx_mut(ctx) else {
+            return false;
+        };
+        let Some(m) = c.modules.get_mut(&module.0) else {
+            return false;
+        };
+        for p in m.programs.iter_mut().flatten() {
+            if let Ok((_, globals, _)) = p.parsed(&budget, &mut c.allocs, &mut c.var_slots) {
+                if globals.symbol(name).is_some() {
+                    return globals.is_managed(name);
+                }
+            }
+        }
+        false
+    }
+
     fn function_attribute(&mut self, ctx: CtxId, f: FnId, a: i32) -> ExecResult<i32> {
         let arch = self.function_arch(ctx, f)?;
         let set = {
