@@ -416,6 +416,21 @@ int main() {
                ne, nn);
         CHECK(EDGES_OF(g, nullptr, nullptr, &ne));
         EXPECT(ne == 2, "the original lost edges: %zu", ne);
+        // Node parameters read back, and changed in the graph and in an
+        // instantiated graph.
+        cudaKernelNodeParams got;
+        CHECK(cudaGraphKernelNodeGetParams(k, &got));
+        EXPECT(got.func == (void*)add_one && got.gridDim.x == (unsigned)BLOCKS &&
+                   got.blockDim.x == (unsigned)THREADS,
+               "kernel node parameters read back wrong");
+        EXPECT(got.kernelParams != nullptr && *(float**)got.kernelParams[0] == d &&
+                   *(int*)got.kernelParams[1] == N,
+               "kernel node arguments read back wrong");
+        cudaMemcpy3DParms cp;
+        CHECK(cudaGraphMemcpyNodeGetParams(cout, &cp));
+        EXPECT(cp.extent.width * cp.extent.height * cp.extent.depth == BYTES,
+               "copy node extent %zu x %zu x %zu", cp.extent.width, cp.extent.height,
+               cp.extent.depth);
         // The clone copies without adding one; the original adds one.
         cudaGraphExec_t ce, oe;
         CHECK(cudaGraphInstantiate(&ce, c, 0));
@@ -431,6 +446,33 @@ int main() {
         if (check_results())
             for (int i = 0; i < N; i++)
                 EXPECT(out[i] == in[i] + 1.0f, "original, element %d: %g", i, out[i]);
+        // A memset node added to the clone, then changed in its
+        // instantiated graph: the value the launch writes is the new one.
+        cudaGraphNode_t ms;
+        cudaMemsetParams mp;
+        std::memset(&mp, 0, sizeof mp);
+        mp.dst = d;
+        mp.elementSize = 4;
+        mp.width = N;
+        mp.height = 1;
+        mp.value = 0x3f800000;  // 1.0f
+        CHECK(cudaGraphAddMemsetNode(&ms, c, &ccin, 1, &mp));
+        cudaMemsetParams mget;
+        CHECK(cudaGraphMemsetNodeGetParams(ms, &mget));
+        EXPECT(mget.value == 0x3f800000 && mget.width == (size_t)N && mget.dst == d,
+               "memset node parameters read back wrong");
+        cudaGraphExec_t me;
+        CHECK(cudaGraphInstantiate(&me, c, 0));
+        mp.value = 0x40000000;  // 2.0f
+        CHECK(cudaGraphExecMemsetNodeSetParams(me, ms, &mp));
+        CHECK(cudaGraphLaunch(me, s));
+        CHECK(cudaStreamSynchronize(s));
+        std::vector<float> seen(N);
+        CHECK(cudaMemcpy(seen.data(), d, BYTES, cudaMemcpyDeviceToHost));
+        if (check_results())
+            for (int i = 0; i < N; i++)
+                EXPECT(seen[i] == 2.0f, "memset node set to 2.0f, element %d: %g", i, seen[i]);
+        CHECK(cudaGraphExecDestroy(me));
         CHECK(cudaGraphExecDestroy(ce));
         CHECK(cudaGraphExecDestroy(oe));
         CHECK(cudaGraphDestroy(c));

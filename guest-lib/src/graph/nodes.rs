@@ -1,18 +1,23 @@
 //! Memory nodes, the generic node API (`cuGraphAddNode`), and the queries
 //! and edits of a graph's structure: dependencies, edges, node removal,
 //! clones' nodes, event nodes' events, nodes turned off in an instantiated
-//! graph.
+//! graph, and the parameters of kernel, copy, memset and host nodes read
+//! back and changed (in the graph and in an instantiated graph).
 
+use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::Mutex;
 
 use super::{
     add_node, captured, cuGraphAddChildGraphNode, cuGraphAddEmptyNode, cuGraphAddEventRecordNode,
     cuGraphAddEventWaitNode, cuGraphAddHostNode, cuGraphAddKernelNode_v2, cuGraphAddMemcpyNode,
-    cuGraphAddMemsetNode, handles, node_type, put, with, CUgraph, CUgraphExec, CUgraphNode, Work,
+    cuGraphAddMemsetNode, handles, host_work, memset_work, node_type, put, with, CUgraph,
+    CUgraphExec, CUgraphNode, HostNodeParams, KernelNodeParams, KernelNodeParamsV2,
+    MemsetNodeParams, Work,
 };
 use crate::array::Memcpy3D;
 use crate::ffi_result;
-use crate::types::{err, CUresult, CUstream};
+use crate::types::{err, CUfunction, CUresult, CUstream};
 
 /// `CUDA_MEM_ALLOC_NODE_PARAMS` (v1 and v2 share the layout): the pool
 /// properties (88 bytes, of which the leading four 32-bit fields matter
@@ -430,6 +435,11 @@ pub extern "C" fn cuGraphDestroyNode(node: CUgraphNode) -> CUresult {
             Ok(())
         })
     });
+    if let Ok(mut args) = KERNEL_ARGS.lock() {
+        if let Some(a) = args.as_mut() {
+            a.remove(&(node as u64));
+        }
+    }
     crate::graph_mem::flush();
     r
 }
@@ -586,4 +596,263 @@ pub extern "C" fn cuGraphNodeGetEnabled(
         })?;
         put(on, v)
     })
+}
+
+/// Arguments of kernel nodes as `cuGraphKernelNodeGetParams` hands them
+/// out: per node, a copy of the packed parameters and the addresses of
+/// each argument in it (valid until the node's parameters change or the
+/// node goes, as the driver's).
+static KERNEL_ARGS: Mutex<Option<HashMap<u64, (Box<[u8]>, Box<[usize]>)>>> = Mutex::new(None);
+
+/// The node's current work.
+fn work_of(node: CUgraphNode) -> Result<Work, CUresult> {
+    with(|t| Ok(t.node_mut(node as u64)?.work.clone()))
+}
+
+/// Replaces the work of `node` (in its graph) by `w`, if its kind is the
+/// same.
+fn set_work(node: CUgraphNode, w: Work) -> Result<(), CUresult> {
+    with(|t| {
+        let n = t.node_mut(node as u64)?;
+        if node_type(&n.work) != node_type(&w) {
+            return Err(err::INVALID_VALUE);
+        }
+        n.work = w;
+        Ok(())
+    })
+}
+
+/// Replaces the work of `node` in instantiated graph `exec` by `w`, if its
+/// kind is the same.
+fn set_exec_work(exec: CUgraphExec, node: CUgraphNode, w: Work) -> Result<(), CUresult> {
+    with(|t| {
+        let e = t.execs.get_mut(&(exec as u64)).ok_or(err::INVALID_VALUE)?;
+        let step = e
+            .steps
+            .iter_mut()
+            .find(|(n, old)| *n == node as u64 && node_type(old) == node_type(&w))
+            .ok_or(err::INVALID_VALUE)?;
+        step.1 = w;
+        Ok(())
+    })
+}
+
+/// `cuGraphKernelNodeGetParams`: the function, geometry and arguments
+/// (pointers to copies of their values) of a kernel node.
+#[no_mangle]
+pub extern "C" fn cuGraphKernelNodeGetParams(
+    node: CUgraphNode,
+    params: *mut KernelNodeParams,
+) -> CUresult {
+    ffi_result(|| {
+        let Work::Kernel {
+            f,
+            grid,
+            block,
+            shared,
+            params: packed,
+            ..
+        } = work_of(node)?
+        else {
+            return Err(err::INVALID_VALUE);
+        };
+        let layout = crate::module::function_ref(f as CUfunction)?.params.clone();
+        let bytes: Box<[u8]> = packed.into_boxed_slice();
+        let base = bytes.as_ptr() as usize;
+        let ptrs: Box<[usize]> = layout.iter().map(|p| base + p.offset as usize).collect();
+        let args = ptrs.as_ptr() as *mut *mut c_void;
+        KERNEL_ARGS
+            .lock()
+            .map_err(|_| err::UNKNOWN)?
+            .get_or_insert_with(HashMap::new)
+            .insert(node as u64, (bytes, ptrs));
+        put(
+            params,
+            KernelNodeParams {
+                func: f as CUfunction,
+                grid,
+                block,
+                shared,
+                params: args,
+                extra: std::ptr::null_mut(),
+            },
+        )
+    })
+}
+
+/// `cuGraphKernelNodeGetParams_v2`: as v1, the function also as the
+/// kernel handle, no context.
+#[no_mangle]
+pub extern "C" fn cuGraphKernelNodeGetParams_v2(
+    node: CUgraphNode,
+    params: *mut KernelNodeParamsV2,
+) -> CUresult {
+    let mut v1 = std::mem::MaybeUninit::<KernelNodeParams>::uninit();
+    match cuGraphKernelNodeGetParams(node, v1.as_mut_ptr()) {
+        err::SUCCESS => {}
+        e => return e,
+    }
+    // SAFETY: written by the call that just succeeded.
+    let v1 = unsafe { v1.assume_init() };
+    ffi_result(|| {
+        put(
+            params,
+            KernelNodeParamsV2 {
+                v1,
+                kern: v1.func,
+                ctx: std::ptr::null_mut(),
+            },
+        )
+    })
+}
+
+/// The `CUDA_MEMCPY3D` of a copy node (a linear copy as one row between
+/// unified addresses).
+fn copy_desc(w: &Work) -> Result<Memcpy3D, CUresult> {
+    match w {
+        Work::Copy3D(p) => Ok(p.0),
+        &Work::Copy { dst, src, n } => {
+            // SAFETY: all-zero is a valid CUDA_MEMCPY3D (null pointers,
+            // zero sizes); the fields that matter are set below.
+            let mut d: Memcpy3D = unsafe { std::mem::zeroed() };
+            // CU_MEMORYTYPE_UNIFIED.
+            d.src_memory_type = 4;
+            d.dst_memory_type = 4;
+            d.src_device = src;
+            d.dst_device = dst;
+            d.width_in_bytes = n;
+            d.height = 1;
+            d.depth = 1;
+            Ok(d)
+        }
+        _ => Err(err::INVALID_VALUE),
+    }
+}
+
+/// `cuGraphMemcpyNodeGetParams`.
+#[no_mangle]
+pub extern "C" fn cuGraphMemcpyNodeGetParams(node: CUgraphNode, params: *mut Memcpy3D) -> CUresult {
+    ffi_result(|| put(params, copy_desc(&work_of(node)?)?))
+}
+
+fn copy_work(params: *const Memcpy3D) -> Result<Work, CUresult> {
+    if params.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: non-null; the caller passes a copy description.
+    Ok(Work::Copy3D(super::Copy3DParams(unsafe { *params })))
+}
+
+/// `cuGraphMemcpyNodeSetParams`.
+#[no_mangle]
+pub extern "C" fn cuGraphMemcpyNodeSetParams(
+    node: CUgraphNode,
+    params: *const Memcpy3D,
+) -> CUresult {
+    ffi_result(|| set_work(node, copy_work(params)?))
+}
+
+/// `cuGraphExecMemcpyNodeSetParams`.
+#[no_mangle]
+pub extern "C" fn cuGraphExecMemcpyNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const Memcpy3D,
+    _ctx: *mut c_void,
+) -> CUresult {
+    ffi_result(|| set_exec_work(exec, node, copy_work(params)?))
+}
+
+/// `cuGraphMemsetNodeGetParams`.
+#[no_mangle]
+pub extern "C" fn cuGraphMemsetNodeGetParams(
+    node: CUgraphNode,
+    params: *mut MemsetNodeParams,
+) -> CUresult {
+    ffi_result(|| {
+        let Work::Memset {
+            dst,
+            pitch,
+            value,
+            elem,
+            width,
+            height,
+        } = work_of(node)?
+        else {
+            return Err(err::INVALID_VALUE);
+        };
+        put(
+            params,
+            MemsetNodeParams {
+                dst,
+                pitch,
+                value,
+                element_size: u32::from(elem),
+                width,
+                height,
+            },
+        )
+    })
+}
+
+/// `cuGraphMemsetNodeSetParams`.
+#[no_mangle]
+pub extern "C" fn cuGraphMemsetNodeSetParams(
+    node: CUgraphNode,
+    params: *const MemsetNodeParams,
+) -> CUresult {
+    ffi_result(|| set_work(node, memset_work(params)?))
+}
+
+/// `cuGraphExecMemsetNodeSetParams`.
+#[no_mangle]
+pub extern "C" fn cuGraphExecMemsetNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const MemsetNodeParams,
+    _ctx: *mut c_void,
+) -> CUresult {
+    ffi_result(|| set_exec_work(exec, node, memset_work(params)?))
+}
+
+/// `cuGraphHostNodeGetParams`.
+#[no_mangle]
+pub extern "C" fn cuGraphHostNodeGetParams(
+    node: CUgraphNode,
+    params: *mut HostNodeParams,
+) -> CUresult {
+    ffi_result(|| {
+        let Work::Host { f, data } = work_of(node)? else {
+            return Err(err::INVALID_VALUE);
+        };
+        // SAFETY: `f` is the address of the `CUhostFn` the node was made
+        // with (checked non-null then).
+        let f: unsafe extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(f) };
+        put(
+            params,
+            HostNodeParams {
+                f: Some(f),
+                data: data as *mut c_void,
+            },
+        )
+    })
+}
+
+/// `cuGraphHostNodeSetParams`.
+#[no_mangle]
+pub extern "C" fn cuGraphHostNodeSetParams(
+    node: CUgraphNode,
+    params: *const HostNodeParams,
+) -> CUresult {
+    ffi_result(|| set_work(node, host_work(params)?))
+}
+
+/// `cuGraphExecHostNodeSetParams`.
+#[no_mangle]
+pub extern "C" fn cuGraphExecHostNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const HostNodeParams,
+) -> CUresult {
+    ffi_result(|| set_exec_work(exec, node, host_work(params)?))
 }
