@@ -602,7 +602,11 @@ pub extern "C" fn cuGraphNodeGetEnabled(
 /// out: per node, a copy of the packed parameters and the addresses of
 /// each argument in it (valid until the node's parameters change or the
 /// node goes, as the driver's).
-static KERNEL_ARGS: Mutex<Option<HashMap<u64, (Box<[u8]>, Box<[usize]>)>>> = Mutex::new(None);
+static KERNEL_ARGS: Mutex<Option<HashMap<u64, KernelArgs>>> = Mutex::new(None);
+
+/// A copy of a kernel node's packed arguments and each argument's address
+/// in it.
+type KernelArgs = (Box<[u8]>, Box<[usize]>);
 
 /// The node's current work.
 fn work_of(node: CUgraphNode) -> Result<Work, CUresult> {
