@@ -1137,19 +1137,7 @@ pub extern "C" fn cuGraphExecKernelNodeSetParams(
     node: CUgraphNode,
     params: *const KernelNodeParams,
 ) -> CUresult {
-    ffi_result(|| {
-        let w = kernel_work(params)?;
-        with(|t| {
-            let e = t.execs.get_mut(&(exec as u64)).ok_or(err::INVALID_VALUE)?;
-            let step = e
-                .steps
-                .iter_mut()
-                .find(|(n, old)| *n == node as u64 && matches!(old, Work::Kernel { .. }))
-                .ok_or(err::INVALID_VALUE)?;
-            step.1 = w;
-            Ok(())
-        })
-    })
+    ffi_result(|| nodes::set_exec_work(exec, node, kernel_work(params)?))
 }
 
 /// `cuGraphExecKernelNodeSetParams_v2`.

@@ -628,7 +628,7 @@ fn set_work(node: CUgraphNode, w: Work) -> Result<(), CUresult> {
 
 /// Replaces the work of `node` in instantiated graph `exec` by `w`, if its
 /// kind is the same.
-fn set_exec_work(exec: CUgraphExec, node: CUgraphNode, w: Work) -> Result<(), CUresult> {
+pub(super) fn set_exec_work(exec: CUgraphExec, node: CUgraphNode, w: Work) -> Result<(), CUresult> {
     with(|t| {
         let e = t.execs.get_mut(&(exec as u64)).ok_or(err::INVALID_VALUE)?;
         let step = e

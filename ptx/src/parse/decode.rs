@@ -238,6 +238,19 @@ impl<'a> Mods<'a> {
     fn all_used(&self) -> bool {
         self.used.iter().all(|&u| u)
     }
+    /// The remaining matrix element types (`wmma`, `mma`), in order.
+    fn fragment_types(&mut self) -> Vec<WTy> {
+        let mut types = Vec::new();
+        for (k, p) in self.parts.iter().enumerate() {
+            if !self.used[k] {
+                if let Some(t) = WTy::parse(p) {
+                    self.used[k] = true;
+                    types.push(t);
+                }
+            }
+        }
+        types
+    }
 }
 
 fn bty(bits: u32) -> Ty {
@@ -2120,16 +2133,7 @@ impl FuncParser<'_> {
                 .map(|e| me.dst(e, line))
                 .collect::<Result<Vec<u32>, Error>>()
         };
-        // The remaining type qualifiers, in order.
-        let mut types = Vec::new();
-        for (k, p) in m.parts.iter().enumerate() {
-            if !m.used[k] {
-                if let Some(t) = WTy::parse(p) {
-                    m.used[k] = true;
-                    types.push(t);
-                }
-            }
-        }
+        let types = m.fragment_types();
         let load = m.has("load");
         if load || m.has("store") {
             let which = if load {
@@ -2224,10 +2228,25 @@ impl FuncParser<'_> {
         let [d, a, b, c] = ops else {
             return Err(bad());
         };
+        self.mma_op(false, shape, (dty, ab, cty), satfinite, [d, a, b, c], frag)
+    }
+
+    /// The product of a `wmma.mma` (`fixed` false) or `mma.sync`: each
+    /// fragment's registers from `frag(operand, type, rows, columns)`.
+    fn mma_op(
+        &mut self,
+        fixed: bool,
+        shape: [u32; 3],
+        (dty, ab, cty): (WTy, WTy, WTy),
+        satfinite: bool,
+        [d, a, b, c]: [&Opnd<'_>; 4],
+        frag: impl Fn(&mut Self, &Opnd<'_>, WTy, u32, u32) -> Result<Vec<u32>, Error>,
+    ) -> Result<Wmma, Error> {
+        let [mm, nn, kk] = shape;
         Ok(Wmma {
             shape,
             op: WmmaOp::Mma {
-                fixed: false,
+                fixed,
                 ab,
                 cty,
                 dty,
@@ -2353,15 +2372,7 @@ impl FuncParser<'_> {
             None => return Err(unsup()),
         };
         let satfinite = m.has("satfinite");
-        let mut types = Vec::new();
-        for (k, p) in m.parts.iter().enumerate() {
-            if !m.used[k] {
-                if let Some(t) = WTy::parse(p) {
-                    m.used[k] = true;
-                    types.push(t);
-                }
-            }
-        }
+        let types = m.fragment_types();
         let [dty, ab, bty, cty] = types[..] else {
             return Err(unsup());
         };
@@ -2399,21 +2410,7 @@ impl FuncParser<'_> {
                 .map(|e| me.dst(e, line))
                 .collect::<Result<Vec<u32>, Error>>()
         };
-        let [mm, nn, kk] = shape;
-        Ok(Wmma {
-            shape,
-            op: WmmaOp::Mma {
-                fixed: true,
-                ab,
-                cty,
-                dty,
-                satfinite,
-                d: frag(self, d, dty, mm, nn)?,
-                a: frag(self, a, ab, mm, kk)?,
-                b: frag(self, b, ab, kk, nn)?,
-                c: frag(self, c, cty, mm, nn)?,
-            },
-        })
+        self.mma_op(true, shape, (dty, ab, cty), satfinite, [d, a, b, c], frag)
     }
 
     /// `ldmatrix`/`stmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}{.shared}.b16`.
