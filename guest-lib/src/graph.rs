@@ -209,6 +209,10 @@ struct Capture {
     /// The nodes the stream's next node depends on.
     last: Vec<u64>,
     invalid: bool,
+    /// The capture made its graph (`cuStreamBeginCapture`), rather than
+    /// adding to the application's (`cuStreamBeginCaptureToGraph`): an
+    /// invalidated capture's graph is destroyed only then.
+    owned: bool,
 }
 
 #[derive(Default)]
@@ -1257,6 +1261,12 @@ pub extern "C" fn cuGraphExecUpdate(
 // ---------------------------------------------------------------------------
 
 fn begin_capture(s: CUstream) -> CUresult {
+    capture_into(s, None)
+}
+
+/// Begins a capture on stream `s`: into a new graph, or (`into`) into an
+/// existing graph after the given nodes of it.
+fn capture_into(s: CUstream, into: Option<(u64, Vec<u64>)>) -> CUresult {
     ffi_result(|| {
         require_current()?;
         let h = stream_handle(s);
@@ -1268,8 +1278,20 @@ fn begin_capture(s: CUstream) -> CUresult {
             if t.captures.contains_key(&h) {
                 return Err(err::INVALID_VALUE);
             }
-            let graph = t.fresh();
-            t.graphs.insert(graph, Graph::default());
+            let (graph, last, owned) = match into {
+                Some((g, deps)) => {
+                    let graph = t.graphs.get(&g).ok_or(err::INVALID_VALUE)?;
+                    if deps.iter().any(|d| graph.index(*d).is_none()) {
+                        return Err(err::INVALID_VALUE);
+                    }
+                    (g, deps, false)
+                }
+                None => {
+                    let g = t.fresh();
+                    t.graphs.insert(g, Graph::default());
+                    (g, Vec::new(), true)
+                }
+            };
             let id = t.fresh();
             t.captures.insert(
                 h,
@@ -1277,13 +1299,127 @@ fn begin_capture(s: CUstream) -> CUresult {
                     graph,
                     id,
                     origin: h,
-                    last: Vec::new(),
+                    last,
                     invalid: false,
+                    owned,
                 },
             );
             Ok(())
         })
     })
+}
+
+/// `cuStreamBeginCaptureToGraph`: captured work becomes nodes of `graph`
+/// after `deps` (default edges only).
+#[no_mangle]
+pub extern "C" fn cuStreamBeginCaptureToGraph(
+    s: CUstream,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    edge_data: *const c_void,
+    n: usize,
+    _mode: u32,
+) -> CUresult {
+    if !edge_data.is_null() {
+        return crate::unsupported("cuStreamBeginCaptureToGraph with edge data");
+    }
+    match handles(deps, n) {
+        Ok(d) => capture_into(s, Some((graph as u64, d))),
+        Err(e) => e,
+    }
+}
+
+/// `cuStreamBeginCaptureToGraph_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamBeginCaptureToGraph_ptsz(
+    s: CUstream,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    edge_data: *const c_void,
+    n: usize,
+    mode: u32,
+) -> CUresult {
+    cuStreamBeginCaptureToGraph(s, graph, deps, edge_data, n, mode)
+}
+
+/// `CU_STREAM_SET_CAPTURE_DEPENDENCIES`.
+const SET_CAPTURE_DEPENDENCIES: u32 = 1;
+
+/// `cuStreamUpdateCaptureDependencies`: the nodes the capturing stream's
+/// next node depends on, added to (flags 0) or replaced (flags 1).
+#[no_mangle]
+pub extern "C" fn cuStreamUpdateCaptureDependencies(
+    s: CUstream,
+    deps: *mut CUgraphNode,
+    n: usize,
+    flags: u32,
+) -> CUresult {
+    ffi_result(|| {
+        if flags > SET_CAPTURE_DEPENDENCIES {
+            return Err(err::INVALID_VALUE);
+        }
+        let list = handles(deps, n)?;
+        let h = stream_handle(s);
+        with(|t| {
+            let c = t.captures.get(&h).ok_or(err::INVALID_VALUE)?;
+            if c.invalid {
+                return Err(CAPTURE_INVALIDATED);
+            }
+            let g = t.graphs.get(&c.graph).ok_or(err::INVALID_VALUE)?;
+            if list.iter().any(|d| g.index(*d).is_none()) {
+                return Err(err::INVALID_VALUE);
+            }
+            let c = t.captures.get_mut(&h).ok_or(err::INVALID_VALUE)?;
+            if flags == SET_CAPTURE_DEPENDENCIES {
+                c.last = list;
+            } else {
+                for d in list {
+                    if !c.last.contains(&d) {
+                        c.last.push(d);
+                    }
+                }
+            }
+            Ok(())
+        })
+    })
+}
+
+/// `cuStreamUpdateCaptureDependencies_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamUpdateCaptureDependencies_ptsz(
+    s: CUstream,
+    deps: *mut CUgraphNode,
+    n: usize,
+    flags: u32,
+) -> CUresult {
+    cuStreamUpdateCaptureDependencies(s, deps, n, flags)
+}
+
+/// `cuStreamUpdateCaptureDependencies_v2` (edge data: default edges only).
+#[no_mangle]
+pub extern "C" fn cuStreamUpdateCaptureDependencies_v2(
+    s: CUstream,
+    deps: *mut CUgraphNode,
+    edge_data: *const c_void,
+    n: usize,
+    flags: u32,
+) -> CUresult {
+    if !edge_data.is_null() {
+        return crate::unsupported("cuStreamUpdateCaptureDependencies_v2 with edge data");
+    }
+    cuStreamUpdateCaptureDependencies(s, deps, n, flags)
+}
+
+/// `cuStreamUpdateCaptureDependencies_v2_ptsz`.
+#[no_mangle]
+pub extern "C" fn cuStreamUpdateCaptureDependencies_v2_ptsz(
+    s: CUstream,
+    deps: *mut CUgraphNode,
+    edge_data: *const c_void,
+    n: usize,
+    flags: u32,
+) -> CUresult {
+    cuStreamUpdateCaptureDependencies_v2(s, deps, edge_data, n, flags)
 }
 
 /// `cuStreamBeginCapture` (CUDA 10.0: global mode).
@@ -1322,7 +1458,7 @@ fn end_capture(s: CUstream, graph: *mut CUgraph) -> CUresult {
             // Every stream that joined leaves the capture with it.
             t.captures.retain(|_, x| x.id != c.id);
             t.events.retain(|_, (id, _)| *id != c.id);
-            if c.invalid {
+            if c.invalid && c.owned {
                 if let Some(g) = t.graphs.remove(&c.graph) {
                     for n in g.nodes {
                         t.nodes.remove(&n.handle);

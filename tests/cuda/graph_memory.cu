@@ -480,6 +480,43 @@ int main() {
         CHECK(cudaFree(d));
     }
 
+    // 6. Capture into an existing graph, after one of its nodes.
+    {
+        float* d;
+        CHECK(cudaMalloc(&d, BYTES));
+        cudaGraph_t g;
+        CHECK(cudaGraphCreate(&g, 0));
+        cudaGraphNode_t fill;
+        cudaMemsetParams mp;
+        std::memset(&mp, 0, sizeof mp);
+        mp.dst = d;
+        mp.elementSize = 4;
+        mp.width = N;
+        mp.height = 1;
+        mp.value = 0x40400000;  // 3.0f
+        CHECK(cudaGraphAddMemsetNode(&fill, g, nullptr, 0, &mp));
+        CHECK(cudaStreamBeginCaptureToGraph(s, g, &fill, nullptr, 1, cudaStreamCaptureModeGlobal));
+        add_one<<<BLOCKS, THREADS, 0, s>>>(d, N);
+        CHECK(cudaMemcpyAsync(out.data(), d, BYTES, cudaMemcpyDeviceToHost, s));
+        cudaGraph_t back;
+        CHECK(cudaStreamEndCapture(s, &back));
+        EXPECT(back == g, "capture into a graph returned another graph");
+        size_t nn = 0, ne = 0;
+        CHECK(cudaGraphGetNodes(g, nullptr, &nn));
+        CHECK(EDGES_OF(g, nullptr, nullptr, &ne));
+        EXPECT(nn == 3 && ne == 2, "captured into the graph: %zu nodes, %zu edges", nn, ne);
+        cudaGraphExec_t e;
+        CHECK(cudaGraphInstantiate(&e, g, 0));
+        CHECK(cudaGraphLaunch(e, s));
+        CHECK(cudaStreamSynchronize(s));
+        if (check_results())
+            for (int i = 0; i < N; i++)
+                EXPECT(out[i] == 4.0f, "captured into a graph, element %d: %g", i, out[i]);
+        CHECK(cudaGraphExecDestroy(e));
+        CHECK(cudaGraphDestroy(g));
+        CHECK(cudaFree(d));
+    }
+
     CHECK(cudaStreamDestroy(s));
     CHECK(cudaDeviceGraphMemTrim(0));
     EXPECT(graph_mem(cudaGraphMemAttrUsedMemCurrent) == 0, "graph memory left: %llu",
