@@ -289,6 +289,9 @@ fn alloc_shared(len: usize) -> Result<(u64, u64), CUresult> {
 }
 
 fn insert(m: Mirror) {
+    if let Ok(mut a) = ADVICE.lock() {
+        a.remove(&m.dev);
+    }
     mirrors().push(m);
     ANY.store(true, Ordering::Relaxed);
 }
@@ -565,6 +568,8 @@ fn prefetch(p: CUdeviceptr, n: usize, to_cpu: bool) -> CUresult {
     ffi_result(|| {
         require_current()?;
         managed_range(p, n)?;
+        let place = if to_cpu { PLACE_CPU } else { PLACE_DEVICE };
+        mark_pages(p, n, |b| (b & !PREFETCH_MASK) | place << PREFETCH_SHIFT)?;
         if to_cpu {
             pull();
             Ok(())
@@ -641,13 +646,176 @@ pub extern "C" fn cuMemPrefetchAsync_v2_ptsz(
 
 /// Advice is accepted and has no effect: where the bytes live is this
 /// library's business (see the module documentation).
-fn advise(p: CUdeviceptr, n: usize, advice: u32) -> CUresult {
+fn advise(p: CUdeviceptr, n: usize, advice: u32, cpu: bool) -> CUresult {
     ffi_result(|| {
         require_current()?;
         if !(1..=6).contains(&advice) {
             return Err(err::INVALID_VALUE);
         }
-        managed_range(p, n)
+        managed_range(p, n)?;
+        let place = if cpu { PLACE_CPU } else { PLACE_DEVICE };
+        let accessed = if cpu { ACCESSED_CPU } else { ACCESSED_DEVICE };
+        mark_pages(p, n, |b| match advice {
+            1 => b | READ_MOSTLY,
+            2 => b & !READ_MOSTLY,
+            3 => (b & !PREFERRED_MASK) | place << PREFERRED_SHIFT,
+            4 => b & !PREFERRED_MASK,
+            5 => b | accessed,
+            _ => b & !accessed,
+        })
+    })
+}
+
+// What `cuMemAdvise` and `cuMemPrefetchAsync` said of each page of a
+// managed range, for `cuMemRangeGetAttribute`: one byte per page.
+const READ_MOSTLY: u8 = 1;
+const PREFERRED_SHIFT: u8 = 1;
+const PREFERRED_MASK: u8 = 3 << PREFERRED_SHIFT;
+const ACCESSED_DEVICE: u8 = 1 << 3;
+const ACCESSED_CPU: u8 = 1 << 4;
+const PREFETCH_SHIFT: u8 = 5;
+const PREFETCH_MASK: u8 = 3 << PREFETCH_SHIFT;
+/// A place in the two-bit fields: none, the device, the CPU.
+const PLACE_DEVICE: u8 = 1;
+const PLACE_CPU: u8 = 2;
+
+/// Per mirror (by device base), a byte per page, made at the first advice
+/// or prefetch.
+static ADVICE: Mutex<BTreeMap<u64, Vec<u8>>> = Mutex::new(BTreeMap::new());
+
+/// The mirror holding `[p, p + n)` and the page indices the range covers.
+fn pages_of(p: CUdeviceptr, n: usize) -> Result<(u64, usize, std::ops::Range<usize>), CUresult> {
+    let (kind, _, dev, len) = find_dev(p, n.max(1) as u64).ok_or(err::INVALID_VALUE)?;
+    if !kind.is_managed() || n == 0 {
+        return Err(err::INVALID_VALUE);
+    }
+    let off = (p - dev) as usize;
+    Ok((dev, len, off / PAGE..(off + n).div_ceil(PAGE)))
+}
+
+/// Applies `f` to the advice byte of each page of `[p, p + n)`.
+fn mark_pages(p: CUdeviceptr, n: usize, f: impl Fn(u8) -> u8) -> Result<(), CUresult> {
+    let (dev, len, pages) = pages_of(p, n)?;
+    let mut a = ADVICE.lock().map_err(|_| err::UNKNOWN)?;
+    let bytes = a.entry(dev).or_insert_with(|| vec![0; len.div_ceil(PAGE)]);
+    for b in &mut bytes[pages] {
+        *b = f(*b);
+    }
+    Ok(())
+}
+
+/// `CU_DEVICE_CPU`, `CU_DEVICE_INVALID`.
+const DEVICE_CPU: i32 = -1;
+const DEVICE_INVALID: i32 = -2;
+
+/// `cuMemRangeGetAttribute` on managed memory: what was advised and
+/// prefetched for every page of the range (`CU_DEVICE_INVALID`, or not
+/// read-mostly, where the pages differ).
+#[no_mangle]
+pub extern "C" fn cuMemRangeGetAttribute(
+    data: *mut c_void,
+    size: usize,
+    attr: u32,
+    p: CUdeviceptr,
+    n: usize,
+) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if data.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let (dev, _, pages) = pages_of(p, n)?;
+        let bytes: Vec<u8> = {
+            let a = ADVICE.lock().map_err(|_| err::UNKNOWN)?;
+            match a.get(&dev) {
+                Some(b) => b[pages].to_vec(),
+                None => vec![0; pages.len()],
+            }
+        };
+        let all = |f: &dyn Fn(u8) -> bool| bytes.iter().all(|&b| f(b));
+        // The place a two-bit field names on every page, if it is one.
+        let place = |shift: u8| -> Option<u8> {
+            let first = (bytes[0] >> shift) & 3;
+            (first != 0 && all(&|b| (b >> shift) & 3 == first)).then_some(first)
+        };
+        let ordinal = |pl: Option<u8>| match pl {
+            Some(PLACE_DEVICE) => 0,
+            Some(PLACE_CPU) => DEVICE_CPU,
+            _ => DEVICE_INVALID,
+        };
+        // `CUmemLocationType`: invalid 0, device 1, host 2.
+        let kind = |pl: Option<u8>| match pl {
+            Some(PLACE_DEVICE) => 1,
+            Some(PLACE_CPU) => 2,
+            _ => 0,
+        };
+        let one = |v: i32| -> Result<(), CUresult> {
+            if size != 4 {
+                return Err(err::INVALID_VALUE);
+            }
+            // SAFETY: non-null, and the caller says it holds 4 bytes.
+            unsafe { data.cast::<i32>().write_unaligned(v) };
+            Ok(())
+        };
+        match attr {
+            // READ_MOSTLY
+            1 => one(i32::from(all(&|b| b & READ_MOSTLY != 0))),
+            // PREFERRED_LOCATION, LAST_PREFETCH_LOCATION
+            2 => one(ordinal(place(PREFERRED_SHIFT))),
+            4 => one(ordinal(place(PREFETCH_SHIFT))),
+            // their _TYPE and _ID forms
+            5 => one(kind(place(PREFERRED_SHIFT))),
+            6 => one(0),
+            7 => one(kind(place(PREFETCH_SHIFT))),
+            8 => one(0),
+            // ACCESSED_BY: the places set on every page, then INVALID.
+            3 => {
+                if size == 0 || size % 4 != 0 {
+                    return Err(err::INVALID_VALUE);
+                }
+                let mut list = Vec::new();
+                if all(&|b| b & ACCESSED_DEVICE != 0) {
+                    list.push(0);
+                }
+                if all(&|b| b & ACCESSED_CPU != 0) {
+                    list.push(DEVICE_CPU);
+                }
+                for i in 0..size / 4 {
+                    let v = list.get(i).copied().unwrap_or(DEVICE_INVALID);
+                    // SAFETY: non-null, `size` bytes per the caller.
+                    unsafe { data.cast::<i32>().add(i).write_unaligned(v) };
+                }
+                Ok(())
+            }
+            _ => Err(err::INVALID_VALUE),
+        }
+    })
+}
+
+/// `cuMemRangeGetAttributes`: each attribute into its own buffer.
+#[no_mangle]
+pub extern "C" fn cuMemRangeGetAttributes(
+    data: *mut *mut c_void,
+    sizes: *mut usize,
+    attrs: *mut u32,
+    count: usize,
+    p: CUdeviceptr,
+    n: usize,
+) -> CUresult {
+    ffi_result(|| {
+        if data.is_null() || sizes.is_null() || attrs.is_null() || count == 0 || count > 64 {
+            return Err(err::INVALID_VALUE);
+        }
+        for i in 0..count {
+            // SAFETY: the caller passes `count` (bounded) entries in each
+            // array.
+            let (d, sz, a) = unsafe { (*data.add(i), *sizes.add(i), *attrs.add(i)) };
+            match cuMemRangeGetAttribute(d, sz, a, p, n) {
+                err::SUCCESS => {}
+                e => return Err(e),
+            }
+        }
+        Ok(())
     })
 }
 
@@ -657,7 +825,7 @@ pub extern "C" fn cuMemAdvise(p: CUdeviceptr, n: usize, advice: u32, dev: i32) -
     if dev != 0 && dev != -1 {
         return err::INVALID_DEVICE;
     }
-    advise(p, n, advice)
+    advise(p, n, advice, dev == -1)
 }
 
 /// `cuMemAdvise_v2`.
@@ -669,7 +837,7 @@ pub extern "C" fn cuMemAdvise_v2(
     loc: MemLocation,
 ) -> CUresult {
     match location_is_cpu(loc) {
-        Ok(_) => advise(p, n, advice),
+        Ok(cpu) => advise(p, n, advice, cpu),
         Err(e) => e,
     }
 }

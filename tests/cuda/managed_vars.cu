@@ -2,7 +2,8 @@
 // program reads and writes directly, as kernels do, with the device's
 // view and the CPU's exchanged at launches and synchronizations (the
 // model of devices without concurrent managed access). An initialized
-// scalar, an array, a struct, and variables of two sizes in one module.
+// scalar, an array, a struct, and variables of two sizes in one module;
+// and the range attributes of managed memory after advice and prefetches.
 // Results are checked against the CPU when FAIRGPU_CHECK_RESULTS=1.
 #define PROGRAM "managed_vars"
 #include "common.h"
@@ -90,6 +91,43 @@ int main() {
     cudaPointerAttributes at;
     CHECK(cudaPointerGetAttributes(&at, &counter));
     EXPECT(at.type == cudaMemoryTypeManaged, "pointer type %d, want managed", (int)at.type);
+    // What was advised and prefetched is what the range attributes say,
+    // page by page (1 MiB: its halves are whole pages of 4 KiB or 64 KiB).
+    {
+        const size_t bytes = 1 << 20, half = bytes / 2;
+        char* m = nullptr;
+        CHECK(cudaMallocManaged(&m, bytes));
+        int v = -7;
+        CHECK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributeReadMostly, m, bytes));
+        EXPECT(v == 0, "read-mostly before any advice: %d", v);
+#if CUDART_VERSION >= 13000
+        cudaMemLocation dev0 = {cudaMemLocationTypeDevice, 0};
+        CHECK(cudaMemAdvise(m, bytes, cudaMemAdviseSetReadMostly, dev0));
+        CHECK(cudaMemAdvise(m, half, cudaMemAdviseSetPreferredLocation, dev0));
+        CHECK(cudaMemAdvise(m, bytes, cudaMemAdviseSetAccessedBy, dev0));
+        CHECK(cudaMemPrefetchAsync(m + half, half, dev0, 0, 0));
+#else
+        CHECK(cudaMemAdvise(m, bytes, cudaMemAdviseSetReadMostly, 0));
+        CHECK(cudaMemAdvise(m, half, cudaMemAdviseSetPreferredLocation, 0));
+        CHECK(cudaMemAdvise(m, bytes, cudaMemAdviseSetAccessedBy, 0));
+        CHECK(cudaMemPrefetchAsync(m + half, half, 0, 0));
+#endif
+        CHECK(cudaDeviceSynchronize());
+        CHECK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributeReadMostly, m, bytes));
+        EXPECT(v == 1, "read-mostly after the advice: %d", v);
+        CHECK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributePreferredLocation, m, half));
+        EXPECT(v == 0, "preferred location of the first half: %d", v);
+        CHECK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributePreferredLocation, m, bytes));
+        EXPECT(v == cudaInvalidDeviceId, "preferred location of the whole: %d", v);
+        int by[3] = {7, 7, 7};
+        CHECK(cudaMemRangeGetAttribute(by, sizeof by, cudaMemRangeAttributeAccessedBy, m, bytes));
+        EXPECT(by[0] == 0 && by[1] == cudaInvalidDeviceId && by[2] == cudaInvalidDeviceId,
+               "accessed by %d %d %d", by[0], by[1], by[2]);
+        CHECK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributeLastPrefetchLocation,
+                                       m + half, half));
+        EXPECT(v == 0, "last prefetch location of the second half: %d", v);
+        CHECK(cudaFree(m));
+    }
     pass();
     return 0;
 }
