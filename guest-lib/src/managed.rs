@@ -770,7 +770,7 @@ pub extern "C" fn cuMemRangeGetAttribute(
             8 => one(0),
             // ACCESSED_BY: the places set on every page, then INVALID.
             3 => {
-                if size == 0 || size % 4 != 0 {
+                if size == 0 || !size.is_multiple_of(4) {
                     return Err(err::INVALID_VALUE);
                 }
                 let mut list = Vec::new();
