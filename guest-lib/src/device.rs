@@ -230,3 +230,27 @@ mod tests {
         assert_eq!(parse_bus_id(""), None);
     }
 }
+
+/// `cuDeviceGetTexture1DLinearMaxWidth`: the device's 1D linear texture
+/// width limit (MAXIMUM_TEXTURE1D_LINEAR_WIDTH), for any valid format and
+/// channel count.
+#[no_mangle]
+pub extern "C" fn cuDeviceGetTexture1DLinearMaxWidth(
+    width: *mut usize,
+    format: u32,
+    channels: u32,
+    dev: CUdevice,
+) -> CUresult {
+    /// `CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH`.
+    const MAXIMUM_TEXTURE1D_LINEAR_WIDTH: i32 = 69;
+    ffi_result(|| {
+        let info = dev0(dev)?;
+        if fairgpu_protocol::array::format_bytes(format).is_none() || !matches!(channels, 1 | 2 | 4)
+        {
+            return Err(err::INVALID_VALUE);
+        }
+        let w = info.attribute(MAXIMUM_TEXTURE1D_LINEAR_WIDTH)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(width, usize::try_from(w).unwrap_or(0)) }
+    })
+}

@@ -43,6 +43,7 @@ use crate::stream::stream_handle;
 use crate::types::{err, CUfunction, CUresult, CUstream};
 
 mod nodes;
+mod user;
 pub use nodes::{captured_alloc, captured_free};
 
 /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`.
@@ -270,6 +271,11 @@ impl Table {
 }
 
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+
+/// Whether `graph` is a live graph's handle.
+fn graph_exists(graph: u64) -> bool {
+    with(|t| Ok(t.graphs.contains_key(&graph))).unwrap_or(false)
+}
 
 fn with<R>(f: impl FnOnce(&mut Table) -> Result<R, CUresult>) -> Result<R, CUresult> {
     let mut t = TABLE.lock().map_err(|_| err::UNKNOWN)?;
@@ -643,6 +649,9 @@ pub extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
             Ok(())
         })
     });
+    if r == err::SUCCESS {
+        user::release_owner(graph as u64);
+    }
     crate::graph_mem::flush();
     r
 }
@@ -684,6 +693,7 @@ pub extern "C" fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) -> CUresu
             t.graphs.insert(h, Graph { nodes });
             Ok(h)
         })?;
+        user::copy_owner(original as u64, h);
         put(clone, h as CUgraph)
     })
 }
@@ -997,6 +1007,7 @@ fn instantiate(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CUresult {
             );
             Ok(h)
         })?;
+        user::copy_owner(graph as u64, h);
         put(exec, h as CUgraphExec)
     })
 }
@@ -1098,6 +1109,9 @@ pub extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
                 .ok_or(err::INVALID_VALUE)
         })
     });
+    if r == err::SUCCESS {
+        user::release_owner(exec as u64);
+    }
     crate::graph_mem::flush();
     r
 }

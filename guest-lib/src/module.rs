@@ -55,6 +55,11 @@ const MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
 const MAX_THREADS_PER_BLOCK: i32 = 0;
 
 impl GuestFunction {
+    /// The kernel's (mangled) name.
+    pub fn name(&self) -> &CStr {
+        &self.name
+    }
+
     /// Most threads a block of this function may have: the device's
     /// limit, or the kernel's launch bound (`__launch_bounds__`, `.maxntid`)
     /// below it. Fixed when the kernel was compiled, so asked once.

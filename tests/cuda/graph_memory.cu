@@ -5,9 +5,26 @@
 // footprint counters, and the queries and edits of nodes and edges.
 // Results are checked against the CPU when FAIRGPU_CHECK_RESULTS=1.
 #define PROGRAM "graph_memory"
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "common.h"
+
+// User objects' destructors count here (they run on a thread of the
+// driver's).
+static std::atomic<int> destroyed{0};
+static void destroy_one(void* p) { destroyed.fetch_add(*(int*)p); }
+
+// Waits up to two seconds for `destroyed` to reach `want`.
+static bool destroyed_reaches(int want) {
+    for (int i = 0; i < 200 && destroyed.load() < want; i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return destroyed.load() == want;
+}
 
 __global__ void square(const float* in, float* out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -515,6 +532,45 @@ int main() {
         CHECK(cudaGraphExecDestroy(e));
         CHECK(cudaGraphDestroy(g));
         CHECK(cudaFree(d));
+    }
+
+    // 7. User objects held by a graph and its instantiation, and a DOT
+    // description of a graph.
+    {
+        static int one = 1;
+        cudaUserObject_t obj, obj2;
+        CHECK(cudaUserObjectCreate(&obj, &one, destroy_one, 1, cudaUserObjectNoDestructorSync));
+        CHECK(cudaUserObjectCreate(&obj2, &one, destroy_one, 2, cudaUserObjectNoDestructorSync));
+        CHECK(cudaUserObjectRelease(obj2, 1));
+        EXPECT(!destroyed_reaches(1), "a user object went with a reference left");
+        CHECK(cudaUserObjectRelease(obj2, 1));
+        EXPECT(destroyed_reaches(1), "a user object's last release ran no destructor");
+
+        cudaGraph_t g;
+        CHECK(cudaGraphCreate(&g, 0));
+        cudaGraphNode_t e0, e1;
+        CHECK(cudaGraphAddEmptyNode(&e0, g, nullptr, 0));
+        CHECK(cudaGraphAddEmptyNode(&e1, g, &e0, 1));
+        CHECK(cudaGraphRetainUserObject(g, obj, 1, cudaGraphUserObjectMove));
+        cudaGraphExec_t ge;
+        CHECK(cudaGraphInstantiate(&ge, g, 0));
+        char path[] = "/tmp/fairgpu-graph-XXXXXX";
+        int fd = mkstemp(path);
+        EXPECT(fd >= 0, "mkstemp");
+        close(fd);
+        CHECK(cudaGraphDebugDotPrint(g, path, 0));
+        FILE* f = std::fopen(path, "r");
+        EXPECT(f != nullptr, "no DOT file");
+        char text[4096] = {0};
+        size_t got = std::fread(text, 1, sizeof text - 1, f);
+        std::fclose(f);
+        unlink(path);
+        EXPECT(got > 0 && std::strstr(text, "digraph") && std::strstr(text, "->"),
+               "DOT text: %s", text);
+        CHECK(cudaGraphDestroy(g));
+        EXPECT(!destroyed_reaches(2), "the instantiated graph's reference was not kept");
+        CHECK(cudaGraphExecDestroy(ge));
+        EXPECT(destroyed_reaches(2), "the last graph's reference ran no destructor");
     }
 
     CHECK(cudaStreamDestroy(s));

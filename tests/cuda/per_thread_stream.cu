@@ -100,6 +100,12 @@ int main() {
     DRV(set_shared(CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE), CUDA_SUCCESS);
     DRV(set_shared((CUsharedconfig)7), CUDA_ERROR_INVALID_VALUE);
 
+    // The 1D linear texture limit, for a valid format.
+    size_t width = 0;
+    cudaChannelFormatDesc fdesc = cudaCreateChannelDesc<float4>();
+    CHECK(cudaDeviceGetTexture1DLinearMaxWidth(&width, &fdesc, 0));
+    EXPECT(width >= (1u << 20), "1D linear texture width %zu", width);
+
     // One device: it is not its own peer.
     int can = -1;
     CHECK(cudaDeviceCanAccessPeer(&can, 0, 0));

@@ -975,6 +975,7 @@ fn attributes(sm_count: u32) -> Vec<(i32, i32)> {
         (109, 134_213_632), // MAX_ACCESS_POLICY_WINDOW_SIZE
         (115, 1),           // MEMORY_POOLS_SUPPORTED (the guest library's pools)
         (102, 1),           // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED (whole-memory mappings)
+        (69, 1 << 28),      // MAXIMUM_TEXTURE1D_LINEAR_WIDTH (an H100's)
     ]
 }
 

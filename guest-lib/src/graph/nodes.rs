@@ -860,3 +860,72 @@ pub extern "C" fn cuGraphExecHostNodeSetParams(
 ) -> CUresult {
     ffi_result(|| set_exec_work(exec, node, host_work(params)?))
 }
+
+/// `CUDA_ERROR_OPERATING_SYSTEM`.
+const OPERATING_SYSTEM: CUresult = 304;
+
+/// `cuGraphDebugDotPrint`: the graph in Graphviz's DOT language, one
+/// vertex per node labelled with its type (and a kernel's name), one edge
+/// per dependency; child graphs as clusters of their own nodes.
+#[no_mangle]
+pub extern "C" fn cuGraphDebugDotPrint(
+    graph: CUgraph,
+    path: *const std::ffi::c_char,
+    _flags: u32,
+) -> CUresult {
+    ffi_result(|| {
+        if path.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        // SAFETY: a C string per the API.
+        let path = unsafe { std::ffi::CStr::from_ptr(path) }
+            .to_str()
+            .map_err(|_| err::INVALID_VALUE)?
+            .to_owned();
+        let g = with(|t| {
+            t.graphs
+                .get(&(graph as u64))
+                .cloned()
+                .ok_or(err::INVALID_VALUE)
+        })?;
+        let mut text = String::from("digraph fairgpu_graph {\n");
+        dot(&g, "", &mut text);
+        text.push_str("}\n");
+        std::fs::write(&path, text).map_err(|_| OPERATING_SYSTEM)
+    })
+}
+
+/// Appends the DOT vertices and edges of `g`, names prefixed by `prefix`.
+fn dot(g: &super::Graph, prefix: &str, text: &mut String) {
+    use std::fmt::Write;
+    for n in &g.nodes {
+        let id = format!("{prefix}n{:x}", n.handle);
+        let label = match &n.work {
+            Work::Kernel { f, .. } => {
+                let name = crate::module::function_ref(*f as CUfunction)
+                    .ok()
+                    .and_then(|f| f.name().to_str().ok().map(str::to_owned))
+                    .unwrap_or_default();
+                format!("KERNEL\\n{name}")
+            }
+            Work::Copy3D(_) | Work::Copy { .. } => "MEMCPY".to_owned(),
+            Work::Memset { .. } => "MEMSET".to_owned(),
+            Work::Host { .. } => "HOST".to_owned(),
+            Work::EventRecord(_) => "EVENT_RECORD".to_owned(),
+            Work::EventWait(_) => "EVENT_WAIT".to_owned(),
+            Work::Empty => "EMPTY".to_owned(),
+            Work::MemAlloc(h) => format!("MEM_ALLOC\\n{:#x}", h.ptr()),
+            Work::MemFree(p) => format!("MEM_FREE\\n{p:#x}"),
+            Work::Child(c) => {
+                let _ = writeln!(text, "subgraph cluster_{id} {{ label=\"GRAPH\";");
+                dot(c, &format!("{id}_"), text);
+                let _ = writeln!(text, "}}");
+                "GRAPH".to_owned()
+            }
+        };
+        let _ = writeln!(text, "\"{id}\" [label=\"{label}\"];");
+        for d in &n.deps {
+            let _ = writeln!(text, "\"{prefix}n{d:x}\" -> \"{id}\";");
+        }
+    }
+}
