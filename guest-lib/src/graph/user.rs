@@ -68,11 +68,11 @@ fn release(t: &mut Table, obj: u64, n: u64) -> Result<Option<(usize, usize)>, CU
 fn run(destructors: Vec<(usize, usize)>) {
     for (f, ptr) in destructors {
         std::thread::spawn(move || {
-            // SAFETY: `f` is the `CUhostFn` the application gave
-            // `cuUserObjectCreate` (checked non-null then) and `ptr` its
-            // argument; the API says it is called once, with no CUDA call
-            // in it.
+            // SAFETY: `f` is the address of the `CUhostFn` the application
+            // gave `cuUserObjectCreate` (checked non-null then).
             let f: unsafe extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(f) };
+            // SAFETY: the application's destructor with its own argument,
+            // called once, as the API promises.
             unsafe { f(ptr as *mut c_void) };
         });
     }
