@@ -214,23 +214,6 @@ fn parse_bus_id(text: &str) -> Option<(i32, i32, i32)> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_bus_id;
-
-    #[test]
-    fn bus_ids_parse_as_the_driver_writes_and_reads_them() {
-        assert_eq!(parse_bus_id("0000:65:00.0"), Some((0, 0x65, 0)));
-        assert_eq!(parse_bus_id("0001:0a:1f.0"), Some((1, 0xa, 0x1f)));
-        assert_eq!(parse_bus_id("65:00.0"), Some((0, 0x65, 0)));
-        assert_eq!(parse_bus_id("65:00"), Some((0, 0x65, 0)));
-        assert_eq!(parse_bus_id("0000:65:00.1"), None, "function 1");
-        assert_eq!(parse_bus_id("garbage"), None);
-        assert_eq!(parse_bus_id("0000:zz:00.0"), None);
-        assert_eq!(parse_bus_id(""), None);
-    }
-}
-
 /// `cuDeviceGetTexture1DLinearMaxWidth`: the device's 1D linear texture
 /// width limit (MAXIMUM_TEXTURE1D_LINEAR_WIDTH), for any valid format and
 /// channel count.
@@ -253,4 +236,21 @@ pub extern "C" fn cuDeviceGetTexture1DLinearMaxWidth(
         // SAFETY: caller passes a writable slot (checked for null).
         unsafe { out(width, usize::try_from(w).unwrap_or(0)) }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bus_id;
+
+    #[test]
+    fn bus_ids_parse_as_the_driver_writes_and_reads_them() {
+        assert_eq!(parse_bus_id("0000:65:00.0"), Some((0, 0x65, 0)));
+        assert_eq!(parse_bus_id("0001:0a:1f.0"), Some((1, 0xa, 0x1f)));
+        assert_eq!(parse_bus_id("65:00.0"), Some((0, 0x65, 0)));
+        assert_eq!(parse_bus_id("65:00"), Some((0, 0x65, 0)));
+        assert_eq!(parse_bus_id("0000:65:00.1"), None, "function 1");
+        assert_eq!(parse_bus_id("garbage"), None);
+        assert_eq!(parse_bus_id("0000:zz:00.0"), None);
+        assert_eq!(parse_bus_id(""), None);
+    }
 }
