@@ -478,6 +478,22 @@ int main() {
         CHECK(cudaGraphMemsetNodeGetParams(ms, &mget));
         EXPECT(mget.value == 0x3f800000 && mget.width == (size_t)N && mget.dst == d,
                "memset node parameters read back wrong");
+        // Through the generic node parameters too (a value the next call
+        // replaces).
+        {
+            alignas(cudaGraphNodeParams) unsigned char raw[sizeof(cudaGraphNodeParams)];
+            std::memset(raw, 0, sizeof raw);
+            cudaGraphNodeParams& gp = *reinterpret_cast<cudaGraphNodeParams*>(raw);
+            gp.type = cudaGraphNodeTypeMemset;
+            gp.memset.dst = d;
+            gp.memset.elementSize = 4;
+            gp.memset.width = N;
+            gp.memset.height = 1;
+            gp.memset.value = 0x40a00000;  // 5.0f
+            CHECK(cudaGraphNodeSetParams(ms, &gp));
+            CHECK(cudaGraphMemsetNodeGetParams(ms, &mget));
+            EXPECT(mget.value == 0x40a00000, "generic node parameters not taken");
+        }
         cudaGraphExec_t me;
         CHECK(cudaGraphInstantiate(&me, c, 0));
         mp.value = 0x40000000;  // 2.0f

@@ -929,3 +929,46 @@ fn dot(g: &super::Graph, prefix: &str, text: &mut String) {
         }
     }
 }
+
+/// The work `params` (a `CUgraphNodeParams`) describes, for the node types
+/// whose parameters can change: kernel, copy, memset, host, event record
+/// and wait.
+fn generic_work(params: *mut GraphNodeParams) -> Result<Work, CUresult> {
+    if params.is_null() {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: non-null; the caller passes the node's parameters.
+    let p = unsafe { &mut *params };
+    let u = p.u.as_mut_ptr();
+    match p.ty {
+        0 => super::kernel_work(&super::v1_of(u.cast())?),
+        // SAFETY: the union holds the copy description 16 bytes in.
+        1 => copy_work(unsafe { u.add(2) }.cast()),
+        2 => memset_work(u.cast()),
+        3 => host_work(u.cast()),
+        6 if p.u[0] != 0 => Ok(Work::EventWait(p.u[0] as usize)),
+        7 if p.u[0] != 0 => Ok(Work::EventRecord(p.u[0] as usize)),
+        _ => Err(err::INVALID_VALUE),
+    }
+}
+
+/// `cuGraphNodeSetParams`: a node's parameters, through the generic
+/// description (its type must be the node's).
+#[no_mangle]
+pub extern "C" fn cuGraphNodeSetParams(
+    node: CUgraphNode,
+    params: *mut GraphNodeParams,
+) -> CUresult {
+    ffi_result(|| set_work(node, generic_work(params)?))
+}
+
+/// `cuGraphExecNodeSetParams`: as [`cuGraphNodeSetParams`], in an
+/// instantiated graph.
+#[no_mangle]
+pub extern "C" fn cuGraphExecNodeSetParams(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *mut GraphNodeParams,
+) -> CUresult {
+    ffi_result(|| set_exec_work(exec, node, generic_work(params)?))
+}
