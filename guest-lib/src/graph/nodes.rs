@@ -547,6 +547,22 @@ pub extern "C" fn cuGraphExecGetFlags(exec: CUgraphExec, flags: *mut u64) -> CUr
     })
 }
 
+/// INVALID_VALUE unless `node` is a kernel, copy or memset node of the
+/// instantiated graph `e` (the nodes that can be turned off).
+fn switchable(e: &super::Exec, node: CUgraphNode) -> Result<(), CUresult> {
+    let n = e
+        .graph
+        .nodes
+        .iter()
+        .find(|n| n.handle == node as u64)
+        .ok_or(err::INVALID_VALUE)?;
+    if matches!(node_type(&n.work), 0..=2) {
+        Ok(())
+    } else {
+        Err(err::INVALID_VALUE)
+    }
+}
+
 /// `cuGraphNodeSetEnabled`: kernel, copy and memset nodes of an
 /// instantiated graph may be turned off and on.
 #[no_mangle]
@@ -554,15 +570,7 @@ pub extern "C" fn cuGraphNodeSetEnabled(exec: CUgraphExec, node: CUgraphNode, on
     ffi_result(|| {
         with(|t| {
             let e = t.execs.get_mut(&(exec as u64)).ok_or(err::INVALID_VALUE)?;
-            let n = e
-                .graph
-                .nodes
-                .iter()
-                .find(|n| n.handle == node as u64)
-                .ok_or(err::INVALID_VALUE)?;
-            if !matches!(node_type(&n.work), 0..=2) {
-                return Err(err::INVALID_VALUE);
-            }
+            switchable(e, node)?;
             if on != 0 {
                 e.disabled.remove(&(node as u64));
             } else {
@@ -583,15 +591,7 @@ pub extern "C" fn cuGraphNodeGetEnabled(
     ffi_result(|| {
         let v = with(|t| {
             let e = t.execs.get(&(exec as u64)).ok_or(err::INVALID_VALUE)?;
-            let n = e
-                .graph
-                .nodes
-                .iter()
-                .find(|n| n.handle == node as u64)
-                .ok_or(err::INVALID_VALUE)?;
-            if !matches!(node_type(&n.work), 0..=2) {
-                return Err(err::INVALID_VALUE);
-            }
+            switchable(e, node)?;
             Ok(u32::from(!e.disabled.contains(&(node as u64))))
         })?;
         put(on, v)

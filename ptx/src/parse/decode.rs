@@ -2086,8 +2086,6 @@ fn one_ty(m: &mut Mods<'_>) -> Option<Ty> {
 }
 
 impl FuncParser<'_> {
-    /// `add`/`sub`/`mul`/`fma`/`neg`/`abs`/`min`/`max` on `.f16`, `.f16x2`,
-    /// `.bf16` or `.bf16x2`.
     /// `wmma.load`, `wmma.store` and `wmma.mma` (the shapes and types of
     /// sm_80: f16, bf16, tf32, 8-bit integers and f64; not the sub-byte
     /// ones). Every fragment's register count must hold its share of the
