@@ -221,12 +221,15 @@ impl Context {
             + self.streams.host_bytes()
             + self.events.host_bytes()
             + self.arrays.host_bytes()
+            + self.vmem.host_bytes()
             + ENTRY_BYTES
                 * (self.allocs.len()
                     + self.function_of.len()
                     + self.globals.len()
                     + self.tex_objects.len()
-                    + self.surf_objects.len()) as u64
+                    + self.surf_objects.len()
+                    + self.reservations.len()
+                    + self.mappings.len()) as u64
             + self.param_bytes
     }
 
