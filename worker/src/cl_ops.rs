@@ -1102,7 +1102,8 @@ impl ClOps {
             }
             Opcode::ClEventProfiling => {
                 let e = cx.events.get(&a[0]).ok_or(cl(CL_INVALID_EVENT))?;
-                let t = e.profiling().map_err(cl)?;
+                // The guest asks only about commands it saw complete.
+                let t = e.profiling_settled().map_err(cl)?;
                 Ok(vals(&t))
             }
             Opcode::ClReleaseEvent => {

@@ -41,6 +41,12 @@ pub const CL_KERNEL_NUM_ARGS: ClUint = 0x1191;
 pub const CL_EVENT_COMMAND_EXECUTION_STATUS: ClUint = 0x11D3;
 /// CL_PROFILING_COMMAND_QUEUED (SUBMIT, START, END follow).
 pub const CL_PROFILING_COMMAND_QUEUED: ClUint = 0x1280;
+/// `clGetEventProfilingInfo` before the command is CL_COMPLETE, or on a
+/// queue without profiling.
+pub const CL_PROFILING_INFO_NOT_AVAILABLE: ClInt = -7;
+/// The execution status of a finished command (queued, submitted and
+/// running are 3, 2, 1; failures negative).
+pub const CL_COMPLETE: ClInt = 0;
 /// CL_QUEUE_PROFILING_ENABLE.
 pub const CL_QUEUE_PROFILING_ENABLE: u64 = 1 << 1;
 /// CL_BUFFER_CREATE_TYPE_REGION.

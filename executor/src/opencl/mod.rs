@@ -23,6 +23,10 @@ use api::{Api, ClInt, ClUint, InfoFn, Obj, CL_SUCCESS};
 /// An OpenCL error code (negative).
 pub type ClError = i32;
 
+/// How long [`Event::profiling_settled`] waits for a platform to mark a
+/// finished command complete.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// CL_OUT_OF_HOST_MEMORY, for a value the host cannot hold.
 const CL_OUT_OF_HOST_MEMORY: ClInt = -6;
 /// CL_INVALID_VALUE.
@@ -1076,6 +1080,28 @@ impl Event {
             })?;
         }
         Ok(t)
+    }
+
+    /// [`Self::profiling`] of a command the caller knows to be over (waited
+    /// for). A platform may still be setting the event's status from its
+    /// own threads after the wait returned (PoCL does, and answers
+    /// CL_PROFILING_INFO_NOT_AVAILABLE until it has), so an event not yet
+    /// CL_COMPLETE is polled for up to [`SETTLE`]; one that is complete and
+    /// still has no times (a queue without profiling) answers at once.
+    pub fn profiling_settled(&self) -> Result<[u64; 4], ClError> {
+        let deadline = std::time::Instant::now() + SETTLE;
+        loop {
+            match self.profiling() {
+                Err(api::CL_PROFILING_INFO_NOT_AVAILABLE)
+                    if self.status()? > api::CL_COMPLETE
+                        && std::time::Instant::now() < deadline =>
+                {
+                    let _ = Event::wait(&[self]);
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                r => return r,
+            }
+        }
     }
 
     /// `clWaitForEvents`.
