@@ -180,6 +180,9 @@ pub(crate) struct Launch<'a> {
     nwarps: u32,
     arrivals: [u32; BARRIERS],
     counts: [Option<u32>; BARRIERS],
+    /// The host has AVX2 and FMA and [`Limits::host_simd`] allows them:
+    /// the lane loops run in their copies compiled for those features.
+    wide: bool,
 }
 
 /// Lane `l`'s bit, as a table rather than a shift by `l`: SSE2 has no
@@ -199,7 +202,7 @@ const BIT: [u32; 32] = {
 /// `high`): its PC, its lanes, and the lowest PC of the other active
 /// lanes (`u32::MAX`: none). Branch-free passes over the 32 lanes, which
 /// the compiler vectorizes.
-#[inline]
+#[inline(always)]
 fn group(pcs: &[u32; 32], active: u32, high: bool) -> (u32, u32, u32) {
     // Inactive lanes count as the worst PC.
     let worst = if high { 0 } else { u32::MAX };
@@ -298,6 +301,7 @@ impl<'a> Launch<'a> {
             nwarps: 0,
             arrivals: [0; BARRIERS],
             counts: [None; BARRIERS],
+            wide: limits.host_simd && lanes::host_has_simd(),
         }
     }
 
@@ -858,24 +862,41 @@ impl<'a> Launch<'a> {
                     }
                 }
                 for w in warps.iter_mut() {
+                    let mut lanes = 0u32;
+                    // The lanes of a warp at a barrier are usually at one
+                    // PC: its instruction is looked up once.
+                    let mut seen: Option<(u32, Option<(BarRed, u32)>)> = None;
                     for l in bits_of(w.barred) {
-                        if w.st[l] == Lane::Bar(id as u8) {
-                            if let Op::Bar {
-                                red: Some((op, d, _)),
-                                ..
-                            } = self.func.insts[w.pc[l] as usize].op
-                            {
-                                let v = match op {
-                                    BarRed::Popc => trues,
-                                    BarRed::And => u32::from(trues == n),
-                                    BarRed::Or => u32::from(trues > 0),
-                                };
-                                Self::wr(w, d, l, u64::from(v));
-                            }
-                            w.set(l, Lane::Active);
-                            w.pc[l] += 1;
+                        if w.st[l] != Lane::Bar(id as u8) {
+                            continue;
                         }
+                        lanes |= 1 << l;
+                        let pc = w.pc[l];
+                        let red = match seen {
+                            Some((p, r)) if p == pc => r,
+                            _ => {
+                                let r = match self.func.insts[pc as usize].op {
+                                    Op::Bar {
+                                        red: Some((op, d, _)),
+                                        ..
+                                    } => Some((op, d)),
+                                    _ => None,
+                                };
+                                seen = Some((pc, r));
+                                r
+                            }
+                        };
+                        if let Some((op, d)) = red {
+                            let v = match op {
+                                BarRed::Popc => trues,
+                                BarRed::And => u32::from(trues == n),
+                                BarRed::Or => u32::from(trues > 0),
+                            };
+                            Self::wr(w, d, l, u64::from(v));
+                        }
+                        w.pc[l] += 1;
                     }
+                    w.set_all(lanes, Lane::Active);
                 }
             }
         }
@@ -902,6 +923,24 @@ impl<'a> Launch<'a> {
     /// Runs a warp until it blocks or its quantum ends; whether it executed
     /// anything.
     fn run_warp(&mut self, w: &mut Warp) -> Result<bool, Error> {
+        #[cfg(target_arch = "x86_64")]
+        if self.wide {
+            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
+            return unsafe { self.run_warp_wide(w) };
+        }
+        self.run_warp_body(w)
+    }
+
+    /// [`Self::run_warp`] (with the instruction steps inlined into it)
+    /// compiled for AVX2, FMA, BMI and POPCNT.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+    unsafe fn run_warp_wide(&mut self, w: &mut Warp) -> Result<bool, Error> {
+        self.run_warp_body(w)
+    }
+
+    #[inline(always)]
+    fn run_warp_body(&mut self, w: &mut Warp) -> Result<bool, Error> {
         let mut n = 0;
         // The next group, known without looking at the lanes: the group
         // that just moved on together to a PC below `bound`, the lowest
@@ -1054,6 +1093,7 @@ impl<'a> Launch<'a> {
     /// [`Self::run_warp`]). `Some(p)`: they all moved to `p` together and
     /// are still active, and `w.pc` is left for the caller to update;
     /// `None`: each thread's PC and state are written here.
+    #[inline(always)]
     fn step(&mut self, w: &mut Warp, pc: u32, mask: u32) -> Result<Option<u32>, Error> {
         let func = self.func;
         let inst = &func.insts[pc as usize];
@@ -1225,6 +1265,23 @@ impl<'a> Launch<'a> {
     }
 
     fn warp_op(&mut self, w: &mut Warp, op: &Op, here: u32) -> Result<(), Error> {
+        #[cfg(target_arch = "x86_64")]
+        if self.wide {
+            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
+            return unsafe { self.warp_op_wide(w, op, here) };
+        }
+        self.warp_op_body(w, op, here)
+    }
+
+    /// [`Self::warp_op`] compiled for AVX2, FMA, BMI and POPCNT.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+    unsafe fn warp_op_wide(&mut self, w: &mut Warp, op: &Op, here: u32) -> Result<(), Error> {
+        self.warp_op_body(w, op, here)
+    }
+
+    #[inline(always)]
+    fn warp_op_body(&mut self, w: &mut Warp, op: &Op, here: u32) -> Result<(), Error> {
         match *op {
             Op::Shfl {
                 mode,
@@ -1355,6 +1412,29 @@ impl<'a> Launch<'a> {
     }
 
     fn exec(&mut self, w: &mut Warp, op: &Op, exec: u32, line: u32) -> Result<(), Error> {
+        #[cfg(target_arch = "x86_64")]
+        if self.wide {
+            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
+            return unsafe { self.exec_wide(w, op, exec, line) };
+        }
+        self.exec_body(w, op, exec, line)
+    }
+
+    /// [`Self::exec`] compiled for AVX2, FMA, BMI and POPCNT.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+    unsafe fn exec_wide(
+        &mut self,
+        w: &mut Warp,
+        op: &Op,
+        exec: u32,
+        line: u32,
+    ) -> Result<(), Error> {
+        self.exec_body(w, op, exec, line)
+    }
+
+    #[inline(always)]
+    fn exec_body(&mut self, w: &mut Warp, op: &Op, exec: u32, line: u32) -> Result<(), Error> {
         match *op {
             Op::Mov { d, a, bits } => {
                 let m = mask_of(bits);

@@ -422,6 +422,10 @@ pub struct Limits {
     /// variables), in bytes; a kernel declaring more fails with
     /// [`Error::BadLaunch`].
     pub max_local_bytes: u32,
+    /// Whether the engine may run its lane loops in copies compiled for
+    /// the host's AVX2 and FMA, where the CPU has them (the default).
+    /// Both copies compute the same bits; false keeps to baseline x86-64.
+    pub host_simd: bool,
 }
 
 impl Default for Limits {
@@ -429,6 +433,7 @@ impl Default for Limits {
         Limits {
             max_instructions: 2_000_000_000,
             max_local_bytes: 64 * 1024,
+            host_simd: true,
         }
     }
 }

@@ -11,8 +11,27 @@
 //! generic and the specialized paths call the same code.
 
 use super::{bits_of, Launch, Warp};
-use crate::ir::{Space, Src, Ty};
+use crate::ir::{Space, Src, Sreg, Ty};
 use crate::{Error, GLOBALS_BASE, WINDOW_SIZE};
+
+/// Whether this CPU has the features of the lane loops' wide copies
+/// (AVX2 and FMA, with BMI and POPCNT: every x86-64 server CPU since 2013).
+/// The standard library caches what it detects.
+pub(crate) fn host_has_simd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("bmi1")
+            && std::is_x86_feature_detected!("bmi2")
+            && std::is_x86_feature_detected!("lzcnt")
+            && std::is_x86_feature_detected!("popcnt")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
 
 /// Every lane of a warp.
 pub(super) const FULL: u32 = u32::MAX;
@@ -82,6 +101,22 @@ impl Launch<'_> {
                 }
                 v
             }
+            Src::Sreg(Sreg::Tid(d)) => {
+                let mut v = [0u64; 32];
+                for (o, t) in v.iter_mut().zip(&w.tid) {
+                    *o = u64::from(t[d as usize]);
+                }
+                v
+            }
+            Src::Sreg(Sreg::LaneId) => std::array::from_fn(|l| l as u64),
+            // The same in every lane: read once.
+            Src::Sreg(
+                r @ (Sreg::Ntid(_)
+                | Sreg::Ctaid(_)
+                | Sreg::Nctaid(_)
+                | Sreg::WarpId
+                | Sreg::NWarpId),
+            ) => [self.sreg(w, r, 0); 32],
             Src::Sreg(_) => {
                 let mut v = [0u64; 32];
                 for (l, o) in v.iter_mut().enumerate() {
@@ -122,6 +157,23 @@ impl Launch<'_> {
     /// `d = f(a)` in the lanes of `exec`.
     #[inline(never)]
     pub(super) fn map1(&self, w: &mut Warp, exec: u32, d: u32, a: Src, f: impl Fn(u64) -> u64) {
+        #[cfg(target_arch = "x86_64")]
+        if self.wide {
+            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
+            return unsafe { self.map1_wide(w, exec, d, a, f) };
+        }
+        self.map1_body(w, exec, d, a, f)
+    }
+
+    /// [`Self::map1`] compiled for AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+    unsafe fn map1_wide(&self, w: &mut Warp, exec: u32, d: u32, a: Src, f: impl Fn(u64) -> u64) {
+        self.map1_body(w, exec, d, a, f)
+    }
+
+    #[inline(always)]
+    fn map1_body(&self, w: &mut Warp, exec: u32, d: u32, a: Src, f: impl Fn(u64) -> u64) {
         let mut r = [0u64; 32];
         let mut bx = [0u64; 32];
         let x = self.operand(w, a, &mut bx);
@@ -140,6 +192,39 @@ impl Launch<'_> {
     /// `d = f(a, b)` in the lanes of `exec`.
     #[inline(never)]
     pub(super) fn map2(
+        &self,
+        w: &mut Warp,
+        exec: u32,
+        d: u32,
+        a: Src,
+        b: Src,
+        f: impl Fn(u64, u64) -> u64,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if self.wide {
+            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
+            return unsafe { self.map2_wide(w, exec, d, a, b, f) };
+        }
+        self.map2_body(w, exec, d, a, b, f)
+    }
+
+    /// [`Self::map2`] compiled for AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+    unsafe fn map2_wide(
+        &self,
+        w: &mut Warp,
+        exec: u32,
+        d: u32,
+        a: Src,
+        b: Src,
+        f: impl Fn(u64, u64) -> u64,
+    ) {
+        self.map2_body(w, exec, d, a, b, f)
+    }
+
+    #[inline(always)]
+    fn map2_body(
         &self,
         w: &mut Warp,
         exec: u32,
@@ -176,6 +261,43 @@ impl Launch<'_> {
         c: Src,
         f: impl Fn(u64, u64, u64) -> u64,
     ) {
+        #[cfg(target_arch = "x86_64")]
+        if self.wide {
+            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
+            return unsafe { self.map3_wide(w, exec, d, a, b, c, f) };
+        }
+        self.map3_body(w, exec, d, a, b, c, f)
+    }
+
+    /// [`Self::map3`] compiled for AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn map3_wide(
+        &self,
+        w: &mut Warp,
+        exec: u32,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+        f: impl Fn(u64, u64, u64) -> u64,
+    ) {
+        self.map3_body(w, exec, d, a, b, c, f)
+    }
+
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn map3_body(
+        &self,
+        w: &mut Warp,
+        exec: u32,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+        f: impl Fn(u64, u64, u64) -> u64,
+    ) {
         let mut r = [0u64; 32];
         let (mut bx, mut by, mut bz) = ([0u64; 32], [0u64; 32], [0u64; 32]);
         let (x, y, z) = (
@@ -200,6 +322,43 @@ impl Launch<'_> {
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn setp(
+        &self,
+        w: &mut Warp,
+        exec: u32,
+        d: u32,
+        dn: Option<u32>,
+        a: Src,
+        b: Src,
+        test: impl Fn(u64, u64) -> bool,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if self.wide {
+            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
+            return unsafe { self.setp_wide(w, exec, d, dn, a, b, test) };
+        }
+        self.setp_body(w, exec, d, dn, a, b, test)
+    }
+
+    /// [`Self::setp`] compiled for AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn setp_wide(
+        &self,
+        w: &mut Warp,
+        exec: u32,
+        d: u32,
+        dn: Option<u32>,
+        a: Src,
+        b: Src,
+        test: impl Fn(u64, u64) -> bool,
+    ) {
+        self.setp_body(w, exec, d, dn, a, b, test)
+    }
+
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn setp_body(
         &self,
         w: &mut Warp,
         exec: u32,
@@ -270,7 +429,43 @@ impl Launch<'_> {
     /// Loads `e`-byte elements, `n` per lane, into `ds` in the lanes of
     /// `exec`; false if the access must take the general path.
     #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn load_lanes(
+        &mut self,
+        w: &mut Warp,
+        exec: u32,
+        space: Space,
+        ty: Ty,
+        ds: &[u32],
+        at: &[u64; 32],
+    ) -> Result<bool, Error> {
+        #[cfg(target_arch = "x86_64")]
+        if self.wide {
+            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
+            return unsafe { self.load_lanes_wide(w, exec, space, ty, ds, at) };
+        }
+        self.load_lanes_body(w, exec, space, ty, ds, at)
+    }
+
+    /// [`Self::load_lanes`] compiled for AVX2, FMA, BMI and POPCNT.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn load_lanes_wide(
+        &mut self,
+        w: &mut Warp,
+        exec: u32,
+        space: Space,
+        ty: Ty,
+        ds: &[u32],
+        at: &[u64; 32],
+    ) -> Result<bool, Error> {
+        self.load_lanes_body(w, exec, space, ty, ds, at)
+    }
+
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn load_lanes_body(
         &mut self,
         w: &mut Warp,
         exec: u32,
@@ -329,7 +524,43 @@ impl Launch<'_> {
 
     /// Stores `e`-byte elements, `srcs.len()` per lane, in the lanes of
     /// `exec`; false if the access must take the general path.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn store_lanes(
+        &mut self,
+        w: &Warp,
+        exec: u32,
+        space: Space,
+        ty: Ty,
+        srcs: &[Src],
+        at: &[u64; 32],
+    ) -> Result<bool, Error> {
+        #[cfg(target_arch = "x86_64")]
+        if self.wide {
+            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
+            return unsafe { self.store_lanes_wide(w, exec, space, ty, srcs, at) };
+        }
+        self.store_lanes_body(w, exec, space, ty, srcs, at)
+    }
+
+    /// [`Self::store_lanes`] compiled for AVX2, FMA, BMI and POPCNT.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn store_lanes_wide(
+        &mut self,
+        w: &Warp,
+        exec: u32,
+        space: Space,
+        ty: Ty,
+        srcs: &[Src],
+        at: &[u64; 32],
+    ) -> Result<bool, Error> {
+        self.store_lanes_body(w, exec, space, ty, srcs, at)
+    }
+
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn store_lanes_body(
         &mut self,
         w: &Warp,
         exec: u32,
