@@ -1,6 +1,9 @@
 //! Interpreter speed on nvcc kernels: thread-instructions per second.
 //!
-//! `cargo run -p fairgpu-ptx --release --example speed`
+//! `cargo run -p fairgpu-ptx --release --example speed [NAME...]`: all
+//! kernels, or those whose name starts with one of the NAMEs (`matmul`,
+//! `reduce_shfl`, `reduce_shared`), for profiling one at a time.
+//! `--baseline`: without the engine's AVX2/FMA copies (`Limits::host_simd`).
 
 use std::time::Instant;
 
@@ -39,11 +42,27 @@ impl Memory for Flat {
 }
 
 fn measure(name: &str, ptx: &str, kernel: &str, dims: Dims, params: Vec<u8>, mem: &mut Flat) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let baseline = args.iter().any(|a| a == "--baseline");
+    let only: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    if !only.is_empty() && !only.iter().any(|o| name.starts_with(o.as_str())) {
+        return;
+    }
     let m = Module::parse(ptx).expect("parses");
     let mut g = m.globals();
     let t = Instant::now();
     let st = m
-        .run(&mut g, kernel, &dims, &params, mem, &Limits::default())
+        .run(
+            &mut g,
+            kernel,
+            &dims,
+            &params,
+            mem,
+            &Limits {
+                host_simd: !baseline,
+                ..Limits::default()
+            },
+        )
         .expect("runs");
     let s = t.elapsed().as_secs_f64();
     println!(

@@ -649,8 +649,12 @@ fn gather_as<const E: usize, const SIGNED: bool>(
     out: &mut [u64; 32],
     bits: u32,
 ) {
+    // Every lane's element lies inside `mem` (checked by the caller);
+    // clamping the offset to the last element changes none of them and
+    // lets the compiler drop the bounds check and its branch.
+    let last = mem.len().saturating_sub(E);
     let one = |a: u64| {
-        let o = a as usize + k * E;
+        let o = (a as usize + k * E).min(last);
         let b: &[u8; E] = mem[o..o + E].try_into().expect("E bytes");
         value(b, SIGNED, bits)
     };
@@ -669,6 +673,10 @@ fn gather_as<const E: usize, const SIGNED: bool>(
 /// the others masked out, a branch-free loop the compiler vectorizes.
 #[inline(always)]
 fn any(exec: u32, at: &[u64; 32], bad: impl Fn(u64) -> bool) -> bool {
+    if exec == FULL {
+        // A plain reduction: a few vector compares.
+        return at.iter().fold(false, |hit, &a| hit | bad(a));
+    }
     let mut hit = 0u32;
     for (&a, bit) in at.iter().zip(super::BIT) {
         hit |= if bad(a) { bit } else { 0 };
