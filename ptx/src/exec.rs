@@ -18,6 +18,8 @@
 //! fails with [`Error::Deadlock`] (or [`Error::Unsupported`] when the cause is
 //! a warp-synchronous instruction whose member threads never meet).
 
+/// A warp's shared-memory loads as AVX2 gathers.
+mod gather;
 /// Texture and surface instructions.
 mod image;
 /// Whole-warp forms of the common instructions.
@@ -1688,6 +1690,16 @@ impl<'a> Launch<'a> {
                     return Err(Error::Unsupported {
                         what: format!("fma.f64 with directed rounding (line {line})"),
                     });
+                }
+                if self.wide && ty == Ty::F32 && m.rnd == Rnd::Rn {
+                    // The host's own fused multiply-add, correctly rounded
+                    // like `fma_rn_f32`, in one instruction per lane.
+                    specialize!(M: FMode = m; [RN, RN_FTZ] =>
+                    self.map3(w, exec, d, a, b, c, |x, y, z| {
+                        let (x, y, z) = ftz3(M.ftz, f32b(x), f32b(y), f32b(z));
+                        f32res(x.mul_add(y, z), M)
+                    }));
+                    return Ok(());
                 }
                 specialize!(TY: Ty = ty; [Ty::F32, Ty::F64] => specialize!(M: FMode = m; [RN, RN_FTZ] =>
                     self.map3(w, exec, d, a, b, c, |x, y, z| fma(TY, M, x, y, z))));

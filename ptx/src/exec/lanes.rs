@@ -502,6 +502,23 @@ impl Launch<'_> {
         if sp == Space::Shared {
             for (k, &d) in ds.iter().enumerate() {
                 let out = Self::dst(w, d);
+                #[cfg(target_arch = "x86_64")]
+                if self.wide && exec == FULL {
+                    let off = (k * e) as u64;
+                    let s32 = signed && bits == 32;
+                    let done = match e {
+                        // SAFETY: `wide` is set only on a CPU with AVX2.
+                        4 => unsafe { super::gather::gather::<4>(&self.shared, at, off, s32, out) },
+                        // SAFETY: as above.
+                        8 => unsafe {
+                            super::gather::gather::<8>(&self.shared, at, off, false, out)
+                        },
+                        _ => false,
+                    };
+                    if done {
+                        continue;
+                    }
+                }
                 match e {
                     4 => gather::<4>(&self.shared, exec, at, k, out, signed, bits),
                     8 => gather::<8>(&self.shared, exec, at, k, out, signed, bits),
