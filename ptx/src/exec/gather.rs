@@ -46,12 +46,10 @@ pub(super) unsafe fn gather<const E: usize>(
     let base = mem.as_ptr().wrapping_add(off as usize);
     for q in 0..8 {
         let l = 4 * q;
-        let idx = _mm256_set_epi64x(
-            at[l + 3] as i64,
-            at[l + 2] as i64,
-            at[l + 1] as i64,
-            at[l] as i64,
-        );
+        let src = at[l..l + 4].as_ptr().cast::<__m256i>();
+        // SAFETY: `src` points to `at[l..l + 4]`, four u64 (32 bytes) of a
+        // live array; the load is unaligned.
+        let idx = unsafe { _mm256_loadu_si256(src) };
         let v = if E == 4 {
             // SAFETY: AVX2 is enabled for this function (its caller
             // checked the CPU); each of the four offsets names an element
