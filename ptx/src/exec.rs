@@ -100,6 +100,27 @@ struct Warp {
     /// Whether this turn runs the highest-PC group first.
     favor_high: bool,
     id: u32,
+    /// Each lane's call stack of recursive calls (empty until the first).
+    frames: Vec<Vec<Frame>>,
+    /// Bytes those frames hold.
+    frame_bytes: u64,
+}
+
+/// What a recursive call saved for one thread ([`Op::CallFrame`]).
+#[derive(Clone)]
+struct Frame {
+    /// The call instruction (its [`CallFrame`] says what was saved).
+    call: u32,
+    /// The callee's registers in this lane.
+    regs: Box<[u64]>,
+    /// Its local ranges, then its param-scratch ranges, in this lane.
+    bytes: Box<[u8]>,
+}
+
+impl Frame {
+    fn size(&self) -> u64 {
+        (self.regs.len() * 8 + self.bytes.len() + std::mem::size_of::<Frame>()) as u64
+    }
 }
 
 impl Warp {
@@ -182,6 +203,8 @@ pub(crate) struct Launch<'a> {
     nwarps: u32,
     arrivals: [u32; BARRIERS],
     counts: [Option<u32>; BARRIERS],
+    /// Bytes the frames of recursive calls hold, over all warps.
+    stack_bytes: u64,
     /// The host has AVX2 and FMA and [`Limits::host_simd`] allows them:
     /// the lane loops run in their copies compiled for those features.
     wide: bool,
@@ -303,6 +326,7 @@ impl<'a> Launch<'a> {
             nwarps: 0,
             arrivals: [0; BARRIERS],
             counts: [None; BARRIERS],
+            stack_bytes: 0,
             wide: limits.host_simd && lanes::host_has_simd(),
         }
     }
@@ -671,6 +695,8 @@ impl<'a> Launch<'a> {
                 redp: 0,
                 favor_high: false,
                 id,
+                frames: Vec::new(),
+                frame_bytes: 0,
             })
             .collect();
         let setup = BLOCK_SETUP_COST + WARP_SETUP_COST * nwarps;
@@ -718,7 +744,7 @@ impl<'a> Launch<'a> {
                 for x in first[0]..first[0] + extent[0] {
                     self.charge_setup(setup)?;
                     let mut warps = template.to_vec();
-                    Self::start_block(&mut warps, threads);
+                    Self::start_block(&mut warps, threads, &mut self.stack_bytes);
                     blocks.push(BlockState {
                         warps,
                         shared: self.shared.clone(),
@@ -783,7 +809,7 @@ impl<'a> Launch<'a> {
         // hold what the previous block of this launch left, so a block's
         // setup costs time in its warps' lanes only (what `charge_setup`
         // charged).
-        Self::start_block(warps, threads);
+        Self::start_block(warps, threads, &mut self.stack_bytes);
         self.arrivals = [0; BARRIERS];
         self.counts = [None; BARRIERS];
         loop {
@@ -796,8 +822,12 @@ impl<'a> Launch<'a> {
     }
 
     /// Puts every thread of the block at its first instruction.
-    fn start_block(warps: &mut [Warp], threads: u32) {
+    fn start_block(warps: &mut [Warp], threads: u32, stack_bytes: &mut u64) {
         for w in warps.iter_mut() {
+            // Threads that exited inside a recursive call left frames.
+            *stack_bytes -= w.frame_bytes;
+            w.frame_bytes = 0;
+            w.frames.clear();
             w.carry = 0;
             w.favor_high = false;
             w.exists = 0;
@@ -1252,6 +1282,39 @@ impl<'a> Launch<'a> {
                 }
                 return Ok(None);
             }
+            Op::CallFrame(cf) => {
+                for l in bits_of(exec) {
+                    self.push_frame(w, l, pc, cf)?;
+                }
+                if exec == mask {
+                    return Ok(Some(cf.target));
+                }
+                for l in bits_of(mask) {
+                    w.pc[l] = if exec & (1 << l) != 0 {
+                        cf.target
+                    } else {
+                        next
+                    };
+                }
+                return Ok(None);
+            }
+            Op::RetFrame => {
+                let mut to = None;
+                let mut same = true;
+                for l in bits_of(exec) {
+                    let r = self.pop_frame(w, l)?;
+                    same &= to.is_none_or(|t| t == r);
+                    to = Some(r);
+                    w.pc[l] = r;
+                }
+                if let (Some(r), true, true) = (to, same, exec == mask) {
+                    return Ok(Some(r));
+                }
+                for l in bits_of(mask & !exec) {
+                    w.pc[l] = next;
+                }
+                return Ok(None);
+            }
             Op::Activemask { d } => {
                 for l in bits_of(exec) {
                     Self::wr(w, *d, l, u64::from(mask));
@@ -1264,6 +1327,160 @@ impl<'a> Launch<'a> {
             }
         }
         Ok(Some(next))
+    }
+
+    /// Lane `l`'s local memory and param scratch: where each starts in
+    /// `self.local` / `self.pscratch`, and their sizes.
+    fn lane_memory(&self, w: &Warp, l: usize) -> (usize, usize, usize, usize) {
+        let slot = w.id as usize * 32 + l;
+        let lb = self.func.local_bytes as usize;
+        let sb = self.scratch_len();
+        (slot * lb, lb, slot * sb, sb)
+    }
+
+    /// Lane `l` calls a recursive function ([`Op::CallFrame`] at `pc`):
+    /// saves what the callee's activation uses, then copies the arguments.
+    fn push_frame(&mut self, w: &mut Warp, l: usize, pc: u32, cf: &CallFrame) -> Result<(), Error> {
+        let (lo, lb, so, sb) = self.lane_memory(w, l);
+        let (r0, n) = (cf.regs.0 as usize, cf.regs.1 as usize);
+        let regs: Box<[u64]> = (r0..r0 + n).map(|r| w.regs[r * 32 + l]).collect();
+        let mut bytes = Vec::new();
+        for &(a, b) in &cf.local {
+            let r = range(u64::from(a), u64::from(b.saturating_sub(a)), lb).ok_or(
+                Error::BadLaunch("a recursive function's locals lie outside the kernel's".into()),
+            )?;
+            bytes.extend_from_slice(&self.local[lo + r.start..lo + r.end]);
+        }
+        for &(a, b) in &cf.scratch {
+            let r = range(
+                u64::from(a).wrapping_sub(PARAM_SCRATCH_BASE),
+                u64::from(b.saturating_sub(a)),
+                sb,
+            )
+            .ok_or(Error::BadLaunch(
+                "a recursive function's parameters lie outside the kernel's".into(),
+            ))?;
+            bytes.extend_from_slice(&self.pscratch[so + r.start..so + r.end]);
+        }
+        let frame = Frame {
+            call: pc,
+            regs,
+            bytes: bytes.into_boxed_slice(),
+        };
+        let size = frame.size();
+        if self.stack_bytes + size > crate::MAX_STACK_BYTES {
+            return Err(Error::StackOverflow(crate::MAX_STACK_BYTES));
+        }
+        self.stack_bytes += size;
+        w.frame_bytes += size;
+        if w.frames.is_empty() {
+            w.frames = vec![Vec::new(); 32];
+        }
+        w.frames[l].push(frame);
+        for &(from, to, len) in &cf.args {
+            self.scratch_copy(so, sb, from, to, len)?;
+        }
+        Ok(())
+    }
+
+    /// Lane `l` returns from a recursive call: restores what its caller's
+    /// activation had, hands over the return values; where it goes on.
+    fn pop_frame(&mut self, w: &mut Warp, l: usize) -> Result<u32, Error> {
+        let Some(frame) = w.frames.get_mut(l).and_then(Vec::pop) else {
+            return Err(Error::BadLaunch(
+                "return of a recursive function without its call".into(),
+            ));
+        };
+        let size = frame.size();
+        self.stack_bytes -= size;
+        w.frame_bytes -= size;
+        let func = self.func;
+        let Op::CallFrame(cf) = &func.insts[frame.call as usize].op else {
+            return Err(Error::BadLaunch("a call frame names no call".into()));
+        };
+        let (lo, lb, so, sb) = self.lane_memory(w, l);
+        // The return values, before the restore overwrites the callee's.
+        let mut rets = Vec::with_capacity(cf.rets.len());
+        for &(from, _, len) in &cf.rets {
+            let r = range(
+                u64::from(from).wrapping_sub(PARAM_SCRATCH_BASE),
+                u64::from(len),
+                sb,
+            )
+            .ok_or(Error::OutOfBounds {
+                space: "param",
+                addr: u64::from(from),
+                len: u64::from(len),
+            })?;
+            rets.push(self.pscratch[so + r.start..so + r.end].to_vec());
+        }
+        let r0 = cf.regs.0 as usize;
+        for (k, v) in frame.regs.iter().enumerate() {
+            w.regs[(r0 + k) * 32 + l] = *v;
+        }
+        let mut at = 0;
+        for &(a, b) in &cf.local {
+            let n = b.saturating_sub(a) as usize;
+            let o = lo + a as usize;
+            if a as usize + n <= lb {
+                self.local[o..o + n].copy_from_slice(&frame.bytes[at..at + n]);
+            }
+            at += n;
+        }
+        for &(a, b) in &cf.scratch {
+            let n = b.saturating_sub(a) as usize;
+            let o = u64::from(a).wrapping_sub(PARAM_SCRATCH_BASE) as usize;
+            if o + n <= sb {
+                self.pscratch[so + o..so + o + n].copy_from_slice(&frame.bytes[at..at + n]);
+            }
+            at += n;
+        }
+        for (&(_, to, len), v) in cf.rets.iter().zip(rets) {
+            let r = range(
+                u64::from(to).wrapping_sub(PARAM_SCRATCH_BASE),
+                u64::from(len),
+                sb,
+            )
+            .ok_or(Error::OutOfBounds {
+                space: "param",
+                addr: u64::from(to),
+                len: u64::from(len),
+            })?;
+            self.pscratch[so + r.start..so + r.end].copy_from_slice(&v);
+        }
+        Ok(frame.call + 1)
+    }
+
+    /// Copies `len` bytes of one lane's param scratch (at `so`, `sb` bytes)
+    /// from address `from` to `to`.
+    fn scratch_copy(
+        &mut self,
+        so: usize,
+        sb: usize,
+        from: u32,
+        to: u32,
+        len: u32,
+    ) -> Result<(), Error> {
+        let oob = |a: u32| Error::OutOfBounds {
+            space: "param",
+            addr: u64::from(a),
+            len: u64::from(len),
+        };
+        let src = range(
+            u64::from(from).wrapping_sub(PARAM_SCRATCH_BASE),
+            u64::from(len),
+            sb,
+        )
+        .ok_or_else(|| oob(from))?;
+        let dst = range(
+            u64::from(to).wrapping_sub(PARAM_SCRATCH_BASE),
+            u64::from(len),
+            sb,
+        )
+        .ok_or_else(|| oob(to))?;
+        self.pscratch
+            .copy_within(so + src.start..so + src.end, so + dst.start);
+        Ok(())
     }
 
     fn warp_op(&mut self, w: &mut Warp, op: &Op, here: u32) -> Result<(), Error> {
@@ -2126,7 +2343,12 @@ impl<'a> Launch<'a> {
                         .copy_within(base + src.start..base + src.end, base + dst.start);
                 }
             }
-            Op::Call { .. } | Op::CallIndirect(_) | Op::Dispatch { .. } => {
+            Op::Call { .. }
+            | Op::CallRec { .. }
+            | Op::CallIndirect(_)
+            | Op::Dispatch { .. }
+            | Op::CallFrame(_)
+            | Op::RetFrame => {
                 return Err(Error::Unsupported {
                     what: format!("call (line {line})"),
                 })

@@ -928,6 +928,22 @@ pub(crate) enum Op {
         rets: Vec<u32>,
         args: Vec<u32>,
     },
+    /// A `call` of a function from inside its own body (directly or
+    /// through the functions it calls): kept as a call when the module is
+    /// loaded, then made a [`Op::CallFrame`] in each kernel that reaches
+    /// it.
+    CallRec {
+        func: u32,
+        rets: Vec<u32>,
+        args: Vec<u32>,
+    },
+    /// A real call of a recursive function whose body is placed after the
+    /// kernel's: each thread saves the callee's registers and its local
+    /// and param memory on its own call stack, copies the arguments and
+    /// jumps to the body; [`Op::RetFrame`] there undoes it.
+    CallFrame(Box<CallFrame>),
+    /// The return of a function entered by [`Op::CallFrame`].
+    RetFrame,
     /// `cp.async.shared.global`: copies `size` bytes from global to shared
     /// memory, the bytes past `src_size` zero; done at once in a
     /// sequential model (the commit and wait instructions are no-ops).
@@ -1165,6 +1181,24 @@ pub(crate) struct Param {
     pub size: u32,
 }
 
+/// A call of a recursive function, resolved in its kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CallFrame {
+    /// The first instruction of the callee's body.
+    pub target: u32,
+    /// The callee's registers: `regs.0 .. regs.0 + regs.1`.
+    pub regs: (u32, u32),
+    /// What an activation of the callee uses ([`Func::frame_local`],
+    /// [`Func::frame_scratch`]).
+    pub local: Vec<(u32, u32)>,
+    pub scratch: Vec<(u32, u32)>,
+    /// Param-scratch copies (from, to, bytes): the caller's arguments into
+    /// the callee's parameters at the call, the callee's return values
+    /// into the caller's variables at the return.
+    pub args: Vec<(u32, u32, u32)>,
+    pub rets: Vec<(u32, u32, u32)>,
+}
+
 /// A parsed `.entry` or `.func`.
 #[derive(Debug, Clone)]
 pub(crate) struct Func {
@@ -1195,6 +1229,12 @@ pub(crate) struct Func {
     /// have their own module-wide offsets, so inlined code needs no
     /// relocation.
     pub local_bytes: u32,
+    /// The local memory (offsets) and param scratch (addresses) that an
+    /// activation of this function uses: its own variables and those of
+    /// the functions inlined into it. A recursive call saves and restores
+    /// them.
+    pub frame_local: Vec<(u32, u32)>,
+    pub frame_scratch: Vec<(u32, u32)>,
     /// End of the param scratch (`.func` parameters and `.param` variables
     /// of bodies, at module-wide offsets from
     /// [`PARAM_SCRATCH_BASE`]) this function and its callees
@@ -1473,10 +1513,15 @@ impl Op {
                 }
             }
             Op::CallIndirect(c) => c.target += k,
+            // The saved registers are the callee's, placed when the call is
+            // made a frame: nothing to move.
             Op::Bra { .. }
             | Op::Ret
             | Op::Exit
             | Op::Call { .. }
+            | Op::CallRec { .. }
+            | Op::CallFrame(_)
+            | Op::RetFrame
             | Op::Malloc { .. }
             | Op::Free { .. }
             | Op::Printf { .. }

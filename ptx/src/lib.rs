@@ -25,7 +25,12 @@
 //!   `.extern` dynamic); `.local` (including `__local_depot` with
 //!   `%SP`/`%SPL`).
 //! - **Calls**: `call` of a `.func` of the module is replaced by the
-//!   callee's body when the module loads (recursion is unsupported);
+//!   callee's body when the module loads; a call of a function from
+//!   within itself (directly or through others) is a real call: the
+//!   function's body is placed once after the kernel's, and each thread
+//!   saves the callee's registers and its local and param variables on
+//!   its own call stack (bounded by [`MAX_STACK_BYTES`] per launch:
+//!   [`Error::StackOverflow`] beyond);
 //!   a function's name is an address ([`func_addr`]: `mov`, `.global`
 //!   initializers such as C++ virtual tables), and a call through a
 //!   pointer (`call %r, (args), prototype`) jumps, per thread, to a copy
@@ -308,10 +313,19 @@ pub enum Error {
     /// the module with the call's prototype.
     #[error("indirect call to {addr:#x}, which is no function of the call's prototype")]
     BadCall { addr: u64 },
+    /// Recursive calls held more saved state than a launch may
+    /// ([`MAX_STACK_BYTES`]): the kernel's call stack overflowed.
+    #[error("call stack overflow: recursive calls would hold more than {0} bytes of saved state")]
+    StackOverflow(u64),
     /// Device `free` of an address that is no live block of the heap.
     #[error("free of {addr:#x}, which is no block the device heap gave out")]
     BadFree { addr: u64 },
 }
+
+/// The most bytes that the frames of recursive calls (each the callee's
+/// registers and local and param variables, per thread) may hold at once
+/// in one launch; beyond, the launch fails with [`Error::StackOverflow`].
+pub const MAX_STACK_BYTES: u64 = 64 << 20;
 
 /// Global memory as the kernel sees it: the VM's allocations.
 pub trait Memory {

@@ -896,6 +896,8 @@ impl<'m> FuncParser<'m> {
                 reserved_smem: false,
                 local_bytes: 0,
                 scratch_end: 0,
+                frame_local: Vec::new(),
+                frame_scratch: Vec::new(),
                 max_threads: None,
                 reqntid: None,
             },
@@ -994,6 +996,11 @@ impl<'m> FuncParser<'m> {
         }
         self.f.local_bytes = self.local as u32;
         self.f.scratch_end = self.body_params as u32;
+        // Its own variables: from where the module's stood when it began.
+        let local_start = self.m.local_top as u32;
+        let scratch_start = (PARAM_SCRATCH_BASE + self.m.scratch_top) as u32;
+        self.f.frame_local = vec![(local_start, self.f.local_bytes)];
+        self.f.frame_scratch = vec![(scratch_start, self.f.scratch_end)];
         self.f.reserved_smem = self.reserved_smem.get();
         Ok(self.f)
     }
@@ -1677,6 +1684,116 @@ fn inline_calls(funcs: &mut [Option<Func>], names: &[String]) -> Result<(), Erro
     for i in 0..funcs.len() {
         expand(i, funcs, names, &mut state, &mut module_insts, 0)?;
     }
+    for i in 0..funcs.len() {
+        link_frames(i, funcs, names, &mut module_insts)?;
+    }
+    Ok(())
+}
+
+/// Makes the recursive calls ([`Op::CallRec`]) that kernel `i` reaches
+/// real calls: the body of each function they call is placed after the
+/// kernel's own (once, its registers after the kernel's, its returns
+/// [`Op::RetFrame`]) and each call becomes a [`Op::CallFrame`] to it.
+/// A body that would take the kernel past its instruction limits leaves
+/// its calls unsupported.
+fn link_frames(
+    i: usize,
+    funcs: &mut [Option<Func>],
+    names: &[String],
+    module_insts: &mut usize,
+) -> Result<(), Error> {
+    let Some(mut f) = funcs[i].take() else {
+        return Ok(());
+    };
+    if !f.is_entry || !f.insts.iter().any(|x| matches!(x.op, Op::CallRec { .. })) {
+        funcs[i] = Some(f);
+        return Ok(());
+    }
+    // Callee index -> (first instruction, first register) in `f`.
+    let mut placed: HashMap<u32, (u32, u32)> = HashMap::new();
+    let mut next = 0usize;
+    // Instructions are appended while scanning: `next` walks them all.
+    while next < f.insts.len() {
+        let Op::CallRec { func, .. } = f.insts[next].op else {
+            next += 1;
+            continue;
+        };
+        let line = f.insts[next].line;
+        next += 1;
+        if placed.contains_key(&func) {
+            continue;
+        }
+        let Some(c) = funcs.get(func as usize).and_then(Option::as_ref) else {
+            continue;
+        };
+        if f.insts.len() + c.insts.len() > MAX_INSTS || *module_insts + c.insts.len() > MODULE_INSTS
+        {
+            continue;
+        }
+        let Ok(shift) = grow_regs(&mut f, c.nregs, line) else {
+            continue;
+        };
+        *module_insts += c.insts.len();
+        let base = f.insts.len() as u32;
+        placed.insert(func, (base, shift));
+        for ci in &c.insts {
+            let mut ci = ci.clone();
+            ci.op.shift_regs(shift);
+            if let Some(g) = &mut ci.guard {
+                g.reg += shift;
+            }
+            match &mut ci.op {
+                Op::Bra { target } => *target += base,
+                Op::Dispatch { cases, .. } => cases.iter_mut().for_each(|c| c.1 += base),
+                Op::Ret => ci.op = Op::RetFrame,
+                _ => {}
+            }
+            f.insts.push(ci);
+        }
+        f.local_bytes = f.local_bytes.max(c.local_bytes);
+        f.scratch_end = f.scratch_end.max(c.scratch_end);
+        f.reserved_smem |= c.reserved_smem;
+    }
+    for x in &mut f.insts {
+        let Op::CallRec { func, rets, args } = &x.op else {
+            continue;
+        };
+        let resolved = placed
+            .get(func)
+            .zip(funcs.get(*func as usize).and_then(Option::as_ref));
+        x.op = match resolved {
+            Some((&(target, shift), c))
+                if c.params.len() == args.len() && c.rets.len() == rets.len() =>
+            {
+                Op::CallFrame(Box::new(CallFrame {
+                    target,
+                    regs: (shift, c.nregs),
+                    local: c.frame_local.clone(),
+                    scratch: c.frame_scratch.clone(),
+                    args: args
+                        .iter()
+                        .zip(&c.params)
+                        .map(|(&a, p)| (a, p.offset, p.size))
+                        .collect(),
+                    rets: c
+                        .rets
+                        .iter()
+                        .zip(rets)
+                        .map(|(p, &r)| (p.offset, r, p.size))
+                        .collect(),
+                }))
+            }
+            _ => {
+                let name = names.get(*func as usize).map_or("?", String::as_str);
+                unsupported(&format!(
+                    "recursive call of {} too large to place (line {})",
+                    clip(name, MAX_QUOTED),
+                    x.line
+                ))
+            }
+        };
+    }
+    funcs[i] = Some(f);
     Ok(())
 }
 
@@ -1879,6 +1996,18 @@ fn splice(
                 )),
                 line,
             }),
+            // A call of a function being expanded: a recursive call.
+            (Op::Call { func, rets, args }, _) if state.get(*func as usize) == Some(&1) => {
+                out.push(Inst {
+                    guard: inst.guard,
+                    op: Op::CallRec {
+                        func: *func,
+                        rets: rets.clone(),
+                        args: args.clone(),
+                    },
+                    line,
+                });
+            }
             (Op::Call { func, rets, args }, _) => {
                 let name = names.get(*func as usize).map_or("?", String::as_str);
                 let op = match (name, &args[..], &rets[..]) {
@@ -2008,4 +2137,14 @@ fn inline_body(
     f.local_bytes = f.local_bytes.max(c.local_bytes);
     f.scratch_end = f.scratch_end.max(c.scratch_end);
     f.reserved_smem |= c.reserved_smem;
+    for r in &c.frame_local {
+        if !f.frame_local.contains(r) {
+            f.frame_local.push(*r);
+        }
+    }
+    for r in &c.frame_scratch {
+        if !f.frame_scratch.contains(r) {
+            f.frame_scratch.push(*r);
+        }
+    }
 }

@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 25] = [
+const COMPUTE_PROGRAMS: [&str; 26] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -295,6 +295,7 @@ const COMPUTE_PROGRAMS: [&str; 25] = [
     "mma",
     "bulk_copy",
     "managed_vars",
+    "recursion",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -303,7 +304,8 @@ const COMPUTE_PROGRAMS: [&str; 25] = [
 /// textures and written through surfaces, managed and mapped memory and `__managed__`
 /// variables shared by the CPU and kernels, cooperative launches (and cluster launches
 /// refused where the device has none), CUDA graphs built and captured (memory nodes among them), memory mapped through the virtual-memory API, tensor-core `mma.sync` with `ldmatrix`/`stmatrix` in inline PTX, sm_90's bulk copies on transaction-counting barriers,
-/// PTX modules JIT-linked or loaded from files, programs built with the
+/// PTX modules JIT-linked or loaded from files, recursive device functions
+/// (and a recursion that overflows the call stack), programs built with the
 /// per-thread default stream: SimGpu's kernels compute exactly what the CPU
 /// does. The three variants of a program run
 /// at once, one per VM.

@@ -1451,7 +1451,8 @@ fn execution_error(kernel: &str, e: &ptx::Error, wrote: bool) -> (ExecError, boo
         // A free of what the heap did not give corrupts it on a GPU.
         ptx::Error::OutOfBounds { .. }
         | ptx::Error::InvalidHandle { .. }
-        | ptx::Error::BadFree { .. } => (fault(Status::ILLEGAL_ADDRESS), true),
+        | ptx::Error::BadFree { .. }
+        | ptx::Error::StackOverflow(_) => (fault(Status::ILLEGAL_ADDRESS), true),
         ptx::Error::BadCall { .. } => (fault(ILLEGAL_INSTRUCTION), true),
         ptx::Error::Misaligned { .. } => (fault(MISALIGNED_ADDRESS), true),
         ptx::Error::Trap => (fault(Status::LAUNCH_FAILED), true),
