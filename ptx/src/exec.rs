@@ -18,6 +18,53 @@
 //! fails with [`Error::Deadlock`] (or [`Error::Unsupported`] when the cause is
 //! a warp-synchronous instruction whose member threads never meet).
 
+/// Defines `$name`, which runs `$body` either as built or in `$wide`, a
+/// copy compiled for AVX2, FMA, BMI and POPCNT, when the launch may use
+/// them (`Launch::wide`). `$body` must be `#[inline(always)]`, so that each
+/// copy holds its own code compiled for its features.
+// Two arms, one per receiver: a receiver passed through a macro
+// variable would not be the `self` of the bodies (hygiene).
+macro_rules! wide_twin {
+    ($(#[$m:meta])* $vis:vis fn $name:ident / $wide:ident / $body:ident
+     (&self $(, $a:ident: $t:ty)* $(,)?) $(-> $r:ty)?;) => {
+        $(#[$m])*
+        $vis fn $name(&self $(, $a: $t)*) $(-> $r)? {
+            #[cfg(target_arch = "x86_64")]
+            if self.wide {
+                // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
+                return unsafe { self.$wide($($a),*) };
+            }
+            self.$body($($a),*)
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+        $(#[$m])*
+        unsafe fn $wide(&self $(, $a: $t)*) $(-> $r)? {
+            self.$body($($a),*)
+        }
+    };
+    ($(#[$m:meta])* $vis:vis fn $name:ident / $wide:ident / $body:ident
+     (&mut self $(, $a:ident: $t:ty)* $(,)?) $(-> $r:ty)?;) => {
+        $(#[$m])*
+        $vis fn $name(&mut self $(, $a: $t)*) $(-> $r)? {
+            #[cfg(target_arch = "x86_64")]
+            if self.wide {
+                // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
+                return unsafe { self.$wide($($a),*) };
+            }
+            self.$body($($a),*)
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+        $(#[$m])*
+        unsafe fn $wide(&mut self $(, $a: $t)*) $(-> $r)? {
+            self.$body($($a),*)
+        }
+    };
+}
+
 /// A warp's shared-memory loads as AVX2 gathers.
 mod gather;
 /// Texture and surface instructions.
@@ -952,23 +999,10 @@ impl<'a> Launch<'a> {
         Error::Deadlock(x, y, z)
     }
 
-    /// Runs a warp until it blocks or its quantum ends; whether it executed
-    /// anything.
-    fn run_warp(&mut self, w: &mut Warp) -> Result<bool, Error> {
-        #[cfg(target_arch = "x86_64")]
-        if self.wide {
-            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
-            return unsafe { self.run_warp_wide(w) };
-        }
-        self.run_warp_body(w)
-    }
-
-    /// [`Self::run_warp`] (with the instruction steps inlined into it)
-    /// compiled for AVX2, FMA, BMI and POPCNT.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
-    unsafe fn run_warp_wide(&mut self, w: &mut Warp) -> Result<bool, Error> {
-        self.run_warp_body(w)
+    wide_twin! {
+        /// Runs a warp until it blocks or its quantum ends; whether it executed
+        /// anything.
+        fn run_warp / run_warp_wide / run_warp_body(&mut self, w: &mut Warp) -> Result<bool, Error>;
     }
 
     #[inline(always)]
@@ -1483,20 +1517,13 @@ impl<'a> Launch<'a> {
         Ok(())
     }
 
-    fn warp_op(&mut self, w: &mut Warp, op: &Op, here: u32) -> Result<(), Error> {
-        #[cfg(target_arch = "x86_64")]
-        if self.wide {
-            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
-            return unsafe { self.warp_op_wide(w, op, here) };
-        }
-        self.warp_op_body(w, op, here)
-    }
-
-    /// [`Self::warp_op`] compiled for AVX2, FMA, BMI and POPCNT.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
-    unsafe fn warp_op_wide(&mut self, w: &mut Warp, op: &Op, here: u32) -> Result<(), Error> {
-        self.warp_op_body(w, op, here)
+    wide_twin! {
+        fn warp_op / warp_op_wide / warp_op_body(
+            &mut self,
+            w: &mut Warp,
+            op: &Op,
+            here: u32) -> Result<(
+        ), Error>;
     }
 
     #[inline(always)]
@@ -1630,26 +1657,14 @@ impl<'a> Launch<'a> {
         Ok(())
     }
 
-    fn exec(&mut self, w: &mut Warp, op: &Op, exec: u32, line: u32) -> Result<(), Error> {
-        #[cfg(target_arch = "x86_64")]
-        if self.wide {
-            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
-            return unsafe { self.exec_wide(w, op, exec, line) };
-        }
-        self.exec_body(w, op, exec, line)
-    }
-
-    /// [`Self::exec`] compiled for AVX2, FMA, BMI and POPCNT.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
-    unsafe fn exec_wide(
-        &mut self,
-        w: &mut Warp,
-        op: &Op,
-        exec: u32,
-        line: u32,
-    ) -> Result<(), Error> {
-        self.exec_body(w, op, exec, line)
+    wide_twin! {
+        fn exec / exec_wide / exec_body(
+            &mut self,
+            w: &mut Warp,
+            op: &Op,
+            exec: u32,
+            line: u32) -> Result<(
+        ), Error>;
     }
 
     #[inline(always)]
@@ -2319,28 +2334,9 @@ impl<'a> Launch<'a> {
                 }
             }
             Op::ParamCopy { from, to, len } => {
-                let sb = self.scratch_len();
-                let oob = |a: u32| Error::OutOfBounds {
-                    space: "param",
-                    addr: u64::from(a),
-                    len: u64::from(len),
-                };
-                let src = range(
-                    u64::from(from).wrapping_sub(PARAM_SCRATCH_BASE),
-                    u64::from(len),
-                    sb,
-                )
-                .ok_or_else(|| oob(from))?;
-                let dst = range(
-                    u64::from(to).wrapping_sub(PARAM_SCRATCH_BASE),
-                    u64::from(len),
-                    sb,
-                )
-                .ok_or_else(|| oob(to))?;
                 for l in bits_of(exec) {
-                    let base = (w.id as usize * 32 + l) * sb;
-                    self.pscratch
-                        .copy_within(base + src.start..base + src.end, base + dst.start);
+                    let (_, _, so, sb) = self.lane_memory(w, l);
+                    self.scratch_copy(so, sb, from, to, len)?;
                 }
             }
             Op::Call { .. }

@@ -1734,22 +1734,8 @@ fn link_frames(
             continue;
         };
         *module_insts += c.insts.len();
-        let base = f.insts.len() as u32;
-        placed.insert(func, (base, shift));
-        for ci in &c.insts {
-            let mut ci = ci.clone();
-            ci.op.shift_regs(shift);
-            if let Some(g) = &mut ci.guard {
-                g.reg += shift;
-            }
-            match &mut ci.op {
-                Op::Bra { target } => *target += base,
-                Op::Dispatch { cases, .. } => cases.iter_mut().for_each(|c| c.1 += base),
-                Op::Ret => ci.op = Op::RetFrame,
-                _ => {}
-            }
-            f.insts.push(ci);
-        }
+        placed.insert(func, (f.insts.len() as u32, shift));
+        copy_body(&mut f.insts, c, shift, Op::RetFrame);
         f.local_bytes = f.local_bytes.max(c.local_bytes);
         f.scratch_end = f.scratch_end.max(c.scratch_end);
         f.reserved_smem |= c.reserved_smem;
@@ -2048,6 +2034,26 @@ fn splice(
     Ok(())
 }
 
+/// Appends `c`'s instructions to `out`: registers moved up by `shift`,
+/// branch targets by where the copy starts, each `ret` replaced by `ret`.
+fn copy_body(out: &mut Vec<Inst>, c: &Func, shift: u32, ret: Op) {
+    let base = out.len() as u32;
+    for ci in &c.insts {
+        let mut ci = ci.clone();
+        ci.op.shift_regs(shift);
+        if let Some(g) = &mut ci.guard {
+            g.reg += shift;
+        }
+        match &mut ci.op {
+            Op::Bra { target } => *target += base,
+            Op::Dispatch { cases, .. } => cases.iter_mut().for_each(|c| c.1 += base),
+            Op::Ret => ci.op = ret.clone(),
+            _ => {}
+        }
+        out.push(ci);
+    }
+}
+
 /// `@!g bra end`: threads whose guard is false skip the call.
 fn skip_unless(g: Guard, end: u32, line: u32) -> Inst {
     Inst {
@@ -2100,22 +2106,8 @@ fn inline_body(
             line,
         });
     }
-    let base = out.len() as u32;
-    let ret_at = base + c.insts.len() as u32;
-    for ci in &c.insts {
-        let mut ci = ci.clone();
-        ci.op.shift_regs(shift);
-        if let Some(g) = &mut ci.guard {
-            g.reg += shift;
-        }
-        match &mut ci.op {
-            Op::Bra { target } => *target += base,
-            Op::Dispatch { cases, .. } => cases.iter_mut().for_each(|c| c.1 += base),
-            Op::Ret => ci.op = Op::Bra { target: ret_at },
-            _ => {}
-        }
-        out.push(ci);
-    }
+    let ret_at = (out.len() + c.insts.len()) as u32;
+    copy_body(out, c, shift, Op::Bra { target: ret_at });
     for (r, p) in rets.iter().zip(&c.rets) {
         out.push(Inst {
             guard: None,

@@ -154,22 +154,17 @@ impl Launch<'_> {
     // interpreter's dispatch instead, their operand arrays would add up
     // to a stack frame of many pages, touched on every instruction.
 
-    /// `d = f(a)` in the lanes of `exec`.
-    #[inline(never)]
-    pub(super) fn map1(&self, w: &mut Warp, exec: u32, d: u32, a: Src, f: impl Fn(u64) -> u64) {
-        #[cfg(target_arch = "x86_64")]
-        if self.wide {
-            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
-            return unsafe { self.map1_wide(w, exec, d, a, f) };
-        }
-        self.map1_body(w, exec, d, a, f)
-    }
-
-    /// [`Self::map1`] compiled for AVX2 and FMA.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
-    unsafe fn map1_wide(&self, w: &mut Warp, exec: u32, d: u32, a: Src, f: impl Fn(u64) -> u64) {
-        self.map1_body(w, exec, d, a, f)
+    wide_twin! {
+        /// `d = f(a)` in the lanes of `exec`.
+        #[inline(never)]
+        pub(super) fn map1 / map1_wide / map1_body(
+            &self,
+            w: &mut Warp,
+            exec: u32,
+            d: u32,
+            a: Src,
+            f: impl Fn(u64) -> u64
+        );
     }
 
     #[inline(always)]
@@ -189,38 +184,18 @@ impl Launch<'_> {
         Self::put(w, exec, d, &r);
     }
 
-    /// `d = f(a, b)` in the lanes of `exec`.
-    #[inline(never)]
-    pub(super) fn map2(
-        &self,
-        w: &mut Warp,
-        exec: u32,
-        d: u32,
-        a: Src,
-        b: Src,
-        f: impl Fn(u64, u64) -> u64,
-    ) {
-        #[cfg(target_arch = "x86_64")]
-        if self.wide {
-            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
-            return unsafe { self.map2_wide(w, exec, d, a, b, f) };
-        }
-        self.map2_body(w, exec, d, a, b, f)
-    }
-
-    /// [`Self::map2`] compiled for AVX2 and FMA.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
-    unsafe fn map2_wide(
-        &self,
-        w: &mut Warp,
-        exec: u32,
-        d: u32,
-        a: Src,
-        b: Src,
-        f: impl Fn(u64, u64) -> u64,
-    ) {
-        self.map2_body(w, exec, d, a, b, f)
+    wide_twin! {
+        /// `d = f(a, b)` in the lanes of `exec`.
+        #[inline(never)]
+        pub(super) fn map2 / map2_wide / map2_body(
+            &self,
+            w: &mut Warp,
+            exec: u32,
+            d: u32,
+            a: Src,
+            b: Src,
+            f: impl Fn(u64, u64) -> u64
+        );
     }
 
     #[inline(always)]
@@ -248,42 +223,20 @@ impl Launch<'_> {
         Self::put(w, exec, d, &r);
     }
 
-    /// `d = f(a, b, c)` in the lanes of `exec`.
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn map3(
-        &self,
-        w: &mut Warp,
-        exec: u32,
-        d: u32,
-        a: Src,
-        b: Src,
-        c: Src,
-        f: impl Fn(u64, u64, u64) -> u64,
-    ) {
-        #[cfg(target_arch = "x86_64")]
-        if self.wide {
-            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
-            return unsafe { self.map3_wide(w, exec, d, a, b, c, f) };
-        }
-        self.map3_body(w, exec, d, a, b, c, f)
-    }
-
-    /// [`Self::map3`] compiled for AVX2 and FMA.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn map3_wide(
-        &self,
-        w: &mut Warp,
-        exec: u32,
-        d: u32,
-        a: Src,
-        b: Src,
-        c: Src,
-        f: impl Fn(u64, u64, u64) -> u64,
-    ) {
-        self.map3_body(w, exec, d, a, b, c, f)
+    wide_twin! {
+        /// `d = f(a, b, c)` in the lanes of `exec`.
+        #[inline(never)]
+        #[allow(clippy::too_many_arguments)]
+        pub(super) fn map3 / map3_wide / map3_body(
+            &self,
+            w: &mut Warp,
+            exec: u32,
+            d: u32,
+            a: Src,
+            b: Src,
+            c: Src,
+            f: impl Fn(u64, u64, u64) -> u64
+        );
     }
 
     #[inline(always)]
@@ -317,43 +270,21 @@ impl Launch<'_> {
         Self::put(w, exec, d, &r);
     }
 
-    /// `setp` without a combining predicate: `d = test(a, b)` and, if
-    /// given, `dn = !test(a, b)` in the lanes of `exec`.
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn setp(
-        &self,
-        w: &mut Warp,
-        exec: u32,
-        d: u32,
-        dn: Option<u32>,
-        a: Src,
-        b: Src,
-        test: impl Fn(u64, u64) -> bool,
-    ) {
-        #[cfg(target_arch = "x86_64")]
-        if self.wide {
-            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
-            return unsafe { self.setp_wide(w, exec, d, dn, a, b, test) };
-        }
-        self.setp_body(w, exec, d, dn, a, b, test)
-    }
-
-    /// [`Self::setp`] compiled for AVX2 and FMA.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn setp_wide(
-        &self,
-        w: &mut Warp,
-        exec: u32,
-        d: u32,
-        dn: Option<u32>,
-        a: Src,
-        b: Src,
-        test: impl Fn(u64, u64) -> bool,
-    ) {
-        self.setp_body(w, exec, d, dn, a, b, test)
+    wide_twin! {
+        /// `setp` without a combining predicate: `d = test(a, b)` and, if
+        /// given, `dn = !test(a, b)` in the lanes of `exec`.
+        #[inline(never)]
+        #[allow(clippy::too_many_arguments)]
+        pub(super) fn setp / setp_wide / setp_body(
+            &self,
+            w: &mut Warp,
+            exec: u32,
+            d: u32,
+            dn: Option<u32>,
+            a: Src,
+            b: Src,
+            test: impl Fn(u64, u64) -> bool
+        );
     }
 
     #[inline(always)]
@@ -426,41 +357,19 @@ impl Launch<'_> {
         }
     }
 
-    /// Loads `e`-byte elements, `n` per lane, into `ds` in the lanes of
-    /// `exec`; false if the access must take the general path.
-    #[allow(clippy::too_many_arguments)]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn load_lanes(
-        &mut self,
-        w: &mut Warp,
-        exec: u32,
-        space: Space,
-        ty: Ty,
-        ds: &[u32],
-        at: &[u64; 32],
-    ) -> Result<bool, Error> {
-        #[cfg(target_arch = "x86_64")]
-        if self.wide {
-            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
-            return unsafe { self.load_lanes_wide(w, exec, space, ty, ds, at) };
-        }
-        self.load_lanes_body(w, exec, space, ty, ds, at)
-    }
-
-    /// [`Self::load_lanes`] compiled for AVX2, FMA, BMI and POPCNT.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn load_lanes_wide(
-        &mut self,
-        w: &mut Warp,
-        exec: u32,
-        space: Space,
-        ty: Ty,
-        ds: &[u32],
-        at: &[u64; 32],
-    ) -> Result<bool, Error> {
-        self.load_lanes_body(w, exec, space, ty, ds, at)
+    wide_twin! {
+        /// Loads `e`-byte elements, `n` per lane, into `ds` in the lanes of
+        /// `exec`; false if the access must take the general path.
+        #[allow(clippy::too_many_arguments)]
+        pub(super) fn load_lanes / load_lanes_wide / load_lanes_body(
+            &mut self,
+            w: &mut Warp,
+            exec: u32,
+            space: Space,
+            ty: Ty,
+            ds: &[u32],
+            at: &[u64; 32]
+        ) -> Result<bool, Error>;
     }
 
     #[inline(always)]
@@ -539,40 +448,19 @@ impl Launch<'_> {
         Ok(true)
     }
 
-    /// Stores `e`-byte elements, `srcs.len()` per lane, in the lanes of
-    /// `exec`; false if the access must take the general path.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn store_lanes(
-        &mut self,
-        w: &Warp,
-        exec: u32,
-        space: Space,
-        ty: Ty,
-        srcs: &[Src],
-        at: &[u64; 32],
-    ) -> Result<bool, Error> {
-        #[cfg(target_arch = "x86_64")]
-        if self.wide {
-            // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
-            return unsafe { self.store_lanes_wide(w, exec, space, ty, srcs, at) };
-        }
-        self.store_lanes_body(w, exec, space, ty, srcs, at)
-    }
-
-    /// [`Self::store_lanes`] compiled for AVX2, FMA, BMI and POPCNT.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn store_lanes_wide(
-        &mut self,
-        w: &Warp,
-        exec: u32,
-        space: Space,
-        ty: Ty,
-        srcs: &[Src],
-        at: &[u64; 32],
-    ) -> Result<bool, Error> {
-        self.store_lanes_body(w, exec, space, ty, srcs, at)
+    wide_twin! {
+        /// Stores `e`-byte elements, `srcs.len()` per lane, in the lanes of
+        /// `exec`; false if the access must take the general path.
+        #[allow(clippy::too_many_arguments)]
+        pub(super) fn store_lanes / store_lanes_wide / store_lanes_body(
+            &mut self,
+            w: &Warp,
+            exec: u32,
+            space: Space,
+            ty: Ty,
+            srcs: &[Src],
+            at: &[u64; 32]
+        ) -> Result<bool, Error>;
     }
 
     #[inline(always)]
