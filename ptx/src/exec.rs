@@ -18,48 +18,67 @@
 //! fails with [`Error::Deadlock`] (or [`Error::Unsupported`] when the cause is
 //! a warp-synchronous instruction whose member threads never meet).
 
-/// Defines `$name`, which runs `$body` either as built or in `$wide`, a
-/// copy compiled for AVX2, FMA, BMI and POPCNT, when the launch may use
-/// them (`Launch::wide`). `$body` must be `#[inline(always)]`, so that each
-/// copy holds its own code compiled for its features.
+/// Defines `$name`, which runs `$body` either in `$base`, compiled as
+/// built, or in `$wide`, compiled for AVX2, FMA, BMI and POPCNT, when the
+/// launch may use them (`Launch::wide`). `$name` is only that choice and
+/// is inlined into its callers; `$base` and `$wide` stay out of line (their
+/// operand arrays would swell the callers' stack frames). `$body` must be
+/// `#[inline(always)]`, so that each copy holds its own code compiled for
+/// its features.
 // Two arms, one per receiver: a receiver passed through a macro
 // variable would not be the `self` of the bodies (hygiene).
 macro_rules! wide_twin {
-    ($(#[$m:meta])* $vis:vis fn $name:ident / $wide:ident / $body:ident
+    ($(#[$m:meta])* $vis:vis fn $name:ident / $wide:ident / $base:ident / $body:ident
      (&self $(, $a:ident: $t:ty)* $(,)?) $(-> $r:ty)?;) => {
         $(#[$m])*
+        #[inline(always)]
         $vis fn $name(&self $(, $a: $t)*) $(-> $r)? {
             #[cfg(target_arch = "x86_64")]
             if self.wide {
                 // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
                 return unsafe { self.$wide($($a),*) };
             }
-            self.$body($($a),*)
+            self.$base($($a),*)
         }
 
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+        #[inline(never)]
         $(#[$m])*
         unsafe fn $wide(&self $(, $a: $t)*) $(-> $r)? {
             self.$body($($a),*)
         }
+
+        #[inline(never)]
+        $(#[$m])*
+        fn $base(&self $(, $a: $t)*) $(-> $r)? {
+            self.$body($($a),*)
+        }
     };
-    ($(#[$m:meta])* $vis:vis fn $name:ident / $wide:ident / $body:ident
+    ($(#[$m:meta])* $vis:vis fn $name:ident / $wide:ident / $base:ident / $body:ident
      (&mut self $(, $a:ident: $t:ty)* $(,)?) $(-> $r:ty)?;) => {
         $(#[$m])*
+        #[inline(always)]
         $vis fn $name(&mut self $(, $a: $t)*) $(-> $r)? {
             #[cfg(target_arch = "x86_64")]
             if self.wide {
                 // SAFETY: `wide` is set only on a CPU with the features (`Launch::new`).
                 return unsafe { self.$wide($($a),*) };
             }
-            self.$body($($a),*)
+            self.$base($($a),*)
         }
 
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+        #[inline(never)]
         $(#[$m])*
         unsafe fn $wide(&mut self $(, $a: $t)*) $(-> $r)? {
+            self.$body($($a),*)
+        }
+
+        #[inline(never)]
+        $(#[$m])*
+        fn $base(&mut self $(, $a: $t)*) $(-> $r)? {
             self.$body($($a),*)
         }
     };
@@ -1002,7 +1021,7 @@ impl<'a> Launch<'a> {
     wide_twin! {
         /// Runs a warp until it blocks or its quantum ends; whether it executed
         /// anything.
-        fn run_warp / run_warp_wide / run_warp_body(&mut self, w: &mut Warp) -> Result<bool, Error>;
+        fn run_warp / run_warp_wide / run_warp_base / run_warp_body(&mut self, w: &mut Warp) -> Result<bool, Error>;
     }
 
     #[inline(always)]
@@ -1518,7 +1537,7 @@ impl<'a> Launch<'a> {
     }
 
     wide_twin! {
-        fn warp_op / warp_op_wide / warp_op_body(
+        fn warp_op / warp_op_wide / warp_op_base / warp_op_body(
             &mut self,
             w: &mut Warp,
             op: &Op,
@@ -1658,7 +1677,7 @@ impl<'a> Launch<'a> {
     }
 
     wide_twin! {
-        fn exec / exec_wide / exec_body(
+        fn exec / exec_wide / exec_base / exec_body(
             &mut self,
             w: &mut Warp,
             op: &Op,

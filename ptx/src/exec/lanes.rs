@@ -156,8 +156,7 @@ impl Launch<'_> {
 
     wide_twin! {
         /// `d = f(a)` in the lanes of `exec`.
-        #[inline(never)]
-        pub(super) fn map1 / map1_wide / map1_body(
+        pub(super) fn map1 / map1_wide / map1_base / map1_body(
             &self,
             w: &mut Warp,
             exec: u32,
@@ -186,8 +185,7 @@ impl Launch<'_> {
 
     wide_twin! {
         /// `d = f(a, b)` in the lanes of `exec`.
-        #[inline(never)]
-        pub(super) fn map2 / map2_wide / map2_body(
+        pub(super) fn map2 / map2_wide / map2_base / map2_body(
             &self,
             w: &mut Warp,
             exec: u32,
@@ -225,9 +223,8 @@ impl Launch<'_> {
 
     wide_twin! {
         /// `d = f(a, b, c)` in the lanes of `exec`.
-        #[inline(never)]
         #[allow(clippy::too_many_arguments)]
-        pub(super) fn map3 / map3_wide / map3_body(
+        pub(super) fn map3 / map3_wide / map3_base / map3_body(
             &self,
             w: &mut Warp,
             exec: u32,
@@ -273,9 +270,8 @@ impl Launch<'_> {
     wide_twin! {
         /// `setp` without a combining predicate: `d = test(a, b)` and, if
         /// given, `dn = !test(a, b)` in the lanes of `exec`.
-        #[inline(never)]
         #[allow(clippy::too_many_arguments)]
-        pub(super) fn setp / setp_wide / setp_body(
+        pub(super) fn setp / setp_wide / setp_base / setp_body(
             &self,
             w: &mut Warp,
             exec: u32,
@@ -361,7 +357,7 @@ impl Launch<'_> {
         /// Loads `e`-byte elements, `n` per lane, into `ds` in the lanes of
         /// `exec`; false if the access must take the general path.
         #[allow(clippy::too_many_arguments)]
-        pub(super) fn load_lanes / load_lanes_wide / load_lanes_body(
+        pub(super) fn load_lanes / load_lanes_wide / load_lanes_base / load_lanes_body(
             &mut self,
             w: &mut Warp,
             exec: u32,
@@ -452,7 +448,7 @@ impl Launch<'_> {
         /// Stores `e`-byte elements, `srcs.len()` per lane, in the lanes of
         /// `exec`; false if the access must take the general path.
         #[allow(clippy::too_many_arguments)]
-        pub(super) fn store_lanes / store_lanes_wide / store_lanes_body(
+        pub(super) fn store_lanes / store_lanes_wide / store_lanes_base / store_lanes_body(
             &mut self,
             w: &Warp,
             exec: u32,
