@@ -1308,6 +1308,10 @@ impl<'a> Launch<'a> {
                 }
                 let mut required = match *m {
                     Src::Imm(v) => v as u32,
+                    Src::Reg(r) if exec == lanes::FULL => {
+                        let b = r as usize * 32;
+                        w.regs[b..b + 32].iter().fold(0, |r, &v| r | v as u32)
+                    }
                     _ => bits_of(exec).fold(0, |r, l| r | self.rd(w, *m, l) as u32),
                 };
                 required &= w.exists & !w.exited;
@@ -1559,7 +1563,14 @@ impl<'a> Launch<'a> {
             } => {
                 let vals = self.lanes(w, a).map(|v| v & 0xffff_ffff);
                 let (bs, cs) = (self.lanes(w, b), self.lanes(w, c));
-                for l in bits_of(here) {
+                // Every lane computed, branch-free; the lanes of `here`
+                // written.
+                let mut out = [0u64; 32];
+                let mut valid = [0u64; 32];
+                // One loop per mode, the mode's test folded into it.
+                specialize!(MODE: ShflMode = mode; [
+                    ShflMode::Up, ShflMode::Down, ShflMode::Bfly,
+                ] => for l in 0..32 {
                     let lane = l as i32;
                     let bv = (bs[l] & 31) as i32;
                     let cv = cs[l] as u32;
@@ -1567,7 +1578,7 @@ impl<'a> Launch<'a> {
                     let segmask = ((cv >> 8) & 31) as i32;
                     let max_lane = (lane & segmask) | (cval & !segmask);
                     let min_lane = lane & segmask;
-                    let (j, pval) = match mode {
+                    let (j, pval) = match MODE {
                         ShflMode::Up => {
                             let j = lane - bv;
                             (j, j >= max_lane)
@@ -1585,18 +1596,17 @@ impl<'a> Launch<'a> {
                             (j, j <= max_lane)
                         }
                     };
-                    let src = if pval { j as usize } else { l };
+                    // A valid source lies in 0..32 (each mode's bound).
+                    let src = if pval { j as usize & 31 } else { l };
                     // Reading an inactive lane is undefined in PTX; this
                     // interpreter returns the reader's own value.
-                    let v = if here & (1 << src) != 0 {
-                        vals[src]
-                    } else {
-                        vals[l]
-                    };
-                    Self::wr(w, d, l, v);
-                    if let Some(p) = dp {
-                        Self::wr(w, p, l, u64::from(pval));
-                    }
+                    let src = if here & (1 << src) != 0 { src } else { l };
+                    out[l] = vals[src];
+                    valid[l] = u64::from(pval);
+                });
+                Self::put(w, here, d, &out);
+                if let Some(p) = dp {
+                    Self::put(w, here, p, &valid);
                 }
             }
             Op::Vote { mode, d, a, mask } => {
@@ -2247,6 +2257,9 @@ impl<'a> Launch<'a> {
                 let e = ty.bytes() as usize;
                 let total = e * n as usize;
                 let at = self.addresses(w, addr);
+                if space == Space::Shared && n == 1 && self.shared_gather(w, exec, ty, ds[0], &at) {
+                    return Ok(());
+                }
                 if self.load_lanes(w, exec, space, ty, &ds[..n as usize], &at)? {
                     return Ok(());
                 }
@@ -2270,6 +2283,12 @@ impl<'a> Launch<'a> {
                 let e = ty.bytes() as usize;
                 let total = e * n as usize;
                 let at = self.addresses(w, addr);
+                if space == Space::Shared
+                    && n == 1
+                    && self.shared_scatter(w, exec, ty, srcs[0], &at)
+                {
+                    return Ok(());
+                }
                 if self.store_lanes(w, exec, space, ty, &srcs[..n as usize], &at)? {
                     return Ok(());
                 }

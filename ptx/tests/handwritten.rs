@@ -1419,3 +1419,83 @@ fn managed_variables_are_module_variables_reported_managed() {
         r => panic!("{r:?}"),
     }
 }
+
+#[test]
+fn shuffles_in_every_mode_and_width_match_cuda_semantics() {
+    // CUDA's __shfl_*_sync(v, x, width) as nvcc encodes them: `c` is
+    // `(32 - width) << 8`, with the clamp 31 except for `up`. Each lane
+    // stores its result and the predicate: `pred << 16 | value`.
+    let widths = [32u32, 16, 8, 4, 2];
+    let cases = [
+        ("up", 1u32),
+        ("up", 3),
+        ("down", 1),
+        ("down", 5),
+        ("bfly", 1),
+        ("bfly", 6),
+        ("idx", 2),
+        ("idx", 13),
+    ];
+    for (mode, x) in cases {
+        for width in widths {
+            let c = ((32 - width) << 8) | if mode == "up" { 0 } else { 31 };
+            // Every lane, then lanes 0..24 only (the others exited).
+            for threads in [32u32, 24] {
+                let m = kernel_with(
+                    "",
+                    &format!(
+                        "setp.ge.u32 %p2, %r1, {threads};\n@%p2 bra END;\n\
+                         mad.lo.u32 %r2, %r1, 7, 3;\n\
+                         shfl.sync.{mode}.b32 %r3|%p1, %r2, {x}, {c}, -1;\n\
+                         selp.u32 %r4, 65536, 0, %p1;\nor.b32 %r3, %r3, %r4;\n\
+                         st.global.u32 [%rd3], %r3;\nEND:"
+                    ),
+                );
+                for simd in [true, false] {
+                    let mut mem = VecMemory::default();
+                    let out = mem.alloc_u32(&[0; 32]);
+                    let lim = Limits {
+                        host_simd: simd,
+                        ..Limits::default()
+                    };
+                    m.run(
+                        &mut m.globals(),
+                        "k",
+                        &dims([1, 1, 1], [32, 1, 1], 0),
+                        &Params::new().ptr(out).0,
+                        &mut mem,
+                        &lim,
+                    )
+                    .unwrap();
+                    let got = mem.u32s(out);
+                    for lane in 0..threads {
+                        let seg = lane / width * width;
+                        let (src, pred) = match mode {
+                            "up" => {
+                                let ok = lane % width >= x;
+                                (if ok { lane - x } else { lane }, ok)
+                            }
+                            "down" => {
+                                let ok = lane % width + x < width;
+                                (if ok { lane + x } else { lane }, ok)
+                            }
+                            "bfly" => {
+                                let j = lane ^ x;
+                                let ok = j < seg + width;
+                                (if ok { j } else { lane }, ok)
+                            }
+                            _ => (seg + x % width, true),
+                        };
+                        // A source lane that exited reads as the reader's own.
+                        let src = if src < threads { src } else { lane };
+                        let want = u32::from(pred) << 16 | (src * 7 + 3);
+                        assert_eq!(
+                            got[lane as usize], want,
+                            "{mode} {x} width {width}, {threads} threads, simd {simd}: lane {lane}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,4 +1,5 @@
-//! A warp's loads from shared memory as AVX2 gathers.
+//! A warp's loads from shared memory as AVX2 gathers, and its addresses
+//! checked as vector compares.
 //!
 //! The one place the engine reads memory through raw pointers: 32 lanes'
 //! 4- or 8-byte elements fetched four at a time by `vpgatherqd` /
@@ -6,6 +7,11 @@
 //! [`super::lanes::value`] extends it. Every lane's range is checked
 //! against the slice here, before any pointer is formed, so the unsafe
 //! code relies on nothing its caller promised.
+//!
+//! [`any_outside`] decides, four lanes per compare, whether a full warp's
+//! access can take the direct paths. Written with scalar folds the same
+//! checks compiled to some 200 scalar instructions per access, the largest
+//! single cost of a shared-memory load.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -13,13 +19,15 @@ use std::arch::x86_64::*;
 /// Loads element `E` bytes wide at `at[l] + off` of `mem` for all 32
 /// lanes into `out`, zero-extended, or sign-extended from 32 bits when
 /// `signed32` (only for `E == 4`). False, with `out` untouched, if any
-/// lane's element is not inside `mem` or `E` is not 4 or 8: the caller
-/// takes its scalar path.
+/// lane's address `at[l]` is not a multiple of `E`, any lane's element is
+/// not inside `mem`, or `E` is not 4 or 8: the caller takes its scalar
+/// path.
 ///
 /// # Safety
 /// The CPU must have AVX2 (the caller's `Launch::wide`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[inline]
 pub(super) unsafe fn gather<const E: usize>(
     mem: &[u8],
     at: &[u64; 32],
@@ -38,7 +46,7 @@ pub(super) unsafe fn gather<const E: usize>(
     else {
         return false;
     };
-    if at.iter().fold(false, |bad, &a| bad | (a > last)) {
+    if any_outside(at, E as u64 - 1, last, &[]) {
         return false;
     }
     // Gathers take signed 64-bit offsets; `last` is below the slice's
@@ -73,6 +81,42 @@ pub(super) unsafe fn gather<const E: usize>(
     true
 }
 
+/// Whether any of the 32 addresses `at` is misaligned (`a & align != 0`),
+/// above `last`, or inside one of `holes` (`lo <= a < lo + n` for a hole
+/// `(lo, n)`, without overflow: `a - lo < n` in wrapping arithmetic).
+///
+/// Unsigned compares are signed compares of values with their top bit
+/// flipped (AVX2 compares only signed 64-bit integers).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn any_outside(at: &[u64; 32], align: u64, last: u64, holes: &[(u64, u64)]) -> bool {
+    let top = _mm256_set1_epi64x(i64::MIN);
+    let flip = |x: u64| (x ^ (1 << 63)) as i64;
+    let align = _mm256_set1_epi64x(align as i64);
+    let last = _mm256_set1_epi64x(flip(last));
+    let mut bad = _mm256_setzero_si256();
+    let mut v = [_mm256_setzero_si256(); 8];
+    for (q, v) in v.iter_mut().enumerate() {
+        let src = at[4 * q..4 * q + 4].as_ptr().cast::<__m256i>();
+        // SAFETY: `src` points to `at[4q..4q + 4]`, four u64 (32 bytes) of
+        // a live array; the load is unaligned.
+        *v = unsafe { _mm256_loadu_si256(src) };
+        bad = _mm256_or_si256(bad, _mm256_and_si256(*v, align));
+        let above = _mm256_cmpgt_epi64(_mm256_xor_si256(*v, top), last);
+        bad = _mm256_or_si256(bad, above);
+    }
+    for &(lo, n) in holes {
+        let lo = _mm256_set1_epi64x(lo as i64);
+        let n = _mm256_set1_epi64x(flip(n));
+        for v in v {
+            let d = _mm256_xor_si256(_mm256_sub_epi64(v, lo), top);
+            bad = _mm256_or_si256(bad, _mm256_cmpgt_epi64(n, d));
+        }
+    }
+    _mm256_testz_si256(bad, bad) == 0
+}
+
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
@@ -99,25 +143,90 @@ mod tests {
                 assert_eq!(out[l], want, "lane {l}");
             }
         }
+        let at8: [u64; 32] = std::array::from_fn(|l| ((l * 29) % 120) as u64 * 8);
         let mut out = [0u64; 32];
         // SAFETY: AVX2 checked above.
-        assert!(unsafe { gather::<8>(&mem, &at, 0, false, &mut out) });
+        assert!(unsafe { gather::<8>(&mem, &at8, 0, false, &mut out) });
         for l in 0..32 {
-            let o = at[l] as usize;
+            let o = at8[l] as usize;
             assert_eq!(
                 out[l],
                 u64::from_le_bytes(mem[o..o + 8].try_into().unwrap())
             );
         }
-        // One lane past the end: refused, nothing written.
-        let mut far = at;
-        far[31] = 1021;
-        let mut out = [7u64; 32];
-        // SAFETY: AVX2 checked above.
-        assert!(!unsafe { gather::<4>(&mem, &far, 0, false, &mut out) });
-        assert_eq!(out, [7u64; 32]);
-        far[31] = u64::MAX - 2;
-        // SAFETY: AVX2 checked above.
-        assert!(!unsafe { gather::<8>(&mem, &far, 0, false, &mut out) });
+        // One lane past the end, one misaligned, one near 2^64: refused,
+        // nothing written.
+        for (e8, bad) in [
+            (false, 1024),
+            (false, 1022),
+            (true, 1020),
+            (true, u64::MAX - 7),
+        ] {
+            let mut far = if e8 { at8 } else { at };
+            far[31] = bad;
+            let mut out = [7u64; 32];
+            let done = if e8 {
+                // SAFETY: AVX2 checked above.
+                unsafe { gather::<8>(&mem, &far, 0, false, &mut out) }
+            } else {
+                // SAFETY: AVX2 checked above.
+                unsafe { gather::<4>(&mem, &far, 0, false, &mut out) }
+            };
+            assert!(!done, "{bad}");
+            assert_eq!(out, [7u64; 32]);
+        }
+    }
+
+    #[test]
+    fn address_checks_agree_with_scalar_ones() {
+        if !std::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let holes = [(0x1000u64, 0x100u64), (u64::MAX - 0xff, 0x100), (0, 0)];
+        let scalar = |at: &[u64; 32], align: u64, last: u64| {
+            at.iter().any(|&a| {
+                a & align != 0 || a > last || holes.iter().any(|&(lo, n)| a.wrapping_sub(lo) < n)
+            })
+        };
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let edges = [
+            0,
+            1,
+            0xfff,
+            0x1000,
+            0x10ff,
+            0x1100,
+            u64::MAX - 0x100,
+            u64::MAX - 0xff,
+            u64::MAX,
+            1 << 63,
+            (1 << 63) - 1,
+        ];
+        let mut disagreements = 0;
+        let mut outside = 0;
+        for round in 0..20_000 {
+            // Mostly harmless addresses, one lane at an edge now and then.
+            let mut at: [u64; 32] = std::array::from_fn(|_| 0x2000 + (next() % 0x1000) * 8);
+            if round % 2 == 0 {
+                at[(next() % 32) as usize] = edges[(next() % edges.len() as u64) as usize];
+            }
+            let align = [0, 3, 7][(next() % 3) as usize];
+            let last = [u64::MAX, 0x2800, (1 << 63) + 5][(next() % 3) as usize];
+            let want = scalar(&at, align, last);
+            outside += usize::from(want);
+            // SAFETY: AVX2 checked above.
+            if unsafe { any_outside(&at, align, last, &holes) } != want {
+                disagreements += 1;
+            }
+        }
+        assert_eq!(disagreements, 0);
+        // Both answers occurred.
+        assert!(outside > 1_000 && outside < 19_000, "{outside}");
     }
 }

@@ -12,7 +12,7 @@
 
 use super::{bits_of, Launch, Warp};
 use crate::ir::{Space, Src, Sreg, Ty};
-use crate::{Error, GLOBALS_BASE, WINDOW_SIZE};
+use crate::{Error, GLOBALS_BASE, LOCAL_WINDOW, PARAM_WINDOW, SHARED_WINDOW, WINDOW_SIZE};
 
 /// Whether this CPU has the features of the lane loops' wide copies
 /// (AVX2 and FMA, with BMI and POPCNT: every x86-64 server CPU since 2013).
@@ -329,6 +329,34 @@ impl Launch<'_> {
         if !len.is_power_of_two() {
             return None;
         }
+        #[cfg(target_arch = "x86_64")]
+        if self.wide && exec == FULL {
+            // The same checks four lanes at a time.
+            let mut holes = [(0u64, 0u64); 5];
+            let (last, n, sp) = match space {
+                Space::Shared => (
+                    (self.shared.len() as u64).checked_sub(len)?,
+                    0,
+                    Space::Shared,
+                ),
+                Space::Global | Space::Generic => {
+                    holes[0] = (self.globals_alias, self.globals.len() as u64);
+                    holes[1] = (GLOBALS_BASE, WINDOW_SIZE);
+                    holes[2] = (SHARED_WINDOW, WINDOW_SIZE);
+                    holes[3] = (LOCAL_WINDOW, WINDOW_SIZE);
+                    holes[4] = (PARAM_WINDOW, WINDOW_SIZE);
+                    // Module variables are aliased only where the alias is set.
+                    let first = usize::from(self.globals_alias == 0);
+                    holes.copy_within(first.., 0);
+                    let n = 5 - first - if space == Space::Global { 3 } else { 0 };
+                    (u64::MAX, n, Space::Global)
+                }
+                _ => return None,
+            };
+            // SAFETY: `wide` is set only on a CPU with AVX2.
+            let bad = unsafe { super::gather::any_outside(at, len - 1, last, &holes[..n]) };
+            return (!bad).then_some(sp);
+        }
         // Over all 32 lanes, the others masked out: branch-free loops the
         // compiler vectorizes.
         if any(exec, at, |a| a & (len - 1) != 0) {
@@ -351,6 +379,78 @@ impl Launch<'_> {
             }
             _ => None,
         }
+    }
+
+    /// A full warp's load of one 4- or 8-byte element per lane from
+    /// shared memory into register `d`, as AVX2 gathers; false (nothing
+    /// written) where it needs the general path: another width, some lanes
+    /// off, an address out of range or misaligned, no AVX2.
+    #[inline(always)]
+    pub(super) fn shared_gather(
+        &self,
+        w: &mut Warp,
+        exec: u32,
+        ty: Ty,
+        d: u32,
+        at: &[u64; 32],
+    ) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self.wide && exec == FULL {
+            let out = Self::dst(w, d);
+            return match ty.bytes() {
+                // SAFETY: `wide` is set only on a CPU with AVX2.
+                4 => unsafe {
+                    super::gather::gather::<4>(&self.shared, at, 0, ty.is_signed(), out)
+                },
+                // SAFETY: as above.
+                8 => unsafe { super::gather::gather::<8>(&self.shared, at, 0, false, out) },
+                _ => false,
+            };
+        }
+        let _ = (w, exec, ty, d, at);
+        false
+    }
+
+    /// A full warp's store of one 4- or 8-byte element per lane to shared
+    /// memory, in lane order (the highest lane's store to an address is
+    /// the one that stays); false (nothing written) where it needs the
+    /// general path: another width, some lanes off, an address out of
+    /// range or misaligned.
+    #[inline(always)]
+    pub(super) fn shared_scatter(
+        &mut self,
+        w: &Warp,
+        exec: u32,
+        ty: Ty,
+        s: Src,
+        at: &[u64; 32],
+    ) -> bool {
+        let e = ty.bytes() as usize;
+        if exec != FULL || !(e == 4 || e == 8) {
+            return false;
+        }
+        if self.direct_space(Space::Shared, exec, at, e).is_none() {
+            return false;
+        }
+        let mut bv = [0u64; 32];
+        let v = self.operand(w, s, &mut bv);
+        // Every lane's element lies inside (checked above); clamping the
+        // offset changes none of them and drops the bounds checks.
+        let last = self.shared.len().saturating_sub(e);
+        if e == 4 {
+            for (&a, &x) in at.iter().zip(v) {
+                let o = (a as usize).min(last);
+                let b: &mut [u8; 4] = (&mut self.shared[o..o + 4]).try_into().expect("4 bytes");
+                *b = (x as u32).to_le_bytes();
+            }
+        } else {
+            for (&a, &x) in at.iter().zip(v) {
+                let o = (a as usize).min(last);
+                let b: &mut [u8; 8] = (&mut self.shared[o..o + 8]).try_into().expect("8 bytes");
+                *b = x.to_le_bytes();
+            }
+        }
+        true
     }
 
     wide_twin! {
