@@ -84,12 +84,13 @@ macro_rules! wide_twin {
     };
 }
 
-/// A warp's shared-memory loads as AVX2 gathers.
-mod gather;
 /// Texture and surface instructions.
 mod image;
 /// Whole-warp forms of the common instructions.
 mod lanes;
+/// The engine's explicit AVX2 code: shared-memory gathers, address
+/// checks, predicate masks and PC updates.
+mod simd;
 /// Warp-wide matrix products.
 mod wmma;
 
@@ -154,6 +155,9 @@ struct Warp {
     exited: u32,
     /// Lanes waiting at a block barrier ([`Lane::Bar`]).
     barred: u32,
+    /// Of those, the lanes waiting at each barrier: counted and released
+    /// by whole masks instead of lane by lane.
+    bars: [u32; BARRIERS],
     /// Lanes waiting at a warp-synchronous instruction ([`Lane::Sync`]).
     synced: u32,
     /// Each lane's `%tid`: the same in every block of the launch.
@@ -165,6 +169,8 @@ struct Warp {
     redp: u32,
     /// Whether this turn runs the highest-PC group first.
     favor_high: bool,
+    /// The launch's [`Launch::wide`], for the warp's own updates.
+    wide: bool,
     id: u32,
     /// Each lane's call stack of recursive calls (empty until the first).
     frames: Vec<Vec<Frame>>,
@@ -190,20 +196,49 @@ impl Frame {
 }
 
 impl Warp {
+    /// Sets the PC of the lanes of `lanes` to `to`: a loop without a
+    /// branch per lane.
+    #[inline(always)]
+    fn set_pcs(&mut self, lanes: u32, to: u32) {
+        #[cfg(target_arch = "x86_64")]
+        if self.wide {
+            // SAFETY: `wide` is set only on a CPU with AVX2.
+            unsafe { simd::set_pcs(&mut self.pc, lanes, to) };
+            return;
+        }
+        for (p, bit) in self.pc.iter_mut().zip(BIT) {
+            if lanes & bit != 0 {
+                *p = to;
+            }
+        }
+    }
+
     /// [`Warp::set`] for every lane of `lanes`.
     fn set_all(&mut self, lanes: u32, st: Lane) {
         self.active &= !lanes;
         self.exited &= !lanes;
+        if self.barred & lanes != 0 {
+            for m in &mut self.bars {
+                *m &= !lanes;
+            }
+        }
         self.barred &= !lanes;
         self.synced &= !lanes;
         *match st {
             Lane::Active => &mut self.active,
             Lane::Exited => &mut self.exited,
-            Lane::Bar(_) => &mut self.barred,
+            Lane::Bar(id) => {
+                self.bars[id as usize] |= lanes;
+                &mut self.barred
+            }
             Lane::Sync(_) => &mut self.synced,
         } |= lanes;
-        for l in bits_of(lanes) {
-            self.st[l] = st;
+        if lanes == u32::MAX {
+            self.st = [st; 32];
+        } else {
+            for l in bits_of(lanes) {
+                self.st[l] = st;
+            }
         }
     }
 
@@ -212,12 +247,18 @@ impl Warp {
         let bit = 1u32 << l;
         self.active &= !bit;
         self.exited &= !bit;
+        if let Lane::Bar(id) = self.st[l] {
+            self.bars[id as usize] &= !bit;
+        }
         self.barred &= !bit;
         self.synced &= !bit;
         match st {
             Lane::Active => self.active |= bit,
             Lane::Exited => self.exited |= bit,
-            Lane::Bar(_) => self.barred |= bit,
+            Lane::Bar(id) => {
+                self.barred |= bit;
+                self.bars[id as usize] |= bit;
+            }
             Lane::Sync(_) => self.synced |= bit,
         }
         self.st[l] = st;
@@ -750,6 +791,7 @@ impl<'a> Launch<'a> {
                 active: 0,
                 exited: u32::MAX,
                 barred: 0,
+                bars: [0; BARRIERS],
                 synced: 0,
                 tid: std::array::from_fn(|l| {
                     let t = id * 32 + l as u32;
@@ -760,6 +802,7 @@ impl<'a> Launch<'a> {
                 carry: 0,
                 redp: 0,
                 favor_high: false,
+                wide: self.wide,
                 id,
                 frames: Vec::new(),
                 frame_bytes: 0,
@@ -933,11 +976,9 @@ impl<'a> Launch<'a> {
     /// Completes every barrier whose arrivals reach its count.
     fn release_barriers(&mut self, warps: &mut [Warp], live: u32) -> bool {
         let mut waiting = [0u32; BARRIERS];
-        for w in warps.iter() {
-            for l in bits_of(w.barred) {
-                if let Lane::Bar(id) = w.st[l] {
-                    waiting[id as usize] += 1;
-                }
+        for w in warps.iter().filter(|w| w.barred != 0) {
+            for (n, m) in waiting.iter_mut().zip(&w.bars) {
+                *n += m.count_ones();
             }
         }
         let mut any = false;
@@ -951,24 +992,36 @@ impl<'a> Launch<'a> {
                 self.arrivals[id] = 0;
                 self.counts[id] = None;
                 // `bar.red`: reduce the predicates of the waiting threads.
-                let mut trues = 0u32;
-                for w in warps.iter() {
-                    for l in bits_of(w.barred & w.redp) {
-                        if w.st[l] == Lane::Bar(id as u8) {
-                            trues += 1;
-                        }
-                    }
-                }
+                let trues: u32 = warps
+                    .iter()
+                    .map(|w| (w.bars[id] & w.redp).count_ones())
+                    .sum();
                 for w in warps.iter_mut() {
-                    let mut lanes = 0u32;
+                    let lanes = w.bars[id];
+                    if lanes == 0 {
+                        continue;
+                    }
                     // The lanes of a warp at a barrier are usually at one
-                    // PC: its instruction is looked up once.
-                    let mut seen: Option<(u32, Option<(BarRed, u32)>)> = None;
-                    for l in bits_of(w.barred) {
-                        if w.st[l] != Lane::Bar(id as u8) {
-                            continue;
+                    // `bar` without a reduction: each moves past it, in a
+                    // loop without a branch per lane.
+                    let p0 = w.pc[lanes.trailing_zeros() as usize];
+                    let one_pc =
+                        w.pc.iter()
+                            .zip(BIT)
+                            .fold(true, |same, (&p, bit)| same & (lanes & bit == 0 || p == p0));
+                    if one_pc
+                        && matches!(self.func.insts[p0 as usize].op, Op::Bar { red: None, .. })
+                    {
+                        for (p, bit) in w.pc.iter_mut().zip(BIT) {
+                            *p += u32::from(lanes & bit != 0);
                         }
-                        lanes |= 1 << l;
+                        w.set_all(lanes, Lane::Active);
+                        continue;
+                    }
+                    // Otherwise its instruction is looked up once per run
+                    // of lanes at one PC.
+                    let mut seen: Option<(u32, Option<(BarRed, u32)>)> = None;
+                    for l in bits_of(lanes) {
                         let pc = w.pc[l];
                         let red = match seen {
                             Some((p, r)) if p == pc => r,
@@ -1059,18 +1112,12 @@ impl<'a> Launch<'a> {
             diverged = bound != u32::MAX;
             match self.step(w, pc, mask)? {
                 Some(p) if p < bound => known = Some((p, mask, bound)),
-                Some(p) => {
-                    for l in bits_of(mask) {
-                        w.pc[l] = p;
-                    }
-                }
+                Some(p) => w.set_pcs(mask, p),
                 None => {}
             }
         }
         if let Some((p, mask, _)) = known {
-            for l in bits_of(mask) {
-                w.pc[l] = p;
-            }
+            w.set_pcs(mask, p);
         }
         // A warp that stays diverged for a whole turn alternates between
         // running its lowest and its highest group, so that threads that
@@ -1191,10 +1238,7 @@ impl<'a> Launch<'a> {
             Some(g) => {
                 let b = g.reg as usize * 32;
                 let p: &[u64; 32] = w.regs[b..b + 32].try_into().expect("32 lanes");
-                let mut set = 0u32;
-                for (v, bit) in p.iter().zip(BIT) {
-                    set |= if *v & 1 != 0 { bit } else { 0 };
-                }
+                let set = self.pred_mask(p);
                 if g.neg {
                     mask & !set
                 } else {
@@ -1210,9 +1254,8 @@ impl<'a> Launch<'a> {
                 } else if exec == 0 {
                     return Ok(Some(next));
                 }
-                for l in bits_of(mask) {
-                    w.pc[l] = if exec & (1 << l) != 0 { *target } else { next };
-                }
+                w.set_pcs(exec, *target);
+                w.set_pcs(mask & !exec, next);
                 return Ok(None);
             }
             Op::Dispatch { target, cases } => {
@@ -1246,16 +1289,12 @@ impl<'a> Launch<'a> {
                 count,
                 red,
             } => {
-                for l in bits_of(mask & !exec) {
-                    w.pc[l] = next;
-                }
+                w.set_pcs(mask & !exec, next);
                 // `bar.sync N` / `barrier.sync N`: the whole group waits.
                 if let (Src::Imm(idv), None, None, true) = (*id, count, red, *wait) {
                     if idv < BARRIERS as u64 {
                         w.set_all(exec, Lane::Bar(idv as u8));
-                        for l in bits_of(exec) {
-                            w.pc[l] = pc;
-                        }
+                        w.set_pcs(exec, pc);
                         return Ok(None);
                     }
                 }

@@ -127,6 +127,21 @@ impl Launch<'_> {
         }
     }
 
+    /// The lanes whose predicate value (bit 0 of `p`) is set.
+    #[inline(always)]
+    pub(super) fn pred_mask(&self, p: &[u64; 32]) -> u32 {
+        #[cfg(target_arch = "x86_64")]
+        if self.wide {
+            // SAFETY: `wide` is set only on a CPU with AVX2.
+            return unsafe { super::simd::pred_mask(p) };
+        }
+        let mut set = 0u32;
+        for (v, bit) in p.iter().zip(super::BIT) {
+            set |= if *v & 1 != 0 { bit } else { 0 };
+        }
+        set
+    }
+
     /// Register `d`'s 32 lanes.
     #[inline(always)]
     pub(super) fn dst(w: &mut Warp, d: u32) -> &mut [u64; 32] {
@@ -354,7 +369,7 @@ impl Launch<'_> {
                 _ => return None,
             };
             // SAFETY: `wide` is set only on a CPU with AVX2.
-            let bad = unsafe { super::gather::any_outside(at, len - 1, last, &holes[..n]) };
+            let bad = unsafe { super::simd::any_outside(at, len - 1, last, &holes[..n]) };
             return (!bad).then_some(sp);
         }
         // Over all 32 lanes, the others masked out: branch-free loops the
@@ -399,11 +414,9 @@ impl Launch<'_> {
             let out = Self::dst(w, d);
             return match ty.bytes() {
                 // SAFETY: `wide` is set only on a CPU with AVX2.
-                4 => unsafe {
-                    super::gather::gather::<4>(&self.shared, at, 0, ty.is_signed(), out)
-                },
+                4 => unsafe { super::simd::gather::<4>(&self.shared, at, 0, ty.is_signed(), out) },
                 // SAFETY: as above.
-                8 => unsafe { super::gather::gather::<8>(&self.shared, at, 0, false, out) },
+                8 => unsafe { super::simd::gather::<8>(&self.shared, at, 0, false, out) },
                 _ => false,
             };
         }
@@ -513,11 +526,9 @@ impl Launch<'_> {
                     let s32 = signed && bits == 32;
                     let done = match e {
                         // SAFETY: `wide` is set only on a CPU with AVX2.
-                        4 => unsafe { super::gather::gather::<4>(&self.shared, at, off, s32, out) },
+                        4 => unsafe { super::simd::gather::<4>(&self.shared, at, off, s32, out) },
                         // SAFETY: as above.
-                        8 => unsafe {
-                            super::gather::gather::<8>(&self.shared, at, off, false, out)
-                        },
+                        8 => unsafe { super::simd::gather::<8>(&self.shared, at, off, false, out) },
                         _ => false,
                     };
                     if done {

@@ -1,5 +1,8 @@
-//! A warp's loads from shared memory as AVX2 gathers, and its addresses
-//! checked as vector compares.
+//! The engine's explicit AVX2 code: a warp's loads from shared memory as
+//! gathers, its addresses checked as vector compares, its predicate masks
+//! and PC updates. Each is a handful of vector instructions where the
+//! compiler, left to the scalar loops of the baseline copy, emitted one to
+//! several instructions per lane.
 //!
 //! The one place the engine reads memory through raw pointers: 32 lanes'
 //! 4- or 8-byte elements fetched four at a time by `vpgatherqd` /
@@ -117,6 +120,45 @@ pub(super) fn any_outside(at: &[u64; 32], align: u64, last: u64, holes: &[(u64, 
     _mm256_testz_si256(bad, bad) == 0
 }
 
+/// The lanes whose value has bit 0 set: the lanes where a predicate
+/// register is true.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn pred_mask(p: &[u64; 32]) -> u32 {
+    let mut set = 0u32;
+    for q in 0..8 {
+        let src = p[4 * q..4 * q + 4].as_ptr().cast::<__m256i>();
+        // SAFETY: `src` points to `p[4q..4q + 4]`, four u64 (32 bytes) of a
+        // live array; the load is unaligned.
+        let v = unsafe { _mm256_loadu_si256(src) };
+        // Bit 0 to the sign bit, whose four copies `movmskpd` collects.
+        let top = _mm256_castsi256_pd(_mm256_slli_epi64::<63>(v));
+        set |= (_mm256_movemask_pd(top) as u32) << (4 * q);
+    }
+    set
+}
+
+/// Sets `pc[l] = to` in the lanes of `lanes`, eight lanes per blend.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn set_pcs(pc: &mut [u32; 32], lanes: u32, to: u32) {
+    let bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    let to = _mm256_set1_epi32(to as i32);
+    for q in 0..4 {
+        let m = _mm256_set1_epi32(((lanes >> (8 * q)) & 0xff) as i32);
+        let sel = _mm256_cmpeq_epi32(_mm256_and_si256(m, bits), bits);
+        let at = pc[8 * q..8 * q + 8].as_mut_ptr().cast::<__m256i>();
+        // SAFETY: `at` points to `pc[8q..8q + 8]`, eight u32 (32 bytes) of
+        // a live, exclusively borrowed array; the load is unaligned.
+        let v = unsafe { _mm256_loadu_si256(at) };
+        let v = _mm256_blendv_epi8(v, to, sel);
+        // SAFETY: as above, for the store.
+        unsafe { _mm256_storeu_si256(at, v) };
+    }
+}
+
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
@@ -174,6 +216,36 @@ mod tests {
             };
             assert!(!done, "{bad}");
             assert_eq!(out, [7u64; 32]);
+        }
+    }
+
+    #[test]
+    fn predicate_masks_and_pc_updates_agree_with_scalar_ones() {
+        if !std::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..2_000 {
+            let p: [u64; 32] = std::array::from_fn(|_| next());
+            let want = (0..32).fold(0u32, |m, l| m | (((p[l] & 1) as u32) << l));
+            // SAFETY: AVX2 checked above.
+            assert_eq!(unsafe { pred_mask(&p) }, want);
+            let lanes = next() as u32;
+            let to = next() as u32;
+            let before: [u32; 32] = std::array::from_fn(|_| next() as u32);
+            let mut pc = before;
+            // SAFETY: AVX2 checked above.
+            unsafe { set_pcs(&mut pc, lanes, to) };
+            for l in 0..32 {
+                let want = if lanes >> l & 1 != 0 { to } else { before[l] };
+                assert_eq!(pc[l], want, "lane {l} of {lanes:#x}");
+            }
         }
     }
 
