@@ -1932,6 +1932,15 @@ impl<'a> Launch<'a> {
                     Self::wr(w, d, l, v);
                 }
             }
+            Op::Prmt {
+                mode,
+                d,
+                a,
+                b,
+                c: Src::Imm(sel),
+            } => self.map2(w, exec, d, a, b, |x, y| {
+                u64::from(prmt(mode, (x & 0xffff_ffff) | (y << 32), sel as u32))
+            }),
             Op::Prmt { mode, d, a, b, c } => {
                 for l in bits_of(exec) {
                     let src = (self.rd(w, a, l) & 0xffff_ffff) | (self.rd(w, b, l) << 32);
@@ -1944,6 +1953,26 @@ impl<'a> Launch<'a> {
                     let (x, y, z) = (self.rd(w, a, l), self.rd(w, b, l), self.rd(w, c, l));
                     Self::wr(w, d, l, u64::from(video(v, x as u32, y as u32, z as u32)));
                 }
+            }
+            Op::Lop3 {
+                d,
+                a,
+                b,
+                c,
+                lut: Src::Imm(t),
+            } => {
+                // The table as the sum of products of its set entries.
+                self.map3(w, exec, d, a, b, c, |x, y, z| {
+                    let mut r = 0u64;
+                    for k in 0..8 {
+                        let on = (t >> k & 1).wrapping_neg();
+                        let ta = if k & 4 != 0 { x } else { !x };
+                        let tb = if k & 2 != 0 { y } else { !y };
+                        let tc = if k & 1 != 0 { z } else { !z };
+                        r |= ta & tb & tc & on;
+                    }
+                    r & 0xffff_ffff
+                })
             }
             Op::Lop3 { d, a, b, c, lut } => {
                 for l in bits_of(exec) {
@@ -2261,14 +2290,11 @@ impl<'a> Launch<'a> {
                     Space::Param => PARAM_WINDOW,
                     _ => 0,
                 };
-                for l in bits_of(exec) {
-                    let x = self.rd(w, a, l);
-                    let v = if to {
-                        x.wrapping_sub(base)
-                    } else {
-                        x.wrapping_add(base)
-                    };
-                    Self::wr(w, d, l, v & mask_of(bits));
+                let m = mask_of(bits);
+                if to {
+                    self.map1(w, exec, d, a, |x| x.wrapping_sub(base) & m);
+                } else {
+                    self.map1(w, exec, d, a, |x| x.wrapping_add(base) & m);
                 }
             }
             Op::Isspacep { space, d, a } => {

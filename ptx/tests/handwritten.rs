@@ -760,8 +760,13 @@ fn bit_field_logic_funnel_and_warp_reductions() {
         "cvt.rmi.s32.f32 %r3, 0fC0600000;",
         "mov.b32 %r3, 7;\nbfind.u32 %r3, %r3;",
         "mov.u32 %r3, 0xFFFFFFFF;\nadd.cc.u32 %r4, %r3, 1;\naddc.u32 %r3, 5, 0;",
+        "prmt.b32 %r3, 0x33221100, 0x77665544, 0x4051;",
+        "prmt.b32 %r3, 0x33221180, 0x77665544, 0x0008;",
+        "prmt.b32.f4e %r3, 0x33221100, 0x77665544, 2;",
+        "mov.u32 %r2, 0x33221100;\nprmt.b32.b4e %r3, %r2, 0x77665544, 1;",
+        "mov.u32 %r2, 0xF0F0F0F0;\nlop3.b32 %r3, %r2, 0xCCCCCCCC, 0xAAAAAAAA, 0x80;",
     ];
-    let want: [u32; 33] = [
+    let want: [u32; 38] = [
         0x23,
         0xFFFF_FFF8,
         0xF,
@@ -798,6 +803,13 @@ fn bit_field_logic_funnel_and_warp_reductions() {
         (-4i32) as u32,
         2,
         6,
+        0x4400_5511,
+        0x8080_80ff,
+        0x5544_3322,
+        // Backward from byte 1: bytes 1, 0, 7, 6.
+        0x6677_0011,
+        // a & b & c.
+        0x8080_8080,
     ];
     for (k, (inst, want)) in insts.iter().zip(want).enumerate() {
         let m = kernel_with("", &format!("{inst}\nst.global.u32 [%rd3], %r3;"));

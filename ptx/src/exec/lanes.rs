@@ -183,6 +183,14 @@ impl Launch<'_> {
 
     #[inline(always)]
     fn map1_body(&self, w: &mut Warp, exec: u32, d: u32, a: Src, f: impl Fn(u64) -> u64) {
+        if exec == FULL {
+            // Straight into the destination: no buffer to clear or copy.
+            let x = self.lanes(w, a);
+            for (o, &x) in Self::dst(w, d).iter_mut().zip(&x) {
+                *o = f(x);
+            }
+            return;
+        }
         let mut r = [0u64; 32];
         let mut bx = [0u64; 32];
         let x = self.operand(w, a, &mut bx);
@@ -221,6 +229,13 @@ impl Launch<'_> {
         b: Src,
         f: impl Fn(u64, u64) -> u64,
     ) {
+        if exec == FULL {
+            let (x, y) = (self.lanes(w, a), self.lanes(w, b));
+            for (l, o) in Self::dst(w, d).iter_mut().enumerate() {
+                *o = f(x[l], y[l]);
+            }
+            return;
+        }
         let mut r = [0u64; 32];
         let (mut bx, mut by) = ([0u64; 32], [0u64; 32]);
         let (x, y) = (self.operand(w, a, &mut bx), self.operand(w, b, &mut by));
@@ -310,6 +325,17 @@ impl Launch<'_> {
         b: Src,
         test: impl Fn(u64, u64) -> bool,
     ) {
+        if exec == FULL {
+            let (x, y) = (self.lanes(w, a), self.lanes(w, b));
+            for (l, o) in Self::dst(w, d).iter_mut().enumerate() {
+                *o = u64::from(test(x[l], y[l]));
+            }
+            if let Some(q) = dn {
+                let t = Self::dst(w, d).map(|v| v ^ 1);
+                *Self::dst(w, q) = t;
+            }
+            return;
+        }
         let mut t = [0u64; 32];
         let (mut bx, mut by) = ([0u64; 32], [0u64; 32]);
         let (x, y) = (self.operand(w, a, &mut bx), self.operand(w, b, &mut by));
