@@ -62,7 +62,7 @@ impl Ty {
     }
 
     /// Width in bits (a predicate is stored as one bit).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn bits(self) -> u32 {
         match self {
             Ty::Pred => 1,
@@ -74,17 +74,17 @@ impl Ty {
     }
 
     /// Size in memory, in bytes.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn bytes(self) -> u32 {
         self.bits().div_ceil(8)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn is_signed(self) -> bool {
         matches!(self, Ty::S8 | Ty::S16 | Ty::S32 | Ty::S64)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn is_float(self) -> bool {
         matches!(
             self,
