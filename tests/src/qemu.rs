@@ -423,7 +423,21 @@ pub struct Guest {
     output: Arc<Mutex<String>>,
     readers: Vec<JoinHandle<()>>,
     started: Instant,
+    /// QEMU's arguments, to boot again a guest whose kernel never reached
+    /// its init (see [`BOOT_SILENCE`]).
+    args: Vec<std::ffi::OsString>,
+    rebooted: bool,
 }
+
+/// The first line the guest's init prints.
+const GUEST_UP: &str = "fairgpu-guest: up after";
+
+/// How long a guest's kernel may take to reach its init (it does in about
+/// 4 s here, 20 s on a loaded host). Past that without a word from the
+/// init, QEMU's TCG boot has hung before any fairgpu code ran in the
+/// guest; [`Guest::finish`] boots it once more instead of failing the
+/// test on it.
+const BOOT_SILENCE: Duration = Duration::from_secs(60);
 
 /// What a guest printed and how it ended.
 #[derive(Debug, Clone)]
@@ -482,55 +496,33 @@ impl Guest {
         device_args: &[String],
         opts: &GuestOptions,
     ) -> Guest {
-        let mut cmd = Command::new(QEMU);
-        cmd.args(["-accel", "tcg"]);
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        let mut push = |a: &[&str]| args.extend(a.iter().map(Into::into));
+        push(&["-accel", "tcg"]);
         if let Some(m) = &machine.machine {
-            cmd.args(["-machine", m]);
+            push(&["-machine", m]);
         }
-        let mut child = cmd
-            .args(["-m", &opts.memory_mib.to_string()])
-            .args(["-smp", &opts.cpus.to_string()])
-            .args(["-nodefaults", "-no-reboot", "-display", "none"])
-            .args(["-serial", "stdio"])
-            .arg("-kernel")
-            .arg(&img.vmlinuz)
-            .arg("-initrd")
-            .arg(initrd)
-            .args(["-append", &machine.append()])
-            .args(&machine.devices)
-            .args(device_args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning qemu");
-        let output = Arc::new(Mutex::new(String::new()));
-        let mut readers = Vec::new();
-        let pipes: [Box<dyn Read + Send>; 2] = [
-            Box::new(child.stdout.take().expect("piped stdout")),
-            Box::new(child.stderr.take().expect("piped stderr")),
-        ];
-        for pipe in pipes {
-            let out = output.clone();
-            readers.push(std::thread::spawn(move || {
-                // The console may carry bytes that are not UTF-8.
-                let mut r = BufReader::new(pipe);
-                let mut line = Vec::new();
-                while matches!(r.read_until(b'\n', &mut line), Ok(n) if n > 0) {
-                    let text = String::from_utf8_lossy(&line);
-                    let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
-                    o.push_str(text.trim_end_matches(['\r', '\n']));
-                    o.push('\n');
-                    line.clear();
-                }
-            }));
-        }
+        push(&["-m", &opts.memory_mib.to_string()]);
+        push(&["-smp", &opts.cpus.to_string()]);
+        push(&["-nodefaults", "-no-reboot", "-display", "none"]);
+        push(&["-serial", "stdio"]);
+        args.push("-kernel".into());
+        args.push(img.vmlinuz.clone().into());
+        args.push("-initrd".into());
+        args.push(initrd.into());
+        args.push("-append".into());
+        args.push(machine.append().into());
+        args.extend(machine.devices.iter().map(Into::into));
+        args.extend(device_args.iter().map(Into::into));
+        let (child, output, readers) = spawn(&args);
         Guest {
             name: name.to_owned(),
             child,
             output,
             readers,
             started: Instant::now(),
+            args,
+            rebooted: false,
         }
     }
 
@@ -555,6 +547,26 @@ impl Guest {
             if let Some(s) = self.child.try_wait().expect("waiting for qemu") {
                 break s;
             }
+            if !self.rebooted
+                && self.started.elapsed() > BOOT_SILENCE.min(timeout)
+                && !self.output().contains(GUEST_UP)
+            {
+                eprintln!(
+                    "guest {}: its kernel did not reach init within {:?} (output: {:?}); booting it again",
+                    self.name,
+                    self.started.elapsed(),
+                    self.output()
+                );
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                for r in self.readers.drain(..) {
+                    let _ = r.join();
+                }
+                (self.child, self.output, self.readers) = spawn(&self.args);
+                self.started = Instant::now();
+                self.rebooted = true;
+                continue;
+            }
             if self.started.elapsed() > timeout {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
@@ -577,6 +589,39 @@ impl Guest {
             took,
         }
     }
+}
+
+/// Starts QEMU with `args`, collecting its console and messages.
+fn spawn(args: &[std::ffi::OsString]) -> (Child, Arc<Mutex<String>>, Vec<JoinHandle<()>>) {
+    let mut child = Command::new(QEMU)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning qemu");
+    let output = Arc::new(Mutex::new(String::new()));
+    let mut readers = Vec::new();
+    let pipes: [Box<dyn Read + Send>; 2] = [
+        Box::new(child.stdout.take().expect("piped stdout")),
+        Box::new(child.stderr.take().expect("piped stderr")),
+    ];
+    for pipe in pipes {
+        let out = output.clone();
+        readers.push(std::thread::spawn(move || {
+            // The console may carry bytes that are not UTF-8.
+            let mut r = BufReader::new(pipe);
+            let mut line = Vec::new();
+            while matches!(r.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+                let text = String::from_utf8_lossy(&line);
+                let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
+                o.push_str(text.trim_end_matches(['\r', '\n']));
+                o.push('\n');
+                line.clear();
+            }
+        }));
+    }
+    (child, output, readers)
 }
 
 impl Drop for Guest {
