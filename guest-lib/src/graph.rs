@@ -42,6 +42,7 @@ use crate::ffi_result;
 use crate::stream::stream_handle;
 use crate::types::{err, CUfunction, CUresult, CUstream};
 
+mod cond;
 mod nodes;
 mod user;
 pub use nodes::{captured_alloc, captured_free};
@@ -104,6 +105,21 @@ pub enum Work {
     MemAlloc(crate::graph_mem::Hold),
     /// A memory free node: the graph allocation it frees.
     MemFree(u64),
+    /// A conditional node as made: its handle (the address of the
+    /// condition's slot), `CUgraphConditionalNodeType` and body graphs
+    /// (graphs of the table, which the node owns; the array is what the
+    /// application was given as `phGraph_out`).
+    Cond {
+        handle: u64,
+        kind: u32,
+        bodies: Box<[u64]>,
+    },
+    /// A conditional node instantiated: each body's steps.
+    CondRun {
+        handle: u64,
+        kind: u32,
+        bodies: Vec<Vec<(u64, Work)>>,
+    },
 }
 
 /// A `CUDA_MEMCPY3D` kept in a node (its pointers are the application's).
@@ -134,6 +150,14 @@ impl Graph {
         self.nodes
             .iter()
             .any(|n| matches!(n.work, Work::MemAlloc(_) | Work::MemFree(_)))
+    }
+
+    /// Whether the graph has conditional nodes (which the driver does
+    /// not let a graph used as a child have).
+    fn has_conditionals(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| matches!(n.work, Work::Cond { .. }))
     }
 
     fn index(&self, node: u64) -> Option<usize> {
@@ -171,14 +195,49 @@ impl Graph {
         (order.len() == self.nodes.len()).then_some(order)
     }
 
-    /// The work in execution order, child graphs flattened, each with the
-    /// node of this graph it came from.
-    fn flatten(&self) -> Option<Vec<(u64, Work)>> {
+    /// The work in execution order, child graphs flattened and the body
+    /// graphs of conditional nodes (looked up in `graphs`) copied in as
+    /// steps of their own, each with the node of this graph it came from.
+    fn flatten(&self, graphs: &HashMap<u64, Graph>) -> Option<Vec<(u64, Work)>> {
+        self.flatten_at(graphs, 0)
+    }
+
+    fn flatten_at(&self, graphs: &HashMap<u64, Graph>, depth: usize) -> Option<Vec<(u64, Work)>> {
+        if depth > cond::MAX_NESTING {
+            return None;
+        }
         let mut out = Vec::new();
         for i in self.order()? {
             let n = &self.nodes[i];
             match &n.work {
-                Work::Child(g) => out.extend(g.flatten()?.into_iter().map(|(_, w)| (n.handle, w))),
+                Work::Child(g) => out.extend(
+                    g.flatten_at(graphs, depth + 1)?
+                        .into_iter()
+                        .map(|(_, w)| (n.handle, w)),
+                ),
+                Work::Cond {
+                    handle,
+                    kind,
+                    bodies,
+                } => {
+                    let mut steps = Vec::with_capacity(bodies.len());
+                    for b in bodies.iter() {
+                        let body = graphs.get(b)?;
+                        // Bodies may not allocate or free graph memory.
+                        if body.has_memory_nodes() {
+                            return None;
+                        }
+                        steps.push(body.flatten_at(graphs, depth + 1)?);
+                    }
+                    out.push((
+                        n.handle,
+                        Work::CondRun {
+                            handle: *handle,
+                            kind: *kind,
+                            bodies: steps,
+                        },
+                    ));
+                }
                 w => out.push((n.handle, w.clone())),
             }
         }
@@ -229,6 +288,8 @@ struct Table {
     events: HashMap<usize, (u64, Vec<u64>)>,
     /// (clone, node of the original) -> the clone's node.
     clones: HashMap<(u64, u64), u64>,
+    /// Conditional handles (the addresses of their slots).
+    conds: HashMap<u64, cond::Handle>,
 }
 
 impl Table {
@@ -259,6 +320,27 @@ impl Table {
             });
         self.nodes.insert(h, graph);
         Ok(h)
+    }
+
+    /// Removes graph `h` and, with it, the body graphs its conditional
+    /// nodes own (and theirs); returns the handles of the graphs removed.
+    fn remove_graph(&mut self, h: u64) -> Vec<u64> {
+        let mut gone = Vec::new();
+        let mut todo = vec![h];
+        while let Some(h) = todo.pop() {
+            let Some(g) = self.graphs.remove(&h) else {
+                continue;
+            };
+            for n in g.nodes {
+                self.nodes.remove(&n.handle);
+                if let Work::Cond { bodies, .. } = n.work {
+                    todo.extend(bodies.iter().copied());
+                }
+            }
+            self.clones.retain(|(clone, _), _| *clone != h);
+            gone.push(h);
+        }
+        gone
     }
 
     fn node_mut(&mut self, node: u64) -> Result<&mut Node, CUresult> {
@@ -431,13 +513,29 @@ fn run(work: &Work, s: CUstream) -> CUresult {
         Work::Empty => err::SUCCESS,
         Work::MemAlloc(ref h) => crate::graph_mem::begin(h.ptr()),
         Work::MemFree(p) => crate::graph_mem::end(p, Some(s)).unwrap_or(err::INVALID_VALUE),
+        Work::CondRun {
+            handle,
+            kind,
+            ref bodies,
+        } => cond::run(handle, kind, bodies, s),
         // Flattened at instantiation.
-        Work::Child(_) => err::INVALID_VALUE,
+        Work::Child(_) | Work::Cond { .. } => err::INVALID_VALUE,
     }
 }
 
+/// Runs `steps` in order on `s`, stopping at the first failure.
+fn run_steps(steps: &[(u64, Work)], s: CUstream) -> CUresult {
+    for (_, w) in steps {
+        let r = run(w, s);
+        if r != err::SUCCESS {
+            return r;
+        }
+    }
+    err::SUCCESS
+}
+
 fn launch(exec: *mut c_void, s: CUstream) -> CUresult {
-    let (graph, steps, auto_free) = match with(|t| {
+    let (graph, steps, auto_free, defaults) = match with(|t| {
         let e = t.execs.get(&(exec as u64)).ok_or(err::INVALID_VALUE)?;
         let steps: Vec<(u64, Work)> = e
             .steps
@@ -445,13 +543,25 @@ fn launch(exec: *mut c_void, s: CUstream) -> CUresult {
             .filter(|(node, _)| !e.disabled.contains(node))
             .cloned()
             .collect();
-        Ok((e.graph.clone(), steps, e.flags & AUTO_FREE_ON_LAUNCH != 0))
+        let defaults = cond::launch_defaults(t, &e.steps);
+        Ok((
+            e.graph.clone(),
+            steps,
+            e.flags & AUTO_FREE_ON_LAUNCH != 0,
+            defaults,
+        ))
     }) {
         Ok(v) => v,
         Err(e) => return e,
     };
-    // Launched into a capture: the graph becomes a child graph node.
-    if let Some(r) = captured(s, || Ok(Work::Child(Box::new(graph.clone())))) {
+    // Launched into a capture: the graph becomes a child graph node (which
+    // a graph with conditional nodes may not be).
+    if let Some(r) = captured(s, || {
+        if graph.has_conditionals() {
+            return Err(err::INVALID_VALUE);
+        }
+        Ok(Work::Child(Box::new(graph.clone())))
+    }) {
         return r;
     }
     // Nothing runs if an allocation of an earlier launch is still live.
@@ -465,12 +575,16 @@ fn launch(exec: *mut c_void, s: CUstream) -> CUresult {
     if let Err(e) = crate::graph_mem::check_launch(&allocs, auto_free) {
         return e;
     }
+    // Conditions with a default given for every launch start at it.
     let mut r = err::SUCCESS;
-    for (_, w) in &steps {
-        r = run(w, s);
+    for (slot, value) in defaults {
+        r = crate::memory::cuMemsetD32Async(slot, value, 1, s);
         if r != err::SUCCESS {
             break;
         }
+    }
+    if r == err::SUCCESS {
+        r = run_steps(&steps, s);
     }
     drop((graph, steps));
     crate::graph_mem::flush();
@@ -639,18 +753,19 @@ pub extern "C" fn cuGraphCreate(graph: *mut CUgraph, _flags: u32) -> CUresult {
 /// `cuGraphDestroy`.
 #[no_mangle]
 pub extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
+    let mut gone = Vec::new();
     let r = ffi_result(|| {
         with(|t| {
-            let g = t.graphs.remove(&(graph as u64)).ok_or(err::INVALID_VALUE)?;
-            for n in g.nodes {
-                t.nodes.remove(&n.handle);
+            if !t.graphs.contains_key(&(graph as u64)) {
+                return Err(err::INVALID_VALUE);
             }
-            t.clones.retain(|(clone, _), _| *clone != graph as u64);
+            gone = t.remove_graph(graph as u64);
             Ok(())
         })
     });
     if r == err::SUCCESS {
         user::release_owner(graph as u64);
+        cond::release(&gone);
     }
     crate::graph_mem::flush();
     r
@@ -671,6 +786,11 @@ pub extern "C" fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) -> CUresu
                 .clone();
             if g.has_memory_nodes() {
                 return Err(err::NOT_SUPPORTED);
+            }
+            if g.has_conditionals() {
+                return Err(crate::unsupported(
+                    "cuGraphClone of a graph with conditional nodes",
+                ));
             }
             let h = t.fresh();
             let renamed: HashMap<u64, u64> =
@@ -816,8 +936,9 @@ pub extern "C" fn cuGraphAddChildGraphNode(
         let g = with(|t| {
             t.graphs
                 .get(&(child as u64))
-                // A copied child may not allocate or free memory.
-                .filter(|g| !g.has_memory_nodes())
+                // A copied child may not allocate or free memory, nor
+                // hold conditional nodes.
+                .filter(|g| !g.has_memory_nodes() && !g.has_conditionals())
                 .cloned()
                 .ok_or(err::INVALID_VALUE)
         })?;
@@ -933,6 +1054,7 @@ fn node_type(w: &Work) -> u32 {
         Work::EventRecord(_) => 7,
         Work::MemAlloc(_) => 10,
         Work::MemFree(_) => 11,
+        Work::Cond { .. } | Work::CondRun { .. } => 13,
     }
 }
 
@@ -990,11 +1112,12 @@ fn instantiate(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CUresult {
                 .get(&(graph as u64))
                 .ok_or(err::INVALID_VALUE)?
                 .clone();
-            let steps = g.flatten().ok_or(err::INVALID_VALUE)?;
+            let steps = g.flatten(&t.graphs).ok_or(err::INVALID_VALUE)?;
             if g.has_memory_nodes() && t.execs.values().any(|e| e.source == graph as u64) {
                 return Err(err::INVALID_VALUE);
             }
             let h = t.fresh();
+            cond::hold(t, &steps, h);
             t.execs.insert(
                 h,
                 Exec {
@@ -1111,6 +1234,7 @@ pub extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
     });
     if r == err::SUCCESS {
         user::release_owner(exec as u64);
+        cond::release(&[exec as u64]);
     }
     crate::graph_mem::flush();
     r
@@ -1205,7 +1329,8 @@ pub extern "C" fn cuGraphExecUpdate_v2(
             for (mine, theirs) in updated.nodes.iter_mut().zip(&g.nodes) {
                 mine.work = theirs.work.clone();
             }
-            let steps = updated.flatten().ok_or(err::INVALID_VALUE)?;
+            let steps = updated.flatten(&t.graphs).ok_or(err::INVALID_VALUE)?;
+            let e = t.execs.get_mut(&(exec as u64)).ok_or(err::INVALID_VALUE)?;
             e.graph = updated;
             e.steps = steps;
             Ok(true)
@@ -1232,6 +1357,19 @@ fn same_memory(a: &Work, b: &Work) -> bool {
     match (a, b) {
         (Work::MemAlloc(x), Work::MemAlloc(y)) => x.ptr() == y.ptr(),
         (Work::MemFree(x), Work::MemFree(y)) => x == y,
+        // A conditional node keeps its handle, kind and number of bodies.
+        (
+            Work::Cond {
+                handle: h1,
+                kind: k1,
+                bodies: b1,
+            },
+            Work::Cond {
+                handle: h2,
+                kind: k2,
+                bodies: b2,
+            },
+        ) => h1 == h2 && k1 == k2 && b1.len() == b2.len(),
         _ => true,
     }
 }
@@ -1460,14 +1598,17 @@ pub extern "C" fn cuStreamBeginCapture_v2_ptsz(s: CUstream, _mode: u32) -> CUres
 
 fn end_capture(s: CUstream, graph: *mut CUgraph) -> CUresult {
     ffi_result(|| {
-        if graph.is_null() {
-            return Err(err::INVALID_VALUE);
-        }
         let h = stream_handle(s);
         let (g, invalid) = with(|t| {
             let c = t.captures.get(&h).ok_or(err::INVALID_VALUE)?.clone();
             if c.origin != h {
                 return Err(CAPTURE_UNMATCHED);
+            }
+            // A capture into the application's graph may leave the graph
+            // out (the application holds it); one that made its graph may
+            // not.
+            if graph.is_null() && c.owned {
+                return Err(err::INVALID_VALUE);
             }
             // Every stream that joined leaves the capture with it.
             t.captures.retain(|_, x| x.id != c.id);
@@ -1482,8 +1623,13 @@ fn end_capture(s: CUstream, graph: *mut CUgraph) -> CUresult {
             Ok((c.graph, c.invalid))
         })?;
         if invalid {
-            put(graph, std::ptr::null_mut())?;
+            if !graph.is_null() {
+                put(graph, std::ptr::null_mut())?;
+            }
             return Err(CAPTURE_INVALIDATED);
+        }
+        if graph.is_null() {
+            return Ok(());
         }
         put(graph, g as CUgraph)
     })
@@ -1725,8 +1871,91 @@ mod tests {
                 node(1, &[]),
             ],
         };
-        let steps = g.flatten().unwrap();
+        let steps = g.flatten(&HashMap::new()).unwrap();
         let kinds: Vec<(u64, u32)> = steps.iter().map(|(h, w)| (*h, node_type(w))).collect();
         assert_eq!(kinds, vec![(1, 5), (2, 7), (2, 6)]);
+    }
+
+    /// A conditional node's bodies are looked up when the graph is
+    /// instantiated and become its steps (nested ones too); a missing body,
+    /// a body with a memory node, or nesting without end is refused.
+    #[test]
+    fn conditional_bodies_become_steps_of_their_node() {
+        let cond = |handle: u64, bodies: &[u64]| Work::Cond {
+            handle,
+            kind: 0,
+            bodies: bodies.into(),
+        };
+        let mut graphs = HashMap::new();
+        graphs.insert(
+            100,
+            Graph {
+                nodes: vec![
+                    node(20, &[]),
+                    Node {
+                        handle: 21,
+                        work: cond(0xb000, &[101]),
+                        deps: vec![20],
+                    },
+                ],
+            },
+        );
+        graphs.insert(
+            101,
+            Graph {
+                nodes: vec![node(30, &[])],
+            },
+        );
+        let top = Graph {
+            nodes: vec![
+                node(1, &[]),
+                Node {
+                    handle: 2,
+                    work: cond(0xa000, &[100]),
+                    deps: vec![1],
+                },
+            ],
+        };
+        let steps = top.flatten(&graphs).unwrap();
+        assert_eq!(steps.len(), 2);
+        let Work::CondRun { handle, bodies, .. } = &steps[1].1 else {
+            panic!("{:?}", steps[1]);
+        };
+        assert_eq!((*handle, bodies.len(), bodies[0].len()), (0xa000, 1, 2));
+        let Work::CondRun { handle, bodies, .. } = &bodies[0][1].1 else {
+            panic!("{:?}", bodies[0]);
+        };
+        assert_eq!((*handle, bodies[0].len()), (0xb000, 1));
+
+        // A body that is gone.
+        let mut missing = graphs.clone();
+        missing.remove(&101);
+        assert!(top.flatten(&missing).is_none());
+        // A body that allocates memory.
+        let mut allocating = graphs.clone();
+        allocating.insert(
+            101,
+            Graph {
+                nodes: vec![Node {
+                    handle: 30,
+                    work: Work::MemFree(0x1000),
+                    deps: vec![],
+                }],
+            },
+        );
+        assert!(top.flatten(&allocating).is_none());
+        // A body that contains its own node: nesting without end.
+        let mut endless = graphs;
+        endless.insert(
+            101,
+            Graph {
+                nodes: vec![Node {
+                    handle: 30,
+                    work: cond(0xb000, &[101]),
+                    deps: vec![],
+                }],
+            },
+        );
+        assert!(top.flatten(&endless).is_none());
     }
 }

@@ -29,6 +29,14 @@ pub const VMM_GRANULARITY: u64 = 2 << 20;
 /// PyTorch's expandable segments do): 1 TiB.
 pub const MAX_RESERVATION: u64 = 1 << 40;
 
+/// A device attribute of fairgpu's own, outside CUDA's numbering (a GPU's
+/// driver knows no such attribute and refuses it): 1 when the executor
+/// runs the guest's PTX itself and resolves `cudaGraphSetConditional` to
+/// a 32-bit store at the handle's address (SimGpu), which the guest
+/// library's conditional graph nodes rely on. On a GPU the driver's own
+/// JIT resolves that call against handles only its own graphs make.
+pub const ATTR_GUEST_GRAPH_CONDITIONALS: i32 = 0x4647_0001;
+
 /// Longest device name returned.
 pub const MAX_DEVICE_NAME: usize = 256;
 

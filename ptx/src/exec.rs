@@ -2472,6 +2472,14 @@ impl<'a> Launch<'a> {
                     }
                 }
             }
+            Op::SetConditional { handle, value } => {
+                for l in bits_of(exec) {
+                    let at = self.param_u64(w, l, handle)?;
+                    let mut v = [0u8; 4];
+                    self.load(w, l, Space::Param, u64::from(value), &mut v)?;
+                    self.store(w, l, Space::Global, at, &v)?;
+                }
+            }
             Op::Printf { fmt, args, ret } => {
                 for l in bits_of(exec) {
                     let n = self.printf(w, l, fmt, args)?;

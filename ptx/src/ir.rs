@@ -910,6 +910,15 @@ pub(crate) enum Op {
     Free {
         ptr: u32,
     },
+    /// `call cudaGraphSetConditional, (handle, value)`: sets a CUDA
+    /// graph's condition. A conditional handle here is the global address
+    /// of the condition's 32-bit slot (the guest library makes one per
+    /// handle), so this stores `value` there as `st.global.u32` would.
+    /// Param-space addresses, as for `Printf`.
+    SetConditional {
+        handle: u32,
+        value: u32,
+    },
     /// An indirect call after inlining: each thread jumps to the case
     /// whose function address ([`crate::func_addr`]) its register `target`
     /// holds; an address no case names fails the launch with
@@ -1528,6 +1537,7 @@ impl Op {
             | Op::RetFrame
             | Op::Malloc { .. }
             | Op::Free { .. }
+            | Op::SetConditional { .. }
             | Op::Printf { .. }
             | Op::AssertFail { .. }
             | Op::ParamCopy { .. }

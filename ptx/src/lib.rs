@@ -38,7 +38,9 @@
 //!   parameters have the prototype's sizes ([`Error::BadCall`] if none
 //!   is). The CUDA runtime's device functions: `vprintf`, `__assertfail`,
 //!   `malloc` and `free` (C++ `new` and `delete`), which allocate from
-//!   [`Memory::malloc`] (see [`heap`]).
+//!   [`Memory::malloc`] (see [`heap`]), and `cudaGraphSetConditional`,
+//!   a store to the 32-bit slot a conditional handle addresses (the
+//!   guest library's handles are such addresses).
 //! - **Integers** (16/32/64-bit): add/sub (`.sat`, `.cc`, `addc`/`subc`),
 //!   mul/mad (`.lo`/`.hi`/`.wide`, `.cc`, `madc`), mul24/mad24, div, rem,
 //!   abs, neg, min, max, and/or/xor/not/cnot, shl/shr, popc, clz, bfind,

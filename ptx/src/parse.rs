@@ -2008,6 +2008,9 @@ fn splice(
                     },
                     ("malloc", &[size], &[ret]) => Op::Malloc { size, ret },
                     ("free", &[ptr], []) => Op::Free { ptr },
+                    ("cudaGraphSetConditional", &[handle, value], []) => {
+                        Op::SetConditional { handle, value }
+                    }
                     _ => unsupported(&format!(
                         "call of {} (no body, recursive, or mismatched arguments; line {line})",
                         clip(name, MAX_QUOTED)

@@ -143,7 +143,13 @@ const WHY_OUTPUT: &str = "output size limit reached";
 
 /// External functions whose bodies are the runtime's and never read the
 /// block index.
-const RUNTIME_FUNCS: &[&str] = &["vprintf", "__assertfail", "malloc", "free"];
+const RUNTIME_FUNCS: &[&str] = &[
+    "vprintf",
+    "__assertfail",
+    "malloc",
+    "free",
+    "cudaGraphSetConditional",
+];
 
 /// Adds a companion entry (see the module documentation) for each
 /// sliceable `.entry` of `ptx`, and says which entries got one.

@@ -1511,3 +1511,42 @@ fn shuffles_in_every_mode_and_width_match_cuda_semantics() {
         }
     }
 }
+
+/// `cudaGraphSetConditional(handle, value)` as nvcc 13 emits it (an
+/// `.extern .func` the driver provides): the handle is the address of the
+/// condition's 32-bit slot, so thread 0 stores its value there; a handle
+/// outside memory faults as a wild store does.
+#[test]
+fn graph_set_conditional_stores_to_the_handles_slot() {
+    let text = format!(
+        "{HEAD}.extern .func cudaGraphSetConditional(.param .b64 h, .param .b32 v);\n\
+         .visible .entry k(.param .u64 k_param_0, .param .u64 k_param_1)\n{{\n\
+         .reg .pred %p<2>;\n.reg .b32 %r<3>;\n.reg .b64 %rd<3>;\n\
+         ld.param.u64 %rd1, [k_param_1];\nmov.u32 %r1, %tid.x;\nsetp.ne.s32 %p1, %r1, 3;\n\
+         @%p1 bra DONE;\nadd.s32 %r2, %r1, 40;\n\
+         {{ .param .b64 param0; st.param.b64 [param0+0], %rd1; .param .b32 param1; \
+         st.param.b32 [param1+0], %r2; call.uni cudaGraphSetConditional, (param0, param1); }}\n\
+         DONE:\nret;\n}}\n"
+    );
+    let m = Module::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let run = |bad: bool| {
+        let mut mem = VecMemory::default();
+        let slot = mem.alloc_u32(&[7, 7]);
+        let handle = if bad { 0xdead_0000 } else { slot + 4 };
+        let r = launch(
+            &m,
+            &mut m.globals(),
+            "k",
+            dims([1, 1, 1], [32, 1, 1], 0),
+            Params::new().ptr(slot).ptr(handle),
+            &mut mem,
+        );
+        (r, mem.u32s(slot))
+    };
+    let (r, words) = run(false);
+    r.unwrap();
+    assert_eq!(words, vec![7, 43], "only thread 3 set the condition");
+    let (r, words) = run(true);
+    assert!(r.is_err(), "a handle outside memory is an illegal store");
+    assert_eq!(words, vec![7, 7]);
+}

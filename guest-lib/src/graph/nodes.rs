@@ -168,7 +168,7 @@ pub fn captured_free(s: CUstream, dptr: u64) -> Option<CUresult> {
 pub struct GraphNodeParams {
     ty: u32,
     reserved0: [i32; 3],
-    u: [u64; 29],
+    pub(super) u: [u64; 29],
     reserved2: i64,
 }
 
@@ -208,7 +208,7 @@ pub extern "C" fn cuGraphAddNode(
         11 => cuGraphAddMemFreeNode(node, graph, deps, n, word(0)),
         8 | 9 => crate::unsupported("graph nodes of external semaphores"),
         12 => crate::unsupported("graph nodes of batched memory operations"),
-        13 => crate::unsupported("conditional graph nodes"),
+        13 => super::cond::add_node(node, graph, deps, n, p),
         _ => err::INVALID_VALUE,
     }
 }
@@ -423,18 +423,33 @@ pub extern "C" fn cuGraphRemoveDependencies_v2(
 /// `cuGraphDestroyNode`: the node and every edge to or from it.
 #[no_mangle]
 pub extern "C" fn cuGraphDestroyNode(node: CUgraphNode) -> CUresult {
+    let mut gone = Vec::new();
     let r = ffi_result(|| {
         let h = node as u64;
         with(|t| {
             let g = t.nodes.remove(&h).ok_or(err::INVALID_VALUE)?;
             let graph = t.graphs.get_mut(&g).ok_or(err::INVALID_VALUE)?;
+            let bodies: Vec<u64> = graph
+                .nodes
+                .iter()
+                .filter(|n| n.handle == h)
+                .flat_map(|n| match &n.work {
+                    Work::Cond { bodies, .. } => bodies.to_vec(),
+                    _ => Vec::new(),
+                })
+                .collect();
             graph.nodes.retain(|n| n.handle != h);
             for n in &mut graph.nodes {
                 n.deps.retain(|d| *d != h);
             }
+            // A conditional node's body graphs go with it.
+            for b in bodies {
+                gone.extend(t.remove_graph(b));
+            }
             Ok(())
         })
     });
+    super::cond::release(&gone);
     if let Ok(mut args) = KERNEL_ARGS.lock() {
         if let Some(a) = args.as_mut() {
             a.remove(&(node as u64));
@@ -916,6 +931,13 @@ fn dot(g: &super::Graph, prefix: &str, text: &mut String) {
             Work::Empty => "EMPTY".to_owned(),
             Work::MemAlloc(h) => format!("MEM_ALLOC\\n{:#x}", h.ptr()),
             Work::MemFree(p) => format!("MEM_FREE\\n{p:#x}"),
+            Work::Cond { kind, bodies, .. } => {
+                let kind = ["IF", "WHILE", "SWITCH"]
+                    .get(*kind as usize)
+                    .unwrap_or(&"?");
+                format!("CONDITIONAL\\n{kind}, {} bodies", bodies.len())
+            }
+            Work::CondRun { .. } => "CONDITIONAL".to_owned(),
             Work::Child(c) => {
                 let _ = writeln!(text, "subgraph cluster_{id} {{ label=\"GRAPH\";");
                 dot(c, &format!("{id}_"), text);
