@@ -427,6 +427,22 @@ pub trait GpuExecutor: Send {
     fn mem_alloc(&mut self, ctx: CtxId, bytes: u64) -> ExecResult<DevPtr>;
     /// Frees an allocation made by `mem_alloc` in this context.
     fn mem_free(&mut self, ctx: CtxId, ptr: DevPtr) -> ExecResult<()>;
+    /// Whether [`GpuExecutor::mem_move`] works: an allocation can change
+    /// contexts (SimGpu, whose contexts are tables of one process's
+    /// memory), which the request layer uses to let a process of the VM
+    /// reach memory another exported to it (CUDA IPC).
+    fn moves_memory(&self) -> bool {
+        false
+    }
+    /// Moves the allocation `mem_alloc` made at `ptr` from context `from`
+    /// to context `to`, unchanged (same address, same bytes): from then
+    /// on it is `to`'s, for kernels, copies and frees alike.
+    fn mem_move(&mut self, from: CtxId, to: CtxId, ptr: DevPtr) -> ExecResult<()> {
+        let _ = (from, to, ptr);
+        Err(ExecError::Unsupported(
+            "allocations moving between contexts (CUDA IPC)",
+        ))
+    }
 
     // The virtual-memory API. The request layer checks every range and
     // handle first: sizes, offsets and addresses are multiples of

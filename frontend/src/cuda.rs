@@ -420,6 +420,24 @@ impl Cuda {
             .map(|_| ())
     }
 
+    /// `cuIpcGetMemHandle`: exports the allocation holding `ptr` to the
+    /// VM's other processes → (token, base, size).
+    pub fn ipc_get_mem_handle(&mut self, ptr: u64) -> Result<(u64, u64, u64), CallError> {
+        let v = self.call(Opcode::IpcGetMemHandle, &[ptr])?;
+        Ok((v[0], v[1], v[2]))
+    }
+
+    /// `cuIpcOpenMemHandle`: opens another process's export → (base, size).
+    pub fn ipc_open_mem_handle(&mut self, token: u64) -> Result<(u64, u64), CallError> {
+        let v = self.call(Opcode::IpcOpenMemHandle, &[token])?;
+        Ok((v[0], v[1]))
+    }
+
+    /// `cuIpcCloseMemHandle`.
+    pub fn ipc_close_mem_handle(&mut self, base: u64) -> Result<(), CallError> {
+        self.call(Opcode::IpcCloseMemHandle, &[base]).map(|_| ())
+    }
+
     fn memset_op(elem: u8) -> Result<Opcode, CallError> {
         match elem {
             1 => Ok(Opcode::MemsetD8),

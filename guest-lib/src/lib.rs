@@ -39,6 +39,7 @@ mod graph;
 mod graph_mem;
 mod hooks;
 mod integrity;
+mod ipc;
 mod launch;
 mod link;
 mod managed;

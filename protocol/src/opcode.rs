@@ -159,6 +159,17 @@ pub enum Opcode {
     /// read-write, 1 read-only, 0 none)`: whole mappings.
     MemSetAccess = 0x0186,
 
+    // CUDA IPC between processes of one VM (one worker serves them all).
+    /// `cuIpcGetMemHandle(args[0] = a device pointer inside an allocation
+    /// of the channel)` → `vals[0]` = the export's token, `vals[1]` = the
+    /// allocation's base, `vals[2]` = its size.
+    IpcGetMemHandle = 0x0190,
+    /// `cuIpcOpenMemHandle(args[0] = token)` from another channel of the
+    /// VM → `vals[0]` = base, `vals[1]` = size.
+    IpcOpenMemHandle = 0x0191,
+    /// `cuIpcCloseMemHandle(args[0] = base)` of an opened handle.
+    IpcCloseMemHandle = 0x0192,
+
     // OpenCL; arguments and results are documented in `crate::opencl`.
     /// `clGetDeviceInfo(args[0] = param)` of the channel's host device → the
     /// value's bytes in the arena, `vals[0]` = its full size. The host
@@ -299,7 +310,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 94] = [
+    pub const ALL: [Opcode; 97] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -355,6 +366,9 @@ impl Opcode {
         Opcode::MemMap,
         Opcode::MemUnmap,
         Opcode::MemSetAccess,
+        Opcode::IpcGetMemHandle,
+        Opcode::IpcOpenMemHandle,
+        Opcode::IpcCloseMemHandle,
         Opcode::ClGetDeviceInfo,
         Opcode::ClGetPlatformInfo,
         Opcode::ClCreateQueue,

@@ -1500,3 +1500,59 @@ fn virtual_memory_is_checked_on_the_host_and_charged_to_the_vm() {
     let scratch = a.mem_alloc(4096).unwrap();
     still_works(&mut a, scratch, 3);
 }
+
+/// CUDA IPC is between the processes of one VM: a token opens in another
+/// channel of the exporting VM (the same address, the exporter's bytes),
+/// never in another VM's channel, nor in the exporting channel, nor once
+/// forged; a channel cannot free memory it opened; the exporter's free
+/// waits for the last close (the VM stays charged till then), and when
+/// the exporter goes its exports go with it.
+#[test]
+fn ipc_tokens_open_only_within_their_vm_and_memory_outlives_the_exporters_free() {
+    let rig = Rig::start("cuda_ipc");
+    let mut a = rig.cuda(0);
+    let mut b = rig.cuda(0);
+    let mut other_vm = rig.cuda(1);
+    let p = a.mem_alloc(8192).unwrap();
+    let data = pattern(8192, 7);
+    a.memcpy_htod(p, &data).unwrap();
+    let (token, base, size) = a.ipc_get_mem_handle(p + 100).unwrap();
+    assert_eq!((base, size), (p, 8192));
+    assert_eq!(a.ipc_get_mem_handle(p).unwrap().0, token, "one token per allocation");
+    assert_refused(a.ipc_get_mem_handle(p + 8192), Status::INVALID_VALUE);
+
+    assert_refused(other_vm.ipc_open_mem_handle(token), Status::INVALID_VALUE);
+    assert_refused(a.ipc_open_mem_handle(token), Status::INVALID_CONTEXT);
+    assert_refused(b.ipc_open_mem_handle(token ^ 1), Status::INVALID_VALUE);
+    assert_eq!(b.ipc_open_mem_handle(token).unwrap(), (p, 8192));
+    assert_bytes_eq(&read(&mut b, p, 8192), &data, "the importer's view");
+    b.memcpy_htod(p + 8000, &[0xab; 192]).unwrap();
+    assert_eq!(read(&mut a, p + 8000, 4), vec![0xab; 4]);
+    assert_refused(b.mem_free(p), Status::INVALID_VALUE);
+    // The other VM cannot reach it by address either.
+    assert_refused(other_vm.memcpy_htod(p, &[1]), Status::INVALID_VALUE);
+
+    // Freed by the exporter while open: still there for the importer, and
+    // still charged.
+    a.mem_free(p).unwrap();
+    assert_refused(a.memcpy_htod(p, &[1]), Status::INVALID_VALUE);
+    assert_eq!(read(&mut b, p, 4), data[..4].to_vec());
+    assert_eq!(a.mem_get_info().unwrap().0, VM_QUOTA - 8192);
+    b.ipc_close_mem_handle(p).unwrap();
+    assert_refused(b.ipc_close_mem_handle(p), Status::INVALID_VALUE);
+    assert_refused(b.memcpy_htod(p, &[1]), Status::INVALID_VALUE);
+    assert_eq!(a.mem_get_info().unwrap().0, VM_QUOTA, "freed at the last close");
+
+    // An exporter that goes takes its exports with it.
+    let q = a.mem_alloc(4096).unwrap();
+    let (token, _, _) = a.ipc_get_mem_handle(q).unwrap();
+    b.ipc_open_mem_handle(token).unwrap();
+    drop(a);
+    wait_for_status(&rig.d, "the exporter's context to go", |s| {
+        vm(s, "vm1").contexts == 1
+    });
+    assert_refused(b.memcpy_htod(q, &[1]), Status::INVALID_VALUE);
+    assert_refused(b.ipc_close_mem_handle(q), Status::INVALID_VALUE);
+    assert_refused(b.ipc_open_mem_handle(token), Status::INVALID_VALUE);
+    assert_eq!(b.mem_get_info().unwrap().0, VM_QUOTA);
+}

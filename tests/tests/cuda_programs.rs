@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 27] = [
+const COMPUTE_PROGRAMS: [&str; 28] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -297,6 +297,7 @@ const COMPUTE_PROGRAMS: [&str; 27] = [
     "managed_vars",
     "recursion",
     "graph_conditional",
+    "ipc",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -305,7 +306,8 @@ const COMPUTE_PROGRAMS: [&str; 27] = [
 /// textures and written through surfaces, managed and mapped memory and `__managed__`
 /// variables shared by the CPU and kernels, cooperative launches (and cluster launches
 /// refused where the device has none), CUDA graphs built and captured (memory nodes among them, and
-/// conditional IF/ELSE, WHILE and SWITCH nodes whose conditions kernels set), memory mapped through the virtual-memory API, tensor-core `mma.sync` with `ldmatrix`/`stmatrix` in inline PTX, sm_90's bulk copies on transaction-counting barriers,
+/// conditional IF/ELSE, WHILE and SWITCH nodes whose conditions kernels set), memory shared
+/// between two processes of a VM through CUDA IPC (a child's kernel on its parent's allocation), memory mapped through the virtual-memory API, tensor-core `mma.sync` with `ldmatrix`/`stmatrix` in inline PTX, sm_90's bulk copies on transaction-counting barriers,
 /// PTX modules JIT-linked or loaded from files, recursive device functions
 /// (and a recursion that overflows the call stack), programs built with the
 /// per-thread default stream: SimGpu's kernels compute exactly what the CPU
@@ -574,26 +576,31 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
             );
         }
     }
-    // Conditional graph nodes need the executor to resolve
-    // `cudaGraphSetConditional` against the guest library's handles, which
-    // a GPU's driver does not: through CudaExecutor the handle is refused
-    // as not supported, never run into wrong data.
+    // What needs SimGpu is refused through CudaExecutor as not supported,
+    // never run into wrong data: conditional graph nodes (a GPU's driver
+    // resolves `cudaGraphSetConditional` against its own graphs' handles
+    // only) and IPC (a GPU's contexts do not hand memory over).
     let v = VARIANTS[0];
-    let out = run_command(
-        Command::new(dir.join(format!("graph_conditional-{v}")))
-            .env("LD_LIBRARY_PATH", guest_lib_dir())
-            .env("FAIRGPU_REGION", front.region(v)),
-        RUN_TIMEOUT,
-    );
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.code() == Some(1)
-            && stdout.contains("cudaGraphConditionalHandleCreate")
-            && stdout.contains("cudaErrorNotSupported"),
-        "graph_conditional-{v} through CudaExecutor ({}):\n{stdout}{}",
-        out.status,
-        text(&out.stderr)
-    );
+    for (program, call) in [
+        ("graph_conditional", "cudaGraphConditionalHandleCreate"),
+        ("ipc", "cudaIpcGetMemHandle"),
+    ] {
+        let out = run_command(
+            Command::new(dir.join(format!("{program}-{v}")))
+                .env("LD_LIBRARY_PATH", guest_lib_dir())
+                .env("FAIRGPU_REGION", front.region(v)),
+            RUN_TIMEOUT,
+        );
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.code() == Some(1)
+                && stdout.contains(call)
+                && stdout.contains("cudaErrorNotSupported"),
+            "{program}-{v} through CudaExecutor ({}):\n{stdout}{}",
+            out.status,
+            text(&out.stderr)
+        );
+    }
 }
 
 /// Device `printf` and `assert` reach the program as on a GPU: each

@@ -123,6 +123,14 @@ struct Context {
     vmem: HandleTable<VMem>,
     vmem_bytes: u64,
     mappings: BTreeMap<DevPtr, Mapping>,
+    /// CUDA IPC: this context's allocations other channels may open (base
+    /// -> token), allocations the guest freed while opened elsewhere
+    /// (base -> bytes: still this context's memory, still charged, freed
+    /// at the last close), and exports of other channels this one opened
+    /// (base -> the open).
+    exported: HashMap<DevPtr, u64>,
+    zombies: BTreeMap<DevPtr, u64>,
+    imports: BTreeMap<DevPtr, Import>,
     /// What this context is charged against the VM's host memory: at
     /// least [`Context::host_bytes`], and before a request at least that
     /// plus what the request may add ([`growth_bound`]).
@@ -139,6 +147,26 @@ struct VMem {
     /// `MemRelease` came while it was mapped: it goes with its last
     /// mapping.
     released: bool,
+}
+
+/// An allocation a channel exported for CUDA IPC.
+#[derive(Debug, Clone, Copy)]
+struct Export {
+    ch: u32,
+    ctx: CtxId,
+    base: DevPtr,
+    bytes: u64,
+    /// Opens by other channels not yet closed.
+    opened: u32,
+}
+
+/// A channel's open of another channel's export.
+#[derive(Debug, Clone, Copy)]
+struct Import {
+    token: u64,
+    bytes: u64,
+    /// Times this channel opened it, less closes.
+    opens: u32,
 }
 
 /// One `MemMap`.
@@ -202,6 +230,9 @@ impl Context {
             acct_events: 0,
             param_bytes: 0,
             reservations: BTreeMap::new(),
+            exported: HashMap::new(),
+            zombies: BTreeMap::new(),
+            imports: BTreeMap::new(),
             vmem: HandleTable::new(MAX_OBJECTS),
             vmem_bytes: 0,
             mappings: BTreeMap::new(),
@@ -229,7 +260,10 @@ impl Context {
                     + self.tex_objects.len()
                     + self.surf_objects.len()
                     + self.reservations.len()
-                    + self.mappings.len()) as u64
+                    + self.mappings.len()
+                    + self.exported.len()
+                    + self.zombies.len()
+                    + self.imports.len()) as u64
             + self.param_bytes
     }
 
@@ -269,6 +303,11 @@ impl Context {
         }
         match self.mappings.range(..=ptr).next_back() {
             Some((&base, m)) if m.accessible && end <= base + m.bytes => return Ok(()),
+            _ => {}
+        }
+        // Opened through IPC: lent to this context for each request.
+        match self.imports.range(..=ptr).next_back() {
+            Some((&base, i)) if end <= base + i.bytes => return Ok(()),
             _ => {}
         }
         match self.globals.range(..=ptr).next_back() {
@@ -430,6 +469,11 @@ pub struct CudaOps {
     reported: HashSet<(CtxId, FnId)>,
     /// The VM's OpenCL calls; their buffers count in `mem_used` too.
     cl: crate::cl_ops::ClOps,
+    /// CUDA IPC exports of the VM's channels, by token, and what makes
+    /// tokens (a key of this process's random hasher over a counter).
+    ipc: HashMap<u64, Export>,
+    ipc_keys: std::collections::hash_map::RandomState,
+    ipc_next: u64,
 }
 
 /// What kernel slicing and the runaway guard did (`status`, `top`).
@@ -505,6 +549,9 @@ impl CudaOps {
             reported: HashSet::new(),
             cl: crate::cl_ops::ClOps::new(vm.clone(), HostMemory::unlimited()),
             vm,
+            ipc: HashMap::new(),
+            ipc_keys: std::collections::hash_map::RandomState::new(),
+            ipc_next: 0,
         }
     }
 
@@ -689,6 +736,101 @@ impl CudaOps {
         Ok(self.contexts[i].as_mut().expect("created above"))
     }
 
+    /// Runs `f` with the allocations channel `ch` opened through IPC lent
+    /// to its context (moved there from their exporters' contexts, and
+    /// back afterwards), so that its kernels, copies and memsets reach
+    /// them as its own. Only executors that move memory have imports.
+    fn with_imports<T>(&mut self, ch: u32, f: impl FnOnce(&mut Self) -> T) -> T {
+        let mut lent = Vec::new();
+        if let Some(Some(cx)) = self.contexts.get(ch as usize) {
+            for (&base, i) in &cx.imports {
+                let Some(e) = self.ipc.get(&i.token) else {
+                    continue;
+                };
+                let owner = self.contexts.get(e.ch as usize).and_then(Option::as_ref);
+                if owner.is_some_and(|o| o.ctx == e.ctx && o.allocs.contains_key(&base))
+                    || owner.is_some_and(|o| o.ctx == e.ctx && o.zombies.contains_key(&base))
+                {
+                    lent.push((base, e.ctx, cx.ctx));
+                }
+            }
+        }
+        lent.retain(|&(base, from, to)| self.exec.mem_move(from, to, base).is_ok());
+        let r = f(self);
+        for (base, from, to) in lent {
+            if let Err(e) = self.exec.mem_move(to, from, base) {
+                tracing::error!(vm = %self.vm, channel = ch, error = %e, "an IPC allocation lent to a channel did not go back");
+            }
+        }
+        r
+    }
+
+    /// A fresh IPC token: not 0, not guessable from earlier ones.
+    fn ipc_token(&mut self) -> u64 {
+        use std::hash::BuildHasher;
+        loop {
+            self.ipc_next += 1;
+            let t = self.ipc_keys.hash_one(self.ipc_next);
+            if t != 0 && !self.ipc.contains_key(&t) {
+                return t;
+            }
+        }
+    }
+
+    /// Channel `ch`'s context goes: its opens are closed (freeing memory
+    /// whose exporter let go of it), and its exports end, so other
+    /// channels' opens of them go too (their addresses fault from then
+    /// on, as freed memory does).
+    fn ipc_forget(&mut self, ch: u32) {
+        let Some(Some(cx)) = self.contexts.get_mut(ch as usize) else {
+            return;
+        };
+        let imports: Vec<(DevPtr, Import)> = std::mem::take(&mut cx.imports).into_iter().collect();
+        for (base, i) in imports {
+            self.ipc_close_one(base, i.token, i.opens);
+        }
+        let ctx = self.contexts[ch as usize].as_ref().map(|c| c.ctx);
+        let gone: Vec<u64> = self
+            .ipc
+            .iter()
+            .filter(|(_, e)| e.ch == ch && Some(e.ctx) == ctx)
+            .map(|(t, _)| *t)
+            .collect();
+        for t in &gone {
+            self.ipc.remove(t);
+        }
+        if !gone.is_empty() {
+            for cx in self.contexts.iter_mut().flatten() {
+                cx.imports.retain(|_, i| !gone.contains(&i.token));
+            }
+        }
+    }
+
+    /// `opens` opens of export `token` at `base` are closed: at the last,
+    /// memory its exporter freed meanwhile is freed.
+    fn ipc_close_one(&mut self, base: DevPtr, token: u64, opens: u32) {
+        let Some(e) = self.ipc.get_mut(&token) else {
+            return;
+        };
+        e.opened = e.opened.saturating_sub(opens);
+        if e.opened > 0 {
+            return;
+        }
+        let e = *e;
+        let Some(Some(owner)) = self.contexts.get_mut(e.ch as usize) else {
+            return;
+        };
+        if owner.ctx != e.ctx || !owner.zombies.contains_key(&base) {
+            return;
+        }
+        if self.exec.mem_free(e.ctx, base).is_ok() {
+            owner.zombies.remove(&base);
+            owner.exported.remove(&base);
+            self.ipc.remove(&token);
+            self.mem_used -= e.bytes;
+        }
+    }
+
     /// Loads `image` into channel `ch`'s context; returns the module handle.
     fn load_module(&mut self, ch: u32, ctx: CtxId, image: &[u8]) -> Result<u64, Status> {
         let full = self.contexts[ch as usize]
@@ -828,6 +970,18 @@ impl CudaOps {
             Opcode::MemFree => {
                 if !cx.allocs.contains_key(&a[0]) {
                     return Err(Status::INVALID_VALUE);
+                }
+                // Memory other channels have opened stays until they close
+                // it; this channel can no longer use it.
+                if let Some(&token) = cx.exported.get(&a[0]) {
+                    let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                    if self.ipc.get(&token).is_some_and(|e| e.opened > 0) {
+                        let size = cx.allocs.remove(&a[0]).unwrap_or(0);
+                        cx.zombies.insert(a[0], size);
+                        return Ok(Answer::default());
+                    }
+                    cx.exported.remove(&a[0]);
+                    self.ipc.remove(&token);
                 }
                 // The quota is credited only once the executor has freed the
                 // memory: a free refused (a sticky context) leaves it
@@ -982,6 +1136,86 @@ impl CudaOps {
                         self.exec.phys_release(ctx, id).map_err(exec_err)?;
                     }
                 }
+                Ok(Answer::default())
+            }
+            Opcode::IpcGetMemHandle => {
+                let found = cx.allocs.range(..=a[0]).next_back().map(|(&b, &n)| (b, n));
+                let known = cx.exported.get(&found.map_or(0, |f| f.0)).copied();
+                let full = cx.exported.len() >= MAX_OBJECTS;
+                if !self.exec.moves_memory() {
+                    return Err(Status::NOT_SUPPORTED);
+                }
+                let (base, bytes) = match found {
+                    Some((b, n)) if a[0] < b + n => (b, n),
+                    _ => return Err(Status::INVALID_VALUE),
+                };
+                if let Some(t) = known {
+                    return Ok(vals(&[t, base, bytes]));
+                }
+                if full {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let token = self.ipc_token();
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                cx.exported.insert(base, token);
+                self.ipc.insert(
+                    token,
+                    Export {
+                        ch,
+                        ctx,
+                        base,
+                        bytes,
+                        opened: 0,
+                    },
+                );
+                Ok(vals(&[token, base, bytes]))
+            }
+            Opcode::IpcOpenMemHandle => {
+                let e = *self.ipc.get(&a[0]).ok_or(Status::INVALID_VALUE)?;
+                if e.ch == ch {
+                    // As the driver: a process cannot open its own export.
+                    return Err(Status::INVALID_CONTEXT);
+                }
+                let live = self
+                    .contexts
+                    .get(e.ch as usize)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|o| o.ctx == e.ctx && o.allocs.contains_key(&e.base));
+                if !live {
+                    return Err(Status::INVALID_VALUE);
+                }
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let full = cx.imports.len() >= MAX_OBJECTS;
+                match cx.imports.get_mut(&e.base) {
+                    Some(i) if i.token == a[0] => i.opens += 1,
+                    Some(_) => return Err(Status::INVALID_VALUE),
+                    None if full => return Err(Status::OUT_OF_MEMORY),
+                    None => {
+                        cx.imports.insert(
+                            e.base,
+                            Import {
+                                token: a[0],
+                                bytes: e.bytes,
+                                opens: 1,
+                            },
+                        );
+                    }
+                }
+                if let Some(e) = self.ipc.get_mut(&a[0]) {
+                    e.opened += 1;
+                }
+                Ok(vals(&[e.base, e.bytes]))
+            }
+            Opcode::IpcCloseMemHandle => {
+                let i = *cx.imports.get(&a[0]).ok_or(Status::INVALID_VALUE)?;
+                if i.opens > 1 {
+                    if let Some(i) = cx.imports.get_mut(&a[0]) {
+                        i.opens -= 1;
+                    }
+                } else {
+                    cx.imports.remove(&a[0]);
+                }
+                self.ipc_close_one(a[0], i.token, 1);
                 Ok(Answer::default())
             }
             Opcode::MemSetAccess => {
@@ -1565,7 +1799,15 @@ impl Handler for CudaOps {
                 r
             }
             _ => {
-                let r = self.cuda(ch, req, arena);
+                // IPC's own requests change what is lent: they run without.
+                let r = if matches!(
+                    req.op,
+                    Opcode::IpcGetMemHandle | Opcode::IpcOpenMemHandle | Opcode::IpcCloseMemHandle
+                ) {
+                    self.cuda(ch, req, arena)
+                } else {
+                    self.with_imports(ch, |ops| ops.cuda(ch, req, arena))
+                };
                 if let Some(Some(cx)) = self.contexts.get_mut(ch as usize) {
                     cx.settle();
                 }
@@ -1592,11 +1834,16 @@ impl Handler for CudaOps {
             part: Some(part),
             ..job.cfg
         };
-        let r = self
-            .exec
-            .launch(job.ctx, job.f, &cfg, &job.params, job.stream)
-            .map_err(exec_err);
+        let (jctx, jf, params, jstream) = (job.ctx, job.f, job.params.clone(), job.stream);
+        let r = self.with_imports(ch, |ops| {
+            ops.exec
+                .launch(jctx, jf, &cfg, &params, jstream)
+                .map_err(exec_err)
+        });
         self.long.parts += 1;
+        let job = self.jobs[ch as usize]
+            .as_mut()
+            .expect("the job resumed above");
         if r.is_err() || job.parts.is_done() {
             // A failed part ends the launch (its error is the channel's
             // deferred one); the last part ends it too.
@@ -1620,8 +1867,10 @@ impl Handler for CudaOps {
         let before = self.cl.used();
         self.cl.reset(ch);
         self.mem_used -= before - self.cl.used();
+        self.ipc_forget(ch);
         if let Some(cx) = self.contexts.get_mut(ch as usize).and_then(Option::take) {
             let freed: u64 = cx.allocs.values().sum::<u64>()
+                + cx.zombies.values().sum::<u64>()
                 + cx.array_bytes
                 + cx.heap_charge
                 + cx.fifo_charge

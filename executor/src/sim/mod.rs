@@ -1726,6 +1726,38 @@ impl GpuExecutor for SimGpu {
         Ok(())
     }
 
+    fn moves_memory(&self) -> bool {
+        true
+    }
+
+    fn mem_move(&mut self, from: CtxId, to: CtxId, ptr: DevPtr) -> ExecResult<()> {
+        // Bookkeeping, not device work: it works in a context a fault made
+        // sticky too, so that lent memory always goes back to its owner.
+        if !self.contexts.contains_key(&to.0) {
+            return Err(ExecError::Invalid("context"));
+        }
+        let c = self
+            .contexts
+            .get_mut(&from.0)
+            .ok_or(ExecError::Invalid("context"))?;
+        let bytes = (ptr >= BASE_ADDR)
+            .then(|| c.allocs.remove(&ptr))
+            .flatten()
+            .ok_or(ExecError::Invalid(
+                "pointer is not an allocation of this context",
+            ))?;
+        let size = c.sizes.remove(&ptr);
+        let c = self
+            .contexts
+            .get_mut(&to.0)
+            .ok_or(ExecError::Invalid("context"))?;
+        c.allocs.insert(ptr, bytes);
+        if let Some(size) = size {
+            c.sizes.insert(ptr, size);
+        }
+        Ok(())
+    }
+
     fn va_reserve(&mut self, ctx: CtxId, bytes: u64, align: u64) -> ExecResult<DevPtr> {
         self.ctx(ctx)?;
         let align = align.max(VMM_GRANULARITY);
@@ -2901,6 +2933,36 @@ mod tests {
         assert!(g.memcpy_htod(ctx, a, &[1], None).is_err());
         // Freeing by an interior pointer is refused.
         assert!(g.mem_free(ctx, b + 8).is_err());
+    }
+
+    /// An allocation moved to another context is that context's, bytes
+    /// and all, and no longer the first's; it moves back unchanged, also
+    /// out of a context a fault made sticky.
+    #[test]
+    fn allocations_move_between_contexts_whole() {
+        let mut g = gpu(&SimDevice::private());
+        assert!(g.moves_memory());
+        let (a, b) = (
+            g.create_context().expect("context"),
+            g.create_context().expect("context"),
+        );
+        let p = g.mem_alloc(a, 1000).expect("alloc");
+        g.memcpy_htod(a, p, &[7; 1000], None).expect("fill");
+        g.mem_move(a, b, p).expect("move");
+        assert!(g.memcpy_htod(a, p, &[1], None).is_err());
+        let mut back = [0u8; 1000];
+        g.memcpy_dtoh(b, &mut back, p, None).expect("read where it went");
+        assert_eq!(back, [7; 1000]);
+        g.memcpy_htod(b, p + 10, &[9], None).expect("write where it went");
+        // Its requested size went with it: past it, copies are refused.
+        assert!(g.memcpy_htod(b, p + 999, &[1, 2], None).is_err());
+        assert!(g.mem_move(a, b, p).is_err(), "no longer the first's");
+        assert!(g.mem_move(b, a, p + 8).is_err(), "an interior pointer");
+        g.set_sticky(b, &ExecError::Invalid("a fault"));
+        g.mem_move(b, a, p).expect("back, from a sticky context");
+        g.memcpy_dtoh(a, &mut back, p, None).expect("read");
+        assert_eq!((back[9], back[10], back[11]), (7, 9, 7));
+        g.mem_free(a, p).expect("free");
     }
 
     #[test]

@@ -1,0 +1,151 @@
+// CUDA IPC between two processes of one VM: the parent exports an
+// allocation, a child process (this program again) opens the handle,
+// reads what the parent wrote, runs a kernel on it, and the parent sees
+// the kernel's result. The parent frees the memory while another child
+// holds it open: the memory stays until that child closes it. A process
+// cannot open its own handle, nor a forged one. Every value is checked.
+#define PROGRAM "ipc"
+#include "common.h"
+
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const int N = 4096;
+
+__global__ void add(int* a, int n, int by) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) a[i] += by;
+}
+
+static std::string hex(const cudaIpcMemHandle_t& h) {
+    static const char digits[] = "0123456789abcdef";
+    std::string s;
+    for (unsigned char c : h.reserved) {
+        s += digits[c >> 4];
+        s += digits[c & 15];
+    }
+    return s;
+}
+
+static cudaIpcMemHandle_t unhex(const char* s) {
+    cudaIpcMemHandle_t h;
+    if (std::strlen(s) != 2 * sizeof h.reserved) fail("bad handle text");
+    for (size_t i = 0; i < sizeof h.reserved; i++) {
+        unsigned v;
+        if (std::sscanf(s + 2 * i, "%2x", &v) != 1) fail("bad handle text");
+        h.reserved[i] = (char)v;
+    }
+    return h;
+}
+
+static void expect_values(const int* d, int offset, const char* what) {
+    static int host[N];
+    CHECK(cudaMemcpy(host, d, sizeof host, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < N; i++)
+        if (host[i] != 3 * i + 1 + offset) fail("%s: a[%d] = %d, want %d", what, i, host[i], 3 * i + 1 + offset);
+}
+
+// Runs this program as `child MODE HANDLE [FDS]` and waits for it.
+static pid_t spawn(const char* mode, const cudaIpcMemHandle_t& h, int in_fd = -1, int out_fd = -1) {
+    std::string text = hex(h), in = std::to_string(in_fd), out = std::to_string(out_fd);
+    pid_t pid = fork();
+    if (pid < 0) fail("fork");
+    if (pid == 0) {
+        // Straight to exec: the child uses none of the parent's CUDA state.
+        execl("/proc/self/exe", "ipc", "child", mode, text.c_str(), in.c_str(), out.c_str(), (char*)nullptr);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void reap(pid_t pid, const char* what) {
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail("the %s child failed (status %#x)", what, status);
+}
+
+static int child(const char* mode, const char* text, int in_fd, int out_fd) {
+    cudaIpcMemHandle_t h = unhex(text);
+    int* p = nullptr;
+    first_call(cudaIpcOpenMemHandle((void**)&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+    if (std::strcmp(mode, "use") == 0) {
+        expect_values(p, 0, "the child's view");
+        add<<<(N + 255) / 256, 256>>>(p, N, 1000);
+        CHECK(cudaGetLastError());
+        CHECK(cudaDeviceSynchronize());
+        // Opened twice, the same address; it stays until both are closed.
+        int* q = nullptr;
+        CHECK(cudaIpcOpenMemHandle((void**)&q, h, cudaIpcMemLazyEnablePeerAccess));
+        if (q != p) fail("opened twice: %p, then %p", (void*)p, (void*)q);
+        CHECK(cudaIpcCloseMemHandle(q));
+        expect_values(p, 1000, "after one of two closes");
+        CHECK(cudaIpcCloseMemHandle(p));
+        int v;
+        if (cudaMemcpy(&v, p, sizeof v, cudaMemcpyDeviceToHost) == cudaSuccess)
+            fail("memory still reachable after its last close");
+        cudaGetLastError();
+        if (cudaIpcCloseMemHandle(p) == cudaSuccess) fail("closed a handle that is not open");
+        cudaGetLastError();
+    } else {
+        // "hold": tell the parent it is open, wait until the parent freed
+        // it, then check it is all still there.
+        char c = 'o';
+        if (write(out_fd, &c, 1) != 1) fail("pipe");
+        if (read(in_fd, &c, 1) != 1) fail("pipe");
+        expect_values(p, 1000, "after the exporter freed it");
+        add<<<(N + 255) / 256, 256>>>(p, N, 1);
+        CHECK(cudaDeviceSynchronize());
+        expect_values(p, 1001, "a kernel after the exporter freed it");
+        CHECK(cudaIpcCloseMemHandle(p));
+    }
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    if (argc == 6 && std::strcmp(argv[1], "child") == 0) return child(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]));
+    size_t free0, total;
+    first_call(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
+    int* d;
+    CHECK(cudaMalloc(&d, N * sizeof(int)));
+    static int host[N];
+    for (int i = 0; i < N; i++) host[i] = 3 * i + 1;
+    CHECK(cudaMemcpy(d, host, sizeof host, cudaMemcpyHostToDevice));
+
+    // A pointer inside the allocation exports the whole allocation.
+    cudaIpcMemHandle_t h, again;
+    CHECK(cudaIpcGetMemHandle(&h, d + 100));
+    CHECK(cudaIpcGetMemHandle(&again, d));
+    if (std::memcmp(&h, &again, sizeof h) != 0) fail("two handles of one allocation differ");
+
+    // This process cannot open its own handle, nor a forged one.
+    int* p = nullptr;
+    if (cudaIpcOpenMemHandle((void**)&p, h, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess)
+        fail("a process opened its own handle");
+    cudaGetLastError();
+    cudaIpcMemHandle_t forged = h;
+    forged.reserved[9] ^= 0x40;
+    if (cudaIpcOpenMemHandle((void**)&p, forged, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess)
+        fail("a forged handle was opened");
+    cudaGetLastError();
+
+    reap(spawn("use", h), "using");
+    expect_values(d, 1000, "the parent's view of the child's kernel");
+
+    // Freed by the exporter while another process holds it open.
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) fail("pipe");
+    pid_t holder = spawn("hold", h, to_child[0], from_child[1]);
+    char c;
+    if (read(from_child[0], &c, 1) != 1) fail("the holding child did not open the handle");
+    CHECK(cudaFree(d));
+    if (write(to_child[1], &c, 1) != 1) fail("pipe");
+    reap(holder, "holding");
+
+    // Its last close freed it.
+    size_t free1;
+    CHECK(cudaMemGetInfo(&free1, &total));
+    if (free1 != free0) fail("device memory free %zu before, %zu after", free0, free1);
+    pass();
+    return 0;
+}
