@@ -343,6 +343,57 @@ impl Table {
         gone
     }
 
+    /// Adds a copy of `g` with fresh node handles, and fresh copies of
+    /// its conditional nodes' body graphs (at any depth, each noted in
+    /// `bodies_out` as original and copy); returns its handle and the node
+    /// handles it renamed.
+    fn copy_graph(
+        &mut self,
+        g: Graph,
+        depth: usize,
+        bodies_out: &mut Vec<(u64, u64)>,
+    ) -> Option<(u64, HashMap<u64, u64>)> {
+        if depth > cond::MAX_NESTING {
+            return None;
+        }
+        let h = self.fresh();
+        let renamed: HashMap<u64, u64> = g.nodes.iter().map(|n| (n.handle, self.fresh())).collect();
+        let mut nodes = Vec::with_capacity(g.nodes.len());
+        for n in g.nodes {
+            let work = match n.work {
+                Work::Cond {
+                    handle,
+                    kind,
+                    bodies,
+                } => {
+                    let mut copies = Vec::with_capacity(bodies.len());
+                    for b in bodies.iter() {
+                        let body = self.graphs.get(b)?.clone();
+                        let (copy, _) = self.copy_graph(body, depth + 1, bodies_out)?;
+                        bodies_out.push((*b, copy));
+                        copies.push(copy);
+                    }
+                    Work::Cond {
+                        handle,
+                        kind,
+                        bodies: copies.into(),
+                    }
+                }
+                w => w,
+            };
+            nodes.push(Node {
+                handle: renamed[&n.handle],
+                deps: n.deps.iter().map(|d| renamed[d]).collect(),
+                work,
+            });
+        }
+        for n in &nodes {
+            self.nodes.insert(n.handle, h);
+        }
+        self.graphs.insert(h, Graph { nodes });
+        Some((h, renamed))
+    }
+
     fn node_mut(&mut self, node: u64) -> Result<&mut Node, CUresult> {
         let g = *self.nodes.get(&node).ok_or(err::INVALID_VALUE)?;
         self.graphs
@@ -787,30 +838,18 @@ pub extern "C" fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) -> CUresu
             if g.has_memory_nodes() {
                 return Err(err::NOT_SUPPORTED);
             }
-            if g.has_conditionals() {
-                return Err(crate::unsupported(
-                    "cuGraphClone of a graph with conditional nodes",
-                ));
-            }
-            let h = t.fresh();
-            let renamed: HashMap<u64, u64> =
-                g.nodes.iter().map(|n| (n.handle, t.fresh())).collect();
-            let nodes = g
-                .nodes
-                .into_iter()
-                .map(|n| Node {
-                    handle: renamed[&n.handle],
-                    deps: n.deps.iter().map(|d| renamed[d]).collect(),
-                    work: n.work,
-                })
-                .collect::<Vec<_>>();
-            for n in &nodes {
-                t.nodes.insert(n.handle, h);
-            }
+            let mut copied = Vec::new();
+            let (h, renamed) = t.copy_graph(g, 0, &mut copied).ok_or(err::INVALID_VALUE)?;
             for (orig, new) in renamed {
                 t.clones.insert((h, orig), new);
             }
-            t.graphs.insert(h, Graph { nodes });
+            // The clone's kernels and conditional nodes use the original's
+            // conditional handles (and its bodies' theirs): the copies keep
+            // their slots too.
+            cond::share(t, original as u64, h);
+            for (from, to) in copied {
+                cond::share(t, from, to);
+            }
             Ok(h)
         })?;
         user::copy_owner(original as u64, h);

@@ -299,7 +299,22 @@ static void switch_node() {
         if (read_int(out) != want) fail("switch on %d: %d, want %d", i, read_int(out), want);
     }
     CHECK(cudaGraphExecDestroy(e));
+    // A clone has bodies of its own and keeps the handle: it runs after
+    // the original is gone.
+    cudaGraph_t clone;
+    CHECK(cudaGraphClone(&clone, g));
     CHECK(cudaGraphDestroy(g));
+    CHECK(cudaGraphInstantiate(&e, clone, 0));
+    for (int i : {2, 4, 9}) {
+        write_int(v, i);
+        write_int(out, -1);
+        CHECK(cudaGraphLaunch(e, 0));
+        CHECK(cudaDeviceSynchronize());
+        int want = i < n ? i + 10 : -1;
+        if (read_int(out) != want) fail("cloned switch on %d: %d, want %d", i, read_int(out), want);
+    }
+    CHECK(cudaGraphExecDestroy(e));
+    CHECK(cudaGraphDestroy(clone));
     CHECK(cudaFree(v));
     CHECK(cudaFree(out));
 }

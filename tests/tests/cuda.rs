@@ -1518,7 +1518,11 @@ fn ipc_tokens_open_only_within_their_vm_and_memory_outlives_the_exporters_free()
     a.memcpy_htod(p, &data).unwrap();
     let (token, base, size) = a.ipc_get_mem_handle(p + 100).unwrap();
     assert_eq!((base, size), (p, 8192));
-    assert_eq!(a.ipc_get_mem_handle(p).unwrap().0, token, "one token per allocation");
+    assert_eq!(
+        a.ipc_get_mem_handle(p).unwrap().0,
+        token,
+        "one token per allocation"
+    );
     assert_refused(a.ipc_get_mem_handle(p + 8192), Status::INVALID_VALUE);
 
     assert_refused(other_vm.ipc_open_mem_handle(token), Status::INVALID_VALUE);
@@ -1541,7 +1545,11 @@ fn ipc_tokens_open_only_within_their_vm_and_memory_outlives_the_exporters_free()
     b.ipc_close_mem_handle(p).unwrap();
     assert_refused(b.ipc_close_mem_handle(p), Status::INVALID_VALUE);
     assert_refused(b.memcpy_htod(p, &[1]), Status::INVALID_VALUE);
-    assert_eq!(a.mem_get_info().unwrap().0, VM_QUOTA, "freed at the last close");
+    assert_eq!(
+        a.mem_get_info().unwrap().0,
+        VM_QUOTA,
+        "freed at the last close"
+    );
 
     // An exporter that goes takes its exports with it.
     let q = a.mem_alloc(4096).unwrap();

@@ -2951,9 +2951,11 @@ mod tests {
         g.mem_move(a, b, p).expect("move");
         assert!(g.memcpy_htod(a, p, &[1], None).is_err());
         let mut back = [0u8; 1000];
-        g.memcpy_dtoh(b, &mut back, p, None).expect("read where it went");
+        g.memcpy_dtoh(b, &mut back, p, None)
+            .expect("read where it went");
         assert_eq!(back, [7; 1000]);
-        g.memcpy_htod(b, p + 10, &[9], None).expect("write where it went");
+        g.memcpy_htod(b, p + 10, &[9], None)
+            .expect("write where it went");
         // Its requested size went with it: past it, copies are refused.
         assert!(g.memcpy_htod(b, p + 999, &[1, 2], None).is_err());
         assert!(g.mem_move(a, b, p).is_err(), "no longer the first's");

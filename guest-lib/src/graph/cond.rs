@@ -228,6 +228,16 @@ pub(super) fn launch_defaults(t: &Table, steps: &[(u64, Work)]) -> Vec<(u64, u32
         .collect()
 }
 
+/// Graph `clone` was copied from `original`: it keeps the slots the
+/// original keeps (its kernels may set them, its nodes read them).
+pub(super) fn share(t: &mut Table, original: u64, clone: u64) {
+    for c in t.conds.values_mut() {
+        if c.owners.contains(&original) {
+            c.owners.insert(clone);
+        }
+    }
+}
+
 /// Graphs or instantiations `owners` are gone: frees the slots no one
 /// uses any more.
 pub(super) fn release(owners: &[u64]) {
