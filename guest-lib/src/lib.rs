@@ -31,6 +31,7 @@
 pub mod types;
 
 mod array;
+mod batch;
 mod context;
 mod device;
 mod driver;

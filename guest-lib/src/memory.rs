@@ -84,6 +84,16 @@ fn find_host(ptr: usize) -> Option<(usize, usize)> {
     (ptr < base + size.max(1)).then_some((base, size))
 }
 
+/// Whether `ptr..ptr + n` overruns the device memory of this process that
+/// `ptr` lies in (an allocation, a module variable, a mapping): `false`
+/// when it fits or `ptr` is not known here (the host checks it then).
+pub fn overruns_device(ptr: u64, n: usize) -> bool {
+    find_device(ptr).is_some_and(|(base, size)| {
+        ptr.checked_add(n as u64)
+            .is_none_or(|end| end > base + size)
+    })
+}
+
 /// Whether `ptr` lies in a device allocation of this process that is not
 /// managed or mapped host memory (whose addresses copies treat as host
 /// memory, see `managed.rs`).

@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 28] = [
+const COMPUTE_PROGRAMS: [&str; 29] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -298,6 +298,7 @@ const COMPUTE_PROGRAMS: [&str; 28] = [
     "recursion",
     "graph_conditional",
     "ipc",
+    "batch_copy",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -307,7 +308,8 @@ const COMPUTE_PROGRAMS: [&str; 28] = [
 /// variables shared by the CPU and kernels, cooperative launches (and cluster launches
 /// refused where the device has none), CUDA graphs built and captured (memory nodes among them, and
 /// conditional IF/ELSE, WHILE and SWITCH nodes whose conditions kernels set), memory shared
-/// between two processes of a VM through CUDA IPC (a child's kernel on its parent's allocation), memory mapped through the virtual-memory API, tensor-core `mma.sync` with `ldmatrix`/`stmatrix` in inline PTX, sm_90's bulk copies on transaction-counting barriers,
+/// between two processes of a VM through CUDA IPC (a child's kernel on its parent's allocation),
+/// batched copies (`cudaMemcpyBatchAsync`), memory mapped through the virtual-memory API, tensor-core `mma.sync` with `ldmatrix`/`stmatrix` in inline PTX, sm_90's bulk copies on transaction-counting barriers,
 /// PTX modules JIT-linked or loaded from files, recursive device functions
 /// (and a recursion that overflows the call stack), programs built with the
 /// per-thread default stream: SimGpu's kernels compute exactly what the CPU
@@ -526,6 +528,7 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
         "jit_link",
         "device_heap",
         "sm80_features",
+        "batch_copy",
     ] {
         for v in VARIANTS {
             runs.push((format!("{p}-{v}"), v));
