@@ -443,6 +443,14 @@ pub trait GpuExecutor: Send {
             "allocations moving between contexts (CUDA IPC)",
         ))
     }
+    /// Moves event `e` from context `from` to context `to`, with its
+    /// recorded state, as [`GpuExecutor::mem_move`] moves memory.
+    fn event_move(&mut self, from: CtxId, to: CtxId, e: EventId) -> ExecResult<()> {
+        let _ = (from, to, e);
+        Err(ExecError::Unsupported(
+            "events moving between contexts (CUDA IPC)",
+        ))
+    }
 
     // The virtual-memory API. The request layer checks every range and
     // handle first: sizes, offsets and addresses are multiples of

@@ -433,6 +433,24 @@ impl Cuda {
         Ok((v[0], v[1]))
     }
 
+    /// `cuIpcGetEventHandle`: exports event `e` to the VM's other
+    /// processes → its token.
+    pub fn ipc_get_event_handle(&mut self, e: u64) -> Result<u64, CallError> {
+        Ok(self.call(Opcode::IpcGetEventHandle, &[e])?[0])
+    }
+
+    /// `cuIpcOpenEventHandle`: another process's exported event → an event
+    /// handle of this channel.
+    pub fn ipc_open_event_handle(&mut self, token: u64) -> Result<u64, CallError> {
+        Ok(self.call(Opcode::IpcOpenEventHandle, &[token])?[0])
+    }
+
+    /// `cuEventRecord` answered once the host has recorded it (what
+    /// follows it in other processes' streams may wait for it).
+    pub fn event_record_sync(&mut self, e: u64, s: u64) -> Result<(), CallError> {
+        self.call(Opcode::EventRecord, &[e, s]).map(|_| ())
+    }
+
     /// `cuIpcCloseMemHandle`.
     pub fn ipc_close_mem_handle(&mut self, base: u64) -> Result<(), CallError> {
         self.call(Opcode::IpcCloseMemHandle, &[base]).map(|_| ())

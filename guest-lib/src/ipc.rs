@@ -12,8 +12,19 @@
 //! names no export of this worker and is refused. The host supports it
 //! where contexts can hand memory over (SimGpu); elsewhere
 //! `cuIpcGetMemHandle` is CUDA_ERROR_NOT_SUPPORTED.
+//!
+//! Events made with `CU_EVENT_INTERPROCESS` (and, as the driver requires
+//! for a handle, `CU_EVENT_DISABLE_TIMING`) export the same way; an opened
+//! handle is an event handle of the opening process that names the
+//! exporter's event, lent to its context as memory is. Every record of
+//! such an event, in any process, is answered by the host before it
+//! returns: the processes order themselves by other means (a barrier in
+//! shared memory, a pipe) after recording, and a wait another process
+//! then issues must find the record, and the work before it, already on
+//! the device, whichever channel the worker serves first.
 
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::sync::Mutex;
 
 use crate::context::{out, require_current};
@@ -35,6 +46,89 @@ const LAZY_ENABLE_PEER_ACCESS: u32 = 1;
 
 /// Opens of this process: base -> how many times opened, less closes.
 static OPENED: Mutex<Option<HashMap<u64, u32>>> = Mutex::new(None);
+/// Events of this process that other processes may record or wait for:
+/// made with `CU_EVENT_INTERPROCESS` (-> their flags) or opened.
+static EVENTS: Mutex<Option<HashMap<u64, u32>>> = Mutex::new(None);
+
+/// `CU_EVENT_DISABLE_TIMING` and `CU_EVENT_INTERPROCESS`.
+const DISABLE_TIMING: u32 = 2;
+const INTERPROCESS: u32 = 4;
+/// What this library's event handles start with.
+const EVENT_MAGIC: [u8; 8] = *b"fgpuipce";
+
+/// `CUipcEventHandle`: 64 opaque bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IpcEventHandle {
+    reserved: [u8; 64],
+}
+
+/// Notes event `e`, made with `flags`, if other processes may use it.
+pub fn event_created(e: u64, flags: u32) {
+    if flags & INTERPROCESS != 0 {
+        if let Ok(mut m) = EVENTS.lock() {
+            m.get_or_insert_with(HashMap::new).insert(e, flags);
+        }
+    }
+}
+
+/// Forgets event `e` (destroyed).
+pub fn event_destroyed(e: u64) {
+    if let Ok(mut m) = EVENTS.lock() {
+        if let Some(m) = m.as_mut() {
+            m.remove(&e);
+        }
+    }
+}
+
+/// Whether other processes may record or wait for event `e`: its records
+/// are answered once the host has them.
+pub fn is_shared_event(e: u64) -> bool {
+    EVENTS
+        .lock()
+        .ok()
+        .is_some_and(|m| m.as_ref().is_some_and(|m| m.contains_key(&e)))
+}
+
+/// `cuIpcGetEventHandle`.
+#[no_mangle]
+pub extern "C" fn cuIpcGetEventHandle(handle: *mut IpcEventHandle, e: *mut c_void) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if handle.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let flags = EVENTS
+            .lock()
+            .ok()
+            .and_then(|m| m.as_ref().and_then(|m| m.get(&(e as u64)).copied()));
+        if flags.is_none_or(|f| f & DISABLE_TIMING == 0) {
+            return Err(err::INVALID_VALUE);
+        }
+        let token = state::with(|cu| cu.ipc_get_event_handle(e as u64))?;
+        let mut h = [0u8; 64];
+        h[..8].copy_from_slice(&EVENT_MAGIC);
+        h[8..16].copy_from_slice(&token.to_le_bytes());
+        // SAFETY: caller passes a writable handle (checked for null).
+        unsafe { out(handle, IpcEventHandle { reserved: h }) }
+    })
+}
+
+/// `cuIpcOpenEventHandle`.
+#[no_mangle]
+pub extern "C" fn cuIpcOpenEventHandle(pe: *mut *mut c_void, handle: IpcEventHandle) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if pe.is_null() || handle.reserved[..8] != EVENT_MAGIC {
+            return Err(err::INVALID_VALUE);
+        }
+        let token = u64::from_le_bytes(handle.reserved[8..16].try_into().expect("8 bytes"));
+        let e = state::with(|cu| cu.ipc_open_event_handle(token))?;
+        event_created(e, INTERPROCESS | DISABLE_TIMING);
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(pe, e as usize as *mut c_void) }
+    })
+}
 
 fn encode(token: u64, base: u64, size: u64) -> IpcMemHandle {
     let mut h = [0u8; 64];

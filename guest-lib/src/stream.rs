@@ -321,6 +321,7 @@ pub extern "C" fn cuEventCreate(pe: *mut CUevent, flags: u32) -> CUresult {
             return Err(err::INVALID_VALUE);
         }
         let h = state::with(|cu| cu.event_create(flags))?;
+        crate::ipc::event_created(h, flags);
         // SAFETY: non-null slot provided by the caller.
         unsafe { out(pe, h as usize as CUevent) }
     })
@@ -331,7 +332,9 @@ pub extern "C" fn cuEventCreate(pe: *mut CUevent, flags: u32) -> CUresult {
 pub extern "C" fn cuEventDestroy_v2(e: CUevent) -> CUresult {
     ffi_result(|| {
         require_current()?;
-        state::with(|cu| cu.event_destroy(e as u64))
+        state::with(|cu| cu.event_destroy(e as u64))?;
+        crate::ipc::event_destroyed(e as u64);
+        Ok(())
     })
 }
 
@@ -341,6 +344,9 @@ fn record(e: CUevent, s: CUstream) -> CUresult {
     }
     ffi_result(|| {
         require_current()?;
+        if crate::ipc::is_shared_event(e as u64) {
+            return state::with(|cu| cu.event_record_sync(e as u64, stream_handle(s)));
+        }
         state::with(|cu| cu.event_record(e as u64, stream_handle(s)))
     })
 }

@@ -169,6 +169,13 @@ pub enum Opcode {
     IpcOpenMemHandle = 0x0191,
     /// `cuIpcCloseMemHandle(args[0] = base)` of an opened handle.
     IpcCloseMemHandle = 0x0192,
+    /// `cuIpcGetEventHandle(args[0] = event)` → `vals[0]` = the export's
+    /// token.
+    IpcGetEventHandle = 0x0193,
+    /// `cuIpcOpenEventHandle(args[0] = token)` from another channel of the
+    /// VM → `vals[0]` = an event handle of this channel naming it
+    /// (`EventDestroy` closes it).
+    IpcOpenEventHandle = 0x0194,
 
     // OpenCL; arguments and results are documented in `crate::opencl`.
     /// `clGetDeviceInfo(args[0] = param)` of the channel's host device → the
@@ -310,7 +317,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 97] = [
+    pub const ALL: [Opcode; 99] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -369,6 +376,8 @@ impl Opcode {
         Opcode::IpcGetMemHandle,
         Opcode::IpcOpenMemHandle,
         Opcode::IpcCloseMemHandle,
+        Opcode::IpcGetEventHandle,
+        Opcode::IpcOpenEventHandle,
         Opcode::ClGetDeviceInfo,
         Opcode::ClGetPlatformInfo,
         Opcode::ClCreateQueue,

@@ -1,9 +1,11 @@
 // CUDA IPC between two processes of one VM: the parent exports an
 // allocation, a child process (this program again) opens the handle,
 // reads what the parent wrote, runs a kernel on it, and the parent sees
-// the kernel's result. The parent frees the memory while another child
-// holds it open: the memory stays until that child closes it. A process
-// cannot open its own handle, nor a forged one. Every value is checked.
+// the kernel's result. An exported event orders a child's kernel before
+// the parent's copy, with only a pipe between the processes. The parent
+// frees the memory while another child holds it open: the memory stays
+// until that child closes it. A process cannot open its own handle, nor a
+// forged one. Every value is checked.
 #define PROGRAM "ipc"
 #include "common.h"
 
@@ -65,6 +67,8 @@ static void reap(pid_t pid, const char* what) {
         fail("the %s child failed (status %#x)", what, status);
 }
 
+static cudaIpcEventHandle_t event_handle;
+
 static int child(const char* mode, const char* text, int in_fd, int out_fd) {
     cudaIpcMemHandle_t h = unhex(text);
     int* p = nullptr;
@@ -87,16 +91,33 @@ static int child(const char* mode, const char* text, int in_fd, int out_fd) {
         cudaGetLastError();
         if (cudaIpcCloseMemHandle(p) == cudaSuccess) fail("closed a handle that is not open");
         cudaGetLastError();
+    } else if (std::strcmp(mode, "event") == 0) {
+        // Its kernel, then a record of the parent's event; the parent
+        // hears of it through a pipe only and waits on the event.
+        char c;
+        if (read(in_fd, &event_handle, sizeof event_handle) != (ssize_t)sizeof event_handle) fail("pipe");
+        cudaEvent_t ev;
+        CHECK(cudaIpcOpenEventHandle(&ev, event_handle));
+        cudaStream_t s;
+        CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        add<<<(N + 255) / 256, 256, 0, s>>>(p, N, 5);
+        CHECK(cudaEventRecord(ev, s));
+        c = 'r';
+        if (write(out_fd, &c, 1) != 1) fail("pipe");
+        if (read(in_fd, &c, 1) != 1) fail("pipe");
+        CHECK(cudaStreamDestroy(s));
+        CHECK(cudaEventDestroy(ev));
+        CHECK(cudaIpcCloseMemHandle(p));
     } else {
         // "hold": tell the parent it is open, wait until the parent freed
         // it, then check it is all still there.
         char c = 'o';
         if (write(out_fd, &c, 1) != 1) fail("pipe");
         if (read(in_fd, &c, 1) != 1) fail("pipe");
-        expect_values(p, 1000, "after the exporter freed it");
+        expect_values(p, 1005, "after the exporter freed it");
         add<<<(N + 255) / 256, 256>>>(p, N, 1);
         CHECK(cudaDeviceSynchronize());
-        expect_values(p, 1001, "a kernel after the exporter freed it");
+        expect_values(p, 1006, "a kernel after the exporter freed it");
         CHECK(cudaIpcCloseMemHandle(p));
     }
     return 0;
@@ -132,11 +153,38 @@ int main(int argc, char** argv) {
     reap(spawn("use", h), "using");
     expect_values(d, 1000, "the parent's view of the child's kernel");
 
-    // Freed by the exporter while another process holds it open.
+    // An event: only interprocess events without timing export.
+    cudaEvent_t timed, ev;
+    cudaIpcEventHandle_t eh;
+    CHECK(cudaEventCreateWithFlags(&timed, cudaEventInterprocess | 0));
+    if (cudaIpcGetEventHandle(&eh, timed) == cudaSuccess) fail("an event with timing was exported");
+    cudaGetLastError();
+    CHECK(cudaEventDestroy(timed));
+    CHECK(cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming));
+    CHECK(cudaIpcGetEventHandle(&eh, ev));
     int to_child[2], from_child[2];
     if (pipe(to_child) != 0 || pipe(from_child) != 0) fail("pipe");
-    pid_t holder = spawn("hold", h, to_child[0], from_child[1]);
+    pid_t recorder = spawn("event", h, to_child[0], from_child[1]);
+    if (write(to_child[1], &eh, sizeof eh) != (ssize_t)sizeof eh) fail("pipe");
     char c;
+    if (read(from_child[0], &c, 1) != 1) fail("the recording child did not record");
+    // The child's kernel is ordered before this copy by its record alone.
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(cudaStreamWaitEvent(s, ev, 0));
+    CHECK(cudaMemcpyAsync(host, d, sizeof host, cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < N; i++)
+        if (host[i] != 3 * i + 1 + 1005) fail("after the child's recorded kernel: a[%d] = %d", i, host[i]);
+    CHECK(cudaEventQuery(ev));
+    CHECK(cudaEventSynchronize(ev));
+    if (write(to_child[1], &c, 1) != 1) fail("pipe");
+    reap(recorder, "recording");
+    CHECK(cudaStreamDestroy(s));
+    CHECK(cudaEventDestroy(ev));
+
+    // Freed by the exporter while another process holds it open.
+    pid_t holder = spawn("hold", h, to_child[0], from_child[1]);
     if (read(from_child[0], &c, 1) != 1) fail("the holding child did not open the handle");
     CHECK(cudaFree(d));
     if (write(to_child[1], &c, 1) != 1) fail("pipe");

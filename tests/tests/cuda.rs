@@ -1502,7 +1502,8 @@ fn virtual_memory_is_checked_on_the_host_and_charged_to_the_vm() {
 }
 
 /// CUDA IPC is between the processes of one VM: a token opens in another
-/// channel of the exporting VM (the same address, the exporter's bytes),
+/// channel of the exporting VM (the same address, the exporter's bytes;
+/// an event recorded in either process),
 /// never in another VM's channel, nor in the exporting channel, nor once
 /// forged; a channel cannot free memory it opened; the exporter's free
 /// waits for the last close (the VM stays charged till then), and when
@@ -1550,6 +1551,24 @@ fn ipc_tokens_open_only_within_their_vm_and_memory_outlives_the_exporters_free()
         VM_QUOTA,
         "freed at the last close"
     );
+
+    // Events alike: CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS.
+    let e = a.event_create(6).unwrap();
+    let t = a.ipc_get_event_handle(e).unwrap();
+    assert_refused(other_vm.ipc_open_event_handle(t), Status::INVALID_VALUE);
+    assert_refused(a.ipc_open_event_handle(t), Status::INVALID_CONTEXT);
+    let be = b.ipc_open_event_handle(t).unwrap();
+    assert_refused(b.ipc_get_event_handle(be), Status::INVALID_VALUE);
+    b.event_record_sync(be, 0).unwrap();
+    assert_eq!(a.event_query(e), Ok(true));
+    b.event_synchronize(be).unwrap();
+    // Destroyed by its exporter while open: the opener's handle works on.
+    a.event_destroy(e).unwrap();
+    assert_refused(a.event_query(e), Status::INVALID_HANDLE);
+    b.event_record_sync(be, 0).unwrap();
+    b.event_destroy(be).unwrap();
+    assert_refused(b.event_query(be), Status::INVALID_HANDLE);
+    assert_refused(b.ipc_open_event_handle(t), Status::INVALID_VALUE);
 
     // An exporter that goes takes its exports with it.
     let q = a.mem_alloc(4096).unwrap();

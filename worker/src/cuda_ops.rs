@@ -131,6 +131,12 @@ struct Context {
     exported: HashMap<DevPtr, u64>,
     zombies: BTreeMap<DevPtr, u64>,
     imports: BTreeMap<DevPtr, Import>,
+    /// The same for events: this context's exported events (-> token),
+    /// those destroyed here while opened elsewhere, and other channels'
+    /// events opened here (-> token, and how many handles name it).
+    ev_exported: HashMap<EventId, u64>,
+    ev_zombies: HashSet<EventId>,
+    ev_imports: HashMap<EventId, (u64, u32)>,
     /// What this context is charged against the VM's host memory: at
     /// least [`Context::host_bytes`], and before a request at least that
     /// plus what the request may add ([`growth_bound`]).
@@ -157,6 +163,16 @@ struct Export {
     base: DevPtr,
     bytes: u64,
     /// Opens by other channels not yet closed.
+    opened: u32,
+}
+
+/// An event a channel exported for CUDA IPC.
+#[derive(Debug, Clone, Copy)]
+struct EventExport {
+    ch: u32,
+    ctx: CtxId,
+    event: EventId,
+    /// Handles of other channels that name it.
     opened: u32,
 }
 
@@ -233,6 +249,9 @@ impl Context {
             exported: HashMap::new(),
             zombies: BTreeMap::new(),
             imports: BTreeMap::new(),
+            ev_exported: HashMap::new(),
+            ev_zombies: HashSet::new(),
+            ev_imports: HashMap::new(),
             vmem: HandleTable::new(MAX_OBJECTS),
             vmem_bytes: 0,
             mappings: BTreeMap::new(),
@@ -263,7 +282,10 @@ impl Context {
                     + self.mappings.len()
                     + self.exported.len()
                     + self.zombies.len()
-                    + self.imports.len()) as u64
+                    + self.imports.len()
+                    + self.ev_exported.len()
+                    + self.ev_zombies.len()
+                    + self.ev_imports.len()) as u64
             + self.param_bytes
     }
 
@@ -472,6 +494,7 @@ pub struct CudaOps {
     /// CUDA IPC exports of the VM's channels, by token, and what makes
     /// tokens (a key of this process's random hasher over a counter).
     ipc: HashMap<u64, Export>,
+    ipc_events: HashMap<u64, EventExport>,
     ipc_keys: std::collections::hash_map::RandomState,
     ipc_next: u64,
 }
@@ -550,6 +573,7 @@ impl CudaOps {
             cl: crate::cl_ops::ClOps::new(vm.clone(), HostMemory::unlimited()),
             vm,
             ipc: HashMap::new(),
+            ipc_events: HashMap::new(),
             ipc_keys: std::collections::hash_map::RandomState::new(),
             ipc_next: 0,
         }
@@ -755,11 +779,29 @@ impl CudaOps {
                 }
             }
         }
+        let mut events = Vec::new();
+        if let Some(Some(cx)) = self.contexts.get(ch as usize) {
+            for (&e, &(token, _)) in &cx.ev_imports {
+                let Some(x) = self.ipc_events.get(&token) else {
+                    continue;
+                };
+                let owner = self.contexts.get(x.ch as usize).and_then(Option::as_ref);
+                if owner.is_some_and(|o| o.ctx == x.ctx) {
+                    events.push((e, x.ctx, cx.ctx));
+                }
+            }
+        }
         lent.retain(|&(base, from, to)| self.exec.mem_move(from, to, base).is_ok());
+        events.retain(|&(e, from, to)| self.exec.event_move(from, to, e).is_ok());
         let r = f(self);
         for (base, from, to) in lent {
             if let Err(e) = self.exec.mem_move(to, from, base) {
                 tracing::error!(vm = %self.vm, channel = ch, error = %e, "an IPC allocation lent to a channel did not go back");
+            }
+        }
+        for (ev, from, to) in events {
+            if let Err(e) = self.exec.event_move(to, from, ev) {
+                tracing::error!(vm = %self.vm, channel = ch, error = %e, "an IPC event lent to a channel did not go back");
             }
         }
         r
@@ -771,7 +813,7 @@ impl CudaOps {
         loop {
             self.ipc_next += 1;
             let t = self.ipc_keys.hash_one(self.ipc_next);
-            if t != 0 && !self.ipc.contains_key(&t) {
+            if t != 0 && !self.ipc.contains_key(&t) && !self.ipc_events.contains_key(&t) {
                 return t;
             }
         }
@@ -799,11 +841,45 @@ impl CudaOps {
         for t in &gone {
             self.ipc.remove(t);
         }
+        // Events: this channel's opens close; its exports end (other
+        // channels' handles of them stay, naming nothing that works).
+        let ev_imports: Vec<(EventId, (u64, u32))> = self.contexts[ch as usize]
+            .as_mut()
+            .map(|cx| cx.ev_imports.drain().collect())
+            .unwrap_or_default();
+        for (_, (token, n)) in ev_imports {
+            self.ipc_event_close(token, n);
+        }
+        self.ipc_events
+            .retain(|_, x| !(x.ch == ch && Some(x.ctx) == ctx));
         if !gone.is_empty() {
             for cx in self.contexts.iter_mut().flatten() {
                 cx.imports.retain(|_, i| !gone.contains(&i.token));
             }
         }
+    }
+
+    /// `n` handles of exported event `token` are gone: at the last, an
+    /// event its exporter destroyed meanwhile is destroyed.
+    fn ipc_event_close(&mut self, token: u64, n: u32) {
+        let Some(x) = self.ipc_events.get_mut(&token) else {
+            return;
+        };
+        x.opened = x.opened.saturating_sub(n);
+        if x.opened > 0 {
+            return;
+        }
+        let x = *x;
+        let Some(Some(owner)) = self.contexts.get_mut(x.ch as usize) else {
+            return;
+        };
+        if owner.ctx != x.ctx || !owner.ev_zombies.contains(&x.event) {
+            return;
+        }
+        owner.ev_zombies.remove(&x.event);
+        owner.ev_exported.remove(&x.event);
+        self.ipc_events.remove(&token);
+        let _ = self.exec.event_destroy(x.ctx, x.event);
     }
 
     /// `opens` opens of export `token` at `base` are closed: at the last,
@@ -1689,10 +1765,90 @@ impl CudaOps {
                     .events
                     .remove(Handle(a[0]))
                     .map_err(|_| Status::INVALID_HANDLE)?;
+                // Another channel's event opened here: this handle goes.
+                if let Some((token, n)) = cx.ev_imports.get(&e).copied() {
+                    if n > 1 {
+                        cx.ev_imports.insert(e, (token, n - 1));
+                    } else {
+                        cx.ev_imports.remove(&e);
+                    }
+                    self.ipc_event_close(token, 1);
+                    return Ok(Answer::default());
+                }
+                // An exported event others still name stays until they
+                // let go of it.
+                if let Some(&token) = cx.ev_exported.get(&e) {
+                    let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                    if self.ipc_events.get(&token).is_some_and(|x| x.opened > 0) {
+                        cx.ev_zombies.insert(e);
+                        return Ok(Answer::default());
+                    }
+                    cx.ev_exported.remove(&e);
+                    self.ipc_events.remove(&token);
+                }
                 self.exec
                     .event_destroy(ctx, e)
                     .map_err(exec_err)
                     .map(|_| Answer::default())
+            }
+            Opcode::IpcGetEventHandle => {
+                let e = cx.event(a[0])?;
+                let known = cx.ev_exported.get(&e).copied();
+                let foreign = cx.ev_imports.contains_key(&e);
+                let full = cx.ev_exported.len() >= MAX_OBJECTS;
+                if !self.exec.moves_memory() {
+                    return Err(Status::NOT_SUPPORTED);
+                }
+                if foreign {
+                    return Err(Status::INVALID_VALUE);
+                }
+                if let Some(t) = known {
+                    return Ok(vals(&[t]));
+                }
+                if full {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let token = self.ipc_token();
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                cx.ev_exported.insert(e, token);
+                self.ipc_events.insert(
+                    token,
+                    EventExport {
+                        ch,
+                        ctx,
+                        event: e,
+                        opened: 0,
+                    },
+                );
+                Ok(vals(&[token]))
+            }
+            Opcode::IpcOpenEventHandle => {
+                let x = *self.ipc_events.get(&a[0]).ok_or(Status::INVALID_VALUE)?;
+                if x.ch == ch {
+                    return Err(Status::INVALID_CONTEXT);
+                }
+                let live = self
+                    .contexts
+                    .get(x.ch as usize)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|o| o.ctx == x.ctx && !o.ev_zombies.contains(&x.event));
+                if !live {
+                    return Err(Status::INVALID_VALUE);
+                }
+                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                if cx.events.len() >= MAX_OBJECTS {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let h = cx
+                    .events
+                    .insert(x.event)
+                    .map_err(|_| Status::OUT_OF_MEMORY)?;
+                let n = cx.ev_imports.get(&x.event).map_or(0, |i| i.1);
+                cx.ev_imports.insert(x.event, (a[0], n + 1));
+                if let Some(x) = self.ipc_events.get_mut(&a[0]) {
+                    x.opened += 1;
+                }
+                Ok(vals(&[h.0]))
             }
             Opcode::EventRecord => {
                 let e = cx.event(a[0])?;
@@ -1802,7 +1958,12 @@ impl Handler for CudaOps {
                 // IPC's own requests change what is lent: they run without.
                 let r = if matches!(
                     req.op,
-                    Opcode::IpcGetMemHandle | Opcode::IpcOpenMemHandle | Opcode::IpcCloseMemHandle
+                    Opcode::IpcGetMemHandle
+                        | Opcode::IpcOpenMemHandle
+                        | Opcode::IpcCloseMemHandle
+                        | Opcode::IpcGetEventHandle
+                        | Opcode::IpcOpenEventHandle
+                        | Opcode::EventDestroy
                 ) {
                     self.cuda(ch, req, arena)
                 } else {

@@ -1758,6 +1758,25 @@ impl GpuExecutor for SimGpu {
         Ok(())
     }
 
+    fn event_move(&mut self, from: CtxId, to: CtxId, e: EventId) -> ExecResult<()> {
+        // Bookkeeping, as `mem_move`; an event's time is on the device's
+        // one timeline, so it means the same in any context.
+        if !self.contexts.contains_key(&to.0) {
+            return Err(ExecError::Invalid("context"));
+        }
+        let ev = self
+            .contexts
+            .get_mut(&from.0)
+            .and_then(|c| c.events.remove(&e.0))
+            .ok_or(ExecError::Invalid("event"))?;
+        self.contexts
+            .get_mut(&to.0)
+            .ok_or(ExecError::Invalid("context"))?
+            .events
+            .insert(e.0, ev);
+        Ok(())
+    }
+
     fn va_reserve(&mut self, ctx: CtxId, bytes: u64, align: u64) -> ExecResult<DevPtr> {
         self.ctx(ctx)?;
         let align = align.max(VMM_GRANULARITY);
