@@ -427,6 +427,13 @@ pub trait GpuExecutor: Send {
     fn mem_alloc(&mut self, ctx: CtxId, bytes: u64) -> ExecResult<DevPtr>;
     /// Frees an allocation made by `mem_alloc` in this context.
     fn mem_free(&mut self, ctx: CtxId, ptr: DevPtr) -> ExecResult<()>;
+    /// Whether memory made by `phys_create` is compressible when asked
+    /// for (`CU_MEM_ALLOCATION_COMP_GENERIC`): SimGpu's memory is, as
+    /// compression changes no byte a program reads (its cost model does
+    /// not model it). The CUDA executor does not ask its driver for it.
+    fn compresses(&self) -> bool {
+        false
+    }
     /// Whether [`GpuExecutor::mem_move`] works: an allocation can change
     /// contexts (SimGpu, whose contexts are tables of one process's
     /// memory), which the request layer uses to let a process of the VM

@@ -392,6 +392,17 @@ impl Cuda {
         Ok(self.call(Opcode::MemCreate, &[bytes])?[0])
     }
 
+    /// `cuMemCreate` asking for compressible memory (or not) → the handle
+    /// and whether the memory is compressible.
+    pub fn mem_create_compressible(
+        &mut self,
+        bytes: u64,
+        compressible: bool,
+    ) -> Result<(u64, bool), CallError> {
+        let v = self.call(Opcode::MemCreate, &[bytes, u64::from(compressible)])?;
+        Ok((v[0], v[1] == 1))
+    }
+
     /// `cuMemRelease`.
     pub fn mem_release(&mut self, handle: u64) -> Result<(), CallError> {
         self.call(Opcode::MemRelease, &[handle]).map(|_| ())

@@ -61,6 +61,8 @@ pub struct Location {
 /// `CU_MEM_LOCATION_TYPE_DEVICE`, `CU_MEM_ALLOCATION_TYPE_PINNED`.
 const LOCATION_DEVICE: u32 = 1;
 const ALLOCATION_PINNED: u32 = 1;
+/// `CU_MEM_ALLOCATION_COMP_GENERIC` (`allocFlags.compressionType`; 0 is none).
+const COMP_GENERIC: u8 = 1;
 /// `CU_MEM_ACCESS_FLAGS_PROT_*`.
 const PROT_NONE: u32 = 0;
 const PROT_READ: u32 = 1;
@@ -68,7 +70,8 @@ const PROT_READWRITE: u32 = 3;
 
 #[derive(Debug)]
 struct Memory {
-    bytes: u64,
+    /// `CU_MEM_ALLOCATION_COMP_GENERIC` was asked for and obtained.
+    compressed: bool,
     /// `cuMemCreate` and each `cuMemRetainAllocationHandle`.
     refs: u32,
 }
@@ -170,16 +173,17 @@ pub extern "C" fn cuMemCreate(
 ) -> CUresult {
     ffi_result(|| {
         require_current()?;
-        check_prop(prop)?;
-        if handle.is_null() || flags != 0 {
+        let p = check_prop(prop)?;
+        if handle.is_null() || flags != 0 || p.flags[0] > COMP_GENERIC {
             return Err(err::INVALID_VALUE);
         }
-        let h = state::with(|cu| cu.mem_create(size as u64))?;
+        let (h, compressed) =
+            state::with(|cu| cu.mem_create_compressible(size as u64, p.flags[0] == COMP_GENERIC))?;
         with(|t| {
             t.memory.insert(
                 h,
                 Memory {
-                    bytes: size as u64,
+                    compressed,
                     refs: 1,
                 },
             );
@@ -384,12 +388,14 @@ pub extern "C" fn cuMemGetAllocationPropertiesFromHandle(
 ) -> CUresult {
     ffi_result(|| {
         state::device()?;
-        with(|t| {
+        let compressed = with(|t| {
             t.memory
                 .get(&handle)
-                .map(|m| m.bytes)
+                .map(|m| m.compressed)
                 .ok_or(err::INVALID_VALUE)
         })?;
+        let mut flags = [0u8; 8];
+        flags[0] = if compressed { COMP_GENERIC } else { 0 };
         // SAFETY: caller passes a writable slot (checked for null).
         unsafe {
             out(
@@ -400,7 +406,7 @@ pub extern "C" fn cuMemGetAllocationPropertiesFromHandle(
                     location_type: LOCATION_DEVICE,
                     location_id: 0,
                     win32_metadata: std::ptr::null_mut(),
-                    flags: [0; 8],
+                    flags,
                 },
             )
         }

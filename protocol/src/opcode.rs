@@ -145,8 +145,9 @@ pub enum Opcode {
     /// `cuMemAddressFree(args[0] = base, args[1] = bytes)`: a whole
     /// reservation with nothing mapped in it.
     MemAddressFree = 0x0181,
-    /// `cuMemCreate(args[0] = bytes)` → `vals[0]` = a handle to that much
-    /// device memory, charged against the VM's quota.
+    /// `cuMemCreate(args[0] = bytes, args[1] = 1 for compressible memory)`
+    /// → `vals[0]` = a handle to that much device memory, charged against
+    /// the VM's quota, `vals[1]` = 1 if it is compressible.
     MemCreate = 0x0182,
     /// `cuMemRelease(args[0] = handle)`: the memory goes once unmapped.
     MemRelease = 0x0183,

@@ -50,6 +50,8 @@ struct Vmm {
     decltype(&cuMemGetAccess) get_access = entry<decltype(&cuMemGetAccess)>("cuMemGetAccess");
     decltype(&cuMemRetainAllocationHandle) retain =
         entry<decltype(&cuMemRetainAllocationHandle)>("cuMemRetainAllocationHandle");
+    decltype(&cuMemGetAllocationPropertiesFromHandle) props =
+        entry<decltype(&cuMemGetAllocationPropertiesFromHandle)>("cuMemGetAllocationPropertiesFromHandle");
 };
 
 static CUmemAllocationProp prop() {
@@ -203,6 +205,41 @@ int main() {
         DRV(v.address_free(other, gran));
         DRV(v.address_free(base, 2 * gran));
         std::free(h);
+    }
+    // 3. Compressible memory, where the device reports it
+    // (GENERIC_COMPRESSION_SUPPORTED): the memory says it is, and holds
+    // what a kernel writes as any memory does.
+    int compression = 0;
+    CHECK(cudaDeviceGetAttribute(&compression, (cudaDeviceAttr)107 /* GENERIC_COMPRESSION_SUPPORTED */, 0));
+    for (int ask = 0; ask < 2; ask++) {
+        CUmemAllocationProp cp = prop();
+        cp.allocFlags.compressionType = ask ? CU_MEM_ALLOCATION_COMP_GENERIC : CU_MEM_ALLOCATION_COMP_NONE;
+        CUmemGenericAllocationHandle m;
+        DRV(v.create(&m, gran, &cp, 0));
+        CUmemAllocationProp got;
+        std::memset(&got, 0xff, sizeof got);
+        DRV(v.props(&got, m));
+        int want = ask && compression ? CU_MEM_ALLOCATION_COMP_GENERIC : CU_MEM_ALLOCATION_COMP_NONE;
+        EXPECT(got.allocFlags.compressionType == want, "compression asked %d: memory says %d, want %d", ask,
+               (int)got.allocFlags.compressionType, want);
+        EXPECT(got.type == CU_MEM_ALLOCATION_TYPE_PINNED && got.location.type == CU_MEM_LOCATION_TYPE_DEVICE,
+               "properties of created memory");
+        CUdeviceptr at = 0;
+        DRV(v.reserve(&at, gran, 0, 0, 0));
+        DRV(v.map(at, gran, 0, m, 0));
+        read_write(v, at, gran);
+        unsigned n = (unsigned)(gran / sizeof(unsigned));
+        iota<<<(n + 255) / 256, 256>>>((unsigned*)at, n);
+        LAUNCHED("iota");
+        unsigned* h = (unsigned*)std::malloc(gran);
+        CHECK(cudaMemcpy(h, (void*)at, gran, cudaMemcpyDeviceToHost));
+        if (check_results())
+            for (unsigned i = 0; i < n; i++)
+                EXPECT(h[i] == i * 2654435761u, "compressible %d word %u: %u", ask, i, h[i]);
+        std::free(h);
+        DRV(v.unmap(at, gran));
+        DRV(v.release(m));
+        DRV(v.address_free(at, gran));
     }
     CHECK(cudaDeviceSynchronize());
     pass();

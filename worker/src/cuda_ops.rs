@@ -44,6 +44,9 @@ use fairgpu_executor::{
     PhysId, Place, RectCopy, RectSide, StreamId, TexResource,
 };
 
+/// `CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED`.
+const GENERIC_COMPRESSION_SUPPORTED: i32 = 107;
+
 /// What a VM uses, for status and accounting.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Usage {
@@ -945,7 +948,13 @@ impl CudaOps {
             Opcode::DeviceGetAttribute => {
                 Self::device_ordinal(a[1])?;
                 let attr = i32::try_from(a[0]).map_err(|_| Status::INVALID_VALUE)?;
-                let v = props.attribute(attr).ok_or(Status::INVALID_VALUE)?;
+                let mut v = props.attribute(attr).ok_or(Status::INVALID_VALUE)?;
+                // Compressible memory is advertised where `MemCreate`
+                // makes it (a GPU's driver would, but the request layer
+                // does not ask it to).
+                if attr == GENERIC_COMPRESSION_SUPPORTED && !self.exec.compresses() {
+                    v = 0;
+                }
                 return Ok(vals(&[v as u32 as u64]));
             }
             Opcode::DeviceGetName => {
@@ -1110,6 +1119,11 @@ impl CudaOps {
                 if mem_used.checked_add(bytes).is_none_or(|u| u > quota) {
                     return Err(Status::OUT_OF_MEMORY);
                 }
+                // CU_MEM_ALLOCATION_COMP_NONE or _GENERIC.
+                if a[1] > 1 {
+                    return Err(Status::INVALID_VALUE);
+                }
+                let compressed = a[1] == 1 && self.exec.compresses();
                 let id = self.exec.phys_create(ctx, bytes).map_err(exec_err)?;
                 let cx = self.contexts[ch as usize].as_mut().expect("context exists");
                 let h = match cx.vmem.insert(VMem {
@@ -1126,7 +1140,7 @@ impl CudaOps {
                 };
                 cx.vmem_bytes += bytes;
                 self.mem_used += bytes;
-                Ok(vals(&[h.0]))
+                Ok(vals(&[h.0, u64::from(compressed)]))
             }
             Opcode::MemRelease => {
                 let h = Handle(a[0]);
