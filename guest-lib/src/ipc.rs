@@ -166,16 +166,42 @@ fn open(dptr: *mut CUdeviceptr, handle: IpcMemHandle, flags: u32) -> CUresult {
             return Err(err::INVALID_VALUE);
         }
         let token = token_of(&handle).ok_or(err::INVALID_VALUE)?;
-        let (base, size) = state::with(|cu| cu.ipc_open_mem_handle(token))?;
-        if let Ok(mut o) = OPENED.lock() {
-            *o.get_or_insert_with(HashMap::new).entry(base).or_insert(0) += 1;
-        }
-        // Device memory for copies' direction and pointer attributes, never
-        // an allocation `cuMemFree` frees.
-        crate::memory::register_mapping(base, size);
+        let base = open_token(token)?;
         // SAFETY: caller passes a writable slot (checked for null).
         unsafe { out(dptr, base) }
     })
+}
+
+/// Opens export `token` (of `cuIpcGetMemHandle` or a pool's pointer) →
+/// its base address.
+pub fn open_token(token: u64) -> Result<u64, CUresult> {
+    let (base, size) = state::with(|cu| cu.ipc_open_mem_handle(token))?;
+    if let Ok(mut o) = OPENED.lock() {
+        *o.get_or_insert_with(HashMap::new).entry(base).or_insert(0) += 1;
+    }
+    // Device memory for copies' direction and pointer attributes, never
+    // an allocation `cuMemFree` frees.
+    crate::memory::register_mapping(base, size);
+    Ok(base)
+}
+
+/// Closes one open of the allocation at `base`.
+pub fn close(base: u64) -> Result<(), CUresult> {
+    state::with(|cu| cu.ipc_close_mem_handle(base))?;
+    let last = OPENED
+        .lock()
+        .ok()
+        .and_then(|mut o| {
+            let m = o.as_mut()?;
+            let n = m.get_mut(&base)?;
+            *n -= 1;
+            (*n == 0).then(|| m.remove(&base))
+        })
+        .is_some();
+    if last {
+        crate::memory::forget_mapping(base);
+    }
+    Ok(())
 }
 
 /// `cuIpcOpenMemHandle` (CUDA 4 ABI).
@@ -203,21 +229,7 @@ pub extern "C" fn cuIpcOpenMemHandle_v2(
 pub extern "C" fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult {
     ffi_result(|| {
         require_current()?;
-        state::with(|cu| cu.ipc_close_mem_handle(dptr))?;
-        let last = OPENED
-            .lock()
-            .ok()
-            .and_then(|mut o| {
-                let m = o.as_mut()?;
-                let n = m.get_mut(&dptr)?;
-                *n -= 1;
-                (*n == 0).then(|| m.remove(&dptr))
-            })
-            .is_some();
-        if last {
-            crate::memory::forget_mapping(dptr);
-        }
-        Ok(())
+        close(dptr)
     })
 }
 

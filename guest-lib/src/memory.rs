@@ -210,6 +210,10 @@ pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
                 e => Err(e),
             };
         }
+        // Another process's pool pointer, imported: closed.
+        if let Some(r) = crate::pool::free_imported(dptr) {
+            return r;
+        }
         device_free(dptr)?;
         crate::pool::forget(dptr);
         Ok(())

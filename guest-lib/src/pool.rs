@@ -14,8 +14,16 @@
 //! and copies queued before `cuMemFreeAsync` still see it.
 //!
 //! Pools are process objects, like the driver's: handles are boxes of
-//! this library, checked on every call. Only device 0 exists; IPC export
-//! and import are not supported (`NOT_SUPPORTED`).
+//! this library, checked on every call. Only device 0 exists.
+//!
+//! IPC (where the host supports IPC of memory, see `ipc.rs`): a pool made
+//! with `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR` exports as a file
+//! descriptor (a memfd naming this library's pool), which another process
+//! of the VM imports as a pool of its own; a pointer from the exported
+//! pool exports as the 64 bytes of `cuMemPoolExportPointer`, carrying the
+//! host's IPC token of its allocation, and `cuMemPoolImportPointer` opens
+//! it. Freeing an imported pointer (`cuMemFreeAsync`, `cuMemFree`) closes
+//! it.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
@@ -40,6 +48,10 @@ struct Pool {
     used: u64,
     used_high: u64,
     reserved_high: u64,
+    /// Made with POSIX file-descriptor handles: it and its pointers export.
+    exportable: bool,
+    /// Imported from another process: only imported pointers come from it.
+    imported: bool,
 }
 
 impl Pool {
@@ -60,6 +72,9 @@ struct Pools {
     current: Option<usize>,
     /// Allocations from pools: address → (pool, bytes).
     allocs: HashMap<u64, (usize, u64)>,
+    /// Pointers imported from other processes: address → the opened
+    /// allocation's base.
+    imports: HashMap<u64, u64>,
     /// The last created pool's handle (odd numbers, never reused while a
     /// pool holds them).
     next: usize,
@@ -85,6 +100,7 @@ fn with<T>(f: impl FnOnce(&mut Pools) -> Result<T, CUresult>) -> Result<T, CUres
             created: HashSet::new(),
             current: None,
             allocs: HashMap::new(),
+            imports: HashMap::new(),
             next: 0,
         }
     });
@@ -226,6 +242,9 @@ pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, s: CUstream) -> CUresult {
             };
         }
         state::with(|cu| cu.stream_synchronize(stream_handle(s)))?;
+        if let Some(r) = free_imported(dptr) {
+            return r;
+        }
         device_free(dptr)?;
         with(|p| {
             release(p, dptr);
@@ -311,7 +330,8 @@ pub unsafe extern "C" fn cuMemPoolCreate(
         if pr.location_id != 0 {
             return Err(err::INVALID_DEVICE);
         }
-        if pr.handle_types != 0 {
+        // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR only.
+        if pr.handle_types & !POSIX_FD != 0 {
             return Err(err::NOT_SUPPORTED);
         }
         let h = with(|p| {
@@ -324,7 +344,13 @@ pub unsafe extern "C" fn cuMemPoolCreate(
                 }
             }
             let h = p.next;
-            p.pools.insert(h, Pool::new());
+            p.pools.insert(
+                h,
+                Pool {
+                    exportable: pr.handle_types == POSIX_FD,
+                    ..Pool::new()
+                },
+            );
             p.created.insert(h);
             Ok(h)
         })?;
@@ -522,5 +548,176 @@ pub unsafe extern "C" fn cuMemPoolGetAccess(
         };
         // SAFETY: caller passes a writable slot (checked for null).
         unsafe { out(flags, v) }
+    })
+}
+
+/// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`.
+const POSIX_FD: u32 = 1;
+/// What this library's exported pools and pointers start with.
+const POOL_MAGIC: [u8; 8] = *b"fgpupool";
+const PTR_MAGIC: [u8; 8] = *b"fgpupptr";
+
+/// Closes `ptr` if it was imported from another process's pool; `None`
+/// if it was not.
+pub fn free_imported(ptr: CUdeviceptr) -> Option<Result<(), CUresult>> {
+    let base = with(|p| Ok(p.imports.remove(&ptr))).ok().flatten()?;
+    Some(crate::ipc::close(base))
+}
+
+/// `cuMemPoolExportToShareableHandle`: a file descriptor (a memfd naming
+/// this pool) for another process of the VM.
+#[no_mangle]
+pub extern "C" fn cuMemPoolExportToShareableHandle(
+    handle: *mut c_void,
+    pool: CUmemoryPool,
+    kind: u32,
+    flags: u64,
+) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if handle.is_null() || kind != POSIX_FD || flags != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let exportable = with(|p| Ok(p.pools.get(&(pool as usize)).map(|pl| pl.exportable)))?;
+        if exportable != Some(true) {
+            return Err(err::INVALID_VALUE);
+        }
+        let mut text = [0u8; 24];
+        text[..8].copy_from_slice(&POOL_MAGIC);
+        text[8..16].copy_from_slice(&(pool as u64).to_le_bytes());
+        text[16..24].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
+        // SAFETY: a NUL-terminated name; memfd_create returns a new
+        // descriptor or -1.
+        let fd = unsafe { libc::memfd_create(c"fairgpu-mempool".as_ptr(), 0) };
+        if fd < 0 {
+            return Err(err::OUT_OF_MEMORY);
+        }
+        // SAFETY: `fd` is the descriptor just made; `text` is readable.
+        let n = unsafe { libc::pwrite(fd, text.as_ptr().cast(), text.len(), 0) };
+        if n != text.len() as isize {
+            // SAFETY: closing the descriptor made above.
+            unsafe { libc::close(fd) };
+            return Err(err::OUT_OF_MEMORY);
+        }
+        // SAFETY: the caller passes room for an `int` (POSIX handle type).
+        unsafe { handle.cast::<i32>().write(fd) };
+        Ok(())
+    })
+}
+
+/// `cuMemPoolImportFromShareableHandle`: a pool of this process standing
+/// for the exporter's, which imported pointers come from.
+#[no_mangle]
+pub extern "C" fn cuMemPoolImportFromShareableHandle(
+    pool_out: *mut CUmemoryPool,
+    handle: *mut c_void,
+    kind: u32,
+    flags: u64,
+) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if pool_out.is_null() || kind != POSIX_FD || flags != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let fd = i32::try_from(handle as usize).map_err(|_| err::INVALID_VALUE)?;
+        let mut text = [0u8; 24];
+        // SAFETY: reads at most `text.len()` bytes into `text` from a
+        // descriptor number the caller gave (a bad one fails the read).
+        let n = unsafe { libc::pread(fd, text.as_mut_ptr().cast(), text.len(), 0) };
+        if n != text.len() as isize || text[..8] != POOL_MAGIC {
+            return Err(err::INVALID_VALUE);
+        }
+        let h = with(|p| {
+            loop {
+                p.next = p.next.wrapping_add(2) | 1;
+                if p.next != default_pool() && !p.pools.contains_key(&p.next) {
+                    break;
+                }
+            }
+            let h = p.next;
+            p.pools.insert(
+                h,
+                Pool {
+                    imported: true,
+                    ..Pool::new()
+                },
+            );
+            p.created.insert(h);
+            Ok(h)
+        })?;
+        // SAFETY: non-null slot provided by the caller.
+        unsafe { out(pool_out, h as CUmemoryPool) }
+    })
+}
+
+/// `CUmemPoolPtrExportData`: 64 opaque bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PoolPtrExportData {
+    reserved: [u8; 64],
+}
+
+/// `cuMemPoolExportPointer`: a pointer of an exportable pool, for another
+/// process of the VM.
+#[no_mangle]
+pub extern "C" fn cuMemPoolExportPointer(
+    data: *mut PoolPtrExportData,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if data.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let exportable = with(|p| {
+            Ok(p.allocs
+                .get(&ptr)
+                .and_then(|(pool, _)| p.pools.get(pool))
+                .is_some_and(|pl| pl.exportable))
+        })?;
+        if !exportable {
+            return Err(err::INVALID_VALUE);
+        }
+        let (token, base, size) = state::with(|cu| cu.ipc_get_mem_handle(ptr))?;
+        let mut d = [0u8; 64];
+        d[..8].copy_from_slice(&PTR_MAGIC);
+        d[8..16].copy_from_slice(&token.to_le_bytes());
+        d[16..24].copy_from_slice(&base.to_le_bytes());
+        d[24..32].copy_from_slice(&size.to_le_bytes());
+        d[32..40].copy_from_slice(&(ptr - base).to_le_bytes());
+        // SAFETY: caller passes writable export data (checked for null).
+        unsafe { out(data, PoolPtrExportData { reserved: d }) }
+    })
+}
+
+/// `cuMemPoolImportPointer`: opens another process's pool pointer, from
+/// a pool imported from its exporter.
+#[no_mangle]
+pub extern "C" fn cuMemPoolImportPointer(
+    ptr_out: *mut CUdeviceptr,
+    pool: CUmemoryPool,
+    data: *const PoolPtrExportData,
+) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if ptr_out.is_null() || data.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let imported = with(|p| Ok(p.pools.get(&(pool as usize)).is_some_and(|pl| pl.imported)))?;
+        // SAFETY: non-null; the caller passes the exporter's 64 bytes.
+        let d = unsafe { data.read_unaligned() }.reserved;
+        if !imported || d[..8] != PTR_MAGIC {
+            return Err(err::INVALID_VALUE);
+        }
+        let word = |i: usize| u64::from_le_bytes(d[i..i + 8].try_into().expect("8 bytes"));
+        let (token, offset) = (word(8), word(32));
+        let base = crate::ipc::open_token(token)?;
+        let ptr = base + offset;
+        with(|p| {
+            p.imports.insert(ptr, base);
+            Ok(())
+        })?;
+        // SAFETY: non-null slot provided by the caller.
+        unsafe { out(ptr_out, ptr) }
     })
 }

@@ -5,7 +5,9 @@
 // the parent's copy, with only a pipe between the processes. The parent
 // frees the memory while another child holds it open: the memory stays
 // until that child closes it. A process cannot open its own handle, nor a
-// forged one. Every value is checked.
+// forged one. A pool made for IPC exports as a file descriptor, and one
+// of its pointers to a child that imports both, works on it and frees
+// it. Every value is checked.
 #define PROGRAM "ipc"
 #include "common.h"
 
@@ -49,8 +51,8 @@ static void expect_values(const int* d, int offset, const char* what) {
 }
 
 // Runs this program as `child MODE HANDLE [FDS]` and waits for it.
-static pid_t spawn(const char* mode, const cudaIpcMemHandle_t& h, int in_fd = -1, int out_fd = -1) {
-    std::string text = hex(h), in = std::to_string(in_fd), out = std::to_string(out_fd);
+static pid_t spawn_text(const char* mode, const std::string& text, int in_fd = -1, int out_fd = -1) {
+    std::string in = std::to_string(in_fd), out = std::to_string(out_fd);
     pid_t pid = fork();
     if (pid < 0) fail("fork");
     if (pid == 0) {
@@ -61,6 +63,10 @@ static pid_t spawn(const char* mode, const cudaIpcMemHandle_t& h, int in_fd = -1
     return pid;
 }
 
+static pid_t spawn(const char* mode, const cudaIpcMemHandle_t& h, int in_fd = -1, int out_fd = -1) {
+    return spawn_text(mode, hex(h), in_fd, out_fd);
+}
+
 static void reap(pid_t pid, const char* what) {
     int status = 0;
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
@@ -69,7 +75,35 @@ static void reap(pid_t pid, const char* what) {
 
 static cudaIpcEventHandle_t event_handle;
 
+// "pool": imports the pool the parent's descriptor `fd` names and the
+// pointer `text` carries, checks it, adds 7 on the device, frees it.
+static int pool_child(const char* text, int fd) {
+    cudaMemPoolPtrExportData data;
+    if (std::strlen(text) != 2 * sizeof data.reserved) fail("bad export data");
+    for (size_t i = 0; i < sizeof data.reserved; i++) {
+        unsigned v;
+        if (std::sscanf(text + 2 * i, "%2x", &v) != 1) fail("bad export data");
+        data.reserved[i] = (char)v;
+    }
+    cudaMemPool_t pool;
+    first_call(cudaMemPoolImportFromShareableHandle(&pool, (void*)(intptr_t)fd,
+                                                    cudaMemHandleTypePosixFileDescriptor, 0),
+               "cudaMemPoolImportFromShareableHandle");
+    int* p = nullptr;
+    CHECK(cudaMemPoolImportPointer((void**)&p, pool, &data));
+    expect_values(p, 0, "the imported pool pointer");
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    add<<<(N + 255) / 256, 256, 0, s>>>(p, N, 7);
+    CHECK(cudaFreeAsync(p, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaStreamDestroy(s));
+    CHECK(cudaMemPoolDestroy(pool));
+    return 0;
+}
+
 static int child(const char* mode, const char* text, int in_fd, int out_fd) {
+    if (std::strcmp(mode, "pool") == 0) return pool_child(text, in_fd);
     cudaIpcMemHandle_t h = unhex(text);
     int* p = nullptr;
     first_call(cudaIpcOpenMemHandle((void**)&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
@@ -189,6 +223,40 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(d));
     if (write(to_child[1], &c, 1) != 1) fail("pipe");
     reap(holder, "holding");
+
+    // A pool for IPC: its descriptor and a pointer's export data to a
+    // child, which imports both, adds 7 on the device and frees its
+    // import; the parent's allocation stays the parent's.
+    int supported = 0;
+    CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolSupportedHandleTypes, 0));
+    EXPECT(supported & cudaMemHandleTypePosixFileDescriptor, "pool handle types %d", supported);
+    cudaMemPoolProps props = {};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = 0;
+    cudaMemPool_t pool;
+    CHECK(cudaMemPoolCreate(&pool, &props));
+    int* q;
+    CHECK(cudaMallocFromPoolAsync((void**)&q, N * sizeof(int), pool, 0));
+    for (int i = 0; i < N; i++) host[i] = 3 * i + 1;
+    CHECK(cudaMemcpy(q, host, sizeof host, cudaMemcpyHostToDevice));
+    int fd = -1;
+    CHECK(cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0));
+    cudaMemPoolPtrExportData data;
+    CHECK(cudaMemPoolExportPointer(&data, q));
+    std::string text;
+    for (unsigned char b : data.reserved) {
+        char two[3];
+        std::snprintf(two, sizeof two, "%02x", b);
+        text += two;
+    }
+    reap(spawn_text("pool", text, fd), "pool");
+    close(fd);
+    expect_values(q, 7, "the parent's view of the pool child's kernel");
+    CHECK(cudaFreeAsync(q, 0));
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaMemPoolDestroy(pool));
 
     // Its last close freed it.
     size_t free1;

@@ -46,6 +46,8 @@ use fairgpu_executor::{
 
 /// `CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED`.
 const GENERIC_COMPRESSION_SUPPORTED: i32 = 107;
+/// `CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES`.
+const MEMPOOL_SUPPORTED_HANDLE_TYPES: i32 = 119;
 
 /// What a VM uses, for status and accounting.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -953,6 +955,10 @@ impl CudaOps {
                 // makes it (a GPU's driver would, but the request layer
                 // does not ask it to).
                 if attr == GENERIC_COMPRESSION_SUPPORTED && !self.exec.compresses() {
+                    v = 0;
+                }
+                // Pools export (IPC) where memory moves between contexts.
+                if attr == MEMPOOL_SUPPORTED_HANDLE_TYPES && !self.exec.moves_memory() {
                     v = 0;
                 }
                 return Ok(vals(&[v as u32 as u64]));

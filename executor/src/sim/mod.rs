@@ -976,6 +976,7 @@ fn attributes(sm_count: u32) -> Vec<(i32, i32)> {
         (115, 1),           // MEMORY_POOLS_SUPPORTED (the guest library's pools)
         (102, 1),           // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED (whole-memory mappings)
         (107, 1),           // GENERIC_COMPRESSION_SUPPORTED (cuMemCreate's, a no-op here)
+        (119, 1),           // MEMPOOL_SUPPORTED_HANDLE_TYPES: POSIX descriptors (IPC in a VM)
         (69, 1 << 28),      // MAXIMUM_TEXTURE1D_LINEAR_WIDTH (an H100's)
         // The interpreter stores a conditional's value at its handle.
         (fairgpu_protocol::cuda::ATTR_GUEST_GRAPH_CONDITIONALS, 1),
