@@ -80,6 +80,24 @@ struct Pools {
     next: usize,
 }
 
+impl Pools {
+    /// Adds a created (or imported) pool; returns its handle: an odd
+    /// number from a counter, never the default pool's (a static's
+    /// address) nor a live pool's.
+    fn add(&mut self, pool: Pool) -> usize {
+        loop {
+            self.next = self.next.wrapping_add(2) | 1;
+            if self.next != default_pool() && !self.pools.contains_key(&self.next) {
+                break;
+            }
+        }
+        let h = self.next;
+        self.pools.insert(h, pool);
+        self.created.insert(h);
+        h
+    }
+}
+
 static POOLS: Mutex<Option<Pools>> = Mutex::new(None);
 
 /// The default pool's handle: the address of a static, so never a created
@@ -335,24 +353,10 @@ pub unsafe extern "C" fn cuMemPoolCreate(
             return Err(err::NOT_SUPPORTED);
         }
         let h = with(|p| {
-            // Handles: odd numbers from a counter, never the default pool's
-            // (a static's address) nor a live pool's.
-            loop {
-                p.next = p.next.wrapping_add(2) | 1;
-                if p.next != default_pool() && !p.pools.contains_key(&p.next) {
-                    break;
-                }
-            }
-            let h = p.next;
-            p.pools.insert(
-                h,
-                Pool {
-                    exportable: pr.handle_types == POSIX_FD,
-                    ..Pool::new()
-                },
-            );
-            p.created.insert(h);
-            Ok(h)
+            Ok(p.add(Pool {
+                exportable: pr.handle_types == POSIX_FD,
+                ..Pool::new()
+            }))
         })?;
         // SAFETY: non-null slot provided by the caller.
         unsafe { out(pool, h as CUmemoryPool) }
@@ -628,22 +632,10 @@ pub extern "C" fn cuMemPoolImportFromShareableHandle(
             return Err(err::INVALID_VALUE);
         }
         let h = with(|p| {
-            loop {
-                p.next = p.next.wrapping_add(2) | 1;
-                if p.next != default_pool() && !p.pools.contains_key(&p.next) {
-                    break;
-                }
-            }
-            let h = p.next;
-            p.pools.insert(
-                h,
-                Pool {
-                    imported: true,
-                    ..Pool::new()
-                },
-            );
-            p.created.insert(h);
-            Ok(h)
+            Ok(p.add(Pool {
+                imported: true,
+                ..Pool::new()
+            }))
         })?;
         // SAFETY: non-null slot provided by the caller.
         unsafe { out(pool_out, h as CUmemoryPool) }

@@ -22,24 +22,31 @@ __global__ void add(int* a, int n, int by) {
     if (i < n) a[i] += by;
 }
 
-static std::string hex(const cudaIpcMemHandle_t& h) {
+template <typename C>
+static std::string hex(const C (&bytes)[64]) {
     static const char digits[] = "0123456789abcdef";
     std::string s;
-    for (unsigned char c : h.reserved) {
+    for (unsigned char c : bytes) {
         s += digits[c >> 4];
         s += digits[c & 15];
     }
     return s;
 }
 
-static cudaIpcMemHandle_t unhex(const char* s) {
-    cudaIpcMemHandle_t h;
-    if (std::strlen(s) != 2 * sizeof h.reserved) fail("bad handle text");
-    for (size_t i = 0; i < sizeof h.reserved; i++) {
+// The 64 bytes written as hex by `hex`.
+template <typename C>
+static void unhex_into(const char* s, C (&out)[64]) {
+    if (std::strlen(s) != 2 * sizeof out) fail("bad handle text");
+    for (size_t i = 0; i < sizeof out; i++) {
         unsigned v;
         if (std::sscanf(s + 2 * i, "%2x", &v) != 1) fail("bad handle text");
-        h.reserved[i] = (char)v;
+        out[i] = (C)v;
     }
+}
+
+static cudaIpcMemHandle_t unhex(const char* s) {
+    cudaIpcMemHandle_t h;
+    unhex_into(s, h.reserved);
     return h;
 }
 
@@ -64,7 +71,7 @@ static pid_t spawn_text(const char* mode, const std::string& text, int in_fd = -
 }
 
 static pid_t spawn(const char* mode, const cudaIpcMemHandle_t& h, int in_fd = -1, int out_fd = -1) {
-    return spawn_text(mode, hex(h), in_fd, out_fd);
+    return spawn_text(mode, hex(h.reserved), in_fd, out_fd);
 }
 
 static void reap(pid_t pid, const char* what) {
@@ -79,12 +86,7 @@ static cudaIpcEventHandle_t event_handle;
 // pointer `text` carries, checks it, adds 7 on the device, frees it.
 static int pool_child(const char* text, int fd) {
     cudaMemPoolPtrExportData data;
-    if (std::strlen(text) != 2 * sizeof data.reserved) fail("bad export data");
-    for (size_t i = 0; i < sizeof data.reserved; i++) {
-        unsigned v;
-        if (std::sscanf(text + 2 * i, "%2x", &v) != 1) fail("bad export data");
-        data.reserved[i] = (char)v;
-    }
+    unhex_into(text, data.reserved);
     cudaMemPool_t pool;
     first_call(cudaMemPoolImportFromShareableHandle(&pool, (void*)(intptr_t)fd,
                                                     cudaMemHandleTypePosixFileDescriptor, 0),
@@ -245,13 +247,7 @@ int main(int argc, char** argv) {
     CHECK(cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0));
     cudaMemPoolPtrExportData data;
     CHECK(cudaMemPoolExportPointer(&data, q));
-    std::string text;
-    for (unsigned char b : data.reserved) {
-        char two[3];
-        std::snprintf(two, sizeof two, "%02x", b);
-        text += two;
-    }
-    reap(spawn_text("pool", text, fd), "pool");
+    reap(spawn_text("pool", hex(data.reserved), fd), "pool");
     close(fd);
     expect_values(q, 7, "the parent's view of the pool child's kernel");
     CHECK(cudaFreeAsync(q, 0));

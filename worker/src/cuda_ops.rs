@@ -777,9 +777,10 @@ impl CudaOps {
                     continue;
                 };
                 let owner = self.contexts.get(e.ch as usize).and_then(Option::as_ref);
-                if owner.is_some_and(|o| o.ctx == e.ctx && o.allocs.contains_key(&base))
-                    || owner.is_some_and(|o| o.ctx == e.ctx && o.zombies.contains_key(&base))
-                {
+                if owner.is_some_and(|o| {
+                    o.ctx == e.ctx
+                        && (o.allocs.contains_key(&base) || o.zombies.contains_key(&base))
+                }) {
                     lent.push((base, e.ctx, cx.ctx));
                 }
             }
