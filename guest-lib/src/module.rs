@@ -262,8 +262,10 @@ fn cubin_refused() {
         eprintln!(
             "fairgpu guest-lib: the host refused a cubin (machine code for one GPU architecture, \
              no PTX). SimGpu executes PTX: ask for PTX instead (NVRTC: nvrtcGetPTX with \
-             --gpu-architecture=compute_90; nvcc: -gencode arch=compute_90,code=compute_90); \
-             on a GPU, build the cubin for the host's architecture"
+             --gpu-architecture=compute_90, or install fairgpu's NVRTC shim as libnvrtc.so.12/13 \
+             beside this library, which does that for programs asking NVRTC for a cubin; nvcc: \
+             -gencode arch=compute_90,code=compute_90); on a GPU, build the cubin for the host's \
+             architecture"
         );
     });
 }

@@ -23,6 +23,14 @@ pub const DRIVER_VERSION: i32 = 13000;
 /// not report read as 0, as a real driver's "not applicable" ones do.
 pub const MAX_ATTRIBUTE: i32 = 160;
 
+/// fairgpu's own device attributes (outside CUDA's numbering), asked of
+/// the host with the others and answered by `cuDeviceGetAttribute` where
+/// the host knows them; INVALID_VALUE elsewhere, as NVIDIA's driver says.
+pub const OWN_ATTRIBUTES: [i32; 2] = [
+    fairgpu_protocol::cuda::ATTR_GUEST_GRAPH_CONDITIONALS,
+    fairgpu_protocol::cuda::ATTR_EXECUTES_PTX_ONLY,
+];
+
 /// What the guest knows about the one device.
 #[derive(Debug)]
 pub struct DeviceInfo {
@@ -39,6 +47,9 @@ pub struct DeviceInfo {
 impl DeviceInfo {
     /// An attribute's value: the host's, else 0 within the known range.
     pub fn attribute(&self, a: i32) -> Result<i32, CUresult> {
+        if OWN_ATTRIBUTES.contains(&a) {
+            return self.attrs.get(&a).copied().ok_or(err::INVALID_VALUE);
+        }
         if !(1..=MAX_ATTRIBUTE).contains(&a) {
             return Err(err::INVALID_VALUE);
         }
@@ -64,7 +75,7 @@ fn connect() -> Result<DeviceInfo, CUresult> {
     let total_mem = cu.device_total_mem(0).map_err(status)?;
     let uuid = cu.device_uuid(0).map_err(status)?;
     let mut attrs = HashMap::new();
-    for a in 1..=MAX_ATTRIBUTE {
+    for a in (1..=MAX_ATTRIBUTE).chain(OWN_ATTRIBUTES) {
         match cu.device_attribute(a, 0) {
             Ok(v) => {
                 attrs.insert(a, v);

@@ -37,6 +37,12 @@ pub const MAX_RESERVATION: u64 = 1 << 40;
 /// JIT resolves that call against handles only its own graphs make.
 pub const ATTR_GUEST_GRAPH_CONDITIONALS: i32 = 0x4647_0001;
 
+/// A device attribute of fairgpu's own: 1 when the executor runs PTX only
+/// and no machine code (SimGpu), so that a module of SASS alone cannot
+/// load. fairgpu's NVRTC shim asks it to compile for the virtual
+/// architecture where a program asks NVRTC for the device's machine code.
+pub const ATTR_EXECUTES_PTX_ONLY: i32 = 0x4647_0002;
+
 /// Longest device name returned.
 pub const MAX_DEVICE_NAME: usize = 256;
 

@@ -60,6 +60,24 @@ pub fn toolchain_prefix() -> PathBuf {
     }
 }
 
+/// The `CUPY_*` variables of the toolchain's `env.sh` (CuPy and NVIDIA's
+/// NVRTC 12, `scripts/cuda-toolchain.sh --with-cupy`); `None` when they
+/// are not installed there.
+pub fn cupy_env() -> Option<std::collections::HashMap<String, String>> {
+    let env = std::fs::read_to_string(toolchain_prefix().join("env.sh")).ok()?;
+    let vars: std::collections::HashMap<String, String> = env
+        .lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .filter(|(k, _)| k.starts_with("CUPY_"))
+        .map(|(k, v)| (k.to_owned(), v.trim_matches('\'').to_owned()))
+        .collect();
+    ["CUPY_PYTHONPATH", "CUPY_CUDA_PATH", "CUPY_NVRTC_LIB"]
+        .iter()
+        .all(|k| vars.contains_key(*k))
+        .then_some(vars)
+}
+
 /// The built programs; `None` if the toolchain is missing and
 /// `FAIRGPU_ALLOW_NO_CUDA=1`. Panics with the build's output if it fails.
 pub fn programs() -> Option<&'static Programs> {

@@ -920,6 +920,43 @@ pub fn claim(region: &Path, cfg: WaitConfig) -> Channel {
     Channel::claim(r, cfg).expect("claiming a channel")
 }
 
+/// A directory holding fairgpu's NVRTC shim for CUDA `major` (12 or 13)
+/// under NVRTC's name, `libnvrtc.so.<major>`, for `LD_LIBRARY_PATH` ahead
+/// of NVIDIA's: `target/<profile>/nvrtc-shim-<major>/`, a symlink to
+/// `target/<profile>/libfairgpu_nvrtc<major>.so`. Panics if it has not
+/// been built.
+pub fn nvrtc_shim_dir(major: u32) -> PathBuf {
+    let lib = format!("libfairgpu_nvrtc{major}.so");
+    built_artifact(&lib, &format!("fairgpu-guest-nvrtc{major}"));
+    let dir = profile_dir().join(format!("nvrtc-shim-{major}"));
+    std::fs::create_dir_all(&dir).expect("creating target/<profile>/nvrtc-shim-N");
+    link_into(
+        &dir,
+        &format!("libnvrtc.so.{major}"),
+        &Path::new("..").join(lib),
+    );
+    dir
+}
+
+/// Makes `dir/name` a symlink to `target` (atomically, as tests run in
+/// parallel), unless it already is one.
+fn link_into(dir: &Path, name: &str, target: &Path) {
+    let link = dir.join(name);
+    if std::fs::read_link(&link).is_ok_and(|t| t == target) {
+        return;
+    }
+    // Tests run in parallel: make the link under a name of our own and
+    // rename it into place, which replaces atomically.
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.{}.{n}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)
+        .unwrap_or_else(|e| panic!("linking {}: {e}", tmp.display()));
+    std::fs::rename(&tmp, &link)
+        .unwrap_or_else(|e| panic!("renaming {} to {}: {e}", tmp.display(), link.display()));
+}
+
 /// A directory holding the guest library under the names the loader is
 /// asked for, `libcuda.so.1` and `libcuda.so`, for `LD_LIBRARY_PATH`:
 /// `target/<profile>/guest-lib/`, with symlinks to `target/<profile>/libcuda.so`,
@@ -929,22 +966,8 @@ pub fn guest_lib_dir() -> PathBuf {
     built_artifact("libcuda.so", "fairgpu-guest");
     let dir = profile_dir().join("guest-lib");
     std::fs::create_dir_all(&dir).expect("creating target/<profile>/guest-lib");
-    let target = Path::new("../libcuda.so");
     for name in ["libcuda.so.1", "libcuda.so"] {
-        let link = dir.join(name);
-        if std::fs::read_link(&link).is_ok_and(|t| t == target) {
-            continue;
-        }
-        // Tests run in parallel: make the link under a name of our own and
-        // rename it into place, which replaces atomically.
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".{name}.{}.{n}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(target, &tmp)
-            .unwrap_or_else(|e| panic!("linking {}: {e}", tmp.display()));
-        std::fs::rename(&tmp, &link)
-            .unwrap_or_else(|e| panic!("renaming {} to {}: {e}", tmp.display(), link.display()));
+        link_into(&dir, name, Path::new("../libcuda.so"));
     }
     dir
 }

@@ -980,6 +980,8 @@ fn attributes(sm_count: u32) -> Vec<(i32, i32)> {
         (69, 1 << 28),      // MAXIMUM_TEXTURE1D_LINEAR_WIDTH (an H100's)
         // The interpreter stores a conditional's value at its handle.
         (fairgpu_protocol::cuda::ATTR_GUEST_GRAPH_CONDITIONALS, 1),
+        // PTX only: a module of machine code alone does not load.
+        (fairgpu_protocol::cuda::ATTR_EXECUTES_PTX_ONLY, 1),
     ]
 }
 

@@ -1,0 +1,12 @@
+//! NVIDIA's soname and symbol version for the CUDA 13 shim: programs linked
+//! against libnvrtc.so.13 ask for each `nvrtc*` symbol at version
+//! `libnvrtc.so.13` (the soname: NVIDIA versions its symbols by it), which
+//! `--default-symver` gives every exported symbol. That is an option of
+//! GNU ld (LLVM's lld, Rust's default linker here, lacks it), hence
+//! `-fuse-ld=bfd` (binutils, which the C compiler Rust links with needs).
+
+fn main() {
+    println!("cargo::rustc-cdylib-link-arg=-fuse-ld=bfd");
+    println!("cargo::rustc-cdylib-link-arg=-Wl,-soname,libnvrtc.so.13");
+    println!("cargo::rustc-cdylib-link-arg=-Wl,--default-symver");
+}

@@ -1,0 +1,169 @@
+//! A program that compiles its kernels with NVIDIA's NVRTC for the device's
+//! own architecture and loads the cubin (`tests/cuda/nvrtc_cubin.cpp`, the
+//! way NVIDIA's samples and CuPy do it), through fairgpu's NVRTC shim and
+//! guest library against a daemon on SimGpu: with the shim installed it
+//! runs and its results match the CPU; without it SimGpu refuses the
+//! machine code; with the shim but no NVIDIA library behind it every call
+//! fails with a message naming `FAIRGPU_NVRTC_LIBRARY`.
+//!
+//! NVIDIA's NVRTC 12 and its header come from `scripts/cuda-toolchain.sh
+//! --with-cupy`; without them the test skips, unless
+//! `FAIRGPU_REQUIRE_CUPY=1` (as `scripts/test.sh` sets it).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use fairgpu_tests::cuda::{cupy_env, toolchain_prefix};
+use fairgpu_tests::{
+    guest_lib_dir, nvrtc_shim_dir, profile_dir, run_command, vm, wait_for_status, Setup,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The test program, built with g++ against cuda.h (12.9) and nvrtc.h,
+/// linked to `libcuda.so.1` and `libnvrtc.so.12` by soname.
+fn build(nvrtc_lib: &Path) -> PathBuf {
+    let prefix = toolchain_prefix();
+    let env = std::fs::read_to_string(prefix.join("env.sh")).expect("toolchain env.sh");
+    let cuda_include = env
+        .lines()
+        .find_map(|l| l.strip_prefix("export CUDA12_INCLUDE="))
+        .map(|v| v.trim_matches('\''))
+        .expect("CUDA12_INCLUDE in env.sh");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda/nvrtc_cubin.cpp");
+    let out = profile_dir().join("nvrtc-test").join("nvrtc_cubin");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let built = run_command(
+        Command::new("g++")
+            .args(["-O1", "-std=c++17", "-I"])
+            .arg(cuda_include)
+            .arg("-I")
+            .arg(nvrtc_lib.join("../include"))
+            .arg(&src)
+            .arg("-o")
+            .arg(&out)
+            .arg("-L")
+            .arg(guest_lib_dir())
+            .arg("-L")
+            .arg(nvrtc_lib)
+            .args(["-l:libcuda.so.1", "-l:libnvrtc.so.12"]),
+        TIMEOUT,
+    );
+    assert!(
+        built.status.success(),
+        "g++ failed:\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    out
+}
+
+fn run(prog: &Path, region: &Path, lib_path: String, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(prog);
+    cmd.env("LD_LIBRARY_PATH", lib_path)
+        .env("FAIRGPU_REGION", region)
+        .env_remove("FAIRGPU_NVRTC_LIBRARY")
+        .env_remove("FAIRGPU_NVRTC_PTX");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run_command(&mut cmd, TIMEOUT)
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "{}\n--- stdout ---\n{}--- stderr ---\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn a_program_asking_nvrtc_for_a_cubin_runs_on_simgpu_through_the_shim() {
+    let Some(env) = cupy_env() else {
+        let why = format!(
+            "NVIDIA's NVRTC not installed in {} (run scripts/cuda-toolchain.sh --with-cupy)",
+            toolchain_prefix().display()
+        );
+        if std::env::var("FAIRGPU_REQUIRE_CUPY").is_ok_and(|v| v == "1") {
+            panic!("{why}");
+        }
+        eprintln!("SKIPPED: {why}");
+        return;
+    };
+    let nvrtc_lib = PathBuf::from(&env["CUPY_NVRTC_LIB"]);
+    let prog = build(&nvrtc_lib);
+    let setup = Setup::new("nvrtc", &[("rtc", 1, 2)]);
+    let daemon = setup.start();
+    let region = &setup.regions[0];
+    let guest = guest_lib_dir();
+    let shim = nvrtc_shim_dir(12);
+
+    // The shim ahead of NVIDIA's library: the three compilations run and
+    // match the CPU (the program checks every element and the sum).
+    let with_shim = format!(
+        "{}:{}:{}",
+        shim.display(),
+        guest.display(),
+        nvrtc_lib.display()
+    );
+    let o = run(&prog, region, with_shim.clone(), &[]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && stdout.contains("PASSED") && stdout.matches(": ok").count() == 3,
+        "with the shim: {}\n--- daemon ---\n{}",
+        show(&o),
+        daemon.log()
+    );
+    let st = wait_for_status(&daemon, "the program's channel to be released", |s| {
+        vm(s, "rtc").channels_used == 0
+    });
+    assert!(vm(&st, "rtc").kernels >= 6, "{:?}", vm(&st, "rtc"));
+
+    // NVIDIA's NVRTC alone: machine code, which SimGpu refuses, saying so.
+    let o = run(
+        &prog,
+        region,
+        format!("{}:{}", guest.display(), nvrtc_lib.display()),
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && stderr.contains("refused a cubin")
+            && stderr.contains("CUDA_ERROR_INVALID_IMAGE"),
+        "without the shim: {}",
+        show(&o)
+    );
+
+    // The shim told not to rewrite: the same refusal.
+    let o = run(
+        &prog,
+        region,
+        with_shim.clone(),
+        &[("FAIRGPU_NVRTC_PTX", "0")],
+    );
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("refused a cubin"),
+        "FAIRGPU_NVRTC_PTX=0: {}",
+        show(&o)
+    );
+
+    // The shim with no NVIDIA library behind it: an error naming the
+    // setting, not a crash.
+    let o = run(
+        &prog,
+        region,
+        with_shim,
+        &[("FAIRGPU_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so.12")],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(1)
+            && stderr.contains("FAIRGPU_NVRTC_LIBRARY")
+            && stderr.contains("NVRTC_ERROR_INTERNAL_ERROR"),
+        "no NVIDIA library: {}",
+        show(&o)
+    );
+}
