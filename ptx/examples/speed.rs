@@ -29,6 +29,18 @@ impl Flat {
     }
 }
 
+/// An element's copy at its width, as SimGpu's memory copies it (a fixed
+/// size is a move, not a call of `memcpy`).
+#[inline(always)]
+fn copy_small(dst: &mut [u8], src: &[u8]) {
+    match dst.len() {
+        4 => dst[..4].copy_from_slice(&src[..4]),
+        8 => dst[..8].copy_from_slice(&src[..8]),
+        16 => dst[..16].copy_from_slice(&src[..16]),
+        _ => dst.copy_from_slice(src),
+    }
+}
+
 impl Memory for Flat {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Error> {
         let len = buf.len();
@@ -37,6 +49,38 @@ impl Memory for Flat {
     }
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error> {
         self.slice(addr, data.len())?.copy_from_slice(data);
+        Ok(())
+    }
+    // A warp's elements, each checked and copied at its width, as SimGpu's
+    // memory does for the lanes that fall in one allocation.
+    fn read_lanes(
+        &mut self,
+        lanes: u32,
+        addrs: &[u64; 32],
+        len: usize,
+        out: &mut [[u8; 32]; 32],
+    ) -> Result<(), Error> {
+        let mut m = lanes;
+        while m != 0 {
+            let l = m.trailing_zeros() as usize;
+            m &= m - 1;
+            copy_small(&mut out[l][..len], self.slice(addrs[l], len)?);
+        }
+        Ok(())
+    }
+    fn write_lanes(
+        &mut self,
+        lanes: u32,
+        addrs: &[u64; 32],
+        len: usize,
+        data: &[[u8; 32]; 32],
+    ) -> Result<(), Error> {
+        let mut m = lanes;
+        while m != 0 {
+            let l = m.trailing_zeros() as usize;
+            m &= m - 1;
+            copy_small(self.slice(addrs[l], len)?, &data[l][..len]);
+        }
         Ok(())
     }
 }

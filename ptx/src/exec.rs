@@ -280,6 +280,8 @@ struct BlockState {
 /// Per-launch state.
 pub(crate) struct Launch<'a> {
     pub func: &'a Func,
+    /// `func`'s instructions in their [`Fast`] forms.
+    fast: &'a [Fast],
     pub dims: &'a Dims,
     pub params: &'a [u8],
     pub mem: &'a mut dyn Memory,
@@ -312,6 +314,11 @@ pub(crate) struct Launch<'a> {
     counts: [Option<u32>; BARRIERS],
     /// Bytes the frames of recursive calls hold, over all warps.
     stack_bytes: u64,
+    /// The lanes' bytes of a global load or store on the direct path (kept
+    /// between instructions: only the bytes an access names are used, so
+    /// it is never cleared).
+    /// (`None` while an access has it out.)
+    lane_bytes: Option<Box<lanes::LaneBytes>>,
     /// The host has AVX2 and FMA and [`Limits::host_simd`] allows them:
     /// the lane loops run in their copies compiled for those features.
     wide: bool,
@@ -418,6 +425,7 @@ impl<'a> Launch<'a> {
             output: None,
             output_limit: 0,
             func,
+            fast: if limits.host_simd { func.fast() } else { &[] },
             dims,
             params,
             mem,
@@ -434,6 +442,7 @@ impl<'a> Launch<'a> {
             arrivals: [0; BARRIERS],
             counts: [None; BARRIERS],
             stack_bytes: 0,
+            lane_bytes: None,
             wide: limits.host_simd && lanes::host_has_simd(),
         }
     }
@@ -1247,6 +1256,30 @@ impl<'a> Launch<'a> {
             }
         };
         let next = pc + 1;
+        // The forms that dominate kernels' time, for a full warp on the
+        // AVX2 engine: the lane loops the general path below calls, without
+        // its dispatch.
+        #[cfg(target_arch = "x86_64")]
+        if self.wide && exec == lanes::FULL {
+            match self.fast.get(pc as usize) {
+                Some(&Fast::FmaRnF32 { d, a, b, c }) => {
+                    // The operands copied first (the destination may be
+                    // one of them).
+                    let (x, y, z) = (self.lanes(w, a), self.lanes(w, b), self.lanes(w, c));
+                    // SAFETY: `wide` is set only on a CPU with AVX2 and FMA
+                    // (`Launch::new`).
+                    unsafe { simd::fma_rn_f32(&x, &y, &z, Self::dst(w, d)) };
+                    return Ok(Some(next));
+                }
+                Some(&Fast::LdShared { ty, d, addr }) => {
+                    let at = self.addresses(w, addr);
+                    if self.shared_gather(w, exec, ty, d, &at) {
+                        return Ok(Some(next));
+                    }
+                }
+                _ => {}
+            }
+        }
         match &inst.op {
             Op::Bra { target } => {
                 if exec == mask {
@@ -2024,10 +2057,7 @@ impl<'a> Launch<'a> {
                     // The host's own fused multiply-add, correctly rounded
                     // like `fma_rn_f32`, in one instruction per lane.
                     specialize!(M: FMode = m; [RN, RN_FTZ] =>
-                    self.map3(w, exec, d, a, b, c, |x, y, z| {
-                        let (x, y, z) = ftz3(M.ftz, f32b(x), f32b(y), f32b(z));
-                        f32res(x.mul_add(y, z), M)
-                    }));
+                    self.map3(w, exec, d, a, b, c, |x, y, z| fma_rn_f32_host(M, x, y, z)));
                     return Ok(());
                 }
                 specialize!(TY: Ty = ty; [Ty::F32, Ty::F64] => specialize!(M: FMode = m; [RN, RN_FTZ] =>
@@ -2758,6 +2788,15 @@ fn mul_wide(ty: Ty, bits: u32, x: u64, y: u64) -> u64 {
     } else {
         (x & mask_of(bits)).wrapping_mul(y & mask_of(bits)) & mask_of(2 * bits)
     }
+}
+
+/// `fma.rn.f32` (`m`: with or without `.ftz`, never `.sat` here) on the
+/// host's fused multiply-add: one instruction per lane in the AVX2 copies,
+/// correctly rounded like [`fma`].
+#[inline(always)]
+fn fma_rn_f32_host(m: FMode, x: u64, y: u64, z: u64) -> u64 {
+    let (x, y, z) = ftz3(m.ftz, f32b(x), f32b(y), f32b(z));
+    f32res(x.mul_add(y, z), m)
 }
 
 /// Integer binary operation on `ty`; the result is masked to its width.

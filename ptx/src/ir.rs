@@ -1253,6 +1253,59 @@ pub(crate) struct Func {
     /// [`PARAM_SCRATCH_BASE`]) this function and its callees
     /// use.
     pub scratch_end: u32,
+    /// The instructions' [`Fast`] forms, made at the first launch.
+    pub fast: std::sync::OnceLock<Box<[Fast]>>,
+}
+
+/// The instructions that dominate kernels' time, pre-decoded for a full
+/// warp on the AVX2 engine (`exec::Launch::step`), which runs them without
+/// the general dispatch; they call the same lane loops the general path
+/// calls. `None`: the general path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Fast {
+    #[default]
+    None,
+    /// `fma.rn.f32 d, a, b, c` (no `.ftz`, no `.sat`).
+    FmaRnF32 { d: u32, a: Src, b: Src, c: Src },
+    /// `ld.shared` of one element into `d` from `addr`.
+    LdShared { ty: Ty, d: u32, addr: Addr },
+}
+
+impl Fast {
+    /// The fast form of `op`, if it has one.
+    pub(crate) fn of(op: &Op) -> Fast {
+        match *op {
+            Op::Fma {
+                ty: Ty::F32,
+                m:
+                    FMode {
+                        rnd: Rnd::Rn,
+                        ftz: false,
+                        sat: false,
+                    },
+                d,
+                a,
+                b,
+                c,
+            } => Fast::FmaRnF32 { d, a, b, c },
+            Op::Ld {
+                space: Space::Shared,
+                ty,
+                ds,
+                n: 1,
+                addr,
+            } => Fast::LdShared { ty, d: ds[0], addr },
+            _ => Fast::None,
+        }
+    }
+}
+
+impl Func {
+    /// The [`Fast`] form of every instruction.
+    pub(crate) fn fast(&self) -> &[Fast] {
+        self.fast
+            .get_or_init(|| self.insts.iter().map(|i| Fast::of(&i.op)).collect())
+    }
 }
 
 impl Src {

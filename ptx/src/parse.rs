@@ -900,6 +900,7 @@ impl<'m> FuncParser<'m> {
                 frame_scratch: Vec::new(),
                 max_threads: None,
                 reqntid: None,
+                fast: std::sync::OnceLock::new(),
             },
             scopes: vec![Scope {
                 regs: HashMap::new(),

@@ -39,6 +39,9 @@ pub(super) const FULL: u32 = u32::MAX;
 /// Most bytes one lane loads or stores in one instruction (`.v4.b64`).
 pub(super) const MAX_ACCESS: usize = 32;
 
+/// The bytes of one access in every lane.
+pub(super) type LaneBytes = [[u8; MAX_ACCESS]; 32];
+
 /// Evaluates `$body` with `$k` a constant item equal to `$v` when `$v` is
 /// one of the listed values (one copy of `$body` per value, in which the
 /// compiler folds every use of `$k`, closures' included: a closure does
@@ -278,6 +281,15 @@ impl Launch<'_> {
         c: Src,
         f: impl Fn(u64, u64, u64) -> u64,
     ) {
+        if exec == FULL {
+            // The operands copied first (the destination may be one of
+            // them), the result written in place.
+            let (x, y, z) = (self.lanes(w, a), self.lanes(w, b), self.lanes(w, c));
+            for (l, o) in Self::dst(w, d).iter_mut().enumerate() {
+                *o = f(x[l], y[l], z[l]);
+            }
+            return;
+        }
         let mut r = [0u64; 32];
         let (mut bx, mut by, mut bz) = ([0u64; 32], [0u64; 32], [0u64; 32]);
         let (x, y, z) = (
@@ -570,7 +582,7 @@ impl Launch<'_> {
             }
             return Ok(true);
         }
-        let mut buf = [[0u8; MAX_ACCESS]; 32];
+        let mut buf = self.lane_bytes.take().unwrap_or_else(new_lane_bytes);
         self.mem.read_lanes(exec, at, total, &mut buf)?;
         for (k, &d) in ds.iter().enumerate() {
             let out = Self::dst(w, d);
@@ -578,6 +590,7 @@ impl Launch<'_> {
                 out[l] = value(&buf[l][k * e..(k + 1) * e], signed, bits);
             }
         }
+        self.lane_bytes = Some(buf);
         Ok(true)
     }
 
@@ -612,7 +625,7 @@ impl Launch<'_> {
         let Some(sp) = self.direct_space(space, exec, at, total) else {
             return Ok(false);
         };
-        let mut buf = [[0u8; MAX_ACCESS]; 32];
+        let mut buf = self.lane_bytes.take().unwrap_or_else(new_lane_bytes);
         for (k, &s) in srcs.iter().enumerate() {
             let mut bv = [0u64; 32];
             let v = self.operand(w, s, &mut bv);
@@ -630,8 +643,15 @@ impl Launch<'_> {
         } else {
             self.mem.write_lanes(exec, at, total, &buf)?;
         }
+        self.lane_bytes = Some(buf);
         Ok(true)
     }
+}
+
+/// A lane buffer for [`Launch::lane_bytes`] (its contents are never read
+/// before an access writes them).
+fn new_lane_bytes() -> Box<LaneBytes> {
+    Box::new([[0; MAX_ACCESS]; 32])
 }
 
 /// A loaded element of 1 to 8 bytes as a register value: zero- or

@@ -43,18 +43,39 @@ pub(super) unsafe fn gather<const E: usize>(
     }
     // Every lane's last byte inside `mem`: `a + off + E <= len`, without
     // overflow (an address near u64::MAX fails the first comparison).
-    let Some(last) = (E as u64)
-        .checked_add(off)
-        .and_then(|n| (mem.len() as u64).checked_sub(n))
-    else {
+    // (No closures here: a closure does not inherit the function's target
+    // features, and the call into it stays a call.)
+    let Some(n) = (E as u64).checked_add(off) else {
+        return false;
+    };
+    let Some(last) = (mem.len() as u64).checked_sub(n) else {
         return false;
     };
     if any_outside(at, E as u64 - 1, last, &[]) {
         return false;
     }
-    // Gathers take signed 64-bit offsets; `last` is below the slice's
-    // length, which is at most isize::MAX, so every offset is positive.
+    // Gathers take signed offsets; `last` is below the slice's length,
+    // which is at most isize::MAX, so every offset is positive.
     let base = mem.as_ptr().wrapping_add(off as usize);
+    if E == 4 && mem.len() <= i32::MAX as usize {
+        // Eight lanes per `vpgatherdd`: every address is below the length
+        // (checked above), so its low 32 bits are the whole of it and a
+        // positive i32.
+        for q in 0..4 {
+            let idx = low_halves(at, q);
+            // SAFETY: AVX2 is enabled for this function (its caller
+            // checked the CPU); each of the eight offsets names an element
+            // `base + a .. base + a + 4` inside `mem` (checked above), so
+            // the gather reads only bytes of `mem`.
+            let w = unsafe { _mm256_i32gather_epi32::<1>(base.cast(), idx) };
+            if signed32 {
+                widen::<true>(w, out, q);
+            } else {
+                widen::<false>(w, out, q);
+            }
+        }
+        return true;
+    }
     for q in 0..8 {
         let l = 4 * q;
         let src = at[l..l + 4].as_ptr().cast::<__m256i>();
@@ -82,6 +103,70 @@ pub(super) unsafe fn gather<const E: usize>(
         unsafe { _mm256_storeu_si256(dst, v) };
     }
     true
+}
+
+/// The low 32 bits of lanes `8q .. 8q + 8` of `v`, in one vector.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn low_halves(v: &[u64; 32], q: usize) -> __m256i {
+    let (src_lo, src_hi) = (
+        v[8 * q..8 * q + 4].as_ptr().cast::<__m256i>(),
+        v[8 * q + 4..8 * q + 8].as_ptr().cast::<__m256i>(),
+    );
+    // SAFETY: `src_lo` points to `v[8q..8q + 4]`, four u64 (32 bytes) of
+    // a live array; the load is unaligned.
+    let lo = unsafe { _mm256_loadu_si256(src_lo) };
+    // SAFETY: as above, `v[8q + 4..8q + 8]`.
+    let hi = unsafe { _mm256_loadu_si256(src_hi) };
+    // Each 64-bit lane's low half (dwords 0, 2, 4, 6) to the low 128 bits.
+    let pick = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    let lo = _mm256_permutevar8x32_epi32(lo, pick);
+    let hi = _mm256_permutevar8x32_epi32(hi, pick);
+    _mm256_permute2x128_si256::<0x20>(lo, hi)
+}
+
+/// Writes the eight 32-bit values of `v` to lanes `8q .. 8q + 8` of `out`,
+/// zero-extended, or sign-extended when `SIGNED`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn widen<const SIGNED: bool>(v: __m256i, out: &mut [u64; 32], q: usize) {
+    let (a, b) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let (a, b) = if SIGNED {
+        (_mm256_cvtepi32_epi64(a), _mm256_cvtepi32_epi64(b))
+    } else {
+        (_mm256_cvtepu32_epi64(a), _mm256_cvtepu32_epi64(b))
+    };
+    let dst = out[8 * q..8 * q + 4].as_mut_ptr().cast::<__m256i>();
+    // SAFETY: `dst` points to `out[8q..8q + 4]`, four u64 (32 bytes) of a
+    // live, exclusively borrowed array; the store is unaligned.
+    unsafe { _mm256_storeu_si256(dst, a) };
+    let dst = out[8 * q + 4..8 * q + 8].as_mut_ptr().cast::<__m256i>();
+    // SAFETY: as above, `out[8q + 4..8q + 8]`.
+    unsafe { _mm256_storeu_si256(dst, b) };
+}
+
+/// `fma.rn.f32` of a full warp without `.ftz`/`.sat`: `out = x * y + z`
+/// rounded once, on the f32 in the low halves of the lanes, eight lanes
+/// per `vfmadd`; a NaN result becomes the canonical NaN and every result is
+/// zero-extended, as the scalar path writes it (`f32out`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) fn fma_rn_f32(x: &[u64; 32], y: &[u64; 32], z: &[u64; 32], out: &mut [u64; 32]) {
+    let canonical = _mm256_castsi256_ps(_mm256_set1_epi32(crate::float::CANONICAL_NAN_F32 as i32));
+    for q in 0..4 {
+        let (a, b, c) = (
+            _mm256_castsi256_ps(low_halves(x, q)),
+            _mm256_castsi256_ps(low_halves(y, q)),
+            _mm256_castsi256_ps(low_halves(z, q)),
+        );
+        let r = _mm256_fmadd_ps(a, b, c);
+        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(r, r);
+        let r = _mm256_blendv_ps(r, canonical, nan);
+        widen::<false>(_mm256_castps_si256(r), out, q);
+    }
 }
 
 /// Whether any of the 32 addresses `at` is misaligned (`a & align != 0`),
@@ -300,5 +385,63 @@ mod tests {
         assert_eq!(disagreements, 0);
         // Both answers occurred.
         assert!(outside > 1_000 && outside < 19_000, "{outside}");
+    }
+
+    #[test]
+    fn the_warp_fma_gives_the_bits_of_the_scalar_fma() {
+        if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")) {
+            return;
+        }
+        const SPECIAL: [u32; 10] = [
+            0x7fc0_0000,
+            0xffc0_0001,
+            0x7f80_0000,
+            0xff80_0000,
+            0x8000_0000,
+            0x0000_0001,
+            0x807f_ffff,
+            0x7f7f_ffff,
+            0x3f80_0001,
+            0x4b80_0000,
+        ];
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..2_000 {
+            // Lanes carry garbage above their f32, as registers may.
+            let mut lanes = || -> [u64; 32] {
+                std::array::from_fn(|_| {
+                    let v = next();
+                    let f = if v % 3 == 0 {
+                        SPECIAL[(v >> 8) as usize % SPECIAL.len()]
+                    } else {
+                        (v >> 32) as u32
+                    };
+                    (v & 0xffff_ffff_0000_0000) | u64::from(f)
+                })
+            };
+            let (x, y, z) = (lanes(), lanes(), lanes());
+            let mut out = [0u64; 32];
+            // SAFETY: AVX2 and FMA checked above.
+            unsafe { fma_rn_f32(&x, &y, &z, &mut out) };
+            for l in 0..32 {
+                let f = |v: u64| f32::from_bits(v as u32);
+                let r = f(x[l]).mul_add(f(y[l]), f(z[l]));
+                let want = if r.is_nan() {
+                    u64::from(crate::float::CANONICAL_NAN_F32)
+                } else {
+                    u64::from(r.to_bits())
+                };
+                assert_eq!(
+                    out[l], want,
+                    "lane {l}: {:#x} {:#x} {:#x}",
+                    x[l], y[l], z[l]
+                );
+            }
+        }
     }
 }
