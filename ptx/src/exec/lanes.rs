@@ -583,6 +583,22 @@ impl Launch<'_> {
             return Ok(true);
         }
         let mut buf = self.lane_bytes.take().unwrap_or_else(new_lane_bytes);
+        // A full warp reading consecutive elements (a coalesced access):
+        // one read of the whole range. Where it fails (the range leaves
+        // one allocation), the lanes are read one by one below, which
+        // names the failing lane as before.
+        if exec == FULL && ds.len() == 1 && e <= 8 && contiguous(at, e as u64) {
+            let flat = buf.as_flattened_mut();
+            let (lo, hi) = flat[..32 * e].split_at_mut(16 * e);
+            if self.mem.read(at[0], lo).is_ok() && self.mem.read(at[16], hi).is_ok() {
+                let out = Self::dst(w, ds[0]);
+                for (l, o) in out.iter_mut().enumerate() {
+                    *o = value(&flat[l * e..(l + 1) * e], signed, bits);
+                }
+                self.lane_bytes = Some(buf);
+                return Ok(true);
+            }
+        }
         self.mem.read_lanes(exec, at, total, &mut buf)?;
         for (k, &d) in ds.iter().enumerate() {
             let out = Self::dst(w, d);
@@ -625,6 +641,30 @@ impl Launch<'_> {
         let Some(sp) = self.direct_space(space, exec, at, total) else {
             return Ok(false);
         };
+        if sp != Space::Shared
+            && exec == FULL
+            && srcs.len() == 1
+            && e <= 8
+            && contiguous(at, e as u64)
+        {
+            // A full warp writing consecutive elements: one write of the
+            // whole range (lanes do not overlap, so lane order is moot).
+            // Where it fails nothing was written, and the lanes are
+            // written one by one below, stopping at the failing lane as
+            // before.
+            let mut bv = [0u64; 32];
+            let v = self.operand(w, srcs[0], &mut bv);
+            let mut flat = [0u8; 32 * 8];
+            for (l, x) in v.iter().enumerate() {
+                super::copy(&mut flat[l * e..(l + 1) * e], &x.to_le_bytes()[..e]);
+            }
+            // Half by half; where the second half fails, the first is
+            // written again by the lanes below, with the same bytes.
+            let (lo, hi) = flat[..32 * e].split_at(16 * e);
+            if self.mem.write(at[0], lo).is_ok() && self.mem.write(at[16], hi).is_ok() {
+                return Ok(true);
+            }
+        }
         let mut buf = self.lane_bytes.take().unwrap_or_else(new_lane_bytes);
         for (k, &s) in srcs.iter().enumerate() {
             let mut bv = [0u64; 32];
@@ -646,6 +686,21 @@ impl Launch<'_> {
         self.lane_bytes = Some(buf);
         Ok(true)
     }
+}
+
+/// Whether each half-warp's addresses are consecutive elements of `e`
+/// bytes (`at[l] == at[h] + (l - h) * e` for `h` 0 and 16, without
+/// wrapping around): a coalesced access, or two rows of a 16-wide tile.
+#[inline(always)]
+fn contiguous(at: &[u64; 32], e: u64) -> bool {
+    let (a0, a16) = (at[0], at[16]);
+    // Branch-free over all lanes, so that it compiles to vector compares.
+    let mut same = true;
+    for l in 0..16 {
+        same &= at[l] == a0.wrapping_add(l as u64 * e);
+        same &= at[16 + l] == a16.wrapping_add(l as u64 * e);
+    }
+    same && a0.checked_add(16 * e).is_some() && a16.checked_add(16 * e).is_some()
 }
 
 /// A lane buffer for [`Launch::lane_bytes`] (its contents are never read
