@@ -29,18 +29,6 @@ impl Flat {
     }
 }
 
-/// An element's copy at its width, as SimGpu's memory copies it (a fixed
-/// size is a move, not a call of `memcpy`).
-#[inline(always)]
-fn copy_small(dst: &mut [u8], src: &[u8]) {
-    match dst.len() {
-        4 => dst[..4].copy_from_slice(&src[..4]),
-        8 => dst[..8].copy_from_slice(&src[..8]),
-        16 => dst[..16].copy_from_slice(&src[..16]),
-        _ => dst.copy_from_slice(src),
-    }
-}
-
 impl Memory for Flat {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Error> {
         let len = buf.len();
@@ -64,7 +52,7 @@ impl Memory for Flat {
         while m != 0 {
             let l = m.trailing_zeros() as usize;
             m &= m - 1;
-            copy_small(&mut out[l][..len], self.slice(addrs[l], len)?);
+            fairgpu_ptx::copy_element(&mut out[l][..len], self.slice(addrs[l], len)?);
         }
         Ok(())
     }
@@ -79,7 +67,7 @@ impl Memory for Flat {
         while m != 0 {
             let l = m.trailing_zeros() as usize;
             m &= m - 1;
-            copy_small(self.slice(addrs[l], len)?, &data[l][..len]);
+            fairgpu_ptx::copy_element(self.slice(addrs[l], len)?, &data[l][..len]);
         }
         Ok(())
     }

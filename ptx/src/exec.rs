@@ -2751,9 +2751,11 @@ impl<'a> Launch<'a> {
 }
 
 /// `dst.copy_from_slice(src)` with the sizes of loads and stores spelled
-/// out, so that they compile to moves instead of calls of `memcpy`.
+/// out, so that they compile to moves instead of calls of `memcpy` (also
+/// for [`crate::Memory`] implementations copying a lane's element:
+/// `fairgpu_ptx::copy_element`).
 #[inline(always)]
-fn copy(dst: &mut [u8], src: &[u8]) {
+pub fn copy(dst: &mut [u8], src: &[u8]) {
     match dst.len() {
         1 => dst[..1].copy_from_slice(&src[..1]),
         2 => dst[..2].copy_from_slice(&src[..2]),

@@ -231,6 +231,7 @@ use std::collections::HashMap;
 
 use thiserror::Error;
 
+pub use exec::copy as copy_element;
 pub use exec::{
     BLOCK_SETUP_COST, MAX_BLOCK_THREADS, MAX_REGISTER_FILE, MAX_SHARED_BYTES, RESERVED_SMEM,
     WARP_SETUP_COST,

@@ -1555,18 +1555,6 @@ impl Allocations<'_> {
     }
 }
 
-/// `dst.copy_from_slice(src)` for one lane's access (1 to 32 bytes) with
-/// the common sizes spelled out: moves rather than a call of `memcpy`.
-#[inline(always)]
-fn copy_small(dst: &mut [u8], src: &[u8]) {
-    match dst.len() {
-        4 => dst[..4].copy_from_slice(&src[..4]),
-        8 => dst[..8].copy_from_slice(&src[..8]),
-        16 => dst[..16].copy_from_slice(&src[..16]),
-        _ => dst.copy_from_slice(src),
-    }
-}
-
 impl ptx::Memory for Allocations<'_> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), ptx::Error> {
         buf.copy_from_slice(self.span(addr, buf.len())?);
@@ -1587,7 +1575,7 @@ impl ptx::Memory for Allocations<'_> {
         out: &mut [[u8; 32]; 32],
     ) -> Result<(), ptx::Error> {
         self.lanes(lanes, addrs, len, |l, bytes| {
-            copy_small(&mut out[l][..len], bytes)
+            ptx::copy_element(&mut out[l][..len], bytes)
         })
     }
 
@@ -1600,7 +1588,7 @@ impl ptx::Memory for Allocations<'_> {
     ) -> Result<(), ptx::Error> {
         let mut wrote = false;
         let r = self.lanes(lanes, addrs, len, |l, bytes| {
-            copy_small(bytes, &data[l][..len]);
+            ptx::copy_element(bytes, &data[l][..len]);
             wrote = true;
         });
         self.wrote |= wrote;

@@ -53,12 +53,9 @@ pub(super) struct Handle {
 }
 
 /// Whether the host resolves `cudaGraphSetConditional` to a store at the
-/// handle's address (asked once).
+/// handle's address (asked with the device's attributes at connection).
 fn supported() -> bool {
-    static ASKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ASKED.get_or_init(|| {
-        state::with(|cu| cu.device_attribute(ATTR_GUEST_GRAPH_CONDITIONALS, 0)) == Ok(1)
-    })
+    state::device().and_then(|d| d.attribute(ATTR_GUEST_GRAPH_CONDITIONALS)) == Ok(1)
 }
 
 /// `cuGraphConditionalHandleCreate`.
