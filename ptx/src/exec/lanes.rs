@@ -582,6 +582,21 @@ impl Launch<'_> {
             }
             return Ok(true);
         }
+        // Every lane reading one address (a scalar behind a pointer, an
+        // index the same in the whole warp): one read, its value in every
+        // lane. Where it fails, the lanes below name the first faulting
+        // one as before.
+        let a = at[exec.trailing_zeros() as usize & 31];
+        if total <= MAX_ACCESS && !any(exec, at, |x| x != a) {
+            let mut one = [0u8; MAX_ACCESS];
+            if self.mem.read(a, &mut one[..total]).is_ok() {
+                for (k, &d) in ds.iter().enumerate() {
+                    let v = value(&one[k * e..(k + 1) * e], signed, bits);
+                    Self::put(w, exec, d, &[v; 32]);
+                }
+                return Ok(true);
+            }
+        }
         let mut buf = self.lane_bytes.take().unwrap_or_else(new_lane_bytes);
         // A full warp reading consecutive elements (a coalesced access):
         // one read of the whole range. Where it fails (the range leaves
@@ -592,8 +607,11 @@ impl Launch<'_> {
             let (lo, hi) = flat[..32 * e].split_at_mut(16 * e);
             if self.mem.read(at[0], lo).is_ok() && self.mem.read(at[16], hi).is_ok() {
                 let out = Self::dst(w, ds[0]);
-                for (l, o) in out.iter_mut().enumerate() {
-                    *o = value(&flat[l * e..(l + 1) * e], signed, bits);
+                match e {
+                    1 => widen_all::<1>(out, flat, signed, bits),
+                    2 => widen_all::<2>(out, flat, signed, bits),
+                    4 => widen_all::<4>(out, flat, signed, bits),
+                    _ => widen_all::<8>(out, flat, signed, bits),
                 }
                 self.lane_bytes = Some(buf);
                 return Ok(true);
@@ -655,8 +673,11 @@ impl Launch<'_> {
             let mut bv = [0u64; 32];
             let v = self.operand(w, srcs[0], &mut bv);
             let mut flat = [0u8; 32 * 8];
-            for (l, x) in v.iter().enumerate() {
-                super::copy(&mut flat[l * e..(l + 1) * e], &x.to_le_bytes()[..e]);
+            match e {
+                1 => narrow_all::<1>(&mut flat, v),
+                2 => narrow_all::<2>(&mut flat, v),
+                4 => narrow_all::<4>(&mut flat, v),
+                _ => narrow_all::<8>(&mut flat, v),
             }
             // Half by half; where the second half fails, the first is
             // written again by the lanes below, with the same bytes.
@@ -701,6 +722,24 @@ fn contiguous(at: &[u64; 32], e: u64) -> bool {
         same &= at[16 + l] == a16.wrapping_add(l as u64 * e);
     }
     same && a0.checked_add(16 * e).is_some() && a16.checked_add(16 * e).is_some()
+}
+
+/// A warp's 32 consecutive `E`-byte elements (`flat`, lane 0 first) as
+/// register values, as [`value`] makes each; `E` known, the loop has no
+/// per-lane dispatch on the width.
+#[inline(always)]
+fn widen_all<const E: usize>(out: &mut [u64; 32], flat: &[u8], signed: bool, bits: u32) {
+    for (o, c) in out.iter_mut().zip(flat[..32 * E].chunks_exact(E)) {
+        *o = value(c, signed, bits);
+    }
+}
+
+/// The low `E` bytes of each lane's value, consecutive (lane 0 first).
+#[inline(always)]
+fn narrow_all<const E: usize>(flat: &mut [u8; 32 * 8], v: &[u64; 32]) {
+    for (c, x) in flat[..32 * E].chunks_exact_mut(E).zip(v) {
+        c.copy_from_slice(&x.to_le_bytes()[..E]);
+    }
 }
 
 /// A lane buffer for [`Launch::lane_bytes`] (its contents are never read
