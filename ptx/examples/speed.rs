@@ -32,11 +32,11 @@ impl Flat {
 impl Memory for Flat {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Error> {
         let len = buf.len();
-        buf.copy_from_slice(self.slice(addr, len)?);
+        fairgpu_ptx::copy_element(buf, self.slice(addr, len)?);
         Ok(())
     }
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error> {
-        self.slice(addr, data.len())?.copy_from_slice(data);
+        fairgpu_ptx::copy_element(self.slice(addr, data.len())?, data);
         Ok(())
     }
     // A warp's elements, each checked and copied at its width, as SimGpu's

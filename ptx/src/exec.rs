@@ -319,6 +319,9 @@ pub(crate) struct Launch<'a> {
     /// it is never cleared).
     /// (`None` while an access has it out.)
     lane_bytes: Option<Box<lanes::LaneBytes>>,
+    /// The texture object a `tex` found last, by handle: lanes and warps
+    /// mostly name one, and no texture object changes during a launch.
+    last_texture: Option<(u64, crate::texture::Texture)>,
     /// The host has AVX2 and FMA and [`Limits::host_simd`] allows them:
     /// the lane loops run in their copies compiled for those features.
     wide: bool,
@@ -443,6 +446,7 @@ impl<'a> Launch<'a> {
             counts: [None; BARRIERS],
             stack_bytes: 0,
             lane_bytes: None,
+            last_texture: None,
             wide: limits.host_simd && lanes::host_has_simd(),
         }
     }
@@ -2762,6 +2766,10 @@ pub fn copy(dst: &mut [u8], src: &[u8]) {
         4 => dst[..4].copy_from_slice(&src[..4]),
         8 => dst[..8].copy_from_slice(&src[..8]),
         16 => dst[..16].copy_from_slice(&src[..16]),
+        // A half-warp's consecutive elements (16 of 2, 4 or 8 bytes).
+        32 => dst[..32].copy_from_slice(&src[..32]),
+        64 => dst[..64].copy_from_slice(&src[..64]),
+        128 => dst[..128].copy_from_slice(&src[..128]),
         _ => dst.copy_from_slice(src),
     }
 }

@@ -157,7 +157,12 @@ fn nan0(v: f32) -> f32 {
 
 /// The texel containing position `t`.
 fn floor_index(t: f32) -> i64 {
-    f64::from(t).clamp(-INDEX_LIMIT, INDEX_LIMIT).floor() as i64
+    // Truncation, one less where that rounded up (a negative fraction):
+    // `floor` without a call into the C library, exact for values this
+    // small.
+    let x = f64::from(t).clamp(-INDEX_LIMIT, INDEX_LIMIT);
+    let i = x as i64;
+    i - i64::from((i as f64) > x)
 }
 
 /// The texel below `t - 0.5` and the weight of the one above it: `t - 0.5`

@@ -1557,12 +1557,12 @@ impl Allocations<'_> {
 
 impl ptx::Memory for Allocations<'_> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), ptx::Error> {
-        buf.copy_from_slice(self.span(addr, buf.len())?);
+        ptx::copy_element(buf, self.span(addr, buf.len())?);
         Ok(())
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), ptx::Error> {
-        self.span(addr, data.len())?.copy_from_slice(data);
+        ptx::copy_element(self.span(addr, data.len())?, data);
         self.wrote = true;
         Ok(())
     }

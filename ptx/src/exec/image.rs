@@ -123,11 +123,17 @@ impl Launch<'_> {
         Ok(())
     }
 
-    fn texture(&self, handle: u64) -> Result<Texture, Error> {
-        self.mem.texture(handle).ok_or(Error::InvalidHandle {
+    fn texture(&mut self, handle: u64) -> Result<Texture, Error> {
+        match self.last_texture {
+            Some((h, t)) if h == handle => return Ok(t),
+            _ => {}
+        }
+        let t = self.mem.texture(handle).ok_or(Error::InvalidHandle {
             kind: "texture",
             handle,
-        })
+        })?;
+        self.last_texture = Some((handle, t));
+        Ok(t)
     }
 }
 
