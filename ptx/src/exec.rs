@@ -1233,6 +1233,56 @@ impl<'a> Launch<'a> {
         w.regs[d as usize * 32 + l] = v;
     }
 
+    /// An integer operation in the lanes of `exec`, its lane loop
+    /// specialized for the common operations and types ([`Fast::IBIN_OPS`],
+    /// [`Fast::INT_TYPES`]; shared by the general path and the fast one).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn ibin_lanes(&self, w: &mut Warp, exec: u32, op: IBin, ty: Ty, d: u32, a: Src, b: Src) {
+        specialize!(OP: IBin = op; [
+            IBin::Add, IBin::Sub, IBin::MulLo, IBin::Shl, IBin::Shr,
+            IBin::And, IBin::Or, IBin::Xor, IBin::Min, IBin::Max,
+        ] => specialize!(TY: Ty = ty; [Ty::U32, Ty::S32, Ty::B32, Ty::U64, Ty::S64, Ty::B64] =>
+            self.map2(w, exec, d, a, b, |x, y| ibin(OP, TY, x, y))))
+    }
+
+    /// `mad.lo` (no `.sat`) in the lanes of `exec`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn mad_lo_lanes(&self, w: &mut Warp, exec: u32, ty: Ty, d: u32, a: Src, b: Src, c: Src) {
+        specialize!(TY: Ty = ty; [Ty::U32, Ty::S32, Ty::U64, Ty::S64] =>
+        self.map3(w, exec, d, a, b, c, |x, y, z| {
+            ibin(IBin::MulLo, TY, x, y).wrapping_add(z) & mask_of(TY.bits())
+        }))
+    }
+
+    /// `setp` without a predicate combination in the lanes of `exec`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn setp_lanes(
+        &self,
+        w: &mut Warp,
+        exec: u32,
+        cmp: Cmp,
+        ty: Ty,
+        ftz: bool,
+        d: u32,
+        dn: Option<u32>,
+        a: Src,
+        b: Src,
+    ) {
+        specialize!(CMP: Cmp = cmp; [Cmp::Eq, Cmp::Ne, Cmp::Lt, Cmp::Le, Cmp::Gt, Cmp::Ge] =>
+        specialize!(TY: Ty = ty; [Ty::S32, Ty::U32, Ty::S64, Ty::U64, Ty::F32] =>
+            self.setp(w, exec, d, dn, a, b, |x, y| compare(CMP, TY, ftz, x, y))))
+    }
+
+    /// `mov` in the lanes of `exec`.
+    #[inline(always)]
+    fn mov_lanes(&self, w: &mut Warp, exec: u32, d: u32, a: Src, bits: u32) {
+        let m = mask_of(bits);
+        self.map1(w, exec, d, a, |x| x & m);
+    }
+
     /// Executes the instruction at `pc` for the threads in `mask`, whose
     /// entries in `w.pc` may be stale (a converged warp's PC is kept by
     /// [`Self::run_warp`]). `Some(p)`: they all moved to `p` together and
@@ -1280,6 +1330,30 @@ impl<'a> Launch<'a> {
                     if self.shared_gather(w, exec, ty, d, &at) {
                         return Ok(Some(next));
                     }
+                }
+                Some(&Fast::IBin { op, ty, d, a, b }) => {
+                    self.ibin_lanes(w, exec, op, ty, d, a, b);
+                    return Ok(Some(next));
+                }
+                Some(&Fast::MadLo { ty, d, a, b, c }) => {
+                    self.mad_lo_lanes(w, exec, ty, d, a, b, c);
+                    return Ok(Some(next));
+                }
+                Some(&Fast::Setp {
+                    cmp,
+                    ty,
+                    ftz,
+                    d,
+                    dn,
+                    a,
+                    b,
+                }) => {
+                    self.setp_lanes(w, exec, cmp, ty, ftz, d, dn, a, b);
+                    return Ok(Some(next));
+                }
+                Some(&Fast::Mov { d, a, bits }) => {
+                    self.mov_lanes(w, exec, d, a, bits);
+                    return Ok(Some(next));
                 }
                 _ => {}
             }
@@ -1775,10 +1849,7 @@ impl<'a> Launch<'a> {
     #[inline(always)]
     fn exec_body(&mut self, w: &mut Warp, op: &Op, exec: u32, line: u32) -> Result<(), Error> {
         match *op {
-            Op::Mov { d, a, bits } => {
-                let m = mask_of(bits);
-                self.map1(w, exec, d, a, |x| x & m);
-            }
+            Op::Mov { d, a, bits } => self.mov_lanes(w, exec, d, a, bits),
             Op::Pack { d, parts, n, part } => {
                 let m = mask_of(part);
                 for l in bits_of(exec) {
@@ -1798,11 +1869,7 @@ impl<'a> Launch<'a> {
                     }
                 }
             }
-            Op::IBin { op, ty, d, a, b } => specialize!(OP: IBin = op; [
-                IBin::Add, IBin::Sub, IBin::MulLo, IBin::Shl, IBin::Shr,
-                IBin::And, IBin::Or, IBin::Xor, IBin::Min, IBin::Max,
-            ] => specialize!(TY: Ty = ty; [Ty::U32, Ty::S32, Ty::B32, Ty::U64, Ty::S64, Ty::B64] =>
-                self.map2(w, exec, d, a, b, |x, y| ibin(OP, TY, x, y)))),
+            Op::IBin { op, ty, d, a, b } => self.ibin_lanes(w, exec, op, ty, d, a, b),
             Op::MulWide { ty, d, a, b } => {
                 specialize!(TY: Ty = ty; [Ty::U32, Ty::S32, Ty::U16, Ty::S16] =>
                     self.map2(w, exec, d, a, b, |x, y| mul_wide(TY, TY.bits(), x, y)))
@@ -1816,10 +1883,7 @@ impl<'a> Launch<'a> {
                 a,
                 b,
                 c,
-            } => specialize!(TY: Ty = ty; [Ty::U32, Ty::S32, Ty::U64, Ty::S64] =>
-            self.map3(w, exec, d, a, b, c, |x, y, z| {
-                ibin(IBin::MulLo, TY, x, y).wrapping_add(z) & mask_of(TY.bits())
-            })),
+            } => self.mad_lo_lanes(w, exec, ty, d, a, b, c),
             Op::Mad {
                 wide: true,
                 sat: false,
@@ -2215,9 +2279,7 @@ impl<'a> Launch<'a> {
                 b,
                 comb: None,
             } => {
-                specialize!(CMP: Cmp = cmp; [Cmp::Eq, Cmp::Ne, Cmp::Lt, Cmp::Le, Cmp::Gt, Cmp::Ge] =>
-                specialize!(TY: Ty = ty; [Ty::S32, Ty::U32, Ty::S64, Ty::U64, Ty::F32] =>
-                    self.setp(w, exec, d, dn, a, b, |x, y| compare(CMP, TY, ftz, x, y))))
+                self.setp_lanes(w, exec, cmp, ty, ftz, d, dn, a, b);
             }
             Op::Setp {
                 cmp,

@@ -1269,9 +1269,60 @@ pub(crate) enum Fast {
     FmaRnF32 { d: u32, a: Src, b: Src, c: Src },
     /// `ld.shared` of one element into `d` from `addr`.
     LdShared { ty: Ty, d: u32, addr: Addr },
+    /// An integer operation of [`Fast::IBIN_OPS`] on a type of
+    /// [`Fast::INT_TYPES`].
+    IBin {
+        op: IBin,
+        ty: Ty,
+        d: u32,
+        a: Src,
+        b: Src,
+    },
+    /// `mad.lo` (no `.sat`) on a type of [`Fast::INT_TYPES`].
+    MadLo {
+        ty: Ty,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    /// `setp` without a predicate combination, a comparison of
+    /// [`Fast::SETP_CMPS`] on a type of [`Fast::SETP_TYPES`].
+    Setp {
+        cmp: Cmp,
+        ty: Ty,
+        ftz: bool,
+        d: u32,
+        dn: Option<u32>,
+        a: Src,
+        b: Src,
+    },
+    /// `mov` of a register, immediate or special register.
+    Mov { d: u32, a: Src, bits: u32 },
 }
 
 impl Fast {
+    /// The integer operations with a fast form: those whose lane loops
+    /// the engine specializes.
+    pub(crate) const IBIN_OPS: [IBin; 10] = [
+        IBin::Add,
+        IBin::Sub,
+        IBin::MulLo,
+        IBin::Shl,
+        IBin::Shr,
+        IBin::And,
+        IBin::Or,
+        IBin::Xor,
+        IBin::Min,
+        IBin::Max,
+    ];
+    /// The integer types with a fast form.
+    pub(crate) const INT_TYPES: [Ty; 6] = [Ty::U32, Ty::S32, Ty::B32, Ty::U64, Ty::S64, Ty::B64];
+    /// The comparisons with a fast form.
+    pub(crate) const SETP_CMPS: [Cmp; 6] = [Cmp::Eq, Cmp::Ne, Cmp::Lt, Cmp::Le, Cmp::Gt, Cmp::Ge];
+    /// The compared types with a fast form.
+    pub(crate) const SETP_TYPES: [Ty; 5] = [Ty::S32, Ty::U32, Ty::S64, Ty::U64, Ty::F32];
+
     /// The fast form of `op`, if it has one.
     pub(crate) fn of(op: &Op) -> Fast {
         match *op {
@@ -1295,6 +1346,40 @@ impl Fast {
                 n: 1,
                 addr,
             } => Fast::LdShared { ty, d: ds[0], addr },
+            Op::IBin { op, ty, d, a, b }
+                if Self::IBIN_OPS.contains(&op) && Self::INT_TYPES.contains(&ty) =>
+            {
+                Fast::IBin { op, ty, d, a, b }
+            }
+            Op::Mad {
+                mul: IBin::MulLo,
+                wide: false,
+                sat: false,
+                ty,
+                d,
+                a,
+                b,
+                c,
+            } if Self::INT_TYPES.contains(&ty) => Fast::MadLo { ty, d, a, b, c },
+            Op::Setp {
+                cmp,
+                ty,
+                ftz,
+                d,
+                dn,
+                a,
+                b,
+                comb: None,
+            } if Self::SETP_CMPS.contains(&cmp) && Self::SETP_TYPES.contains(&ty) => Fast::Setp {
+                cmp,
+                ty,
+                ftz,
+                d,
+                dn,
+                a,
+                b,
+            },
+            Op::Mov { d, a, bits } => Fast::Mov { d, a, bits },
             _ => Fast::None,
         }
     }
