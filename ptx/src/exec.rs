@@ -1276,6 +1276,37 @@ impl<'a> Launch<'a> {
             self.setp(w, exec, d, dn, a, b, |x, y| compare(CMP, TY, ftz, x, y))))
     }
 
+    /// A float operation in the lanes of `exec`, its lane loop specialized
+    /// for the common operations, types and modes.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn fbin_lanes(
+        &self,
+        w: &mut Warp,
+        exec: u32,
+        op: FBin,
+        ty: Ty,
+        m: FMode,
+        d: u32,
+        a: Src,
+        b: Src,
+    ) {
+        specialize!(OP: FBin = op; [
+            FBin::Add, FBin::Sub, FBin::Mul, FBin::Div, FBin::Min, FBin::Max,
+        ] => specialize!(TY: Ty = ty; [Ty::F32, Ty::F64] => specialize!(M: FMode = m; [RN, RN_FTZ] =>
+            self.map2(w, exec, d, a, b, |x, y| fbin(OP, TY, M, x, y)))))
+    }
+
+    /// `selp` in the lanes of `exec`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn selp_lanes(&self, w: &mut Warp, exec: u32, bits: u32, d: u32, a: Src, b: Src, c: Src) {
+        let m = mask_of(bits);
+        self.map3(w, exec, d, a, b, c, |x, y, p| {
+            (if p & 1 != 0 { x } else { y }) & m
+        });
+    }
+
     /// `mov` in the lanes of `exec`.
     #[inline(always)]
     fn mov_lanes(&self, w: &mut Warp, exec: u32, d: u32, a: Src, bits: u32) {
@@ -1353,6 +1384,14 @@ impl<'a> Launch<'a> {
                 }
                 Some(&Fast::Mov { d, a, bits }) => {
                     self.mov_lanes(w, exec, d, a, bits);
+                    return Ok(Some(next));
+                }
+                Some(&Fast::FBin { op, ty, m, d, a, b }) => {
+                    self.fbin_lanes(w, exec, op, ty, m, d, a, b);
+                    return Ok(Some(next));
+                }
+                Some(&Fast::Selp { bits, d, a, b, c }) => {
+                    self.selp_lanes(w, exec, bits, d, a, b, c);
                     return Ok(Some(next));
                 }
                 _ => {}
@@ -2111,10 +2150,7 @@ impl<'a> Launch<'a> {
                     Self::wr(w, d, l, r & 0xffff_ffff);
                 }
             }
-            Op::FBin { op, ty, m, d, a, b } => specialize!(OP: FBin = op; [
-                FBin::Add, FBin::Sub, FBin::Mul, FBin::Div, FBin::Min, FBin::Max,
-            ] => specialize!(TY: Ty = ty; [Ty::F32, Ty::F64] => specialize!(M: FMode = m; [RN, RN_FTZ] =>
-                self.map2(w, exec, d, a, b, |x, y| fbin(OP, TY, M, x, y))))),
+            Op::FBin { op, ty, m, d, a, b } => self.fbin_lanes(w, exec, op, ty, m, d, a, b),
             Op::Fma { ty, m, d, a, b, c } => {
                 if ty == Ty::F64 && m.rnd != Rnd::Rn {
                     return Err(Error::Unsupported {
@@ -2309,12 +2345,7 @@ impl<'a> Launch<'a> {
             Op::PredBin { op, d, a, b } => self.map2(w, exec, d, a, b, |x, y| {
                 u64::from(boolop(op, x & 1 != 0, y & 1 != 0))
             }),
-            Op::Selp { bits, d, a, b, c } => {
-                let m = mask_of(bits);
-                self.map3(w, exec, d, a, b, c, |x, y, p| {
-                    (if p & 1 != 0 { x } else { y }) & m
-                });
-            }
+            Op::Selp { bits, d, a, b, c } => self.selp_lanes(w, exec, bits, d, a, b, c),
             Op::Slct {
                 bits,
                 cty,

@@ -1299,6 +1299,24 @@ pub(crate) enum Fast {
     },
     /// `mov` of a register, immediate or special register.
     Mov { d: u32, a: Src, bits: u32 },
+    /// A float operation of [`Fast::FBIN_OPS`] on `f32` or `f64`, rounding
+    /// to nearest (with or without `.ftz`, no `.sat`).
+    FBin {
+        op: FBin,
+        ty: Ty,
+        m: FMode,
+        d: u32,
+        a: Src,
+        b: Src,
+    },
+    /// `selp`.
+    Selp {
+        bits: u32,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
 }
 
 impl Fast {
@@ -1320,6 +1338,15 @@ impl Fast {
     pub(crate) const INT_TYPES: [Ty; 6] = [Ty::U32, Ty::S32, Ty::B32, Ty::U64, Ty::S64, Ty::B64];
     /// The comparisons with a fast form.
     pub(crate) const SETP_CMPS: [Cmp; 6] = [Cmp::Eq, Cmp::Ne, Cmp::Lt, Cmp::Le, Cmp::Gt, Cmp::Ge];
+    /// The float operations with a fast form.
+    pub(crate) const FBIN_OPS: [FBin; 6] = [
+        FBin::Add,
+        FBin::Sub,
+        FBin::Mul,
+        FBin::Div,
+        FBin::Min,
+        FBin::Max,
+    ];
     /// The compared types with a fast form.
     pub(crate) const SETP_TYPES: [Ty; 5] = [Ty::S32, Ty::U32, Ty::S64, Ty::U64, Ty::F32];
 
@@ -1380,6 +1407,15 @@ impl Fast {
                 b,
             },
             Op::Mov { d, a, bits } => Fast::Mov { d, a, bits },
+            Op::FBin { op, ty, m, d, a, b }
+                if Self::FBIN_OPS.contains(&op)
+                    && matches!(ty, Ty::F32 | Ty::F64)
+                    && m.rnd == Rnd::Rn
+                    && !m.sat =>
+            {
+                Fast::FBin { op, ty, m, d, a, b }
+            }
+            Op::Selp { bits, d, a, b, c } => Fast::Selp { bits, d, a, b, c },
             _ => Fast::None,
         }
     }
