@@ -58,7 +58,7 @@ use fairgpu_protocol::layout::{Layout, RegionConfig};
 use fairgpu_protocol::limits::{
     MAX_ARENA, MAX_CHANNELS, MAX_RING_ENTRIES, MIN_ARENA, MIN_CHANNELS, MIN_RING_ENTRIES, PAGE,
 };
-use fairgpu_scheduler::{Nanos, PolicyKind, Reservation, SliceConfig};
+use fairgpu_scheduler::{InteractivityConfig, Nanos, PolicyKind, Reservation, SliceConfig};
 use serde::{Deserialize, Serialize};
 
 use fairgpu_executor::sim::SimConfig;
@@ -268,6 +268,8 @@ struct RawDaemon {
     backfill: Option<bool>,
     backfill_max_us: Option<i64>,
     work_conserving: Option<bool>,
+    interactive_calls: Option<i64>,
+    interactive_window_ms: Option<f64>,
     slice_kernels: Option<bool>,
     kernel_slice_ms: Option<f64>,
     kernel_slice_blocks: Option<i64>,
@@ -565,6 +567,12 @@ pub struct SchedConfig {
     /// whole slice, idle or not, and is charged at least the slice's
     /// wall-clock length; the reference FairGV's Fig. 10 compares with.
     pub work_conserving: bool,
+    /// When a VM counts as CPU–GPU interactive, so that its grants wake
+    /// its waiting guest threads (GPU-centric co-scheduling, under the
+    /// policies that co-schedule: `fairgv` and the credit ones): more than
+    /// `interactive_calls` synchronous calls within `interactive_window_ms`
+    /// (FairGV section 3.2.3: more than 10 per 10 ms, the default).
+    pub interactivity: InteractivityConfig,
 }
 
 impl Default for SchedConfig {
@@ -583,6 +591,7 @@ impl Default for SchedConfig {
             preemptive: false,
             backfill: Some(DEFAULT_BACKFILL_MAX),
             work_conserving: true,
+            interactivity: InteractivityConfig::default(),
         }
     }
 }
@@ -805,6 +814,7 @@ fn validate_sched(raw: &RawDaemon) -> Result<SchedConfig, String> {
         }
         _ => Some(backfill_max),
     };
+    let interactivity = validate_interactivity(raw, policy, defaults.interactivity)?;
     Ok(SchedConfig {
         policy,
         slice,
@@ -815,7 +825,63 @@ fn validate_sched(raw: &RawDaemon) -> Result<SchedConfig, String> {
         preemptive,
         backfill,
         work_conserving,
+        interactivity,
     })
+}
+
+/// Largest `interactive_window_ms` accepted.
+const MAX_INTERACTIVE_WINDOW_MS: f64 = 10_000.0;
+
+/// `interactive_calls` and `interactive_window_ms`: the co-scheduling
+/// policies' interactivity detector (FairGV, credit); another policy has
+/// no co-scheduling for them to tune, so they are an error there.
+fn validate_interactivity(
+    raw: &RawDaemon,
+    policy: Option<PolicyKind>,
+    defaults: InteractivityConfig,
+) -> Result<InteractivityConfig, String> {
+    if raw.interactive_calls.is_none() && raw.interactive_window_ms.is_none() {
+        return Ok(defaults);
+    }
+    let cosched = matches!(
+        policy,
+        Some(
+            PolicyKind::FairQueuing
+                | PolicyKind::CreditPoll
+                | PolicyKind::CreditHybridSpin
+                | PolicyKind::StrictCoSchedule
+        )
+    );
+    if !cosched {
+        return Err(format!(
+            "interactive_calls and interactive_window_ms tune GPU-centric co-scheduling, which policy = {:?} does not do (fairgv and the credit policies do)",
+            policy_name(policy)
+        ));
+    }
+    let threshold = match raw.interactive_calls {
+        None => defaults.threshold(),
+        Some(n) => u32::try_from(n)
+            .ok()
+            .filter(|n| *n <= InteractivityConfig::MAX_THRESHOLD)
+            .ok_or_else(|| {
+                format!(
+                    "interactive_calls = {n} is outside 0..={}",
+                    InteractivityConfig::MAX_THRESHOLD
+                )
+            })?,
+    };
+    let window = match raw.interactive_window_ms {
+        None => defaults.window(),
+        Some(ms) if (0.001..=MAX_INTERACTIVE_WINDOW_MS).contains(&ms) => {
+            Nanos((ms * 1e6).round() as u64)
+        }
+        Some(ms) => {
+            return Err(format!(
+                "interactive_window_ms = {ms} is outside 0.001..={MAX_INTERACTIVE_WINDOW_MS}"
+            ))
+        }
+    };
+    InteractivityConfig::new(window, threshold).map_err(|e| e.to_string())
 }
 
 /// One `[[vm]]`.
@@ -1941,6 +2007,35 @@ region = "/dev/shm/fairgpu-vm1"
                 .preemptive
         );
         assert!(with("preemptive = 1").is_err());
+    }
+
+    #[test]
+    fn interactivity_keys_tune_the_co_scheduling_policies_only() {
+        use fairgpu_scheduler::Nanos;
+        let with = |lines: &str| {
+            parse(&ONE_VM.replace("[daemon]", &format!("[daemon]\n{lines}")))
+                .map(|c| c.daemon.sched.interactivity)
+        };
+        let d = with("").unwrap();
+        assert_eq!((d.threshold(), d.window()), (10, Nanos::from_millis(10)));
+        let c = with("interactive_calls = 2\ninteractive_window_ms = 200").unwrap();
+        assert_eq!((c.threshold(), c.window()), (2, Nanos::from_millis(200)));
+        let c = with("policy = \"credit-hs\"\ninteractive_window_ms = 2.5").unwrap();
+        assert_eq!((c.threshold(), c.window()), (10, Nanos::from_micros(2500)));
+        for bad in [
+            "interactive_calls = -1",
+            "interactive_calls = 10001",
+            "interactive_window_ms = 0",
+            "interactive_window_ms = 10001",
+            "interactive_window_ms = nan",
+        ] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains("is outside"), "{bad}: {e}");
+        }
+        let e = with("policy = \"neon-ts\"\ninteractive_calls = 3")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("neon-ts"), "{e}");
     }
 
     #[test]

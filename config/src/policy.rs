@@ -22,6 +22,7 @@ pub fn build_policy(cfg: &SchedConfig) -> Option<Box<dyn Policy>> {
             wake_preempt: cfg
                 .wake_preempt
                 .map(|d| fairgpu_scheduler::Nanos::from_nanos(d.as_nanos() as u64)),
+            interactivity: cfg.interactivity,
             ..FairQueuingConfig::default()
         })),
         PolicyKind::CreditPoll | PolicyKind::CreditHybridSpin | PolicyKind::StrictCoSchedule => {
@@ -32,7 +33,8 @@ pub fn build_policy(cfg: &SchedConfig) -> Option<Box<dyn Policy>> {
             };
             let credit = CreditConfig::new(cfg.slice, CreditConfig::PERIOD)
                 .expect("the default period is valid")
-                .with_mode(mode);
+                .with_mode(mode)
+                .with_interactivity(cfg.interactivity);
             let variant = match kind {
                 PolicyKind::CreditPoll => CreditVariant::Poll,
                 PolicyKind::CreditHybridSpin => CreditVariant::HybridSpin,
