@@ -2670,8 +2670,14 @@ impl<'a> Launch<'a> {
                 let b = r as usize * 32;
                 let base: &[u64; 32] = w.regs[b..b + 32].try_into().expect("32 lanes");
                 let mut at = [0u64; 32];
-                for (a, v) in at.iter_mut().zip(base) {
-                    *a = v.wrapping_add(off);
+                if a.narrow {
+                    for (a, v) in at.iter_mut().zip(base) {
+                        *a = v.wrapping_add(off) & 0xffff_ffff;
+                    }
+                } else {
+                    for (a, v) in at.iter_mut().zip(base) {
+                        *a = v.wrapping_add(off);
+                    }
                 }
                 at
             }
@@ -2685,7 +2691,7 @@ impl<'a> Launch<'a> {
             Some(r) => w.regs[r as usize * 32 + l],
             None => 0,
         };
-        base.wrapping_add(a.off as u64)
+        a.at(base)
     }
 
     /// Whether a generic address lies in the window of shared, local or

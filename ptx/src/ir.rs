@@ -200,6 +200,33 @@ pub(crate) enum Src {
 pub(crate) struct Addr {
     pub base: Option<u32>,
     pub off: i64,
+    /// The base is a 32-bit register (shared, local, const or param
+    /// addressing): the address is `base + off` modulo 2^32, as the
+    /// hardware's 32-bit address arithmetic wraps (nvcc folds a negative
+    /// term into the register and a positive one into the offset).
+    pub narrow: bool,
+}
+
+impl Addr {
+    /// `[off]`, no register.
+    pub(crate) const fn absolute(off: i64) -> Addr {
+        Addr {
+            base: None,
+            off,
+            narrow: false,
+        }
+    }
+
+    /// The address given the base register's value.
+    #[inline(always)]
+    pub(crate) fn at(self, base: u64) -> u64 {
+        let a = base.wrapping_add(self.off as u64);
+        if self.narrow {
+            a & 0xffff_ffff
+        } else {
+            a
+        }
+    }
 }
 
 /// Rounding of a floating-point result (or of a float-to-int conversion).

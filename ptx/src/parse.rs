@@ -1471,12 +1471,12 @@ impl<'m> FuncParser<'m> {
         let Opnd::Mem { reg, sym, off } = o else {
             return Err(perr(line, format!("expected an address, found {o:?}")));
         };
-        let mut a = Addr {
-            base: None,
-            off: *off,
-        };
+        let mut a = Addr::absolute(*off);
         if let Some(r) = reg {
-            a.base = self.lookup_reg(r).map(|r| r.0);
+            if let Some((idx, bits)) = self.lookup_reg(r) {
+                a.base = Some(idx);
+                a.narrow = bits < 64;
+            }
         }
         if let Some(s) = sym {
             match self.lookup_sym(s) {

@@ -176,6 +176,48 @@ add.s32 %r5, %r5, %r6;
     }
 }
 
+/// A 32-bit address register wraps: nvcc keeps a negative term in the
+/// register and a positive one in the offset (`[%r4+68]` with `%r4` below
+/// the array, Rodinia's nw), and the hardware's 32-bit address arithmetic
+/// lands inside the array. The sum is taken modulo 2^32, for the full
+/// warp's accesses and for a single lane's; a 64-bit register does not
+/// wrap there, and an address that wraps outside the array still fails.
+#[test]
+fn a_32_bit_address_register_wraps_around_with_its_offset() {
+    let m = kernel_with(
+        ".shared .align 4 .b8 s[128];",
+        "mov.u32 %r3, s;
+shl.b32 %r4, %r1, 2;
+add.s32 %r5, %r3, %r4;
+sub.s32 %r6, %r5, 65536;
+add.s32 %r7, %r1, 100;
+st.shared.u32 [%r6+65536], %r7;
+bar.sync 0;
+setp.eq.u32 %p1, %r1, 3;
+@%p1 st.shared.u32 [%r6+65540], %r1;
+bar.sync 0;
+ld.shared.u32 %r2, [%r6+65536];
+st.global.u32 [%rd3], %r2;",
+    );
+    let (r, out) = run_k(&m, 32, 32);
+    r.expect("runs");
+    let want: Vec<u32> = (0..32).map(|t| if t == 4 { 3 } else { t + 100 }).collect();
+    assert_eq!(out, want);
+    // Wrapping to an address past the array is still out of bounds.
+    let m = kernel_with(
+        ".shared .align 4 .b8 s[128];",
+        "mov.u32 %r3, s;
+sub.s32 %r6, %r3, 65536;
+ld.shared.u32 %r2, [%r6+65664];",
+    );
+    match run_k(&m, 1, 1).0 {
+        Err(Error::OutOfBounds {
+            space: "shared", ..
+        }) => {}
+        r => panic!("{r:?}"),
+    }
+}
+
 #[test]
 fn out_of_bounds_and_misaligned_accesses_fail() {
     let cases = [

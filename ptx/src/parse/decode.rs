@@ -1521,7 +1521,7 @@ impl FuncParser<'_> {
                     kind,
                     space,
                     d,
-                    addr: addr.unwrap_or(Addr { base: None, off: 0 }),
+                    addr: addr.unwrap_or(Addr::absolute(0)),
                     a,
                 }))
             }
