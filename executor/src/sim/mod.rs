@@ -76,7 +76,9 @@
 //! - **Errors** map to CUDA errors in one place ([`execution_error`]): an
 //!   access outside the allocations (each rounded up to its 256-byte
 //!   granule, as a GPU hands out memory: a kernel's access a few bytes
-//!   past the end of an array does not fault there either) is a sticky
+//!   past the end of an array does not fault there either; a read within
+//!   [`READ_SLACK`] of an allocation, outside every one, reads zeros, as a
+//!   GPU's larger pages make a stencil's halo read harmless) is a sticky
 //!   CUDA_ERROR_ILLEGAL_ADDRESS, a misaligned one a sticky
 //!   CUDA_ERROR_MISALIGNED_ADDRESS, `trap` a sticky
 //!   CUDA_ERROR_LAUNCH_FAILED, an exhausted instruction budget or a barrier
@@ -159,6 +161,14 @@ const _: () = {
 const ALLOC_ALIGN: u64 = 256;
 /// Unused addresses after each allocation.
 const GUARD: u64 = 256;
+/// How far from an allocation of its context a kernel's read outside every
+/// allocation reads zeros instead of faulting. A GPU maps device memory in
+/// pages of 64 KiB to 2 MiB, so a read a row before or after an array (a
+/// stencil's halo that the kernel then ignores: Rodinia's srad_v2 reads one
+/// row before its image) lands in mapped memory there and does not fault;
+/// what it reads is whatever lies there, here zeros, never another
+/// context's data. Writes outside the granules still fault.
+const READ_SLACK: u64 = 64 * 1024;
 /// The virtual-memory API's granularity.
 const VMM_GRANULARITY: u64 = fairgpu_protocol::cuda::VMM_GRANULARITY;
 /// CU_STREAM_NON_BLOCKING.
@@ -1489,6 +1499,26 @@ struct Allocations<'a> {
 }
 
 impl Allocations<'_> {
+    /// Whether `[addr, addr + len)`, outside every allocation, lies within
+    /// [`READ_SLACK`] of one (after its granule's end or before its start).
+    fn in_read_slack(&self, addr: u64, len: usize) -> bool {
+        let Some(end) = addr.checked_add(len as u64) else {
+            return false;
+        };
+        // The allocations on either side; a range that overlaps one (across
+        // its end) is not in the slack.
+        let prev = self
+            .allocs
+            .range(..=addr)
+            .next_back()
+            .map(|(&b, v)| b + v.len() as u64);
+        let next = self.allocs.range(addr..).next().map(|(&b, _)| b);
+        if prev.is_some_and(|e| e > addr) || next.is_some_and(|b| b < end) {
+            return false;
+        }
+        prev.is_some_and(|e| end - e <= READ_SLACK) || next.is_some_and(|b| b - addr <= READ_SLACK)
+    }
+
     fn span(&mut self, addr: u64, len: usize) -> Result<&mut [u8], ptx::Error> {
         let out = || ptx::Error::OutOfBounds {
             space: "global",
@@ -1513,17 +1543,29 @@ struct Hit<'m> {
 impl Hit<'_> {
     /// The offset of `[addr, addr + len)` in this allocation, if inside.
     fn offset(&self, addr: u64, len: usize) -> Option<usize> {
-        let off = usize::try_from(addr.checked_sub(self.base)?).ok()?;
-        (off.checked_add(len)? <= self.bytes.len()).then_some(off)
+        Self::offset_in(self.base, self.bytes.len(), addr, len)
+    }
+
+    fn offset_in(base: u64, size: usize, addr: u64, len: usize) -> Option<usize> {
+        let off = usize::try_from(addr.checked_sub(base)?).ok()?;
+        (off.checked_add(len)? <= size).then_some(off)
+    }
+
+    /// Whether `[addr, addr + len)` lies in the `size` bytes at `base`.
+    fn covers(base: u64, size: usize, addr: u64, len: usize) -> bool {
+        Self::offset_in(base, size, addr, len).is_some()
     }
 }
 
 impl Allocations<'_> {
+    /// Calls `each` with each lane's bytes. A read (`slack`) outside the
+    /// allocations but within [`READ_SLACK`] of one gets zeros.
     fn lanes(
         &mut self,
         lanes: u32,
         addrs: &[u64; 32],
         len: usize,
+        slack: bool,
         mut each: impl FnMut(usize, &mut [u8]),
     ) -> Result<(), ptx::Error> {
         let mut hit: Option<Hit> = None;
@@ -1540,6 +1582,19 @@ impl Allocations<'_> {
                         addr,
                         len: len as u64,
                     };
+                    hit = None;
+                    let inside = self
+                        .allocs
+                        .range(..=addr)
+                        .next_back()
+                        .is_some_and(|(&b, v)| Hit::covers(b, v.len(), addr, len));
+                    if !inside {
+                        if slack && self.in_read_slack(addr, len) {
+                            each(l, &mut [0u8; 32][..len]);
+                            continue;
+                        }
+                        return Err(out());
+                    }
                     let (&base, bytes) =
                         self.allocs.range_mut(..=addr).next_back().ok_or_else(out)?;
                     let h = Hit { base, bytes };
@@ -1557,8 +1612,15 @@ impl Allocations<'_> {
 
 impl ptx::Memory for Allocations<'_> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), ptx::Error> {
-        ptx::copy_element(buf, self.span(addr, buf.len())?);
-        Ok(())
+        if let Ok(bytes) = self.span(addr, buf.len()) {
+            ptx::copy_element(buf, bytes);
+            return Ok(());
+        }
+        if self.in_read_slack(addr, buf.len()) {
+            buf.fill(0);
+            return Ok(());
+        }
+        self.span(addr, buf.len()).map(|_| ())
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), ptx::Error> {
@@ -1574,7 +1636,7 @@ impl ptx::Memory for Allocations<'_> {
         len: usize,
         out: &mut [[u8; 32]; 32],
     ) -> Result<(), ptx::Error> {
-        self.lanes(lanes, addrs, len, |l, bytes| {
+        self.lanes(lanes, addrs, len, true, |l, bytes| {
             ptx::copy_element(&mut out[l][..len], bytes)
         })
     }
@@ -1587,7 +1649,7 @@ impl ptx::Memory for Allocations<'_> {
         data: &[[u8; 32]; 32],
     ) -> Result<(), ptx::Error> {
         let mut wrote = false;
-        let r = self.lanes(lanes, addrs, len, |l, bytes| {
+        let r = self.lanes(lanes, addrs, len, false, |l, bytes| {
             ptx::copy_element(bytes, &data[l][..len]);
             wrote = true;
         });
@@ -3641,15 +3703,34 @@ mod tests {
         };
         // Across the granule's end, the guard gap, a span across two
         // allocations, below the first, freed memory, the top of the
-        // address space.
+        // address space: no write lands there.
         oob(mem.write(a + 253, &[0; 4]));
-        oob(mem.read(a + 256, &mut buf));
-        oob(mem.read(a + 300, &mut buf));
-        oob(mem.read(b - 2, &mut buf));
-        oob(mem.read(a - 1, &mut buf));
-        oob(mem.read(0, &mut buf));
+        oob(mem.write(a + 256, &[1; 4]));
+        oob(mem.write(b - 2, &[1; 4]));
+        oob(mem.write(a - 4, &[1; 4]));
         oob(mem.write(freed, &[1]));
-        oob(mem.read(freed + 8, &mut buf));
+        // Reads there, near an allocation of the context (a stencil's
+        // halo, as a GPU's pages are larger than its allocations), give
+        // zeros; a read across an allocation's edge, or far from every
+        // allocation, faults.
+        for at in [a + 256, a + 300, a - 4, a - READ_SLACK, freed + 8, b + 256] {
+            buf = [7; 4];
+            mem.read(at, &mut buf).expect("a read near an allocation");
+            assert_eq!(buf, [0; 4], "{at:#x}");
+        }
+        let mut lanes = [[7u8; 32]; 32];
+        let mut addrs = [b; 32];
+        addrs[3] = a - 64;
+        addrs[5] = b + 4096;
+        mem.read_lanes(u32::MAX, &addrs, 4, &mut lanes)
+            .expect("lanes near allocations");
+        assert_eq!(lanes[0][..4], [9; 4]);
+        assert_eq!(lanes[3][..4], [0; 4]);
+        assert_eq!(lanes[5][..4], [0; 4]);
+        oob(mem.read(b - 2, &mut buf));
+        oob(mem.read(a - READ_SLACK - 4, &mut buf));
+        oob(mem.read(b + 256 + READ_SLACK, &mut buf));
+        oob(mem.read(0, &mut buf));
         oob(mem.read(u64::MAX - 1, &mut buf));
         assert_eq!(
             mem.read(a + 254, &mut buf),
