@@ -434,58 +434,9 @@ fi
 [[ $phase_run == 1 ]] || exit 0
 
 # ---------------------------------------------------------------- daemon
-dstate="$out/daemon"
-mkdir -p "$dstate/state"
-chmod 700 "$dstate/state"
-region=${region:-/dev/shm/fairgpu-samples-$$}
-sock="$dstate/state/control.sock"
-cat >"$dstate/fairgpu.toml" <<EOT
-[daemon]
-control_socket = "$sock"
-executor = "sim"
-state_dir = "$dstate/state"
-
-[sim]
-max_instructions = $max_instr
-
-[[vm]]
-name = "samples"
-weight = 1
-memory = "8GiB"
-region = "$region"
-channels = 8
-EOT
-"$fairgpu_bin" serve --config "$dstate/fairgpu.toml" --check >/dev/null ||
-    die "the daemon rejects $dstate/fairgpu.toml"
-
-daemon_pid=""
-# start_daemon LOG: starts the daemon in a process group of its own.
-start_daemon() {
-    rm -f "$sock"
-    setsid "$fairgpu_bin" serve --config "$dstate/fairgpu.toml" --log warn >"$1" 2>&1 &
-    daemon_pid=$!
-    local _
-    for _ in $(seq 200); do
-        [[ -S $sock && -e $region ]] && return 0
-        kill -0 "$daemon_pid" 2>/dev/null || break
-        sleep 0.05
-    done
-    echo "daemon did not start" >>"$1"
-    return 1
-}
-stop_daemon() {
-    [[ -n $daemon_pid ]] || return 0
-    kill -TERM "$daemon_pid" 2>/dev/null
-    local _
-    for _ in $(seq 100); do
-        kill -0 "$daemon_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    # Whatever is left of its group (its workers), by the group id we made.
-    kill -KILL -- "-$daemon_pid" 2>/dev/null
-    wait "$daemon_pid" 2>/dev/null
-    daemon_pid=""
-}
+# shellcheck source=lib/sim-daemon.sh
+source "$(dirname "$0")/lib/sim-daemon.sh"
+sim_daemon_setup "$out/daemon" "${region:-/dev/shm/fairgpu-samples-$$}" samples "$max_instr"
 trap 'stop_daemon' EXIT
 trap 'exit 130' INT TERM
 

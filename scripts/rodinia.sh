@@ -206,52 +206,9 @@ build() {
 }
 
 # ---------------------------------------------------------------- daemon
-dstate=$out/daemon
-mkdir -p "$dstate/state"
-chmod 700 "$dstate/state"
-region=/dev/shm/fairgpu-rodinia-$$
-sock=$dstate/state/control.sock
-cat >"$dstate/fairgpu.toml" <<EOT
-[daemon]
-control_socket = "$sock"
-executor = "sim"
-state_dir = "$dstate/state"
-
-[sim]
-max_instructions = 200000000000
-
-[[vm]]
-name = "rodinia"
-weight = 1
-memory = "8GiB"
-region = "$region"
-channels = 8
-EOT
-daemon_pid=""
-start_daemon() {
-    rm -f "$sock"
-    setsid "$fairgpu_bin" serve --config "$dstate/fairgpu.toml" --log warn >"$1" 2>&1 &
-    daemon_pid=$!
-    local _
-    for _ in $(seq 200); do
-        [[ -S $sock && -e $region ]] && return 0
-        kill -0 "$daemon_pid" 2>/dev/null || break
-        sleep 0.05
-    done
-    return 1
-}
-stop_daemon() {
-    [[ -n $daemon_pid ]] || return 0
-    kill -TERM "$daemon_pid" 2>/dev/null
-    local _
-    for _ in $(seq 100); do
-        kill -0 "$daemon_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL -- "-$daemon_pid" 2>/dev/null
-    wait "$daemon_pid" 2>/dev/null
-    daemon_pid=""
-}
+# shellcheck source=lib/sim-daemon.sh
+source "$root/scripts/lib/sim-daemon.sh"
+sim_daemon_setup "$out/daemon" "/dev/shm/fairgpu-rodinia-$$" rodinia 200000000000
 trap 'stop_daemon' EXIT
 trap 'exit 130' INT TERM
 
