@@ -25,7 +25,10 @@
 #     suite's gcc links predate that).
 #   - Defines the suite offers for output (nw's TRACEBACK, lavaMD's and
 #     srad's OUTPUT, pathfinder's BENCH_PRINT, hotspot's OUTPUT in the
-#     OpenMP version), so that the two versions write comparable results.
+#     OpenMP version), so that the two versions write comparable results;
+#     gaussian's `verbose`, hard-coded off, turned on in the copy.
+#   - gaussian reads cudaDeviceProp fields CUDA 13 removed: it is built
+#     against CUDA 12.9's headers and runtime (scripts/cuda-toolchain.sh's).
 #   - Inputs for the programs whose data is absent, made by a seeded
 #     generator here (bfs graph, hotspot/hotspot3D temperatures and powers,
 #     b+tree keys and commands, srad_v1's image) or by the suite's own
@@ -95,20 +98,47 @@ cuda_root=$(dirname "$(dirname "$nvcc_real")")
 command -v python3 >/dev/null || die "python3 is needed"
 
 # ---------------------------------------------------------------- tree
-mkdir -p "$out/tree" "$out/logs" "$out/cuda/bin" "$out/cuda/lib64" "$out/home/rodinia_3.0"
+mkdir -p "$out/tree" "$out/logs" "$out/home/rodinia_3.0"
 for d in cuda openmp common; do
     cp -a "$src/$d" "$out/tree/"
 done
 # hotspot3D's Makefile includes ~/rodinia_3.0/common/make.config.
 ln -sfn "$out/tree/common" "$out/home/rodinia_3.0/common"
 
-ln -sfn "$cuda_root/include" "$out/cuda/include"
-for f in "$cuda_root"/lib/*; do
-    ln -sfn "$f" "$out/cuda/lib64/"
-done
-ln -sfn "$guest_lib" "$out/cuda/lib64/libcuda.so"
-ln -sfn "$guest_lib" "$out/cuda/lib64/libcuda.so.1"
-cat >"$out/cuda/compat.h" <<'EOF'
+# make_cuda_dir DIR CUDART INCLUDE LIBDIR [INCLUDE...]: a CUDA_DIR for the
+# suite's Makefiles whose headers and runtime are INCLUDE's and LIBDIR's;
+# nvcc links the runtime CUDART (static or shared).
+make_cuda_dir() {
+    local dir=$1 cudart=$2 inc=$3 lib=$4 f d
+    shift 4
+    mkdir -p "$dir/bin" "$dir/lib64"
+    ln -sfn "$inc" "$dir/include"
+    for f in "$lib"/*; do
+        ln -sfn "$f" "$dir/lib64/"
+    done
+    ln -sfn "$guest_lib" "$dir/lib64/libcuda.so"
+    ln -sfn "$guest_lib" "$dir/lib64/libcuda.so.1"
+    {
+        echo '#!/usr/bin/env bash'
+        echo '# nvcc for Rodinia 3.1 (written by scripts/rodinia.sh): compute_90 with PTX.'
+        echo 'args=()'
+        echo 'skip=0'
+        echo 'for a in "$@"; do'
+        echo '    if [[ $skip == 1 ]]; then skip=0; continue; fi'
+        echo '    case $a in'
+        echo '    -arch | --gpu-name | -gencode) skip=1 ;;'
+        echo '    -arch=* | --gpu-architecture=* | -gencode=* | -deviceemu) ;;'
+        echo '    *) args+=("$a") ;;'
+        echo '    esac'
+        echo 'done'
+        printf 'exec nice -n 19 %q -include %q -gencode %q' "$nvcc_real" "$out/cuda-compat.h" \
+            'arch=compute_90,code=[compute_90,sm_90]'
+        for d in "$inc" "$@" "${extra_inc[@]}"; do printf ' -I%q' "$d"; done
+        printf ' -L%q -cudart %q "${args[@]}"\n' "$dir/lib64" "$cudart"
+    } >"$dir/bin/nvcc"
+    chmod +x "$dir/bin/nvcc"
+}
+cat >"$out/cuda-compat.h" <<'EOF'
 /* Rodinia 3.1 predates CUDA 12 and 13: the calls those releases removed,
    mapped to their successors. */
 #pragma once
@@ -119,25 +149,11 @@ cat >"$out/cuda/compat.h" <<'EOF'
 #define cudaThreadSetCacheConfig cudaDeviceSetCacheConfig
 #endif
 EOF
-{
-    echo '#!/usr/bin/env bash'
-    echo '# nvcc for Rodinia 3.1 (written by scripts/rodinia.sh): compute_90 with PTX.'
-    echo 'args=()'
-    echo 'skip=0'
-    echo 'for a in "$@"; do'
-    echo '    if [[ $skip == 1 ]]; then skip=0; continue; fi'
-    echo '    case $a in'
-    echo '    -arch | --gpu-name | -gencode) skip=1 ;;'
-    echo '    -arch=* | --gpu-architecture=* | -gencode=* | -deviceemu) ;;'
-    echo '    *) args+=("$a") ;;'
-    echo '    esac'
-    echo 'done'
-    printf 'exec nice -n 19 %q -include %q -gencode %q' "$nvcc_real" "$out/cuda/compat.h" \
-        'arch=compute_90,code=[compute_90,sm_90]'
-    for d in "${extra_inc[@]}"; do printf ' -I%q' "$d"; done
-    printf ' "${args[@]}" -L%q\n' "$out/cuda/lib64"
-} >"$out/cuda/bin/nvcc"
-chmod +x "$out/cuda/bin/nvcc"
+# CUDA 13 (the default), and CUDA 12.9's headers and runtime for the
+# programs that read what CUDA 13 removed from cudaDeviceProp.
+make_cuda_dir "$out/cuda" static "$cuda_root/include" "$cuda_root/lib"
+make_cuda_dir "$out/cuda12" shared "$CUDA12_INCLUDE" "$CUDA12_LIB" "$CUDA12_CCCL"
+
 
 # Some programs seed rand() from time(NULL) (lavaMD, particlefilter): both
 # versions run with a time() that returns one fixed instant, so that they
@@ -195,13 +211,13 @@ with open(os.path.join(d, "srad/image.pgm"), "w") as f:
 EOF
 
 # ---------------------------------------------------------------- builds
-export PATH="$out/cuda/bin:$PATH"
 cc_link="gcc -L$out/cuda/lib64 -Wl,--no-as-needed -lstdc++"
 # build NAME DIR MAKEARGS...: runs the program's Makefile; logs it.
 build() {
     local name=$1 dir=$2
     shift 2
-    (cd "$out/tree/$dir" && HOME="$out/home" nice -n 19 make CUDA_DIR="$out/cuda" "$@") \
+    (cd "$out/tree/$dir" && PATH="${cuda_dir:-$out/cuda}/bin:$PATH" HOME="$out/home" nice -n 19 \
+        make CUDA_DIR="${cuda_dir:-$out/cuda}" "$@") \
         >"$out/logs/$name.build.log" 2>&1
 }
 
@@ -223,7 +239,7 @@ gpu() {
     fi
     local start
     start=$(date +%s.%N)
-    (cd "$out/tree/$dir" && env LD_LIBRARY_PATH="$out/cuda/lib64" FAIRGPU_REGION="$region" ${preload:+LD_PRELOAD="$preload"} \
+    (cd "$out/tree/$dir" && env LD_LIBRARY_PATH="${cuda_dir:-$out/cuda}/lib64" FAIRGPU_REGION="$region" ${preload:+LD_PRELOAD="$preload"} \
         timeout -k 10 "$timeout_s" "$@" </dev/null >"$out/logs/$name.gpu.out" 2>&1) || rc=$?
     secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     sleep 1.2
@@ -262,7 +278,7 @@ EOF
 
 # ---------------------------------------------------------------- programs
 # Each: build both versions, run, decide. Sets status and note.
-status="" note="" kernels="" secs="-" preload=""
+status="" note="" kernels="" secs="-" preload="" cuda_dir=""
 verdict_run() { # after gpu(): a failed or timed-out run
     if [[ $rc == 124 || $rc == 137 ]]; then
         status=TIMEOUT note="no exit within ${timeout_s} s"
@@ -305,6 +321,41 @@ p_bplustree() {
     [[ $rc == 0 ]] || return 1
     cpu b+tree openmp/b+tree ./b+tree.out core 2 file ../../data/b+tree/keys100k.txt command ../../data/b+tree/command.txt
     check b+tree "$out/tree/cuda/b+tree/output.txt" "$out/tree/openmp/b+tree/output.txt" 0 0
+}
+p_gaussian() {
+    # It prints cudaDeviceProp fields CUDA 13 removed: built against 12.9.
+    cuda_dir=$out/cuda12
+    # Its results are printed only with `verbose`, which the suite
+    # hard-codes off (its -q flag can only turn it off again).
+    sed -i 's/^\(\s*int verbose = \)0;/\11;/' "$out/tree/cuda/gaussian/gaussian.cu"
+    build gaussian cuda/gaussian || return 2
+    gpu gaussian cuda/gaussian ./gaussian -s 64
+    [[ $rc == 0 ]] || return 1
+    # The CPU's answer: the same system (its create_matrix, b = 1) solved
+    # by Gaussian elimination with partial pivoting in double precision.
+    sed -n '/^The final solution is/{n;p}' "$out/logs/gaussian.gpu.out" >"$out/logs/gaussian.gpu.result"
+    python3 - "$out/logs/gaussian.cpu.result" <<'EOF'
+import math, sys
+n = 64
+coe = [0.0] * (2 * n - 1)
+for i in range(n):
+    c = 10 * math.exp(-0.01 * i)
+    coe[n - 1 + i] = coe[n - 1 - i] = c
+a = [[coe[n - 1 - i + j] for j in range(n)] + [1.0] for i in range(n)]
+for k in range(n):
+    p = max(range(k, n), key=lambda r: abs(a[r][k]))
+    a[k], a[p] = a[p], a[k]
+    for r in range(k + 1, n):
+        f = a[r][k] / a[k][k]
+        for c in range(k, n + 1):
+            a[r][c] -= f * a[k][c]
+x = [0.0] * n
+for i in reversed(range(n)):
+    x[i] = (a[i][n] - sum(a[i][j] * x[j] for j in range(i + 1, n))) / a[i][i]
+open(sys.argv[1], "w").write(" ".join(f"{v:.2f}" for v in x) + "\n")
+EOF
+    # Both printed to two decimals.
+    check gaussian "$out/logs/gaussian.gpu.result" "$out/logs/gaussian.cpu.result" 0 0.011
 }
 p_hotspot() {
     build hotspot cuda/hotspot || return 2
@@ -455,15 +506,15 @@ p_streamcluster() {
     check streamcluster "$out/tree/cuda/streamcluster/output.txt" "$out/tree/openmp/streamcluster/output.txt" 1e-4 1e-4
 }
 
-programs=(backprop bfs bplustree hotspot hotspot3D lavaMD lud nn nw particlefilter pathfinder srad_v1 srad_v2 streamcluster)
+programs=(backprop bfs bplustree gaussian hotspot hotspot3D lavaMD lud nn nw particlefilter pathfinder srad_v1 srad_v2 streamcluster)
 if [[ -n $only ]]; then
     IFS=, read -r -a programs <<<"$only"
 fi
 
 printf 'program\tstatus\tseconds\tkernels\tnote\n' >"$out/results.tsv"
 for p in "${programs[@]}"; do
-    declare -F "p_$p" >/dev/null || die "no program $p (choose from: backprop bfs bplustree hotspot hotspot3D lavaMD lud nn nw particlefilter pathfinder srad_v1 srad_v2 streamcluster)"
-    status="" note="" kernels="" secs="-" rc=0 preload=""
+    declare -F "p_$p" >/dev/null || die "no program $p (choose from: backprop bfs bplustree gaussian hotspot hotspot3D lavaMD lud nn nw particlefilter pathfinder srad_v1 srad_v2 streamcluster)"
+    status="" note="" kernels="" secs="-" rc=0 preload="" cuda_dir=""
     r=0
     "p_$p" || r=$?
     if [[ $r == 2 ]]; then
