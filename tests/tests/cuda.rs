@@ -956,6 +956,64 @@ fn a_killed_guest_s_context_is_destroyed_and_its_memory_returned() {
     still_works(&mut fresh, p, 2);
 }
 
+/// Launches the queuer leaves behind (its ring holds 64), and the elements
+/// of each (each takes SimGpu's interpreter tens of milliseconds or more).
+const QUEUED: u32 = 48;
+const QUEUED_N: u32 = 1 << 20;
+
+/// Child side of the dead-queue test: queues [`QUEUED`] launches of
+/// `fairgpu_axpy` over 1 Mi elements without waiting for any, prints
+/// `queued` and waits to be killed.
+#[test]
+fn child_queuer() {
+    if !is_child("queuer") {
+        return;
+    }
+    let (region, _) = child_setup();
+    let mut cu = Cuda::new(fairgpu_frontend::Channel::claim(region, wait_config()).unwrap());
+    let bytes = u64::from(QUEUED_N) * 4;
+    let (x, y) = (cu.mem_alloc(bytes).unwrap(), cu.mem_alloc(bytes).unwrap());
+    let m = cu.module_load(KERNELS_PTX.as_bytes()).unwrap();
+    let k = cu.module_get_function(m, "fairgpu_axpy").unwrap().handle;
+    let mut params = Vec::new();
+    params.extend_from_slice(&x.to_le_bytes());
+    params.extend_from_slice(&y.to_le_bytes());
+    params.extend_from_slice(&2.0f32.to_le_bytes());
+    params.extend_from_slice(&QUEUED_N.to_le_bytes());
+    for _ in 0..QUEUED {
+        cu.launch(k, [QUEUED_N / 256, 1, 1], [256, 1, 1], 0, 0, &params)
+            .unwrap();
+    }
+    println!("queued");
+    let _ = fairgpu_tests::child_read_line();
+}
+
+/// A guest killed with its ring full of launches: the worker drops what
+/// it had not run yet instead of executing all of it (the VM's other
+/// guests would wait behind a dead process's work), and keeps serving.
+#[test]
+fn a_killed_guest_s_queued_launches_are_dropped_not_run() {
+    let rig = Rig::start("cuda_kill_queue");
+    let mut mine = rig.cuda(0);
+    mine.ctx_synchronize().unwrap();
+    let mut queuer = GuestChild::spawn("child_queuer", "queuer", rig.region(0), 0);
+    queuer.expect_line("queued", CHILD_TIMEOUT);
+    queuer.kill();
+    let s = wait_for_status(&rig.d, "the dead guest's channel and context to go", |s| {
+        let v = vm(s, "vm1");
+        v.channels_used == 1 && v.contexts == 1 && v.mem_used == 0
+    });
+    let v = vm(&s, "vm1");
+    assert_eq!(v.restarts, 0, "the worker survived");
+    assert!(
+        v.kernels < u64::from(QUEUED),
+        "all {} queued launches of a dead guest ran",
+        v.kernels
+    );
+    let p = mine.mem_alloc(64).unwrap();
+    still_works(&mut mine, p, 3);
+}
+
 /// Kernels the spinner runs, and how long each takes.
 const SPINS: u64 = 6;
 const SPIN_NS: u64 = 1_500_000;
