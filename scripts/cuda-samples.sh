@@ -96,6 +96,8 @@
 #                         [SIM_MAX_INSTRUCTIONS; 100000000000, so that the
 #                         timeout, not the daemon's 500 million default, is
 #                         what stops long kernels]
+#   --sim-threads N       SimGpu's sim.threads: host threads one launch's
+#                         blocks may run on [SIM_THREADS; 0, the host's CPUs]
 #   --only LIST           only these samples (comma-separated names)
 #   --build-only | --run-only   one phase (--run-only runs what is built)
 #   --rebuild             rebuild even built samples
@@ -129,6 +131,7 @@ fairgpu_bin=${FAIRGPU_BIN:-$repo/target/release/fairgpu}
 guest_lib=${FAIRGPU_GUEST_LIB:-$repo/target/release/libcuda.so}
 timeout_s=${SAMPLE_TIMEOUT:-300}
 max_instr=${SIM_MAX_INSTRUCTIONS:-100000000000}
+sim_threads=${SIM_THREADS:-0}
 only=""
 phase_build=1
 phase_run=1
@@ -147,6 +150,7 @@ while [[ $# -gt 0 ]]; do
     --guest-lib) guest_lib=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
     --max-instructions) max_instr=$2; shift 2 ;;
+    --sim-threads) sim_threads=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --build-only) phase_run=0; shift ;;
     --run-only) phase_build=0; shift ;;
@@ -171,6 +175,7 @@ mkdir -p "${positional[1]}" || die "cannot create ${positional[1]}"
 out=$(cd "${positional[1]}" && pwd)
 [[ $timeout_s =~ ^[0-9]+$ && $timeout_s -gt 0 ]] || die "--timeout wants seconds"
 [[ $max_instr =~ ^[0-9]+$ ]] || die "--max-instructions wants a number"
+[[ $sim_threads =~ ^[0-9]+$ ]] || die "--sim-threads wants a number"
 
 results="$out/results.tsv"
 tab=$'\t'
@@ -436,7 +441,7 @@ fi
 # ---------------------------------------------------------------- daemon
 # shellcheck source=lib/sim-daemon.sh
 source "$(dirname "$0")/lib/sim-daemon.sh"
-sim_daemon_setup "$out/daemon" "${region:-/dev/shm/fairgpu-samples-$$}" samples "$max_instr"
+sim_daemon_setup "$out/daemon" "${region:-/dev/shm/fairgpu-samples-$$}" samples "$max_instr" "$sim_threads"
 trap 'stop_daemon' EXIT
 trap 'exit 130' INT TERM
 

@@ -6,7 +6,11 @@
 # program run on the CPU (or against the CPU check the program makes
 # itself).
 #
-#   scripts/rodinia.sh [--timeout S] [--only a,b,...] [--extra-include DIR]... RODINIA_TREE OUTDIR
+#   scripts/rodinia.sh [--timeout S] [--only a,b,...] [--sim-threads N]
+#                      [--extra-include DIR]... RODINIA_TREE OUTDIR
+#
+# --sim-threads N: SimGpu's sim.threads, the host threads one launch's
+# blocks may run on (default 0: the host's CPUs; 1: one).
 #
 # RODINIA_TREE has cuda/, openmp/ and common/. It is copied to OUTDIR/tree;
 # the checkout is never written. Needs a release build of fairgpu
@@ -55,6 +59,7 @@ die() {
 
 timeout_s=300
 only=""
+sim_threads=0
 extra_inc=()
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -64,6 +69,10 @@ while [[ $# -gt 0 ]]; do
         ;;
     --only)
         only=$2
+        shift 2
+        ;;
+    --sim-threads)
+        sim_threads=$2
         shift 2
         ;;
     --extra-include)
@@ -224,7 +233,7 @@ build() {
 # ---------------------------------------------------------------- daemon
 # shellcheck source=lib/sim-daemon.sh
 source "$root/scripts/lib/sim-daemon.sh"
-sim_daemon_setup "$out/daemon" "/dev/shm/fairgpu-rodinia-$$" rodinia 200000000000
+sim_daemon_setup "$out/daemon" "/dev/shm/fairgpu-rodinia-$$" rodinia 200000000000 "$sim_threads"
 trap 'stop_daemon' EXIT
 trap 'exit 130' INT TERM
 

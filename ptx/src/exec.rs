@@ -101,6 +101,7 @@ use crate::ir::*;
 use crate::printf;
 use crate::{Dims, Error, Limits, Memory, RunStats};
 use crate::{GLOBALS_BASE, LOCAL_WINDOW, PARAM_WINDOW, SHARED_WINDOW, WINDOW_SIZE};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Instructions a warp runs before the next warp of its block gets a turn.
 const QUANTUM: u32 = 4096;
@@ -277,6 +278,47 @@ struct BlockState {
     counts: [Option<u32>; BARRIERS],
 }
 
+/// A launch checked and set up by [`Launch::prepare`].
+struct Prepared {
+    /// The warps of one block, ready to start.
+    warps: Vec<Warp>,
+    /// The first block of the box the launch runs, and the box's size.
+    first: [u32; 3],
+    extent: [u32; 3],
+    /// Threads per block.
+    threads: u32,
+    /// What each block's setup costs against the budget.
+    setup: u64,
+    /// Blocks in the box.
+    blocks: u64,
+}
+
+/// The blocks of a launch that several host threads run at once
+/// ([`Launch::run_shared`]). Every field is a counter that the threads
+/// only add to or lower: none of them orders other memory (each thread's
+/// results reach the caller when the threads are joined), so `Relaxed`
+/// suffices.
+pub(crate) struct BlockQueue {
+    /// The next block to run, in the order of [`Launch::run`].
+    pub next: AtomicU64,
+    /// No block from here on need run: the lowest block that failed
+    /// (`u64::MAX`: none).
+    pub stop: AtomicU64,
+    /// Instructions and setup charged so far, over the threads, as each
+    /// last told it (at the start of each of its blocks, and at its end).
+    pub used: AtomicU64,
+}
+
+impl BlockQueue {
+    pub(crate) fn new() -> BlockQueue {
+        BlockQueue {
+            next: AtomicU64::new(0),
+            stop: AtomicU64::new(u64::MAX),
+            used: AtomicU64::new(0),
+        }
+    }
+}
+
 /// Per-launch state.
 pub(crate) struct Launch<'a> {
     pub func: &'a Func,
@@ -299,6 +341,8 @@ pub(crate) struct Launch<'a> {
     /// How many instructions may still execute: the budget less what the
     /// blocks' setup has cost so far.
     allowed: u64,
+    /// What [`Self::charge_setup`] has charged so far.
+    charged: u64,
     /// The block's shared memory: the kernel's, then [`RESERVED_SMEM`].
     shared: Vec<u8>,
     /// Where the reserved shared memory starts (the kernel's own size,
@@ -436,6 +480,7 @@ impl<'a> Launch<'a> {
             limits,
             insts: 0,
             allowed: limits.max_instructions,
+            charged: 0,
             shared: Vec::new(),
             reserved: 0,
             local: Vec::new(),
@@ -727,6 +772,88 @@ impl<'a> Launch<'a> {
     /// Checks the launch against the kernel and the limits, then runs every
     /// block.
     pub(crate) fn run(mut self) -> Result<RunStats, Error> {
+        let p = self.prepare()?;
+        let Prepared {
+            mut warps,
+            first,
+            extent,
+            threads,
+            setup,
+            blocks,
+        } = p;
+        if self.dims.cooperative.is_some() {
+            self.run_cooperative(&warps, first, extent, threads, setup)?;
+        } else {
+            for z in first[2]..first[2] + extent[2] {
+                for y in first[1]..first[1] + extent[1] {
+                    for x in first[0]..first[0] + extent[0] {
+                        self.ctaid = [x, y, z];
+                        self.charge_setup(setup)?;
+                        self.run_block(&mut warps, threads)?;
+                    }
+                }
+            }
+        }
+        Ok(RunStats {
+            instructions: self.insts,
+            threads: u64::from(threads) * blocks,
+        })
+    }
+
+    /// One of several host threads running the blocks of one launch at
+    /// once: takes blocks from `queue` until none is left (or one before
+    /// them failed), with the budget shared through it. An error comes
+    /// with the index of the block that failed, in the order of
+    /// [`Self::run`]. The caller made sure the kernel's blocks do not talk
+    /// to each other ([`crate::Module::kernel_runs_in_parallel`]).
+    pub(crate) fn run_shared(mut self, queue: &BlockQueue) -> Result<RunStats, (u64, Error)> {
+        let Prepared {
+            mut warps,
+            first,
+            extent,
+            threads,
+            setup,
+            blocks,
+        } = self.prepare().map_err(|e| (0, e))?;
+        let max = self.limits.max_instructions;
+        // What this thread has added to `queue.used`.
+        let mut told = 0u64;
+        loop {
+            let i = queue.next.fetch_add(1, Ordering::Relaxed);
+            if i >= blocks || i >= queue.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            // The budget: what is left of it after every thread's work
+            // so far (the others' as they last told it).
+            let mine = self.insts + self.charged;
+            let used = queue.used.fetch_add(mine - told, Ordering::Relaxed) + (mine - told);
+            told = mine;
+            self.allowed = max.saturating_sub(self.charged + (used - mine));
+            let (w, h) = (u64::from(extent[0]), u64::from(extent[1]));
+            self.ctaid = [
+                first[0] + (i % w) as u32,
+                first[1] + (i / w % h) as u32,
+                first[2] + (i / (w * h)) as u32,
+            ];
+            let ran = self
+                .charge_setup(setup)
+                .and_then(|()| self.run_block(&mut warps, threads));
+            if let Err(e) = ran {
+                queue.stop.fetch_min(i, Ordering::Relaxed);
+                return Err((i, e));
+            }
+        }
+        let mine = self.insts + self.charged;
+        queue.used.fetch_add(mine - told, Ordering::Relaxed);
+        Ok(RunStats {
+            instructions: self.insts,
+            threads: 0,
+        })
+    }
+
+    /// Checks the launch against the kernel and the limits and sets up the
+    /// state its blocks run in.
+    fn prepare(&mut self) -> Result<Prepared, Error> {
         let d = self.dims;
         let f = self.func;
         let bad = |m: String| Err(Error::BadLaunch(m));
@@ -796,7 +923,7 @@ impl<'a> Launch<'a> {
         let slots = nwarps as usize * 32;
         self.local = vec![0; f.local_bytes as usize * slots];
         self.pscratch = vec![0; self.scratch_len() * slots];
-        let mut warps: Vec<Warp> = (0..nwarps as u32)
+        let warps: Vec<Warp> = (0..nwarps as u32)
             .map(|id| Warp {
                 regs: vec![0; f.nregs as usize * 32],
                 pc: [0; 32],
@@ -830,21 +957,14 @@ impl<'a> Launch<'a> {
                     "a cooperative launch of {blocks} blocks needs {state} bytes of state per block, more than {MAX_COOPERATIVE_STATE} in all"
                 ));
             }
-            self.run_cooperative(&warps, first, extent, threads as u32, setup)?;
-        } else {
-            for z in first[2]..first[2] + extent[2] {
-                for y in first[1]..first[1] + extent[1] {
-                    for x in first[0]..first[0] + extent[0] {
-                        self.ctaid = [x, y, z];
-                        self.charge_setup(setup)?;
-                        self.run_block(&mut warps, threads as u32)?;
-                    }
-                }
-            }
         }
-        Ok(RunStats {
-            instructions: self.insts,
-            threads: threads * blocks,
+        Ok(Prepared {
+            warps,
+            first,
+            extent,
+            threads: threads as u32,
+            setup,
+            blocks,
         })
     }
 
@@ -919,6 +1039,7 @@ impl<'a> Launch<'a> {
         match self.allowed.checked_sub(cost) {
             Some(a) if self.insts <= a => {
                 self.allowed = a;
+                self.charged += cost;
                 Ok(())
             }
             _ => Err(Error::Budget(self.limits.max_instructions)),
@@ -2642,7 +2763,7 @@ impl<'a> Launch<'a> {
                 }
             }
             Op::Wmma(ref x) => self.wmma(w, x, exec, line)?,
-            Op::Nop => {}
+            Op::Nop | Op::Fence => {}
             Op::Trap => return Err(Error::Trap),
             Op::Unsupported(ref what) => {
                 return Err(Error::Unsupported {

@@ -1021,6 +1021,10 @@ pub(crate) enum Op {
     /// Memory fences, `membar`, `nanosleep`, prefetches: nothing in a
     /// sequential model.
     Nop,
+    /// A fence wider than the block (`membar.gl`, `fence.*.gpu`/`.sys`/
+    /// `.cluster`): nothing to execute either, but its kernel's blocks may
+    /// communicate, so they run one after another.
+    Fence,
     Trap,
     /// An instruction the interpreter does not implement; executing it
     /// fails the launch with its name. Shared: inlining copies it.
@@ -1743,6 +1747,7 @@ impl Op {
             | Op::AssertFail { .. }
             | Op::ParamCopy { .. }
             | Op::Nop
+            | Op::Fence
             | Op::Trap
             | Op::Unsupported(_) => {}
         }

@@ -398,6 +398,18 @@ pub trait Memory {
     }
 }
 
+/// Global memory that several host threads of one launch use at once
+/// ([`Module::run_parallel`]): each gets a [`Memory`] of its own on the
+/// same bytes.
+pub trait SharedMemory: Sync {
+    /// A handle through which one thread of the launch reads and writes.
+    fn view(&self) -> Box<dyn Memory + '_>;
+}
+
+/// Most bytes of module-scope variables a launch may have to run on
+/// several threads: each thread works on a copy of them.
+pub const MAX_PARALLEL_GLOBALS: usize = 1 << 20;
+
 /// Grid and block shape of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dims {
@@ -663,6 +675,28 @@ impl Module {
         })
     }
 
+    /// Whether the blocks of kernel `name` may run on several host threads
+    /// at once ([`Module::run_parallel`]): nothing in it (or its callees)
+    /// lets one block see another's work while they run — no atomic
+    /// operation or `mbarrier` outside shared memory, no fence wider than
+    /// the block — and it neither prints (whose order would change) nor
+    /// allocates from the device heap.
+    pub fn kernel_runs_in_parallel(&self, name: &str) -> bool {
+        self.kernels.get(name).is_some_and(|&i| {
+            self.funcs[i].insts.iter().all(|x| match &x.op {
+                ir::Op::Atom { space, .. } => *space == ir::Space::Shared,
+                ir::Op::Mbarrier(m) => m.space == ir::Space::Shared,
+                ir::Op::Fence
+                | ir::Op::Printf { .. }
+                | ir::Op::AssertFail { .. }
+                | ir::Op::Malloc { .. }
+                | ir::Op::Free { .. }
+                | ir::Op::SetConditional { .. } => false,
+                _ => true,
+            })
+        })
+    }
+
     /// What kernel `name` holds that SimGpu cannot execute: the distinct
     /// messages of its unsupported instructions (its callees' included),
     /// in program order. A launch fails only if a thread reaches one.
@@ -777,6 +811,113 @@ impl Module {
             limits,
             Some((output, limit)),
         )
+    }
+
+    /// As [`Module::run`], with the grid's blocks spread over up to
+    /// `threads` host threads, each taking the next block not yet run.
+    /// Only for a kernel whose blocks do not talk to each other
+    /// ([`Module::kernel_runs_in_parallel`]), not a cooperative launch,
+    /// and module variables of at most [`MAX_PARALLEL_GLOBALS`] bytes;
+    /// anything else (or `threads` below 2) runs on the calling thread.
+    ///
+    /// The result is the one [`Module::run`] leaves, for a kernel whose
+    /// blocks do not write the same bytes (a race, whose outcome a GPU
+    /// leaves undefined too) nor read what an earlier block left in
+    /// shared memory or registers (undefined in PTX): each thread works
+    /// on a copy of the module's variables, merged in the threads' order
+    /// afterwards. A failing launch reports the error of the first block
+    /// in grid order that failed, except that which block runs out of the
+    /// budget depends on the threads' timing; the launch fails with
+    /// [`Error::Budget`] exactly when the blocks' work passes the budget,
+    /// after at most one block per thread more than [`Module::run`]
+    /// would have run. `%clock` counts the instructions of the thread's
+    /// own blocks.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_parallel(
+        &self,
+        globals: &mut Globals,
+        name: &str,
+        dims: &Dims,
+        params: &[u8],
+        memory: &dyn SharedMemory,
+        limits: &Limits,
+        threads: usize,
+    ) -> Result<RunStats, Error> {
+        let serial = threads < 2
+            || dims.cooperative.is_some()
+            || globals.bytes.len() > MAX_PARALLEL_GLOBALS
+            || !self.kernel_runs_in_parallel(name);
+        if serial {
+            return self.launch(
+                globals,
+                name,
+                dims,
+                params,
+                &mut *memory.view(),
+                limits,
+                None,
+            );
+        }
+        let &i = self
+            .kernels
+            .get(name)
+            .ok_or_else(|| Error::NoKernel(name.to_owned()))?;
+        if globals.bytes.len() != self.globals_init.len() {
+            return Err(Error::BadLaunch(
+                "module variables of another module".into(),
+            ));
+        }
+        let extent = dims.part.map_or(dims.grid, |p| p.extent);
+        let blocks = extent.iter().map(|&v| u64::from(v)).product::<u64>();
+        let threads = threads.min(usize::try_from(blocks).unwrap_or(usize::MAX));
+        let queue = exec::BlockQueue::new();
+        let (func, original, alias) = (&self.funcs[i], &globals.bytes, globals.alias);
+        let ran: Vec<_> = std::thread::scope(|scope| {
+            let each: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut view = memory.view();
+                        let mut copy = original.clone();
+                        let launch = exec::Launch::new(
+                            func, dims, params, &mut *view, &mut copy, alias, limits,
+                        );
+                        (launch.run_shared(&queue), copy)
+                    })
+                })
+                .collect();
+            each.into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        // Each thread's changes to the variables, in the threads' order.
+        let mut merged = original.clone();
+        let mut stats = RunStats::default();
+        let mut failed: Option<(u64, Error)> = None;
+        for (r, copy) in ran {
+            for ((m, &c), &o) in merged.iter_mut().zip(&copy).zip(original.iter()) {
+                if c != o {
+                    *m = c;
+                }
+            }
+            match r {
+                Ok(s) => stats.instructions += s.instructions,
+                Err((b, e)) => {
+                    if failed.as_ref().is_none_or(|(f, _)| b < *f) {
+                        failed = Some((b, e));
+                    }
+                }
+            }
+        }
+        globals.bytes = merged;
+        if let Some((_, e)) = failed {
+            return Err(e);
+        }
+        if queue.used.into_inner() > limits.max_instructions {
+            return Err(Error::Budget(limits.max_instructions));
+        }
+        let per_block = dims.block.iter().map(|&v| u64::from(v)).product::<u64>();
+        stats.threads = per_block * blocks;
+        Ok(stats)
     }
 
     #[allow(clippy::too_many_arguments)]

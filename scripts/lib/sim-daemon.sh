@@ -2,8 +2,9 @@
 # (cuda-samples.sh, rodinia.sh): one fresh daemon per program, executor
 # "sim", one VM of 8 GiB and 8 channels.
 #
-# sim_daemon_setup DIR REGION VM MAX_INSTRUCTIONS: writes DIR/fairgpu.toml
-# and checks it; sets dstate, region, sock. Needs fairgpu_bin and die().
+# sim_daemon_setup DIR REGION VM MAX_INSTRUCTIONS [THREADS]: writes
+# DIR/fairgpu.toml (THREADS: sim.threads, default 0, the host's CPUs) and
+# checks it; sets dstate, region, sock. Needs fairgpu_bin and die().
 # start_daemon LOG: starts the daemon in a process group of its own.
 # stop_daemon: stops it and whatever is left of its group (its workers).
 # Both scripts trap EXIT to stop_daemon.
@@ -22,6 +23,7 @@ state_dir = "$dstate/state"
 
 [sim]
 max_instructions = $4
+threads = ${5:-0}
 
 [[vm]]
 name = "$3"

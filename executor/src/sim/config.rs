@@ -54,7 +54,15 @@ pub struct SimConfig {
     /// faulting context. Default `false`; `true` models a GPU faithfully
     /// and exercises the worker's recycling after a sticky error.
     pub sticky_poisons_process: bool,
+    /// Host threads the blocks of one executed launch may run on, for
+    /// kernels whose blocks do not talk to each other and launches long
+    /// enough to gain; 0 (the default): the worker's CPUs, at most 8; 1:
+    /// every launch on the worker's own thread.
+    pub threads: u32,
 }
+
+/// Most [`SimConfig::threads`].
+pub const MAX_THREADS: u32 = 64;
 
 /// Default [`SimConfig::max_instructions`]: at the 30 to 80 million
 /// instructions per second the interpreter runs at on one core
@@ -82,6 +90,7 @@ impl Default for SimConfig {
             executed_base_us: DEFAULT_EXECUTED_BASE_US,
             executed_instructions_per_us: DEFAULT_EXECUTED_INSTRUCTIONS_PER_US,
             sticky_poisons_process: false,
+            threads: 0,
         }
     }
 }
@@ -163,6 +172,12 @@ impl SimConfig {
                 "sim.executed_base_us must be in 0..={}, is {}",
                 MAX_KERNEL_NS / 1000,
                 self.executed_base_us
+            ));
+        }
+        if self.threads > MAX_THREADS {
+            return Err(format!(
+                "sim.threads must be in 0..={MAX_THREADS} (0: the host's CPUs, at most 8), is {}",
+                self.threads
             ));
         }
         if self.executed_instructions_per_us == 0 {

@@ -103,6 +103,7 @@
 mod config;
 mod device;
 mod image;
+mod shared;
 #[cfg(test)]
 pub(crate) use self::image::tests as image_tests;
 
@@ -236,7 +237,19 @@ struct Function {
     ns_per_block: Option<f64>,
     /// Whether its PTX calls `malloc`/`free`, once known.
     uses_heap: Option<bool>,
+    /// Host time its last executed launch took, times the threads it ran
+    /// on: about what it would take on one. Whether the next launch is
+    /// worth spreading over threads ([`PARALLEL_MIN_NS`]).
+    host_ns: Option<u64>,
 }
+
+/// A launch runs its blocks on several host threads ([`SimConfig::threads`])
+/// if the kernel's previous launch took at least this long on one...
+const PARALLEL_MIN_NS: u64 = 2_000_000;
+/// ...or, at its first launch, if it has at least this many threads.
+const PARALLEL_MIN_THREADS: u64 = 1 << 18;
+/// The host threads `threads = 0` means at most.
+const MAX_AUTO_THREADS: usize = 8;
 
 /// `ns` split pro rata: the share of `part` blocks out of `whole`.
 fn share_of(ns: u64, part: u64, whole: u64) -> u64 {
@@ -837,6 +850,8 @@ pub struct SimGpu {
     gpu_time_ns: u64,
     /// Bounds on one executed launch.
     limits: ptx::Limits,
+    /// Host threads one launch's blocks may run on ([`SimConfig::threads`]).
+    threads: usize,
     /// The PTX texts of every context's modules.
     ptx_texts: PtxTexts,
     executed: Executed,
@@ -864,6 +879,8 @@ pub struct Executed {
     pub threads: u64,
     /// Host time spent executing them, ns.
     pub host_ns: u64,
+    /// Those whose blocks ran on several host threads.
+    pub parallel_launches: u64,
 }
 
 impl fmt::Debug for SimGpu {
@@ -1020,6 +1037,12 @@ impl SimGpu {
             limits: ptx::Limits {
                 max_instructions: cfg.max_instructions,
                 ..ptx::Limits::default()
+            },
+            threads: match cfg.threads {
+                0 => std::thread::available_parallelism()
+                    .map_or(1, usize::from)
+                    .min(MAX_AUTO_THREADS),
+                n => n as usize,
             },
             executed: Executed::default(),
             ptx_texts: PtxTexts::new(MAX_KEPT_PTX_TOTAL),
@@ -1287,6 +1310,7 @@ impl SimGpu {
             false => None,
         };
         let limits = self.limits;
+        let most_threads = self.threads;
         let budget = self.host_memory.clone();
         let started = Instant::now();
         let c = self.ctx_mut(ctx)?;
@@ -1295,6 +1319,21 @@ impl SimGpu {
             .get(&f.0)
             .ok_or(ExecError::Invalid("function"))?;
         let name = func.name.clone();
+        let blocks = cfg
+            .part
+            .map_or(cfg.grid, |p| p.extent)
+            .iter()
+            .map(|&v| u64::from(v))
+            .product::<u64>();
+        let per_block = cfg.block.iter().map(|&v| u64::from(v)).product::<u64>();
+        // Spread over threads: a kernel that took a while last time, or a
+        // large first launch.
+        let threads = match func.host_ns {
+            _ if most_threads < 2 || blocks < 2 || workspace.is_some() => 1,
+            Some(ns) if ns < PARALLEL_MIN_NS => 1,
+            None if blocks.saturating_mul(per_block) < PARALLEL_MIN_THREADS => 1,
+            _ => most_threads,
+        };
         let module = c
             .modules
             .get_mut(&func.module)
@@ -1318,6 +1357,7 @@ impl SimGpu {
         };
         let slots = &mut c.var_slots;
         let output = &mut c.output;
+        let mut used_threads = 1usize;
         let printf_fifo = c.printf_fifo.unwrap_or(PRINTF_FIFO);
         let ran = match module
             .source_of
@@ -1357,16 +1397,34 @@ impl SimGpu {
                     match lent {
                         Err(()) => Err(ptx::Error::BadLaunch("the module's variables are missing".into())),
                         Ok(()) => {
-                            let ran = m.run_with_output(
-                                globals,
-                                &name,
-                                &dims,
-                                params,
-                                &mut memory,
-                                &limits,
-                                output,
-                                printf_fifo,
-                            );
+                            let shared = match threads > 1 && m.kernel_runs_in_parallel(&name) {
+                                true => shared::SharedAllocs::new(
+                                    &mut *memory.allocs,
+                                    memory.textures,
+                                    memory.surfaces,
+                                ),
+                                false => None,
+                            };
+                            let ran = match shared {
+                                Some(shared) => {
+                                    let ran = m.run_parallel(
+                                        globals, &name, &dims, params, &shared, &limits, threads,
+                                    );
+                                    memory.wrote |= shared.wrote();
+                                    used_threads = threads;
+                                    ran
+                                }
+                                None => m.run_with_output(
+                                    globals,
+                                    &name,
+                                    &dims,
+                                    params,
+                                    &mut memory,
+                                    &limits,
+                                    output,
+                                    printf_fifo,
+                                ),
+                            };
                             if let Some(b) = base {
                                 memory.allocs.insert(b, globals.take_bytes());
                             }
@@ -1381,8 +1439,16 @@ impl SimGpu {
         match ran {
             Ok(stats) => {
                 let host_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                if let Some(func) = self
+                    .contexts
+                    .get_mut(&ctx.0)
+                    .and_then(|c| c.functions.get_mut(&f.0))
+                {
+                    func.host_ns = Some(host_ns.saturating_mul(used_threads as u64));
+                }
                 tracing::debug!(
                     kernel = %name,
+                    host_threads = used_threads,
                     threads = stats.threads,
                     instructions = stats.instructions,
                     host_us = host_ns / 1000,
@@ -1394,6 +1460,7 @@ impl SimGpu {
                 e.instructions = e.instructions.saturating_add(stats.instructions);
                 e.threads = e.threads.saturating_add(stats.threads);
                 e.host_ns = e.host_ns.saturating_add(host_ns);
+                e.parallel_launches += u64::from(used_threads > 1);
                 Ok(stats)
             }
             Err(e) => {
@@ -2151,6 +2218,7 @@ impl GpuExecutor for SimGpu {
                 set: Default::default(),
                 ns_per_block: None,
                 uses_heap: None,
+                host_ns: None,
             },
         );
         self.next_id += 1;
@@ -3780,6 +3848,55 @@ mod tests {
         let model = CostModel::new(&SimConfig::default());
         assert_eq!(g.gpu_time_ns(), model.executed_duration_ns(ex.instructions));
         assert_eq!(dev.busy_total_ns(), g.gpu_time_ns());
+    }
+
+    /// A large launch of a kernel whose blocks do not talk to each other
+    /// runs on several host threads: the same memory, statistics, device
+    /// time and errors as on one.
+    #[test]
+    fn large_launches_run_on_several_threads_with_the_results_of_one() {
+        let run = |threads: u32| {
+            let cfg = SimConfig {
+                threads,
+                ..SimConfig::default()
+            };
+            let mut g = SimGpu::new(cfg, SimDevice::private_virtual(0)).expect("gpu");
+            let ctx = g.create_context().expect("context");
+            let m = g.module_load(ctx, FILL_PTX.as_bytes()).expect("load");
+            let (fill, _) = g.function(ctx, m, "fill").expect("function");
+            // 2^18 threads, 1,000 of them past the end of `out`, and an
+            // allocation just after it that they must not touch.
+            let n = (1u32 << 18) - 1000;
+            let out = g.mem_alloc(ctx, u64::from(n) * 4).expect("alloc");
+            let lc = LaunchConfig::new([1024, 1, 1], [256, 1, 1], 0);
+            g.launch(ctx, fill, &lc, &fill_params(out, n), None)
+                .expect("launch");
+            let data = read_u32s(&mut g, ctx, out, n as usize);
+            let ok = (g.executed(), g.gpu_time_ns());
+            // The same kernel told the buffer is larger: blocks past its
+            // granule fault, and the context with them.
+            let err = g
+                .launch(ctx, fill, &lc, &fill_params(out, 1 << 18), None)
+                .and_then(|()| g.synchronize(ctx))
+                .expect_err("faults")
+                .status();
+            (data, ok, err)
+        };
+        let (data, (ex, gpu_ns), err) = run(4);
+        assert_eq!(
+            data,
+            (0..(1u32 << 18) - 1000).map(|i| 3 * i).collect::<Vec<_>>()
+        );
+        assert_eq!(ex.parallel_launches, 1, "{ex:?}");
+        assert_eq!(err, Status::ILLEGAL_ADDRESS);
+        let (data1, (ex1, gpu_ns1), err1) = run(1);
+        assert_eq!(ex1.parallel_launches, 0);
+        assert_eq!(data1, data);
+        assert_eq!(
+            (ex1.launches, ex1.instructions, ex1.threads, gpu_ns1),
+            (ex.launches, ex.instructions, ex.threads, gpu_ns)
+        );
+        assert_eq!(err1, err);
     }
 
     /// The same launches with `fill` executed and timing-only give the

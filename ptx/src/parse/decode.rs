@@ -1334,7 +1334,11 @@ impl FuncParser<'_> {
                 // Every access is done when it executes, in one order: a
                 // fence (of any scope, or between the generic and async
                 // proxies, or after an mbarrier's init) has nothing to
-                // order.
+                // order. One wider than the block marks the kernel as one
+                // whose blocks talk to each other (`Op::Fence`).
+                let wide = ["gl", "sys", "gpu", "cluster"]
+                    .iter()
+                    .any(|q| m.parts.contains(q));
                 m.ignore(&[
                     "cta", "gl", "sys", "gpu", "cluster", "sc", "acq_rel", "acquire", "release",
                 ]);
@@ -1347,7 +1351,11 @@ impl FuncParser<'_> {
                     "shared::cluster",
                     "global",
                 ]);
-                Op::Nop
+                if wide {
+                    Op::Fence
+                } else {
+                    Op::Nop
+                }
             }
             "nanosleep" | "prefetch" | "prefetchu" | "pmevent" => {
                 m.ignore(&[

@@ -3,7 +3,8 @@
 
 use fairgpu_ptx::heap::{DeviceHeap, Heap};
 use fairgpu_ptx::texture::{Image, Texture};
-use fairgpu_ptx::{Dims, Error, Globals, Limits, Memory, Module, RunStats};
+use fairgpu_ptx::{Dims, Error, Globals, Limits, Memory, Module, RunStats, SharedMemory};
+use std::sync::Mutex;
 
 /// Allocations at distinct addresses with guard gaps between them, and the
 /// texture and surface objects kernels name by handle.
@@ -165,6 +166,39 @@ impl Memory for VecMemory {
             .iter()
             .find(|(h, _)| *h == handle)
             .map(|&(_, s)| s)
+    }
+}
+
+/// A [`VecMemory`] that the threads of a parallel launch share, one access
+/// at a time.
+pub struct LockedMemory(pub Mutex<VecMemory>);
+
+struct LockedView<'a>(&'a Mutex<VecMemory>);
+
+impl LockedView<'_> {
+    fn with<T>(&self, f: impl FnOnce(&mut VecMemory) -> T) -> T {
+        f(&mut self.0.lock().expect("not poisoned"))
+    }
+}
+
+impl Memory for LockedView<'_> {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Error> {
+        self.with(|m| m.read(addr, buf))
+    }
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error> {
+        self.with(|m| m.write(addr, data))
+    }
+    fn texture(&self, handle: u64) -> Option<Texture> {
+        self.with(|m| m.texture(handle))
+    }
+    fn surface(&self, handle: u64) -> Option<Image> {
+        self.with(|m| m.surface(handle))
+    }
+}
+
+impl SharedMemory for LockedMemory {
+    fn view(&self) -> Box<dyn Memory + '_> {
+        Box::new(LockedView(&self.0))
     }
 }
 
