@@ -872,22 +872,26 @@ impl Module {
         let threads = threads.min(usize::try_from(blocks).unwrap_or(usize::MAX));
         let queue = exec::BlockQueue::new();
         let (func, original, alias) = (&self.funcs[i], &globals.bytes, globals.alias);
+        let work = || {
+            let mut view = memory.view();
+            let mut copy = original.clone();
+            let launch =
+                exec::Launch::new(func, dims, params, &mut *view, &mut copy, alias, limits);
+            (launch.run_shared(&queue), copy)
+        };
         let ran: Vec<_> = std::thread::scope(|scope| {
-            let each: Vec<_> = (0..threads)
-                .map(|_| {
-                    scope.spawn(|| {
-                        let mut view = memory.view();
-                        let mut copy = original.clone();
-                        let launch = exec::Launch::new(
-                            func, dims, params, &mut *view, &mut copy, alias, limits,
-                        );
-                        (launch.run_shared(&queue), copy)
-                    })
-                })
+            // The calling thread is one of them; a helper the system
+            // cannot start leaves its share to the others.
+            let helpers: Vec<_> = (1..threads)
+                .filter_map(|_| std::thread::Builder::new().spawn_scoped(scope, work).ok())
                 .collect();
-            each.into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .collect()
+            let mut ran = vec![work()];
+            ran.extend(
+                helpers
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
+            );
+            ran
         });
         // Each thread's changes to the variables, in the threads' order.
         let mut merged = original.clone();
