@@ -98,6 +98,7 @@ impl fairgpu_ptx::SharedMemory for SharedAllocs<'_> {
         Box::new(View {
             mem: self,
             wrote: false,
+            last: 0,
         })
     }
 }
@@ -106,6 +107,23 @@ impl fairgpu_ptx::SharedMemory for SharedAllocs<'_> {
 struct View<'s, 'a> {
     mem: &'s SharedAllocs<'a>,
     wrote: bool,
+    /// The region the last access found: a warp's lanes, and its next
+    /// accesses, mostly hit the same one.
+    last: usize,
+}
+
+impl View<'_, '_> {
+    /// As [`SharedAllocs::find`], trying the last region first.
+    fn find(&mut self, addr: u64, len: usize) -> Option<(usize, usize)> {
+        if let Some(&(base, words)) = self.mem.regions.get(self.last) {
+            if let Some(off) = Hit::offset_in(base, words.len() * 4, addr, len) {
+                return Some((self.last, off));
+            }
+        }
+        let (k, off) = self.mem.find(addr, len)?;
+        self.last = k;
+        Some((k, off))
+    }
 }
 
 impl Drop for View<'_, '_> {
@@ -170,7 +188,7 @@ fn store(words: &[AtomicU32], off: usize, data: &[u8]) {
 
 impl fairgpu_ptx::Memory for View<'_, '_> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), fairgpu_ptx::Error> {
-        match self.mem.find(addr, buf.len()) {
+        match self.find(addr, buf.len()) {
             Some((k, off)) => load(self.mem.regions[k].1, off, buf),
             None if self.mem.in_read_slack(addr, buf.len()) => buf.fill(0),
             None => return Err(out_of_bounds(addr, buf.len())),
@@ -180,7 +198,6 @@ impl fairgpu_ptx::Memory for View<'_, '_> {
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), fairgpu_ptx::Error> {
         let (k, off) = self
-            .mem
             .find(addr, data.len())
             .ok_or_else(|| out_of_bounds(addr, data.len()))?;
         store(self.mem.regions[k].1, off, data);
