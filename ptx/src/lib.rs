@@ -858,15 +858,7 @@ impl Module {
                 None,
             );
         }
-        let &i = self
-            .kernels
-            .get(name)
-            .ok_or_else(|| Error::NoKernel(name.to_owned()))?;
-        if globals.bytes.len() != self.globals_init.len() {
-            return Err(Error::BadLaunch(
-                "module variables of another module".into(),
-            ));
-        }
+        let i = self.kernel_for(name, globals)?;
         let extent = dims.part.map_or(dims.grid, |p| p.extent);
         let blocks = extent.iter().map(|&v| u64::from(v)).product::<u64>();
         let threads = threads.min(usize::try_from(blocks).unwrap_or(usize::MAX));
@@ -924,6 +916,21 @@ impl Module {
         Ok(stats)
     }
 
+    /// The index of kernel `name`, checked against the module variables
+    /// `globals` a launch of it would use.
+    fn kernel_for(&self, name: &str, globals: &Globals) -> Result<usize, Error> {
+        let &i = self
+            .kernels
+            .get(name)
+            .ok_or_else(|| Error::NoKernel(name.to_owned()))?;
+        if globals.bytes.len() != self.globals_init.len() {
+            return Err(Error::BadLaunch(
+                "module variables of another module".into(),
+            ));
+        }
+        Ok(i)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn launch(
         &self,
@@ -935,15 +942,7 @@ impl Module {
         limits: &Limits,
         output: Option<(&mut Vec<u8>, usize)>,
     ) -> Result<RunStats, Error> {
-        let &i = self
-            .kernels
-            .get(name)
-            .ok_or_else(|| Error::NoKernel(name.to_owned()))?;
-        if globals.bytes.len() != self.globals_init.len() {
-            return Err(Error::BadLaunch(
-                "module variables of another module".into(),
-            ));
-        }
+        let i = self.kernel_for(name, globals)?;
         let launch = exec::Launch::new(
             &self.funcs[i],
             dims,

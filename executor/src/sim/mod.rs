@@ -3864,8 +3864,8 @@ mod tests {
             let ctx = g.create_context().expect("context");
             let m = g.module_load(ctx, FILL_PTX.as_bytes()).expect("load");
             let (fill, _) = g.function(ctx, m, "fill").expect("function");
-            // 2^18 threads, 1,000 of them past the end of `out`, and an
-            // allocation just after it that they must not touch.
+            // 2^18 threads, the last 1,000 of them past the end of `out`
+            // (the kernel checks its bound).
             let n = (1u32 << 18) - 1000;
             let out = g.mem_alloc(ctx, u64::from(n) * 4).expect("alloc");
             let lc = LaunchConfig::new([1024, 1, 1], [256, 1, 1], 0);
