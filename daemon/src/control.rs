@@ -183,6 +183,11 @@ pub struct VmStatus {
     /// Kernel slicing and the runaway guard, over every worker of the VM.
     #[serde(default)]
     pub long_kernels: fairgpu_worker::stats::LongKernelStats,
+    /// Times the worker published these counts (it does so between
+    /// requests, every few milliseconds): a count read after this moved
+    /// twice past a value read after some work ended includes that work.
+    #[serde(default)]
+    pub published: u64,
     /// The scheduler's view, with a policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sched: Option<VmSchedStatus>,
@@ -861,6 +866,7 @@ mod tests {
             calls: 77,
             kernels: 12,
             long_kernels: Default::default(),
+            published: 40,
             sched: (pid != 0).then(|| VmSchedStatus {
                 state: "runnable".into(),
                 charged_ns: 1_400_000,

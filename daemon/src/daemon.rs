@@ -331,6 +331,7 @@ impl StatusSource {
                     calls: s.calls,
                     kernels: s.kernels,
                     long_kernels: s.long_kernels,
+                    published: s.ticks,
                     sched: sched.map(|v| VmSchedStatus {
                         state: match v.state {
                             fairgpu_scheduler::VgpuState::Blocked => "blocked",

@@ -906,6 +906,16 @@ pub fn wait_for_status(d: &DaemonProcess, what: &str, f: impl Fn(&Status) -> boo
     }
 }
 
+/// A status whose counts for VM `name` include everything that ended
+/// before this call: two publications of its worker after the first
+/// status read here (the first may have begun before).
+pub fn wait_for_published(d: &DaemonProcess, name: &str) -> Status {
+    let first = vm(&status(d), name).published;
+    wait_for_status(d, &format!("{name}'s worker to publish its counts"), |s| {
+        vm(s, name).published >= first + 2
+    })
+}
+
 /// VM `name` in a status.
 pub fn vm<'a>(s: &'a Status, name: &str) -> &'a VmStatus {
     s.vms

@@ -27,7 +27,8 @@ use fairgpu_protocol::cuda::{LaunchOptions, ParamInfo};
 use fairgpu_protocol::Status;
 use fairgpu_tests::{
     assert_bytes_eq, child_setup, claim, fairgpu_bin, is_child, pattern, run_command, status, vm,
-    wait_config, wait_for_status, DaemonProcess, GuestChild, Setup, VM_ARENA, VM_QUOTA,
+    wait_config, wait_for_published, wait_for_status, DaemonProcess, GuestChild, Setup, VM_ARENA,
+    VM_QUOTA,
 };
 
 /// The device the daemons of this file model.
@@ -1085,16 +1086,10 @@ fn gpu_check_passes_on_simgpu() {
     assert!(stdout.contains("all checks passed"), "{stdout}");
 }
 
-/// Requests served for vm1 once the worker has published them.
-fn settled_calls(rig: &Rig, at_least: u64) -> u64 {
-    let s = wait_for_status(&rig.d, "vm1's call count to be published", |s| {
-        vm(s, "vm1").calls >= at_least
-    });
-    // Publication is periodic: read again after two more periods.
-    std::thread::sleep(Duration::from_millis(250));
-    let again = vm(&status(&rig.d), "vm1").calls;
-    assert!(again >= vm(&s, "vm1").calls);
-    again
+/// Requests served for vm1 once the worker has published every request
+/// that was answered before this call.
+fn settled_calls(rig: &Rig) -> u64 {
+    vm(&wait_for_published(&rig.d, "vm1"), "vm1").calls
 }
 
 #[test]
@@ -1106,9 +1101,9 @@ fn a_module_image_crosses_the_channel_once_per_vm() {
         image.push_str("// padding to make the image span many arena chunks\n");
     }
     let mut a = rig.cuda(0);
-    let before = settled_calls(&rig, 0);
+    let before = settled_calls(&rig);
     let m1 = a.module_load(image.as_bytes()).unwrap();
-    let first = settled_calls(&rig, before + 3) - before;
+    let first = settled_calls(&rig) - before;
     assert!(
         first > 10,
         "the first load sent the image in chunks ({first} requests)"
@@ -1117,7 +1112,7 @@ fn a_module_image_crosses_the_channel_once_per_vm() {
     // Another process of the same VM loads the same image: one request.
     let mut b = rig.cuda(0);
     let m2 = b.module_load(image.as_bytes()).unwrap();
-    let second = settled_calls(&rig, before + first + 1) - before - first;
+    let second = settled_calls(&rig) - before - first;
     assert_eq!(second, 1, "the cached image was sent again");
     // Both modules work.
     spin_kernel(&mut a, m1);

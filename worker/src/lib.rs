@@ -392,7 +392,7 @@ impl Handler for Publisher {
                 .count();
             s.set(Field::ChannelsUsed, used as u64);
         }
-        s.add(Field::Ticks, 1);
+        s.published();
         self.recycle_if_due();
     }
 }

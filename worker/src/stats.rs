@@ -16,7 +16,10 @@
 //! over from earlier workers), the running worker writes what it measures.
 //! Every counter is independent and publishes no other memory, so every
 //! access is Relaxed; readers may see a slot mid-update (each field is
-//! still a value that was written).
+//! still a value that was written). One exception: the worker ends each
+//! publication by incrementing `Ticks` with Release ([`Slot::published`]),
+//! and [`Slot::snapshot`] reads it first with Acquire, so a snapshot that
+//! sees N publications sees every counter as of the N-th or later.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -298,6 +301,13 @@ impl Slot {
         self.word(f).fetch_add(v, Ordering::Relaxed);
     }
 
+    /// Ends a publication of the worker's counters: pairs with the
+    /// Acquire load in [`Slot::snapshot`], so a reader that sees this
+    /// count sees every counter written before it.
+    pub fn published(&self) {
+        self.word(Field::Ticks).fetch_add(1, Ordering::Release);
+    }
+
     /// The worker state.
     pub fn state(&self) -> WorkerState {
         WorkerState::from_code(self.get(Field::State))
@@ -332,6 +342,9 @@ impl Slot {
 
     /// Copies the counters out, with totals over every worker of the VM.
     pub fn snapshot(&self) -> SlotSnapshot {
+        // Acquire, before any other counter: pairs with the Release in
+        // `published`.
+        let ticks = self.word(Field::Ticks).load(Ordering::Acquire);
         SlotSnapshot {
             pid: self.get(Field::Pid) as u32,
             state: self.state(),
@@ -352,7 +365,7 @@ impl Slot {
                 .get(Field::PriorKernels)
                 .saturating_add(self.get(Field::Kernels)),
             contexts: self.get(Field::Contexts) as u32,
-            ticks: self.get(Field::Ticks),
+            ticks,
             started_ms: self.get(Field::StartedMs),
             long_kernels: LongKernelStats {
                 sliced: self.get(Field::SlicedLaunches),
