@@ -363,6 +363,9 @@ pub(crate) struct Launch<'a> {
     /// it is never cleared).
     /// (`None` while an access has it out.)
     lane_bytes: Option<Box<lanes::LaneBytes>>,
+    /// Work space of the matrix products, made at the first (`None`
+    /// before it and while an instruction has it out).
+    mma: Option<Box<wmma::Scratch>>,
     /// The texture object a `tex` found last, by handle: lanes and warps
     /// mostly name one, and no texture object changes during a launch.
     last_texture: Option<(u64, crate::texture::Texture)>,
@@ -491,6 +494,7 @@ impl<'a> Launch<'a> {
             counts: [None; BARRIERS],
             stack_bytes: 0,
             lane_bytes: None,
+            mma: None,
             last_texture: None,
             wide: limits.host_simd && lanes::host_has_simd(),
         }

@@ -439,21 +439,25 @@ impl HFmt {
 /// PTX's canonical bf16 NaN.
 pub(crate) const CANONICAL_NAN_BF16: u16 = 0x7fff;
 
-/// IEEE half precision to f32 (exact).
+/// IEEE half precision to f32 (exact). Without branches on the value, so
+/// that loops over many halves vectorize: the half's exponent and
+/// significand moved to an f32's places are the value times 2^-112 for
+/// normal and subnormal halves alike (a subnormal half lands on a
+/// subnormal f32, which the product by 2^112 makes normal, exactly);
+/// infinities and NaNs keep an all-ones exponent.
+#[inline]
 pub(crate) fn f16_to_f32(h: u16) -> f32 {
     let sign = u32::from(h & 0x8000) << 16;
-    let exp = u32::from((h >> 10) & 0x1f);
-    let man = u32::from(h & 0x3ff);
-    let bits = match exp {
-        0 => {
-            // Zero or subnormal: man * 2^-24, exact in f32.
-            let v = man as f32 * 2f32.powi(-24);
-            return if sign != 0 { -v } else { v };
-        }
-        0x1f => sign | 0x7f80_0000 | (man << 13),
-        _ => sign | ((exp + 112) << 23) | (man << 13),
+    let rest = u32::from(h & 0x7fff) << 13;
+    // 2^112 (exponent 112 + 127).
+    let scaled = (f32::from_bits(rest) * f32::from_bits(0x7780_0000)).to_bits();
+    let special = 0x7f80_0000 | (rest & 0x007f_e000);
+    let bits = if h & 0x7c00 == 0x7c00 {
+        special
+    } else {
+        scaled
     };
-    f32::from_bits(bits)
+    f32::from_bits(sign | bits)
 }
 
 /// f32 to bfloat16, round to nearest even.
@@ -616,6 +620,34 @@ pub(crate) fn bf16_to_f32(h: u16) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every half against the definition: ±(1 + m/1024)·2^(e-15), the
+    /// subnormals m·2^-24, the infinities, and NaNs with their payload.
+    #[test]
+    fn every_half_converts_to_its_value() {
+        for h in 0..=u16::MAX {
+            let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+            let (e, m) = (i32::from((h >> 10) & 0x1f), f64::from(h & 0x3ff));
+            let got = f16_to_f32(h);
+            match e {
+                0x1f if m == 0.0 => assert_eq!(f64::from(got), sign * f64::INFINITY, "{h:#x}"),
+                0x1f => assert_eq!(
+                    got.to_bits(),
+                    (u32::from(h & 0x8000) << 16) | 0x7f80_0000 | (u32::from(h & 0x3ff) << 13),
+                    "{h:#x}"
+                ),
+                0 => {
+                    assert_eq!(f64::from(got), sign * m * 2f64.powi(-24), "{h:#x}");
+                    assert_eq!(got.is_sign_negative(), h & 0x8000 != 0, "{h:#x}");
+                }
+                _ => assert_eq!(
+                    f64::from(got),
+                    sign * (1.0 + m / 1024.0) * 2f64.powi(e - 15),
+                    "{h:#x}"
+                ),
+            }
+        }
+    }
 
     /// The 8-bit formats against their definitions: known codes, every
     /// code back and forth, and rounding to the nearest of all 256 values

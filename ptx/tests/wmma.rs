@@ -240,3 +240,57 @@ fn wmma_by_part_of_a_warp_is_refused() {
     .unwrap_err();
     assert!(matches!(e, fairgpu_ptx::Error::Unsupported { .. }), "{e:?}");
 }
+
+/// f16 values k/256 for |k| < 512 (exact in f16), from a fixed sequence.
+fn halves(n: usize, seed: u64) -> Vec<f32> {
+    let mut x = seed;
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 33) % 1023) as f32 / 256.0 - 511.0 / 256.0
+        })
+        .collect()
+}
+
+#[test]
+fn a_tile_staged_through_shared_memory_as_nvidia_s_gemm_stages_it() {
+    let m = kernel("wmma");
+    let mut g = m.globals();
+    let mut mem = VecMemory::default();
+    // A 32x64 row-major, B 64x32 column-major (column j at j * 64), C
+    // 32x32 row-major; D 32x32 row-major.
+    let (a, b) = (halves(32 * 64, 1), halves(64 * 32, 2));
+    let c: Vec<f32> = halves(32 * 32, 3).iter().map(|v| v * 3.0).collect();
+    let h = |v: &[f32]| bytes_u16(&v.iter().map(|&x| f16(x)).collect::<Vec<_>>());
+    let (pa, pb) = (mem.alloc(h(&a)), mem.alloc(h(&b)));
+    let pc = mem.alloc_f32(&c);
+    let pd = mem.alloc_f32(&[0.0; 1024]);
+    let p = Params::new().ptr(pa).ptr(pb).ptr(pc).ptr(pd);
+    launch(
+        &m,
+        &mut g,
+        "gemm_shared",
+        dims([1, 1, 1], [128, 1, 1], 0),
+        p,
+        &mut mem,
+    )
+    .unwrap();
+    let d = mem.f32s(pd);
+    for i in 0..32 {
+        for j in 0..32 {
+            // Each product of k = 16 is exact and rounded once to the
+            // f32 accumulator.
+            let mut s = c[i * 32 + j];
+            for k0 in (0..64).step_by(16) {
+                let mut x = f64::from(s);
+                for k in k0..k0 + 16 {
+                    x += f64::from(a[i * 64 + k]) * f64::from(b[j * 64 + k]);
+                }
+                s = x as f32;
+            }
+            assert_eq!(d[i * 32 + j].to_bits(), s.to_bits(), "d[{i}][{j}]");
+        }
+    }
+}

@@ -244,10 +244,11 @@ struct Function {
 }
 
 /// A launch runs its blocks on several host threads ([`SimConfig::threads`])
-/// if the kernel's previous launch took at least this long on one...
+/// if the kernel's previous launch took at least this long on one, and at
+/// its first launch (the threads' start, some tens of µs, is paid once per
+/// kernel; a few long-running blocks, as a persistent GEMM launches, give
+/// no other sign of their length).
 const PARALLEL_MIN_NS: u64 = 2_000_000;
-/// ...or, at its first launch, if it has at least this many threads.
-const PARALLEL_MIN_THREADS: u64 = 1 << 18;
 /// The host threads `threads = 0` means at most.
 const MAX_AUTO_THREADS: usize = 8;
 
@@ -1325,13 +1326,11 @@ impl SimGpu {
             .iter()
             .map(|&v| u64::from(v))
             .product::<u64>();
-        let per_block = cfg.block.iter().map(|&v| u64::from(v)).product::<u64>();
         // Spread over threads: a kernel that took a while last time, or a
-        // large first launch.
+        // first launch.
         let threads = match func.host_ns {
             _ if most_threads < 2 || blocks < 2 || workspace.is_some() => 1,
             Some(ns) if ns < PARALLEL_MIN_NS => 1,
-            None if blocks.saturating_mul(per_block) < PARALLEL_MIN_THREADS => 1,
             _ => most_threads,
         };
         let module = c

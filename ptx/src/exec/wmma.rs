@@ -22,10 +22,10 @@
 //! integer products wrap, or saturate with `.satfinite`. Tensor cores
 //! round within the same bound, not necessarily identically.
 
-use super::{Launch, Warp};
-use crate::float::{f16_to_f32, HFmt};
-use crate::ir::{Addr, Src, WTy, Wmma, WmmaOp};
-use crate::Error;
+use super::{copy, range, Launch, Warp};
+use crate::float::{bf16_to_f32, f16_to_f32, HFmt};
+use crate::ir::{Addr, Space, Src, WTy, Wmma, WmmaOp};
+use crate::{Error, GLOBALS_BASE, WINDOW_SIZE};
 
 /// Lane `l`'s `share` distinct elements of a fragment: their positions.
 fn positions(l: usize, share: usize) -> std::ops::Range<usize> {
@@ -62,30 +62,6 @@ fn element(w: &Warp, regs: &[u32], ty: WTy, l: usize, e: usize) -> u64 {
     }
 }
 
-/// A float element's value.
-fn value(ty: WTy, b: u64) -> f64 {
-    match ty {
-        WTy::F16 => f64::from(f16_to_f32(b as u16)),
-        WTy::Bf16 => HFmt::BF16.to_f64(b as u16),
-        // Tensor cores read a tf32 element's 19 high bits.
-        WTy::Tf32 => f64::from(f32::from_bits(b as u32 & !0x1fff)),
-        WTy::F32 => f64::from(f32::from_bits(b as u32)),
-        WTy::F64 => f64::from_bits(b),
-        WTy::S8 => f64::from(b as u8 as i8),
-        WTy::U8 => f64::from(b as u8),
-        WTy::S32 => f64::from(b as u32 as i32),
-    }
-}
-
-/// An integer element's value.
-fn int(ty: WTy, b: u64) -> i64 {
-    match ty {
-        WTy::S8 => i64::from(b as u8 as i8),
-        WTy::U8 => i64::from(b as u8),
-        _ => i64::from(b as u32 as i32),
-    }
-}
-
 /// Row and column of element `i` of lane `l`'s part of fragment `which`
 /// (0: a, m×k; 1: b, k×n; 2: c and d, m×n) of `mma.sync` of `shape` on
 /// elements of `ty`, as the PTX ISA lays them out: lanes in groups of
@@ -112,54 +88,114 @@ fn mma_position(shape: [u32; 3], which: u8, ty: WTy, l: usize, i: usize) -> (usi
     }
 }
 
-/// D = A × B + C on row-major matrices of element bits: `types` = (a and
-/// b, c, d).
-fn product(
-    [m, n, k]: [usize; 3],
-    (ab, cty, dty): (WTy, WTy, WTy),
-    satfinite: bool,
-    ma: &[u64],
-    mb: &[u64],
-    mc: &[u64],
-) -> Vec<u64> {
-    let mut md = vec![0u64; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            md[i * n + j] = match dty {
-                WTy::S32 => {
-                    let mut s = int(cty, mc[i * n + j]);
-                    for kk in 0..k {
-                        s += int(ab, ma[i * k + kk]) * int(ab, mb[kk * n + j]);
-                    }
-                    let v = if satfinite {
-                        s.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
-                    } else {
-                        s as i32
-                    };
-                    u64::from(v as u32)
-                }
-                WTy::F64 => {
-                    let mut s = value(cty, mc[i * n + j]);
-                    for kk in 0..k {
-                        s = value(ab, ma[i * k + kk]).mul_add(value(ab, mb[kk * n + j]), s);
-                    }
-                    s.to_bits()
-                }
-                _ => {
-                    let mut s = value(cty, mc[i * n + j]);
-                    for kk in 0..k {
-                        s += value(ab, ma[i * k + kk]) * value(ab, mb[kk * n + j]);
-                    }
-                    if dty == WTy::F16 {
-                        u64::from(HFmt::F16.round(s, 0.0))
-                    } else {
-                        u64::from((s as f32).to_bits())
-                    }
-                }
+/// Where a fragment's elements sit over the lanes: wmma's layout (lane
+/// `l`'s element `e` at row-major position `l * share + e % share`) or
+/// `mma.sync`'s ([`mma_position`] of `shape` and fragment `which`).
+#[derive(Clone, Copy)]
+enum Layout {
+    Wmma,
+    Mma { shape: [u32; 3], which: u8 },
+}
+
+/// The most bytes a fragment holds (32 × 16 elements of 16 bits, 16 × 16
+/// of 32, 8 × 8 of 64).
+const MAX_FRAGMENT_BYTES: usize = 1024;
+/// The most elements a fragment holds (32 × 16).
+const MAX_FRAGMENT_ELEMENTS: usize = 512;
+
+/// Reads the `rows` × `cols` fragment in registers `regs`, laid out as
+/// `layout`, into `out` (row-major), each element's bits through `f`.
+#[inline(always)]
+fn gather<T: Copy>(
+    w: &Warp,
+    regs: &[u32],
+    ty: WTy,
+    layout: Layout,
+    (rows, cols): (usize, usize),
+    out: &mut [T],
+    f: impl Fn(u64) -> T,
+) {
+    let share = rows * cols / 32;
+    match layout {
+        Layout::Wmma => {
+            let per = ty.per_reg();
+            let bits = ty.bits().min(63);
+            let mask = if ty.bits() >= 64 {
+                u64::MAX
+            } else {
+                (1u64 << bits) - 1
             };
+            for e in 0..share {
+                let r = regs[e / per] as usize * 32;
+                let shift = (e % per) as u32 * bits;
+                let lanes = &w.regs[r..r + 32];
+                for (l, &v) in lanes.iter().enumerate() {
+                    out[l * share + e] = f((v >> shift) & mask);
+                }
+            }
+        }
+        Layout::Mma { shape, which } => {
+            for l in 0..32 {
+                for e in 0..share {
+                    let (r, c) = mma_position(shape, which, ty, l, e);
+                    out[r * cols + c] = f(element(w, regs, ty, l, e));
+                }
+            }
         }
     }
-    md
+}
+
+/// Writes the `rows` × `cols` row-major matrix `md` into registers
+/// `regs`, laid out as `layout`, each element's bits from `f`; a
+/// fragment with more elements per lane than its share holds copies.
+#[inline(always)]
+fn scatter<T: Copy>(
+    w: &mut Warp,
+    regs: &[u32],
+    ty: WTy,
+    layout: Layout,
+    (rows, cols): (usize, usize),
+    md: &[T],
+    f: impl Fn(T) -> u64,
+) {
+    let share = rows * cols / 32;
+    let per = ty.per_reg();
+    let bits = ty.bits();
+    for (ri, &reg) in regs.iter().enumerate() {
+        let r = reg as usize * 32;
+        match layout {
+            Layout::Wmma => {
+                let mut v = [0u64; 32];
+                for k in 0..per {
+                    let e = (ri * per + k) % share;
+                    let shift = if bits >= 64 { 0 } else { k as u32 * bits };
+                    for (l, v) in v.iter_mut().enumerate() {
+                        *v |= f(md[l * share + e]) << shift;
+                    }
+                }
+                w.regs[r..r + 32].copy_from_slice(&v);
+            }
+            Layout::Mma { shape, which } => {
+                for l in 0..32 {
+                    let mut v = 0u64;
+                    for k in 0..per {
+                        let e = ri * per + k;
+                        if e >= share {
+                            break;
+                        }
+                        let (row, c) = mma_position(shape, which, ty, l, e);
+                        let x = f(md[row * cols + c]);
+                        v |= if bits >= 64 {
+                            x
+                        } else {
+                            x << (k as u32 * bits)
+                        };
+                    }
+                    w.regs[r + l] = v;
+                }
+            }
+        }
+    }
 }
 
 /// Writes `vals` (lane `l`'s elements, all of them) into registers `regs`.
@@ -179,7 +215,503 @@ fn put(w: &mut Warp, regs: &[u32], ty: WTy, l: usize, vals: &[u64]) {
     }
 }
 
+/// A float element's value, for each type (chosen once per fragment).
+macro_rules! with_value {
+    ($ty:expr, |$f:ident| $body:expr) => {
+        match $ty {
+            WTy::F16 => {
+                let $f = |b: u64| f64::from(f16_to_f32(b as u16));
+                $body
+            }
+            WTy::Bf16 => {
+                let $f = |b: u64| f64::from(bf16_to_f32(b as u16));
+                $body
+            }
+            // Tensor cores read a tf32 element's 19 high bits.
+            WTy::Tf32 => {
+                let $f = |b: u64| f64::from(f32::from_bits(b as u32 & !0x1fff));
+                $body
+            }
+            WTy::F32 => {
+                let $f = |b: u64| f64::from(f32::from_bits(b as u32));
+                $body
+            }
+            WTy::F64 => {
+                let $f = f64::from_bits;
+                $body
+            }
+            WTy::S8 => {
+                let $f = |b: u64| f64::from(b as u8 as i8);
+                $body
+            }
+            WTy::U8 => {
+                let $f = |b: u64| f64::from(b as u8);
+                $body
+            }
+            WTy::S32 => {
+                let $f = |b: u64| f64::from(b as u32 as i32);
+                $body
+            }
+        }
+    };
+}
+
+/// A matrix product's operands and a fragment's elements, kept by the
+/// launch between instructions (clearing them for each would cost more
+/// than many a product).
+pub(super) struct Scratch {
+    fa: [f64; 512],
+    fb: [f64; 512],
+    fc: [f64; 256],
+    ia: [i32; 512],
+    ib: [i32; 512],
+    ic: [i64; 256],
+    frag: [u64; MAX_FRAGMENT_ELEMENTS],
+    line: [u8; MAX_FRAGMENT_BYTES],
+    bits: [u64; 64],
+}
+
+impl Scratch {
+    fn new() -> Box<Scratch> {
+        Box::new(Scratch {
+            fa: [0.0; 512],
+            fb: [0.0; 512],
+            fc: [0.0; 256],
+            ia: [0; 512],
+            ib: [0; 512],
+            ic: [0; 256],
+            frag: [0; MAX_FRAGMENT_ELEMENTS],
+            line: [0; MAX_FRAGMENT_BYTES],
+            bits: [0; 64],
+        })
+    }
+}
+
+/// Whether a `rows` × `cols` fragment of `size`-byte elements takes the
+/// fast paths (every shape of `wmma` does).
+fn fits((rows, cols): (usize, usize), size: usize) -> bool {
+    rows * cols * size <= MAX_FRAGMENT_BYTES
+        && rows * cols <= MAX_FRAGMENT_ELEMENTS
+        && rows.max(cols) <= 64
+}
+
+/// Little-endian elements of `size` (1, 2, 4 or 8) bytes of `bytes` into
+/// `out`, one per element (spelled out per size: a copy of a variable
+/// length per element is a call of `memcpy`).
+fn unpack(bytes: &[u8], size: usize, out: &mut [u64]) {
+    match size {
+        1 => out
+            .iter_mut()
+            .zip(bytes)
+            .for_each(|(o, &b)| *o = u64::from(b)),
+        2 => out
+            .iter_mut()
+            .zip(bytes.chunks_exact(2))
+            .for_each(|(o, c)| *o = u64::from(u16::from_le_bytes([c[0], c[1]]))),
+        4 => out
+            .iter_mut()
+            .zip(bytes.chunks_exact(4))
+            .for_each(|(o, c)| *o = u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+        _ => out
+            .iter_mut()
+            .zip(bytes.chunks_exact(8))
+            .for_each(|(o, c)| *o = u64::from_le_bytes(c.try_into().expect("8 bytes"))),
+    }
+}
+
+/// The inverse of [`unpack`]: each element's low `size` bytes.
+fn pack(bits: &[u64], size: usize, out: &mut [u8]) {
+    match size {
+        1 => out.iter_mut().zip(bits).for_each(|(o, &v)| *o = v as u8),
+        2 => out
+            .chunks_exact_mut(2)
+            .zip(bits)
+            .for_each(|(o, &v)| o.copy_from_slice(&(v as u16).to_le_bytes())),
+        4 => out
+            .chunks_exact_mut(4)
+            .zip(bits)
+            .for_each(|(o, &v)| o.copy_from_slice(&(v as u32).to_le_bytes())),
+        _ => out
+            .chunks_exact_mut(8)
+            .zip(bits)
+            .for_each(|(o, &v)| o.copy_from_slice(&v.to_le_bytes())),
+    }
+}
+
+/// D = A × B + C on row-major integer matrices, `c` becoming D: products
+/// and sums in 64 bits (each product of 8-bit elements is exact in 32),
+/// added in `k`'s order, a row of D at a time.
+#[inline(always)]
+fn int_product([m, n, k]: [usize; 3], a: &[i32], b: &[i32], c: &mut [i64]) {
+    match n {
+        8 => int_rows::<8>(m, k, a, b, c),
+        16 => int_rows::<16>(m, k, a, b, c),
+        32 => int_rows::<32>(m, k, a, b, c),
+        _ => {
+            for i in 0..m {
+                let row = &mut c[i * n..(i + 1) * n];
+                for kk in 0..k {
+                    let x = a[i * k + kk];
+                    for (s, &y) in row.iter_mut().zip(&b[kk * n..(kk + 1) * n]) {
+                        *s += i64::from(x * y);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// [`int_product`] for `N` columns, a row of D in registers.
+#[inline(always)]
+fn int_rows<const N: usize>(m: usize, k: usize, a: &[i32], b: &[i32], c: &mut [i64]) {
+    for i in 0..m {
+        let mut row = [0i64; N];
+        row.copy_from_slice(&c[i * N..(i + 1) * N]);
+        for kk in 0..k {
+            let x = a[i * k + kk];
+            let brow: &[i32; N] = b[kk * N..(kk + 1) * N].try_into().expect("N columns");
+            for (s, &y) in row.iter_mut().zip(brow) {
+                *s += i64::from(x * y);
+            }
+        }
+        c[i * N..(i + 1) * N].copy_from_slice(&row);
+    }
+}
+
+/// D = A × B + C on row-major matrices of values, `c` becoming D: each
+/// element's sum in `k`'s order from C's element, by fused multiply-adds
+/// when `fused` (f64 fragments), else by exact products (every product of
+/// f16, bf16 and tf32 elements is exact in f64) added one by one. The
+/// loops run over D's rows, so a row of `n` sums advances together:
+/// vector operations on the host, the same order per element.
+#[inline(always)]
+fn float_product([m, n, k]: [usize; 3], fused: bool, a: &[f64], b: &[f64], c: &mut [f64]) {
+    match (n, fused) {
+        (8, false) => float_rows::<8, false>(m, k, a, b, c),
+        (16, false) => float_rows::<16, false>(m, k, a, b, c),
+        (32, false) => float_rows::<32, false>(m, k, a, b, c),
+        (8, true) => float_rows::<8, true>(m, k, a, b, c),
+        _ => {
+            for i in 0..m {
+                let row = &mut c[i * n..(i + 1) * n];
+                for kk in 0..k {
+                    let x = a[i * k + kk];
+                    let brow = &b[kk * n..(kk + 1) * n];
+                    for (s, &y) in row.iter_mut().zip(brow) {
+                        *s = if fused { x.mul_add(y, *s) } else { *s + x * y };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// [`float_product`] for `N` columns: a row of D held in registers
+/// while it sums over `k`.
+#[inline(always)]
+fn float_rows<const N: usize, const FUSED: bool>(
+    m: usize,
+    k: usize,
+    a: &[f64],
+    b: &[f64],
+    c: &mut [f64],
+) {
+    for i in 0..m {
+        let mut row = [0f64; N];
+        row.copy_from_slice(&c[i * N..(i + 1) * N]);
+        for kk in 0..k {
+            let x = a[i * k + kk];
+            let brow: &[f64; N] = b[kk * N..(kk + 1) * N].try_into().expect("N columns");
+            for (s, &y) in row.iter_mut().zip(brow) {
+                *s = if FUSED { x.mul_add(y, *s) } else { *s + x * y };
+            }
+        }
+        c[i * N..(i + 1) * N].copy_from_slice(&row);
+    }
+}
+
 impl Launch<'_> {
+    wide_twin! {
+        /// `wmma.mma`/`mma.sync` `x`: gathers the fragments, multiplies,
+        /// and writes D's fragment (the whole instruction in the copy
+        /// compiled for the host's vector units where it has them).
+        fn product / product_wide / product_base / product_body
+            (&self, w: &mut Warp, x: &Wmma, sc: &mut Scratch);
+    }
+
+    #[inline(always)]
+    fn product_body(&self, w: &mut Warp, x: &Wmma, sc: &mut Scratch) {
+        let WmmaOp::Mma {
+            fixed,
+            ab,
+            cty,
+            dty,
+            satfinite,
+            ref d,
+            ref a,
+            ref b,
+            ref c,
+        } = x.op
+        else {
+            return;
+        };
+        let [m, n, k] = x.shape.map(|v| v as usize);
+        let layout = |which| {
+            if fixed {
+                Layout::Mma {
+                    shape: x.shape,
+                    which,
+                }
+            } else {
+                Layout::Wmma
+            }
+        };
+        if dty == WTy::S32 {
+            let (ma, mb, mc) = (&mut sc.ia, &mut sc.ib, &mut sc.ic);
+            if ab == WTy::U8 {
+                gather(w, a, ab, layout(0), (m, k), ma, |b| i32::from(b as u8));
+                gather(w, b, ab, layout(1), (k, n), mb, |b| i32::from(b as u8));
+            } else {
+                gather(w, a, ab, layout(0), (m, k), ma, |b| {
+                    i32::from(b as u8 as i8)
+                });
+                gather(w, b, ab, layout(1), (k, n), mb, |b| {
+                    i32::from(b as u8 as i8)
+                });
+            }
+            gather(w, c, cty, layout(2), (m, n), mc, |b| {
+                i64::from(b as u32 as i32)
+            });
+            int_product([m, n, k], ma, mb, mc);
+            if satfinite {
+                scatter(w, d, dty, layout(2), (m, n), mc, |s| {
+                    u64::from(s.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32 as u32)
+                });
+            } else {
+                scatter(w, d, dty, layout(2), (m, n), mc, |s| {
+                    u64::from(s as i32 as u32)
+                });
+            }
+        } else {
+            let (ma, mb, mc) = (&mut sc.fa, &mut sc.fb, &mut sc.fc);
+            with_value!(ab, |f| {
+                gather(w, a, ab, layout(0), (m, k), ma, f);
+                gather(w, b, ab, layout(1), (k, n), mb, f);
+            });
+            with_value!(cty, |f| gather(w, c, cty, layout(2), (m, n), mc, f));
+            // f64 products are a chain of fused multiply-adds; the others
+            // are exact in f64, so fused or not is the same.
+            float_product([m, n, k], dty == WTy::F64, ma, mb, mc);
+            match dty {
+                WTy::F64 => scatter(w, d, dty, layout(2), (m, n), mc, f64::to_bits),
+                WTy::F16 => scatter(w, d, dty, layout(2), (m, n), mc, |s| {
+                    u64::from(HFmt::F16.round(s, 0.0))
+                }),
+                _ => scatter(w, d, dty, layout(2), (m, n), mc, |s| {
+                    u64::from((s as f32).to_bits())
+                }),
+            }
+        }
+    }
+
+    wide_twin! {
+        /// Writes the fragment `sc.frag` (element bits, row-major) into
+        /// registers `regs` in wmma's layout.
+        fn fragment_in / fragment_in_wide / fragment_in_base / fragment_in_body
+            (&self, w: &mut Warp, regs: &[u32], ty: WTy, shape: (usize, usize), sc: &Scratch);
+    }
+
+    #[inline(always)]
+    fn fragment_in_body(
+        &self,
+        w: &mut Warp,
+        regs: &[u32],
+        ty: WTy,
+        shape: (usize, usize),
+        sc: &Scratch,
+    ) {
+        scatter(w, regs, ty, Layout::Wmma, shape, &sc.frag, |b| b);
+    }
+
+    wide_twin! {
+        /// Reads registers `regs` in wmma's layout into `sc.frag`.
+        fn fragment_out / fragment_out_wide / fragment_out_base / fragment_out_body
+            (&self, w: &Warp, regs: &[u32], ty: WTy, shape: (usize, usize), sc: &mut Scratch);
+    }
+
+    #[inline(always)]
+    fn fragment_out_body(
+        &self,
+        w: &Warp,
+        regs: &[u32],
+        ty: WTy,
+        shape: (usize, usize),
+        sc: &mut Scratch,
+    ) {
+        gather(w, regs, ty, Layout::Wmma, shape, &mut sc.frag, |b| b);
+    }
+
+    /// The base address and stride (in elements) of a fragment access,
+    /// when every lane gives the same (as the PTX ISA asks of `wmma`).
+    fn uniform_access(
+        &self,
+        w: &Warp,
+        addr: Addr,
+        stride: Option<Src>,
+    ) -> Option<(u64, Option<u64>)> {
+        let base = self.address(w, addr, 0);
+        let st = stride.map(|s| self.rd(w, s, 0) as u32 as u64);
+        for l in 1..32 {
+            if self.address(w, addr, l) != base
+                || stride.is_some_and(|s| Some(self.rd(w, s, l) as u32 as u64) != st)
+            {
+                return None;
+            }
+        }
+        Some((base, st))
+    }
+
+    /// Reads a `rows` × `cols` fragment at `base` (row- or column-major,
+    /// `stride` elements between its rows or columns) into `frag`, its
+    /// elements' bits row-major, one memory access per row or column.
+    /// False, reading nothing, if the fragment is larger than
+    /// [`MAX_FRAGMENT_BYTES`].
+    fn load_fragment(
+        &mut self,
+        w: &Warp,
+        space: Space,
+        (base, stride, col): (u64, Option<u64>, bool),
+        (rows, cols): (usize, usize),
+        ty: WTy,
+        sc: &mut Scratch,
+    ) -> Result<bool, Error> {
+        let size = (ty.bits() / 8) as usize;
+        if !fits((rows, cols), size) {
+            return Ok(false);
+        }
+        let (lines, inner) = if col { (cols, rows) } else { (rows, cols) };
+        let st = stride.unwrap_or(inner as u64);
+        for li in 0..lines {
+            let at = base.wrapping_add((li as u64).wrapping_mul(st).wrapping_mul(size as u64));
+            let buf = &mut sc.line[..inner * size];
+            self.read_run(w, space, at, buf, size)?;
+            if col {
+                unpack(buf, size, &mut sc.bits[..inner]);
+                for (i, &v) in sc.bits[..inner].iter().enumerate() {
+                    sc.frag[i * cols + li] = v;
+                }
+            } else {
+                unpack(buf, size, &mut sc.frag[li * inner..(li + 1) * inner]);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Writes the row-major `rows` × `cols` fragment of element bits
+    /// `frag` at `base`, as [`Launch::load_fragment`] reads one (at most
+    /// [`MAX_FRAGMENT_BYTES`]).
+    fn store_fragment(
+        &mut self,
+        w: &Warp,
+        space: Space,
+        (base, stride, col): (u64, Option<u64>, bool),
+        (rows, cols): (usize, usize),
+        ty: WTy,
+        sc: &mut Scratch,
+    ) -> Result<(), Error> {
+        let size = (ty.bits() / 8) as usize;
+        let (lines, inner) = if col { (cols, rows) } else { (rows, cols) };
+        let st = stride.unwrap_or(inner as u64);
+        for li in 0..lines {
+            let at = base.wrapping_add((li as u64).wrapping_mul(st).wrapping_mul(size as u64));
+            let buf = &mut sc.line[..inner * size];
+            if col {
+                for (i, v) in sc.bits[..inner].iter_mut().enumerate() {
+                    *v = sc.frag[i * cols + li];
+                }
+                pack(&sc.bits[..inner], size, buf);
+            } else {
+                pack(&sc.frag[li * inner..(li + 1) * inner], size, buf);
+            }
+            self.write_run(w, space, at, buf, size)?;
+        }
+        Ok(())
+    }
+
+    /// The largest access of at most 16 bytes, at least `elem`, that
+    /// `at` is aligned to and `left` bytes hold (`elem` when `at` is not
+    /// aligned to it: that access reports the misalignment).
+    fn run_piece(at: u64, left: usize, elem: usize) -> usize {
+        let mut p = 16;
+        while p > elem && (!at.is_multiple_of(p as u64) || p > left) {
+            p /= 2;
+        }
+        p.max(elem)
+    }
+
+    /// Reads `buf` (a run of elements of `elem` bytes) at `at` as lane 0:
+    /// directly from shared memory or global memory when the whole run
+    /// is there and aligned, else in aligned pieces of up to 16 bytes,
+    /// each checked as a load of its own.
+    fn read_run(
+        &mut self,
+        w: &Warp,
+        space: Space,
+        at: u64,
+        buf: &mut [u8],
+        elem: usize,
+    ) -> Result<(), Error> {
+        let (sp, off) = self.resolve(space, at);
+        if off.is_multiple_of(elem as u64) {
+            if sp == Space::Shared {
+                if let Some(r) = range(off, buf.len() as u64, self.shared.len()) {
+                    copy(buf, &self.shared[r]);
+                    return Ok(());
+                }
+            } else if sp == Space::Global && off.wrapping_sub(GLOBALS_BASE) >= WINDOW_SIZE {
+                return self.mem.read(off, buf);
+            }
+        }
+        let mut done = 0;
+        while done < buf.len() {
+            let a = at.wrapping_add(done as u64);
+            let p = Self::run_piece(a, buf.len() - done, elem);
+            self.load(w, 0, space, a, &mut buf[done..done + p])?;
+            done += p;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `at` as lane 0, as [`Launch::read_run`] reads.
+    fn write_run(
+        &mut self,
+        w: &Warp,
+        space: Space,
+        at: u64,
+        data: &[u8],
+        elem: usize,
+    ) -> Result<(), Error> {
+        let (sp, off) = self.resolve(space, at);
+        if off.is_multiple_of(elem as u64) {
+            if sp == Space::Shared {
+                if let Some(r) = range(off, data.len() as u64, self.shared.len()) {
+                    copy(&mut self.shared[r], data);
+                    return Ok(());
+                }
+            } else if sp == Space::Global && off.wrapping_sub(GLOBALS_BASE) >= WINDOW_SIZE {
+                return self.mem.write(off, data);
+            }
+        }
+        let mut done = 0;
+        while done < data.len() {
+            let a = at.wrapping_add(done as u64);
+            let p = Self::run_piece(a, data.len() - done, elem);
+            self.store(w, 0, space, a, &data[done..done + p])?;
+            done += p;
+        }
+        Ok(())
+    }
+
     pub(super) fn wmma(
         &mut self,
         w: &mut Warp,
@@ -201,6 +733,20 @@ impl Launch<'_> {
             WmmaOp::LdMatrix { .. } | WmmaOp::StMatrix { .. } => 256,
             _ => (m * n.max(k)) as u64,
         })?;
+        let mut sc = self.mma.take().unwrap_or_else(Scratch::new);
+        let r = self.wmma_with(w, x, line, &mut sc);
+        self.mma = Some(sc);
+        r
+    }
+
+    fn wmma_with(
+        &mut self,
+        w: &mut Warp,
+        x: &Wmma,
+        line: u32,
+        sc: &mut Scratch,
+    ) -> Result<(), Error> {
+        let [m, n, k] = x.shape.map(|v| v as usize);
         match &x.op {
             WmmaOp::Load {
                 which,
@@ -216,6 +762,13 @@ impl Launch<'_> {
                     1 => (k, n),
                     _ => (m, n),
                 };
+                if let Some((base, st)) = self.uniform_access(w, *addr, *stride) {
+                    let access = (base, st, *col);
+                    if self.load_fragment(w, *space, access, (rows, cols), *ty, sc)? {
+                        self.fragment_in(w, d, *ty, (rows, cols), sc);
+                        return Ok(());
+                    }
+                }
                 let share = rows * cols / 32;
                 let count = d.len() * ty.per_reg();
                 let size = (ty.bits() / 8) as usize;
@@ -244,64 +797,30 @@ impl Launch<'_> {
                 addr,
                 stride,
             } => {
+                let size = (ty.bits() / 8) as usize;
+                if let Some((base, st)) = self.uniform_access(w, *addr, *stride) {
+                    if fits((m, n), size) {
+                        self.fragment_out(w, v, *ty, (m, n), sc);
+                        self.store_fragment(w, *space, (base, st, *col), (m, n), *ty, sc)?;
+                        return Ok(());
+                    }
+                }
                 let share = m * n / 32;
                 for l in 0..32 {
                     for (e, q) in positions(l, share).enumerate() {
                         let bits = element(w, v, *ty, l, e);
                         let at = self.fragment_access(w, l, (*addr, *stride, *col), (m, n), q, *ty);
-                        let size = (ty.bits() / 8) as usize;
                         self.store(w, l, *space, at, &bits.to_le_bytes()[..size])?;
                     }
                 }
             }
-            WmmaOp::Mma {
-                fixed,
-                ab,
-                cty,
-                dty,
-                satfinite,
-                d,
-                a,
-                b,
-                c,
-            } => {
-                // Gather the three matrices, row-major: by the positions
-                // wmma gives each lane's elements, or by `mma`'s layout.
-                let gather = |regs: &[u32], ty: WTy, which: u8, rows: usize, cols: usize| {
-                    let share = rows * cols / 32;
-                    let mut out = vec![0u64; rows * cols];
-                    for l in 0..32 {
-                        for e in 0..share {
-                            let q = if *fixed {
-                                let (r, col) = mma_position(x.shape, which, ty, l, e);
-                                r * cols + col
-                            } else {
-                                l * share + e
-                            };
-                            out[q] = element(w, regs, ty, l, e);
-                        }
-                    }
-                    out
-                };
-                let ma = gather(a, *ab, 0, m, k);
-                let mb = gather(b, *ab, 1, k, n);
-                let mc = gather(c, *cty, 2, m, n);
-                let md = product([m, n, k], (*ab, *cty, *dty), *satfinite, &ma, &mb, &mc);
-                let share = m * n / 32;
-                let count = d.len() * dty.per_reg();
-                for l in 0..32 {
-                    let vals = if *fixed {
-                        (0..share)
-                            .map(|e| {
-                                let (r, col) = mma_position(x.shape, 2, *dty, l, e);
-                                md[r * n + col]
-                            })
-                            .collect()
-                    } else {
-                        lane_values(l, share, count, |q| Ok(md[q]))?
-                    };
-                    put(w, d, *dty, l, &vals);
+            WmmaOp::Mma { .. } => {
+                if m * k > 512 || k * n > 512 || m * n > 256 {
+                    return Err(Error::Unsupported {
+                        what: format!("a matrix product of shape m{m}n{n}k{k} (line {line})"),
+                    });
                 }
+                self.product(w, x, sc);
             }
             WmmaOp::LdMatrix {
                 trans,

@@ -89,3 +89,35 @@ extern "C" __global__ void mma_f64(const double *a, const double *b, const doubl
     wmma::mma_sync(fc, fa, fb, fc);
     wmma::store_matrix_sync(d, fc, 8, wmma::mem_row_major);
 }
+
+// A 32x32 tile of D = A * B + C with K = 64 staged through shared memory,
+// as NVIDIA's cudaTensorCoreGemm stages its tiles: four warps, each a
+// 16x16 quarter; A row-major and B column-major copied in with int4
+// loads, C loaded from global memory, D stored to shared memory with a
+// padded stride and copied out.
+extern "C" __global__ void gemm_shared(const half *a, const half *b, const float *c, float *d)
+{
+    __shared__ __align__(32) half  sa[32 * 64];
+    __shared__ __align__(32) half  sb[32 * 64];
+    __shared__ __align__(32) float sd[32 * 36];
+    int t = threadIdx.x;
+    for (int i = t; i < 256; i += blockDim.x) {
+        reinterpret_cast<int4 *>(sa)[i] = reinterpret_cast<const int4 *>(a)[i];
+        reinterpret_cast<int4 *>(sb)[i] = reinterpret_cast<const int4 *>(b)[i];
+    }
+    __syncthreads();
+    int warp = t / 32, wi = warp / 2, wj = warp % 2;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(acc, c + wi * 16 * 32 + wj * 16, 32, wmma::mem_row_major);
+    for (int k = 0; k < 64; k += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb;
+        wmma::load_matrix_sync(fa, sa + wi * 16 * 64 + k, 64);
+        wmma::load_matrix_sync(fb, sb + wj * 16 * 64 + k, 64);
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(sd + wi * 16 * 36 + wj * 16, acc, 36, wmma::mem_row_major);
+    __syncthreads();
+    for (int i = t; i < 32 * 32; i += blockDim.x)
+        d[i] = sd[(i / 32) * 36 + i % 32];
+}
