@@ -93,9 +93,9 @@
 #                         target/release/libcuda.so]
 #   --timeout SECONDS     per-sample run timeout [SAMPLE_TIMEOUT; 300]
 #   --max-instructions N  SimGpu's sim.max_instructions per launch
-#                         [SIM_MAX_INSTRUCTIONS; 10000000000000, so that the
-#                         timeout, not the daemon's 500 million default, is
-#                         what stops long kernels]
+#                         [SIM_MAX_INSTRUCTIONS; 1000000000000, the most
+#                         it takes, so that the timeout, not the daemon's
+#                         500 million default, is what stops long kernels]
 #   --sim-threads N       SimGpu's sim.threads: host threads one launch's
 #                         blocks may run on [SIM_THREADS; 0, the host's CPUs]
 #   --only LIST           only these samples (comma-separated names)
@@ -130,7 +130,7 @@ die() {
 fairgpu_bin=${FAIRGPU_BIN:-$repo/target/release/fairgpu}
 guest_lib=${FAIRGPU_GUEST_LIB:-$repo/target/release/libcuda.so}
 timeout_s=${SAMPLE_TIMEOUT:-300}
-max_instr=${SIM_MAX_INSTRUCTIONS:-10000000000000}
+max_instr=${SIM_MAX_INSTRUCTIONS:-1000000000000}
 sim_threads=${SIM_THREADS:-0}
 only=""
 phase_build=1

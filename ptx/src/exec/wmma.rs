@@ -119,18 +119,30 @@ fn gather<T: Copy>(
     match layout {
         Layout::Wmma => {
             let per = ty.per_reg();
-            let bits = ty.bits().min(63);
-            let mask = if ty.bits() >= 64 {
+            let bits = ty.bits();
+            let mask = if bits >= 64 {
                 u64::MAX
             } else {
                 (1u64 << bits) - 1
             };
-            for e in 0..share {
-                let r = regs[e / per] as usize * 32;
-                let shift = (e % per) as u32 * bits;
-                let lanes = &w.regs[r..r + 32];
-                for (l, &v) in lanes.iter().enumerate() {
-                    out[l * share + e] = f((v >> shift) & mask);
+            // Element e of each lane is in register e / per, at bit
+            // (e % per) * bits.
+            for (ri, &reg) in regs.iter().enumerate() {
+                let lanes: &[u64; 32] = w.regs[reg as usize * 32..reg as usize * 32 + 32]
+                    .try_into()
+                    .expect("32 lanes");
+                for k in 0..per.min(share.saturating_sub(ri * per)) {
+                    let e = ri * per + k;
+                    let shift = if bits >= 64 { 0 } else { k as u32 * bits };
+                    if share == 1 {
+                        for (o, &v) in out.iter_mut().zip(lanes) {
+                            *o = f((v >> shift) & mask);
+                        }
+                    } else {
+                        for (l, &v) in lanes.iter().enumerate() {
+                            out[l * share + e] = f((v >> shift) & mask);
+                        }
+                    }
                 }
             }
         }
@@ -165,15 +177,24 @@ fn scatter<T: Copy>(
         let r = reg as usize * 32;
         match layout {
             Layout::Wmma => {
-                let mut v = [0u64; 32];
+                let dst: &mut [u64; 32] = (&mut w.regs[r..r + 32]).try_into().expect("32 lanes");
                 for k in 0..per {
                     let e = (ri * per + k) % share;
                     let shift = if bits >= 64 { 0 } else { k as u32 * bits };
-                    for (l, v) in v.iter_mut().enumerate() {
-                        *v |= f(md[l * share + e]) << shift;
+                    if k == 0 && share == 1 {
+                        for (d, &x) in dst.iter_mut().zip(md) {
+                            *d = f(x);
+                        }
+                    } else if k == 0 {
+                        for (l, d) in dst.iter_mut().enumerate() {
+                            *d = f(md[l * share + e]);
+                        }
+                    } else {
+                        for (l, d) in dst.iter_mut().enumerate() {
+                            *d |= f(md[l * share + e]) << shift;
+                        }
                     }
                 }
-                w.regs[r..r + 32].copy_from_slice(&v);
             }
             Layout::Mma { shape, which } => {
                 for l in 0..32 {
@@ -559,8 +580,20 @@ impl Launch<'_> {
         addr: Addr,
         stride: Option<Src>,
     ) -> Option<(u64, Option<u64>)> {
+        let same = |r: u32| {
+            let v = &w.regs[r as usize * 32..r as usize * 32 + 32];
+            v.iter().all(|&x| x == v[0])
+        };
         let base = self.address(w, addr, 0);
         let st = stride.map(|s| self.rd(w, s, 0) as u32 as u64);
+        // The common case: the registers themselves are the same in
+        // every lane.
+        if addr.base.is_none_or(same) && matches!(stride, None | Some(Src::Imm(_))) {
+            return Some((base, st));
+        }
+        if addr.base.is_none_or(same) && matches!(stride, Some(Src::Reg(r)) if same(r)) {
+            return Some((base, st));
+        }
         for l in 1..32 {
             if self.address(w, addr, l) != base
                 || stride.is_some_and(|s| Some(self.rd(w, s, l) as u32 as u64) != st)
