@@ -308,6 +308,13 @@ impl Scratch {
     }
 }
 
+/// Where a fragment's row or column goes ([`Launch::run_target`]).
+enum Run {
+    Shared(std::ops::Range<usize>),
+    Global(u64),
+    Pieces,
+}
+
 /// Whether a `rows` × `cols` fragment of `size`-byte elements takes the
 /// fast paths (every shape of `wmma` does).
 fn fits((rows, cols): (usize, usize), size: usize) -> bool {
@@ -361,20 +368,48 @@ fn pack(bits: &[u64], size: usize, out: &mut [u8]) {
 
 /// D = A × B + C on row-major integer matrices, `c` becoming D: products
 /// and sums in 64 bits (each product of 8-bit elements is exact in 32),
-/// added in `k`'s order, a row of D at a time.
+/// added in `k`'s order.
 #[inline(always)]
-fn int_product([m, n, k]: [usize; 3], a: &[i32], b: &[i32], c: &mut [i64]) {
+fn int_product(shape: [usize; 3], a: &[i32], b: &[i32], c: &mut [i64]) {
+    rows(shape, a, b, c, |s, x, y| s + i64::from(x * y));
+}
+
+/// D = A × B + C on row-major matrices of values, `c` becoming D: each
+/// element's sum in `k`'s order from C's element, by fused multiply-adds
+/// when `fused` (f64 fragments), else by exact products (every product of
+/// f16, bf16 and tf32 elements is exact in f64) added one by one.
+#[inline(always)]
+fn float_product(shape: [usize; 3], fused: bool, a: &[f64], b: &[f64], c: &mut [f64]) {
+    if fused {
+        rows(shape, a, b, c, |s, x, y| x.mul_add(y, s));
+    } else {
+        rows(shape, a, b, c, |s, x, y| s + x * y);
+    }
+}
+
+/// D = A × B + C, `c` becoming D, each element's `mac(sum, a, b)` over
+/// `k` in order. The loops run over D's rows, so a row of `n` sums
+/// advances together (vector operations on the host, the same order per
+/// element); for the usual widths the row stays in registers.
+#[inline(always)]
+fn rows<E: Copy, T: Copy + Default>(
+    [m, n, k]: [usize; 3],
+    a: &[E],
+    b: &[E],
+    c: &mut [T],
+    mac: impl Fn(T, E, E) -> T + Copy,
+) {
     match n {
-        8 => int_rows::<8>(m, k, a, b, c),
-        16 => int_rows::<16>(m, k, a, b, c),
-        32 => int_rows::<32>(m, k, a, b, c),
+        8 => rows_of::<8, E, T>(m, k, a, b, c, mac),
+        16 => rows_of::<16, E, T>(m, k, a, b, c, mac),
+        32 => rows_of::<32, E, T>(m, k, a, b, c, mac),
         _ => {
             for i in 0..m {
                 let row = &mut c[i * n..(i + 1) * n];
                 for kk in 0..k {
                     let x = a[i * k + kk];
                     for (s, &y) in row.iter_mut().zip(&b[kk * n..(kk + 1) * n]) {
-                        *s += i64::from(x * y);
+                        *s = mac(*s, x, y);
                     }
                 }
             }
@@ -382,69 +417,25 @@ fn int_product([m, n, k]: [usize; 3], a: &[i32], b: &[i32], c: &mut [i64]) {
     }
 }
 
-/// [`int_product`] for `N` columns, a row of D in registers.
+/// [`rows`] for `N` columns: a row of D held in registers while it sums
+/// over `k`.
 #[inline(always)]
-fn int_rows<const N: usize>(m: usize, k: usize, a: &[i32], b: &[i32], c: &mut [i64]) {
-    for i in 0..m {
-        let mut row = [0i64; N];
-        row.copy_from_slice(&c[i * N..(i + 1) * N]);
-        for kk in 0..k {
-            let x = a[i * k + kk];
-            let brow: &[i32; N] = b[kk * N..(kk + 1) * N].try_into().expect("N columns");
-            for (s, &y) in row.iter_mut().zip(brow) {
-                *s += i64::from(x * y);
-            }
-        }
-        c[i * N..(i + 1) * N].copy_from_slice(&row);
-    }
-}
-
-/// D = A × B + C on row-major matrices of values, `c` becoming D: each
-/// element's sum in `k`'s order from C's element, by fused multiply-adds
-/// when `fused` (f64 fragments), else by exact products (every product of
-/// f16, bf16 and tf32 elements is exact in f64) added one by one. The
-/// loops run over D's rows, so a row of `n` sums advances together:
-/// vector operations on the host, the same order per element.
-#[inline(always)]
-fn float_product([m, n, k]: [usize; 3], fused: bool, a: &[f64], b: &[f64], c: &mut [f64]) {
-    match (n, fused) {
-        (8, false) => float_rows::<8, false>(m, k, a, b, c),
-        (16, false) => float_rows::<16, false>(m, k, a, b, c),
-        (32, false) => float_rows::<32, false>(m, k, a, b, c),
-        (8, true) => float_rows::<8, true>(m, k, a, b, c),
-        _ => {
-            for i in 0..m {
-                let row = &mut c[i * n..(i + 1) * n];
-                for kk in 0..k {
-                    let x = a[i * k + kk];
-                    let brow = &b[kk * n..(kk + 1) * n];
-                    for (s, &y) in row.iter_mut().zip(brow) {
-                        *s = if fused { x.mul_add(y, *s) } else { *s + x * y };
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// [`float_product`] for `N` columns: a row of D held in registers
-/// while it sums over `k`.
-#[inline(always)]
-fn float_rows<const N: usize, const FUSED: bool>(
+fn rows_of<const N: usize, E: Copy, T: Copy + Default>(
     m: usize,
     k: usize,
-    a: &[f64],
-    b: &[f64],
-    c: &mut [f64],
+    a: &[E],
+    b: &[E],
+    c: &mut [T],
+    mac: impl Fn(T, E, E) -> T,
 ) {
     for i in 0..m {
-        let mut row = [0f64; N];
+        let mut row = [T::default(); N];
         row.copy_from_slice(&c[i * N..(i + 1) * N]);
         for kk in 0..k {
             let x = a[i * k + kk];
-            let brow: &[f64; N] = b[kk * N..(kk + 1) * N].try_into().expect("N columns");
+            let brow: &[E; N] = b[kk * N..(kk + 1) * N].try_into().expect("N columns");
             for (s, &y) in row.iter_mut().zip(brow) {
-                *s = if FUSED { x.mul_add(y, *s) } else { *s + x * y };
+                *s = mac(*s, x, y);
             }
         }
         c[i * N..(i + 1) * N].copy_from_slice(&row);
@@ -682,6 +673,24 @@ impl Launch<'_> {
         p.max(elem)
     }
 
+    /// Where a run of `len` bytes of elements of `elem` bytes at `at`
+    /// goes: a range of the block's shared memory, an address of global
+    /// memory (outside the module variables), each taken whole when the
+    /// run is aligned to its elements and lies there; else pieces.
+    fn run_target(&self, space: Space, at: u64, len: usize, elem: usize) -> Run {
+        let (sp, off) = self.resolve(space, at);
+        if !off.is_multiple_of(elem as u64) {
+            return Run::Pieces;
+        }
+        match sp {
+            Space::Shared => {
+                range(off, len as u64, self.shared.len()).map_or(Run::Pieces, Run::Shared)
+            }
+            Space::Global if off.wrapping_sub(GLOBALS_BASE) >= WINDOW_SIZE => Run::Global(off),
+            _ => Run::Pieces,
+        }
+    }
+
     /// Reads `buf` (a run of elements of `elem` bytes) at `at` as lane 0:
     /// directly from shared memory or global memory when the whole run
     /// is there and aligned, else in aligned pieces of up to 16 bytes,
@@ -694,16 +703,13 @@ impl Launch<'_> {
         buf: &mut [u8],
         elem: usize,
     ) -> Result<(), Error> {
-        let (sp, off) = self.resolve(space, at);
-        if off.is_multiple_of(elem as u64) {
-            if sp == Space::Shared {
-                if let Some(r) = range(off, buf.len() as u64, self.shared.len()) {
-                    copy(buf, &self.shared[r]);
-                    return Ok(());
-                }
-            } else if sp == Space::Global && off.wrapping_sub(GLOBALS_BASE) >= WINDOW_SIZE {
-                return self.mem.read(off, buf);
+        match self.run_target(space, at, buf.len(), elem) {
+            Run::Shared(r) => {
+                copy(buf, &self.shared[r]);
+                return Ok(());
             }
+            Run::Global(off) => return self.mem.read(off, buf),
+            Run::Pieces => {}
         }
         let mut done = 0;
         while done < buf.len() {
@@ -724,16 +730,13 @@ impl Launch<'_> {
         data: &[u8],
         elem: usize,
     ) -> Result<(), Error> {
-        let (sp, off) = self.resolve(space, at);
-        if off.is_multiple_of(elem as u64) {
-            if sp == Space::Shared {
-                if let Some(r) = range(off, data.len() as u64, self.shared.len()) {
-                    copy(&mut self.shared[r], data);
-                    return Ok(());
-                }
-            } else if sp == Space::Global && off.wrapping_sub(GLOBALS_BASE) >= WINDOW_SIZE {
-                return self.mem.write(off, data);
+        match self.run_target(space, at, data.len(), elem) {
+            Run::Shared(r) => {
+                copy(&mut self.shared[r], data);
+                return Ok(());
             }
+            Run::Global(off) => return self.mem.write(off, data),
+            Run::Pieces => {}
         }
         let mut done = 0;
         while done < data.len() {
