@@ -478,6 +478,33 @@ impl Launch<'_> {
                 Layout::Wmma
             }
         };
+        if !fixed && [ab, cty, dty] == [WTy::F64; 3] && [m, n, k] == [8, 8, 4] {
+            // wmma's f64 product, the most frequent instruction of an
+            // f64 GEMM: a and b one element per lane, C and D two (lane
+            // l's element e at row-major position 2l + e).
+            let (ma, mb, mc) = (&mut sc.fa, &mut sc.fb, &mut sc.fc);
+            let lanes = |r: u32| &w.regs[r as usize * 32..r as usize * 32 + 32];
+            for ((x, y), (&u, &v)) in ma
+                .iter_mut()
+                .zip(mb.iter_mut())
+                .zip(lanes(a[0]).iter().zip(lanes(b[0])))
+            {
+                (*x, *y) = (f64::from_bits(u), f64::from_bits(v));
+            }
+            for (l, (&u, &v)) in lanes(c[0]).iter().zip(lanes(c[1])).enumerate() {
+                (mc[2 * l], mc[2 * l + 1]) = (f64::from_bits(u), f64::from_bits(v));
+            }
+            rows_of::<8, f64, f64>(8, 4, &ma[..32], &mb[..32], &mut mc[..64], |s, x, y| {
+                x.mul_add(y, s)
+            });
+            for e in 0..2 {
+                let r = d[e] as usize * 32;
+                for (l, v) in w.regs[r..r + 32].iter_mut().enumerate() {
+                    *v = mc[2 * l + e].to_bits();
+                }
+            }
+            return;
+        }
         if dty == WTy::S32 {
             let (ma, mb, mc) = (&mut sc.ia, &mut sc.ib, &mut sc.ic);
             if ab == WTy::U8 {
