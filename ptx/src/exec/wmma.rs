@@ -27,29 +27,6 @@ use crate::float::{bf16_to_f32, f16_to_f32, HFmt};
 use crate::ir::{Addr, Space, Src, WTy, Wmma, WmmaOp};
 use crate::{Error, GLOBALS_BASE, WINDOW_SIZE};
 
-/// Lane `l`'s `share` distinct elements of a fragment: their positions.
-fn positions(l: usize, share: usize) -> std::ops::Range<usize> {
-    l * share..(l + 1) * share
-}
-
-/// Lane `l`'s `count` elements of a fragment: its `share` distinct ones
-/// from `f(position)`, then copies of them.
-fn lane_values(
-    l: usize,
-    share: usize,
-    count: usize,
-    mut f: impl FnMut(usize) -> Result<u64, Error>,
-) -> Result<Vec<u64>, Error> {
-    let mut vals = Vec::with_capacity(count);
-    for q in positions(l, share) {
-        vals.push(f(q)?);
-    }
-    for e in share..count {
-        vals.push(vals[e % share]);
-    }
-    Ok(vals)
-}
-
 /// Bits of element `e` of a fragment in registers `regs` of lane `l`.
 fn element(w: &Warp, regs: &[u32], ty: WTy, l: usize, e: usize) -> u64 {
     let per = ty.per_reg();
@@ -219,23 +196,6 @@ fn scatter<T: Copy>(
     }
 }
 
-/// Writes `vals` (lane `l`'s elements, all of them) into registers `regs`.
-fn put(w: &mut Warp, regs: &[u32], ty: WTy, l: usize, vals: &[u64]) {
-    let per = ty.per_reg();
-    let bits = ty.bits();
-    for (r, chunk) in regs.iter().zip(vals.chunks(per)) {
-        let v = if bits >= 64 {
-            chunk[0]
-        } else {
-            chunk
-                .iter()
-                .enumerate()
-                .fold(0u64, |acc, (k, &x)| acc | x << (k as u32 * bits))
-        };
-        w.regs[*r as usize * 32 + l] = v;
-    }
-}
-
 /// A float element's value, for each type (chosen once per fragment).
 macro_rules! with_value {
     ($ty:expr, |$f:ident| $body:expr) => {
@@ -313,6 +273,15 @@ enum Run {
     Shared(std::ops::Range<usize>),
     Global(u64),
     Pieces,
+}
+
+/// The error for a shape larger than the fast paths' arrays (no shape of
+/// the PTX ISA is).
+fn unsupported_shape(x: &Wmma, line: u32) -> Error {
+    let [m, n, k] = x.shape;
+    Error::Unsupported {
+        what: format!("a matrix fragment of shape m{m}n{n}k{k} (line {line})"),
+    }
 }
 
 /// Whether a `rows` × `cols` fragment of `size`-byte elements takes the
@@ -606,10 +575,12 @@ impl Launch<'_> {
         let st = stride.map(|s| self.rd(w, s, 0) as u32 as u64);
         // The common case: the registers themselves are the same in
         // every lane.
-        if addr.base.is_none_or(same) && matches!(stride, None | Some(Src::Imm(_))) {
-            return Some((base, st));
-        }
-        if addr.base.is_none_or(same) && matches!(stride, Some(Src::Reg(r)) if same(r)) {
+        let stride_same = match stride {
+            None | Some(Src::Imm(_)) => true,
+            Some(Src::Reg(r)) => same(r),
+            Some(_) => false,
+        };
+        if addr.base.is_none_or(same) && stride_same {
             return Some((base, st));
         }
         for l in 1..32 {
@@ -825,32 +796,36 @@ impl Launch<'_> {
                     1 => (k, n),
                     _ => (m, n),
                 };
-                if let Some((base, st)) = self.uniform_access(w, *addr, *stride) {
-                    let access = (base, st, *col);
-                    if self.load_fragment(w, *space, access, (rows, cols), *ty, sc)? {
-                        self.fragment_in(w, d, *ty, (rows, cols), sc);
-                        return Ok(());
+                let size = (ty.bits() / 8) as usize;
+                if !fits((rows, cols), size) {
+                    return Err(unsupported_shape(x, line));
+                }
+                match self.uniform_access(w, *addr, *stride) {
+                    Some((base, st)) => {
+                        let access = (base, st, *col);
+                        self.load_fragment(w, *space, access, (rows, cols), *ty, sc)?;
+                    }
+                    // Lanes giving different addresses: each lane's own
+                    // elements (positions l * share..) from its own.
+                    None => {
+                        let share = rows * cols / 32;
+                        for q in 0..rows * cols {
+                            let l = q / share;
+                            let at = self.fragment_access(
+                                w,
+                                l,
+                                (*addr, *stride, *col),
+                                (rows, cols),
+                                q,
+                                *ty,
+                            );
+                            let mut buf = [0u8; 8];
+                            self.load(w, l, *space, at, &mut buf[..size])?;
+                            sc.frag[q] = u64::from_le_bytes(buf);
+                        }
                     }
                 }
-                let share = rows * cols / 32;
-                let count = d.len() * ty.per_reg();
-                let size = (ty.bits() / 8) as usize;
-                for l in 0..32 {
-                    let vals = lane_values(l, share, count, |q| {
-                        let at = self.fragment_access(
-                            w,
-                            l,
-                            (*addr, *stride, *col),
-                            (rows, cols),
-                            q,
-                            *ty,
-                        );
-                        let mut buf = [0u8; 8];
-                        self.load(w, l, *space, at, &mut buf[..size])?;
-                        Ok(u64::from_le_bytes(buf))
-                    })?;
-                    put(w, d, *ty, l, &vals);
-                }
+                self.fragment_in(w, d, *ty, (rows, cols), sc);
             }
             WmmaOp::Store {
                 col,
@@ -861,27 +836,28 @@ impl Launch<'_> {
                 stride,
             } => {
                 let size = (ty.bits() / 8) as usize;
-                if let Some((base, st)) = self.uniform_access(w, *addr, *stride) {
-                    if fits((m, n), size) {
-                        self.fragment_out(w, v, *ty, (m, n), sc);
-                        self.store_fragment(w, *space, (base, st, *col), (m, n), *ty, sc)?;
-                        return Ok(());
-                    }
+                if !fits((m, n), size) {
+                    return Err(unsupported_shape(x, line));
                 }
-                let share = m * n / 32;
-                for l in 0..32 {
-                    for (e, q) in positions(l, share).enumerate() {
-                        let bits = element(w, v, *ty, l, e);
-                        let at = self.fragment_access(w, l, (*addr, *stride, *col), (m, n), q, *ty);
-                        self.store(w, l, *space, at, &bits.to_le_bytes()[..size])?;
+                self.fragment_out(w, v, *ty, (m, n), sc);
+                match self.uniform_access(w, *addr, *stride) {
+                    Some((base, st)) => {
+                        self.store_fragment(w, *space, (base, st, *col), (m, n), *ty, sc)?;
+                    }
+                    None => {
+                        let share = m * n / 32;
+                        for q in 0..m * n {
+                            let l = q / share;
+                            let at =
+                                self.fragment_access(w, l, (*addr, *stride, *col), (m, n), q, *ty);
+                            self.store(w, l, *space, at, &sc.frag[q].to_le_bytes()[..size])?;
+                        }
                     }
                 }
             }
             WmmaOp::Mma { .. } => {
                 if m * k > 512 || k * n > 512 || m * n > 256 {
-                    return Err(Error::Unsupported {
-                        what: format!("a matrix product of shape m{m}n{n}k{k} (line {line})"),
-                    });
+                    return Err(unsupported_shape(x, line));
                 }
                 self.product(w, x, sc);
             }
