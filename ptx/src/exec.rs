@@ -84,6 +84,8 @@ macro_rules! wide_twin {
     };
 }
 
+/// The device runtime of dynamic parallelism.
+pub(crate) mod devrt;
 /// Texture and surface instructions.
 mod image;
 /// Whole-warp forms of the common instructions.
@@ -372,6 +374,19 @@ pub(crate) struct Launch<'a> {
     /// The host has AVX2 and FMA and [`Limits::host_simd`] allows them:
     /// the lane loops run in their copies compiled for those features.
     wide: bool,
+    /// The device runtime's state, where the module lets the kernel launch
+    /// others (`None`: its calls fail the launch).
+    pub device: Option<devrt::DeviceSide<'a>>,
+}
+
+/// What a grid left: its statistics, what it consumed of the budget
+/// (instructions and setup), and the work its threads launched.
+pub(crate) struct Grid {
+    pub stats: RunStats,
+    pub consumed: u64,
+    pub work: Vec<devrt::DeviceWork>,
+    /// Parameter buffers handed out and never launched.
+    pub buffers: Vec<u64>,
 }
 
 /// Lane `l`'s bit, as a table rather than a shift by `l`: SSE2 has no
@@ -497,6 +512,7 @@ impl<'a> Launch<'a> {
             mma: None,
             last_texture: None,
             wide: limits.host_simd && lanes::host_has_simd(),
+            device: None,
         }
     }
 
@@ -775,7 +791,9 @@ impl<'a> Launch<'a> {
 
     /// Checks the launch against the kernel and the limits, then runs every
     /// block.
-    pub(crate) fn run(mut self) -> Result<RunStats, Error> {
+    /// Returns what the grid consumed of the budget and the work its
+    /// threads launched from the device.
+    pub(crate) fn run_grid(mut self) -> Result<Grid, Error> {
         let p = self.prepare()?;
         let Prepared {
             mut warps,
@@ -798,9 +816,18 @@ impl<'a> Launch<'a> {
                 }
             }
         }
-        Ok(RunStats {
-            instructions: self.insts,
-            threads: u64::from(threads) * blocks,
+        let (work, buffers) = match self.device.as_mut() {
+            Some(d) => (std::mem::take(&mut d.work), d.take_buffers()),
+            None => (Vec::new(), Vec::new()),
+        };
+        Ok(Grid {
+            stats: RunStats {
+                instructions: self.insts,
+                threads: u64::from(threads) * blocks,
+            },
+            consumed: self.insts.saturating_add(self.charged),
+            work,
+            buffers,
         })
     }
 
@@ -2730,6 +2757,11 @@ impl<'a> Launch<'a> {
                     let mut v = [0u8; 4];
                     self.load(w, l, Space::Param, u64::from(value), &mut v)?;
                     self.store(w, l, Space::Global, at, &v)?;
+                }
+            }
+            Op::DevRt(ref c) => {
+                for l in bits_of(exec) {
+                    self.devrt(w, l, c)?;
                 }
             }
             Op::Printf { fmt, args, ret } => {

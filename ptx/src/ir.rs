@@ -946,6 +946,11 @@ pub(crate) enum Op {
         handle: u32,
         value: u32,
     },
+    /// A call of the CUDA device runtime (dynamic parallelism: launches,
+    /// streams, events, memory and errors from device code, as nvcc
+    /// emits them for `-rdc=true`), executed by `exec/devrt.rs`.
+    /// Param-space addresses of the arguments and result, as for `Printf`.
+    DevRt(Box<DevRtCall>),
     /// An indirect call after inlining: each thread jumps to the case
     /// whose function address ([`crate::func_addr`]) its register `target`
     /// holds; an address no case names fails the launch with
@@ -1743,6 +1748,7 @@ impl Op {
             | Op::Malloc { .. }
             | Op::Free { .. }
             | Op::SetConditional { .. }
+            | Op::DevRt(_)
             | Op::Printf { .. }
             | Op::AssertFail { .. }
             | Op::ParamCopy { .. }
@@ -1752,4 +1758,118 @@ impl Op {
             | Op::Unsupported(_) => {}
         }
     }
+}
+
+/// A function of the CUDA device runtime that SimGpu provides (see
+/// [`Op::DevRt`]): the `cudaXxx` API of device code, which nvcc names
+/// `__cudaCDP2Xxx` (CUDA 12 and later) or `cudaXxx` (earlier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DevRt {
+    /// `void *GetParameterBuffer(size_t alignment, size_t size)`.
+    GetParameterBuffer,
+    /// `void *GetParameterBufferV2(void *func, dim3 grid, dim3 block,
+    /// unsigned shared)`.
+    GetParameterBufferV2,
+    /// `cudaError_t LaunchDevice(void *func, void *buffer, dim3 grid,
+    /// dim3 block, unsigned shared, cudaStream_t stream)`.
+    LaunchDevice,
+    /// `cudaError_t LaunchDeviceV2(void *buffer, cudaStream_t stream)`.
+    LaunchDeviceV2,
+    /// `cudaError_t StreamCreateWithFlags(cudaStream_t *s, unsigned flags)`.
+    StreamCreateWithFlags,
+    /// `cudaError_t StreamDestroy(cudaStream_t s)`.
+    StreamDestroy,
+    /// `cudaError_t EventCreateWithFlags(cudaEvent_t *e, unsigned flags)`.
+    EventCreateWithFlags,
+    /// `cudaError_t EventRecord(cudaEvent_t e, cudaStream_t s)`.
+    EventRecord,
+    /// `cudaError_t EventRecordWithFlags(cudaEvent_t e, cudaStream_t s,
+    /// unsigned flags)`.
+    EventRecordWithFlags,
+    /// `cudaError_t EventDestroy(cudaEvent_t e)`.
+    EventDestroy,
+    /// `cudaError_t StreamWaitEvent(cudaStream_t s, cudaEvent_t e,
+    /// unsigned flags)`.
+    StreamWaitEvent,
+    /// `cudaError_t GetLastError(void)`.
+    GetLastError,
+    /// `cudaError_t PeekAtLastError(void)`.
+    PeekAtLastError,
+    /// `cudaError_t GetDevice(int *device)`.
+    GetDevice,
+    /// `cudaError_t GetDeviceCount(int *count)`.
+    GetDeviceCount,
+    /// `cudaError_t Malloc(void **p, size_t size)`.
+    Malloc,
+    /// `cudaError_t Free(void *p)`.
+    Free,
+    /// `cudaError_t MemcpyAsync(void *dst, const void *src, size_t n,
+    /// cudaMemcpyKind kind, cudaStream_t s)`.
+    MemcpyAsync,
+    /// `cudaError_t MemsetAsync(void *dst, int value, size_t n,
+    /// cudaStream_t s)`.
+    MemsetAsync,
+}
+
+impl DevRt {
+    /// The function a device-runtime name calls, with its number of
+    /// arguments and whether it returns a value; `None` for any other name.
+    pub fn from_name(name: &str) -> Option<(DevRt, usize, bool)> {
+        let base = name
+            .strip_prefix("__cudaCDP2")
+            .or_else(|| name.strip_prefix("cuda"))?;
+        Some(match base {
+            "GetParameterBuffer" => (DevRt::GetParameterBuffer, 2, true),
+            "GetParameterBufferV2" => (DevRt::GetParameterBufferV2, 4, true),
+            "LaunchDevice" => (DevRt::LaunchDevice, 6, true),
+            "LaunchDeviceV2" => (DevRt::LaunchDeviceV2, 2, true),
+            "StreamCreateWithFlags" => (DevRt::StreamCreateWithFlags, 2, true),
+            "StreamDestroy" => (DevRt::StreamDestroy, 1, true),
+            "EventCreateWithFlags" => (DevRt::EventCreateWithFlags, 2, true),
+            "EventRecord" => (DevRt::EventRecord, 2, true),
+            "EventRecordWithFlags" => (DevRt::EventRecordWithFlags, 3, true),
+            "EventDestroy" => (DevRt::EventDestroy, 1, true),
+            "StreamWaitEvent" => (DevRt::StreamWaitEvent, 3, true),
+            "GetLastError" => (DevRt::GetLastError, 0, true),
+            "PeekAtLastError" => (DevRt::PeekAtLastError, 0, true),
+            "GetDevice" => (DevRt::GetDevice, 1, true),
+            "GetDeviceCount" => (DevRt::GetDeviceCount, 1, true),
+            "Malloc" => (DevRt::Malloc, 2, true),
+            "Free" => (DevRt::Free, 1, true),
+            "MemcpyAsync" => (DevRt::MemcpyAsync, 5, true),
+            "MemsetAsync" => (DevRt::MemsetAsync, 4, true),
+            _ => return None,
+        })
+    }
+
+    /// Whether it allocates from the context's device heap (parameter
+    /// buffers live there until their launch).
+    pub fn uses_heap(self) -> bool {
+        matches!(
+            self,
+            DevRt::GetParameterBuffer
+                | DevRt::GetParameterBufferV2
+                | DevRt::LaunchDevice
+                | DevRt::LaunchDeviceV2
+                | DevRt::Malloc
+                | DevRt::Free
+        )
+    }
+
+    /// Whether it launches work (a kernel, a copy or a fill).
+    pub fn launches(self) -> bool {
+        matches!(
+            self,
+            DevRt::LaunchDevice | DevRt::LaunchDeviceV2 | DevRt::MemcpyAsync | DevRt::MemsetAsync
+        )
+    }
+}
+
+/// A call of the device runtime: what, the param-space addresses of its
+/// arguments, and where its result goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevRtCall {
+    pub call: DevRt,
+    pub args: Box<[u32]>,
+    pub ret: Option<u32>,
 }

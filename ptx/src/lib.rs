@@ -232,6 +232,7 @@ use std::collections::HashMap;
 use thiserror::Error;
 
 pub use exec::copy as copy_element;
+pub use exec::devrt::{DEFAULT_PENDING_LAUNCHES, MAX_DEPTH};
 pub use exec::{
     BLOCK_SETUP_COST, MAX_BLOCK_THREADS, MAX_REGISTER_FILE, MAX_SHARED_BYTES, RESERVED_SMEM,
     WARP_SETUP_COST,
@@ -455,6 +456,10 @@ pub struct Limits {
     /// the host's AVX2 and FMA, where the CPU has them (the default).
     /// Both copies compute the same bits; false keeps to baseline x86-64.
     pub host_simd: bool,
+    /// Most kernels, copies and fills that device code may have launched
+    /// and not yet started, over all the grids of one launch (dynamic
+    /// parallelism; `cudaLimitDevRuntimePendingLaunchCount`).
+    pub pending_launches: u32,
 }
 
 impl Default for Limits {
@@ -463,6 +468,7 @@ impl Default for Limits {
             max_instructions: 2_000_000_000,
             max_local_bytes: 64 * 1024,
             host_simd: true,
+            pending_launches: DEFAULT_PENDING_LAUNCHES,
         }
     }
 }
@@ -502,6 +508,9 @@ pub struct KernelInfo {
 #[derive(Debug)]
 pub struct Module {
     funcs: Vec<ir::Func>,
+    /// Each kernel's address ([`func_addr`]) and index in `funcs`: what
+    /// device code launches it by.
+    entry_addrs: Vec<(u64, usize)>,
     kernels: HashMap<String, usize>,
     vars: Vec<parse::GlobalVar>,
     /// Bytes of the `.const` variables (what every kernel reports).
@@ -634,6 +643,7 @@ impl Module {
             .fold(0u32, |n, v| n.saturating_add(v.size));
         Ok(Module {
             funcs: p.funcs,
+            entry_addrs: p.entry_addrs,
             kernels,
             const_bytes,
             vars: p.globals,
@@ -655,24 +665,45 @@ impl Module {
             local_bytes: f.local_bytes,
             registers: f.nregs,
             const_bytes: self.const_bytes,
-            uses_heap: f
-                .insts
-                .iter()
-                .any(|x| matches!(x.op, ir::Op::Malloc { .. } | ir::Op::Free { .. })),
+            uses_heap: f.insts.iter().any(|x| match &x.op {
+                ir::Op::Malloc { .. } | ir::Op::Free { .. } => true,
+                ir::Op::DevRt(c) => c.call.uses_heap(),
+                _ => false,
+            }),
             max_threads: f.max_threads,
             reqntid: f.reqntid,
         })
     }
 
     /// Whether kernel `name` can print (it calls `vprintf` or
-    /// `__assertfail`).
+    /// `__assertfail`, or launches kernels from the device in a module
+    /// where one does).
     pub fn kernel_prints(&self, name: &str) -> bool {
-        self.kernels.get(name).is_some_and(|&i| {
+        let prints = |i: usize| {
             self.funcs[i]
                 .insts
                 .iter()
                 .any(|x| matches!(x.op, ir::Op::Printf { .. } | ir::Op::AssertFail { .. }))
+        };
+        self.kernels.get(name).is_some_and(|&i| {
+            prints(i) || (self.launches_from_device(i) && self.kernels.values().any(|&k| prints(k)))
         })
+    }
+
+    /// Whether kernel `name` launches work from the device (dynamic
+    /// parallelism): its launches run until that work, and the work it
+    /// launches in turn, is done.
+    pub fn kernel_launches(&self, name: &str) -> bool {
+        self.kernels
+            .get(name)
+            .is_some_and(|&i| self.launches_from_device(i))
+    }
+
+    fn launches_from_device(&self, i: usize) -> bool {
+        self.funcs[i]
+            .insts
+            .iter()
+            .any(|x| matches!(&x.op, ir::Op::DevRt(c) if c.call.launches()))
     }
 
     /// Whether the blocks of kernel `name` may run on several host threads
@@ -691,7 +722,8 @@ impl Module {
                 | ir::Op::AssertFail { .. }
                 | ir::Op::Malloc { .. }
                 | ir::Op::Free { .. }
-                | ir::Op::SetConditional { .. } => false,
+                | ir::Op::SetConditional { .. }
+                | ir::Op::DevRt(_) => false,
                 _ => true,
             })
         })
@@ -943,18 +975,142 @@ impl Module {
         output: Option<(&mut Vec<u8>, usize)>,
     ) -> Result<RunStats, Error> {
         let i = self.kernel_for(name, globals)?;
-        let launch = exec::Launch::new(
+        let mut used = 0u64;
+        self.grid(
+            i, globals, dims, params, memory, limits, output, 0, 0, &mut used,
+        )
+        .map_err(|e| match e {
+            Error::Budget(_) => Error::Budget(limits.max_instructions),
+            e => e,
+        })
+    }
+
+    /// Runs one grid of kernel `i` at nesting depth `depth`, then the work
+    /// its threads launched (see `exec/devrt.rs`), with what is left of
+    /// the budget (`used` of it is gone) and `pending` items of its
+    /// ancestors still queued.
+    #[allow(clippy::too_many_arguments)]
+    fn grid(
+        &self,
+        i: usize,
+        globals: &mut Globals,
+        dims: &Dims,
+        params: &[u8],
+        memory: &mut dyn Memory,
+        limits: &Limits,
+        mut output: Option<(&mut Vec<u8>, usize)>,
+        depth: u32,
+        pending: u32,
+        used: &mut u64,
+    ) -> Result<RunStats, Error> {
+        let left = Limits {
+            max_instructions: limits.max_instructions.saturating_sub(*used),
+            ..*limits
+        };
+        let mut launch = exec::Launch::new(
             &self.funcs[i],
             dims,
             params,
-            memory,
+            &mut *memory,
             &mut globals.bytes,
             globals.alias,
-            limits,
+            &left,
         );
-        match output {
-            Some((out, limit)) => launch.with_output(out, limit).run(),
-            None => launch.run(),
+        launch.device = Some(exec::devrt::DeviceSide::new(
+            exec::devrt::Kernels {
+                entries: &self.entry_addrs,
+                funcs: &self.funcs,
+            },
+            depth,
+            pending,
+            limits.pending_launches,
+        ));
+        let grid = match output.as_mut() {
+            Some((out, limit)) => launch.with_output(out, *limit).run_grid(),
+            None => launch.run_grid(),
+        }?;
+        *used = used.saturating_add(grid.consumed);
+        for b in grid.buffers {
+            memory.free(b)?;
+        }
+        let mut stats = grid.stats;
+        let mut work = grid.work;
+        // Tail launches start when everything else the grid launched is
+        // done.
+        work.sort_by_key(exec::devrt::DeviceWork::tail);
+        let n = work.len();
+        for (k, item) in work.into_iter().enumerate() {
+            let waiting = pending.saturating_add((n - k - 1) as u32);
+            match item {
+                exec::devrt::DeviceWork::Kernel {
+                    func,
+                    grid,
+                    block,
+                    shared,
+                    params,
+                    ..
+                } => {
+                    let d = Dims {
+                        grid,
+                        block,
+                        shared_bytes: shared,
+                        part: None,
+                        cooperative: None,
+                    };
+                    let out = output.as_mut().map(|(o, l)| (&mut **o, *l));
+                    let s = self.grid(
+                        func,
+                        globals,
+                        &d,
+                        &params,
+                        memory,
+                        limits,
+                        out,
+                        depth + 1,
+                        waiting,
+                        used,
+                    )?;
+                    stats.instructions = stats.instructions.saturating_add(s.instructions);
+                    stats.threads = stats.threads.saturating_add(s.threads);
+                }
+                exec::devrt::DeviceWork::Copy { dst, src, len, .. } => {
+                    self.charge_bytes(len, limits, used)?;
+                    let mut buf = vec![0u8; len.min(COPY_CHUNK) as usize];
+                    let mut done = 0u64;
+                    while done < len {
+                        let n = (len - done).min(COPY_CHUNK) as usize;
+                        memory.read(src.wrapping_add(done), &mut buf[..n])?;
+                        memory.write(dst.wrapping_add(done), &buf[..n])?;
+                        done += n as u64;
+                    }
+                }
+                exec::devrt::DeviceWork::Fill {
+                    dst, value, len, ..
+                } => {
+                    self.charge_bytes(len, limits, used)?;
+                    let buf = vec![value; len.min(COPY_CHUNK) as usize];
+                    let mut done = 0u64;
+                    while done < len {
+                        let n = (len - done).min(COPY_CHUNK) as usize;
+                        memory.write(dst.wrapping_add(done), &buf[..n])?;
+                        done += n as u64;
+                    }
+                }
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Charges a device-side copy or fill of `len` bytes: a
+    /// thread-instruction per 8 bytes.
+    fn charge_bytes(&self, len: u64, limits: &Limits, used: &mut u64) -> Result<(), Error> {
+        *used = used.saturating_add(len.div_ceil(8));
+        match *used > limits.max_instructions {
+            true => Err(Error::Budget(limits.max_instructions)),
+            false => Ok(()),
         }
     }
 }
+
+/// Bytes a device-side copy or fill moves at a time.
+const COPY_CHUNK: u64 = 1 << 16;

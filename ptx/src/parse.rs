@@ -60,6 +60,9 @@ pub(crate) struct GlobalVar {
 #[derive(Debug, Default)]
 pub(crate) struct Parsed {
     pub funcs: Vec<Func>,
+    /// Each kernel's address ([`crate::func_addr`] of its declaration)
+    /// and its index in `funcs`.
+    pub entry_addrs: Vec<(u64, usize)>,
     pub globals: Vec<GlobalVar>,
     /// Initial bytes of all `.global`/`.const` variables, laid out at
     /// [`GLOBALS_BASE`].
@@ -313,6 +316,17 @@ pub(crate) fn parse(text: &str) -> Result<Parsed, Error> {
         return Err(e);
     }
     inline_calls(&mut m.funcs, &m.func_names)?;
+    // The kernels' addresses (what a device-side launch names them by),
+    // before declarations without a body drop out of the numbering.
+    let mut kept = 0usize;
+    for (i, f) in m.funcs.iter().enumerate() {
+        if let Some(f) = f {
+            if f.is_entry {
+                m.out.entry_addrs.push((crate::func_addr(i as u32), kept));
+            }
+            kept += 1;
+        }
+    }
     m.out.funcs = m.funcs.into_iter().flatten().collect();
     Ok(m.out)
 }
@@ -2011,6 +2025,18 @@ fn splice(
                     ("free", &[ptr], []) => Op::Free { ptr },
                     ("cudaGraphSetConditional", &[handle, value], []) => {
                         Op::SetConditional { handle, value }
+                    }
+                    (name, args, rets)
+                        if DevRt::from_name(name).is_some_and(|(_, n, r)| {
+                            n == args.len() && rets.len() <= usize::from(r)
+                        }) =>
+                    {
+                        let (call, _, _) = DevRt::from_name(name).expect("matched above");
+                        Op::DevRt(Box::new(DevRtCall {
+                            call,
+                            args: args.into(),
+                            ret: rets.first().copied(),
+                        }))
                     }
                     _ => unsupported(&format!(
                         "call of {} (no body, recursive, or mismatched arguments; line {line})",

@@ -9,8 +9,13 @@ cd "$(dirname "$0")"
 NVCC="${NVCC:-nvcc}"
 NVCC_FLAGS="${NVCC_FLAGS:-}"
 for cu in *.cu; do
+    # Kernels that launch kernels need relocatable device code.
+    case "$cu" in
+        cdp.cu) rdc=-rdc=true ;;
+        *) rdc= ;;
+    esac
     # shellcheck disable=SC2086
-    "$NVCC" $NVCC_FLAGS -ptx -arch=sm_80 "$cu" -o "${cu%.cu}.ptx"
+    "$NVCC" $NVCC_FLAGS $rdc -ptx -arch=sm_80 "$cu" -o "${cu%.cu}.ptx"
 done
 # shellcheck disable=SC2086
 "$NVCC" $NVCC_FLAGS -ptx -arch=sm_90 bf16.cu -o bf16_sm90.ptx
