@@ -43,6 +43,7 @@ mod integrity;
 mod ipc;
 mod launch;
 mod link;
+mod linked;
 mod managed;
 mod md2;
 mod memory;

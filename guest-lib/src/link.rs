@@ -457,33 +457,42 @@ fn directive_word(stmt: &str) -> Option<&str> {
     stmt.split_whitespace().next()
 }
 
-/// The symbol a declaration names: the identifier before its parameter
-/// list or initializer, or its last word.
+/// The symbol a declaration names: its first word at the top level that
+/// is neither a directive nor a number (`.align 8`), ended by the
+/// parameter list, an index, an initializer or the statement's end. A
+/// function's return parameters (`.func (.param .b32 r) name (...)`) and
+/// the performance directives after its parameters (`.maxntid 256, 1, 1`)
+/// are not it.
 fn declared_name(stmt: &str) -> Option<String> {
-    // `.extern .func (.param .b32 r) name (...)` / `.visible .entry name(`
-    // / `.extern .global .align 4 .b8 name[16];`
     let s = stmt.trim().trim_end_matches(';');
+    let is_name = |w: &str| {
+        !w.is_empty() && !w.starts_with('.') && !w.starts_with(|c: char| c.is_ascii_digit())
+    };
     let mut depth = 0i32;
-    let mut cleaned = String::with_capacity(s.len());
+    let mut word = String::new();
     for c in s.chars() {
         match c {
+            '(' | ')' | '[' | '=' | '{' | ',' if depth == 0 && is_name(&word) => return Some(word),
             '(' => {
                 depth += 1;
-                cleaned.push(' ');
+                word.clear();
             }
             ')' => {
                 depth -= 1;
-                cleaned.push(' ');
+                word.clear();
             }
-            '[' | '=' | '{' if depth == 0 => break,
             _ if depth > 0 => {}
-            _ => cleaned.push(c),
+            '[' | '=' | '{' => return None,
+            c if c.is_whitespace() || c == ',' => {
+                if is_name(&word) {
+                    return Some(word);
+                }
+                word.clear();
+            }
+            c => word.push(c),
         }
     }
-    cleaned
-        .split_whitespace()
-        .rfind(|w| !w.starts_with('.'))
-        .map(str::to_owned)
+    is_name(&word).then_some(word)
 }
 
 /// Top-level statements of `text`, each ended by its `;`, by the `}` that
@@ -566,6 +575,37 @@ fn definition(stmt: &str) -> Option<(String, bool)> {
         return None;
     }
     declared_name(t).map(|n| (n, strong))
+}
+
+/// One PTX module from the PTX of a program's relocatable objects
+/// (`linked.rs`): merged as [`merge_ptx`] merges, with fairgpu's PTX of
+/// the device runtime's grid barrier where an object calls it.
+pub(crate) fn link_ptx(texts: &[&str]) -> String {
+    let provided: Vec<String> = statements(DEVICE_RUNTIME_PTX)
+        .iter()
+        .filter_map(|s| definition(s).map(|(n, _)| n))
+        .collect();
+    let calls_barrier = texts.iter().any(|t| {
+        statements(t).iter().any(|s| {
+            let s = s.trim_start();
+            directive_word(s) == Some(".extern")
+                && declared_name(s).is_some_and(|n| provided.contains(&n))
+        })
+    });
+    let mut all = texts.to_vec();
+    if calls_barrier {
+        all.push(DEVICE_RUNTIME_PTX);
+    }
+    merge_ptx(&all)
+}
+
+/// Whether PTX text is NVIDIA's device runtime: it defines the functions
+/// of dynamic parallelism (`__cudaCDP2…`) or of cooperative groups'
+/// grid (`cudaCG…`), which fairgpu provides.
+pub(crate) fn is_device_runtime_ptx(text: &str) -> bool {
+    statements(text).iter().any(|s| {
+        definition(s).is_some_and(|(n, _)| n.starts_with("__cudaCDP2") || n.starts_with("cudaCG"))
+    })
 }
 
 /// One PTX module from several (see the module's documentation).
@@ -695,6 +735,21 @@ mod tests {
         assert_eq!(
             declared_name(".extern .global .align 4 .b8 table[16];").as_deref(),
             Some("table")
+        );
+        // Launch bounds after the parameters (CUB's kernels) are not the
+        // name, nor is an alignment or an initializer.
+        assert_eq!(
+            declared_name(".weak .entry kern(\n.param .u64 p\n)\n.maxntid 256, 1, 1\n{ ret; }")
+                .as_deref(),
+            Some("kern")
+        );
+        assert_eq!(
+            declared_name(".weak .global .align 8 .u64 line_size = 128;").as_deref(),
+            Some("line_size")
+        );
+        assert_eq!(
+            declared_name(".global .texref tex;").as_deref(),
+            Some("tex")
         );
     }
 

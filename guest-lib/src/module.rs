@@ -238,6 +238,9 @@ pub fn load(image: *const c_void) -> Result<*mut GuestModule, CUresult> {
     state::device()?;
     // SAFETY: `image` is what the application passed as a module image.
     let data = unsafe { image_bytes(image)? };
+    // SAFETY: as above; `image_bytes` refused NULL.
+    let linked = unsafe { crate::linked::relocatable_ptx(image)? };
+    let data = linked.as_deref().unwrap_or(data);
     let host = state::with(|cu| cu.module_load(data)).inspect_err(|&e| {
         if e == err::INVALID_IMAGE && data.starts_with(b"\x7fELF") {
             cubin_refused();

@@ -232,7 +232,7 @@ use std::collections::HashMap;
 use thiserror::Error;
 
 pub use exec::copy as copy_element;
-pub use exec::devrt::{DEFAULT_PENDING_LAUNCHES, MAX_DEPTH};
+pub use exec::devrt::{DEFAULT_PENDING_LAUNCHES, MAX_DEPTH, MAX_PENDING_BYTES};
 pub use exec::{
     BLOCK_SETUP_COST, MAX_BLOCK_THREADS, MAX_REGISTER_FILE, MAX_SHARED_BYTES, RESERVED_SMEM,
     WARP_SETUP_COST,
@@ -458,7 +458,7 @@ pub struct Limits {
     pub host_simd: bool,
     /// Most kernels, copies and fills that device code may have launched
     /// and not yet started, over all the grids of one launch (dynamic
-    /// parallelism; `cudaLimitDevRuntimePendingLaunchCount`).
+    /// parallelism; see `exec/devrt.rs`).
     pub pending_launches: u32,
 }
 
@@ -976,8 +976,9 @@ impl Module {
     ) -> Result<RunStats, Error> {
         let i = self.kernel_for(name, globals)?;
         let mut used = 0u64;
+        let none = exec::devrt::Pending::default();
         self.grid(
-            i, globals, dims, params, memory, limits, output, 0, 0, &mut used,
+            i, globals, dims, params, memory, limits, output, 0, none, &mut used,
         )
         .map_err(|e| match e {
             Error::Budget(_) => Error::Budget(limits.max_instructions),
@@ -987,7 +988,7 @@ impl Module {
 
     /// Runs one grid of kernel `i` at nesting depth `depth`, then the work
     /// its threads launched (see `exec/devrt.rs`), with what is left of
-    /// the budget (`used` of it is gone) and `pending` items of its
+    /// the budget (`used` of it is gone) and `pending` work of its
     /// ancestors still queued.
     #[allow(clippy::too_many_arguments)]
     fn grid(
@@ -1000,7 +1001,7 @@ impl Module {
         limits: &Limits,
         mut output: Option<(&mut Vec<u8>, usize)>,
         depth: u32,
-        pending: u32,
+        pending: exec::devrt::Pending,
         used: &mut u64,
     ) -> Result<RunStats, Error> {
         let left = Limits {
@@ -1038,9 +1039,15 @@ impl Module {
         // Tail launches start when everything else the grid launched is
         // done.
         work.sort_by_key(exec::devrt::DeviceWork::tail);
-        let n = work.len();
-        for (k, item) in work.into_iter().enumerate() {
-            let waiting = pending.saturating_add((n - k - 1) as u32);
+        // What is still queued behind each item as it starts.
+        let mut behind = exec::devrt::Pending {
+            items: pending.items + work.len() as u64,
+            bytes: pending.bytes + work.iter().map(exec::devrt::DeviceWork::bytes).sum::<u64>(),
+        };
+        for item in work {
+            behind.items -= 1;
+            behind.bytes -= item.bytes();
+            let waiting = behind;
             match item {
                 exec::devrt::DeviceWork::Kernel {
                     func,

@@ -90,20 +90,35 @@ for src in "$here"/*.cu; do
             run "$CUDA_NVCC" -std=c++17 -O1 -I"$inc" -I"$cccl" "${own[@]}" "${extra[@]}" \
                 -c "$src" -o "$obj.tmp"
             mv "$obj.tmp" "$obj"
+            # Relocatable device code (dynamic parallelism) is device-linked
+            # with the device runtime before the host link.
+            if [[ " ${own[*]} " == *" -rdc=true "* ]]; then
+                [[ $v == 12 ]] && lib=$CUDA12_LIB || lib=$CUDA13_LIB
+                run "$CUDA_NVCC" "${own[@]}" "${extra[@]}" -dlink "$obj" -o "$obj.dlink.o" \
+                    -L"$lib" -lcudadevrt
+            else
+                rm -f "$obj.dlink.o"
+            fi
         fi
     done
-    o12="$out/obj/$name-cu12.o"
-    o13="$out/obj/$name-cu13.o"
-    if stale "$out/$name-cu12" "$o12"; then
-        run g++ -pthread "$o12" -o "$out/$name-cu12" -L"$CUDA12_LIB" -lcudart \
+    o12=("$out/obj/$name-cu12.o")
+    o13=("$out/obj/$name-cu13.o")
+    devrt=()
+    if [[ -f $out/obj/$name-cu12.o.dlink.o ]]; then
+        o12+=("$out/obj/$name-cu12.o.dlink.o")
+        o13+=("$out/obj/$name-cu13.o.dlink.o")
+        devrt=(-lcudadevrt)
+    fi
+    if stale "$out/$name-cu12" "${o12[@]}"; then
+        run g++ -pthread "${o12[@]}" -o "$out/$name-cu12" -L"$CUDA12_LIB" "${devrt[@]}" -lcudart \
             -Wl,-rpath,"$CUDA12_LIB"
     fi
-    if stale "$out/$name-cu12static" "$o12"; then
-        run g++ -pthread "$o12" -o "$out/$name-cu12static" -L"$CUDA12_LIB" \
+    if stale "$out/$name-cu12static" "${o12[@]}"; then
+        run g++ -pthread "${o12[@]}" -o "$out/$name-cu12static" -L"$CUDA12_LIB" "${devrt[@]}" \
             -lcudart_static -ldl -lpthread -lrt
     fi
-    if stale "$out/$name-cu13" "$o13"; then
-        run g++ -pthread "$o13" -o "$out/$name-cu13" -L"$CUDA13_LIB" -lcudart \
+    if stale "$out/$name-cu13" "${o13[@]}"; then
+        run g++ -pthread "${o13[@]}" -o "$out/$name-cu13" -L"$CUDA13_LIB" "${devrt[@]}" -lcudart \
             -Wl,-rpath,"$CUDA13_LIB"
     fi
     printf '%s\n' "$out/$name-cu12" "$out/$name-cu12static" "$out/$name-cu13"

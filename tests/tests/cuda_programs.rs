@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 29] = [
+const COMPUTE_PROGRAMS: [&str; 30] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -299,6 +299,7 @@ const COMPUTE_PROGRAMS: [&str; 29] = [
     "graph_conditional",
     "ipc",
     "batch_copy",
+    "dynamic_parallelism",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -310,7 +311,8 @@ const COMPUTE_PROGRAMS: [&str; 29] = [
 /// conditional IF/ELSE, WHILE and SWITCH nodes whose conditions kernels set), memory shared
 /// between two processes of a VM through CUDA IPC (a child's kernel on its parent's allocation),
 /// batched copies (`cudaMemcpyBatchAsync`), memory mapped through the virtual-memory API, tensor-core `mma.sync` with `ldmatrix`/`stmatrix` in inline PTX, sm_90's bulk copies on transaction-counting barriers,
-/// PTX modules JIT-linked or loaded from files, recursive device functions
+/// PTX modules JIT-linked or loaded from files, kernels launching kernels (dynamic parallelism,
+/// built with relocatable device code), recursive device functions
 /// (and a recursion that overflows the call stack), programs built with the
 /// per-thread default stream: SimGpu's kernels compute exactly what the CPU
 /// does. The three variants of a program run

@@ -2558,10 +2558,21 @@ impl GpuExecutor for SimGpu {
     }
 
     fn sliceable(&mut self, ctx: CtxId, f: FnId) -> Result<(), crate::Unsliceable> {
-        // SimGpu runs any box of any grid; only the context must exist.
-        match self.ctx(ctx).map(|c| c.functions.contains_key(&f.0)) {
-            Ok(true) => Ok(()),
-            _ => Err("unknown function"),
+        // SimGpu runs any box of any grid, but a kernel that launches
+        // work from the device runs whole, as on CudaExecutor: its
+        // children would start between the parts.
+        let budget = self.host_memory.clone();
+        let Ok((func, module, source)) = self.ctx(ctx).and_then(|c| c.function(f)) else {
+            return Err("unknown function");
+        };
+        let launches = source
+            .and_then(|i| module.programs.get(i))
+            .and_then(Option::as_ref)
+            .and_then(|p| p.ptx.parsed(&budget).ok())
+            .is_some_and(|m| m.kernel_launches(&func.name));
+        match launches {
+            true => Err("launches work from the device"),
+            false => Ok(()),
         }
     }
 

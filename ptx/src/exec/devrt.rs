@@ -32,9 +32,12 @@
 //! - Nesting: a grid at depth [`MAX_DEPTH`] − 1 (the host's launch is
 //!   depth 0) cannot launch (`cudaErrorLaunchMaxDepthExceeded`).
 //! - Pending work: at most [`crate::Limits::pending_launches`] items
-//!   queued and not yet started, over the whole tree
-//!   (`cudaErrorLaunchPendingCountExceeded`; the driver's
-//!   `cudaLimitDevRuntimePendingLaunchCount`, 2,048 by default).
+//!   (65,536 by default) holding at most [`MAX_PENDING_BYTES`] of
+//!   parameters queued and not yet started, over the whole tree; a launch
+//!   beyond fails with `cudaErrorLaunchPendingCountExceeded`. A GPU keeps
+//!   `cudaLimitDevRuntimePendingLaunchCount` launches (2,048 by default)
+//!   in a fixed pool and more in a virtualized one, bounded by memory;
+//!   SimGpu has no fixed pool and ignores that limit.
 //! - Every launched item costs [`crate::BLOCK_SETUP_COST`] of the
 //!   launch's instruction budget when it is queued, and copies and fills a
 //!   thread-instruction per 8 bytes when they run: a launch, however many
@@ -56,8 +59,12 @@ use crate::{Error, BLOCK_SETUP_COST};
 /// on NVIDIA's GPUs.
 pub const MAX_DEPTH: u32 = 24;
 
-/// `cudaLimitDevRuntimePendingLaunchCount`'s default.
-pub const DEFAULT_PENDING_LAUNCHES: u32 = 2048;
+/// Most launches queued and not yet started over a launch's whole tree,
+/// by default ([`crate::Limits::pending_launches`]).
+pub const DEFAULT_PENDING_LAUNCHES: u32 = 1 << 16;
+
+/// Most bytes of parameters the queued launches of one tree may hold.
+pub const MAX_PENDING_BYTES: u64 = 64 << 20;
 
 /// Most parameter buffers a grid may hold at once (handed out, not yet
 /// launched); each is also a block of the device heap.
@@ -124,6 +131,24 @@ impl DeviceWork {
     }
 }
 
+/// Work queued and not yet started: items, and the bytes of their
+/// parameters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Pending {
+    pub items: u64,
+    pub bytes: u64,
+}
+
+impl DeviceWork {
+    /// Bytes of parameters it holds.
+    pub(crate) fn bytes(&self) -> u64 {
+        match self {
+            DeviceWork::Kernel { params, .. } => params.len() as u64,
+            _ => 0,
+        }
+    }
+}
+
 /// What a kernel's launch needs of its module to launch others.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Kernels<'a> {
@@ -148,8 +173,10 @@ pub(crate) struct DeviceSide<'a> {
     /// This grid's level: 0 for the host's launch.
     depth: u32,
     /// Items queued by the grid's ancestors and not yet started.
-    pending_outside: u32,
+    pending_outside: Pending,
     pending_limit: u32,
+    /// Parameter bytes of the items in `work`.
+    work_bytes: u64,
     /// What the grid's threads launched, in order.
     pub work: Vec<DeviceWork>,
     /// Parameter buffers handed out and not yet launched: the kernel
@@ -164,7 +191,7 @@ impl<'a> DeviceSide<'a> {
     pub(crate) fn new(
         kernels: Kernels<'a>,
         depth: u32,
-        pending_outside: u32,
+        pending_outside: Pending,
         pending_limit: u32,
     ) -> DeviceSide<'a> {
         DeviceSide {
@@ -172,6 +199,7 @@ impl<'a> DeviceSide<'a> {
             depth,
             pending_outside,
             pending_limit,
+            work_bytes: 0,
             work: Vec::new(),
             buffers: HashMap::new(),
             errors: HashMap::new(),
@@ -449,12 +477,15 @@ impl Launch<'_> {
         if d.depth + 1 >= MAX_DEPTH {
             return Ok(code::LAUNCH_MAX_DEPTH_EXCEEDED);
         }
-        let pending = u64::from(d.pending_outside) + d.work.len() as u64;
-        if pending >= u64::from(d.pending_limit) {
+        let items = d.pending_outside.items + d.work.len() as u64;
+        let bytes = d.pending_outside.bytes + d.work_bytes + work.bytes();
+        if items >= u64::from(d.pending_limit) || bytes > MAX_PENDING_BYTES {
             return Ok(code::LAUNCH_PENDING_COUNT_EXCEEDED);
         }
         self.charge_setup(BLOCK_SETUP_COST)?;
-        self.device.as_mut().expect("checked").work.push(work);
+        let d = self.device.as_mut().expect("checked");
+        d.work_bytes += work.bytes();
+        d.work.push(work);
         Ok(code::SUCCESS)
     }
 
