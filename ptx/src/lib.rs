@@ -41,6 +41,11 @@
 //!   [`Memory::malloc`] (see [`heap`]), and `cudaGraphSetConditional`,
 //!   a store to the 32-bit slot a conditional handle addresses (the
 //!   guest library's handles are such addresses).
+//! - **Dynamic parallelism**: the device runtime's launches, streams,
+//!   events, copies, fills, `cudaMalloc`/`cudaFree` and errors
+//!   (`__cudaCDP2…`, as nvcc emits them under `-rdc=true`): the work a
+//!   grid launches runs after the grid, in launch order, each item to
+//!   completion, within the launch's one budget (see `exec/devrt.rs`).
 //! - **Integers** (16/32/64-bit): add/sub (`.sat`, `.cc`, `addc`/`subc`),
 //!   mul/mad (`.lo`/`.hi`/`.wide`, `.cc`, `madc`), mul24/mad24, div, rem,
 //!   abs, neg, min, max, and/or/xor/not/cnot, shl/shr, popc, clz, bfind,

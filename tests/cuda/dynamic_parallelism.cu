@@ -125,13 +125,7 @@ __global__ void fan_out(int* codes) {
 }
 
 int main() {
-    int dev_count = 0;
-    cudaError_t first = cudaGetDeviceCount(&dev_count);
-    if (first == cudaErrorInsufficientDriver || first == cudaErrorNoDevice) {
-        std::printf("NODRIVER %s: %s\n", PROGRAM, cudaGetErrorString(first));
-        return 3;
-    }
-    CHECK(first);
+    first_call(cudaFree(nullptr), "cudaFree(0)");
 
     // Quicksort of 20,000 values.
     const int n = 20000;
