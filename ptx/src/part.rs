@@ -633,6 +633,9 @@ fn name_reason(w: &str) -> Option<&'static str> {
         "cudaLaunchDevice",
         "cudaGetParameterBuffer",
         "cudaGraphLaunch",
+        // What nvcc 12 and later call them (`__cudaCDP2LaunchDeviceV2`).
+        "CDP2LaunchDevice",
+        "CDP2GetParameterBuffer",
     ];
     if GRID_SYNC.iter().any(|p| w.contains(p)) {
         Some(WHY_GRID_SYNC)
