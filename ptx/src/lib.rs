@@ -1087,26 +1087,13 @@ impl Module {
                 }
                 exec::devrt::DeviceWork::Copy { dst, src, len, .. } => {
                     self.charge_bytes(len, limits, used)?;
-                    let mut buf = vec![0u8; len.min(COPY_CHUNK) as usize];
-                    let mut done = 0u64;
-                    while done < len {
-                        let n = (len - done).min(COPY_CHUNK) as usize;
-                        memory.read(src.wrapping_add(done), &mut buf[..n])?;
-                        memory.write(dst.wrapping_add(done), &buf[..n])?;
-                        done += n as u64;
-                    }
+                    device_copy(memory, dst, Some(src), 0, len)?;
                 }
                 exec::devrt::DeviceWork::Fill {
                     dst, value, len, ..
                 } => {
                     self.charge_bytes(len, limits, used)?;
-                    let buf = vec![value; len.min(COPY_CHUNK) as usize];
-                    let mut done = 0u64;
-                    while done < len {
-                        let n = (len - done).min(COPY_CHUNK) as usize;
-                        memory.write(dst.wrapping_add(done), &buf[..n])?;
-                        done += n as u64;
-                    }
+                    device_copy(memory, dst, None, value, len)?;
                 }
             }
         }
@@ -1126,3 +1113,25 @@ impl Module {
 
 /// Bytes a device-side copy or fill moves at a time.
 const COPY_CHUNK: u64 = 1 << 16;
+
+/// A device-side `cudaMemcpyAsync` (from `src`) or `cudaMemsetAsync`
+/// (bytes of `value`) of `len` bytes at `dst`, a chunk at a time.
+fn device_copy(
+    memory: &mut dyn Memory,
+    dst: u64,
+    src: Option<u64>,
+    value: u8,
+    len: u64,
+) -> Result<(), Error> {
+    let mut buf = vec![value; len.min(COPY_CHUNK) as usize];
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(COPY_CHUNK) as usize;
+        if let Some(src) = src {
+            memory.read(src.wrapping_add(done), &mut buf[..n])?;
+        }
+        memory.write(dst.wrapping_add(done), &buf[..n])?;
+        done += n as u64;
+    }
+    Ok(())
+}

@@ -129,6 +129,14 @@ impl DeviceWork {
             | DeviceWork::Fill { tail, .. } => tail,
         }
     }
+
+    /// Bytes of parameters it holds.
+    pub(crate) fn bytes(&self) -> u64 {
+        match self {
+            DeviceWork::Kernel { params, .. } => params.len() as u64,
+            _ => 0,
+        }
+    }
 }
 
 /// Work queued and not yet started: items, and the bytes of their
@@ -137,16 +145,6 @@ impl DeviceWork {
 pub(crate) struct Pending {
     pub items: u64,
     pub bytes: u64,
-}
-
-impl DeviceWork {
-    /// Bytes of parameters it holds.
-    pub(crate) fn bytes(&self) -> u64 {
-        match self {
-            DeviceWork::Kernel { params, .. } => params.len() as u64,
-            _ => 0,
-        }
-    }
 }
 
 /// What a kernel's launch needs of its module to launch others.
@@ -257,7 +255,7 @@ impl Launch<'_> {
         // A pointer result, or a `cudaError_t`.
         let (value, wide) = match c.call {
             DevRt::GetParameterBufferV2 => {
-                let func = self.arg_u64(w, l, a[0])?;
+                let func = self.param_u64(w, l, a[0])?;
                 let grid = self.arg_dim3(w, l, a[1])?;
                 let block = self.arg_dim3(w, l, a[2])?;
                 let shared = self.arg_u32(w, l, a[3])?;
@@ -267,17 +265,20 @@ impl Launch<'_> {
                 )
             }
             DevRt::GetParameterBuffer => {
-                let align = self.arg_u64(w, l, a[0])?;
-                let size = self.arg_u64(w, l, a[1])?;
+                let align = self.param_u64(w, l, a[0])?;
+                let size = self.param_u64(w, l, a[1])?;
                 let b = match align <= 16 && size <= u64::from(crate::MAX_PARAM_BYTES) {
                     true => self.parameter_buffer(w, l, None, size)?,
-                    false => self.fail(w, l, code::INVALID_VALUE).map(|_| 0)?,
+                    false => {
+                        self.result(w, l, code::INVALID_VALUE);
+                        0
+                    }
                 };
                 (b, true)
             }
             DevRt::LaunchDeviceV2 => {
-                let buf = self.arg_u64(w, l, a[0])?;
-                let stream = self.arg_u64(w, l, a[1])?;
+                let buf = self.param_u64(w, l, a[0])?;
+                let stream = self.param_u64(w, l, a[1])?;
                 let d = self.device.as_mut().expect("checked");
                 let r = match d.buffers.get(&buf) {
                     Some(Some(t)) => {
@@ -290,12 +291,12 @@ impl Launch<'_> {
                 (u64::from(self.result(w, l, r)), false)
             }
             DevRt::LaunchDevice => {
-                let func = self.arg_u64(w, l, a[0])?;
-                let buf = self.arg_u64(w, l, a[1])?;
+                let func = self.param_u64(w, l, a[0])?;
+                let buf = self.param_u64(w, l, a[1])?;
                 let grid = self.arg_dim3(w, l, a[2])?;
                 let block = self.arg_dim3(w, l, a[3])?;
                 let shared = self.arg_u32(w, l, a[4])?;
-                let stream = self.arg_u64(w, l, a[5])?;
+                let stream = self.param_u64(w, l, a[5])?;
                 let d = self.device.as_mut().expect("checked");
                 let r = match (d.buffers.contains_key(&buf), d.entry(func)) {
                     (true, Some(func)) => {
@@ -314,7 +315,7 @@ impl Launch<'_> {
                 (u64::from(self.result(w, l, r)), false)
             }
             DevRt::StreamCreateWithFlags | DevRt::EventCreateWithFlags => {
-                let at = self.arg_u64(w, l, a[0])?;
+                let at = self.param_u64(w, l, a[0])?;
                 let h = self.device.as_mut().expect("checked").handle();
                 self.store(w, l, Space::Generic, at, &h.to_le_bytes())?;
                 (0, false)
@@ -336,14 +337,14 @@ impl Launch<'_> {
                 (u64::from(r.unwrap_or(code::SUCCESS)), false)
             }
             DevRt::GetDevice | DevRt::GetDeviceCount => {
-                let at = self.arg_u64(w, l, a[0])?;
+                let at = self.param_u64(w, l, a[0])?;
                 let v: i32 = if c.call == DevRt::GetDevice { 0 } else { 1 };
                 self.store(w, l, Space::Generic, at, &v.to_le_bytes())?;
                 (0, false)
             }
             DevRt::Malloc => {
-                let at = self.arg_u64(w, l, a[0])?;
-                let size = self.arg_u64(w, l, a[1])?;
+                let at = self.param_u64(w, l, a[0])?;
+                let size = self.param_u64(w, l, a[1])?;
                 let p = if size == 0 { 0 } else { self.mem.malloc(size) };
                 self.store(w, l, Space::Generic, at, &p.to_le_bytes())?;
                 let r = if p == 0 && size != 0 {
@@ -354,7 +355,7 @@ impl Launch<'_> {
                 (u64::from(self.result(w, l, r)), false)
             }
             DevRt::Free => {
-                let p = self.arg_u64(w, l, a[0])?;
+                let p = self.param_u64(w, l, a[0])?;
                 let r = match p == 0 || self.mem.free(p).is_ok() {
                     true => code::SUCCESS,
                     false => code::INVALID_VALUE,
@@ -362,11 +363,11 @@ impl Launch<'_> {
                 (u64::from(self.result(w, l, r)), false)
             }
             DevRt::MemcpyAsync => {
-                let dst = self.arg_u64(w, l, a[0])?;
-                let src = self.arg_u64(w, l, a[1])?;
-                let len = self.arg_u64(w, l, a[2])?;
+                let dst = self.param_u64(w, l, a[0])?;
+                let src = self.param_u64(w, l, a[1])?;
+                let len = self.param_u64(w, l, a[2])?;
                 let kind = self.arg_u32(w, l, a[3])?;
-                let stream = self.arg_u64(w, l, a[4])?;
+                let stream = self.param_u64(w, l, a[4])?;
                 let tail = stream == STREAM_TAIL_LAUNCH;
                 // cudaMemcpyDeviceToDevice or cudaMemcpyDefault: device
                 // code reaches no host memory.
@@ -382,10 +383,10 @@ impl Launch<'_> {
                 (u64::from(self.result(w, l, r)), false)
             }
             DevRt::MemsetAsync => {
-                let dst = self.arg_u64(w, l, a[0])?;
+                let dst = self.param_u64(w, l, a[0])?;
                 let value = self.arg_u32(w, l, a[1])? as u8;
-                let len = self.arg_u64(w, l, a[2])?;
-                let stream = self.arg_u64(w, l, a[3])?;
+                let len = self.param_u64(w, l, a[2])?;
+                let stream = self.param_u64(w, l, a[3])?;
                 let tail = stream == STREAM_TAIL_LAUNCH;
                 let r = self.queue(DeviceWork::Fill {
                     dst,
@@ -430,17 +431,20 @@ impl Launch<'_> {
                     }),
                     u64::from(d.kernels.funcs[i].param_bytes),
                 ),
-                None => return self.fail(w, l, code::INVALID_DEVICE_FUNCTION).map(|_| 0),
+                None => {
+                    self.result(w, l, code::INVALID_DEVICE_FUNCTION);
+                    return Ok(0);
+                }
             },
         };
         if d.buffers.len() >= MAX_BUFFERS {
-            return self
-                .fail(w, l, code::LAUNCH_PENDING_COUNT_EXCEEDED)
-                .map(|_| 0);
+            self.result(w, l, code::LAUNCH_PENDING_COUNT_EXCEEDED);
+            return Ok(0);
         }
         let at = self.mem.malloc(size.max(1));
         if at == 0 {
-            return self.fail(w, l, code::MEMORY_ALLOCATION).map(|_| 0);
+            self.result(w, l, code::MEMORY_ALLOCATION);
+            return Ok(0);
         }
         self.device
             .as_mut()
@@ -502,20 +506,12 @@ impl Launch<'_> {
         r
     }
 
-    fn fail(&mut self, w: &Warp, l: usize, r: u32) -> Result<u32, Error> {
-        Ok(self.result(w, l, r))
-    }
-
     /// Lane `l`'s thread: its block, linear in the grid, and its index in
     /// the block.
     fn thread_key(&self, w: &Warp, l: usize) -> (u64, u32) {
         let [x, y, z] = self.ctaid.map(u64::from);
         let [gx, gy, _] = self.dims.grid.map(u64::from);
         (x + gx * (y + gy * z), w.id * 32 + l as u32)
-    }
-
-    fn arg_u64(&mut self, w: &Warp, l: usize, at: u32) -> Result<u64, Error> {
-        self.param_u64(w, l, at)
     }
 
     fn arg_u32(&mut self, w: &Warp, l: usize, at: u32) -> Result<u32, Error> {
