@@ -5,6 +5,9 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fairgpu_protocol::cuda::{
+    graph_step_allowed, graph_step_bytes, graph_steps, push_graph_step, MAX_GRAPH_STEPS,
+};
 use fairgpu_protocol::layout::{
     ChannelFailure, ChannelOffsets, Owner, CH_GUEST_GEN, CH_GUEST_SLEEPING, CH_GUEST_WAKE,
     CH_HOST_GEN, CH_HOST_STATE, CH_OWNER, CH_REQ_TAIL, CH_RESP_HEAD, DOORBELL_OFF, HEARTBEAT_OFF,
@@ -173,6 +176,11 @@ pub struct Channel {
     stats: WaitStats,
     /// When waits give up (only while the channel is dropped).
     give_up_at: Option<Instant>,
+    /// A graph launch being gathered ([`Channel::begin_batch`]): its
+    /// steps' bytes, how many, and how many batches are open.
+    batch: Vec<u8>,
+    batch_steps: u64,
+    batch_depth: u32,
 }
 
 /// How a channel's waits ended, since it was claimed.
@@ -275,6 +283,9 @@ impl Channel {
             },
             stats: WaitStats::default(),
             give_up_at: None,
+            batch: Vec::new(),
+            batch_steps: 0,
+            batch_depth: 0,
         };
         ch.heartbeat = (
             ch.region_u64(HEARTBEAT_OFF).load(Ordering::Relaxed),
@@ -420,7 +431,63 @@ impl Channel {
         input: &[u8],
     ) -> Result<(), CallError> {
         self.check_usable()?;
+        if self.batch_depth > 0 && graph_step_allowed(op) {
+            let cap = self.chunk_size();
+            let need = graph_step_bytes(input.len());
+            if need <= cap {
+                if self.batch.len() + need > cap || self.batch_steps == MAX_GRAPH_STEPS {
+                    self.flush_batch()?;
+                }
+                push_graph_step(&mut self.batch, op, args, input);
+                self.batch_steps += 1;
+                return Ok(());
+            }
+        }
         self.submit(op, args, input, 0, false).map(|_| ())
+    }
+
+    /// From now until the matching [`Channel::end_batch`], the
+    /// fire-and-forget requests a graph launch may carry
+    /// (`fairgpu_protocol::cuda::graph_step_allowed`) are gathered into
+    /// one `GraphLaunch` request instead of each taking a ring slot; any
+    /// other request sends what was gathered first, so the host sees
+    /// everything in the order it was issued. Batches nest.
+    pub fn begin_batch(&mut self) {
+        self.batch_depth += 1;
+    }
+
+    /// Ends a batch; the outermost sends what was gathered.
+    pub fn end_batch(&mut self) -> Result<(), CallError> {
+        self.batch_depth = self.batch_depth.saturating_sub(1);
+        if self.batch_depth == 0 {
+            self.flush_batch()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Sends the gathered steps: one step as the request it is, more as
+    /// one `GraphLaunch`.
+    fn flush_batch(&mut self) -> Result<(), CallError> {
+        if self.batch_steps == 0 {
+            return Ok(());
+        }
+        let bytes = std::mem::take(&mut self.batch);
+        let n = std::mem::replace(&mut self.batch_steps, 0);
+        let r = if n == 1 {
+            match graph_steps(&bytes, 1) {
+                Ok(s) => self.submit(s[0].op, s[0].args, &bytes[s[0].data.clone()], 0, false),
+                Err(why) => Err(CallError::Protocol(why.to_string())),
+            }
+        } else {
+            let mut a = [0; REQUEST_ARGS];
+            a[0] = n;
+            self.submit(Opcode::GraphLaunch, a, &bytes, 0, false)
+        };
+        // Its capacity is kept for the next batch.
+        self.batch = bytes;
+        self.batch.clear();
+        r.map(drop)
     }
 
     /// Sends `data` with `op`, split into pipelined chunks: `args[offset_arg]`
@@ -537,6 +604,8 @@ impl Channel {
         out_len: usize,
         needs_response: bool,
     ) -> Result<Ticket, CallError> {
+        // What a graph launch gathered goes first.
+        self.flush_batch()?;
         let len = input.len().max(out_len);
         if len > self.arena.max_alloc() as usize {
             return Err(CallError::TooLarge {

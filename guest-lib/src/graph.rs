@@ -10,8 +10,10 @@
 //! the order they were added; a cycle is refused) and flattens child
 //! graphs; `cuGraphLaunch` issues that order on the launch stream through
 //! this library's own entry points, so each node is checked, quota'd and
-//! scheduled exactly as the same call outside a graph, and the host sees
-//! ordinary requests (fire-and-forget, one ring entry each). Branches that
+//! scheduled exactly as the same call outside a graph; the channel gathers
+//! what they send into one `GraphLaunch` request (one ring entry for the
+//! launch, `Channel::begin_batch`), whose steps the host runs in order as
+//! the requests they stand for. Branches that
 //! a GPU could run side by side run one after another on the launch
 //! stream, which the graph's partial order allows.
 //!
@@ -626,6 +628,15 @@ fn launch(exec: *mut c_void, s: CUstream) -> CUresult {
     if let Err(e) = crate::graph_mem::check_launch(&allocs, auto_free) {
         return e;
     }
+    // The launch's work crosses to the host as one request: what each
+    // node sends is gathered (`Channel::begin_batch`) and sent as one
+    // `GraphLaunch` at the end, or before any call that must not wait
+    // behind it (a host node's synchronisation, a copy back to the host).
+    let batching = crate::state::with(|cu| {
+        cu.channel().begin_batch();
+        Ok(())
+    })
+    .is_ok();
     // Conditions with a default given for every launch start at it.
     let mut r = err::SUCCESS;
     for (slot, value) in defaults {
@@ -636,6 +647,12 @@ fn launch(exec: *mut c_void, s: CUstream) -> CUresult {
     }
     if r == err::SUCCESS {
         r = run_steps(&steps, s);
+    }
+    if batching {
+        let sent = crate::state::with(|cu| cu.channel().end_batch());
+        if r == err::SUCCESS {
+            r = sent.err().unwrap_or(err::SUCCESS);
+        }
     }
     drop((graph, steps));
     crate::graph_mem::flush();

@@ -6,6 +6,10 @@
 //! pointers are the executor's addresses, checked by the host against the
 //! allocations of the same channel before any use.
 
+use std::ops::Range;
+
+use crate::limits::REQUEST_ARGS;
+use crate::opcode::Opcode;
 use crate::wire::Pod;
 
 /// Most bytes of one module image (fatbin, cubin or PTX).
@@ -287,9 +291,157 @@ pub fn output_records(mut bytes: &[u8]) -> Vec<(u8, &[u8])> {
     out
 }
 
+/// Bytes of one step's header in a `GraphLaunch` request's arena: the
+/// step's opcode (u16), 0 (u16), its data's length (u32) and its five
+/// argument words, little-endian. The data follows, padded to 8 bytes.
+pub const GRAPH_STEP_HEADER: usize = 48;
+/// Most steps one `GraphLaunch` request carries.
+pub const MAX_GRAPH_STEPS: u64 = 1 << 16;
+
+/// Whether `op` may be a step of a `GraphLaunch`: the asynchronous
+/// requests that put work on a stream or order it and answer nothing
+/// (kernels, copies from the request's own data or between device
+/// memory, memsets, event records and stream waits). A step is the
+/// request it would have been on its own, checked as that request is.
+pub fn graph_step_allowed(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::LaunchKernel
+            | Opcode::MemcpyHtoD
+            | Opcode::MemcpyDtoD
+            | Opcode::MemsetD8
+            | Opcode::MemsetD16
+            | Opcode::MemsetD32
+            | Opcode::Memcpy3D
+            | Opcode::EventRecord
+            | Opcode::StreamWaitEvent
+    )
+}
+
+/// One step of a `GraphLaunch`, as [`graph_steps`] found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphStep {
+    /// The request it stands for.
+    pub op: Opcode,
+    /// That request's arguments.
+    pub args: [u64; REQUEST_ARGS],
+    /// Its data: a range of the bytes given to [`graph_steps`].
+    pub data: Range<usize>,
+}
+
+/// Appends a step (a request `op` with `args` and `data`) to a
+/// `GraphLaunch`'s arena bytes.
+pub fn push_graph_step(buf: &mut Vec<u8>, op: Opcode, args: [u64; REQUEST_ARGS], data: &[u8]) {
+    buf.extend_from_slice(&(op as u16).to_le_bytes());
+    buf.extend_from_slice(&0u16.to_le_bytes());
+    buf.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    for a in args {
+        buf.extend_from_slice(&a.to_le_bytes());
+    }
+    buf.extend_from_slice(data);
+    buf.resize(buf.len().next_multiple_of(8), 0);
+}
+
+/// Bytes a step with `data_len` bytes of data takes in a `GraphLaunch`.
+pub fn graph_step_bytes(data_len: usize) -> usize {
+    GRAPH_STEP_HEADER + data_len.next_multiple_of(8)
+}
+
+/// Reads the `count` steps of a `GraphLaunch` from its arena bytes (a
+/// private copy): every step's header whole, its opcode one that
+/// [`graph_step_allowed`], its reserved word 0, its data inside `bytes`,
+/// and nothing after the last step.
+pub fn graph_steps(bytes: &[u8], count: u64) -> Result<Vec<GraphStep>, &'static str> {
+    if count == 0 || count > MAX_GRAPH_STEPS {
+        return Err("a graph launch carries 1 to 65536 steps");
+    }
+    let mut steps = Vec::new();
+    let mut at = 0usize;
+    for _ in 0..count {
+        let h = bytes
+            .get(at..at + GRAPH_STEP_HEADER)
+            .ok_or("a step's header runs past the data")?;
+        let op = u16::from_le_bytes([h[0], h[1]]);
+        let op = Opcode::try_from(op).map_err(|_| "a step of an unknown opcode")?;
+        if !graph_step_allowed(op) {
+            return Err("a step of an opcode a graph cannot carry");
+        }
+        if h[2] != 0 || h[3] != 0 {
+            return Err("a step's reserved word is not 0");
+        }
+        let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
+        let mut args = [0u64; REQUEST_ARGS];
+        for (i, a) in args.iter_mut().enumerate() {
+            let w = &h[8 + 8 * i..16 + 8 * i];
+            *a = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        }
+        let start = at + GRAPH_STEP_HEADER;
+        let end = start.checked_add(len).ok_or("a step's data overflows")?;
+        let next = start
+            .checked_add(len.next_multiple_of(8))
+            .filter(|&n| n <= bytes.len())
+            .ok_or("a step's data runs past the request's")?;
+        steps.push(GraphStep {
+            op,
+            args,
+            data: start..end,
+        });
+        at = next;
+    }
+    if at != bytes.len() {
+        return Err("bytes after the last step");
+    }
+    Ok(steps)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn graph_steps_round_trip_and_malformed_ones_are_refused() {
+        let mut b = Vec::new();
+        push_graph_step(&mut b, Opcode::MemsetD32, [0x1000, 7, 64, 3, 0], &[]);
+        push_graph_step(&mut b, Opcode::LaunchKernel, [5, 3, 0, 0, 0], &[1, 2, 3]);
+        push_graph_step(&mut b, Opcode::EventRecord, [9, 3, 0, 0, 0], &[]);
+        assert_eq!(b.len(), 3 * GRAPH_STEP_HEADER + 8);
+        assert_eq!(
+            b.len(),
+            graph_step_bytes(0) + graph_step_bytes(3) + graph_step_bytes(0)
+        );
+        let steps = graph_steps(&b, 3).unwrap();
+        assert_eq!(steps[0].op, Opcode::MemsetD32);
+        assert_eq!(steps[0].args, [0x1000, 7, 64, 3, 0]);
+        assert_eq!(&b[steps[1].data.clone()], &[1, 2, 3]);
+        assert_eq!(steps[2].op, Opcode::EventRecord);
+        // Fewer or more steps than announced, none, too many.
+        assert!(graph_steps(&b, 2).is_err());
+        assert!(graph_steps(&b, 4).is_err());
+        assert!(graph_steps(&b, 0).is_err());
+        assert!(graph_steps(&b, MAX_GRAPH_STEPS + 1).is_err());
+        // An opcode a graph cannot carry, an unknown one, a reserved word.
+        for (at, v) in [(0usize, Opcode::MemcpyDtoH as u16), (0, 0xeeee), (2, 1)] {
+            let mut bad = b.clone();
+            bad[at..at + 2].copy_from_slice(&v.to_le_bytes());
+            assert!(graph_steps(&bad, 3).is_err(), "{at} {v:#x}");
+        }
+        // Data past the end.
+        let mut bad = b.clone();
+        bad[GRAPH_STEP_HEADER + 4..GRAPH_STEP_HEADER + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(graph_steps(&bad, 3).is_err());
+        assert!(graph_steps(&b[..b.len() - 8], 3).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn graph_steps_never_panic_and_stay_inside(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400), count in 0u64..10) {
+            if let Ok(steps) = graph_steps(&bytes, count) {
+                for s in steps {
+                    proptest::prop_assert!(s.data.end <= bytes.len() && graph_step_allowed(s.op));
+                }
+            }
+        }
+    }
 
     #[test]
     fn launch_options_round_trip_and_are_checked_against_the_grid() {

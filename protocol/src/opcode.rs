@@ -95,6 +95,12 @@ pub enum Opcode {
     /// `cuLaunchKernel(args[0] = function, args[1] = stream)`, arena:
     /// [`crate::cuda::LaunchHeader`] then the packed parameters.
     LaunchKernel = 0x0140,
+    /// A graph launch: `args[0]` steps, each an asynchronous request of
+    /// the kinds [`crate::cuda::graph_step_allowed`] lists, packed in the
+    /// arena ([`crate::cuda::graph_steps`]). The host answers once it has
+    /// queued them; each then runs as its own piece of device work, in
+    /// order, before the channel's next request.
+    GraphLaunch = 0x0141,
     /// `cuStreamCreate(args[0] = flags)` → `vals[0]` = stream.
     StreamCreate = 0x0150,
     /// `cuStreamDestroy(args[0] = stream)`.
@@ -318,7 +324,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 99] = [
+    pub const ALL: [Opcode; 100] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -349,6 +355,7 @@ impl Opcode {
         Opcode::FuncSetAttribute,
         Opcode::ModuleGetGlobal,
         Opcode::LaunchKernel,
+        Opcode::GraphLaunch,
         Opcode::StreamCreate,
         Opcode::StreamDestroy,
         Opcode::StreamSynchronize,

@@ -4,8 +4,10 @@
 // a graph of the same shape; stream capture across two streams (fork and
 // join through events) of copies from pageable memory, kernels and a host
 // function, launched after the host input changed; a synchronize on a
-// capturing stream refused and the capture invalidated. Results checked
-// against the CPU.
+// capturing stream refused and the capture invalidated; a captured chain
+// of 256 order-dependent kernels between a memset and an event record,
+// launched 8 times (each launch crosses to the host as one request).
+// Results checked against the CPU.
 #define PROGRAM "graphs"
 #include "common.h"
 
@@ -24,6 +26,11 @@ __global__ void add_const(const int* x, int* y, int n, int c) {
 __global__ void combine(const int* a, const int* b, int* out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[i] * 2 - b[i];
+}
+
+__global__ void mix(int* x, int n, int k) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = (x[i] * 31 + k + i) & 0xffff;
 }
 
 static void CUDART_CB count_up(void* p) { ++*(int*)p; }
@@ -200,10 +207,50 @@ static void captured_graph() {
     for (int* p : {x, y, out}) CHECK(cudaFree(p));
 }
 
+static const int CHAIN = 256, CHAIN_LAUNCHES = 8;
+
+static void kernel_chain() {
+    int* x;
+    CHECK(cudaMalloc(&x, N * sizeof(int)));
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaEvent_t done;
+    CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CHECK(cudaMemsetAsync(x, 0, N * sizeof(int), s));
+    for (int k = 0; k < CHAIN; k++) mix<<<B, T, 0, s>>>(x, N, k);
+    CHECK(cudaEventRecord(done, s));
+    cudaGraph_t g;
+    CHECK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    std::vector<int> want(N, 0), host(N, -1);
+    for (int k = 0; k < CHAIN; k++)
+        for (int i = 0; i < N; i++) want[i] = (want[i] * 31 + k + i) & 0xffff;
+    for (int round = 0; round < CHAIN_LAUNCHES; round++) {
+        CHECK(cudaGraphLaunch(exec, s));
+        if (round == 0 || round == CHAIN_LAUNCHES - 1) {
+            CHECK(cudaEventSynchronize(done));
+            CHECK(cudaMemcpy(host.data(), x, N * sizeof(int), cudaMemcpyDeviceToHost));
+            for (int i = 0; i < N; i++)
+                EXPECT(host[i] == want[i], "chain round %d x[%d] = %d, want %d", round, i, host[i],
+                       want[i]);
+        }
+    }
+    CHECK(cudaStreamSynchronize(s));
+    printf("CHAIN_KERNELS %d\n", CHAIN * CHAIN_LAUNCHES);
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(g));
+    CHECK(cudaEventDestroy(done));
+    CHECK(cudaStreamDestroy(s));
+    CHECK(cudaFree(x));
+}
+
 int main() {
     first_call(cudaFree(nullptr), "cudaFree(0)");
     explicit_graph();
     captured_graph();
+    kernel_chain();
     CHECK(cudaDeviceSynchronize());
     pass();
     return 0;

@@ -1636,3 +1636,112 @@ fn ipc_tokens_open_only_within_their_vm_and_memory_outlives_the_exporters_free()
     assert_refused(b.ipc_open_mem_handle(token), Status::INVALID_VALUE);
     assert_eq!(b.mem_get_info().unwrap().0, VM_QUOTA);
 }
+
+/// A graph launch (`GraphLaunch`): the asynchronous requests gathered
+/// between `begin_batch` and `end_batch` cross as one request, and the
+/// host runs them in order, each checked as the request it stands for; a
+/// malformed graph launch fails that request only, and a step that fails
+/// ends its launch (the steps after it do not run) with its error
+/// deferred, as an asynchronous request's is.
+#[test]
+fn a_graph_launch_runs_its_steps_in_order_as_one_request() {
+    use fairgpu_protocol::cuda::{push_graph_step, GRAPH_STEP_HEADER};
+    use fairgpu_protocol::Opcode;
+    let rig = Rig::start("cuda_graph_launch");
+    let mut cu = rig.cuda(0);
+    const LEN: usize = 4096;
+    let x = cu.mem_alloc(LEN as u64).unwrap();
+    let s = cu.stream_create(1).unwrap();
+    let e = cu.event_create(0).unwrap();
+    let data = pattern(256, 7);
+    let mut model = vec![0u8; LEN];
+    let before = settled_calls(&rig);
+
+    cu.channel().begin_batch();
+    cu.memset_async(x, 0x0102_0304, 4, (LEN / 4) as u64, s)
+        .unwrap();
+    for w in model.chunks_exact_mut(4) {
+        w.copy_from_slice(&0x0102_0304u32.to_le_bytes());
+    }
+    cu.memcpy_htod_async(x + 8, &data, s).unwrap();
+    model[8..264].copy_from_slice(&data);
+    // Reads what the step before it wrote: order matters.
+    cu.memcpy_dtod_async(x + 2048, x + 8, 256, s).unwrap();
+    model[2048..2304].copy_from_slice(&data);
+    cu.memset_async(x + 3001, 0x7f, 1, 99, s).unwrap();
+    model[3001..3100].fill(0x7f);
+    cu.event_record(e, s).unwrap();
+    cu.stream_wait_event(0, e).unwrap();
+    // Nothing crossed yet.
+    assert_eq!(
+        settled_calls(&rig),
+        before,
+        "a gathered step was sent on its own"
+    );
+    cu.channel().end_batch().unwrap();
+    assert_eq!(
+        settled_calls(&rig) - before,
+        1,
+        "the launch took more than one request"
+    );
+    cu.event_synchronize(e).unwrap();
+    assert_bytes_eq(&read(&mut cu, x, LEN), &model, "the graph's steps");
+
+    // Malformed launches fail that request only.
+    let mut steps = Vec::new();
+    push_graph_step(&mut steps, Opcode::MemsetD8, [x, 9, 16, 0, 0], &[]);
+    push_graph_step(&mut steps, Opcode::MemsetD8, [x, 9, 16, 0, 0], &[]);
+    let call = |cu: &mut Cuda, n: u64, b: &[u8]| {
+        cu.channel()
+            .call_with(Opcode::GraphLaunch, [n, 0, 0, 0, 0], b, &mut [])
+            .map(drop)
+    };
+    let with_op = |op: Opcode| {
+        let mut b = steps.clone();
+        b[GRAPH_STEP_HEADER..GRAPH_STEP_HEADER + 2].copy_from_slice(&(op as u16).to_le_bytes());
+        b
+    };
+    let bad_len = {
+        let mut b = steps.clone();
+        b[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        b
+    };
+    for (what, n, b) in [
+        ("one step announced, two sent", 1, steps.clone()),
+        ("three announced", 3, steps.clone()),
+        ("none", 0, Vec::new()),
+        (
+            "a copy back to the guest as a step",
+            2,
+            with_op(Opcode::MemcpyDtoH),
+        ),
+        ("a graph launch as a step", 2, with_op(Opcode::GraphLaunch)),
+        (
+            "a synchronisation as a step",
+            2,
+            with_op(Opcode::CtxSynchronize),
+        ),
+        ("a step's data past the request's", 2, bad_len),
+        ("a truncated step", 2, steps[..steps.len() - 8].to_vec()),
+    ] {
+        assert_refused(call(&mut cu, n, &b), Status::INVALID_VALUE);
+        assert_bytes_eq(&read(&mut cu, x, LEN), &model, what);
+    }
+
+    // A failing step ends its launch: the first memset ran, the one after
+    // the bad step did not.
+    cu.channel().begin_batch();
+    cu.memset_async(x, 0xaa, 1, 16, s).unwrap();
+    cu.memset_async(FORGED << 20, 0, 1, 16, s).unwrap();
+    cu.memset_async(x + 16, 0xbb, 1, 16, s).unwrap();
+    cu.channel().end_batch().unwrap();
+    assert_eq!(cu.ctx_synchronize(), Err(deferred(Status::INVALID_VALUE)));
+    model[..16].fill(0xaa);
+    assert_bytes_eq(&read(&mut cu, x, LEN), &model, "after a failed step");
+    still_works(&mut cu, x, 9);
+
+    // The other VM was never disturbed.
+    let mut other = rig.cuda(1);
+    let y = other.mem_alloc(64).unwrap();
+    still_works(&mut other, y, 10);
+}

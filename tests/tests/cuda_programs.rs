@@ -608,6 +608,37 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
     }
 }
 
+/// A graph launch crosses to the host as one request: the graphs program
+/// launches a captured chain of 256 kernels (between a memset and an event
+/// record) 8 times and checks the result against the CPU; its VM served
+/// far fewer requests than the kernels it ran, where node-by-node issue
+/// took a request per kernel. Each kernel is still counted and charged as
+/// its own piece of work (the VM's kernel count covers the chain's 2,048).
+#[test]
+fn a_graph_launch_crosses_as_one_request() {
+    let Some((sim, outs)) = run_variants("cuda_graph_request", "graphs") else {
+        return;
+    };
+    let st = status(&sim.daemon);
+    for (v, stdout) in &outs {
+        let chain: u64 = lines(stdout, "CHAIN_KERNELS ")
+            .first()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{v}: no CHAIN_KERNELS line:\n{stdout}"));
+        let vm = vm(&st, v);
+        assert!(
+            vm.kernels >= chain,
+            "{v}: {} kernels < {chain}: {vm:?}",
+            vm.kernels
+        );
+        assert!(
+            vm.calls * 4 < chain,
+            "{v}: {} requests for a program whose graph launches ran {chain} kernels: {vm:?}",
+            vm.calls
+        );
+    }
+}
+
 /// Device `printf` and `assert` reach the program as on a GPU: each
 /// thread's line on stdout between what the host printed before and after
 /// the synchronization, formatted as C formats it; a failed assert's

@@ -1382,8 +1382,9 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         let Some(mut req) = self.inner.unfinished(ch) else {
             return Resume::Nothing;
         };
-        // The next part of a sliced kernel: admitted and accounted as a
-        // request of its own (its guest was answered at the first part).
+        // The next part of a sliced kernel, or the next step of a graph
+        // launch: admitted and accounted as a request of its own (its
+        // guest was answered already).
         req.needs_response = false;
         if !self.may_issue(ch, &req) {
             return Resume::Held;

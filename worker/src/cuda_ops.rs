@@ -26,8 +26,9 @@ use fairgpu_protocol::array::{
     MEM_DEVICE, MEM_HOST, RESOURCE_ARRAY, RESOURCE_LINEAR, RESOURCE_PITCH2D, TEX_OBJECT_BYTES,
 };
 use fairgpu_protocol::cuda::{
-    image_hash, limit, LaunchHeader, LaunchOptions, ParamInfo, MAX_DEVICE_NAME, MAX_IMAGE_CACHE,
-    MAX_MODULE_IMAGE, MAX_NAME, MAX_OBJECTS, MAX_RESERVATION, VMM_GRANULARITY,
+    graph_steps, image_hash, limit, GraphStep, LaunchHeader, LaunchOptions, ParamInfo,
+    GRAPH_STEP_HEADER, MAX_DEVICE_NAME, MAX_IMAGE_CACHE, MAX_MODULE_IMAGE, MAX_NAME, MAX_OBJECTS,
+    MAX_RESERVATION, VMM_GRANULARITY,
 };
 use fairgpu_protocol::handle::{Handle, HandleTable};
 use fairgpu_protocol::wire::ValidRequest;
@@ -142,10 +143,48 @@ struct Context {
     ev_exported: HashMap<EventId, u64>,
     ev_zombies: HashSet<EventId>,
     ev_imports: HashMap<EventId, (u64, u32)>,
+    /// A graph launch's steps not run yet, and the bytes charged for
+    /// them (its request's data, kept until its last step has run).
+    graph: Option<GraphJob>,
+    graph_bytes: u64,
     /// What this context is charged against the VM's host memory: at
     /// least [`Context::host_bytes`], and before a request at least that
     /// plus what the request may add ([`growth_bound`]).
     held: HostCharge,
+}
+
+/// A `GraphLaunch` queued on a channel: its request's data (a private
+/// copy) and the steps still to run, each a request of its own kind
+/// (`fairgpu_protocol::cuda::graph_steps`).
+#[derive(Debug)]
+struct GraphJob {
+    data: Vec<u8>,
+    steps: VecDeque<GraphStep>,
+    call_id: u64,
+    vcpu: u32,
+}
+
+impl GraphJob {
+    /// The request step `s` stands for: answered already (the graph
+    /// launch was), its data in the job's copy.
+    fn request(&self, s: &GraphStep) -> ValidRequest {
+        ValidRequest {
+            op: s.op,
+            needs_response: false,
+            call_id: self.call_id,
+            vcpu: self.vcpu,
+            arena: 0..s.data.len() as u32,
+            args: s.args,
+        }
+    }
+}
+
+/// Host memory charged for a queued graph launch of `data` bytes: the
+/// copy, and each step's entry (at most one per [`GRAPH_STEP_HEADER`]
+/// bytes).
+fn graph_charge(data: usize) -> u64 {
+    let entries = data / GRAPH_STEP_HEADER;
+    (data + entries * std::mem::size_of::<GraphStep>()) as u64
 }
 
 /// Memory made by `MemCreate`.
@@ -222,6 +261,7 @@ fn growth_bound(req: &ValidRequest, arena: &ArenaSlice<'_>) -> u64 {
     match req.op {
         Opcode::ModuleStage if req.args[0] == 0 => tables + req.args[1].min(MAX_MODULE_IMAGE),
         Opcode::ModuleGetFunction => tables + arena.len() as u64,
+        Opcode::GraphLaunch => tables + graph_charge(arena.len()),
         _ => tables,
     }
 }
@@ -260,6 +300,8 @@ impl Context {
             vmem: HandleTable::new(MAX_OBJECTS),
             vmem_bytes: 0,
             mappings: BTreeMap::new(),
+            graph: None,
+            graph_bytes: 0,
             held,
         }
     }
@@ -292,6 +334,7 @@ impl Context {
                     + self.ev_zombies.len()
                     + self.ev_imports.len()) as u64
             + self.param_bytes
+            + self.graph_bytes
     }
 
     /// Grows the charge to cover what a request bounded by `bound` may
@@ -1560,6 +1603,27 @@ impl CudaOps {
                 };
                 self.launch_sliced(ch, req, ctx, id, cfg, stream)
             }
+            Opcode::GraphLaunch => {
+                // The server resumes a queued graph before it reads the
+                // channel's next request, so none is queued here.
+                if cx.graph.is_some() {
+                    return Err(Status::INVALID_VALUE);
+                }
+                let mut data = vec![0u8; arena.len()];
+                arena.read(0, &mut data)?;
+                let steps = graph_steps(&data, a[0]).map_err(|why| {
+                    tracing::debug!(channel = ch, "graph launch refused: {why}");
+                    Status::INVALID_VALUE
+                })?;
+                cx.graph_bytes = graph_charge(data.len());
+                cx.graph = Some(GraphJob {
+                    data,
+                    steps: steps.into(),
+                    call_id: req.call_id,
+                    vcpu: req.vcpu,
+                });
+                Ok(Answer::default())
+            }
             Opcode::ArrayCreate => {
                 let mut b = [0u8; ARRAY_DESC_BYTES];
                 arena.read(0, &mut b)?;
@@ -1958,6 +2022,69 @@ impl CudaOps {
     }
 }
 
+impl CudaOps {
+    /// A CUDA driver request of channel `ch` (not the transport's, not
+    /// OpenCL's), with the channel's imported allocations lent to it.
+    fn cuda_request(
+        &mut self,
+        ch: u32,
+        req: &ValidRequest,
+        arena: &ArenaSlice<'_>,
+    ) -> Result<Answer, Status> {
+        // IPC's own requests change what is lent: they run without.
+        let r = if matches!(
+            req.op,
+            Opcode::IpcGetMemHandle
+                | Opcode::IpcOpenMemHandle
+                | Opcode::IpcCloseMemHandle
+                | Opcode::IpcGetEventHandle
+                | Opcode::IpcOpenEventHandle
+                | Opcode::EventDestroy
+        ) {
+            self.cuda(ch, req, arena)
+        } else {
+            self.with_imports(ch, |ops| ops.cuda(ch, req, arena))
+        };
+        if let Some(Some(cx)) = self.contexts.get_mut(ch as usize) {
+            cx.settle();
+        }
+        r
+    }
+
+    /// Runs the next step of the graph launch queued on channel `ch`, as
+    /// the request it stands for. A failed step ends the launch: its error
+    /// is the channel's next deferred one, and the steps after it do not
+    /// run (as a faulting kernel ends the work queued behind it).
+    fn graph_step(&mut self, ch: u32) -> Resume {
+        let Some(cx) = self.contexts.get_mut(ch as usize).and_then(Option::as_mut) else {
+            return Resume::Nothing;
+        };
+        let Some(mut job) = cx.graph.take() else {
+            return Resume::Nothing;
+        };
+        let Some(step) = job.steps.pop_front() else {
+            cx.graph_bytes = 0;
+            return Resume::Nothing;
+        };
+        let req = job.request(&step);
+        let r = self.cuda_request(ch, &req, &ArenaSlice::private(&job.data[step.data]));
+        match r {
+            Ok(_) if req.op == Opcode::LaunchKernel => self.kernels += 1,
+            Ok(_) => {}
+            Err(status) => self.note_error(ch, status),
+        }
+        if let Some(cx) = self.contexts.get_mut(ch as usize).and_then(Option::as_mut) {
+            if r.is_ok() && !job.steps.is_empty() {
+                cx.graph = Some(job);
+            } else {
+                cx.graph_bytes = 0;
+                cx.settle();
+            }
+        }
+        Resume::Ran(r.map(drop))
+    }
+}
+
 impl Handler for CudaOps {
     fn handle(
         &mut self,
@@ -1975,26 +2102,7 @@ impl Handler for CudaOps {
                 self.mem_used = self.mem_used - before + self.cl.used();
                 r
             }
-            _ => {
-                // IPC's own requests change what is lent: they run without.
-                let r = if matches!(
-                    req.op,
-                    Opcode::IpcGetMemHandle
-                        | Opcode::IpcOpenMemHandle
-                        | Opcode::IpcCloseMemHandle
-                        | Opcode::IpcGetEventHandle
-                        | Opcode::IpcOpenEventHandle
-                        | Opcode::EventDestroy
-                ) {
-                    self.cuda(ch, req, arena)
-                } else {
-                    self.with_imports(ch, |ops| ops.cuda(ch, req, arena))
-                };
-                if let Some(Some(cx)) = self.contexts.get_mut(ch as usize) {
-                    cx.settle();
-                }
-                r
-            }
+            _ => self.cuda_request(ch, req, arena),
         };
         match result {
             Ok(_) if req.op == Opcode::LaunchKernel => self.kernels += 1,
@@ -2006,7 +2114,7 @@ impl Handler for CudaOps {
 
     fn resume(&mut self, ch: u32) -> Resume {
         let Some(job) = self.jobs.get_mut(ch as usize).and_then(Option::as_mut) else {
-            return Resume::Nothing;
+            return self.graph_step(ch);
         };
         let Some(part) = job.parts.next() else {
             self.jobs[ch as usize] = None;
@@ -2038,7 +2146,11 @@ impl Handler for CudaOps {
     }
 
     fn unfinished(&self, ch: u32) -> Option<ValidRequest> {
-        self.jobs.get(ch as usize)?.as_ref().map(|j| j.req.clone())
+        if let Some(Some(j)) = self.jobs.get(ch as usize) {
+            return Some(j.req.clone());
+        }
+        let g = self.contexts.get(ch as usize)?.as_ref()?.graph.as_ref()?;
+        g.steps.front().map(|s| g.request(s))
     }
 
     fn reset(&mut self, ch: u32) {

@@ -261,11 +261,11 @@ impl HostRegion {
         if range.start > range.end || range.end > self.layout.arena_size() {
             return None;
         }
-        Some(ArenaSlice {
-            view: &self.view,
-            base: offs.arena + range.start as usize,
-            len: range.len(),
-        })
+        Some(ArenaSlice::region(
+            &self.view,
+            offs.arena + range.start as usize,
+            range.len(),
+        ))
     }
 }
 
@@ -381,23 +381,42 @@ fn wake_channel_guest(
     false
 }
 
-/// A request's arena slice, bounds-checked against the slice.
+/// A request's arena slice, bounds-checked against the slice: bytes of
+/// the shared region, or of a private copy the host made earlier (a step
+/// of a graph launch, which answers nothing, so such a slice refuses
+/// writes).
 #[derive(Debug)]
 pub struct ArenaSlice<'a> {
-    view: &'a RegionView,
-    base: usize,
+    src: Source<'a>,
     len: usize,
 }
 
+#[derive(Debug)]
+enum Source<'a> {
+    Region { view: &'a RegionView, base: usize },
+    Private(&'a [u8]),
+}
+
 impl<'a> ArenaSlice<'a> {
+    fn region(view: &'a RegionView, base: usize, len: usize) -> Self {
+        ArenaSlice {
+            src: Source::Region { view, base },
+            len,
+        }
+    }
+
+    /// A slice over bytes already copied out of the region (read-only).
+    pub fn private(bytes: &'a [u8]) -> Self {
+        ArenaSlice {
+            src: Source::Private(bytes),
+            len: bytes.len(),
+        }
+    }
+
     /// An empty slice of `view`, for handler tests.
     #[cfg(test)]
     pub(crate) fn empty(view: &'a RegionView) -> Self {
-        ArenaSlice {
-            view,
-            base: 0,
-            len: 0,
-        }
+        ArenaSlice::region(view, 0, 0)
     }
 }
 
@@ -415,17 +434,26 @@ impl ArenaSlice<'_> {
     /// Copies the slice's bytes `off..off + dst.len()` into private memory.
     pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<(), Status> {
         self.check(off, dst.len())?;
-        self.view
-            .read_bytes(self.base + off, dst)
-            .map_err(|_| Status::INVALID_VALUE)
+        match self.src {
+            Source::Region { view, base } => view
+                .read_bytes(base + off, dst)
+                .map_err(|_| Status::INVALID_VALUE),
+            Source::Private(b) => {
+                dst.copy_from_slice(&b[off..off + dst.len()]);
+                Ok(())
+            }
+        }
     }
 
-    /// Writes `src` at `off` inside the slice.
+    /// Writes `src` at `off` inside the slice (refused for a private one).
     pub fn write(&self, off: usize, src: &[u8]) -> Result<(), Status> {
         self.check(off, src.len())?;
-        self.view
-            .write_bytes(self.base + off, src)
-            .map_err(|_| Status::INVALID_VALUE)
+        match self.src {
+            Source::Region { view, base } => view
+                .write_bytes(base + off, src)
+                .map_err(|_| Status::INVALID_VALUE),
+            Source::Private(_) => Err(Status::INVALID_VALUE),
+        }
     }
 
     fn check(&self, off: usize, len: usize) -> Result<(), Status> {
@@ -481,7 +509,8 @@ pub trait Handler {
     }
     /// Work that an answered request left unfinished on channel `ch` (the
     /// parts of a sliced kernel still to launch,
-    /// [`crate::slicing`]): asked before each of the channel's requests,
+    /// [`crate::slicing`]; the steps of a graph launch still to run):
+    /// asked before each of the channel's requests,
     /// which wait until it is done, so they stay ordered after it. Nothing
     /// to do by default.
     fn resume(&mut self, _ch: u32) -> Resume {
@@ -1003,11 +1032,11 @@ impl<H: Handler> Server<H> {
                     self.deferred = true;
                     return Ok(false);
                 }
-                let slice = ArenaSlice {
-                    view: self.region.view(),
-                    base: ch.offs.arena + req.arena.start as usize,
-                    len: req.arena.len(),
-                };
+                let slice = ArenaSlice::region(
+                    self.region.view(),
+                    ch.offs.arena + req.arena.start as usize,
+                    req.arena.len(),
+                );
                 st.arena_bytes
                     .fetch_add(req.arena.len() as u64, Ordering::Relaxed);
                 self.handler.handle(ch.index, &req, &slice)
