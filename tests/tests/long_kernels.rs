@@ -97,6 +97,33 @@ fn a_sliced_launch_computes_what_the_whole_launch_computes() {
     // blocks, 8 parts.
     assert_eq!(l.parts, 2 * 8, "{l:?}");
     assert_eq!(l.runaways, 0);
+
+    // In a graph launch (one request), a sliced kernel's parts all run
+    // before the step after it: the copy takes y after the fourth axpy
+    // whole, and the fifth comes after the copy.
+    let pz = cu.mem_alloc(4 * n as u64).unwrap();
+    cu.channel().begin_batch();
+    cu.launch(axpy.handle, [1000, 1, 1], [32, 1, 1], 0, 0, &params)
+        .unwrap();
+    cu.memcpy_dtod_async(pz, py, 4 * n as u64, 0).unwrap();
+    cu.launch(axpy.handle, [1000, 1, 1], [32, 1, 1], 0, 0, &params)
+        .unwrap();
+    cu.channel().end_batch().unwrap();
+    assert_eq!(cu.ctx_synchronize(), Ok(()));
+    for (ptr, rounds) in [(pz, 4), (py, 5)] {
+        cu.memcpy_dtoh(&mut out, ptr, 0).unwrap();
+        let got = f32s(&out);
+        for i in 0..n {
+            let mut want = y0[i];
+            for _ in 0..rounds {
+                want = a.mul_add(x[i], want);
+            }
+            assert_eq!(got[i].to_bits(), want.to_bits(), "after {rounds}: [{i}]");
+        }
+    }
+    let st = wait_for_published(&d, "vm1");
+    let l = vm(&st, "vm1").long_kernels;
+    assert_eq!((l.sliced, l.parts), (4, 4 * 8), "{l:?}");
 }
 
 #[test]
