@@ -617,33 +617,33 @@ export! {
     /// `cuMemcpy2DUnaligned_v2_ptds`.
     fn cuMemcpy2DUnaligned_v2_ptds(p: *const Memcpy2D) => copy_2d(p, std::ptr::null_mut());
     /// `cuMemcpy2DAsync_v2`.
-    fn cuMemcpy2DAsync_v2(p: *const Memcpy2D, s: CUstream) => copy_2d(p, s);
+    fn cuMemcpy2DAsync_v2(p: *const Memcpy2D, s: CUstream) => copy_2d(p, crate::stream::resolve(s));
     /// `cuMemcpy2DAsync_v2_ptsz`.
-    fn cuMemcpy2DAsync_v2_ptsz(p: *const Memcpy2D, s: CUstream) => copy_2d(p, s);
+    fn cuMemcpy2DAsync_v2_ptsz(p: *const Memcpy2D, s: CUstream) => copy_2d(p, crate::stream::per_thread_default(s));
     /// `cuMemcpy3D_v2`.
     fn cuMemcpy3D_v2(p: *const Memcpy3D) => copy_3d(p, std::ptr::null_mut());
     /// `cuMemcpy3D_v2_ptds`.
     fn cuMemcpy3D_v2_ptds(p: *const Memcpy3D) => copy_3d(p, std::ptr::null_mut());
     /// `cuMemcpy3DAsync_v2`.
-    fn cuMemcpy3DAsync_v2(p: *const Memcpy3D, s: CUstream) => copy_3d(p, s);
+    fn cuMemcpy3DAsync_v2(p: *const Memcpy3D, s: CUstream) => copy_3d(p, crate::stream::resolve(s));
     /// `cuMemcpy3DAsync_v2_ptsz`.
-    fn cuMemcpy3DAsync_v2_ptsz(p: *const Memcpy3D, s: CUstream) => copy_3d(p, s);
+    fn cuMemcpy3DAsync_v2_ptsz(p: *const Memcpy3D, s: CUstream) => copy_3d(p, crate::stream::per_thread_default(s));
     /// `cuMemcpyHtoA_v2`.
     fn cuMemcpyHtoA_v2(a: CUarray, off: usize, src: *const c_void, n: usize) => array_linear(a, off, host_at(src), n, true, std::ptr::null_mut());
     /// `cuMemcpyHtoA_v2_ptds`.
     fn cuMemcpyHtoA_v2_ptds(a: CUarray, off: usize, src: *const c_void, n: usize) => array_linear(a, off, host_at(src), n, true, std::ptr::null_mut());
     /// `cuMemcpyHtoAAsync_v2`.
-    fn cuMemcpyHtoAAsync_v2(a: CUarray, off: usize, src: *const c_void, n: usize, s: CUstream) => array_linear(a, off, host_at(src), n, true, s);
+    fn cuMemcpyHtoAAsync_v2(a: CUarray, off: usize, src: *const c_void, n: usize, s: CUstream) => array_linear(a, off, host_at(src), n, true, crate::stream::resolve(s));
     /// `cuMemcpyHtoAAsync_v2_ptsz`.
-    fn cuMemcpyHtoAAsync_v2_ptsz(a: CUarray, off: usize, src: *const c_void, n: usize, s: CUstream) => array_linear(a, off, host_at(src), n, true, s);
+    fn cuMemcpyHtoAAsync_v2_ptsz(a: CUarray, off: usize, src: *const c_void, n: usize, s: CUstream) => array_linear(a, off, host_at(src), n, true, crate::stream::per_thread_default(s));
     /// `cuMemcpyAtoH_v2`.
     fn cuMemcpyAtoH_v2(dst: *mut c_void, a: CUarray, off: usize, n: usize) => array_linear(a, off, host_at(dst), n, false, std::ptr::null_mut());
     /// `cuMemcpyAtoH_v2_ptds`.
     fn cuMemcpyAtoH_v2_ptds(dst: *mut c_void, a: CUarray, off: usize, n: usize) => array_linear(a, off, host_at(dst), n, false, std::ptr::null_mut());
     /// `cuMemcpyAtoHAsync_v2`.
-    fn cuMemcpyAtoHAsync_v2(dst: *mut c_void, a: CUarray, off: usize, n: usize, s: CUstream) => array_linear(a, off, host_at(dst), n, false, s);
+    fn cuMemcpyAtoHAsync_v2(dst: *mut c_void, a: CUarray, off: usize, n: usize, s: CUstream) => array_linear(a, off, host_at(dst), n, false, crate::stream::resolve(s));
     /// `cuMemcpyAtoHAsync_v2_ptsz`.
-    fn cuMemcpyAtoHAsync_v2_ptsz(dst: *mut c_void, a: CUarray, off: usize, n: usize, s: CUstream) => array_linear(a, off, host_at(dst), n, false, s);
+    fn cuMemcpyAtoHAsync_v2_ptsz(dst: *mut c_void, a: CUarray, off: usize, n: usize, s: CUstream) => array_linear(a, off, host_at(dst), n, false, crate::stream::per_thread_default(s));
     /// `cuMemcpyDtoA_v2`.
     fn cuMemcpyDtoA_v2(a: CUarray, off: usize, src: CUdeviceptr, n: usize) => array_linear(a, off, device_at(src), n, true, std::ptr::null_mut());
     /// `cuMemcpyDtoA_v2_ptds`.

@@ -143,6 +143,7 @@ pub extern "C" fn cuMemcpyBatchAsync(
     fail_idx: *mut usize,
     s: CUstream,
 ) -> CUresult {
+    let s = crate::stream::resolve(s);
     batch_v1(
         dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, fail_idx, s, false,
     )
@@ -161,6 +162,7 @@ pub extern "C" fn cuMemcpyBatchAsync_ptsz(
     fail_idx: *mut usize,
     s: CUstream,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     batch_v1(
         dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, fail_idx, s, true,
     )
@@ -178,6 +180,7 @@ pub extern "C" fn cuMemcpyBatchAsync_v2(
     num_attrs: usize,
     s: CUstream,
 ) -> CUresult {
+    let s = crate::stream::resolve(s);
     batch_v1(
         dsts,
         srcs,
@@ -204,6 +207,7 @@ pub extern "C" fn cuMemcpyBatchAsync_v2_ptsz(
     num_attrs: usize,
     s: CUstream,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     batch_v1(
         dsts,
         srcs,

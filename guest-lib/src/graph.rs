@@ -1299,12 +1299,14 @@ pub extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
 /// `cuGraphLaunch`.
 #[no_mangle]
 pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, s: CUstream) -> CUresult {
+    let s = crate::stream::resolve(s);
     launch(exec, s)
 }
 
 /// `cuGraphLaunch_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuGraphLaunch_ptsz(exec: CUgraphExec, s: CUstream) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     launch(exec, s)
 }
 
@@ -1324,6 +1326,7 @@ pub extern "C" fn cuGraphUpload(exec: CUgraphExec, _s: CUstream) -> CUresult {
 /// `cuGraphUpload_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuGraphUpload_ptsz(exec: CUgraphExec, s: CUstream) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     cuGraphUpload(exec, s)
 }
 
@@ -1528,6 +1531,7 @@ pub extern "C" fn cuStreamBeginCaptureToGraph(
     n: usize,
     _mode: u32,
 ) -> CUresult {
+    let s = crate::stream::resolve(s);
     if !edge_data.is_null() {
         return crate::unsupported("cuStreamBeginCaptureToGraph with edge data");
     }
@@ -1547,6 +1551,7 @@ pub extern "C" fn cuStreamBeginCaptureToGraph_ptsz(
     n: usize,
     mode: u32,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     cuStreamBeginCaptureToGraph(s, graph, deps, edge_data, n, mode)
 }
 
@@ -1562,6 +1567,7 @@ pub extern "C" fn cuStreamUpdateCaptureDependencies(
     n: usize,
     flags: u32,
 ) -> CUresult {
+    let s = crate::stream::resolve(s);
     ffi_result(|| {
         if flags > SET_CAPTURE_DEPENDENCIES {
             return Err(err::INVALID_VALUE);
@@ -1600,6 +1606,7 @@ pub extern "C" fn cuStreamUpdateCaptureDependencies_ptsz(
     n: usize,
     flags: u32,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     cuStreamUpdateCaptureDependencies(s, deps, n, flags)
 }
 
@@ -1612,6 +1619,7 @@ pub extern "C" fn cuStreamUpdateCaptureDependencies_v2(
     n: usize,
     flags: u32,
 ) -> CUresult {
+    let s = crate::stream::resolve(s);
     if !edge_data.is_null() {
         return crate::unsupported("cuStreamUpdateCaptureDependencies_v2 with edge data");
     }
@@ -1627,28 +1635,33 @@ pub extern "C" fn cuStreamUpdateCaptureDependencies_v2_ptsz(
     n: usize,
     flags: u32,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     cuStreamUpdateCaptureDependencies_v2(s, deps, edge_data, n, flags)
 }
 
 /// `cuStreamBeginCapture` (CUDA 10.0: global mode).
 #[no_mangle]
 pub extern "C" fn cuStreamBeginCapture(s: CUstream) -> CUresult {
+    let s = crate::stream::resolve(s);
     begin_capture(s)
 }
 /// `cuStreamBeginCapture_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuStreamBeginCapture_ptsz(s: CUstream) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     begin_capture(s)
 }
 /// `cuStreamBeginCapture_v2` (every mode captures the same way here: the
 /// modes restrict which other calls are legal meanwhile).
 #[no_mangle]
 pub extern "C" fn cuStreamBeginCapture_v2(s: CUstream, _mode: u32) -> CUresult {
+    let s = crate::stream::resolve(s);
     begin_capture(s)
 }
 /// `cuStreamBeginCapture_v2_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuStreamBeginCapture_v2_ptsz(s: CUstream, _mode: u32) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     begin_capture(s)
 }
 
@@ -1694,11 +1707,13 @@ fn end_capture(s: CUstream, graph: *mut CUgraph) -> CUresult {
 /// `cuStreamEndCapture`.
 #[no_mangle]
 pub extern "C" fn cuStreamEndCapture(s: CUstream, graph: *mut CUgraph) -> CUresult {
+    let s = crate::stream::resolve(s);
     end_capture(s, graph)
 }
 /// `cuStreamEndCapture_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuStreamEndCapture_ptsz(s: CUstream, graph: *mut CUgraph) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     end_capture(s, graph)
 }
 
@@ -1725,11 +1740,13 @@ fn is_capturing(s: CUstream, status: *mut u32) -> CUresult {
 /// `cuStreamIsCapturing`.
 #[no_mangle]
 pub extern "C" fn cuStreamIsCapturing(s: CUstream, status: *mut u32) -> CUresult {
+    let s = crate::stream::resolve(s);
     is_capturing(s, status)
 }
 /// `cuStreamIsCapturing_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuStreamIsCapturing_ptsz(s: CUstream, status: *mut u32) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     is_capturing(s, status)
 }
 
@@ -1786,6 +1803,7 @@ fn capture_info(
 /// `cuStreamGetCaptureInfo` (CUDA 10.1: status and id).
 #[no_mangle]
 pub extern "C" fn cuStreamGetCaptureInfo(s: CUstream, status: *mut u32, id: *mut u64) -> CUresult {
+    let s = crate::stream::resolve(s);
     capture_info(
         s,
         status,
@@ -1803,6 +1821,7 @@ pub extern "C" fn cuStreamGetCaptureInfo_ptsz(
     status: *mut u32,
     id: *mut u64,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     cuStreamGetCaptureInfo(s, status, id)
 }
 /// `cuStreamGetCaptureInfo_v2`.
@@ -1815,6 +1834,7 @@ pub extern "C" fn cuStreamGetCaptureInfo_v2(
     deps: *mut *const CUgraphNode,
     n: *mut usize,
 ) -> CUresult {
+    let s = crate::stream::resolve(s);
     capture_info(s, status, id, graph, deps, std::ptr::null_mut(), n)
 }
 /// `cuStreamGetCaptureInfo_v2_ptsz`.
@@ -1827,6 +1847,7 @@ pub extern "C" fn cuStreamGetCaptureInfo_v2_ptsz(
     deps: *mut *const CUgraphNode,
     n: *mut usize,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     capture_info(s, status, id, graph, deps, std::ptr::null_mut(), n)
 }
 /// `cuStreamGetCaptureInfo_v3` (no edge data: default edges only).
@@ -1840,6 +1861,7 @@ pub extern "C" fn cuStreamGetCaptureInfo_v3(
     edges: *mut *const c_void,
     n: *mut usize,
 ) -> CUresult {
+    let s = crate::stream::resolve(s);
     capture_info(s, status, id, graph, deps, edges, n)
 }
 /// `cuStreamGetCaptureInfo_v3_ptsz`.
@@ -1853,6 +1875,7 @@ pub extern "C" fn cuStreamGetCaptureInfo_v3_ptsz(
     edges: *mut *const c_void,
     n: *mut usize,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     capture_info(s, status, id, graph, deps, edges, n)
 }
 

@@ -231,6 +231,7 @@ pub extern "C" fn cuLaunchKernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
+    let s = crate::stream::resolve(s);
     launch(f, [gx, gy, gz], [bx, by, bz], shared, s, params, extra)
 }
 
@@ -250,6 +251,7 @@ pub extern "C" fn cuLaunchKernel_ptsz(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     launch(f, [gx, gy, gz], [bx, by, bz], shared, s, params, extra)
 }
 
@@ -270,6 +272,7 @@ pub extern "C" fn cuLaunchCooperativeKernel(
     s: CUstream,
     params: *mut *mut c_void,
 ) -> CUresult {
+    let s = crate::stream::resolve(s);
     launch_with(
         f,
         [gx, gy, gz],
@@ -300,6 +303,7 @@ pub extern "C" fn cuLaunchCooperativeKernel_ptsz(
     s: CUstream,
     params: *mut *mut c_void,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, s, params)
 }
 
@@ -320,16 +324,20 @@ fn launch_ex(
     f: CUfunction,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
+    per_thread: bool,
 ) -> CUresult {
     if config.is_null() {
         return err::INVALID_VALUE;
     }
     // SAFETY: non-null; the caller passes a CUlaunchConfig.
     let c = unsafe { &*config };
+    let s = if per_thread {
+        crate::stream::per_thread_default(c.stream)
+    } else {
+        crate::stream::resolve(c.stream)
+    };
     match launch_options(c) {
-        Ok(options) => launch_with(
-            f, c.grid, c.block, c.shared, c.stream, params, extra, options,
-        ),
+        Ok(options) => launch_with(f, c.grid, c.block, c.shared, s, params, extra, options),
         Err(e) => e,
     }
 }
@@ -465,7 +473,7 @@ pub extern "C" fn cuLaunchKernelEx(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    launch_ex(config, f, params, extra)
+    launch_ex(config, f, params, extra, false)
 }
 
 /// `cuLaunchKernelEx_ptsz`.
@@ -476,7 +484,7 @@ pub extern "C" fn cuLaunchKernelEx_ptsz(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    launch_ex(config, f, params, extra)
+    launch_ex(config, f, params, extra, true)
 }
 
 /// What bounds how many blocks of a kernel one multiprocessor holds.

@@ -407,41 +407,41 @@ export! {
     /// `cuMemcpyHtoD_v2_ptds`.
     fn cuMemcpyHtoD_v2_ptds(dst: CUdeviceptr, src: *const c_void, n: usize) => htod(dst, src, n, None);
     /// `cuMemcpyHtoDAsync_v2`.
-    fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) => htod(dst, src, n, Some(s));
+    fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) => htod(dst, src, n, Some(crate::stream::resolve(s)));
     /// `cuMemcpyHtoDAsync_v2_ptsz`.
-    fn cuMemcpyHtoDAsync_v2_ptsz(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) => htod(dst, src, n, Some(s));
+    fn cuMemcpyHtoDAsync_v2_ptsz(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) => htod(dst, src, n, Some(crate::stream::per_thread_default(s)));
     /// `cuMemcpyDtoH_v2`.
     fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) => dtoh(dst, src, n, std::ptr::null_mut());
     /// `cuMemcpyDtoH_v2_ptds`.
     fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CUdeviceptr, n: usize) => dtoh(dst, src, n, std::ptr::null_mut());
     /// `cuMemcpyDtoHAsync_v2`.
-    fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) => dtoh(dst, src, n, s);
+    fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) => dtoh(dst, src, n, crate::stream::resolve(s));
     /// `cuMemcpyDtoHAsync_v2_ptsz`.
-    fn cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) => dtoh(dst, src, n, s);
+    fn cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) => dtoh(dst, src, n, crate::stream::per_thread_default(s));
     /// `cuMemcpyDtoD_v2`.
     fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => dtod(dst, src, n, None);
     /// `cuMemcpyDtoD_v2_ptds`.
     fn cuMemcpyDtoD_v2_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => dtod(dst, src, n, None);
     /// `cuMemcpyDtoDAsync_v2`.
-    fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => dtod(dst, src, n, Some(s));
+    fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => dtod(dst, src, n, Some(crate::stream::resolve(s)));
     /// `cuMemcpyDtoDAsync_v2_ptsz`.
-    fn cuMemcpyDtoDAsync_v2_ptsz(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => dtod(dst, src, n, Some(s));
+    fn cuMemcpyDtoDAsync_v2_ptsz(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => dtod(dst, src, n, Some(crate::stream::per_thread_default(s)));
     /// `cuMemcpyPeer`.
     fn cuMemcpyPeer(dst: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize) => peer(dst, dc, src, sc, n, None);
     /// `cuMemcpyPeer_ptds`.
     fn cuMemcpyPeer_ptds(dst: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize) => peer(dst, dc, src, sc, n, None);
     /// `cuMemcpyPeerAsync`.
-    fn cuMemcpyPeerAsync(dst: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream) => peer(dst, dc, src, sc, n, Some(s));
+    fn cuMemcpyPeerAsync(dst: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream) => peer(dst, dc, src, sc, n, Some(crate::stream::resolve(s)));
     /// `cuMemcpyPeerAsync_ptsz`.
-    fn cuMemcpyPeerAsync_ptsz(dst: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream) => peer(dst, dc, src, sc, n, Some(s));
+    fn cuMemcpyPeerAsync_ptsz(dst: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream) => peer(dst, dc, src, sc, n, Some(crate::stream::per_thread_default(s)));
     /// `cuMemcpy` (unified addressing).
     fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => any(dst, src, n, None);
     /// `cuMemcpy_ptds`.
     fn cuMemcpy_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => any(dst, src, n, None);
     /// `cuMemcpyAsync` (unified addressing).
-    fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => any(dst, src, n, Some(s));
+    fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => any(dst, src, n, Some(crate::stream::resolve(s)));
     /// `cuMemcpyAsync_ptsz`.
-    fn cuMemcpyAsync_ptsz(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => any(dst, src, n, Some(s));
+    fn cuMemcpyAsync_ptsz(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => any(dst, src, n, Some(crate::stream::per_thread_default(s)));
     /// `cuMemsetD8_v2`.
     fn cuMemsetD8_v2(dst: CUdeviceptr, v: u8, n: usize) => memset(dst, v.into(), 1, n, None);
     /// `cuMemsetD8_v2_ptds`.
@@ -455,17 +455,17 @@ export! {
     /// `cuMemsetD32_v2_ptds`.
     fn cuMemsetD32_v2_ptds(dst: CUdeviceptr, v: u32, n: usize) => memset(dst, v, 4, n, None);
     /// `cuMemsetD8Async`.
-    fn cuMemsetD8Async(dst: CUdeviceptr, v: u8, n: usize, s: CUstream) => memset(dst, v.into(), 1, n, Some(s));
+    fn cuMemsetD8Async(dst: CUdeviceptr, v: u8, n: usize, s: CUstream) => memset(dst, v.into(), 1, n, Some(crate::stream::resolve(s)));
     /// `cuMemsetD8Async_ptsz`.
-    fn cuMemsetD8Async_ptsz(dst: CUdeviceptr, v: u8, n: usize, s: CUstream) => memset(dst, v.into(), 1, n, Some(s));
+    fn cuMemsetD8Async_ptsz(dst: CUdeviceptr, v: u8, n: usize, s: CUstream) => memset(dst, v.into(), 1, n, Some(crate::stream::per_thread_default(s)));
     /// `cuMemsetD16Async`.
-    fn cuMemsetD16Async(dst: CUdeviceptr, v: u16, n: usize, s: CUstream) => memset(dst, v.into(), 2, n, Some(s));
+    fn cuMemsetD16Async(dst: CUdeviceptr, v: u16, n: usize, s: CUstream) => memset(dst, v.into(), 2, n, Some(crate::stream::resolve(s)));
     /// `cuMemsetD16Async_ptsz`.
-    fn cuMemsetD16Async_ptsz(dst: CUdeviceptr, v: u16, n: usize, s: CUstream) => memset(dst, v.into(), 2, n, Some(s));
+    fn cuMemsetD16Async_ptsz(dst: CUdeviceptr, v: u16, n: usize, s: CUstream) => memset(dst, v.into(), 2, n, Some(crate::stream::per_thread_default(s)));
     /// `cuMemsetD32Async`.
-    fn cuMemsetD32Async(dst: CUdeviceptr, v: u32, n: usize, s: CUstream) => memset(dst, v, 4, n, Some(s));
+    fn cuMemsetD32Async(dst: CUdeviceptr, v: u32, n: usize, s: CUstream) => memset(dst, v, 4, n, Some(crate::stream::resolve(s)));
     /// `cuMemsetD32Async_ptsz`.
-    fn cuMemsetD32Async_ptsz(dst: CUdeviceptr, v: u32, n: usize, s: CUstream) => memset(dst, v, 4, n, Some(s));
+    fn cuMemsetD32Async_ptsz(dst: CUdeviceptr, v: u32, n: usize, s: CUstream) => memset(dst, v, 4, n, Some(crate::stream::per_thread_default(s)));
     /// `cuMemsetD2D8_v2`.
     fn cuMemsetD2D8_v2(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize) => memset_2d(dst, pitch, v.into(), 1, w, h, None);
     /// `cuMemsetD2D8_v2_ptds`.
@@ -479,17 +479,17 @@ export! {
     /// `cuMemsetD2D32_v2_ptds`.
     fn cuMemsetD2D32_v2_ptds(dst: CUdeviceptr, pitch: usize, v: u32, w: usize, h: usize) => memset_2d(dst, pitch, v, 4, w, h, None);
     /// `cuMemsetD2D8Async`.
-    fn cuMemsetD2D8Async(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v.into(), 1, w, h, Some(s));
+    fn cuMemsetD2D8Async(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v.into(), 1, w, h, Some(crate::stream::resolve(s)));
     /// `cuMemsetD2D8Async_ptsz`.
-    fn cuMemsetD2D8Async_ptsz(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v.into(), 1, w, h, Some(s));
+    fn cuMemsetD2D8Async_ptsz(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v.into(), 1, w, h, Some(crate::stream::per_thread_default(s)));
     /// `cuMemsetD2D16Async`.
-    fn cuMemsetD2D16Async(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v.into(), 2, w, h, Some(s));
+    fn cuMemsetD2D16Async(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v.into(), 2, w, h, Some(crate::stream::resolve(s)));
     /// `cuMemsetD2D16Async_ptsz`.
-    fn cuMemsetD2D16Async_ptsz(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v.into(), 2, w, h, Some(s));
+    fn cuMemsetD2D16Async_ptsz(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v.into(), 2, w, h, Some(crate::stream::per_thread_default(s)));
     /// `cuMemsetD2D32Async`.
-    fn cuMemsetD2D32Async(dst: CUdeviceptr, pitch: usize, v: u32, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v, 4, w, h, Some(s));
+    fn cuMemsetD2D32Async(dst: CUdeviceptr, pitch: usize, v: u32, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v, 4, w, h, Some(crate::stream::resolve(s)));
     /// `cuMemsetD2D32Async_ptsz`.
-    fn cuMemsetD2D32Async_ptsz(dst: CUdeviceptr, pitch: usize, v: u32, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v, 4, w, h, Some(s));
+    fn cuMemsetD2D32Async_ptsz(dst: CUdeviceptr, pitch: usize, v: u32, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v, 4, w, h, Some(crate::stream::per_thread_default(s)));
 }
 
 /// `cuMemsetD2D*`: `height` rows of `width` elements, `pitch` bytes apart,

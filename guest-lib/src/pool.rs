@@ -193,6 +193,7 @@ fn current_pool() -> Result<usize, CUresult> {
 /// `cuMemAllocAsync`: from the device's current pool.
 #[no_mangle]
 pub extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, s: CUstream) -> CUresult {
+    let s = crate::stream::resolve(s);
     // In a capture: an allocation node of the graph.
     if let Some(r) = crate::graph::captured_alloc(s, size, dptr) {
         return r;
@@ -207,6 +208,7 @@ pub extern "C" fn cuMemAllocAsync_ptsz(
     size: usize,
     s: CUstream,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     cuMemAllocAsync(dptr, size, s)
 }
 
@@ -218,6 +220,7 @@ pub extern "C" fn cuMemAllocFromPoolAsync(
     pool: CUmemoryPool,
     s: CUstream,
 ) -> CUresult {
+    let s = crate::stream::resolve(s);
     if let Some(r) = crate::graph::captured_alloc(s, size, dptr) {
         return r;
     }
@@ -232,12 +235,14 @@ pub extern "C" fn cuMemAllocFromPoolAsync_ptsz(
     pool: CUmemoryPool,
     s: CUstream,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     cuMemAllocFromPoolAsync(dptr, size, pool, s)
 }
 
 /// `cuMemFreeAsync`: once the work already queued in the stream is done.
 #[no_mangle]
 pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, s: CUstream) -> CUresult {
+    let s = crate::stream::resolve(s);
     ffi_result(|| {
         state::device()?;
         if dptr == 0 {
@@ -274,6 +279,7 @@ pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, s: CUstream) -> CUresult {
 /// `cuMemFreeAsync_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, s: CUstream) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     cuMemFreeAsync(dptr, s)
 }
 

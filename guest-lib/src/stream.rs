@@ -1,8 +1,15 @@
 //! Streams and events. Their handles are the host's opaque handles carried
-//! as pointer-sized values; the NULL stream and the special
-//! `CU_STREAM_LEGACY`/`CU_STREAM_PER_THREAD` handles all name the host's
-//! NULL stream.
+//! as pointer-sized values; the NULL stream and `CU_STREAM_LEGACY` name the
+//! host's NULL stream.
+//!
+//! The per-thread default stream (`CU_STREAM_PER_THREAD`, and the NULL
+//! stream given to a `_ptsz` entry point, which libcudart calls for
+//! programs built with `--default-stream per-thread`) is a stream of the
+//! thread's own, as with the driver: made on the host at the thread's first
+//! use, with no flags (so it orders with the legacy NULL stream, and not
+//! with the other streams), and destroyed when the thread exits.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Mutex;
@@ -19,7 +26,72 @@ const STREAM_PER_THREAD: usize = 0x2;
 
 static FLAGS: Mutex<Option<HashMap<u64, u32>>> = Mutex::new(None);
 
-/// The host handle a `CUstream` names (0: the NULL stream).
+/// The calling thread's per-thread default stream (its host handle, 0
+/// until made).
+struct PerThread(Cell<u64>);
+
+impl Drop for PerThread {
+    fn drop(&mut self) {
+        let h = self.0.get();
+        if h != 0 {
+            // Work queued on it still runs; the host frees the stream
+            // when it is done, as the driver does.
+            let _ = state::with(|cu| cu.stream_destroy(h));
+            if let Ok(mut m) = FLAGS.lock() {
+                m.get_or_insert_with(HashMap::new).remove(&h);
+            }
+        }
+    }
+}
+
+thread_local! {
+    static PER_THREAD: PerThread = const { PerThread(Cell::new(0)) };
+}
+
+/// The calling thread's per-thread default stream, made at its first use;
+/// `None` if it cannot be made (no context, the host refused), in which
+/// case the legacy NULL stream stands in (it orders no less).
+fn per_thread_stream() -> Option<u64> {
+    PER_THREAD
+        .try_with(|p| {
+            if p.0.get() == 0 {
+                let h = state::with(|cu| cu.stream_create(0)).ok()?;
+                if let Ok(mut m) = FLAGS.lock() {
+                    m.get_or_insert_with(HashMap::new).insert(h, 0);
+                }
+                p.0.set(h);
+            }
+            Some(p.0.get())
+        })
+        .ok()
+        .flatten()
+}
+
+/// The stream a call names, resolving the per-thread default stream
+/// (`CU_STREAM_PER_THREAD`, or the NULL stream for a `_ptsz` entry point)
+/// to the thread's own stream. Called at the entry points, before any
+/// lock is taken (it may ask the host for the stream).
+pub fn per_thread_default(s: CUstream) -> CUstream {
+    resolve(if s.is_null() {
+        STREAM_PER_THREAD as CUstream
+    } else {
+        s
+    })
+}
+
+/// `s` with `CU_STREAM_PER_THREAD` resolved to the thread's own stream.
+pub fn resolve(s: CUstream) -> CUstream {
+    if s as usize == STREAM_PER_THREAD {
+        if let Some(h) = per_thread_stream() {
+            return h as usize as CUstream;
+        }
+    }
+    s
+}
+
+/// The host handle a `CUstream` names (0: the NULL stream). The
+/// per-thread default stream must have been resolved ([`resolve`]);
+/// unresolved, it names the legacy NULL stream.
 pub fn stream_handle(s: CUstream) -> u64 {
     match s as usize {
         0 | STREAM_LEGACY | STREAM_PER_THREAD => 0,
@@ -109,37 +181,44 @@ fn wait_event(s: CUstream, e: CUevent) -> CUresult {
 /// `cuStreamSynchronize`.
 #[no_mangle]
 pub extern "C" fn cuStreamSynchronize(s: CUstream) -> CUresult {
+    let s = crate::stream::resolve(s);
     synchronize(s)
 }
 /// `cuStreamSynchronize_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuStreamSynchronize_ptsz(s: CUstream) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     synchronize(s)
 }
 /// `cuStreamQuery`.
 #[no_mangle]
 pub extern "C" fn cuStreamQuery(s: CUstream) -> CUresult {
+    let s = crate::stream::resolve(s);
     query(s)
 }
 /// `cuStreamQuery_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuStreamQuery_ptsz(s: CUstream) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     query(s)
 }
 /// `cuStreamWaitEvent`.
 #[no_mangle]
 pub extern "C" fn cuStreamWaitEvent(s: CUstream, e: CUevent, _flags: u32) -> CUresult {
+    let s = crate::stream::resolve(s);
     wait_event(s, e)
 }
 /// `cuStreamWaitEvent_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuStreamWaitEvent_ptsz(s: CUstream, e: CUevent, _flags: u32) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     wait_event(s, e)
 }
 
 /// `cuStreamGetFlags`.
 #[no_mangle]
 pub extern "C" fn cuStreamGetFlags(s: CUstream, flags: *mut u32) -> CUresult {
+    let s = crate::stream::resolve(s);
     ffi_result(|| {
         require_current()?;
         let h = stream_handle(s);
@@ -156,18 +235,21 @@ pub extern "C" fn cuStreamGetFlags(s: CUstream, flags: *mut u32) -> CUresult {
 /// `cuStreamGetFlags_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuStreamGetFlags_ptsz(s: CUstream, flags: *mut u32) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     cuStreamGetFlags(s, flags)
 }
 
 /// `cuStreamGetPriority_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuStreamGetPriority_ptsz(s: CUstream, priority: *mut i32) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     cuStreamGetPriority(s, priority)
 }
 
 /// `cuStreamGetCtx_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuStreamGetCtx_ptsz(s: CUstream, pctx: *mut CUcontext) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     cuStreamGetCtx(s, pctx)
 }
 
@@ -178,6 +260,7 @@ pub extern "C" fn cuStreamGetCtx_v2(
     pctx: *mut CUcontext,
     green: *mut *mut c_void,
 ) -> CUresult {
+    let s = crate::stream::resolve(s);
     ffi_result(|| {
         if pctx.is_null() && green.is_null() {
             return Err(err::INVALID_VALUE);
@@ -203,6 +286,7 @@ pub extern "C" fn cuStreamGetCtx_v2_ptsz(
     pctx: *mut CUcontext,
     green: *mut *mut c_void,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     cuStreamGetCtx_v2(s, pctx, green)
 }
 
@@ -219,6 +303,7 @@ pub extern "C" fn cuStreamGetDevice(_s: CUstream, dev: *mut i32) -> CUresult {
 /// `cuStreamGetDevice_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuStreamGetDevice_ptsz(s: CUstream, dev: *mut i32) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     cuStreamGetDevice(s, dev)
 }
 
@@ -268,11 +353,13 @@ fn host_func(s: CUstream, f: HostFn, data: *mut c_void) -> CUresult {
 /// `cuLaunchHostFunc`.
 #[no_mangle]
 pub extern "C" fn cuLaunchHostFunc(s: CUstream, f: HostFn, data: *mut c_void) -> CUresult {
+    let s = crate::stream::resolve(s);
     host_func(s, f, data)
 }
 /// `cuLaunchHostFunc_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuLaunchHostFunc_ptsz(s: CUstream, f: HostFn, data: *mut c_void) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     host_func(s, f, data)
 }
 
@@ -299,6 +386,7 @@ pub extern "C" fn cuStreamAddCallback(
     data: *mut c_void,
     _flags: u32,
 ) -> CUresult {
+    let s = crate::stream::resolve(s);
     add_callback(s, cb, data)
 }
 /// `cuStreamAddCallback_ptsz`.
@@ -309,6 +397,7 @@ pub extern "C" fn cuStreamAddCallback_ptsz(
     data: *mut c_void,
     _flags: u32,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     add_callback(s, cb, data)
 }
 
@@ -354,21 +443,25 @@ fn record(e: CUevent, s: CUstream) -> CUresult {
 /// `cuEventRecord`.
 #[no_mangle]
 pub extern "C" fn cuEventRecord(e: CUevent, s: CUstream) -> CUresult {
+    let s = crate::stream::resolve(s);
     record(e, s)
 }
 /// `cuEventRecord_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuEventRecord_ptsz(e: CUevent, s: CUstream) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     record(e, s)
 }
 /// `cuEventRecordWithFlags`.
 #[no_mangle]
 pub extern "C" fn cuEventRecordWithFlags(e: CUevent, s: CUstream, _flags: u32) -> CUresult {
+    let s = crate::stream::resolve(s);
     record(e, s)
 }
 /// `cuEventRecordWithFlags_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuEventRecordWithFlags_ptsz(e: CUevent, s: CUstream, _flags: u32) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     record(e, s)
 }
 
@@ -420,9 +513,10 @@ fn stream_id(s: CUstream, id: *mut u64) -> CUresult {
     ffi_result(|| {
         state::device()?;
         let h = stream_handle(s);
-        // The NULL, legacy and per-thread default streams are one stream on
-        // the host: one id. A created stream's id is its host handle, never
-        // 0 and never reused while it lives.
+        // The NULL and legacy streams are one stream on the host: one id.
+        // A created stream's id (a thread's per-thread default stream's
+        // too) is its host handle, never 0 and never reused while it
+        // lives.
         if h != 0 {
             let known = FLAGS
                 .lock()
@@ -441,12 +535,14 @@ fn stream_id(s: CUstream, id: *mut u64) -> CUresult {
 /// `cuStreamGetId`: a stream's unique id.
 #[no_mangle]
 pub extern "C" fn cuStreamGetId(s: CUstream, id: *mut u64) -> CUresult {
+    let s = crate::stream::resolve(s);
     stream_id(s, id)
 }
 
 /// `cuStreamGetId_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuStreamGetId_ptsz(s: CUstream, id: *mut u64) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     stream_id(s, id)
 }
 
@@ -508,6 +604,7 @@ pub extern "C" fn cuStreamSetAttribute(
     attr: u32,
     value: *const AttrValue,
 ) -> CUresult {
+    let s = crate::stream::resolve(s);
     set_attribute(s, attr, value)
 }
 /// `cuStreamSetAttribute_ptsz`.
@@ -517,11 +614,13 @@ pub extern "C" fn cuStreamSetAttribute_ptsz(
     attr: u32,
     value: *const AttrValue,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     set_attribute(s, attr, value)
 }
 /// `cuStreamGetAttribute`.
 #[no_mangle]
 pub extern "C" fn cuStreamGetAttribute(s: CUstream, attr: u32, value: *mut AttrValue) -> CUresult {
+    let s = crate::stream::resolve(s);
     get_attribute(s, attr, value)
 }
 /// `cuStreamGetAttribute_ptsz`.
@@ -531,6 +630,7 @@ pub extern "C" fn cuStreamGetAttribute_ptsz(
     attr: u32,
     value: *mut AttrValue,
 ) -> CUresult {
+    let s = crate::stream::per_thread_default(s);
     get_attribute(s, attr, value)
 }
 
@@ -560,7 +660,7 @@ pub extern "C" fn cuStreamCopyAttributes(dst: CUstream, src: CUstream) -> CUresu
 /// `cuStreamCopyAttributes_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuStreamCopyAttributes_ptsz(dst: CUstream, src: CUstream) -> CUresult {
-    copy_attributes(dst, src)
+    copy_attributes(per_thread_default(dst), per_thread_default(src))
 }
 
 /// `cuCtxResetPersistingL2Cache`: persisting lines are a cache hint; there

@@ -5,11 +5,16 @@
 // calls around it that programs make once and rarely check: cache and
 // shared-memory configuration, peer access on a single device, peer
 // copies, stream queries, and modules loaded from files (`cuModuleLoad`,
-// `cuLibraryLoadFromFile`). Kernel results are checked against the CPU
-// when FAIRGPU_CHECK_RESULTS=1.
+// `cuLibraryLoadFromFile`), and each host thread's own default stream
+// (distinct ids, captured by two threads at once into graphs of their
+// own). Kernel results are checked against the CPU when
+// FAIRGPU_CHECK_RESULTS=1.
 #define PROGRAM "per_thread_stream"
 #include <cuda.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <thread>
 
 #include "common.h"
 
@@ -181,6 +186,57 @@ int main() {
                 EXPECT(back[i] == want, "cooperative element %d: %g, want %g", i, back[i], want);
             }
         }
+    }
+
+    // Each host thread has a default stream of its own: its id differs from
+    // the other thread's and from the legacy stream's, and two threads
+    // capture theirs at the same time (a kernel launched without a stream
+    // goes to the thread's own), each into a graph of its own.
+    {
+        unsigned long long legacy = 0, ids[2] = {0, 0};
+        CHECK(cudaStreamGetId(cudaStreamLegacy, &legacy));
+        float* outs[2];
+        for (float*& o : outs) CHECK(cudaMalloc(&o, bytes));
+        std::atomic<int> capturing{0};
+        cudaError_t errs[2] = {cudaSuccess, cudaSuccess};
+        auto work = [&](int t) {
+            cudaError_t e = cudaStreamGetId(cudaStreamPerThread, &ids[t]);
+            if (e == cudaSuccess)
+                e = cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal);
+            capturing++;
+            while (e == cudaSuccess && capturing.load() < 2) std::this_thread::yield();
+            cudaGraph_t g = nullptr;
+            if (e == cudaSuccess) {
+                scale<<<(n + 255) / 256, 256>>>(a, outs[t], (float)(t + 2), n);
+                e = cudaStreamEndCapture(cudaStreamPerThread, &g);
+            }
+            cudaGraphExec_t exec = nullptr;
+            if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, g, 0);
+            if (e == cudaSuccess) e = cudaGraphLaunch(exec, cudaStreamPerThread);
+            if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamPerThread);
+            if (exec) (void)cudaGraphExecDestroy(exec);
+            if (g) (void)cudaGraphDestroy(g);
+            errs[t] = e;
+        };
+        std::thread t0(work, 0), t1(work, 1);
+        t0.join();
+        t1.join();
+        for (int t = 0; t < 2; t++)
+            EXPECT(errs[t] == cudaSuccess, "thread %d: %s", t, cudaGetErrorString(errs[t]));
+        EXPECT(ids[0] != ids[1] && ids[0] != legacy && ids[1] != legacy,
+               "per-thread stream ids %llu and %llu, legacy %llu", ids[0], ids[1], legacy);
+        CHECK(cudaMemcpy(host, a, bytes, cudaMemcpyDeviceToHost));
+        for (int t = 0; t < 2; t++) {
+            CHECK(cudaMemcpy(back, outs[t], bytes, cudaMemcpyDeviceToHost));
+            if (check_results()) {
+                for (int i = 0; i < n; i++) {
+                    float want = host[i] * (float)(t + 2) + (float)(i / 256);
+                    EXPECT(back[i] == want, "thread %d element %d: %g, want %g", t, i, back[i],
+                           want);
+                }
+            }
+        }
+        for (float* o : outs) CHECK(cudaFree(o));
     }
 
     // Modules from files: PTX through cuModuleLoad and cuLibraryLoadFromFile.
