@@ -309,9 +309,12 @@ impl LaunchConfig {
         }
     }
 
-    /// Blocks in the whole grid.
+    /// Blocks in the whole grid (saturating: the worker refuses grids past
+    /// `fairgpu_protocol::cuda::MAX_GRID`, whose count fits).
     pub fn blocks(&self) -> u64 {
-        self.grid.iter().map(|&v| u64::from(v)).product()
+        self.grid
+            .iter()
+            .fold(1u64, |n, &v| n.saturating_mul(u64::from(v)))
     }
 }
 

@@ -19,6 +19,9 @@
 //!   (at most the arena's size; what is missing reads as zeros);
 //! and `ch` with its top bit set resets that channel (its owner left).
 //!
+//! Before each request, and before the final resets, the channel's
+//! unfinished work (a graph launch's steps) runs, as the server runs it.
+//!
 //! Properties:
 //! - no request panics the worker, whatever the sequence;
 //! - device memory in use stays within the quota, host memory within the
@@ -36,7 +39,7 @@ use fairgpu_executor::sim::{SimConfig, SimDevice, SimGpu};
 use fairgpu_protocol::wire::{Request, REQ_NEEDS_RESPONSE};
 use fairgpu_protocol::{Opcode, RegionConfig};
 use fairgpu_worker::cuda_ops::CudaOps;
-use fairgpu_worker::host::{Handler, HostRegion};
+use fairgpu_worker::host::{Handler, HostRegion, Resume};
 use libfuzzer_sys::fuzz_target;
 
 const CHANNELS: u32 = 4;
@@ -162,6 +165,10 @@ fuzz_target!(|data: &[u8]| {
         let Ok(valid) = req.validate(ARENA) else {
             continue;
         };
+        // As the server does: what an answered request left unfinished
+        // on the channel (a graph launch's steps, a sliced kernel's parts)
+        // runs before its next request.
+        while let Resume::Ran(_) = ops.resume(ch) {}
         if let Ok(answer) = ops.handle(ch, &valid, &slice) {
             answers.push(answer.vals[0]);
         }
@@ -174,6 +181,7 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     for ch in 0..CHANNELS {
+        while let Resume::Ran(_) = ops.resume(ch) {}
         ops.reset(ch);
     }
     let usage = ops.usage();

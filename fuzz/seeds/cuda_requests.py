@@ -3,7 +3,8 @@
 comment for the record format) into fuzz/seeds/cuda_requests/: a guest's
 ordinary session (allocate, fill, load fairgpu's kernels, look one up,
 launch it, copy the result back, free), so that mutations start from
-sequences that reach module loading and kernel execution.
+sequences that reach module loading and kernel execution; and a graph
+launch of copies, memsets and event work after it.
 
 Run from the repository root: python3 fuzz/seeds/cuda_requests.py
 """
@@ -57,9 +58,33 @@ def session(ch):
     ])
 
 
+def step(op, args, data=b""):
+    """One step of a GraphLaunch's arena (protocol::cuda::push_graph_step)."""
+    code = int(re.search(rf"\b{op} = (0x[0-9a-f]+),",
+                         (root / "protocol/src/opcode.rs").read_text()).group(1), 16)
+    args = list(args) + [0] * (5 - len(args))
+    return (struct.pack("<HHI", code, 0, len(data)) + struct.pack("<5Q", *args)
+            + data + bytes(-len(data) % 8))
+
+
+def graph_launch(ch):
+    steps = b"".join([
+        step("MemsetD32", [BASE, 0x01020304, 64, 0]),
+        step("MemcpyHtoD", [BASE + 8, 0], bytes(range(40))),
+        step("MemcpyDtoD", [BASE + 512, BASE, 256, 0]),
+        step("MemsetD8", [BASE + 1000, 7, 24, 0]),
+        step("EventRecord", [0, 0]),
+    ])
+    return session(ch) + b"".join([
+        record(ch, "GraphLaunch", [lit(5)], steps),
+        record(ch, "MemcpyDtoH", [lit(BASE), lit(0)], bytes(1024)),
+    ])
+
+
 out = root / "fuzz/seeds/cuda_requests"
 out.mkdir(parents=True, exist_ok=True)
 (out / "session").write_bytes(session(0))
 (out / "two-channels-and-a-reset").write_bytes(session(0) + session(1) + bytes([0x80])
                                                 + session(0))
+(out / "graph-launch").write_bytes(graph_launch(0))
 print(f"wrote {len(list(out.iterdir()))} seeds to {out.relative_to(root)}")

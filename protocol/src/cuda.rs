@@ -88,6 +88,11 @@ pub mod limit {
 /// CUDA_ERROR_NOT_READY, returned by queries of unfinished work.
 pub const NOT_READY: u32 = crate::wire::Status::NOT_READY.0;
 
+/// The largest grid, in blocks per dimension, as every GPU since compute
+/// capability 3.0 (`MAX_GRID_DIM_X/Y/Z`): launches past it are refused,
+/// so that a grid's block count (at most 2^63) fits a u64.
+pub const MAX_GRID: [u32; 3] = [0x7fff_ffff, 65535, 65535];
+
 /// Launch geometry, at the start of a `LaunchKernel` request's arena slice.
 /// The packed parameters follow it.
 #[repr(C)]
@@ -152,6 +157,9 @@ impl LaunchHeader {
             .fold(1u64, |n, &d| n.saturating_mul(u64::from(d)));
         if threads > 1024 {
             return Err("more than 1024 threads per block");
+        }
+        if self.grid[0] > MAX_GRID[0] || self.grid[1] > MAX_GRID[1] || self.grid[2] > MAX_GRID[2] {
+            return Err("a grid dimension past the device's maximum");
         }
         if self.param_bytes > MAX_PARAM_BYTES {
             return Err("parameter buffer larger than 32764 bytes");
@@ -522,6 +530,29 @@ mod tests {
                 "{block:?}"
             );
         }
+    }
+
+    /// Found by the `cuda_requests` fuzz target: a grid whose block count
+    /// passes u64 panicked the worker in builds with overflow checks
+    /// (`LaunchConfig::blocks`) and wrapped in others.
+    #[test]
+    fn a_grid_past_the_device_s_maximum_is_refused() {
+        let h = |grid| LaunchHeader {
+            grid,
+            block: [32, 1, 1],
+            shared_mem: 0,
+            param_bytes: 0,
+        };
+        assert_eq!(h(MAX_GRID).validate(), Ok(()));
+        for grid in [[u32::MAX; 3], [1 << 31, 1, 1], [1, 65536, 1], [1, 1, 65536]] {
+            assert_eq!(
+                h(grid).validate(),
+                Err("a grid dimension past the device's maximum"),
+                "{grid:?}"
+            );
+        }
+        let blocks: u64 = MAX_GRID.iter().map(|&d| u64::from(d)).product();
+        assert!(blocks < 1 << 63);
     }
 
     #[test]

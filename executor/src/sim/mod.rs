@@ -184,7 +184,7 @@ const WARN_NAMES_MAX: usize = 256;
 const MAX_BLOCK_THREADS: u64 = 1024;
 /// Largest block dimensions and grid dimensions (the device attributes).
 const MAX_BLOCK_DIM: [u32; 3] = [1024, 1024, 64];
-const MAX_GRID_DIM: [u32; 3] = [i32::MAX as u32, 65535, 65535];
+const MAX_GRID_DIM: [u32; 3] = fairgpu_protocol::cuda::MAX_GRID;
 /// Most dynamic shared memory per block (the opt-in attribute).
 const MAX_SHARED_BYTES: u32 = 232_448;
 /// Shared memory per block a launch gets without opting in (the device's
