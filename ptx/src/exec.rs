@@ -113,8 +113,12 @@ pub const MAX_SHARED_BYTES: u64 = 228 << 10;
 pub const MAX_REGISTER_FILE: u64 = 256 << 20;
 /// Most bytes of block state (registers, shared, local and parameter
 /// scratch memory) a cooperative launch, whose blocks all live at once,
-/// may hold.
-pub const MAX_COOPERATIVE_STATE: u64 = 1 << 30;
+/// may hold: as much as a launch whose blocks run on eight host threads
+/// may hold at once (eight blocks of [`MAX_REGISTER_FILE`] registers).
+/// A grid that fills an H100 (2,048 threads on each of 132
+/// multiprocessors) with 512 PTX registers per thread takes 1.1 GB here,
+/// where the GPU's allocator would give each thread a few dozen.
+pub const MAX_COOPERATIVE_STATE: u64 = 2 << 30;
 /// Reserved shared memory of every block, after the kernel's own (static
 /// and dynamic), as sm_80–90 devices reserve 1 KiB per block for the
 /// system (CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK).
