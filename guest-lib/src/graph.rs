@@ -1326,7 +1326,6 @@ pub extern "C" fn cuGraphUpload(exec: CUgraphExec, _s: CUstream) -> CUresult {
 /// `cuGraphUpload_ptsz`.
 #[no_mangle]
 pub extern "C" fn cuGraphUpload_ptsz(exec: CUgraphExec, s: CUstream) -> CUresult {
-    let s = crate::stream::per_thread_default(s);
     cuGraphUpload(exec, s)
 }
 

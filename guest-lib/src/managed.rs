@@ -614,7 +614,6 @@ pub extern "C" fn cuMemPrefetchAsync_ptsz(
     dev: i32,
     s: CUstream,
 ) -> CUresult {
-    let s = crate::stream::per_thread_default(s);
     cuMemPrefetchAsync(p, n, dev, s)
 }
 
@@ -642,7 +641,6 @@ pub extern "C" fn cuMemPrefetchAsync_v2_ptsz(
     flags: u32,
     s: CUstream,
 ) -> CUresult {
-    let s = crate::stream::per_thread_default(s);
     cuMemPrefetchAsync_v2(p, n, loc, flags, s)
 }
 
@@ -871,6 +869,5 @@ pub extern "C" fn cuStreamAttachMemAsync_ptsz(
     n: usize,
     flags: u32,
 ) -> CUresult {
-    let s = crate::stream::per_thread_default(s);
     cuStreamAttachMemAsync(s, p, n, flags)
 }

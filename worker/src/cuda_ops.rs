@@ -144,7 +144,9 @@ struct Context {
     ev_zombies: HashSet<EventId>,
     ev_imports: HashMap<EventId, (u64, u32)>,
     /// A graph launch's steps not run yet, and the bytes charged for
-    /// them (its request's data, kept until its last step has run).
+    /// them (its request's data, kept until its last step has run). The
+    /// charge is kept apart from the job, which is taken out while one of
+    /// its steps runs, so that the context's charge holds meanwhile.
     graph: Option<GraphJob>,
     graph_bytes: u64,
     /// What this context is charged against the VM's host memory: at
@@ -2051,6 +2053,16 @@ impl CudaOps {
         r
     }
 
+    /// Counts a served request of opcode `op`: a launch the executor
+    /// took, or the channel's error.
+    fn served(&mut self, ch: u32, op: Opcode, r: &Result<Answer, Status>) {
+        match r {
+            Ok(_) if op == Opcode::LaunchKernel => self.kernels += 1,
+            Ok(_) => {}
+            Err(status) => self.note_error(ch, *status),
+        }
+    }
+
     /// Runs the next step of the graph launch queued on channel `ch`, as
     /// the request it stands for. A failed step ends the launch: its error
     /// is the channel's next deferred one, and the steps after it do not
@@ -2068,11 +2080,7 @@ impl CudaOps {
         };
         let req = job.request(&step);
         let r = self.cuda_request(ch, &req, &ArenaSlice::private(&job.data[step.data]));
-        match r {
-            Ok(_) if req.op == Opcode::LaunchKernel => self.kernels += 1,
-            Ok(_) => {}
-            Err(status) => self.note_error(ch, status),
-        }
+        self.served(ch, req.op, &r);
         if let Some(cx) = self.contexts.get_mut(ch as usize).and_then(Option::as_mut) {
             if r.is_ok() && !job.steps.is_empty() {
                 cx.graph = Some(job);
@@ -2104,11 +2112,7 @@ impl Handler for CudaOps {
             }
             _ => self.cuda_request(ch, req, arena),
         };
-        match result {
-            Ok(_) if req.op == Opcode::LaunchKernel => self.kernels += 1,
-            Ok(_) => {}
-            Err(status) => self.note_error(ch, status),
-        }
+        self.served(ch, req.op, &result);
         result
     }
 
