@@ -152,6 +152,9 @@ pub struct Channel {
     resp: Consumer<ResponseRing>,
     arena: ArenaAlloc,
     next_call: u64,
+    /// The process's call-id counter, for a channel that shares its host
+    /// context with the process's other channels ([`Channel::share_call_ids`]).
+    call_ids: Option<Arc<AtomicU64>>,
     in_flight: u32,
     vcpu: u32,
     cfg: WaitConfig,
@@ -268,6 +271,7 @@ impl Channel {
             pid: owner.pid,
             offs,
             next_call: 1,
+            call_ids: None,
             in_flight: 0,
             vcpu: 0,
             cfg,
@@ -633,8 +637,19 @@ impl Channel {
                 .write_bytes(base, input)
                 .expect("arena slice within layout");
         }
-        let call_id = self.next_call;
-        self.next_call += 1;
+        let call_id = match &self.call_ids {
+            // Relaxed: what orders the ids is the counter's single
+            // modification order: a request published before another
+            // thread's (ordered by the guest's own synchronization) took
+            // its id from an earlier value, and the host reads the ids
+            // from the rings, whose Release/Acquire pairing publishes them.
+            Some(ids) => ids.fetch_add(1, Ordering::Relaxed),
+            None => {
+                let id = self.next_call;
+                self.next_call += 1;
+                id
+            }
+        };
         let req = Request {
             opcode: op as u16,
             flags: if needs_response {
@@ -670,6 +685,14 @@ impl Channel {
             arena_off: off,
             async_before,
         })
+    }
+
+    /// Takes this channel's call ids from `ids`, a counter every channel
+    /// of the process that shares one host context uses (start it at 1):
+    /// the host serves such channels' requests in the order of their ids,
+    /// so that a request issued after another thread's runs after it.
+    pub fn share_call_ids(&mut self, ids: Arc<AtomicU64>) {
+        self.call_ids = Some(ids);
     }
 
     /// Waits for the response to `t` and copies its output. With

@@ -456,6 +456,18 @@ impl Cuda {
         Ok(self.call(Opcode::IpcOpenEventHandle, &[token])?[0])
     }
 
+    /// A token with which the process's other channels may name this
+    /// channel's host context ([`Cuda::context_join`]).
+    pub fn context_share(&mut self) -> Result<u64, CallError> {
+        Ok(self.call(Opcode::ContextShare, &[])?[0])
+    }
+
+    /// Names, from now on, the host context `token` names (from another
+    /// channel's [`Cuda::context_share`]); the first request of a channel.
+    pub fn context_join(&mut self, token: u64) -> Result<(), CallError> {
+        self.call(Opcode::ContextJoin, &[token]).map(drop)
+    }
+
     /// `cuEventRecord` answered once the host has recorded it (what
     /// follows it in other processes' streams may wait for it).
     pub fn event_record_sync(&mut self, e: u64, s: u64) -> Result<(), CallError> {

@@ -632,6 +632,7 @@ fn launch(exec: *mut c_void, s: CUstream) -> CUresult {
     // node sends is gathered (`Channel::begin_batch`) and sent as one
     // `GraphLaunch` at the end, or before any call that must not wait
     // behind it (a host node's synchronisation, a copy back to the host).
+    let _pin = crate::state::pin_channel();
     let batching = crate::state::with(|cu| {
         cu.channel().begin_batch();
         Ok(())

@@ -1,13 +1,19 @@
-//! The process-wide connection to the host and what is cached from it.
+//! The process's connections to the host and what is cached from them.
 //!
-//! `cuInit` maps the region, claims a channel and asks the host, once, for
-//! everything about the device that later calls read (name, memory, UUID,
-//! attributes). Every forwarded call then takes the channel's lock: threads
-//! of one process serialize on the producer side of their channel.
+//! `cuInit` maps the region, claims the process's channel and asks the
+//! host, once, for everything about the device that later calls read
+//! (name, memory, UUID, attributes). A forwarded call takes that channel's
+//! lock; a thread that finds it held by another thread claims a channel of
+//! its own (up to [`thread_channels`] of them), which names the same host
+//! context (`ContextJoin`), so that threads issue concurrently. Every
+//! channel of the process takes its call ids from one counter, by which
+//! the host keeps the order between threads that the program's own
+//! synchronization gave their calls (docs/guest.md).
 
+use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, TryLockError};
 
 use fairgpu_frontend::cuda::Cuda;
 use fairgpu_frontend::{CallError, Channel, GuestRegion, WaitConfig};
@@ -58,17 +64,146 @@ impl DeviceInfo {
 }
 
 static INIT: OnceLock<Result<DeviceInfo, CUresult>> = OnceLock::new();
+/// The process's channel.
 static CONN: Mutex<Option<Cuda>> = Mutex::new(None);
+/// The region, for the channels of threads.
+static REGION: OnceLock<Arc<GuestRegion>> = OnceLock::new();
+/// The call-id counter of every channel of the process.
+static CALL_IDS: OnceLock<Arc<AtomicU64>> = OnceLock::new();
+/// The token with which threads' channels join the process's context.
+static SHARE: Mutex<Option<u64>> = Mutex::new(None);
+
+/// Most channels of their own the threads of one process may hold.
+pub const MAX_THREAD_CHANNELS: usize = 32;
+/// How many they hold by default: channels are the VM's, shared by all
+/// its processes.
+pub const DEFAULT_THREAD_CHANNELS: usize = 4;
+/// Environment variable that sets how many (0: every thread uses the
+/// process's channel).
+pub const THREAD_CHANNELS_ENV: &str = "FAIRGPU_THREAD_CHANNELS";
+
+/// The threads' channels: a thread that claimed one holds its index
+/// (`MINE`) until it exits. Each has its own lock, which only its thread
+/// takes, but for the process's exit, which takes what it can.
+static THREADS: [Mutex<Option<Cuda>>; MAX_THREAD_CHANNELS] =
+    [const { Mutex::new(None) }; MAX_THREAD_CHANNELS];
+/// Which entries of `THREADS` a thread holds.
+static TAKEN: [AtomicBool; MAX_THREAD_CHANNELS] =
+    [const { AtomicBool::new(false) }; MAX_THREAD_CHANNELS];
+
+/// A thread's own channel, as far as it knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mine {
+    /// Never needed one.
+    Untried,
+    /// Holds `THREADS[i]`.
+    Slot(usize),
+    /// Could not get one: uses the process's channel.
+    Shared,
+}
+
+/// Releases a thread's channel when the thread exits (after what it
+/// issued has run: dropping a channel drains it).
+struct Release(usize);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let cu = THREADS[self.0]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(cu);
+        // Release: the entry is empty before another thread may take it;
+        // pairs with the Acquire of the compare_exchange in `own_channel`.
+        TAKEN[self.0].store(false, Ordering::Release);
+    }
+}
+
+thread_local! {
+    static MINE: Cell<Mine> = const { Cell::new(Mine::Untried) };
+    static PINNED: Cell<bool> = const { Cell::new(false) };
+    static RELEASE: Cell<Option<Release>> = const { Cell::new(None) };
+}
+
+/// How many channels of their own the process's threads may hold
+/// ([`THREAD_CHANNELS_ENV`], at most [`MAX_THREAD_CHANNELS`]).
+pub fn thread_channels() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var(THREAD_CHANNELS_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(DEFAULT_THREAD_CHANNELS)
+            .min(MAX_THREAD_CHANNELS)
+    })
+}
+
+fn call_ids() -> Arc<AtomicU64> {
+    CALL_IDS.get_or_init(|| Arc::new(AtomicU64::new(1))).clone()
+}
+
+/// The calling thread's own channel, claimed now if it has none and may
+/// have one; None if it uses the process's channel.
+fn own_channel() -> Option<usize> {
+    match MINE.with(Cell::get) {
+        Mine::Slot(i) => return Some(i),
+        Mine::Shared => return None,
+        Mine::Untried => {}
+    }
+    // Whatever happens below, this thread asks once.
+    MINE.with(|m| m.set(Mine::Shared));
+    let i = (0..thread_channels()).find(|&i| {
+        // Acquire: pairs with the Release store of the thread that gave
+        // the entry back (its channel is gone from it).
+        TAKEN[i]
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    })?;
+    match join_new_channel() {
+        Some(cu) => {
+            *THREADS[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(cu);
+            MINE.with(|m| m.set(Mine::Slot(i)));
+            RELEASE.with(|r| r.set(Some(Release(i))));
+            Some(i)
+        }
+        None => {
+            TAKEN[i].store(false, Ordering::Release);
+            None
+        }
+    }
+}
+
+/// A new channel that names the process's host context.
+fn join_new_channel() -> Option<Cuda> {
+    let region = REGION.get()?.clone();
+    let token = {
+        let mut t = SHARE.lock().unwrap_or_else(|p| p.into_inner());
+        if t.is_none() {
+            let mut g = CONN.lock().unwrap_or_else(|p| p.into_inner());
+            *t = Some(g.as_mut()?.context_share().ok()?);
+        }
+        (*t)?
+    };
+    // No free channel, or the host refuses: the thread shares the
+    // process's channel, as before.
+    let ch = Channel::claim(region, WaitConfig::from_env()).ok()?;
+    let mut cu = Cuda::new(ch);
+    cu.channel().share_call_ids(call_ids());
+    cu.context_join(token).ok()?;
+    Some(cu)
+}
 
 fn connect() -> Result<DeviceInfo, CUresult> {
     let region = GuestRegion::discover().map_err(|e| {
         eprintln!("fairgpu guest-lib: no fairgpu region: {e}");
         err::NO_DEVICE
     })?;
-    let ch = Channel::claim(region, WaitConfig::from_env()).map_err(|e| {
+    let _ = REGION.set(region.clone());
+    let mut ch = Channel::claim(region, WaitConfig::from_env()).map_err(|e| {
         eprintln!("fairgpu guest-lib: cannot claim a channel: {e}");
         err::NO_DEVICE
     })?;
+    ch.share_call_ids(call_ids());
     let mut cu = Cuda::new(ch);
     let status = |e: CallError| e.status().0;
     let name = cu.device_name(0).map_err(status)?;
@@ -91,6 +226,14 @@ fn connect() -> Result<DeviceInfo, CUresult> {
         // What kernels printed and no synchronization took yet is printed
         // now, as the driver does when the context goes.
         flush_output();
+        // Threads' channels first (each drains what its thread issued); a
+        // thread still inside a call keeps its channel, which the host
+        // reclaims when the process is gone.
+        for t in &THREADS {
+            if let Ok(mut g) = t.try_lock() {
+                drop(g.take());
+            }
+        }
         if let Ok(mut g) = CONN.lock() {
             drop(g.take());
         }
@@ -191,10 +334,58 @@ pub fn with_sync<T>(f: impl FnOnce(&mut Cuda) -> Result<T, CallError>) -> Result
     }
 }
 
-/// Runs `f` on the channel; maps its error to a CUresult.
+/// Runs `f` on the calling thread's channel (its own, else the
+/// process's); maps its error to a CUresult.
 pub fn with<T>(f: impl FnOnce(&mut Cuda) -> Result<T, CallError>) -> Result<T, CUresult> {
     device()?;
-    let mut g = CONN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Mine::Slot(i) = MINE.with(Cell::get) {
+        return on(&THREADS[i], f);
+    }
+    let g = match CONN.try_lock() {
+        Ok(g) => g,
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(TryLockError::WouldBlock) => {
+            // Another thread is in a call: this one gets a channel of its
+            // own if it may (not while a graph launch it runs is being
+            // gathered on the process's channel).
+            if !PINNED.with(Cell::get) {
+                if let Some(i) = own_channel() {
+                    return on(&THREADS[i], f);
+                }
+            }
+            CONN.lock().unwrap_or_else(|p| p.into_inner())
+        }
+    };
+    run(g, f)
+}
+
+/// Keeps the calling thread on the channel it uses now until the guard
+/// goes: what a graph launch gathers on one channel (`begin_batch`) must
+/// not continue on another.
+pub fn pin_channel() -> Pin {
+    Pin(PINNED.with(|p| p.replace(true)))
+}
+
+/// See [`pin_channel`]; holds the state before it.
+pub struct Pin(bool);
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        PINNED.with(|p| p.set(self.0));
+    }
+}
+
+fn on<T>(
+    m: &Mutex<Option<Cuda>>,
+    f: impl FnOnce(&mut Cuda) -> Result<T, CallError>,
+) -> Result<T, CUresult> {
+    run(m.lock().unwrap_or_else(|p| p.into_inner()), f)
+}
+
+fn run<T>(
+    mut g: std::sync::MutexGuard<'_, Option<Cuda>>,
+    f: impl FnOnce(&mut Cuda) -> Result<T, CallError>,
+) -> Result<T, CUresult> {
     let cu = g.as_mut().ok_or(err::NOT_INITIALIZED)?;
     f(cu).map_err(|e| e.status().0)
 }

@@ -184,6 +184,17 @@ pub enum Opcode {
     /// (`EventDestroy` closes it).
     IpcOpenEventHandle = 0x0194,
 
+    // Channels of one guest process that share its host context (a
+    // channel per thread; see docs/guest.md).
+    /// The channel's context may be joined by the process's other
+    /// channels → `vals[0]` = a token naming it (the same for every ask).
+    ContextShare = 0x01a0,
+    /// `args[0]` = a token `ContextShare` gave another channel of the VM:
+    /// this channel, which must not have made a context yet, names that
+    /// channel's context from now on; its requests are ordered with the
+    /// other members' by their call ids (one counter per process).
+    ContextJoin = 0x01a1,
+
     // OpenCL; arguments and results are documented in `crate::opencl`.
     /// `clGetDeviceInfo(args[0] = param)` of the channel's host device → the
     /// value's bytes in the arena, `vals[0]` = its full size. The host
@@ -324,7 +335,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 100] = [
+    pub const ALL: [Opcode; 102] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -386,6 +397,8 @@ impl Opcode {
         Opcode::IpcCloseMemHandle,
         Opcode::IpcGetEventHandle,
         Opcode::IpcOpenEventHandle,
+        Opcode::ContextShare,
+        Opcode::ContextJoin,
         Opcode::ClGetDeviceInfo,
         Opcode::ClGetPlatformInfo,
         Opcode::ClCreateQueue,

@@ -1745,3 +1745,76 @@ fn a_graph_launch_runs_its_steps_in_order_as_one_request() {
     let y = other.mem_alloc(64).unwrap();
     still_works(&mut other, y, 10);
 }
+
+/// Channels of one guest process that share its host context (a channel
+/// per thread, `ContextShare`/`ContextJoin`): each reaches what the others
+/// made, the host serves their requests in the order of their call ids (so
+/// a request issued after another channel's runs after it, whatever the
+/// channels' places in the region), the context outlives the channel that
+/// made it while another names it, and only a fresh channel may join, with
+/// a token the host gave.
+#[test]
+fn channels_that_join_one_context_share_it_and_keep_their_calls_in_order() {
+    use std::sync::atomic::AtomicU64;
+    let rig = Rig::start("cuda_joined_channels");
+    // Claimed in this order, so x has the lowest index: a server that
+    // served channels by index would read x's copy before y's memset.
+    let mut x = rig.cuda(0);
+    let mut y = rig.cuda(0);
+    let mut z = rig.cuda(0);
+    assert!(x.channel().index() < y.channel().index());
+    let ids = Arc::new(AtomicU64::new(1));
+    for cu in [&mut x, &mut y, &mut z] {
+        cu.channel().share_call_ids(ids.clone());
+    }
+    const LEN: usize = 1 << 16;
+    let buf = y.mem_alloc(LEN as u64).unwrap();
+    y.memcpy_htod(buf, &vec![0u8; LEN]).unwrap();
+    let m = y.module_load(KERNELS_PTX.as_bytes()).unwrap();
+    let k = spin_kernel(&mut y, m).handle;
+    let token = y.context_share().unwrap();
+    assert_eq!(y.context_share().unwrap(), token, "one token per context");
+    // Bad joins fail that request only.
+    assert_refused(x.context_join(token ^ 1), Status::INVALID_VALUE);
+    assert_refused(y.context_join(token), Status::INVALID_CONTEXT);
+    x.context_join(token).unwrap();
+    z.context_join(token).unwrap();
+    assert_refused(x.context_join(token), Status::INVALID_CONTEXT);
+    // x reaches y's allocation; z runs y's kernel.
+    assert_eq!(read(&mut x, buf, 64), vec![0u8; 64]);
+
+    // z's synchronization holds the worker while the device runs y's long
+    // kernel; meanwhile y queues a memset and x asks for the bytes, which
+    // the server then finds both waiting.
+    spin(&mut z, k, 300_000_000, 0);
+    let syncing = std::thread::spawn(move || {
+        z.ctx_synchronize().unwrap();
+        z
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    y.memset_async(buf, 0xab, 1, LEN as u64, 0).unwrap();
+    assert_bytes_eq(
+        &read(&mut x, buf, LEN),
+        &vec![0xab; LEN],
+        "a copy issued after another channel's memset",
+    );
+    let mut z = syncing.join().unwrap();
+
+    // y (whose slot held the context) goes: x and z still use it.
+    drop(y);
+    x.memset_async(buf, 0x5a, 1, 64, 0).unwrap();
+    assert_eq!(read(&mut z, buf, 64), vec![0x5a; 64]);
+    // A new claim (of y's channel, the only free one) has a context of its
+    // own, without x's memory, and cannot join with a token of a context it
+    // could see once it holds one.
+    let mut w = rig.cuda(0);
+    w.channel().share_call_ids(ids.clone());
+    let mut out = vec![0u8; 64];
+    assert_refused(w.memcpy_dtoh(&mut out, buf, 0), Status::INVALID_VALUE);
+    assert_refused(w.context_join(token), Status::INVALID_CONTEXT);
+    still_works(&mut x, buf, 9);
+    drop(x);
+    // The last member keeps it alive alone.
+    z.memset_async(buf, 0x11, 1, 64, 0).unwrap();
+    assert_eq!(read(&mut z, buf, 64), vec![0x11; 64]);
+}

@@ -1400,6 +1400,10 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         self.inner.unfinished(ch)
     }
 
+    fn group(&self, ch: u32) -> Option<u32> {
+        self.inner.group(ch)
+    }
+
     fn reset(&mut self, ch: u32) {
         if let Some(gate) = self.gate.as_mut() {
             gate.events.forget(ch);

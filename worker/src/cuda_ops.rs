@@ -113,9 +113,9 @@ struct Context {
     /// (what kernels receive): only these may be destroyed.
     tex_objects: HashSet<u64>,
     surf_objects: HashSet<u64>,
-    /// A module image being staged, and the size announced for it.
-    staging: Vec<u8>,
-    staging_total: u64,
+    /// Module images being staged, by channel (each member of a shared
+    /// context stages its own), and the size announced for each.
+    staging: HashMap<u32, (Vec<u8>, u64)>,
     /// Accounting events ready for reuse, and how many exist.
     acct_free: Vec<EventId>,
     acct_events: usize,
@@ -143,11 +143,13 @@ struct Context {
     ev_exported: HashMap<EventId, u64>,
     ev_zombies: HashSet<EventId>,
     ev_imports: HashMap<EventId, (u64, u32)>,
-    /// A graph launch's steps not run yet, and the bytes charged for
-    /// them (its request's data, kept until its last step has run). The
-    /// charge is kept apart from the job, which is taken out while one of
-    /// its steps runs, so that the context's charge holds meanwhile.
-    graph: Option<GraphJob>,
+    /// Graph launches whose steps have not all run, by channel (each
+    /// member of a shared context has its own), and the bytes charged for
+    /// them (their requests' data, kept until their last step has run).
+    /// The charge is kept apart from the jobs, one of which is taken out
+    /// while one of its steps runs, so that the context's charge holds
+    /// meanwhile.
+    graphs: HashMap<u32, GraphJob>,
     graph_bytes: u64,
     /// What this context is charged against the VM's host memory: at
     /// least [`Context::host_bytes`], and before a request at least that
@@ -161,6 +163,8 @@ struct Context {
 #[derive(Debug)]
 struct GraphJob {
     data: Vec<u8>,
+    /// What of the context's `graph_bytes` this job holds.
+    charge: u64,
     steps: VecDeque<GraphStep>,
     call_id: u64,
     vcpu: u32,
@@ -204,6 +208,7 @@ struct VMem {
 /// An allocation a channel exported for CUDA IPC.
 #[derive(Debug, Clone, Copy)]
 struct Export {
+    /// The slot of the exporting context ([`CudaOps::slot`]).
     ch: u32,
     ctx: CtxId,
     base: DevPtr,
@@ -215,6 +220,7 @@ struct Export {
 /// An event a channel exported for CUDA IPC.
 #[derive(Debug, Clone, Copy)]
 struct EventExport {
+    /// The slot of the exporting context ([`CudaOps::slot`]).
     ch: u32,
     ctx: CtxId,
     event: EventId,
@@ -287,8 +293,7 @@ impl Context {
             fifo_charge: 0,
             tex_objects: HashSet::new(),
             surf_objects: HashSet::new(),
-            staging: Vec::new(),
-            staging_total: 0,
+            staging: HashMap::new(),
             acct_free: Vec::new(),
             acct_events: 0,
             param_bytes: 0,
@@ -302,7 +307,7 @@ impl Context {
             vmem: HandleTable::new(MAX_OBJECTS),
             vmem_bytes: 0,
             mappings: BTreeMap::new(),
-            graph: None,
+            graphs: HashMap::new(),
             graph_bytes: 0,
             held,
         }
@@ -314,7 +319,7 @@ impl Context {
     /// functions' parameter layouts.
     fn host_bytes(&self) -> u64 {
         CONTEXT_BYTES
-            + self.staging_total
+            + self.staging.values().map(|s| s.1).sum::<u64>()
             + self.modules.host_bytes()
             + self.functions.host_bytes()
             + self.streams.host_bytes()
@@ -547,6 +552,13 @@ pub struct CudaOps {
     ipc_events: HashMap<u64, EventExport>,
     ipc_keys: std::collections::hash_map::RandomState,
     ipc_next: u64,
+    /// Channels that share another channel's context (`ContextJoin`):
+    /// channel -> the slot of `contexts` its context lives in, for every
+    /// member of a shared context (the slot's own channel included). A
+    /// channel without an entry has its context in its own slot.
+    leader: Vec<Option<u32>>,
+    /// Tokens `ContextShare` gave out -> the slot of the context they name.
+    shares: HashMap<u64, u32>,
 }
 
 /// What kernel slicing and the runaway guard did (`status`, `top`).
@@ -589,6 +601,17 @@ fn read_name(len: u64, arena: &ArenaSlice<'_>) -> Result<String, Status> {
     Ok(name)
 }
 
+/// Where channel `ch`'s context lives in `contexts`, given `leader`
+/// ([`CudaOps`]'s field): its own slot, or for a member of a shared
+/// context the slot of that context.
+fn slot_of(leader: &[Option<u32>], ch: u32) -> usize {
+    leader
+        .get(ch as usize)
+        .copied()
+        .flatten()
+        .map_or(ch as usize, |l| l as usize)
+}
+
 fn exec_err(e: ExecError) -> Status {
     e.status()
 }
@@ -626,6 +649,8 @@ impl CudaOps {
             ipc_events: HashMap::new(),
             ipc_keys: std::collections::hash_map::RandomState::new(),
             ipc_next: 0,
+            leader: Vec::new(),
+            shares: HashMap::new(),
         }
     }
 
@@ -787,8 +812,24 @@ impl CudaOps {
         self.exec.as_mut()
     }
 
+    /// Where channel `ch`'s context lives in `contexts` ([`slot_of`]).
+    fn slot(&self, ch: u32) -> usize {
+        slot_of(&self.leader, ch)
+    }
+
+    /// The channels that name the context in slot `slot`.
+    fn members(&self, slot: usize) -> Vec<u32> {
+        let mut m: Vec<u32> = (0..self.leader.len() as u32)
+            .filter(|&c| self.leader[c as usize] == Some(slot as u32))
+            .collect();
+        if m.is_empty() {
+            m.push(slot as u32);
+        }
+        m
+    }
+
     fn context(&mut self, ch: u32) -> Result<&mut Context, Status> {
-        let i = ch as usize;
+        let i = self.slot(ch);
         if self.contexts.len() <= i {
             self.contexts.resize_with(i + 1, || None);
         }
@@ -810,13 +851,90 @@ impl CudaOps {
         Ok(self.contexts[i].as_mut().expect("created above"))
     }
 
+    /// `ContextJoin`: channel `ch`, which has made no context yet, names
+    /// from now on the context that `token` (from `ContextShare`) names.
+    fn join(&mut self, ch: u32, token: u64) -> Result<(), Status> {
+        let slot = *self.shares.get(&token).ok_or(Status::INVALID_VALUE)?;
+        let i = ch as usize;
+        let own = self.contexts.get(i).is_some_and(Option::is_some);
+        let member = self.leader.get(i).copied().flatten().is_some();
+        if own || member {
+            // A channel joins before it makes or names a context.
+            return Err(Status::INVALID_CONTEXT);
+        }
+        if !self
+            .contexts
+            .get(slot as usize)
+            .is_some_and(Option::is_some)
+        {
+            return Err(Status::INVALID_VALUE);
+        }
+        let n = (i.max(slot as usize)) + 1;
+        if self.leader.len() < n {
+            self.leader.resize(n, None);
+        }
+        self.leader[slot as usize] = Some(slot);
+        self.leader[i] = Some(slot);
+        tracing::debug!(vm = %self.vm, channel = ch, slot, "channel joined a shared context");
+        Ok(())
+    }
+
+    /// Channel `ch` goes and others still name its context: what was the
+    /// channel's own (a graph launch, a module being staged) goes with it,
+    /// the context stays; when it lived in `ch`'s slot (which a new claim
+    /// of the channel will use) it moves to a remaining member's.
+    fn leave(&mut self, ch: u32, slot: usize, members: &[u32]) {
+        if let Some(cx) = self.contexts.get_mut(slot).and_then(Option::as_mut) {
+            if let Some(job) = cx.graphs.remove(&ch) {
+                cx.graph_bytes -= job.charge;
+            }
+            cx.staging.remove(&ch);
+            cx.settle();
+        }
+        self.leader[ch as usize] = None;
+        let rest: Vec<u32> = members.iter().copied().filter(|&m| m != ch).collect();
+        let mut at = slot as u32;
+        if slot == ch as usize {
+            at = rest[0];
+            if self.contexts.len() <= at as usize {
+                self.contexts.resize_with(at as usize + 1, || None);
+            }
+            self.contexts[at as usize] = self.contexts[slot].take();
+            for l in self.leader.iter_mut().flatten() {
+                if *l == slot as u32 {
+                    *l = at;
+                }
+            }
+            for e in self.ipc.values_mut().filter(|e| e.ch == slot as u32) {
+                e.ch = at;
+            }
+            for x in self.ipc_events.values_mut().filter(|x| x.ch == slot as u32) {
+                x.ch = at;
+            }
+            for s in self.shares.values_mut().filter(|s| **s == slot as u32) {
+                *s = at;
+            }
+        }
+        if let [last] = rest[..] {
+            // Alone again: the context lives in its own slot (`at == last`).
+            self.leader[last as usize] = None;
+        }
+        tracing::debug!(vm = %self.vm, channel = ch, slot = at, "channel left a shared context");
+    }
+
+    /// The slot of the shared context channel `ch` names, if it names one
+    /// with other channels.
+    pub fn group(&self, ch: u32) -> Option<u32> {
+        self.leader.get(ch as usize).copied().flatten()
+    }
+
     /// Runs `f` with the allocations channel `ch` opened through IPC lent
     /// to its context (moved there from their exporters' contexts, and
     /// back afterwards), so that its kernels, copies and memsets reach
     /// them as its own. Only executors that move memory have imports.
     fn with_imports<T>(&mut self, ch: u32, f: impl FnOnce(&mut Self) -> T) -> T {
         let mut lent = Vec::new();
-        if let Some(Some(cx)) = self.contexts.get(ch as usize) {
+        if let Some(Some(cx)) = self.contexts.get(slot_of(&self.leader, ch)) {
             for (&base, i) in &cx.imports {
                 let Some(e) = self.ipc.get(&i.token) else {
                     continue;
@@ -831,7 +949,7 @@ impl CudaOps {
             }
         }
         let mut events = Vec::new();
-        if let Some(Some(cx)) = self.contexts.get(ch as usize) {
+        if let Some(Some(cx)) = self.contexts.get(slot_of(&self.leader, ch)) {
             for (&e, &(token, _)) in &cx.ev_imports {
                 let Some(x) = self.ipc_events.get(&token) else {
                     continue;
@@ -864,7 +982,11 @@ impl CudaOps {
         loop {
             self.ipc_next += 1;
             let t = self.ipc_keys.hash_one(self.ipc_next);
-            if t != 0 && !self.ipc.contains_key(&t) && !self.ipc_events.contains_key(&t) {
+            if t != 0
+                && !self.ipc.contains_key(&t)
+                && !self.ipc_events.contains_key(&t)
+                && !self.shares.contains_key(&t)
+            {
                 return t;
             }
         }
@@ -875,14 +997,16 @@ impl CudaOps {
     /// channels' opens of them go too (their addresses fault from then
     /// on, as freed memory does).
     fn ipc_forget(&mut self, ch: u32) {
-        let Some(Some(cx)) = self.contexts.get_mut(ch as usize) else {
+        let Some(Some(cx)) = self.contexts.get_mut(slot_of(&self.leader, ch)) else {
             return;
         };
         let imports: Vec<(DevPtr, Import)> = std::mem::take(&mut cx.imports).into_iter().collect();
         for (base, i) in imports {
             self.ipc_close_one(base, i.token, i.opens);
         }
-        let ctx = self.contexts[ch as usize].as_ref().map(|c| c.ctx);
+        let ctx = self.contexts[slot_of(&self.leader, ch)]
+            .as_ref()
+            .map(|c| c.ctx);
         let gone: Vec<u64> = self
             .ipc
             .iter()
@@ -894,7 +1018,7 @@ impl CudaOps {
         }
         // Events: this channel's opens close; its exports end (other
         // channels' handles of them stay, naming nothing that works).
-        let ev_imports: Vec<(EventId, (u64, u32))> = self.contexts[ch as usize]
+        let ev_imports: Vec<(EventId, (u64, u32))> = self.contexts[slot_of(&self.leader, ch)]
             .as_mut()
             .map(|cx| cx.ev_imports.drain().collect())
             .unwrap_or_default();
@@ -960,7 +1084,7 @@ impl CudaOps {
 
     /// Loads `image` into channel `ch`'s context; returns the module handle.
     fn load_module(&mut self, ch: u32, ctx: CtxId, image: &[u8]) -> Result<u64, Status> {
-        let full = self.contexts[ch as usize]
+        let full = self.contexts[slot_of(&self.leader, ch)]
             .as_ref()
             .is_none_or(|cx| cx.modules.len() >= MAX_OBJECTS);
         if full {
@@ -970,7 +1094,9 @@ impl CudaOps {
             tracing::debug!(vm = %self.vm, channel = ch, error = %e, "module load refused");
             e.status()
         })?;
-        let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+        let cx = self.contexts[slot_of(&self.leader, ch)]
+            .as_mut()
+            .expect("context exists");
         Ok(cx.modules.insert(m).map_err(|_| Status::OUT_OF_MEMORY)?.0)
     }
 
@@ -1038,12 +1164,28 @@ impl CudaOps {
             }
             _ => {}
         }
+        if req.op == Opcode::ContextJoin {
+            return self.join(ch, a[0]).map(|_| Answer::default());
+        }
         let quota = self.quota;
         let mem_used = self.mem_used;
         let cx = self.context(ch)?;
         cx.reserve(growth_bound(req, arena))?;
         let ctx = cx.ctx;
         match req.op {
+            Opcode::ContextShare => {
+                let slot = slot_of(&self.leader, ch) as u32;
+                let known = self.shares.iter().find(|(_, s)| **s == slot);
+                let token = match known {
+                    Some((&t, _)) => t,
+                    None => {
+                        let t = self.ipc_token();
+                        self.shares.insert(t, slot);
+                        t
+                    }
+                };
+                Ok(vals(&[token]))
+            }
             Opcode::CtxSynchronize => self
                 .exec
                 .synchronize(ctx)
@@ -1078,7 +1220,9 @@ impl CudaOps {
                     return Err(Status::OUT_OF_MEMORY);
                 }
                 self.exec.set_limit(ctx, which, value).map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 if which == limit::MALLOC_HEAP_SIZE {
                     cx.heap_charge = value;
                     cx.heap_limit = value;
@@ -1099,7 +1243,9 @@ impl CudaOps {
                     return Err(Status::OUT_OF_MEMORY);
                 }
                 let ptr = self.exec.mem_alloc(ctx, bytes).map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 cx.allocs.insert(ptr, bytes);
                 self.mem_used += bytes;
                 Ok(vals(&[ptr]))
@@ -1111,7 +1257,9 @@ impl CudaOps {
                 // Memory other channels have opened stays until they close
                 // it; this channel can no longer use it.
                 if let Some(&token) = cx.exported.get(&a[0]) {
-                    let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                    let cx = self.contexts[slot_of(&self.leader, ch)]
+                        .as_mut()
+                        .expect("context exists");
                     if self.ipc.get(&token).is_some_and(|e| e.opened > 0) {
                         let size = cx.allocs.remove(&a[0]).unwrap_or(0);
                         cx.zombies.insert(a[0], size);
@@ -1124,7 +1272,7 @@ impl CudaOps {
                 // memory: a free refused (a sticky context) leaves it
                 // allocated, so it stays counted until the context goes.
                 self.exec.mem_free(ctx, a[0]).map_err(exec_err)?;
-                let size = self.contexts[ch as usize]
+                let size = self.contexts[slot_of(&self.leader, ch)]
                     .as_mut()
                     .and_then(|cx| cx.allocs.remove(&a[0]))
                     .ok_or(Status::INVALID_VALUE)?;
@@ -1147,7 +1295,9 @@ impl CudaOps {
                     .exec
                     .va_reserve(ctx, bytes, align.max(VMM_GRANULARITY))
                     .map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 cx.reservations.insert(base, bytes);
                 Ok(vals(&[base]))
             }
@@ -1159,7 +1309,9 @@ impl CudaOps {
                     return Err(Status::INVALID_VALUE);
                 }
                 self.exec.va_free(ctx, base, bytes).map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 cx.reservations.remove(&base);
                 Ok(Answer::default())
             }
@@ -1177,7 +1329,9 @@ impl CudaOps {
                 }
                 let compressed = a[1] == 1 && self.exec.compresses();
                 let id = self.exec.phys_create(ctx, bytes).map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 let h = match cx.vmem.insert(VMem {
                     id,
                     bytes,
@@ -1207,7 +1361,9 @@ impl CudaOps {
                 }
                 let (id, bytes) = (m.id, m.bytes);
                 self.exec.phys_release(ctx, id).map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 let _ = cx.vmem.remove(h);
                 cx.vmem_bytes -= bytes;
                 self.mem_used -= bytes;
@@ -1246,7 +1402,9 @@ impl CudaOps {
                 self.exec
                     .map(ctx, addr, bytes, offset, id)
                     .map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 cx.mappings.insert(
                     addr,
                     Mapping {
@@ -1264,7 +1422,9 @@ impl CudaOps {
                 let inside = cx.whole_mappings(a[0], a[1])?;
                 for (addr, map) in inside {
                     self.exec.unmap(ctx, addr, map.bytes).map_err(exec_err)?;
-                    let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                    let cx = self.contexts[slot_of(&self.leader, ch)]
+                        .as_mut()
+                        .expect("context exists");
                     cx.mappings.remove(&addr);
                     let Ok(m) = cx.vmem.get_mut(map.mem) else {
                         continue;
@@ -1298,12 +1458,14 @@ impl CudaOps {
                     return Err(Status::OUT_OF_MEMORY);
                 }
                 let token = self.ipc_token();
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 cx.exported.insert(base, token);
                 self.ipc.insert(
                     token,
                     Export {
-                        ch,
+                        ch: self.slot(ch) as u32,
                         ctx,
                         base,
                         bytes,
@@ -1314,7 +1476,7 @@ impl CudaOps {
             }
             Opcode::IpcOpenMemHandle => {
                 let e = *self.ipc.get(&a[0]).ok_or(Status::INVALID_VALUE)?;
-                if e.ch == ch {
+                if e.ch == self.slot(ch) as u32 {
                     // As the driver: a process cannot open its own export.
                     return Err(Status::INVALID_CONTEXT);
                 }
@@ -1326,7 +1488,9 @@ impl CudaOps {
                 if !live {
                     return Err(Status::INVALID_VALUE);
                 }
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 let full = cx.imports.len() >= MAX_OBJECTS;
                 match cx.imports.get_mut(&e.base) {
                     Some(i) if i.token == a[0] => i.opens += 1,
@@ -1372,7 +1536,9 @@ impl CudaOps {
                 self.exec
                     .set_access(ctx, addr, bytes, prot)
                     .map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 for (a, _) in inside {
                     if let Some(m) = cx.mappings.get_mut(&a) {
                         m.accessible = prot != 0;
@@ -1442,27 +1608,34 @@ impl CudaOps {
                     // Its whole announced size at once (and charged so,
                     // `growth_bound`): the chunks never reallocate it. The
                     // old buffer is freed first.
-                    cx.staging = Vec::new();
-                    cx.staging = Vec::with_capacity(total as usize);
-                    cx.staging_total = total;
+                    cx.staging.remove(&ch);
+                    cx.staging
+                        .insert(ch, (Vec::with_capacity(total as usize), total));
                 }
                 let end = off
                     .checked_add(arena.len() as u64)
                     .ok_or(Status::INVALID_VALUE)?;
-                if off != cx.staging.len() as u64 || total != cx.staging_total || end > total {
+                let Some((staged, announced)) = cx.staging.get_mut(&ch) else {
+                    return Err(Status::INVALID_VALUE);
+                };
+                if off != staged.len() as u64 || total != *announced || end > total {
                     return Err(Status::INVALID_VALUE);
                 }
-                let start = cx.staging.len();
-                cx.staging.resize(end as usize, 0);
-                arena.read(0, &mut cx.staging[start..])?;
+                let start = staged.len();
+                staged.resize(end as usize, 0);
+                arena.read(0, &mut staged[start..])?;
                 Ok(Answer::default())
             }
             Opcode::ModuleLoad => {
-                if a[0] == 0 || a[0] != cx.staging.len() as u64 || a[0] != cx.staging_total {
+                let staged = cx
+                    .staging
+                    .get(&ch)
+                    .is_some_and(|(b, t)| a[0] != 0 && a[0] == b.len() as u64 && a[0] == *t);
+                if !staged {
                     return Err(Status::INVALID_VALUE);
                 }
-                let image: std::sync::Arc<[u8]> = std::mem::take(&mut cx.staging).into();
-                cx.staging_total = 0;
+                let (staged, _) = cx.staging.remove(&ch).expect("checked above");
+                let image: std::sync::Arc<[u8]> = staged.into();
                 let h = self.load_module(ch, ctx, &image)?;
                 self.images.insert(image, &self.host_memory);
                 Ok(vals(&[h]))
@@ -1504,7 +1677,9 @@ impl CudaOps {
                 }
                 arena.write(0, &layout)?;
                 let n = params.len() as u64;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 let key = (h.0, id.0);
                 let (f, prints) = match cx.function_of.get(&key) {
                     Some(&f) => (f, cx.functions.get(f).is_ok_and(|f| f.prints)),
@@ -1512,7 +1687,9 @@ impl CudaOps {
                         // Asked of the executor once per function (it may
                         // parse the module's PTX).
                         let prints = self.exec.function_prints(ctx, id);
-                        let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                        let cx = self.contexts[slot_of(&self.leader, ch)]
+                            .as_mut()
+                            .expect("context exists");
                         let bytes = param_bytes(&params);
                         let f = cx
                             .functions
@@ -1542,7 +1719,9 @@ impl CudaOps {
                 }
                 let (ptr, size) = self.exec.module_global(ctx, m, &name).map_err(exec_err)?;
                 let managed = self.exec.module_global_managed(ctx, m, &name, ptr);
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 if size > 0 {
                     cx.globals.insert(ptr, (size, h));
                 }
@@ -1587,7 +1766,9 @@ impl CudaOps {
                     if mem_used.checked_add(need).is_none_or(|u| u > quota) {
                         return Err(Status::OUT_OF_MEMORY);
                     }
-                    let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                    let cx = self.contexts[slot_of(&self.leader, ch)]
+                        .as_mut()
+                        .expect("context exists");
                     cx.heap_charge += need;
                     cx.heap_fixed = true;
                     self.mem_used += need;
@@ -1608,7 +1789,7 @@ impl CudaOps {
             Opcode::GraphLaunch => {
                 // The server resumes a queued graph before it reads the
                 // channel's next request, so none is queued here.
-                if cx.graph.is_some() {
+                if cx.graphs.contains_key(&ch) {
                     return Err(Status::INVALID_VALUE);
                 }
                 let mut data = vec![0u8; arena.len()];
@@ -1617,13 +1798,18 @@ impl CudaOps {
                     tracing::debug!(channel = ch, "graph launch refused: {why}");
                     Status::INVALID_VALUE
                 })?;
-                cx.graph_bytes = graph_charge(data.len());
-                cx.graph = Some(GraphJob {
-                    data,
-                    steps: steps.into(),
-                    call_id: req.call_id,
-                    vcpu: req.vcpu,
-                });
+                let charge = graph_charge(data.len());
+                cx.graph_bytes += charge;
+                cx.graphs.insert(
+                    ch,
+                    GraphJob {
+                        data,
+                        charge,
+                        steps: steps.into(),
+                        call_id: req.call_id,
+                        vcpu: req.vcpu,
+                    },
+                );
                 Ok(Answer::default())
             }
             Opcode::ArrayCreate => {
@@ -1638,7 +1824,9 @@ impl CudaOps {
                     return Err(Status::OUT_OF_MEMORY);
                 }
                 let id = self.exec.array_create(ctx, &desc).map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 match cx.arrays.insert((id, desc)) {
                     Ok(h) => {
                         cx.array_bytes += bytes;
@@ -1654,7 +1842,9 @@ impl CudaOps {
             Opcode::ArrayDestroy => {
                 let &(id, desc) = cx.array(a[0])?;
                 self.exec.array_destroy(ctx, id).map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 cx.arrays
                     .remove(Handle(a[0]))
                     .map_err(|_| Status::INVALID_HANDLE)?;
@@ -1755,7 +1945,9 @@ impl CudaOps {
                     .exec
                     .tex_object_create(ctx, &resource, &tex)
                     .map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 cx.tex_objects.insert(t);
                 Ok(vals(&[t]))
             }
@@ -1764,7 +1956,9 @@ impl CudaOps {
                     return Err(Status::INVALID_VALUE);
                 }
                 self.exec.tex_object_destroy(ctx, a[0]).map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 cx.tex_objects.remove(&a[0]);
                 Ok(Answer::default())
             }
@@ -1776,7 +1970,9 @@ impl CudaOps {
                     return Err(Status::OUT_OF_MEMORY);
                 }
                 let s = self.exec.surf_object_create(ctx, id).map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 cx.surf_objects.insert(s);
                 Ok(vals(&[s]))
             }
@@ -1785,7 +1981,9 @@ impl CudaOps {
                     return Err(Status::INVALID_VALUE);
                 }
                 self.exec.surf_object_destroy(ctx, a[0]).map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 cx.surf_objects.remove(&a[0]);
                 Ok(Answer::default())
             }
@@ -1795,7 +1993,9 @@ impl CudaOps {
                     return Err(Status::OUT_OF_MEMORY);
                 }
                 let s = self.exec.stream_create(ctx, flags).map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 Ok(vals(&[cx
                     .streams
                     .insert(s)
@@ -1840,7 +2040,9 @@ impl CudaOps {
                     return Err(Status::OUT_OF_MEMORY);
                 }
                 let e = self.exec.event_create(ctx, flags).map_err(exec_err)?;
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 Ok(vals(&[cx
                     .events
                     .insert(e)
@@ -1865,7 +2067,9 @@ impl CudaOps {
                 // An exported event others still name stays until they
                 // let go of it.
                 if let Some(&token) = cx.ev_exported.get(&e) {
-                    let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                    let cx = self.contexts[slot_of(&self.leader, ch)]
+                        .as_mut()
+                        .expect("context exists");
                     if self.ipc_events.get(&token).is_some_and(|x| x.opened > 0) {
                         cx.ev_zombies.insert(e);
                         return Ok(Answer::default());
@@ -1896,12 +2100,14 @@ impl CudaOps {
                     return Err(Status::OUT_OF_MEMORY);
                 }
                 let token = self.ipc_token();
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 cx.ev_exported.insert(e, token);
                 self.ipc_events.insert(
                     token,
                     EventExport {
-                        ch,
+                        ch: self.slot(ch) as u32,
                         ctx,
                         event: e,
                         opened: 0,
@@ -1911,7 +2117,7 @@ impl CudaOps {
             }
             Opcode::IpcOpenEventHandle => {
                 let x = *self.ipc_events.get(&a[0]).ok_or(Status::INVALID_VALUE)?;
-                if x.ch == ch {
+                if x.ch == self.slot(ch) as u32 {
                     return Err(Status::INVALID_CONTEXT);
                 }
                 let live = self
@@ -1922,7 +2128,9 @@ impl CudaOps {
                 if !live {
                     return Err(Status::INVALID_VALUE);
                 }
-                let cx = self.contexts[ch as usize].as_mut().expect("context exists");
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
                 if cx.events.len() >= MAX_OBJECTS {
                     return Err(Status::OUT_OF_MEMORY);
                 }
@@ -1970,6 +2178,7 @@ impl CudaOps {
             }
             // Handled before a context is needed, or by the transport.
             Opcode::Nop
+            | Opcode::ContextJoin
             | Opcode::CopyIn
             | Opcode::CopyOut
             | Opcode::DriverGetVersion
@@ -2047,7 +2256,7 @@ impl CudaOps {
         } else {
             self.with_imports(ch, |ops| ops.cuda(ch, req, arena))
         };
-        if let Some(Some(cx)) = self.contexts.get_mut(ch as usize) {
+        if let Some(Some(cx)) = self.contexts.get_mut(slot_of(&self.leader, ch)) {
             cx.settle();
         }
         r
@@ -2068,24 +2277,32 @@ impl CudaOps {
     /// is the channel's next deferred one, and the steps after it do not
     /// run (as a faulting kernel ends the work queued behind it).
     fn graph_step(&mut self, ch: u32) -> Resume {
-        let Some(cx) = self.contexts.get_mut(ch as usize).and_then(Option::as_mut) else {
+        let Some(cx) = self
+            .contexts
+            .get_mut(slot_of(&self.leader, ch))
+            .and_then(Option::as_mut)
+        else {
             return Resume::Nothing;
         };
-        let Some(mut job) = cx.graph.take() else {
+        let Some(mut job) = cx.graphs.remove(&ch) else {
             return Resume::Nothing;
         };
         let Some(step) = job.steps.pop_front() else {
-            cx.graph_bytes = 0;
+            cx.graph_bytes -= job.charge;
             return Resume::Nothing;
         };
         let req = job.request(&step);
         let r = self.cuda_request(ch, &req, &ArenaSlice::private(&job.data[step.data]));
         self.served(ch, req.op, &r);
-        if let Some(cx) = self.contexts.get_mut(ch as usize).and_then(Option::as_mut) {
+        if let Some(cx) = self
+            .contexts
+            .get_mut(slot_of(&self.leader, ch))
+            .and_then(Option::as_mut)
+        {
             if r.is_ok() && !job.steps.is_empty() {
-                cx.graph = Some(job);
+                cx.graphs.insert(ch, job);
             } else {
-                cx.graph_bytes = 0;
+                cx.graph_bytes -= job.charge;
                 cx.settle();
             }
         }
@@ -2149,11 +2366,20 @@ impl Handler for CudaOps {
         Resume::Ran(r.map(drop))
     }
 
+    fn group(&self, ch: u32) -> Option<u32> {
+        CudaOps::group(self, ch)
+    }
+
     fn unfinished(&self, ch: u32) -> Option<ValidRequest> {
         if let Some(Some(j)) = self.jobs.get(ch as usize) {
             return Some(j.req.clone());
         }
-        let g = self.contexts.get(ch as usize)?.as_ref()?.graph.as_ref()?;
+        let g = self
+            .contexts
+            .get(slot_of(&self.leader, ch))?
+            .as_ref()?
+            .graphs
+            .get(&ch)?;
         g.steps.front().map(|s| g.request(s))
     }
 
@@ -2165,8 +2391,19 @@ impl Handler for CudaOps {
         let before = self.cl.used();
         self.cl.reset(ch);
         self.mem_used -= before - self.cl.used();
+        let slot = slot_of(&self.leader, ch);
+        let members = self.members(slot);
+        if members.len() > 1 {
+            self.leave(ch, slot, &members);
+            return;
+        }
+        self.shares.retain(|_, s| *s != ch);
         self.ipc_forget(ch);
-        if let Some(cx) = self.contexts.get_mut(ch as usize).and_then(Option::take) {
+        if let Some(cx) = self
+            .contexts
+            .get_mut(slot_of(&self.leader, ch))
+            .and_then(Option::take)
+        {
             let freed: u64 = cx.allocs.values().sum::<u64>()
                 + cx.zombies.values().sum::<u64>()
                 + cx.array_bytes
@@ -2192,7 +2429,7 @@ impl CudaOps {
     /// The live context of channel `ch` that `m` was recorded in.
     fn mark_ctx(&mut self, m: Mark) -> Option<&mut Context> {
         self.contexts
-            .get_mut(m.ch as usize)?
+            .get_mut(slot_of(&self.leader, m.ch))?
             .as_mut()
             .filter(|cx| cx.ctx == m.ctx)
     }
@@ -2201,7 +2438,7 @@ impl CudaOps {
 impl Meter for CudaOps {
     fn sync_channel(&mut self, ch: u32) -> Instant {
         self.cl.finish(ch);
-        let Some(Some(cx)) = self.contexts.get(ch as usize) else {
+        let Some(Some(cx)) = self.contexts.get(slot_of(&self.leader, ch)) else {
             return Instant::now();
         };
         let _ = self.exec.synchronize(cx.ctx);
@@ -2211,7 +2448,7 @@ impl Meter for CudaOps {
     }
 
     fn channel_busy(&mut self, ch: u32) -> bool {
-        let Some(Some(cx)) = self.contexts.get(ch as usize) else {
+        let Some(Some(cx)) = self.contexts.get(slot_of(&self.leader, ch)) else {
             return false;
         };
         let exec = &mut self.exec;
@@ -2242,7 +2479,7 @@ impl Meter for CudaOps {
             // context's blocking streams.
             _ => 0,
         };
-        let cx = self.contexts.get_mut(ch as usize)?.as_mut()?;
+        let cx = self.contexts.get_mut(slot_of(&self.leader, ch))?.as_mut()?;
         let stream = cx.stream(handle).ok()?;
         let event = match cx.acct_free.pop() {
             Some(e) => e,

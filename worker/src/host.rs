@@ -521,6 +521,16 @@ pub trait Handler {
     fn unfinished(&self, _ch: u32) -> Option<ValidRequest> {
         None
     }
+    /// The group channel `ch` belongs to, if it shares its context with
+    /// other channels of its guest process (`ContextJoin`): the server
+    /// then serves the group's requests in the order of their call ids,
+    /// which the guest takes from one counter per process, so that a
+    /// request one thread issued after another thread's (ordered by the
+    /// guest's own synchronization) runs after it ([`Server`] explains
+    /// why that suffices). None (served on its own) by default.
+    fn group(&self, _ch: u32) -> Option<u32> {
+        None
+    }
     /// A failure that ends the serving of the whole region (a runaway
     /// kernel the GPU will end only with this process): the server fails
     /// every channel and returns. Asked after every pass; none by default.
@@ -887,13 +897,113 @@ impl<H: Handler> Server<H> {
     fn poll_all(&mut self) -> bool {
         let mut did = false;
         self.deferred = false;
+        let mut groups: Vec<u32> = Vec::new();
         for i in 0..self.channels.len() {
-            did |= self.poll_channel(i);
+            match self.handler.group(self.channels[i].index) {
+                None => did |= self.poll_channel(i),
+                Some(g) => {
+                    if let Some(d) = self.check_owner(i) {
+                        did |= d;
+                    } else if !groups.contains(&g) {
+                        groups.push(g);
+                    }
+                }
+            }
+        }
+        for g in groups {
+            did |= self.serve_group(g);
         }
         did
     }
 
-    fn poll_channel(&mut self, i: usize) -> bool {
+    /// Serves the requests of the channels in group `g` (those of one
+    /// guest process that share a context), oldest call id first.
+    ///
+    /// Why that keeps the guest's order: a thread takes a request's call
+    /// id from the process's counter before it publishes the request
+    /// (Release store of the ring's tail). If thread A's request happens
+    /// before thread B's (A published, then the guest synchronized A with
+    /// B, then B took its id), B's id is larger, and once this server has
+    /// read B's tail (Acquire), every later read of A's tail sees A's
+    /// request (coherence: A's store happens before that read). So each
+    /// choice is made from two passes over the members' heads, the second
+    /// after the first found its oldest: when both agree, no request that
+    /// happened before the chosen one can still be hidden. Requests with
+    /// no such order between them (issued concurrently) may run in either
+    /// order, as on the driver. An unfinished request's remaining work
+    /// (a sliced kernel, a graph's steps) keeps its request's id; and a
+    /// head that may not be served now holds the whole group for this
+    /// pass, as what came after it may depend on it.
+    fn serve_group(&mut self, g: u32) -> bool {
+        let members: Vec<usize> = (0..self.channels.len())
+            .filter(|&i| {
+                self.channels[i].state == State::Serving
+                    && self.handler.group(self.channels[i].index) == Some(g)
+            })
+            .collect();
+        let mut served = Vec::new();
+        for n in 0..BATCH {
+            if n % 8 == 7 && self.last_reap.elapsed() >= REAP_EVERY {
+                break;
+            }
+            let mut pick = self.oldest_head(&members);
+            loop {
+                let again = self.oldest_head(&members);
+                if again == pick {
+                    break;
+                }
+                pick = again;
+            }
+            let Some((i, _)) = pick else {
+                break;
+            };
+            match self.serve_one(i) {
+                Ok(true) => {
+                    if !served.contains(&i) {
+                        served.push(i);
+                    }
+                }
+                Ok(false) => break,
+                Err(failure) => {
+                    self.fail(i, failure);
+                    served.retain(|&s| s != i);
+                    return true;
+                }
+            }
+        }
+        for &i in &served {
+            self.wake_guest(i);
+        }
+        !served.is_empty()
+    }
+
+    /// The member of `members` whose next request (its unfinished work,
+    /// else the head of its ring) has the smallest call id, and that id. A
+    /// corrupt ring counts as oldest, so that serving it fails the channel.
+    fn oldest_head(&mut self, members: &[usize]) -> Option<(usize, u64)> {
+        let mut best: Option<(usize, u64)> = None;
+        for &i in members {
+            let id = match self.handler.unfinished(self.channels[i].index) {
+                Some(r) => Some(r.call_id),
+                None => match self.channels[i].req.peek() {
+                    Ok(Some(desc)) => Some(desc.call_id),
+                    Ok(None) => None,
+                    Err(_) => Some(0),
+                },
+            };
+            if let Some(id) = id {
+                if best.is_none_or(|(_, b)| id < b) {
+                    best = Some((i, id));
+                }
+            }
+        }
+        best
+    }
+
+    /// The owner checks of a pass over channel `i`: None when the channel
+    /// is being served and its requests may be read; else whether
+    /// something was done (a claim completed).
+    fn check_owner(&mut self, i: usize) -> Option<bool> {
         let view = self.region.view().clone();
         let offs = self.channels[i].offs;
         let word = |rel| view.atomic_u32(offs.at(rel)).expect("layout validated");
@@ -910,19 +1020,26 @@ impl<H: Handler> Server<H> {
                 self.stats[i].owner_pid.store(0, Ordering::Relaxed);
                 self.handler.reset(ch.index);
             }
-            return false;
+            return Some(false);
         }
         if owner.generation != ch.served_gen {
             // Acquire: pairs with the guest's Release store of guest_gen after
             // it zeroed req.tail and resp.head for this generation.
             if word(CH_GUEST_GEN).load(Ordering::Acquire) != owner.generation {
-                return false;
+                return Some(false);
             }
             self.reset_channel(i, owner);
-            return true;
+            return Some(true);
         }
         if ch.state != State::Serving {
-            return false;
+            return Some(false);
+        }
+        None
+    }
+
+    fn poll_channel(&mut self, i: usize) -> bool {
+        if let Some(did) = self.check_owner(i) {
+            return did;
         }
         let mut did = false;
         for n in 0..BATCH {

@@ -359,6 +359,10 @@ impl Handler for Publisher {
         self.ops.unfinished(ch)
     }
 
+    fn group(&self, ch: u32) -> Option<u32> {
+        self.ops.group(ch)
+    }
+
     fn poll(&mut self, pass: crate::host::Pass) -> Option<std::time::Duration> {
         self.ops.poll(pass)
     }
