@@ -389,6 +389,17 @@ impl ExecError {
 /// Result of executor calls.
 pub type ExecResult<T> = Result<T, ExecError>;
 
+/// What a synchronization waits for ([`GpuExecutor::sync_pending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncTarget {
+    /// Every stream of the context.
+    Context,
+    /// One stream (`None`: the legacy default stream).
+    Stream(Option<StreamId>),
+    /// An event's last record.
+    Event(EventId),
+}
+
 /// One device, driven for one VM. `None` as a stream means the NULL stream.
 pub trait GpuExecutor: Send {
     /// The device's properties.
@@ -412,6 +423,15 @@ pub trait GpuExecutor: Send {
     /// unknown (a real GPU, whose synchronisation returns within
     /// microseconds of the work's end).
     fn completed_ago(&mut self, _ctx: CtxId) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// How long until the work that synchronization `what` of `ctx`
+    /// waits for is done, when the executor can tell without waiting
+    /// (SimGpu on the real clock: the modelled end). `Some(ZERO)`: done.
+    /// `None`: unknown (a real GPU, a virtual clock, a bad handle): the
+    /// caller waits in the synchronization, which answers.
+    fn sync_pending(&mut self, _ctx: CtxId, _what: SyncTarget) -> Option<std::time::Duration> {
         None
     }
 

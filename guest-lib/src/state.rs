@@ -2,10 +2,11 @@
 //!
 //! `cuInit` maps the region, claims the process's channel and asks the
 //! host, once, for everything about the device that later calls read
-//! (name, memory, UUID, attributes). A forwarded call takes that channel's
-//! lock; a thread that finds it held by another thread claims a channel of
-//! its own (up to [`thread_channels`] of them), which names the same host
-//! context (`ContextJoin`), so that threads issue concurrently. Every
+//! (name, memory, UUID, attributes). That thread's calls use that channel;
+//! every other thread that makes a call claims a channel of its own (up to
+//! [`thread_channels`] of them, then it shares the process's), which names
+//! the same host context (`ContextJoin`), so that threads issue
+//! concurrently and one's synchronization does not hold another's calls. Every
 //! channel of the process takes its call ids from one counter, by which
 //! the host keeps the order between threads that the program's own
 //! synchronization gave their calls (docs/guest.md).
@@ -13,7 +14,7 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, TryLockError};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use fairgpu_frontend::cuda::Cuda;
 use fairgpu_frontend::{CallError, Channel, GuestRegion, WaitConfig};
@@ -70,8 +71,10 @@ static CONN: Mutex<Option<Cuda>> = Mutex::new(None);
 static REGION: OnceLock<Arc<GuestRegion>> = OnceLock::new();
 /// The call-id counter of every channel of the process.
 static CALL_IDS: OnceLock<Arc<AtomicU64>> = OnceLock::new();
-/// The token with which threads' channels join the process's context.
-static SHARE: Mutex<Option<u64>> = Mutex::new(None);
+/// The token with which threads' channels join the process's context,
+/// asked at `cuInit` (when the process's channel is surely free; none if
+/// the host refused).
+static SHARE: OnceLock<Option<u64>> = OnceLock::new();
 
 /// Most channels of their own the threads of one process may hold.
 pub const MAX_THREAD_CHANNELS: usize = 32;
@@ -122,6 +125,8 @@ impl Drop for Release {
 thread_local! {
     static MINE: Cell<Mine> = const { Cell::new(Mine::Untried) };
     static PINNED: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread connected (it uses the process's channel).
+    static CONNECTED_HERE: Cell<bool> = const { Cell::new(false) };
     static RELEASE: Cell<Option<Release>> = const { Cell::new(None) };
 }
 
@@ -176,14 +181,7 @@ fn own_channel() -> Option<usize> {
 /// A new channel that names the process's host context.
 fn join_new_channel() -> Option<Cuda> {
     let region = REGION.get()?.clone();
-    let token = {
-        let mut t = SHARE.lock().unwrap_or_else(|p| p.into_inner());
-        if t.is_none() {
-            let mut g = CONN.lock().unwrap_or_else(|p| p.into_inner());
-            *t = Some(g.as_mut()?.context_share().ok()?);
-        }
-        (*t)?
-    };
+    let token = (*SHARE.get()?)?;
     // No free channel, or the host refuses: the thread shares the
     // process's channel, as before.
     let ch = Channel::claim(region, WaitConfig::from_env()).ok()?;
@@ -204,6 +202,7 @@ fn connect() -> Result<DeviceInfo, CUresult> {
         err::NO_DEVICE
     })?;
     ch.share_call_ids(call_ids());
+    CONNECTED_HERE.with(|c| c.set(true));
     let mut cu = Cuda::new(ch);
     let status = |e: CallError| e.status().0;
     let name = cu.device_name(0).map_err(status)?;
@@ -219,6 +218,7 @@ fn connect() -> Result<DeviceInfo, CUresult> {
             Err(e) => return Err(status(e)),
         }
     }
+    let _ = SHARE.set(cu.context_share().ok());
     *CONN.lock().unwrap_or_else(|p| p.into_inner()) = Some(cu);
     // Release the channel when the process exits normally; a killed process
     // has its channel reclaimed by the host.
@@ -338,25 +338,19 @@ pub fn with_sync<T>(f: impl FnOnce(&mut Cuda) -> Result<T, CallError>) -> Result
 /// process's); maps its error to a CUresult.
 pub fn with<T>(f: impl FnOnce(&mut Cuda) -> Result<T, CallError>) -> Result<T, CUresult> {
     device()?;
-    if let Mine::Slot(i) = MINE.with(Cell::get) {
-        return on(&THREADS[i], f);
-    }
-    let g = match CONN.try_lock() {
-        Ok(g) => g,
-        Err(TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(TryLockError::WouldBlock) => {
-            // Another thread is in a call: this one gets a channel of its
-            // own if it may (not while a graph launch it runs is being
-            // gathered on the process's channel).
-            if !PINNED.with(Cell::get) {
-                if let Some(i) = own_channel() {
-                    return on(&THREADS[i], f);
-                }
+    match MINE.with(Cell::get) {
+        Mine::Slot(i) => return on(&THREADS[i], f),
+        // A thread other than the one that connected gets a channel of its
+        // own if it may (not in the middle of a graph launch it gathers on
+        // the process's channel).
+        Mine::Untried if !CONNECTED_HERE.with(Cell::get) && !PINNED.with(Cell::get) => {
+            if let Some(i) = own_channel() {
+                return on(&THREADS[i], f);
             }
-            CONN.lock().unwrap_or_else(|p| p.into_inner())
         }
-    };
-    run(g, f)
+        _ => {}
+    }
+    on(&CONN, f)
 }
 
 /// Keeps the calling thread on the channel it uses now until the guard

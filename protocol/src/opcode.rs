@@ -187,7 +187,8 @@ pub enum Opcode {
     // Channels of one guest process that share its host context (a
     // channel per thread; see docs/guest.md).
     /// The channel's context may be joined by the process's other
-    /// channels → `vals[0]` = a token naming it (the same for every ask).
+    /// channels → `vals[0]` = a token naming it (the same for every ask
+    /// while the channel's claim lasts). Makes no context itself.
     ContextShare = 0x01a0,
     /// `args[0]` = a token `ContextShare` gave another channel of the VM:
     /// this channel, which must not have made a context yet, names that

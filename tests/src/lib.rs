@@ -860,6 +860,14 @@ impl Setup {
         }
     }
 
+    /// The same with `lines` added to the `[daemon]` table.
+    pub fn with_daemon(self, lines: &str) -> Setup {
+        let text = std::fs::read_to_string(&self.config).expect("reading the configuration");
+        let text = text.replacen("[daemon]\n", &format!("[daemon]\n{lines}\n"), 1);
+        std::fs::write(&self.config, text).expect("writing the configuration");
+        self
+    }
+
     /// Starts the daemon and waits until every worker runs.
     pub fn start(&self) -> DaemonProcess {
         self.start_with_env(&[])

@@ -64,12 +64,18 @@ struct Rig {
 
 impl Rig {
     fn start(test: &str) -> Rig {
+        Self::start_with(test, "")
+    }
+
+    /// [`Rig::start`] with `daemon` added to the `[daemon]` table.
+    fn start_with(test: &str, daemon: &str) -> Rig {
         // 1 GiB of device memory, more than any VM's quota.
         let sim = format!(
             "memory_bytes = {}\nname = {SIM_NAME:?}\nsm_count = {SM_COUNT}\n",
             1u64 << 30
         );
-        let setup = Setup::with_sim(test, &sim, &[("vm1", 1, 3), ("vm2", 1, 3)]);
+        let setup =
+            Setup::with_sim(test, &sim, &[("vm1", 1, 3), ("vm2", 1, 3)]).with_daemon(daemon);
         Rig {
             d: setup.start(),
             setup,
@@ -1761,31 +1767,31 @@ fn channels_that_join_one_context_share_it_and_keep_their_calls_in_order() {
     // served channels by index would read x's copy before y's memset.
     let mut x = rig.cuda(0);
     let mut y = rig.cuda(0);
+    // Another guest of the VM, which holds the worker in a synchronization.
     let mut z = rig.cuda(0);
     assert!(x.channel().index() < y.channel().index());
     let ids = Arc::new(AtomicU64::new(1));
-    for cu in [&mut x, &mut y, &mut z] {
+    for cu in [&mut x, &mut y] {
         cu.channel().share_call_ids(ids.clone());
     }
     const LEN: usize = 1 << 16;
     let buf = y.mem_alloc(LEN as u64).unwrap();
     y.memcpy_htod(buf, &vec![0u8; LEN]).unwrap();
-    let m = y.module_load(KERNELS_PTX.as_bytes()).unwrap();
-    let k = spin_kernel(&mut y, m).handle;
     let token = y.context_share().unwrap();
     assert_eq!(y.context_share().unwrap(), token, "one token per context");
     // Bad joins fail that request only.
     assert_refused(x.context_join(token ^ 1), Status::INVALID_VALUE);
     assert_refused(y.context_join(token), Status::INVALID_CONTEXT);
     x.context_join(token).unwrap();
-    z.context_join(token).unwrap();
     assert_refused(x.context_join(token), Status::INVALID_CONTEXT);
-    // x reaches y's allocation; z runs y's kernel.
+    // x reaches y's allocation.
     assert_eq!(read(&mut x, buf, 64), vec![0u8; 64]);
 
-    // z's synchronization holds the worker while the device runs y's long
+    // z's synchronization holds the worker while the device runs its long
     // kernel; meanwhile y queues a memset and x asks for the bytes, which
     // the server then finds both waiting.
+    let m = z.module_load(KERNELS_PTX.as_bytes()).unwrap();
+    let k = spin_kernel(&mut z, m).handle;
     spin(&mut z, k, 300_000_000, 0);
     let syncing = std::thread::spawn(move || {
         z.ctx_synchronize().unwrap();
@@ -1798,23 +1804,66 @@ fn channels_that_join_one_context_share_it_and_keep_their_calls_in_order() {
         &vec![0xab; LEN],
         "a copy issued after another channel's memset",
     );
-    let mut z = syncing.join().unwrap();
+    drop(syncing.join().unwrap());
 
-    // y (whose slot held the context) goes: x and z still use it.
+    // y (whose slot held the context) goes: x still uses it.
     drop(y);
     x.memset_async(buf, 0x5a, 1, 64, 0).unwrap();
-    assert_eq!(read(&mut z, buf, 64), vec![0x5a; 64]);
-    // A new claim (of y's channel, the only free one) has a context of its
-    // own, without x's memory, and cannot join with a token of a context it
-    // could see once it holds one.
+    assert_eq!(read(&mut x, buf, 64), vec![0x5a; 64]);
+    // A new claim (of a channel that held the context) has a context of
+    // its own, without x's memory, and cannot join once it has one.
     let mut w = rig.cuda(0);
     w.channel().share_call_ids(ids.clone());
     let mut out = vec![0u8; 64];
     assert_refused(w.memcpy_dtoh(&mut out, buf, 0), Status::INVALID_VALUE);
     assert_refused(w.context_join(token), Status::INVALID_CONTEXT);
-    still_works(&mut x, buf, 9);
-    drop(x);
     // The last member keeps it alive alone.
-    z.memset_async(buf, 0x11, 1, 64, 0).unwrap();
-    assert_eq!(read(&mut z, buf, 64), vec![0x11; 64]);
+    still_works(&mut x, buf, 9);
+}
+
+/// A member of a shared context that synchronizes with work still running
+/// does not hold the other members' calls: the host puts the
+/// synchronization aside while they have requests and answers it once its
+/// work is done. Without a scheduler (whose grants could hold the other
+/// member's requests for reasons of their own).
+#[test]
+fn one_thread_s_synchronization_does_not_hold_another_s_calls() {
+    use std::sync::atomic::AtomicU64;
+    let rig = Rig::start_with("cuda_joined_sync", "policy = \"none\"");
+    let mut x = rig.cuda(0);
+    let mut y = rig.cuda(0);
+    let ids = Arc::new(AtomicU64::new(1));
+    for cu in [&mut x, &mut y] {
+        cu.channel().share_call_ids(ids.clone());
+    }
+    y.context_join(x.context_share().unwrap()).unwrap();
+    let m = y.module_load(KERNELS_PTX.as_bytes()).unwrap();
+    let k = spin_kernel(&mut y, m).handle;
+    let long = y.stream_create(1).unwrap();
+    let other = x.stream_create(1).unwrap();
+    let buf = x.mem_alloc(4096).unwrap();
+    // Two seconds of device time on `long`, and y waits for it.
+    spin(&mut y, k, 2_000_000_000, long);
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    let waiter = std::thread::spawn(move || {
+        y.stream_synchronize(long).unwrap();
+        flag.store(true, Ordering::SeqCst);
+        y
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    for i in 0..20u8 {
+        x.memset_async(buf, u32::from(i), 1, 4096, other).unwrap();
+        x.stream_synchronize(other).unwrap();
+        let mut out = [0u8; 16];
+        x.memcpy_dtoh(&mut out, buf, other).unwrap();
+        assert_eq!(out, [i; 16]);
+    }
+    assert!(
+        !done.load(Ordering::SeqCst),
+        "x's calls waited for y's synchronization"
+    );
+    let mut y = waiter.join().unwrap();
+    assert!(done.load(Ordering::SeqCst));
+    still_works(&mut y, buf, 4);
 }

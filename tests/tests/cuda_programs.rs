@@ -269,7 +269,7 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
 }
 
 /// The programs that check what their kernels compute against the CPU.
-const COMPUTE_PROGRAMS: [&str; 30] = [
+const COMPUTE_PROGRAMS: [&str; 31] = [
     "vector_add",
     "saxpy",
     "matmul",
@@ -300,6 +300,7 @@ const COMPUTE_PROGRAMS: [&str; 30] = [
     "ipc",
     "batch_copy",
     "dynamic_parallelism",
+    "threads",
 ];
 
 /// Vector addition, SAXPY, a tiled matrix multiplication in shared
@@ -314,7 +315,9 @@ const COMPUTE_PROGRAMS: [&str; 30] = [
 /// PTX modules JIT-linked or loaded from files, kernels launching kernels (dynamic parallelism,
 /// built with relocatable device code), recursive device functions
 /// (and a recursion that overflows the call stack), programs built with the
-/// per-thread default stream: SimGpu's kernels compute exactly what the CPU
+/// per-thread default stream, host threads issuing at once on channels of
+/// their own (one waiting while another works, a producer and a consumer
+/// ordered on one stream): SimGpu's kernels compute exactly what the CPU
 /// does. The three variants of a program run
 /// at once, one per VM.
 #[test]
@@ -339,6 +342,37 @@ fn kernels_compute_what_the_cpu_computes() {
         let vm = vm(&st, v);
         assert!(vm.kernels > 0 && vm.gpu_time_ns > 0, "{v}: {vm:?}");
         assert_eq!(vm.restarts, 0, "{v}");
+    }
+    // The threads of `threads` issued on channels of their own.
+    let log = sim.daemon.log();
+    assert!(
+        log.contains("joined its process's context"),
+        "no thread's channel joined its process's context:\n{log}"
+    );
+}
+
+/// A thread of a program waiting in `cudaStreamSynchronize` for a long
+/// kernel does not hold another thread's calls: each thread has a channel
+/// of its own, and the worker puts the synchronization aside while the
+/// other threads' requests are served. Without a scheduler, whose grants
+/// could hold the other thread's requests for their own reasons.
+#[test]
+fn a_thread_waiting_for_the_device_does_not_hold_another_thread() {
+    let Some(dir) = programs() else {
+        return;
+    };
+    guest_lib_dir();
+    let vms: Vec<(&str, u32, u32)> = VARIANTS.iter().map(|v| (*v, 1, CHANNELS)).collect();
+    let setup = Setup::with_sim("cuda_thread_sync", &sim_table(SIM_NAME), &vms)
+        .with_daemon("policy = \"none\"");
+    let daemon = setup.start();
+    let sim = Sim { setup, daemon };
+    for v in VARIANTS {
+        let stdout = sim.run(&dir.join(format!("threads-{v}")), v);
+        assert!(
+            stdout.contains("OVERLAP 1\n"),
+            "threads-{v}: a thread's copies waited for another thread's synchronization:\n{stdout}"
+        );
     }
 }
 

@@ -1404,6 +1404,10 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         self.inner.group(ch)
     }
 
+    fn sync_wait(&mut self, ch: u32, req: &ValidRequest) -> Option<Duration> {
+        self.inner.sync_wait(ch, req)
+    }
+
     fn reset(&mut self, ch: u32) {
         if let Some(gate) = self.gate.as_mut() {
             gate.events.forget(ch);

@@ -42,7 +42,7 @@ use crate::transport_ops::TransportOps;
 use fairgpu_executor::host_memory::{HostCharge, HostMemory};
 use fairgpu_executor::{
     ArrayId, CtxId, DevPtr, EventId, ExecError, FnId, GpuExecutor, HostData, LaunchConfig, ModId,
-    PhysId, Place, RectCopy, RectSide, StreamId, TexResource,
+    PhysId, Place, RectCopy, RectSide, StreamId, SyncTarget, TexResource,
 };
 
 /// `CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED`.
@@ -572,6 +572,19 @@ pub struct LongKernelCounts {
     pub unsliceable: u64,
 }
 
+/// A synchronization of a shared context's member that would wait
+/// longer than this is put aside while the other members are served
+/// ([`Handler::sync_wait`]), and asked again this much before its work is
+/// due to end (then waited for in the executor, which ends the wait
+/// within microseconds of the work's end).
+const PUT_ASIDE_FROM: std::time::Duration = std::time::Duration::from_micros(500);
+const WAKE_AHEAD: std::time::Duration = std::time::Duration::from_micros(250);
+
+/// Most `ContextShare` tokens alive at once: one per channel at most
+/// (a channel asks again and gets the same one), so this only bounds a
+/// broken caller.
+const MAX_SHARES: usize = 4096;
+
 /// Kernels reported as not sliceable at most (each once).
 const MAX_REPORTED: usize = 256;
 
@@ -858,16 +871,10 @@ impl CudaOps {
         let i = ch as usize;
         let own = self.contexts.get(i).is_some_and(Option::is_some);
         let member = self.leader.get(i).copied().flatten().is_some();
-        if own || member {
-            // A channel joins before it makes or names a context.
+        if own || member || slot == ch {
+            // A channel joins before it makes or names a context, and not
+            // its own.
             return Err(Status::INVALID_CONTEXT);
-        }
-        if !self
-            .contexts
-            .get(slot as usize)
-            .is_some_and(Option::is_some)
-        {
-            return Err(Status::INVALID_VALUE);
         }
         let n = (i.max(slot as usize)) + 1;
         if self.leader.len() < n {
@@ -875,7 +882,16 @@ impl CudaOps {
         }
         self.leader[slot as usize] = Some(slot);
         self.leader[i] = Some(slot);
-        tracing::debug!(vm = %self.vm, channel = ch, slot, "channel joined a shared context");
+        static LIMIT: crate::host::RateLimit = crate::host::RateLimit::new();
+        if let Some(suppressed) = LIMIT.admit() {
+            tracing::info!(
+                vm = %self.vm,
+                channel = ch,
+                slot,
+                suppressed,
+                "a thread's channel joined its process's context"
+            );
+        }
         Ok(())
     }
 
@@ -1167,25 +1183,30 @@ impl CudaOps {
         if req.op == Opcode::ContextJoin {
             return self.join(ch, a[0]).map(|_| Answer::default());
         }
+        if req.op == Opcode::ContextShare {
+            // Made no context: a process asks at `cuInit`, before it may
+            // need one.
+            let slot = slot_of(&self.leader, ch) as u32;
+            let known = self.shares.iter().find(|(_, s)| **s == slot);
+            let token = match known {
+                Some((&t, _)) => t,
+                None => {
+                    if self.shares.len() >= MAX_SHARES {
+                        return Err(Status::OUT_OF_MEMORY);
+                    }
+                    let t = self.ipc_token();
+                    self.shares.insert(t, slot);
+                    t
+                }
+            };
+            return Ok(vals(&[token]));
+        }
         let quota = self.quota;
         let mem_used = self.mem_used;
         let cx = self.context(ch)?;
         cx.reserve(growth_bound(req, arena))?;
         let ctx = cx.ctx;
         match req.op {
-            Opcode::ContextShare => {
-                let slot = slot_of(&self.leader, ch) as u32;
-                let known = self.shares.iter().find(|(_, s)| **s == slot);
-                let token = match known {
-                    Some((&t, _)) => t,
-                    None => {
-                        let t = self.ipc_token();
-                        self.shares.insert(t, slot);
-                        t
-                    }
-                };
-                Ok(vals(&[token]))
-            }
             Opcode::CtxSynchronize => self
                 .exec
                 .synchronize(ctx)
@@ -2179,6 +2200,7 @@ impl CudaOps {
             // Handled before a context is needed, or by the transport.
             Opcode::Nop
             | Opcode::ContextJoin
+            | Opcode::ContextShare
             | Opcode::CopyIn
             | Opcode::CopyOut
             | Opcode::DriverGetVersion
@@ -2368,6 +2390,24 @@ impl Handler for CudaOps {
 
     fn group(&self, ch: u32) -> Option<u32> {
         CudaOps::group(self, ch)
+    }
+
+    fn sync_wait(&mut self, ch: u32, req: &ValidRequest) -> Option<std::time::Duration> {
+        let cx = self
+            .contexts
+            .get(slot_of(&self.leader, ch))
+            .and_then(Option::as_ref)?;
+        // A bad handle is answered now (with its error).
+        let what = match req.op {
+            Opcode::StreamSynchronize => SyncTarget::Stream(cx.stream(req.args[0]).ok()?),
+            Opcode::EventSynchronize => SyncTarget::Event(cx.event(req.args[0]).ok()?),
+            Opcode::CtxSynchronize => SyncTarget::Context,
+            _ => return None,
+        };
+        let pending = self.exec.sync_pending(cx.ctx, what)?;
+        // A short wait is served now: the executor ends it within
+        // microseconds of the work's end, as a wake-up would not.
+        (pending > PUT_ASIDE_FROM).then(|| pending - WAKE_AHEAD)
     }
 
     fn unfinished(&self, ch: u32) -> Option<ValidRequest> {

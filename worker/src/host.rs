@@ -531,6 +531,17 @@ pub trait Handler {
     fn group(&self, _ch: u32) -> Option<u32> {
         None
     }
+    /// For synchronous request `req` at the head of channel `ch`, a
+    /// member of a group ([`Handler::group`]): how long it would wait for
+    /// the device (a synchronization whose work is still running), if long
+    /// enough to serve other requests meanwhile. Such a request is put
+    /// aside for that long (its member skipped, the server blocking no
+    /// longer than that), so that one thread's wait does not hold the
+    /// other threads' calls; then it is asked again. None (serve now, and
+    /// wait in it) by default.
+    fn sync_wait(&mut self, _ch: u32, _req: &ValidRequest) -> Option<Duration> {
+        None
+    }
     /// A failure that ends the serving of the whole region (a runaway
     /// kernel the GPU will end only with this process): the server fails
     /// every channel and returns. Asked after every pass; none by default.
@@ -637,6 +648,11 @@ pub struct Server<H: Handler> {
     last_tick: Instant,
     /// A request was held back by `may_issue` in the current pass.
     deferred: bool,
+    /// How soon a synchronization the current pass put aside
+    /// ([`Handler::sync_wait`]) is to be asked again, and whether the last
+    /// `serve_one` put one aside.
+    wake_in: Option<Duration>,
+    put_aside: bool,
 }
 
 impl<H: Handler> Server<H> {
@@ -682,6 +698,8 @@ impl<H: Handler> Server<H> {
             last_reap: Instant::now(),
             last_tick: Instant::now(),
             deferred: false,
+            wake_in: None,
+            put_aside: false,
         }
     }
 
@@ -811,6 +829,12 @@ impl<H: Handler> Server<H> {
                 served: false,
                 deferred: self.deferred,
             });
+            // A synchronization put aside is asked again when its work is
+            // due to end.
+            let limit = match (limit, self.wake_in) {
+                (Some(l), Some(w)) => Some(l.min(w)),
+                (l, w) => l.or(w),
+            };
             let now = Instant::now();
             self.maybe_tick(now);
             let since = *idle_since.get_or_insert(now);
@@ -897,6 +921,7 @@ impl<H: Handler> Server<H> {
     fn poll_all(&mut self) -> bool {
         let mut did = false;
         self.deferred = false;
+        self.wake_in = None;
         let mut groups: Vec<u32> = Vec::new();
         for i in 0..self.channels.len() {
             match self.handler.group(self.channels[i].index) {
@@ -933,7 +958,11 @@ impl<H: Handler> Server<H> {
     /// order, as on the driver. An unfinished request's remaining work
     /// (a sliced kernel, a graph's steps) keeps its request's id; and a
     /// head that may not be served now holds the whole group for this
-    /// pass, as what came after it may depend on it.
+    /// pass, as what came after it may depend on it. But a synchronous
+    /// request that would wait for the device ([`Handler::ready`]) is put
+    /// aside (its member skipped for the pass) while other members have
+    /// requests: its thread waits for its answer, so nothing was issued
+    /// after it yet.
     fn serve_group(&mut self, g: u32) -> bool {
         let members: Vec<usize> = (0..self.channels.len())
             .filter(|&i| {
@@ -942,13 +971,19 @@ impl<H: Handler> Server<H> {
             })
             .collect();
         let mut served = Vec::new();
+        let mut aside: Vec<usize> = Vec::new();
         for n in 0..BATCH {
             if n % 8 == 7 && self.last_reap.elapsed() >= REAP_EVERY {
                 break;
             }
-            let mut pick = self.oldest_head(&members);
+            let open: Vec<usize> = members
+                .iter()
+                .copied()
+                .filter(|i| !aside.contains(i))
+                .collect();
+            let mut pick = self.oldest_head(&open);
             loop {
-                let again = self.oldest_head(&members);
+                let again = self.oldest_head(&open);
                 if again == pick {
                     break;
                 }
@@ -957,12 +992,13 @@ impl<H: Handler> Server<H> {
             let Some((i, _)) = pick else {
                 break;
             };
-            match self.serve_one(i) {
+            match self.serve_one(i, false) {
                 Ok(true) => {
                     if !served.contains(&i) {
                         served.push(i);
                     }
                 }
+                Ok(false) if self.put_aside => aside.push(i),
                 Ok(false) => break,
                 Err(failure) => {
                     self.fail(i, failure);
@@ -1050,7 +1086,7 @@ impl<H: Handler> Server<H> {
             if n % 8 == 7 && self.last_reap.elapsed() >= REAP_EVERY {
                 break;
             }
-            match self.serve_one(i) {
+            match self.serve_one(i, true) {
                 Ok(true) => did = true,
                 Ok(false) => break,
                 Err(failure) => {
@@ -1100,8 +1136,12 @@ impl<H: Handler> Server<H> {
     }
 
     /// Serves the oldest request of channel `i`; false if there was none (or
-    /// its response cannot be posted yet).
-    fn serve_one(&mut self, i: usize) -> Result<bool, ChannelFailure> {
+    /// its response cannot be posted yet, or it may not be issued yet, or
+    /// it is a synchronization put aside: then `put_aside` is set and
+    /// `wake_in` says when to ask again). With `wait`, a synchronization
+    /// is served even if it waits for the device.
+    fn serve_one(&mut self, i: usize, wait: bool) -> Result<bool, ChannelFailure> {
+        self.put_aside = false;
         let arena_size = self.region.layout().arena_size();
         let ch = &mut self.channels[i];
         // An answered request's unfinished work goes before the channel's
@@ -1142,6 +1182,15 @@ impl<H: Handler> Server<H> {
         let st = &self.stats[i];
         let result = match desc.validate(arena_size) {
             Ok(req) => {
+                if !wait && req.needs_response {
+                    if let Some(d) = self.handler.sync_wait(ch.index, &req) {
+                        // Left at the head of the ring, as a request held
+                        // back.
+                        self.put_aside = true;
+                        self.wake_in = Some(self.wake_in.map_or(d, |w| w.min(d)));
+                        return Ok(false);
+                    }
+                }
                 if !self.handler.may_issue(ch.index, &req) {
                     // Held back: left unconsumed at the head of the ring. The
                     // private copy is dropped; a later pass copies and

@@ -363,6 +363,14 @@ impl Handler for Publisher {
         self.ops.group(ch)
     }
 
+    fn sync_wait(
+        &mut self,
+        ch: u32,
+        req: &fairgpu_protocol::wire::ValidRequest,
+    ) -> Option<std::time::Duration> {
+        self.ops.sync_wait(ch, req)
+    }
+
     fn poll(&mut self, pass: crate::host::Pass) -> Option<std::time::Duration> {
         self.ops.poll(pass)
     }

@@ -198,6 +198,11 @@ impl SimDevice {
         }
     }
 
+    /// Whether the clock is virtual (moves only when someone waits).
+    pub fn is_virtual(&self) -> bool {
+        matches!(self.inner.clock, Clock::Virtual(_))
+    }
+
     /// The device clock, in nanoseconds.
     pub fn now_ns(&self) -> u64 {
         self.inner.clock.now()

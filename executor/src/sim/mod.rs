@@ -1784,6 +1784,21 @@ impl GpuExecutor for SimGpu {
         self.wait_for(ctx, t)
     }
 
+    fn sync_pending(&mut self, ctx: CtxId, what: crate::SyncTarget) -> Option<std::time::Duration> {
+        if self.device.is_virtual() {
+            // Waiting moves a virtual clock: nothing to wait for meanwhile.
+            return None;
+        }
+        let c = self.ctx(ctx).ok()?;
+        let t = match what {
+            crate::SyncTarget::Context => c.all_ready(),
+            crate::SyncTarget::Stream(s) => c.ready(s).ok()?,
+            crate::SyncTarget::Event(e) => c.event(e).ok()?.time.unwrap_or(0),
+        };
+        let now = self.device.now_ns();
+        Some(std::time::Duration::from_nanos(t.saturating_sub(now)))
+    }
+
     fn completed_ago(&mut self, ctx: CtxId) -> Option<std::time::Duration> {
         let t = self.ctx(ctx).ok()?.all_ready();
         let now = self.device.now_ns();
