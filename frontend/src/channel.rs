@@ -198,6 +198,24 @@ pub struct WaitStats {
 }
 
 impl Channel {
+    /// How many channels of `region` are free now (a hint: others may
+    /// claim or release meanwhile).
+    pub fn free_channels(region: &GuestRegion) -> u32 {
+        let layout = *region.layout();
+        let view = region.view();
+        (0..layout.channels())
+            .filter(|&index| {
+                let offs = layout.channel(index).expect("index < channels");
+                // Relaxed: a count for a decision claim() makes again.
+                let w = view
+                    .atomic_u64(offs.at(CH_OWNER))
+                    .expect("layout validated")
+                    .load(Ordering::Relaxed);
+                Owner::from_word(w).is_free()
+            })
+            .count() as u32
+    }
+
     /// Claims a free channel (or one whose owner died) and waits for the
     /// host to reset it for us.
     pub fn claim(region: Arc<GuestRegion>, cfg: WaitConfig) -> Result<Channel, crate::OpenError> {

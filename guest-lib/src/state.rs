@@ -182,8 +182,12 @@ fn own_channel() -> Option<usize> {
 fn join_new_channel() -> Option<Cuda> {
     let region = REGION.get()?.clone();
     let token = (*SHARE.get()?)?;
-    // No free channel, or the host refuses: the thread shares the
-    // process's channel, as before.
+    // A thread does not take the VM's last free channel: another process
+    // needs one to start. No free channel, or the host refuses: the thread
+    // shares the process's channel.
+    if Channel::free_channels(&region) < 2 {
+        return None;
+    }
     let ch = Channel::claim(region, WaitConfig::from_env()).ok()?;
     let mut cu = Cuda::new(ch);
     cu.channel().share_call_ids(call_ids());

@@ -4,7 +4,8 @@
 // - a thread waiting in cudaStreamSynchronize for a long kernel does not
 //   hold another thread's calls: prints "OVERLAP 1" when the other thread
 //   finished its copies while the first still waited (with SimGpu's
-//   kernel durations; a scheduler's grant may still make them wait);
+//   kernel durations; a scheduler's grant may still make them wait), and
+//   "COPIES_MS" how long those copies took;
 // - work one thread issued on a stream before it told another thread (no
 //   CUDA synchronization between them) is done before what that thread
 //   then issues on the same stream: a producer launches, a consumer copies
@@ -57,6 +58,8 @@ static void waiting_does_not_hold_others() {
     // Copies and memsets only: SimGpu models one kernel at a time, so a
     // kernel would start after the long one on any stream.
     std::vector<int> h(n), back(n);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int round = 0; round < 10; round++) {
         for (int i = 0; i < n; i++) h[i] = round * 7 + i;
         CHECK(cudaMemsetAsync(d, 0xff, n * sizeof(int), mine));
@@ -69,8 +72,12 @@ static void waiting_does_not_hold_others() {
         }
     }
     bool early = !waited;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     waiter.join();
     if (sim_timing()) std::printf("OVERLAP %d\n", early ? 1 : 0);
+    // How long the copies took while the other thread waited (or after).
+    std::printf("COPIES_MS %.3f\n",
+                (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
     CHECK(cudaFree(d));
     CHECK(cudaStreamDestroy(longs));
     CHECK(cudaStreamDestroy(mine));
