@@ -343,7 +343,14 @@ pub fn with_sync<T>(f: impl FnOnce(&mut Cuda) -> Result<T, CallError>) -> Result
 pub fn with<T>(f: impl FnOnce(&mut Cuda) -> Result<T, CallError>) -> Result<T, CUresult> {
     device()?;
     match MINE.with(Cell::get) {
-        Mine::Slot(i) => return on(&THREADS[i], f),
+        Mine::Slot(i) => {
+            let g = THREADS[i].lock().unwrap_or_else(|p| p.into_inner());
+            if g.is_some() {
+                return run(g, f);
+            }
+            // Released already (this thread is exiting: its other
+            // thread-locals' destructors still make calls).
+        }
         // A thread other than the one that connected gets a channel of its
         // own if it may (not in the middle of a graph launch it gathers on
         // the process's channel).

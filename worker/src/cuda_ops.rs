@@ -574,7 +574,7 @@ pub struct LongKernelCounts {
 
 /// A synchronization of a shared context's member that would wait
 /// longer than this is put aside while the other members are served
-/// ([`Handler::sync_wait`]), and asked again this much before its work is
+/// ([`Handler::sync_wait`]), and served this much before its work is
 /// due to end (then waited for in the executor, which ends the wait
 /// within microseconds of the work's end).
 const PUT_ASIDE_FROM: std::time::Duration = std::time::Duration::from_micros(500);

@@ -537,8 +537,9 @@ pub trait Handler {
     /// enough to serve other requests meanwhile. Such a request is put
     /// aside for that long (its member skipped, the server blocking no
     /// longer than that), so that one thread's wait does not hold the
-    /// other threads' calls; then it is asked again. None (serve now, and
-    /// wait in it) by default.
+    /// other threads' calls; then it is served, and waits for what is left
+    /// (asked once: work queued meanwhile does not put it off again). None
+    /// (serve now, and wait in it) by default.
     fn sync_wait(&mut self, _ch: u32, _req: &ValidRequest) -> Option<Duration> {
         None
     }
@@ -618,6 +619,12 @@ struct HostChannel {
     req: Consumer<RequestRing>,
     resp: Producer<ResponseRing>,
     deferred: Status,
+    /// The synchronization at the head of the ring put aside, by call id,
+    /// and until when: the end of the work queued before it, as first
+    /// asked. Then it is served (and waits for what other threads queued
+    /// since on what it synchronizes, a bounded amount), so that others
+    /// adding work cannot keep putting it off.
+    aside: Option<(u64, Instant)>,
 }
 
 /// How the server waits.
@@ -649,7 +656,7 @@ pub struct Server<H: Handler> {
     /// A request was held back by `may_issue` in the current pass.
     deferred: bool,
     /// How soon a synchronization the current pass put aside
-    /// ([`Handler::sync_wait`]) is to be asked again, and whether the last
+    /// ([`Handler::sync_wait`]) is to be served, and whether the last
     /// `serve_one` put one aside.
     wake_in: Option<Duration>,
     put_aside: bool,
@@ -682,6 +689,7 @@ impl<H: Handler> Server<H> {
                         0,
                     ),
                     deferred: Status::SUCCESS,
+                    aside: None,
                 }
             })
             .collect();
@@ -829,7 +837,7 @@ impl<H: Handler> Server<H> {
                 served: false,
                 deferred: self.deferred,
             });
-            // A synchronization put aside is asked again when its work is
+            // A synchronization put aside is served when its work is
             // due to end.
             let limit = match (limit, self.wake_in) {
                 (Some(l), Some(w)) => Some(l.min(w)),
@@ -1003,6 +1011,9 @@ impl<H: Handler> Server<H> {
                 Err(failure) => {
                     self.fail(i, failure);
                     served.retain(|&s| s != i);
+                    for &s in &served {
+                        self.wake_guest(s);
+                    }
                     return true;
                 }
             }
@@ -1118,6 +1129,7 @@ impl<H: Handler> Server<H> {
         word(CH_RESP_TAIL).store(0, Ordering::Relaxed);
         word(CH_HOST_STATE).store(0, Ordering::Relaxed);
         ch.deferred = Status::SUCCESS;
+        ch.aside = None;
         ch.served_gen = owner.generation;
         ch.state = State::Serving;
         // Release: publishes the zeroed host-side indices and state; pairs
@@ -1183,12 +1195,22 @@ impl<H: Handler> Server<H> {
         let result = match desc.validate(arena_size) {
             Ok(req) => {
                 if !wait && req.needs_response {
-                    if let Some(d) = self.handler.sync_wait(ch.index, &req) {
-                        // Left at the head of the ring, as a request held
-                        // back.
-                        self.put_aside = true;
-                        self.wake_in = Some(self.wake_in.map_or(d, |w| w.min(d)));
-                        return Ok(false);
+                    let now = Instant::now();
+                    let until = match ch.aside {
+                        Some((id, until)) if id == desc.call_id => Some(until),
+                        _ => self.handler.sync_wait(ch.index, &req).map(|d| now + d),
+                    };
+                    match until {
+                        Some(until) if now < until => {
+                            // Left at the head of the ring, as a request
+                            // held back.
+                            ch.aside = Some((desc.call_id, until));
+                            self.put_aside = true;
+                            let d = until - now;
+                            self.wake_in = Some(self.wake_in.map_or(d, |w| w.min(d)));
+                            return Ok(false);
+                        }
+                        _ => ch.aside = None,
                     }
                 }
                 if !self.handler.may_issue(ch.index, &req) {
