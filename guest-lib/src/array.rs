@@ -22,7 +22,7 @@ use fairgpu_protocol::array::{
 use crate::context::{out, require_current};
 use crate::memory::{is_device, slice, slice_mut};
 use crate::state;
-use crate::stream::stream_handle;
+use crate::stream::{on_per_thread_stream, stream_handle};
 use crate::types::{err, CUdeviceptr, CUresult, CUstream};
 use crate::{ffi_result, unsupported};
 
@@ -611,11 +611,11 @@ export! {
     /// `cuMemcpy2D_v2`.
     fn cuMemcpy2D_v2(p: *const Memcpy2D) => copy_2d(p, std::ptr::null_mut());
     /// `cuMemcpy2D_v2_ptds`.
-    fn cuMemcpy2D_v2_ptds(p: *const Memcpy2D) => copy_2d(p, std::ptr::null_mut());
+    fn cuMemcpy2D_v2_ptds(p: *const Memcpy2D) => on_per_thread_stream(|s| copy_2d(p, s));
     /// `cuMemcpy2DUnaligned_v2`.
     fn cuMemcpy2DUnaligned_v2(p: *const Memcpy2D) => copy_2d(p, std::ptr::null_mut());
     /// `cuMemcpy2DUnaligned_v2_ptds`.
-    fn cuMemcpy2DUnaligned_v2_ptds(p: *const Memcpy2D) => copy_2d(p, std::ptr::null_mut());
+    fn cuMemcpy2DUnaligned_v2_ptds(p: *const Memcpy2D) => on_per_thread_stream(|s| copy_2d(p, s));
     /// `cuMemcpy2DAsync_v2`.
     fn cuMemcpy2DAsync_v2(p: *const Memcpy2D, s: CUstream) => copy_2d(p, crate::stream::resolve(s));
     /// `cuMemcpy2DAsync_v2_ptsz`.
@@ -623,7 +623,7 @@ export! {
     /// `cuMemcpy3D_v2`.
     fn cuMemcpy3D_v2(p: *const Memcpy3D) => copy_3d(p, std::ptr::null_mut());
     /// `cuMemcpy3D_v2_ptds`.
-    fn cuMemcpy3D_v2_ptds(p: *const Memcpy3D) => copy_3d(p, std::ptr::null_mut());
+    fn cuMemcpy3D_v2_ptds(p: *const Memcpy3D) => on_per_thread_stream(|s| copy_3d(p, s));
     /// `cuMemcpy3DAsync_v2`.
     fn cuMemcpy3DAsync_v2(p: *const Memcpy3D, s: CUstream) => copy_3d(p, crate::stream::resolve(s));
     /// `cuMemcpy3DAsync_v2_ptsz`.
@@ -631,7 +631,7 @@ export! {
     /// `cuMemcpyHtoA_v2`.
     fn cuMemcpyHtoA_v2(a: CUarray, off: usize, src: *const c_void, n: usize) => array_linear(a, off, host_at(src), n, true, std::ptr::null_mut());
     /// `cuMemcpyHtoA_v2_ptds`.
-    fn cuMemcpyHtoA_v2_ptds(a: CUarray, off: usize, src: *const c_void, n: usize) => array_linear(a, off, host_at(src), n, true, std::ptr::null_mut());
+    fn cuMemcpyHtoA_v2_ptds(a: CUarray, off: usize, src: *const c_void, n: usize) => on_per_thread_stream(|s| array_linear(a, off, host_at(src), n, true, s));
     /// `cuMemcpyHtoAAsync_v2`.
     fn cuMemcpyHtoAAsync_v2(a: CUarray, off: usize, src: *const c_void, n: usize, s: CUstream) => array_linear(a, off, host_at(src), n, true, crate::stream::resolve(s));
     /// `cuMemcpyHtoAAsync_v2_ptsz`.
@@ -639,7 +639,7 @@ export! {
     /// `cuMemcpyAtoH_v2`.
     fn cuMemcpyAtoH_v2(dst: *mut c_void, a: CUarray, off: usize, n: usize) => array_linear(a, off, host_at(dst), n, false, std::ptr::null_mut());
     /// `cuMemcpyAtoH_v2_ptds`.
-    fn cuMemcpyAtoH_v2_ptds(dst: *mut c_void, a: CUarray, off: usize, n: usize) => array_linear(a, off, host_at(dst), n, false, std::ptr::null_mut());
+    fn cuMemcpyAtoH_v2_ptds(dst: *mut c_void, a: CUarray, off: usize, n: usize) => on_per_thread_stream(|s| array_linear(a, off, host_at(dst), n, false, s));
     /// `cuMemcpyAtoHAsync_v2`.
     fn cuMemcpyAtoHAsync_v2(dst: *mut c_void, a: CUarray, off: usize, n: usize, s: CUstream) => array_linear(a, off, host_at(dst), n, false, crate::stream::resolve(s));
     /// `cuMemcpyAtoHAsync_v2_ptsz`.
@@ -647,11 +647,11 @@ export! {
     /// `cuMemcpyDtoA_v2`.
     fn cuMemcpyDtoA_v2(a: CUarray, off: usize, src: CUdeviceptr, n: usize) => array_linear(a, off, device_at(src), n, true, std::ptr::null_mut());
     /// `cuMemcpyDtoA_v2_ptds`.
-    fn cuMemcpyDtoA_v2_ptds(a: CUarray, off: usize, src: CUdeviceptr, n: usize) => array_linear(a, off, device_at(src), n, true, std::ptr::null_mut());
+    fn cuMemcpyDtoA_v2_ptds(a: CUarray, off: usize, src: CUdeviceptr, n: usize) => on_per_thread_stream(|s| array_linear(a, off, device_at(src), n, true, s));
     /// `cuMemcpyAtoD_v2`.
     fn cuMemcpyAtoD_v2(dst: CUdeviceptr, a: CUarray, off: usize, n: usize) => array_linear(a, off, device_at(dst), n, false, std::ptr::null_mut());
     /// `cuMemcpyAtoD_v2_ptds`.
-    fn cuMemcpyAtoD_v2_ptds(dst: CUdeviceptr, a: CUarray, off: usize, n: usize) => array_linear(a, off, device_at(dst), n, false, std::ptr::null_mut());
+    fn cuMemcpyAtoD_v2_ptds(dst: CUdeviceptr, a: CUarray, off: usize, n: usize) => on_per_thread_stream(|s| array_linear(a, off, device_at(dst), n, false, s));
 }
 
 /// `cuMemcpyAtoA_v2`: whole-row ranges of two arrays.

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use crate::context::{out, require_current};
 use crate::state;
-use crate::stream::stream_handle;
+use crate::stream::{on_per_thread_stream, per_thread_default, stream_handle};
 use crate::types::{err, CUcontext, CUdeviceptr, CUresult, CUstream};
 use crate::{context, ffi_result, managed};
 
@@ -405,7 +405,7 @@ export! {
     /// `cuMemcpyHtoD_v2`.
     fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize) => htod(dst, src, n, None);
     /// `cuMemcpyHtoD_v2_ptds`.
-    fn cuMemcpyHtoD_v2_ptds(dst: CUdeviceptr, src: *const c_void, n: usize) => htod(dst, src, n, None);
+    fn cuMemcpyHtoD_v2_ptds(dst: CUdeviceptr, src: *const c_void, n: usize) => on_per_thread_stream(|s| htod(dst, src, n, Some(s)));
     /// `cuMemcpyHtoDAsync_v2`.
     fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) => htod(dst, src, n, Some(crate::stream::resolve(s)));
     /// `cuMemcpyHtoDAsync_v2_ptsz`.
@@ -413,7 +413,7 @@ export! {
     /// `cuMemcpyDtoH_v2`.
     fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) => dtoh(dst, src, n, std::ptr::null_mut());
     /// `cuMemcpyDtoH_v2_ptds`.
-    fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CUdeviceptr, n: usize) => dtoh(dst, src, n, std::ptr::null_mut());
+    fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CUdeviceptr, n: usize) => dtoh(dst, src, n, per_thread_default(std::ptr::null_mut()));
     /// `cuMemcpyDtoHAsync_v2`.
     fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) => dtoh(dst, src, n, crate::stream::resolve(s));
     /// `cuMemcpyDtoHAsync_v2_ptsz`.
@@ -421,7 +421,7 @@ export! {
     /// `cuMemcpyDtoD_v2`.
     fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => dtod(dst, src, n, None);
     /// `cuMemcpyDtoD_v2_ptds`.
-    fn cuMemcpyDtoD_v2_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => dtod(dst, src, n, None);
+    fn cuMemcpyDtoD_v2_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => on_per_thread_stream(|s| dtod(dst, src, n, Some(s)));
     /// `cuMemcpyDtoDAsync_v2`.
     fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => dtod(dst, src, n, Some(crate::stream::resolve(s)));
     /// `cuMemcpyDtoDAsync_v2_ptsz`.
@@ -429,7 +429,7 @@ export! {
     /// `cuMemcpyPeer`.
     fn cuMemcpyPeer(dst: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize) => peer(dst, dc, src, sc, n, None);
     /// `cuMemcpyPeer_ptds`.
-    fn cuMemcpyPeer_ptds(dst: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize) => peer(dst, dc, src, sc, n, None);
+    fn cuMemcpyPeer_ptds(dst: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize) => on_per_thread_stream(|s| peer(dst, dc, src, sc, n, Some(s)));
     /// `cuMemcpyPeerAsync`.
     fn cuMemcpyPeerAsync(dst: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream) => peer(dst, dc, src, sc, n, Some(crate::stream::resolve(s)));
     /// `cuMemcpyPeerAsync_ptsz`.
@@ -437,7 +437,7 @@ export! {
     /// `cuMemcpy` (unified addressing).
     fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => any(dst, src, n, None);
     /// `cuMemcpy_ptds`.
-    fn cuMemcpy_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => any(dst, src, n, None);
+    fn cuMemcpy_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => on_per_thread_stream(|s| any(dst, src, n, Some(s)));
     /// `cuMemcpyAsync` (unified addressing).
     fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => any(dst, src, n, Some(crate::stream::resolve(s)));
     /// `cuMemcpyAsync_ptsz`.
@@ -445,15 +445,15 @@ export! {
     /// `cuMemsetD8_v2`.
     fn cuMemsetD8_v2(dst: CUdeviceptr, v: u8, n: usize) => memset(dst, v.into(), 1, n, None);
     /// `cuMemsetD8_v2_ptds`.
-    fn cuMemsetD8_v2_ptds(dst: CUdeviceptr, v: u8, n: usize) => memset(dst, v.into(), 1, n, None);
+    fn cuMemsetD8_v2_ptds(dst: CUdeviceptr, v: u8, n: usize) => on_per_thread_stream(|s| memset(dst, v.into(), 1, n, Some(s)));
     /// `cuMemsetD16_v2`.
     fn cuMemsetD16_v2(dst: CUdeviceptr, v: u16, n: usize) => memset(dst, v.into(), 2, n, None);
     /// `cuMemsetD16_v2_ptds`.
-    fn cuMemsetD16_v2_ptds(dst: CUdeviceptr, v: u16, n: usize) => memset(dst, v.into(), 2, n, None);
+    fn cuMemsetD16_v2_ptds(dst: CUdeviceptr, v: u16, n: usize) => on_per_thread_stream(|s| memset(dst, v.into(), 2, n, Some(s)));
     /// `cuMemsetD32_v2`.
     fn cuMemsetD32_v2(dst: CUdeviceptr, v: u32, n: usize) => memset(dst, v, 4, n, None);
     /// `cuMemsetD32_v2_ptds`.
-    fn cuMemsetD32_v2_ptds(dst: CUdeviceptr, v: u32, n: usize) => memset(dst, v, 4, n, None);
+    fn cuMemsetD32_v2_ptds(dst: CUdeviceptr, v: u32, n: usize) => on_per_thread_stream(|s| memset(dst, v, 4, n, Some(s)));
     /// `cuMemsetD8Async`.
     fn cuMemsetD8Async(dst: CUdeviceptr, v: u8, n: usize, s: CUstream) => memset(dst, v.into(), 1, n, Some(crate::stream::resolve(s)));
     /// `cuMemsetD8Async_ptsz`.
@@ -469,15 +469,15 @@ export! {
     /// `cuMemsetD2D8_v2`.
     fn cuMemsetD2D8_v2(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize) => memset_2d(dst, pitch, v.into(), 1, w, h, None);
     /// `cuMemsetD2D8_v2_ptds`.
-    fn cuMemsetD2D8_v2_ptds(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize) => memset_2d(dst, pitch, v.into(), 1, w, h, None);
+    fn cuMemsetD2D8_v2_ptds(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize) => on_per_thread_stream(|s| memset_2d(dst, pitch, v.into(), 1, w, h, Some(s)));
     /// `cuMemsetD2D16_v2`.
     fn cuMemsetD2D16_v2(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize) => memset_2d(dst, pitch, v.into(), 2, w, h, None);
     /// `cuMemsetD2D16_v2_ptds`.
-    fn cuMemsetD2D16_v2_ptds(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize) => memset_2d(dst, pitch, v.into(), 2, w, h, None);
+    fn cuMemsetD2D16_v2_ptds(dst: CUdeviceptr, pitch: usize, v: u16, w: usize, h: usize) => on_per_thread_stream(|s| memset_2d(dst, pitch, v.into(), 2, w, h, Some(s)));
     /// `cuMemsetD2D32_v2`.
     fn cuMemsetD2D32_v2(dst: CUdeviceptr, pitch: usize, v: u32, w: usize, h: usize) => memset_2d(dst, pitch, v, 4, w, h, None);
     /// `cuMemsetD2D32_v2_ptds`.
-    fn cuMemsetD2D32_v2_ptds(dst: CUdeviceptr, pitch: usize, v: u32, w: usize, h: usize) => memset_2d(dst, pitch, v, 4, w, h, None);
+    fn cuMemsetD2D32_v2_ptds(dst: CUdeviceptr, pitch: usize, v: u32, w: usize, h: usize) => on_per_thread_stream(|s| memset_2d(dst, pitch, v, 4, w, h, Some(s)));
     /// `cuMemsetD2D8Async`.
     fn cuMemsetD2D8Async(dst: CUdeviceptr, pitch: usize, v: u8, w: usize, h: usize, s: CUstream) => memset_2d(dst, pitch, v.into(), 1, w, h, Some(crate::stream::resolve(s)));
     /// `cuMemsetD2D8Async_ptsz`.

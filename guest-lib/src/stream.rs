@@ -147,6 +147,22 @@ pub extern "C" fn cuStreamDestroy_v2(s: CUstream) -> CUresult {
     })
 }
 
+/// A synchronous call of a `_ptds` entry point: `f` issued on the calling
+/// thread's per-thread default stream, which is then synchronized, so that
+/// the call is ordered with that stream alone, as with the driver (the
+/// legacy stream would also wait for every other thread's blocking
+/// streams). Refused, with nothing issued, while the stream is captured.
+pub fn on_per_thread_stream(f: impl FnOnce(CUstream) -> CUresult) -> CUresult {
+    let s = per_thread_default(std::ptr::null_mut());
+    if let Err(e) = crate::graph::refuse_if_capturing(stream_handle(s)) {
+        return e;
+    }
+    match f(s) {
+        err::SUCCESS => synchronize(s),
+        e => e,
+    }
+}
+
 fn synchronize(s: CUstream) -> CUresult {
     ffi_result(|| {
         require_current()?;

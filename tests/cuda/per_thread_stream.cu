@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "common.h"
 
@@ -293,6 +294,42 @@ int main() {
         unlink(path);
         CHECK(cudaFree(dw));
         std::free(words);
+    }
+
+    // Synchronous copies and memsets are ordered with the calling thread's
+    // default stream alone: while one thread's default stream runs a long
+    // kernel, another thread's cudaMemcpy and cudaMemset do not wait for it
+    // (they would on the legacy stream). Printed as PTDS_OVERLAP, with
+    // SimGpu's kernel durations, for the test to check where no scheduler
+    // holds the second thread's work for reasons of its own.
+    {
+        const int n = 1024;
+        int* d;
+        CHECK(cudaMalloc(&d, n * sizeof(int)));
+        std::atomic<bool> launched{false}, waited{false};
+        std::thread longer([&] {
+            spin<<<1, 1>>>(1500ull * 1000 * 1000);
+            CHECK(cudaGetLastError());
+            launched = true;
+            CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+            waited = true;
+        });
+        while (!launched) std::this_thread::yield();
+        usleep(20 * 1000);
+        std::vector<int> h(n), got(n);
+        for (int round = 0; round < 5; round++) {
+            for (int i = 0; i < n; i++) h[i] = round * 1000 + i;
+            CHECK(cudaMemset(d, 0, n * sizeof(int)));
+            CHECK(cudaMemcpy(d, h.data(), n / 2 * sizeof(int), cudaMemcpyHostToDevice));
+            CHECK(cudaMemcpy(got.data(), d, n * sizeof(int), cudaMemcpyDeviceToHost));
+            for (int i = 0; i < n; i++)
+                EXPECT(got[i] == (i < n / 2 ? h[i] : 0), "round %d: d[%d] = %d", round, i,
+                       got[i]);
+        }
+        bool early = !waited;
+        longer.join();
+        if (sim_timing()) std::printf("PTDS_OVERLAP %d\n", early ? 1 : 0);
+        CHECK(cudaFree(d));
     }
 
     CHECK(cudaFree(a));

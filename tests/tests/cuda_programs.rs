@@ -370,8 +370,15 @@ fn a_thread_waiting_for_the_device_does_not_hold_another_thread() {
     for v in VARIANTS {
         let stdout = sim.run(&dir.join(format!("threads-{v}")), v);
         assert!(
-            stdout.contains("OVERLAP 1\n"),
+            stdout.contains("\nOVERLAP 1\n") || stdout.starts_with("OVERLAP 1\n"),
             "threads-{v}: a thread's copies waited for another thread's synchronization:\n{stdout}"
+        );
+        // Built with the per-thread default stream: a thread's synchronous
+        // copies wait for its own default stream, not another thread's.
+        let stdout = sim.run(&dir.join(format!("per_thread_stream-{v}")), v);
+        assert!(
+            stdout.contains("PTDS_OVERLAP 1\n"),
+            "per_thread_stream-{v}: a synchronous copy waited for another thread's default stream:\n{stdout}"
         );
     }
 }
