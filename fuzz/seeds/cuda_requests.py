@@ -3,8 +3,9 @@
 comment for the record format) into fuzz/seeds/cuda_requests/: a guest's
 ordinary session (allocate, fill, load fairgpu's kernels, look one up,
 launch it, copy the result back, free), so that mutations start from
-sequences that reach module loading and kernel execution; and a graph
-launch of copies, memsets and event work after it.
+sequences that reach module loading and kernel execution; a graph
+launch of copies, memsets and event work after it; and channels that
+join one context, work in it, and leave it (the first to go held it).
 
 Run from the repository root: python3 fuzz/seeds/cuda_requests.py
 """
@@ -87,4 +88,20 @@ out.mkdir(parents=True, exist_ok=True)
 (out / "two-channels-and-a-reset").write_bytes(session(0) + session(1) + bytes([0x80])
                                                 + session(0))
 (out / "graph-launch").write_bytes(graph_launch(0))
+# Channel 0 shares its context; 1 and 2 join with the token (the last
+# answer), use 0's memory, then 0 goes (the context moves), 1 goes, and 2
+# still works in it before a new claim of channel 0 starts afresh.
+(out / "shared-context").write_bytes(
+    session(0)
+    + record(0, "ContextShare", [])
+    + record(1, "ContextJoin", [earlier(0)])
+    + record(0, "ContextShare", [])
+    + record(2, "ContextJoin", [earlier(0)])
+    + record(1, "MemsetD8", [lit(BASE), lit(9), lit(64), lit(0)])
+    + record(2, "MemcpyDtoH", [lit(BASE), lit(0)], bytes(64))
+    + bytes([0x80])
+    + record(2, "MemcpyDtoH", [lit(BASE), lit(0)], bytes(64))
+    + bytes([0x81])
+    + session(2)
+    + session(0))
 print(f"wrote {len(list(out.iterdir()))} seeds to {out.relative_to(root)}")
