@@ -76,6 +76,11 @@ impl Sim {
     /// checks that it passed, and waits until the VM has reclaimed what it
     /// used. Returns its stdout.
     fn run(&self, program: &Path, vm_name: &str) -> String {
+        self.run_with(program, vm_name, &[])
+    }
+
+    /// [`Sim::run`] with more environment for the program.
+    fn run_with(&self, program: &Path, vm_name: &str, env: &[(&str, &str)]) -> String {
         let name = program
             .file_name()
             .and_then(|n| n.to_str())
@@ -84,7 +89,8 @@ impl Sim {
             Command::new(program)
                 .env("LD_LIBRARY_PATH", guest_lib_dir())
                 .env("FAIRGPU_REGION", self.region(vm_name))
-                .env("FAIRGPU_CHECK_RESULTS", "1"),
+                .env("FAIRGPU_CHECK_RESULTS", "1")
+                .envs(env.iter().copied()),
             RUN_TIMEOUT,
         );
         let stdout = text(&out.stdout);
@@ -381,6 +387,19 @@ fn a_thread_waiting_for_the_device_does_not_hold_another_thread() {
             "per_thread_stream-{v}: a synchronous copy waited for another thread's default stream:\n{stdout}"
         );
     }
+    // With channels of their own turned off, the threads share the
+    // process's channel: still right, but the waiting thread holds the
+    // other's calls (so the check above can tell).
+    let v = VARIANTS[0];
+    let stdout = sim.run_with(
+        &dir.join(format!("threads-{v}")),
+        v,
+        &[("FAIRGPU_THREAD_CHANNELS", "0")],
+    );
+    assert!(
+        stdout.contains("\nOVERLAP 0\n") || stdout.starts_with("OVERLAP 0\n"),
+        "threads-{v} with FAIRGPU_THREAD_CHANNELS=0:\n{stdout}"
+    );
 }
 
 /// A kernel with an instruction SimGpu cannot execute fails with
