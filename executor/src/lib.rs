@@ -141,6 +141,8 @@ pub mod attr {
     pub const MAX_THREADS_PER_BLOCK: i32 = 1;
     /// CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT.
     pub const MULTIPROCESSOR_COUNT: i32 = 16;
+    /// CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR.
+    pub const MAX_THREADS_PER_MULTIPROCESSOR: i32 = 39;
     /// CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR.
     pub const COMPUTE_CAPABILITY_MAJOR: i32 = 75;
     /// CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR.
@@ -400,6 +402,22 @@ pub enum SyncTarget {
     Event(EventId),
 }
 
+/// The work a synchronization waits for, as issued when it was marked
+/// ([`GpuExecutor::sync_mark`]); opaque to the caller.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SyncMark(pub u64);
+
+/// Whether a mark's work is done ([`GpuExecutor::sync_pending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncPending {
+    /// Done (or failed: the synchronization answers the error).
+    Done,
+    /// Modelled to end in this long (SimGpu).
+    In(std::time::Duration),
+    /// Running, for how long more the executor cannot tell (a real GPU).
+    Running,
+}
+
 /// One device, driven for one VM. `None` as a stream means the NULL stream.
 pub trait GpuExecutor: Send {
     /// The device's properties.
@@ -426,14 +444,36 @@ pub trait GpuExecutor: Send {
         None
     }
 
-    /// How long until the work that synchronization `what` of `ctx`
-    /// waits for is done, when the executor can tell without waiting
-    /// (SimGpu on the real clock: the modelled end). `Some(ZERO)`: done.
-    /// `None`: unknown (a real GPU, a virtual clock, a bad handle): the
-    /// caller waits in the synchronization, which answers.
-    fn sync_pending(&mut self, _ctx: CtxId, _what: SyncTarget) -> Option<std::time::Duration> {
+    /// A snapshot of the work synchronization `what` of `ctx` waits for
+    /// (the work issued to it so far), when the executor can tell that
+    /// work's end without waiting: SimGpu on the real clock (the modelled
+    /// end), a real GPU (marker events recorded now). Work issued later, by
+    /// other threads of the guest, is not part of it, as a driver's
+    /// synchronization waits only for what was issued before it. `None`:
+    /// unknown (a virtual clock, a bad handle, too many streams): the caller
+    /// serves the synchronization, which waits. A mark is ended by
+    /// [`GpuExecutor::sync_marked`] or [`GpuExecutor::sync_forget`].
+    fn sync_mark(&mut self, _ctx: CtxId, _what: SyncTarget) -> Option<SyncMark> {
         None
     }
+
+    /// Whether the work of `mark` is done, without waiting.
+    fn sync_pending(&mut self, _ctx: CtxId, _mark: &SyncMark) -> SyncPending {
+        SyncPending::Done
+    }
+
+    /// The synchronization of `mark`: waits for its work alone (done
+    /// already, or nearly) and answers as the synchronization would, its
+    /// errors included. Ends the mark.
+    fn sync_marked(&mut self, ctx: CtxId, mark: SyncMark) -> ExecResult<()> {
+        self.synchronize(ctx)?;
+        self.sync_forget(ctx, mark);
+        Ok(())
+    }
+
+    /// Ends a mark without synchronizing (its request was not served as
+    /// marked). A mark of a context already destroyed is ignored.
+    fn sync_forget(&mut self, _ctx: CtxId, _mark: SyncMark) {}
 
     /// Whether a sticky error ([`Status::is_sticky`]) in one context
     /// leaves every context of this executor's process unusable, as on a
@@ -456,6 +496,14 @@ pub trait GpuExecutor: Send {
     /// not model it). The CUDA executor does not ask its driver for it.
     fn compresses(&self) -> bool {
         false
+    }
+    /// Device memory a context's call stacks take with `per_thread` bytes
+    /// of stack a thread (`cuCtxSetLimit(STACK_SIZE)`), counted against
+    /// the VM's quota: a GPU's driver reserves that much for every thread
+    /// the device can hold at once. SimGpu bounds each launch's stacks
+    /// itself (host memory, per launch): 0.
+    fn stack_reserve(&self, _per_thread: u64) -> u64 {
+        0
     }
     /// Whether [`GpuExecutor::mem_move`] works: an allocation can change
     /// contexts (SimGpu, whose contexts are tables of one process's

@@ -67,12 +67,15 @@ pub fn image_hash(bytes: &[u8]) -> [u64; 2] {
 }
 
 /// `CUlimit` values a `CtxSetLimit` request may carry: the limits the
-/// host's device honours, both device memory counted against the VM's
+/// host's device honours, all device memory counted against the VM's
 /// quota. The guest keeps the others.
 pub mod limit {
-    /// CU_LIMIT_STACK_SIZE (not carried: the driver reserves it for every
-    /// resident thread of the device).
+    /// CU_LIMIT_STACK_SIZE: bytes of call stack a thread. A GPU's driver
+    /// reserves it for every thread the device holds at once, and so does
+    /// the VM's quota.
     pub const STACK_SIZE: u32 = 0;
+    /// The driver's default stack: 1 KiB a thread (not charged).
+    pub const DEFAULT_STACK: u64 = 1 << 10;
     /// CU_LIMIT_PRINTF_FIFO_SIZE: bytes of device `printf` output held
     /// until the next synchronization.
     pub const PRINTF_FIFO_SIZE: u32 = 1;

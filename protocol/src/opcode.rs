@@ -45,9 +45,9 @@ pub enum Opcode {
     /// `assert`s): as many bytes as the arena slice holds, written there;
     /// `vals[0]` = bytes still waiting.
     CtxTakeOutput = 0x0111,
-    /// `cuCtxSetLimit(args[0] = limit, args[1] = value)` for
+    /// `cuCtxSetLimit(args[0] = limit, args[1] = value)` for STACK_SIZE,
     /// PRINTF_FIFO_SIZE and MALLOC_HEAP_SIZE ([`crate::cuda::limit`]),
-    /// both charged against the VM's quota; the heap's size cannot change
+    /// all charged against the VM's quota; the heap's size cannot change
     /// once a kernel that uses the heap has run (INVALID_VALUE).
     CtxSetLimit = 0x0112,
     /// `cuMemAlloc(args[0] = bytes)` → `vals[0]` = device pointer.

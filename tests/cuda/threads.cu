@@ -6,6 +6,8 @@
 //   finished its copies while the first still waited (with SimGpu's
 //   kernel durations; a scheduler's grant may still make them wait), and
 //   "COPIES_MS" how long those copies took;
+// - a thread's cudaDeviceSynchronize waits for the work issued before it,
+//   not for a kernel another thread launches while it waits;
 // - work one thread issued on a stream before it told another thread (no
 //   CUDA synchronization between them) is done before what that thread
 //   then issues on the same stream: a producer launches, a consumer copies
@@ -85,6 +87,43 @@ static void waiting_does_not_hold_others() {
 
 // A producer launches on a stream and tells a consumer, which copies back on
 // the same stream: stream order across threads, with no CUDA call between.
+// One thread synchronizes the device while another issues a long kernel
+// after it: the synchronization waits for the work issued before it, not
+// for the later kernel. Prints "LATER_DONE 0" when the later kernel was
+// still running as the synchronization returned, and "DEVSYNC_MS" how
+// long the synchronization took.
+static void device_sync_ignores_later_work() {
+    cudaStream_t first, later;
+    CHECK(cudaStreamCreateWithFlags(&first, cudaStreamNonBlocking));
+    CHECK(cudaStreamCreateWithFlags(&later, cudaStreamNonBlocking));
+    std::atomic<bool> issued{false};
+    double sync_ms = 0;
+    std::thread syncer([&] {
+        spin<<<1, 1, 0, first>>>(100 * MS);
+        CHECK(cudaGetLastError());
+        issued = true;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        CHECK(cudaDeviceSynchronize());
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        sync_ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+    });
+    while (!issued) std::this_thread::yield();
+    // Let the synchronization reach the host first.
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, nullptr);
+    spin<<<1, 1, 0, later>>>(1500 * MS);
+    CHECK(cudaGetLastError());
+    syncer.join();
+    cudaError_t q = cudaStreamQuery(later);
+    if (q != cudaSuccess && q != cudaErrorNotReady) CHECK(q);
+    if (sim_timing()) std::printf("LATER_DONE %d\n", q == cudaSuccess ? 1 : 0);
+    std::printf("DEVSYNC_MS %.3f\n", sync_ms);
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaStreamDestroy(first));
+    CHECK(cudaStreamDestroy(later));
+}
+
 static void producer_consumer() {
     const int n = 1 << 14, rounds = 40;
     cudaStream_t s;
@@ -172,6 +211,7 @@ static void many_streams() {
 int main() {
     first_call(cudaFree(nullptr), "cudaFree(nullptr)");
     waiting_does_not_hold_others();
+    device_sync_ignores_later_work();
     producer_consumer();
     many_streams();
     CHECK(cudaDeviceSynchronize());

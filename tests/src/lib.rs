@@ -860,6 +860,18 @@ impl Setup {
         }
     }
 
+    /// The same with every VM's device-memory quota `bytes` instead of
+    /// [`VM_QUOTA`].
+    pub fn with_quota(self, bytes: u64) -> Setup {
+        let text = std::fs::read_to_string(&self.config).expect("reading the configuration");
+        let text = text.replace(
+            &format!("memory = {VM_QUOTA}\n"),
+            &format!("memory = {bytes}\n"),
+        );
+        std::fs::write(&self.config, text).expect("writing the configuration");
+        self
+    }
+
     /// The same with `lines` added to the `[daemon]` table.
     pub fn with_daemon(self, lines: &str) -> Setup {
         let text = std::fs::read_to_string(&self.config).expect("reading the configuration");

@@ -1827,6 +1827,83 @@ fn channels_that_join_one_context_share_it_and_keep_their_calls_in_order() {
 /// work is done. Without a scheduler (whose grants could hold the other
 /// member's requests for reasons of their own).
 #[test]
+fn context_limits_are_device_memory_of_the_vm_s_quota() {
+    use fairgpu_protocol::cuda::limit;
+    let rig = Rig::start("cuda_limits");
+    let mut cu = rig.cuda(0);
+    let mut other = rig.cuda(1);
+    let free = |cu: &mut Cuda| cu.mem_get_info().unwrap().0;
+    assert_eq!(free(&mut cu), VM_QUOTA);
+    // The heap and the printf FIFO count when set; a new size replaces
+    // the old one's charge.
+    cu.ctx_set_limit(limit::MALLOC_HEAP_SIZE, 4 << 20).unwrap();
+    assert_eq!(free(&mut cu), VM_QUOTA - (4 << 20));
+    cu.ctx_set_limit(limit::PRINTF_FIFO_SIZE, 2 << 20).unwrap();
+    assert_eq!(free(&mut cu), VM_QUOTA - (6 << 20));
+    cu.ctx_set_limit(limit::MALLOC_HEAP_SIZE, 1 << 20).unwrap();
+    assert_eq!(free(&mut cu), VM_QUOTA - (3 << 20));
+    // Past the quota: refused, the old size kept.
+    assert_refused(
+        cu.ctx_set_limit(limit::MALLOC_HEAP_SIZE, VM_QUOTA),
+        Status::OUT_OF_MEMORY,
+    );
+    assert_eq!(free(&mut cu), VM_QUOTA - (3 << 20));
+    // SimGpu bounds each launch's stacks in host memory: a stack reaches
+    // the device and costs the quota nothing (on a GPU, the size times
+    // every thread the device holds: docs/wire-protocol.md).
+    cu.ctx_set_limit(limit::STACK_SIZE, 64 << 10).unwrap();
+    assert_eq!(free(&mut cu), VM_QUOTA - (3 << 20));
+    // Limits the host does not hold are refused.
+    assert_refused(cu.ctx_set_limit(3, 1), Status::INVALID_VALUE);
+    // The other VM's quota is untouched; the channel's limits go with it.
+    assert_eq!(free(&mut other), VM_QUOTA);
+    drop(cu);
+    let mut again = rig.cuda(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while free(&mut again) != VM_QUOTA && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        free(&mut again),
+        VM_QUOTA,
+        "the limits' charges went with the channel"
+    );
+}
+
+#[test]
+fn a_synchronization_put_aside_waits_for_the_work_issued_before_it_alone() {
+    use std::sync::atomic::AtomicU64;
+    let rig = Rig::start_with("cuda_marked_sync", "policy = \"none\"");
+    let mut x = rig.cuda(0);
+    let mut y = rig.cuda(0);
+    let ids = Arc::new(AtomicU64::new(1));
+    for cu in [&mut x, &mut y] {
+        cu.channel().share_call_ids(ids.clone());
+    }
+    y.context_join(x.context_share().unwrap()).unwrap();
+    let m = y.module_load(KERNELS_PTX.as_bytes()).unwrap();
+    let k = spin_kernel(&mut y, m).handle;
+    let mine = y.stream_create(1).unwrap();
+    let other = x.stream_create(1).unwrap();
+    // Half a second of device time, and y synchronizes the whole context.
+    spin(&mut y, k, 500_000_000, mine);
+    let waiter = std::thread::spawn(move || {
+        y.ctx_synchronize().unwrap();
+        y
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    // x issues twenty seconds more after y's synchronization was put
+    // aside: a driver's synchronization does not wait for it.
+    spin(&mut x, k, 20_000_000_000, other);
+    let mut y = waiter.join().unwrap();
+    assert!(y.stream_query(mine).unwrap(), "y's own work is done");
+    assert!(
+        !x.stream_query(other).unwrap(),
+        "y's synchronization waited for work x issued after it"
+    );
+}
+
+#[test]
 fn one_thread_s_synchronization_does_not_hold_another_s_calls() {
     use std::sync::atomic::AtomicU64;
     let rig = Rig::start_with("cuda_joined_sync", "policy = \"none\"");

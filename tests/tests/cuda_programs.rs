@@ -563,7 +563,11 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
     let backend_daemon = backend.start();
     let mut vms: Vec<(&str, u32, u32)> = VARIANTS.iter().map(|v| (*v, 1, CHANNELS)).collect();
     vms.push((DRIVER_VM, 1, CHANNELS));
-    let setup = Setup::with_executor("cuda_two_hop", "cuda", &sim_table(SIM_NAME), &vms);
+    // A GPU's driver reserves a thread's stack for every thread the device
+    // holds at once, and CudaExecutor charges that: device_heap's 4 KiB
+    // stack is 1.1 GB of the VMs' quota.
+    let setup = Setup::with_executor("cuda_two_hop", "cuda", &sim_table(SIM_NAME), &vms)
+        .with_quota(4 << 30);
     let daemon = setup.start_with_env(&[
         ("FAIRGPU_REGION", backend.regions[0].as_os_str()),
         ("LD_LIBRARY_PATH", lib.as_os_str()),

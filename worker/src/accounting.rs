@@ -1404,8 +1404,8 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         self.inner.group(ch)
     }
 
-    fn sync_wait(&mut self, ch: u32, req: &ValidRequest) -> Option<Duration> {
-        self.inner.sync_wait(ch, req)
+    fn sync_wait(&mut self, ch: u32, req: &ValidRequest, again: bool) -> Option<Duration> {
+        self.inner.sync_wait(ch, req, again)
     }
 
     fn reset(&mut self, ch: u32) {

@@ -42,7 +42,7 @@ use crate::transport_ops::TransportOps;
 use fairgpu_executor::host_memory::{HostCharge, HostMemory};
 use fairgpu_executor::{
     ArrayId, CtxId, DevPtr, EventId, ExecError, FnId, GpuExecutor, HostData, LaunchConfig, ModId,
-    PhysId, Place, RectCopy, RectSide, StreamId, SyncTarget, TexResource,
+    PhysId, Place, RectCopy, RectSide, StreamId, SyncPending, SyncTarget, TexResource,
 };
 
 /// `CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED`.
@@ -109,6 +109,10 @@ struct Context {
     /// What of the VM's quota the printf FIFO size the guest set holds
     /// (the driver's default 1 MiB is not charged).
     fifo_charge: u64,
+    /// What of the VM's quota the call stacks the guest asked for hold
+    /// ([`GpuExecutor::stack_reserve`]; the driver's default is not
+    /// charged).
+    stack_charge: u64,
     /// Texture and surface objects, by the value the executor gave them
     /// (what kernels receive): only these may be destroyed.
     tex_objects: HashSet<u64>,
@@ -291,6 +295,7 @@ impl Context {
             heap_charge: 0,
             heap_fixed: false,
             fifo_charge: 0,
+            stack_charge: 0,
             tex_objects: HashSet::new(),
             surf_objects: HashSet::new(),
             staging: HashMap::new(),
@@ -559,6 +564,19 @@ pub struct CudaOps {
     leader: Vec<Option<u32>>,
     /// Tokens `ContextShare` gave out -> the slot of the context they name.
     shares: HashMap<u64, u32>,
+    /// The synchronization each channel has put aside, marked
+    /// ([`Handler::sync_wait`]).
+    marks: HashMap<u32, Marked>,
+}
+
+/// A synchronization put aside: the request (opcode and handle) and the
+/// executor's snapshot of the work it waits for.
+#[derive(Debug)]
+struct Marked {
+    op: Opcode,
+    arg: u64,
+    ctx: CtxId,
+    mark: fairgpu_executor::SyncMark,
 }
 
 /// What kernel slicing and the runaway guard did (`status`, `top`).
@@ -579,6 +597,9 @@ pub struct LongKernelCounts {
 /// within microseconds of the work's end).
 const PUT_ASIDE_FROM: std::time::Duration = std::time::Duration::from_micros(500);
 const WAKE_AHEAD: std::time::Duration = std::time::Duration::from_micros(250);
+/// How often a synchronization put aside whose end the executor cannot
+/// foresee (a real GPU) is asked about again.
+const POLL_RUNNING: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Most `ContextShare` tokens alive at once: one per channel at most
 /// (a channel asks again and gets the same one), so this only bounds a
@@ -664,6 +685,30 @@ impl CudaOps {
             ipc_next: 0,
             leader: Vec::new(),
             shares: HashMap::new(),
+            marks: HashMap::new(),
+        }
+    }
+
+    /// The mark of the synchronization `req` of channel `ch` in `ctx`, if
+    /// it was put aside; a stale mark (another request) is forgotten.
+    fn take_mark(
+        &mut self,
+        ch: u32,
+        req: &ValidRequest,
+        ctx: CtxId,
+    ) -> Option<fairgpu_executor::SyncMark> {
+        let m = self.marks.remove(&ch)?;
+        if m.op == req.op && m.arg == req.args[0] && m.ctx == ctx {
+            return Some(m.mark);
+        }
+        self.exec.sync_forget(m.ctx, m.mark);
+        None
+    }
+
+    /// Forgets channel `ch`'s mark, if any.
+    fn forget_mark(&mut self, ch: u32) {
+        if let Some(m) = self.marks.remove(&ch) {
+            self.exec.sync_forget(m.ctx, m.mark);
         }
     }
 
@@ -1207,11 +1252,12 @@ impl CudaOps {
         cx.reserve(growth_bound(req, arena))?;
         let ctx = cx.ctx;
         match req.op {
-            Opcode::CtxSynchronize => self
-                .exec
-                .synchronize(ctx)
-                .map_err(exec_err)
-                .map(|_| Answer::default()),
+            Opcode::CtxSynchronize => match self.take_mark(ch, req, ctx) {
+                Some(mark) => self.exec.sync_marked(ctx, mark),
+                None => self.exec.synchronize(ctx),
+            }
+            .map_err(exec_err)
+            .map(|_| Answer::default()),
             Opcode::CtxTakeOutput => {
                 // Works in a context a failed assert made sticky: its
                 // message is what the guest needs to see.
@@ -1223,34 +1269,38 @@ impl CudaOps {
                 })
             }
             Opcode::CtxSetLimit => {
-                // The heap and the printf FIFO are device memory the driver
-                // reserves for the context: both count against the quota.
-                // The stack (STACK_SIZE) is not carried: the driver would
-                // reserve it for every resident thread, far beyond what a
-                // quota can bound.
+                // The heap, the printf FIFO and the call stacks are device
+                // memory the driver reserves for the context: all count
+                // against the quota (the stacks as much as the executor
+                // reserves for them: a GPU's driver, one stack for every
+                // thread the device holds at once).
                 let which = u32::try_from(a[0]).map_err(|_| Status::INVALID_VALUE)?;
                 let value = a[1];
-                let held = match which {
-                    limit::PRINTF_FIFO_SIZE => cx.fifo_charge,
+                let (held, charge) = match which {
+                    limit::PRINTF_FIFO_SIZE => (cx.fifo_charge, value),
                     limit::MALLOC_HEAP_SIZE if cx.heap_fixed => return Err(Status::INVALID_VALUE),
-                    limit::MALLOC_HEAP_SIZE => cx.heap_charge,
+                    limit::MALLOC_HEAP_SIZE => (cx.heap_charge, value),
+                    limit::STACK_SIZE if value <= limit::DEFAULT_STACK => (cx.stack_charge, 0),
+                    limit::STACK_SIZE => (cx.stack_charge, self.exec.stack_reserve(value)),
                     _ => return Err(Status::INVALID_VALUE),
                 };
                 let others = mem_used - held;
-                if others.checked_add(value).is_none_or(|u| u > quota) {
+                if others.checked_add(charge).is_none_or(|u| u > quota) {
                     return Err(Status::OUT_OF_MEMORY);
                 }
                 self.exec.set_limit(ctx, which, value).map_err(exec_err)?;
                 let cx = self.contexts[slot_of(&self.leader, ch)]
                     .as_mut()
                     .expect("context exists");
-                if which == limit::MALLOC_HEAP_SIZE {
-                    cx.heap_charge = value;
-                    cx.heap_limit = value;
-                } else {
-                    cx.fifo_charge = value;
+                match which {
+                    limit::MALLOC_HEAP_SIZE => {
+                        cx.heap_charge = value;
+                        cx.heap_limit = value;
+                    }
+                    limit::STACK_SIZE => cx.stack_charge = charge,
+                    _ => cx.fifo_charge = value,
                 }
-                self.mem_used = others + value;
+                self.mem_used = others + charge;
                 Ok(Answer::default())
             }
             Opcode::MemAlloc => {
@@ -2035,10 +2085,12 @@ impl CudaOps {
             }
             Opcode::StreamSynchronize => {
                 let s = cx.stream(a[0])?;
-                self.exec
-                    .stream_synchronize(ctx, s)
-                    .map_err(exec_err)
-                    .map(|_| Answer::default())
+                match self.take_mark(ch, req, ctx) {
+                    Some(mark) => self.exec.sync_marked(ctx, mark),
+                    None => self.exec.stream_synchronize(ctx, s),
+                }
+                .map_err(exec_err)
+                .map(|_| Answer::default())
             }
             Opcode::StreamQuery => {
                 let s = cx.stream(a[0])?;
@@ -2183,10 +2235,12 @@ impl CudaOps {
             }
             Opcode::EventSynchronize => {
                 let e = cx.event(a[0])?;
-                self.exec
-                    .event_synchronize(ctx, e)
-                    .map_err(exec_err)
-                    .map(|_| Answer::default())
+                match self.take_mark(ch, req, ctx) {
+                    Some(mark) => self.exec.sync_marked(ctx, mark),
+                    None => self.exec.event_synchronize(ctx, e),
+                }
+                .map_err(exec_err)
+                .map(|_| Answer::default())
             }
             Opcode::EventElapsedTime => {
                 let start = cx.event(a[0])?;
@@ -2392,11 +2446,17 @@ impl Handler for CudaOps {
         CudaOps::group(self, ch)
     }
 
-    fn sync_wait(&mut self, ch: u32, req: &ValidRequest) -> Option<std::time::Duration> {
+    fn sync_wait(
+        &mut self,
+        ch: u32,
+        req: &ValidRequest,
+        again: bool,
+    ) -> Option<std::time::Duration> {
         let cx = self
             .contexts
             .get(slot_of(&self.leader, ch))
             .and_then(Option::as_ref)?;
+        let ctx = cx.ctx;
         // A bad handle is answered now (with its error).
         let what = match req.op {
             Opcode::StreamSynchronize => SyncTarget::Stream(cx.stream(req.args[0]).ok()?),
@@ -2404,10 +2464,34 @@ impl Handler for CudaOps {
             Opcode::CtxSynchronize => SyncTarget::Context,
             _ => return None,
         };
-        let pending = self.exec.sync_pending(cx.ctx, what)?;
-        // A short wait is served now: the executor ends it within
-        // microseconds of the work's end, as a wake-up would not.
-        (pending > PUT_ASIDE_FROM).then(|| pending - WAKE_AHEAD)
+        // Asked again about the same request: its mark stands (the work
+        // issued after it, by the other members, is not waited for).
+        let kept = if again {
+            self.marks
+                .remove(&ch)
+                .filter(|m| m.op == req.op && m.arg == req.args[0] && m.ctx == ctx)
+        } else {
+            self.forget_mark(ch);
+            None
+        };
+        let marked = match kept {
+            Some(m) => m,
+            None => Marked {
+                op: req.op,
+                arg: req.args[0],
+                ctx,
+                mark: self.exec.sync_mark(ctx, what)?,
+            },
+        };
+        let pending = self.exec.sync_pending(ctx, &marked.mark);
+        self.marks.insert(ch, marked);
+        match pending {
+            SyncPending::Done => None,
+            // A short wait is served now: the executor ends it within
+            // microseconds of the work's end, as a wake-up would not.
+            SyncPending::In(d) => (d > PUT_ASIDE_FROM).then(|| d - WAKE_AHEAD),
+            SyncPending::Running => Some(POLL_RUNNING),
+        }
     }
 
     fn unfinished(&self, ch: u32) -> Option<ValidRequest> {
@@ -2427,6 +2511,7 @@ impl Handler for CudaOps {
         if let Some(job) = self.jobs.get_mut(ch as usize) {
             *job = None;
         }
+        self.forget_mark(ch);
         self.transport.reset(ch);
         let before = self.cl.used();
         self.cl.reset(ch);
@@ -2449,6 +2534,7 @@ impl Handler for CudaOps {
                 + cx.array_bytes
                 + cx.heap_charge
                 + cx.fifo_charge
+                + cx.stack_charge
                 + cx.vmem_bytes;
             self.mem_used -= freed;
             self.exec.destroy_context(cx.ctx);

@@ -534,13 +534,15 @@ pub trait Handler {
     /// For synchronous request `req` at the head of channel `ch`, a
     /// member of a group ([`Handler::group`]): how long it would wait for
     /// the device (a synchronization whose work is still running), if long
-    /// enough to serve other requests meanwhile. Such a request is put
-    /// aside for that long (its member skipped, the server blocking no
-    /// longer than that), so that one thread's wait does not hold the
-    /// other threads' calls; then it is served, and waits for what is left
-    /// (asked once: work queued meanwhile does not put it off again). None
-    /// (serve now, and wait in it) by default.
-    fn sync_wait(&mut self, _ch: u32, _req: &ValidRequest) -> Option<Duration> {
+    /// enough to serve other requests meanwhile, or when to ask again. Such
+    /// a request is put aside for that long (its member skipped, the server
+    /// blocking no longer than that), so that one thread's wait does not
+    /// hold the other threads' calls; then it is asked about `again`, until
+    /// it is served. The handler keeps what the request waits for as it
+    /// was when first asked (`again` false): work the other members queue
+    /// meanwhile does not put it off. None (serve now, and wait in it) by
+    /// default.
+    fn sync_wait(&mut self, _ch: u32, _req: &ValidRequest, _again: bool) -> Option<Duration> {
         None
     }
     /// A failure that ends the serving of the whole region (a runaway
@@ -620,10 +622,8 @@ struct HostChannel {
     resp: Producer<ResponseRing>,
     deferred: Status,
     /// The synchronization at the head of the ring put aside, by call id,
-    /// and until when: the end of the work queued before it, as first
-    /// asked. Then it is served (and waits for what other threads queued
-    /// since on what it synchronizes, a bounded amount), so that others
-    /// adding work cannot keep putting it off.
+    /// and until when it is asked about again ([`Handler::sync_wait`]):
+    /// the modelled end of the work queued before it, or a short poll.
     aside: Option<(u64, Instant)>,
 }
 
@@ -1197,8 +1197,15 @@ impl<H: Handler> Server<H> {
                 if !wait && req.needs_response {
                     let now = Instant::now();
                     let until = match ch.aside {
-                        Some((id, until)) if id == desc.call_id => Some(until),
-                        _ => self.handler.sync_wait(ch.index, &req).map(|d| now + d),
+                        Some((id, until)) if id == desc.call_id && now < until => Some(until),
+                        Some((id, _)) if id == desc.call_id => self
+                            .handler
+                            .sync_wait(ch.index, &req, true)
+                            .map(|d| now + d),
+                        _ => self
+                            .handler
+                            .sync_wait(ch.index, &req, false)
+                            .map(|d| now + d),
                     };
                     match until {
                         Some(until) if now < until => {

@@ -367,8 +367,9 @@ impl Handler for Publisher {
         &mut self,
         ch: u32,
         req: &fairgpu_protocol::wire::ValidRequest,
+        again: bool,
     ) -> Option<std::time::Duration> {
-        self.ops.sync_wait(ch, req)
+        self.ops.sync_wait(ch, req, again)
     }
 
     fn poll(&mut self, pass: crate::host::Pass) -> Option<std::time::Duration> {

@@ -89,8 +89,8 @@ use self::api::{
 };
 use super::{
     ArrayDesc, ArrayId, CtxId, DevPtr, DeviceProps, EventId, ExecError, ExecResult, FnId,
-    GpuExecutor, HostData, LaunchConfig, ModId, PhysId, RectCopy, StreamId, TexResource,
-    TextureDesc,
+    GpuExecutor, HostData, LaunchConfig, ModId, PhysId, RectCopy, StreamId, SyncMark, SyncPending,
+    SyncTarget, TexResource, TextureDesc,
 };
 
 /// Highest `CUdevice_attribute` value queried for [`DeviceProps`].
@@ -113,6 +113,13 @@ const SPARE_TIMING_EVENTS: usize = 256;
 const CTX_FLAGS: c_uint = 4;
 /// CU_EVENT_DEFAULT: timing enabled.
 const CU_EVENT_DEFAULT: c_uint = 0;
+/// CU_EVENT_DISABLE_TIMING: the lighter event a marker needs.
+const CU_EVENT_DISABLE_TIMING: c_uint = 2;
+/// Marker events kept for reuse per context.
+const SPARE_MARKERS: usize = 64;
+/// A context synchronization with more streams than this is not put
+/// aside (one marker event per stream): it is served, and waits.
+const MAX_MARKED_STREAMS: usize = 64;
 /// CUDA_ERROR_STUB_LIBRARY.
 const CUDA_ERROR_STUB_LIBRARY: CuResult = 34;
 
@@ -299,6 +306,10 @@ struct Context {
     events: HashMap<u64, CUevent>,
     /// Timing events not in use, for the next launches.
     spare_timing: Vec<CUevent>,
+    /// Synchronizations put aside (`GpuExecutor::sync_mark`), by mark id,
+    /// and marker events not in use.
+    marks: HashMap<u64, Mark>,
+    spare_markers: Vec<CUevent>,
     arrays: HashMap<u64, CUarray>,
     /// Texture and surface objects: their values are what kernels receive.
     textures: HashSet<u64>,
@@ -309,6 +320,16 @@ struct Context {
     reservations: HashMap<DevPtr, usize>,
     phys: HashMap<u64, u64>,
     mappings: HashMap<DevPtr, usize>,
+}
+
+/// What a synchronization put aside waits for.
+#[derive(Debug)]
+enum Mark {
+    /// Marker events recorded when it was marked, one on each stream it
+    /// waits for: done when all are.
+    Markers(Vec<CUevent>),
+    /// The guest's event (by id: another thread may destroy it meanwhile).
+    Event(u64),
 }
 
 /// Launches whose device time has not been collected yet.
@@ -412,6 +433,8 @@ impl Context {
             streams: HashMap::new(),
             events: HashMap::new(),
             spare_timing: Vec::new(),
+            marks: HashMap::new(),
+            spare_markers: Vec::new(),
             arrays: HashMap::new(),
             textures: HashSet::new(),
             surfaces: HashSet::new(),
@@ -474,6 +497,42 @@ impl Context {
         }
     }
 
+    /// A marker event recorded on `stream` now; the context must be
+    /// current.
+    fn marker(&mut self, api: &Api, stream: CUstream) -> ExecResult<CUevent> {
+        let e = match self.spare_markers.pop() {
+            Some(e) => e,
+            None => {
+                let mut e: CUevent = ptr::null_mut();
+                // SAFETY: `e` is a valid out-pointer; the context is current.
+                check("cuEventCreate", unsafe {
+                    (api.cuEventCreate)(&mut e, CU_EVENT_DISABLE_TIMING)
+                })?;
+                e
+            }
+        };
+        // SAFETY: `e` is a live event and `stream` null or a live stream,
+        // both of the current context.
+        match check("cuEventRecord", unsafe { (api.cuEventRecord)(e, stream) }) {
+            Ok(()) => Ok(e),
+            Err(err) => {
+                self.retire_markers(api, vec![e]);
+                Err(err)
+            }
+        }
+    }
+
+    /// Keeps marker events for reuse, destroying those past the bound.
+    fn retire_markers(&mut self, api: &Api, events: Vec<CUevent>) {
+        for e in events {
+            if self.spare_markers.len() < SPARE_MARKERS {
+                self.spare_markers.push(e);
+            } else {
+                destroy_event(api, e);
+            }
+        }
+    }
+
     /// Releases every object of the context, logging failures; the context
     /// must be current. `timing` are the events of its pending launches.
     fn release_all(&mut self, api: &Api, timing: Vec<CUevent>) {
@@ -483,9 +542,19 @@ impl Context {
                 failures += 1;
             }
         };
+        let markers: Vec<CUevent> = self
+            .marks
+            .drain()
+            .flat_map(|(_, m)| match m {
+                Mark::Markers(v) => v,
+                Mark::Event(_) => Vec::new(),
+            })
+            .collect();
         for event in timing
             .into_iter()
             .chain(self.spare_timing.drain(..))
+            .chain(markers)
+            .chain(self.spare_markers.drain(..))
             .chain(self.events.drain().map(|(_, e)| e))
         {
             // SAFETY: a live event of this context, removed from its table.
@@ -1143,6 +1212,126 @@ impl GpuExecutor for CudaExecutor {
         self.synchronized(waited)
     }
 
+    fn sync_mark(&mut self, ctx: CtxId, what: SyncTarget) -> Option<SyncMark> {
+        let id = self.fresh_id();
+        let api = self.api;
+        let c = self.enter(ctx).ok()?;
+        let mark = match what {
+            SyncTarget::Event(e) => {
+                c.event(e).ok()?;
+                Mark::Event(e.0)
+            }
+            SyncTarget::Stream(s) => {
+                // The legacy NULL stream's marker completes after the
+                // blocking streams' earlier work, as its synchronization.
+                let raw = c.stream(s).ok()?;
+                Mark::Markers(vec![c.marker(api, raw).ok()?])
+            }
+            SyncTarget::Context => {
+                if c.streams.len() > MAX_MARKED_STREAMS {
+                    return None;
+                }
+                // The NULL stream and every stream (non-blocking ones do not
+                // order with the NULL stream).
+                let streams: Vec<CUstream> = std::iter::once(ptr::null_mut())
+                    .chain(c.streams.values().copied())
+                    .collect();
+                let mut markers = Vec::with_capacity(streams.len());
+                for raw in streams {
+                    match c.marker(api, raw) {
+                        Ok(e) => markers.push(e),
+                        Err(_) => {
+                            c.retire_markers(api, markers);
+                            return None;
+                        }
+                    }
+                }
+                Mark::Markers(markers)
+            }
+        };
+        c.marks.insert(id, mark);
+        Some(SyncMark(id))
+    }
+
+    fn sync_pending(&mut self, ctx: CtxId, mark: &SyncMark) -> SyncPending {
+        let api = self.api;
+        if self.runaway.is_some() {
+            // Served now: its synchronization fails.
+            return SyncPending::Done;
+        }
+        let Ok(c) = self.enter(ctx) else {
+            return SyncPending::Done;
+        };
+        let running = |e: CUevent| {
+            // SAFETY: `e` is a live event of the current context: a marker
+            // is released only with its mark, and a guest's event is looked
+            // up in the context's table.
+            unsafe { (api.cuEventQuery)(e) == CUDA_ERROR_NOT_READY }
+        };
+        let done = match c.marks.get(&mark.0) {
+            None => true,
+            Some(Mark::Event(e)) => c.events.get(e).is_none_or(|&raw| !running(raw)),
+            Some(Mark::Markers(v)) => !v.iter().any(|&e| running(e)),
+        };
+        if done {
+            return SyncPending::Done;
+        }
+        if self.request_limit.is_some() {
+            // Meanwhile the runaway guard watches the launches, as the
+            // synchronization's own wait would.
+            self.harvest();
+            if self.runaway.is_some() {
+                return SyncPending::Done;
+            }
+        }
+        SyncPending::Running
+    }
+
+    fn sync_marked(&mut self, ctx: CtxId, mark: SyncMark) -> ExecResult<()> {
+        let api = self.api;
+        if self.runaway.is_some() {
+            self.sync_forget(ctx, mark);
+            return Err(ExecError::Driver {
+                call: "runaway guard",
+                status: Status::LAUNCH_TIMEOUT,
+            });
+        }
+        let c = self.enter(ctx)?;
+        let waited = match c.marks.remove(&mark.0) {
+            None => return self.synchronize(ctx),
+            Some(Mark::Event(e)) => {
+                let raw = c.event(EventId(e))?;
+                // SAFETY: a live event of the current context.
+                check("cuEventSynchronize", unsafe {
+                    (api.cuEventSynchronize)(raw)
+                })
+            }
+            Some(Mark::Markers(markers)) => {
+                let mut waited = Ok(());
+                for &e in &markers {
+                    // SAFETY: a live marker event of the current context.
+                    let r = check("cuEventSynchronize", unsafe { (api.cuEventSynchronize)(e) });
+                    if waited.is_ok() {
+                        waited = r;
+                    }
+                }
+                c.retire_markers(api, markers);
+                waited
+            }
+        };
+        self.synchronized(waited)
+    }
+
+    fn sync_forget(&mut self, ctx: CtxId, mark: SyncMark) {
+        let api = self.api;
+        let Ok(c) = self.enter(ctx) else {
+            return;
+        };
+        if let Some(Mark::Markers(markers)) = c.marks.remove(&mark.0) {
+            c.retire_markers(api, markers);
+        }
+    }
+
     fn mem_alloc(&mut self, ctx: CtxId, bytes: u64) -> ExecResult<DevPtr> {
         let size = usize::try_from(bytes).map_err(|_| ExecError::OutOfMemory(bytes))?;
         let api = self.api;
@@ -1621,6 +1810,17 @@ impl GpuExecutor for CudaExecutor {
         let result = unsafe { (api.cuFuncGetAttribute)(&mut v, attr, raw) };
         check("cuFuncGetAttribute", result)?;
         Ok(v)
+    }
+
+    fn stack_reserve(&self, per_thread: u64) -> u64 {
+        let threads = [
+            super::attr::MULTIPROCESSOR_COUNT,
+            super::attr::MAX_THREADS_PER_MULTIPROCESSOR,
+        ]
+        .map(|a| u64::try_from(self.props.attribute(a).unwrap_or(0)).unwrap_or(0));
+        per_thread
+            .saturating_mul(threads[0])
+            .saturating_mul(threads[1])
     }
 
     fn set_limit(&mut self, ctx: CtxId, limit: u32, value: u64) -> ExecResult<()> {

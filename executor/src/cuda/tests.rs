@@ -1048,3 +1048,86 @@ fn virtual_memory_maps_memory_kernels_then_use() {
         fake::with(|s| (s.reservations.len(), s.vmm_mem.len(), s.mappings.len()));
     assert_eq!((res, mem, maps), (0, 0, 0), "left behind by the context");
 }
+
+#[test]
+fn a_marked_synchronization_waits_for_its_markers_alone() {
+    let mut e = exec();
+    let (ctx, buf, f) = setup(&mut e, 4);
+    let s1 = e.stream_create(ctx, 1).unwrap();
+    let s2 = e.stream_create(ctx, 1).unwrap();
+    fake::with(|s| s.hold = true);
+    e.launch(ctx, f, &cfg(1, 4), &params(buf, 4), Some(s1))
+        .unwrap();
+    let before: HashSet<usize> = fake::with(|s| s.events.keys().copied().collect());
+    let mark = e.sync_mark(ctx, SyncTarget::Context).expect("marked");
+    let markers: Vec<usize> = fake::with(|s| {
+        s.events
+            .keys()
+            .copied()
+            .filter(|k| !before.contains(k))
+            .collect()
+    });
+    assert_eq!(markers.len(), 3, "one on the NULL stream and each stream");
+    // Another thread's launch after the mark.
+    e.launch(ctx, f, &cfg(1, 4), &params(buf, 4), Some(s2))
+        .unwrap();
+    assert_eq!(e.sync_pending(ctx, &mark), SyncPending::Running);
+    // The marked work ends; the later launch runs on.
+    fake::with(|s| {
+        for k in &markers {
+            s.events.get_mut(k).unwrap().done = true;
+        }
+    });
+    assert_eq!(e.sync_pending(ctx, &mark), SyncPending::Done);
+    assert_eq!(e.stream_query(ctx, Some(s2)), Err(ExecError::NotReady));
+    let waits = fake::with(|s| s.count("cuEventSynchronize"));
+    e.sync_marked(ctx, mark).unwrap();
+    fake::with(|s| {
+        // (The fake driver's event wait completes all work, so only the
+        // calls tell what was waited for.)
+        assert_eq!(s.count("cuEventSynchronize"), waits + 3, "its markers");
+        assert_eq!(s.count("cuCtxSynchronize"), 0, "no wait for later work");
+        assert_eq!(s.count("cuStreamSynchronize"), 0);
+    });
+    // Markers are reused.
+    let created = fake::with(|s| s.count("cuEventCreate"));
+    let again = e
+        .sync_mark(ctx, SyncTarget::Stream(Some(s2)))
+        .expect("marked");
+    assert_eq!(fake::with(|s| s.count("cuEventCreate")), created);
+    assert_eq!(e.sync_pending(ctx, &again), SyncPending::Running);
+    e.sync_forget(ctx, again);
+
+    // An event's mark follows the guest's event, which another thread
+    // may destroy meanwhile: the synchronization then fails as it would.
+    let ev = e.event_create(ctx, 0).unwrap();
+    e.event_record(ctx, ev, Some(s2)).unwrap();
+    let on_event = e.sync_mark(ctx, SyncTarget::Event(ev)).expect("marked");
+    assert_eq!(e.sync_pending(ctx, &on_event), SyncPending::Running);
+    e.event_destroy(ctx, ev).unwrap();
+    assert_eq!(e.sync_pending(ctx, &on_event), SyncPending::Done);
+    assert_eq!(
+        e.sync_marked(ctx, on_event),
+        Err(ExecError::Invalid("event"))
+    );
+    assert_eq!(
+        e.sync_mark(ctx, SyncTarget::Event(ev)),
+        None,
+        "a bad handle"
+    );
+
+    // A context with its marks and markers is destroyed whole.
+    let _leftover = e.sync_mark(ctx, SyncTarget::Context).expect("marked");
+    e.synchronize(ctx).unwrap();
+    e.destroy_context(ctx);
+    assert_eq!(fake::with(|s| s.leaked_at_destroy), 0);
+}
+
+#[test]
+fn a_stack_costs_what_the_driver_reserves_for_every_resident_thread() {
+    let e = exec();
+    // The fake driver reports attribute a as a * 10: 160 multiprocessors
+    // of 390 threads.
+    assert_eq!(e.stack_reserve(16 << 10), (16 << 10) * 160 * 390);
+    assert_eq!(e.stack_reserve(u64::MAX), u64::MAX, "saturates");
+}

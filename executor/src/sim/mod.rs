@@ -1784,19 +1784,33 @@ impl GpuExecutor for SimGpu {
         self.wait_for(ctx, t)
     }
 
-    fn sync_pending(&mut self, ctx: CtxId, what: crate::SyncTarget) -> Option<std::time::Duration> {
+    fn sync_mark(&mut self, ctx: CtxId, what: crate::SyncTarget) -> Option<crate::SyncMark> {
         if self.device.is_virtual() {
             // Waiting moves a virtual clock: nothing to wait for meanwhile.
             return None;
         }
         let c = self.ctx(ctx).ok()?;
+        // The modelled end of the work issued so far: later work does not
+        // move it.
         let t = match what {
             crate::SyncTarget::Context => c.all_ready(),
             crate::SyncTarget::Stream(s) => c.ready(s).ok()?,
             crate::SyncTarget::Event(e) => c.event(e).ok()?.time.unwrap_or(0),
         };
+        Some(crate::SyncMark(t))
+    }
+
+    fn sync_pending(&mut self, _ctx: CtxId, mark: &crate::SyncMark) -> crate::SyncPending {
         let now = self.device.now_ns();
-        Some(std::time::Duration::from_nanos(t.saturating_sub(now)))
+        if now >= mark.0 {
+            crate::SyncPending::Done
+        } else {
+            crate::SyncPending::In(std::time::Duration::from_nanos(mark.0 - now))
+        }
+    }
+
+    fn sync_marked(&mut self, ctx: CtxId, mark: crate::SyncMark) -> ExecResult<()> {
+        self.wait_for(ctx, mark.0)
     }
 
     fn completed_ago(&mut self, ctx: CtxId) -> Option<std::time::Duration> {
@@ -3348,6 +3362,48 @@ mod tests {
         assert_eq!(g.stream_query(ctx, Some(s)), Ok(()));
         assert!(g.event_elapsed_ms(ctx, e0, e1).expect("elapsed") >= 3.0 - 1e-3);
         assert_eq!(g.gpu_time_ns(), 3 * MS);
+    }
+
+    #[test]
+    fn a_marked_synchronization_waits_for_the_work_issued_before_it_alone() {
+        use crate::{SyncPending, SyncTarget};
+        // A virtual clock moves only by waiting: nothing to mark.
+        let mut v = gpu(&SimDevice::private_virtual(0));
+        let (vctx, _) = spin_ctx(&mut v);
+        assert_eq!(v.sync_mark(vctx, SyncTarget::Context), None);
+
+        let mut g = gpu(&SimDevice::private());
+        let (ctx, f) = spin_ctx(&mut g);
+        let a = g.stream_create(ctx, STREAM_NON_BLOCKING).expect("stream");
+        let b = g.stream_create(ctx, STREAM_NON_BLOCKING).expect("stream");
+        let e = g.event_create(ctx, 0).expect("event");
+        spin(&mut g, ctx, f, 3 * MS, Some(a));
+        g.event_record(ctx, e, Some(a)).expect("record");
+        let whole = g.sync_mark(ctx, SyncTarget::Context).expect("real clock");
+        let on_a = g.sync_mark(ctx, SyncTarget::Stream(Some(a))).expect("a");
+        let event = g.sync_mark(ctx, SyncTarget::Event(e)).expect("event");
+        assert_eq!(whole, on_a, "a's work is all the context's so far");
+        assert_eq!(event, on_a);
+        // Work issued after the marks (another thread's): a minute of it.
+        spin(&mut g, ctx, f, 60_000 * MS, Some(b));
+        g.sync_marked(ctx, whole).expect("marked synchronization");
+        assert_eq!(g.sync_pending(ctx, &on_a), SyncPending::Done);
+        assert_eq!(
+            g.stream_query(ctx, Some(a)),
+            Ok(()),
+            "the marked work is done"
+        );
+        assert_eq!(
+            g.stream_query(ctx, Some(b)),
+            Err(ExecError::NotReady),
+            "the later work was not waited for"
+        );
+        // Marked now, the context's synchronization waits for b's minute.
+        let later = g.sync_mark(ctx, SyncTarget::Context).expect("marked");
+        assert!(
+            matches!(g.sync_pending(ctx, &later), SyncPending::In(d) if d > std::time::Duration::from_secs(1))
+        );
+        g.sync_forget(ctx, later);
     }
 
     #[test]
