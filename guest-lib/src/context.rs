@@ -426,10 +426,9 @@ pub extern "C" fn cuCtxGetLimit(value: *mut usize, limit: u32) -> CUresult {
     })
 }
 
-/// `cuCtxSetLimit`: the printf FIFO and heap sizes go to the host, whose
-/// device uses them and counts them against the VM's quota; the others
-/// (the stack size among them) are remembered, not carried. A refused
-/// value leaves the old one.
+/// `cuCtxSetLimit`: the stack, printf FIFO and heap sizes go to the host,
+/// whose device uses them and counts them against the VM's quota; the
+/// others are remembered, not carried. A refused value leaves the old one.
 #[no_mangle]
 pub extern "C" fn cuCtxSetLimit(limit: u32, value: usize) -> CUresult {
     ffi_result(|| {
@@ -443,7 +442,7 @@ pub extern "C" fn cuCtxSetLimit(limit: u32, value: usize) -> CUresult {
         // The host is asked without the table locked.
         if matches!(
             limit,
-            host_limit::PRINTF_FIFO_SIZE | host_limit::MALLOC_HEAP_SIZE
+            host_limit::STACK_SIZE | host_limit::PRINTF_FIFO_SIZE | host_limit::MALLOC_HEAP_SIZE
         ) {
             state::with(|cu| cu.ctx_set_limit(limit, value as u64))?;
         }
@@ -577,6 +576,8 @@ pub fn shared_config_valid(config: u32) -> Result<(), CUresult> {
 
 /// `CUDA_ERROR_PEER_ACCESS_NOT_ENABLED`.
 const PEER_ACCESS_NOT_ENABLED: CUresult = 705;
+/// CUDA_ERROR_PEER_ACCESS_UNSUPPORTED.
+const PEER_ACCESS_UNSUPPORTED: CUresult = 217;
 
 /// `cuDeviceCanAccessPeer`: a VM sees one device, and a device is not its
 /// own peer (as the driver answers for `dev == peer`).
@@ -610,7 +611,8 @@ pub extern "C" fn cuDeviceGetP2PAttribute(
 }
 
 /// `cuCtxEnablePeerAccess`: every context is on the one device, which
-/// cannot be its own peer.
+/// cannot be its own peer: CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, as an
+/// H200's driver answers for a context of its own device.
 #[no_mangle]
 pub extern "C" fn cuCtxEnablePeerAccess(peer: CUcontext, flags: u32) -> CUresult {
     ffi_result(|| {
@@ -621,7 +623,7 @@ pub extern "C" fn cuCtxEnablePeerAccess(peer: CUcontext, flags: u32) -> CUresult
         if peer.is_null() || !valid(peer) {
             return Err(err::INVALID_CONTEXT);
         }
-        Err(err::INVALID_DEVICE)
+        Err(PEER_ACCESS_UNSUPPORTED)
     })
 }
 

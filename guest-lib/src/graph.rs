@@ -155,7 +155,7 @@ impl Graph {
     }
 
     /// Whether the graph has conditional nodes (which the driver does
-    /// not let a graph used as a child have).
+    /// not let a graph used as a child have, nor clones).
     fn has_conditionals(&self) -> bool {
         self.nodes
             .iter()
@@ -288,6 +288,9 @@ struct Table {
     captures: HashMap<u64, Capture>,
     /// Events recorded on a capturing stream: (capture id, nodes).
     events: HashMap<usize, (u64, Vec<u64>)>,
+    /// Events last recorded in a capture (its end included), not since
+    /// recorded outside one or destroyed.
+    captured_events: std::collections::HashSet<usize>,
     /// (clone, node of the original) -> the clone's node.
     clones: HashMap<(u64, u64), u64>,
     /// Conditional handles (the addresses of their slots).
@@ -489,7 +492,30 @@ pub fn record_event(e: usize, s: CUstream) -> Option<CUresult> {
     let t = t.as_mut()?;
     let c = t.captures.get(&h)?.clone();
     t.events.insert(e, (c.id, c.last));
+    t.captured_events.insert(e);
     Some(err::SUCCESS)
+}
+
+/// Whether event `e` was last recorded in a capture (and not since
+/// outside one): the driver refuses to query or synchronize such an event
+/// (CUDA_ERROR_INVALID_VALUE, as an H200's driver answers), since no work
+/// outside the graph records it.
+pub fn recorded_in_capture(e: usize) -> bool {
+    TABLE
+        .lock()
+        .ok()
+        .and_then(|t| t.as_ref().map(|t| t.captured_events.contains(&e)))
+        .unwrap_or(false)
+}
+
+/// Event `e` recorded outside a capture, or destroyed: no longer a
+/// capture's.
+pub fn event_recorded_outside(e: usize) {
+    if let Ok(mut t) = TABLE.lock() {
+        if let Some(t) = t.as_mut() {
+            t.captured_events.remove(&e);
+        }
+    }
 }
 
 /// `cuStreamWaitEvent` for an event recorded during a capture: stream `s`
@@ -853,7 +879,9 @@ pub extern "C" fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) -> CUresu
                 .get(&(original as u64))
                 .ok_or(err::INVALID_VALUE)?
                 .clone();
-            if g.has_memory_nodes() {
+            // Neither memory nodes nor conditional nodes are cloned by
+            // the driver (an H200's answers CUDA_ERROR_NOT_SUPPORTED).
+            if g.has_memory_nodes() || g.has_conditionals() {
                 return Err(err::NOT_SUPPORTED);
             }
             let mut copied = Vec::new();

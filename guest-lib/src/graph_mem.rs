@@ -23,9 +23,11 @@
 //! Memory is not shared between allocation nodes: the driver may give two
 //! nodes of one graph the same physical memory when one's free precedes
 //! the other's allocation, this library does not, so a graph's footprint
-//! is the sum of its allocations (`cuDeviceGetGraphMemAttribute` reports
-//! it; `cuDeviceGraphMemTrim` has nothing to trim, since memory whose
-//! nodes are gone is released at once).
+//! is the sum of its allocations. `cuDeviceGetGraphMemAttribute` reports
+//! those that ran at least once, as the driver maps a graph's memory at
+//! its first launch and reports it in use from then on;
+//! `cuDeviceGraphMemTrim` has nothing to trim, since memory whose nodes
+//! are gone is released at once.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -40,6 +42,9 @@ struct Alloc {
     bytes: u64,
     /// Made by a launch and not yet freed.
     live: bool,
+    /// Made by a launch at least once: the driver maps a graph's memory
+    /// when it first runs, and only then reports it in use.
+    mapped: bool,
     /// Copies of the allocation node that exist.
     holders: u64,
 }
@@ -47,7 +52,8 @@ struct Alloc {
 #[derive(Debug, Default)]
 struct Table {
     allocs: HashMap<u64, Alloc>,
-    /// Bytes of graph allocations held, and the high watermarks
+    /// Bytes of graph allocations held that ran at least once (what the
+    /// driver reports in use), and the high watermarks
     /// (`USED_MEM_HIGH`, `RESERVED_MEM_HIGH`, reset by setting them to 0).
     held: u64,
     used_high: u64,
@@ -115,12 +121,10 @@ pub fn create(bytes: u64) -> Result<Hold, CUresult> {
             Alloc {
                 bytes,
                 live: false,
+                mapped: false,
                 holders: 1,
             },
         );
-        t.held += bytes;
-        t.used_high = t.used_high.max(t.held);
-        t.reserved_high = t.reserved_high.max(t.held);
     })?;
     Ok(Hold { ptr })
 }
@@ -137,7 +141,9 @@ pub fn flush() {
         for p in std::mem::take(&mut t.unheld) {
             if t.allocs.get(&p).is_some_and(|a| a.holders == 0 && !a.live) {
                 if let Some(a) = t.allocs.remove(&p) {
-                    t.held = t.held.saturating_sub(a.bytes);
+                    if a.mapped {
+                        t.held = t.held.saturating_sub(a.bytes);
+                    }
                 }
                 out.push(p);
             }
@@ -173,6 +179,12 @@ pub fn begin(ptr: u64) -> CUresult {
     match with(|t| match t.allocs.get_mut(&ptr) {
         Some(a) if !a.live => {
             a.live = true;
+            if !a.mapped {
+                a.mapped = true;
+                t.held += a.bytes;
+                t.used_high = t.used_high.max(t.held);
+                t.reserved_high = t.reserved_high.max(t.held);
+            }
             err::SUCCESS
         }
         _ => err::INVALID_VALUE,

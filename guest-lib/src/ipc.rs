@@ -64,6 +64,13 @@ pub struct IpcEventHandle {
 }
 
 /// Notes event `e`, made with `flags`, if other processes may use it.
+/// Whether event flags ask for an interprocess event with timing, which
+/// the driver does not make.
+pub fn timed_interprocess(flags: u32) -> bool {
+    flags & INTERPROCESS != 0 && flags & DISABLE_TIMING == 0
+}
+
+/// Remembers event `e`'s flags if it was made interprocess.
 pub fn event_created(e: u64, flags: u32) {
     if flags & INTERPROCESS != 0 {
         if let Ok(mut m) = EVENTS.lock() {

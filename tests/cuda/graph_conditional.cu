@@ -299,22 +299,11 @@ static void switch_node() {
         if (read_int(out) != want) fail("switch on %d: %d, want %d", i, read_int(out), want);
     }
     CHECK(cudaGraphExecDestroy(e));
-    // A clone has bodies of its own and keeps the handle: it runs after
-    // the original is gone.
+    // The driver does not clone a graph with conditional nodes.
     cudaGraph_t clone;
-    CHECK(cudaGraphClone(&clone, g));
+    EXPECT_ERR(cudaGraphClone(&clone, g), cudaErrorNotSupported);
+    (void)cudaGetLastError();
     CHECK(cudaGraphDestroy(g));
-    CHECK(cudaGraphInstantiate(&e, clone, 0));
-    for (int i : {2, 4, 9}) {
-        write_int(v, i);
-        write_int(out, -1);
-        CHECK(cudaGraphLaunch(e, 0));
-        CHECK(cudaDeviceSynchronize());
-        int want = i < n ? i + 10 : -1;
-        if (read_int(out) != want) fail("cloned switch on %d: %d, want %d", i, read_int(out), want);
-    }
-    CHECK(cudaGraphExecDestroy(e));
-    CHECK(cudaGraphDestroy(clone));
     CHECK(cudaFree(v));
     CHECK(cudaFree(out));
 }
@@ -351,16 +340,24 @@ static void refusals() {
     CHECK(cudaGraphDestroy(g));
 }
 
-int main() {
-    size_t free0, total;
-    first_call(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
+static void all() {
     if_else(false);
     if_else(true);
     do_while_with_nested_if();
     captured_while();
     switch_node();
     refusals();
-    // Every handle's slot went with its graphs and instantiations.
+}
+
+int main() {
+    size_t free0, total;
+    first_call(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
+    // Twice: a GPU's driver keeps memory it reserved the first time (an
+    // H200's, 2 MiB); after that, every handle's slot goes with its graphs
+    // and instantiations, and nothing more is lost.
+    all();
+    CHECK(cudaMemGetInfo(&free0, &total));
+    all();
     size_t free1;
     CHECK(cudaMemGetInfo(&free1, &total));
     if (free1 != free0) fail("device memory free %zu before, %zu after", free0, free1);

@@ -214,12 +214,16 @@ static void kernel_chain() {
     CHECK(cudaMalloc(&x, N * sizeof(int)));
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    cudaEvent_t done;
+    cudaEvent_t done, inner;
     CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CHECK(cudaEventCreateWithFlags(&inner, cudaEventDisableTiming));
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     CHECK(cudaMemsetAsync(x, 0, N * sizeof(int), s));
     for (int k = 0; k < CHAIN; k++) mix<<<B, T, 0, s>>>(x, N, k);
-    CHECK(cudaEventRecord(done, s));
+    // An event recorded in a capture only orders work inside it; with
+    // cudaEventRecordExternal it is a node: each launch records it.
+    CHECK(cudaEventRecord(inner, s));
+    CHECK(cudaEventRecordWithFlags(done, s, cudaEventRecordExternal));
     cudaGraph_t g;
     CHECK(cudaStreamEndCapture(s, &g));
     cudaGraphExec_t exec;
@@ -229,6 +233,13 @@ static void kernel_chain() {
         for (int i = 0; i < N; i++) want[i] = (want[i] * 31 + k + i) & 0xffff;
     for (int round = 0; round < CHAIN_LAUNCHES; round++) {
         CHECK(cudaGraphLaunch(exec, s));
+        if (round == 0) {
+            // No work outside the graph records the capture's own event:
+            // the driver refuses to wait for it.
+            EXPECT_ERR(cudaEventSynchronize(inner), cudaErrorInvalidValue);
+            EXPECT_ERR(cudaEventQuery(inner), cudaErrorInvalidValue);
+            (void)cudaGetLastError();
+        }
         if (round == 0 || round == CHAIN_LAUNCHES - 1) {
             CHECK(cudaEventSynchronize(done));
             CHECK(cudaMemcpy(host.data(), x, N * sizeof(int), cudaMemcpyDeviceToHost));
@@ -242,6 +253,7 @@ static void kernel_chain() {
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(g));
     CHECK(cudaEventDestroy(done));
+    CHECK(cudaEventDestroy(inner));
     CHECK(cudaStreamDestroy(s));
     CHECK(cudaFree(x));
 }

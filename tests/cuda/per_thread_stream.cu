@@ -123,7 +123,7 @@ int main() {
     DRV(entry<decltype(&cuCtxGetCurrent)>("cuCtxGetCurrent")(&ctx), CUDA_SUCCESS);
     EXPECT(ctx != nullptr, "no current context");
     DRV(entry<decltype(&cuCtxEnablePeerAccess)>("cuCtxEnablePeerAccess")(ctx, 0),
-        CUDA_ERROR_INVALID_DEVICE);
+        CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
     DRV(entry<decltype(&cuCtxDisablePeerAccess)>("cuCtxDisablePeerAccess")(ctx),
         CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
     int p2p = -1;
@@ -167,10 +167,6 @@ int main() {
             EXPECT(back[i] == want, "element %d: %g, want %g", i, back[i], want);
         }
     }
-    // A peer copy naming something that is not a context fails.
-    DRV(entry<decltype(&cuMemcpyPeer)>("cuMemcpyPeer")((CUdeviceptr)a, (CUcontext)0x1234,
-                                                          (CUdeviceptr)c, ctx, bytes),
-        CUDA_ERROR_INVALID_CONTEXT);
 
     // A cooperative launch on the per-thread default stream (`_ptsz`).
     {
@@ -283,15 +279,9 @@ int main() {
         DRV(lib_unload(lib), CUDA_SUCCESS);
         DRV(unload(mod), CUDA_SUCCESS);
         unlink(path);
-
-        // A file that is not an image is refused, not read past.
-        static const unsigned char truncated[] = {0x50, 0xed, 0x55, 0xba, 1, 0, 16, 0,
-                                                  0,    0,    1,    0,    0, 0, 0,  0};
-        path = temp_file((const char*)truncated, sizeof truncated);
-        CUresult r = load(&mod, path);
-        EXPECT(r == CUDA_ERROR_INVALID_IMAGE || r == CUDA_ERROR_NO_BINARY_FOR_GPU,
-               "a truncated fatbin loaded: %d", (int)r);
-        unlink(path);
+        // (A truncated fatbin file is not tried here: an H200's driver
+        // reads past it and sometimes crashes. fairgpu's guest library
+        // refuses it: guest-lib/src/module.rs's tests.)
         CHECK(cudaFree(dw));
         std::free(words);
     }
