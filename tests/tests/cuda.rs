@@ -1870,10 +1870,12 @@ fn context_limits_are_device_memory_of_the_vm_s_quota() {
     );
 }
 
-#[test]
-fn a_synchronization_put_aside_waits_for_the_work_issued_before_it_alone() {
+/// Two channels of VM 0 that share one context, as two threads of one
+/// process (one call-id counter), on a daemon without a scheduler, and the
+/// spin kernel loaded in it.
+fn joined_pair(test: &str) -> (Rig, Cuda, Cuda, u64) {
     use std::sync::atomic::AtomicU64;
-    let rig = Rig::start_with("cuda_marked_sync", "policy = \"none\"");
+    let rig = Rig::start_with(test, "policy = \"none\"");
     let mut x = rig.cuda(0);
     let mut y = rig.cuda(0);
     let ids = Arc::new(AtomicU64::new(1));
@@ -1883,6 +1885,12 @@ fn a_synchronization_put_aside_waits_for_the_work_issued_before_it_alone() {
     y.context_join(x.context_share().unwrap()).unwrap();
     let m = y.module_load(KERNELS_PTX.as_bytes()).unwrap();
     let k = spin_kernel(&mut y, m).handle;
+    (rig, x, y, k)
+}
+
+#[test]
+fn a_synchronization_put_aside_waits_for_the_work_issued_before_it_alone() {
+    let (_rig, mut x, mut y, k) = joined_pair("cuda_marked_sync");
     let mine = y.stream_create(1).unwrap();
     let other = x.stream_create(1).unwrap();
     // Half a second of device time, and y synchronizes the whole context.
@@ -1905,17 +1913,7 @@ fn a_synchronization_put_aside_waits_for_the_work_issued_before_it_alone() {
 
 #[test]
 fn one_thread_s_synchronization_does_not_hold_another_s_calls() {
-    use std::sync::atomic::AtomicU64;
-    let rig = Rig::start_with("cuda_joined_sync", "policy = \"none\"");
-    let mut x = rig.cuda(0);
-    let mut y = rig.cuda(0);
-    let ids = Arc::new(AtomicU64::new(1));
-    for cu in [&mut x, &mut y] {
-        cu.channel().share_call_ids(ids.clone());
-    }
-    y.context_join(x.context_share().unwrap()).unwrap();
-    let m = y.module_load(KERNELS_PTX.as_bytes()).unwrap();
-    let k = spin_kernel(&mut y, m).handle;
+    let (_rig, mut x, mut y, k) = joined_pair("cuda_joined_sync");
     let long = y.stream_create(1).unwrap();
     let other = x.stream_create(1).unwrap();
     let buf = x.mem_alloc(4096).unwrap();
