@@ -379,6 +379,12 @@ fn a_thread_waiting_for_the_device_does_not_hold_another_thread() {
             stdout.contains("\nOVERLAP 1\n") || stdout.starts_with("OVERLAP 1\n"),
             "threads-{v}: a thread's copies waited for another thread's synchronization:\n{stdout}"
         );
+        // A device synchronization waits for the work issued before it, not
+        // for another thread's kernel launched while it waited.
+        assert!(
+            stdout.contains("LATER_DONE 0\n"),
+            "threads-{v}: cudaDeviceSynchronize waited for a later kernel:\n{stdout}"
+        );
         // Built with the per-thread default stream: a thread's synchronous
         // copies wait for its own default stream, not another thread's.
         let stdout = sim.run(&dir.join(format!("per_thread_stream-{v}")), v);
