@@ -324,6 +324,51 @@ pub extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
     })
 }
 
+/// `cuCtxAttach` (deprecated; PyCUDA still pairs it with `cuCtxDetach`):
+/// one more use of the current context, handed back.
+#[no_mangle]
+pub extern "C" fn cuCtxAttach(pctx: *mut CUcontext, flags: u32) -> CUresult {
+    ffi_result(|| {
+        require_current()?;
+        if flags != 0 || pctx.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let ctx = current();
+        object(ctx).retained.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(pctx, ctx) }
+    })
+}
+
+/// `cuCtxDetach` (deprecated): one use fewer of `ctx`, which must be
+/// current; at none left, the context is destroyed as by `cuCtxDestroy`
+/// (for the primary context: released, as by `cuDevicePrimaryCtxRelease`).
+#[no_mangle]
+pub extern "C" fn cuCtxDetach(ctx: CUcontext) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if !valid(ctx) || current() != ctx {
+            return Err(err::INVALID_CONTEXT);
+        }
+        let before = object(ctx)
+            .retained
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        match before {
+            Ok(1) if ctx == primary() => {
+                crate::export_tables::context_destroyed(ctx);
+                Ok(())
+            }
+            Ok(1) => {
+                let _ = STACK.try_with(|s| s.borrow_mut().retain(|c| *c != ctx));
+                crate::export_tables::context_destroyed(ctx);
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+            Err(_) => Err(err::INVALID_CONTEXT),
+        }
+    })
+}
+
 fn ctx_get_device(dev: *mut CUdevice) -> CUresult {
     ffi_result(|| {
         require_current()?;

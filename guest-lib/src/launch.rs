@@ -160,6 +160,36 @@ fn launch_with(
     launch_packed(f, grid, block, shared, s, &buf, options)
 }
 
+/// Launches `f` with its parameters already packed in `buf` (the legacy
+/// launches of [`crate::legacy`]), as `cuLaunchKernel` with an `extra`
+/// buffer.
+pub(crate) fn launch_buffer(
+    f: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    s: CUstream,
+    buf: &mut [u8],
+) -> CUresult {
+    let mut len = buf.len();
+    let mut extra: [*mut c_void; 5] = [
+        PARAM_BUFFER_POINTER as *mut c_void,
+        buf.as_mut_ptr().cast(),
+        PARAM_BUFFER_SIZE as *mut c_void,
+        (&mut len as *mut usize).cast(),
+        PARAM_END as *mut c_void,
+    ];
+    launch(
+        f,
+        grid,
+        block,
+        shared,
+        s,
+        std::ptr::null_mut(),
+        extra.as_mut_ptr(),
+    )
+}
+
 /// Checks a launch's geometry and packs its parameters (also for a graph's
 /// kernel node, when it is made).
 pub(crate) fn prepare(

@@ -42,6 +42,7 @@ mod hooks;
 mod integrity;
 mod ipc;
 mod launch;
+mod legacy;
 mod link;
 mod linked;
 mod managed;

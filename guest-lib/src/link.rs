@@ -32,6 +32,7 @@ use std::sync::Mutex;
 
 use crate::context::out;
 use crate::ffi_result;
+use crate::state;
 use crate::types::{err, CUresult};
 
 /// `CUjitInputType`.
@@ -251,7 +252,10 @@ pub extern "C" fn cuLinkComplete(
         }
         let (p, n) = with_link(state, |l| {
             let runtime = if l.device_runtime {
-                device_runtime_needed(&l.inputs)?
+                let ptx_only = state::device()?
+                    .attribute(fairgpu_protocol::cuda::ATTR_EXECUTES_PTX_ONLY)
+                    == Ok(1);
+                device_runtime_needed(&l.inputs, ptx_only)?
             } else {
                 false
             };
@@ -401,8 +405,10 @@ DONE:
 /// [`DEVICE_RUNTIME_PTX`]: its PTX inputs call a function of it. A
 /// function none of them defines and fairgpu does not provide fails the
 /// link (NVIDIA's linker would take it from the device runtime's machine
-/// code).
-fn device_runtime_needed(inputs: &[(u32, Vec<u8>)]) -> Result<bool, CUresult> {
+/// code), except, where the device executes PTX only (`ptx_only`:
+/// SimGpu), the functions it executes itself (dynamic parallelism's:
+/// [`fairgpu_protocol::cuda::SIM_DEVICE_RUNTIME`]), which stay `.extern`.
+fn device_runtime_needed(inputs: &[(u32, Vec<u8>)], ptx_only: bool) -> Result<bool, CUresult> {
     let provided: HashSet<String> = statements(DEVICE_RUNTIME_PTX)
         .iter()
         .filter(|s| directive_word(s.trim_start()) == Some(".visible"))
@@ -433,6 +439,7 @@ fn device_runtime_needed(inputs: &[(u32, Vec<u8>)]) -> Result<bool, CUresult> {
     let missing: Vec<&String> = declared
         .iter()
         .filter(|n| !defined.contains(*n) && !SYSTEM_CALLS.contains(&n.as_str()))
+        .filter(|n| !(ptx_only && fairgpu_protocol::cuda::sim_device_runtime(n)))
         .collect();
     if let Some(other) = missing.iter().find(|n| !provided.contains(**n)) {
         if crate::log_level() != crate::LogLevel::Off {
@@ -832,7 +839,8 @@ mod tests {
     #[test]
     fn the_grid_barrier_of_the_device_runtime_is_provided_in_ptx() {
         let inputs = vec![(INPUT_PTX, GRID_SYNC.as_bytes().to_vec())];
-        assert_eq!(device_runtime_needed(&inputs), Ok(true));
+        assert_eq!(device_runtime_needed(&inputs, false), Ok(true));
+        assert_eq!(device_runtime_needed(&inputs, true), Ok(true));
         let m = merge_ptx(&[GRID_SYNC, DEVICE_RUNTIME_PTX]);
         assert!(!m.contains(".extern"), "{m}");
         assert!(m.contains(".target sm_90"), "{m}");
@@ -846,7 +854,7 @@ mod tests {
             (INPUT_PTX, MAIN.as_bytes().to_vec()),
             (INPUT_PTX, LIB.as_bytes().to_vec()),
         ];
-        assert_eq!(device_runtime_needed(&plain), Ok(false));
+        assert_eq!(device_runtime_needed(&plain, false), Ok(false));
     }
 
     #[test]
@@ -855,18 +863,32 @@ mod tests {
         let cdp = ".version 8.5\n.target sm_90\n.address_size 64\n\
             .extern .func (.param .b64 r) cudaGetParameterBufferV2\n(\n\t.param .b64 f\n)\n;\n";
         let inputs = vec![(INPUT_PTX, cdp.as_bytes().to_vec())];
-        assert_eq!(device_runtime_needed(&inputs), Err(err::NOT_SUPPORTED));
+        assert_eq!(
+            device_runtime_needed(&inputs, false),
+            Err(err::NOT_SUPPORTED)
+        );
+        // Unless the device executes PTX only and runs it itself (SimGpu).
+        assert_eq!(device_runtime_needed(&inputs, true), Ok(false));
+        let other = cdp.replace("cudaGetParameterBufferV2", "cudaGraphLaunch");
+        let inputs = vec![(INPUT_PTX, other.into_bytes())];
+        assert_eq!(
+            device_runtime_needed(&inputs, true),
+            Err(err::NOT_SUPPORTED)
+        );
         // System calls are the GPU's compiler's, not the device runtime's.
         let assert = ".version 8.5\n.target sm_90\n.address_size 64\n\
             .extern .func __assertfail\n(\n\t.param .b64 m\n)\n;\n\
             .extern .func (.param .b32 r) vprintf\n(\n\t.param .b64 f,\n\t.param .b64 a\n)\n;\n";
         let inputs = vec![(INPUT_PTX, assert.as_bytes().to_vec())];
-        assert_eq!(device_runtime_needed(&inputs), Ok(false));
+        assert_eq!(device_runtime_needed(&inputs, false), Ok(false));
         // Machine code that would need it cannot be linked here.
         let with_cubin = vec![
             (INPUT_PTX, GRID_SYNC.as_bytes().to_vec()),
             (INPUT_CUBIN, b"\x7fELF".to_vec()),
         ];
-        assert_eq!(device_runtime_needed(&with_cubin), Err(err::NOT_SUPPORTED));
+        assert_eq!(
+            device_runtime_needed(&with_cubin, false),
+            Err(err::NOT_SUPPORTED)
+        );
     }
 }

@@ -47,6 +47,8 @@ pub struct GuestFunction {
     /// The host's MAX_THREADS_PER_BLOCK (the kernel's launch bound, if
     /// any), once asked (-1 before): a larger block fails at once.
     max_threads: AtomicI64,
+    /// What the legacy execution-control calls set (`crate::legacy`).
+    pub legacy: Mutex<crate::legacy::LegacyLaunch>,
 }
 
 /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`.
@@ -315,6 +317,7 @@ fn get_function(m: CUmodule, name: *const c_char) -> Result<*mut GuestFunction, 
         module: m as usize,
         max_dynamic_shared: AtomicI64::new(-1),
         max_threads: AtomicI64::new(-1),
+        legacy: Mutex::new(Default::default()),
     }));
     cache.insert(key, f as usize);
     register(&FUNCTIONS, f as usize);

@@ -47,6 +47,42 @@ pub const ATTR_GUEST_GRAPH_CONDITIONALS: i32 = 0x4647_0001;
 /// architecture where a program asks NVRTC for the device's machine code.
 pub const ATTR_EXECUTES_PTX_ONLY: i32 = 0x4647_0002;
 
+/// The device runtime's functions (dynamic parallelism's launches, its
+/// streams, events, heap, copies) that SimGpu executes itself, named
+/// without their prefix: PTX calls them as `cuda<Name>` or, from nvcc 12
+/// on, `__cudaCDP2<Name>`. On a device that executes PTX only, a module
+/// may leave them `.extern`; a GPU's driver takes them from NVIDIA's
+/// `libcudadevrt.a` (machine code) instead.
+pub const SIM_DEVICE_RUNTIME: [&str; 19] = [
+    "GetParameterBuffer",
+    "GetParameterBufferV2",
+    "LaunchDevice",
+    "LaunchDeviceV2",
+    "StreamCreateWithFlags",
+    "StreamDestroy",
+    "EventCreateWithFlags",
+    "EventRecord",
+    "EventRecordWithFlags",
+    "EventDestroy",
+    "StreamWaitEvent",
+    "GetLastError",
+    "PeekAtLastError",
+    "GetDevice",
+    "GetDeviceCount",
+    "Malloc",
+    "Free",
+    "MemcpyAsync",
+    "MemsetAsync",
+];
+
+/// Whether SimGpu executes the device-runtime function a PTX module calls
+/// as `name` ([`SIM_DEVICE_RUNTIME`]).
+pub fn sim_device_runtime(name: &str) -> bool {
+    name.strip_prefix("__cudaCDP2")
+        .or_else(|| name.strip_prefix("cuda"))
+        .is_some_and(|base| SIM_DEVICE_RUNTIME.contains(&base))
+}
+
 /// Longest device name returned.
 pub const MAX_DEVICE_NAME: usize = 256;
 

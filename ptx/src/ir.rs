@@ -1873,3 +1873,34 @@ pub struct DevRtCall {
     pub args: Box<[u32]>,
     pub ret: Option<u32>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::DevRt;
+    use fairgpu_protocol::cuda::{sim_device_runtime, SIM_DEVICE_RUNTIME};
+
+    /// The guest's linker leaves these calls to SimGpu by the protocol's
+    /// list: it must be exactly what the interpreter executes.
+    #[test]
+    fn the_protocol_s_device_runtime_list_is_what_the_interpreter_runs() {
+        for base in SIM_DEVICE_RUNTIME {
+            for name in [format!("cuda{base}"), format!("__cudaCDP2{base}")] {
+                assert!(DevRt::from_name(&name).is_some(), "{name}");
+                assert!(sim_device_runtime(&name), "{name}");
+            }
+        }
+        for name in [
+            "cudaGraphLaunch",
+            "cudaDeviceSynchronize",
+            "Malloc",
+            "vprintf",
+        ] {
+            assert_eq!(
+                DevRt::from_name(name).is_some(),
+                sim_device_runtime(name),
+                "{name}"
+            );
+            assert!(!sim_device_runtime(name), "{name}");
+        }
+    }
+}

@@ -7,11 +7,11 @@
 #                     (nvcc's default)
 #   NAME-cu13         nvcc 13 with the CUDA 13 headers, linked against
 #                     libcudart.so.13 (shared; rpath to the toolchain)
-#   driver_api        C with gcc against cuda.h (12.9) only; loads
-#                     libcuda.so.1 with dlopen
+#   driver_api        C with gcc against cuda.h (12.9) only; load
+#   legacy_api        libcuda.so.1 with dlopen (driver_common.h)
 #
 # for every NAME.cu beside this script. None links against libcuda: the
-# CUDA runtime and driver_api load libcuda.so.1 at run time, so whichever
+# CUDA runtime and the C programs load libcuda.so.1 at run time, so whichever
 # the loader finds (LD_LIBRARY_PATH) is the driver they use.
 #
 # The toolchain comes from scripts/cuda-toolchain.sh, found through
@@ -124,8 +124,10 @@ for src in "$here"/*.cu; do
     printf '%s\n' "$out/$name-cu12" "$out/$name-cu12static" "$out/$name-cu13"
 done
 
-if stale "$out/driver_api" "$here/driver_api.c" "$here/build.sh" "$prefix/env.sh"; then
-    run gcc -std=gnu11 -O1 -Wall -Wextra -Werror -I"$CUDA12_INCLUDE" "$here/driver_api.c" \
-        -o "$out/driver_api" -ldl
-fi
-printf '%s\n' "$out/driver_api"
+for name in driver_api legacy_api; do
+    if stale "$out/$name" "$here/$name.c" "$here/driver_common.h" "$here/build.sh" "$prefix/env.sh"; then
+        run gcc -std=gnu11 -O1 -Wall -Wextra -Werror -I"$CUDA12_INCLUDE" "$here/$name.c" \
+            -o "$out/$name" -ldl
+    fi
+    printf '%s\n' "$out/$name"
+done

@@ -33,21 +33,7 @@
 CUresult CUDAAPI cuProfilerStart(void);
 CUresult CUDAAPI cuProfilerStop(void);
 
-static void fail(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void fail(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL %s: ", PROGRAM);
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    fflush(stdout);
-    exit(1);
-}
-
 /* Entry points, declared with cuda.h's own prototypes. */
-#define STR_(x) #x
-#define STR(x) STR_(x)
 #define DRIVER_CALLS(X)                                                                       \
     X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuDeviceGetCount) X(cuDeviceGet)      \
     X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDeviceGetAttribute)                            \
@@ -63,39 +49,7 @@ static void fail(const char* fmt, ...) {
     X(cuProfilerStop) X(cuOccupancyMaxPotentialBlockSize)                                     \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
-#define DECLARE(fn) static __typeof__(fn)* p_##fn;
-DRIVER_CALLS(DECLARE)
-
-static const char* err_name(CUresult r) {
-    const char* s = NULL;
-    if (p_cuGetErrorName == NULL || p_cuGetErrorName(r, &s) != CUDA_SUCCESS || s == NULL)
-        return "?";
-    return s;
-}
-
-#define CHECK(call)                                                                           \
-    do {                                                                                      \
-        CUresult r_ = (call);                                                                 \
-        if (r_ != CUDA_SUCCESS)                                                               \
-            fail("line %d: %s returned %d %s", __LINE__, #call, (int)r_, err_name(r_));       \
-    } while (0)
-
-#define EXPECT(cond, fmt, ...)                                                                \
-    do {                                                                                      \
-        if (!(cond)) fail("line %d: " fmt, __LINE__, ##__VA_ARGS__);                          \
-    } while (0)
-
-static void load_driver(void) {
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL) {
-        printf("NODRIVER %s: dlopen(libcuda.so.1): %s\n", PROGRAM, dlerror());
-        exit(3);
-    }
-#define LOAD(fn)                                                                              \
-    p_##fn = (__typeof__(fn)*)dlsym(lib, STR(fn));                                            \
-    if (p_##fn == NULL) fail("libcuda.so.1 lacks %s", STR(fn));
-    DRIVER_CALLS(LOAD)
-}
+#include "driver_common.h"
 
 /*
  * spin(u64 ns): busy-waits ns nanoseconds of %globaltimer.
@@ -473,13 +427,7 @@ static void own_context(CUdevice dev, CUcontext primary) {
 }
 
 int main(void) {
-    load_driver();
-    CUresult r = p_cuInit(0);
-    if (r == CUDA_ERROR_NO_DEVICE || r == CUDA_ERROR_NOT_INITIALIZED) {
-        printf("NODRIVER %s: cuInit returned %d %s\n", PROGRAM, (int)r, err_name(r));
-        return 3;
-    }
-    CHECK(r);
+    init_driver();
     CUdevice dev;
     device_queries(&dev);
 

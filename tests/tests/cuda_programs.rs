@@ -274,6 +274,25 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
     sim.check_gpu_time(DRIVER_VM, &stdout, "driver_api");
 }
 
+/// The deprecated execution-control API (block shape, shared size and
+/// parameters set on the function, then `cuLaunchGrid`/`cuLaunch`) and the
+/// context usage count, as PyCUDA calls them: every kernel's output is
+/// checked against the CPU by the program.
+#[test]
+fn legacy_api_program_launches_with_the_function_s_settings() {
+    let Some(dir) = programs() else {
+        return;
+    };
+    guest_lib_dir();
+    let sim = Sim::start("cuda_legacy_api");
+    let stdout = sim.run(&dir.join("legacy_api"), DRIVER_VM);
+    assert_eq!(
+        lines(&stdout, "LEGACY_LAUNCHES "),
+        ["4"],
+        "legacy_api: every legacy launch form ran:\n{stdout}"
+    );
+}
+
 /// The programs that check what their kernels compute against the CPU.
 const COMPUTE_PROGRAMS: [&str; 31] = [
     "vector_add",
