@@ -16,6 +16,13 @@
 #           CUDA target (numba-cuda) and the CUDA 12.9 NVVM, runtime and
 #           NVRTC it compiles with, for tests/numba/check.py (about 700 MB;
 #           needs Python's venv module: Debian's python3-venv)
+#   pycuda/ with --with-pycuda: a Python virtual environment with PyCUDA,
+#           built from its source release (PyPI's sdist, checksum pinned)
+#           against the CUDA 13 headers, cuRAND 13.0 and a stub libcuda
+#           (the guest library is the one loaded at run time), with
+#           pytest, for PyCUDA's own test files (pycuda/src/test); about
+#           5 minutes of one core to build, 300 MB; needs g++ and Python's
+#           headers (Debian: python3-dev)
 #   env.sh  the variables below, written last: its presence means the
 #           install is complete
 #
@@ -32,6 +39,14 @@
 #   CUPY_NVRTC_LIB       libnvrtc.so.12 (for LD_LIBRARY_PATH)
 #   with --with-numba:
 #   NUMBA_PYTHON         the environment's python, with Numba importable
+#   with --with-pycuda:
+#   PYCUDA_PYTHON        the environment's python, with PyCUDA importable
+#   PYCUDA_TESTS         PyCUDA's test directory (test_driver.py, ...)
+#   PYCUDA_LIB           cuRAND's and the device runtime's directories
+#                        (for LD_LIBRARY_PATH: PyCUDA finds libcudadevrt.a
+#                        there)
+#   PYCUDA_INCLUDE       cuRAND's headers (curand_kernel.h, which
+#                        pycuda.curandom's kernels include: for nvcc's -I)
 #
 # nvcc needs a host C++ compiler (g++) to compile.
 #
@@ -91,12 +106,34 @@ NUMBA_WHEELS=(
     "numpy>=2"
 )
 
+# PyCUDA has no wheels: its source release, checked, built in a virtual
+# environment with what it needs to build and test. cudaProfiler.h (which
+# PyCUDA includes) and cuRAND come from the 13.0 release's wheels.
+PYCUDA_VERSION=2026.1
+PYCUDA_SDIST=https://files.pythonhosted.org/packages/75/93/36ffd54430924dcb03a88c97519d56589e573d0dcc999c77a4c4d8a90306/pycuda-$PYCUDA_VERSION.tar.gz
+PYCUDA_SHA256=759516160628ba06f32ce7e563e3f5b9214691dc9528a03ea99ea1073f4e14ba
+# The release and the recipe below: a change to either builds it again.
+PYCUDA_BUILD="$PYCUDA_VERSION-2"
+PYCUDA_WHEELS=(
+    "nvidia-cuda-profiler-api==13.0.85"
+    "nvidia-curand==10.4.0.35"
+    "numpy>=2"
+    "pytools"
+    "platformdirs"
+    "mako"
+    "setuptools"
+    "wheel"
+    "pytest"
+)
+
 with_cupy=0
 with_numba=0
+with_pycuda=0
 for arg in "$@"; do
     case $arg in
     --with-cupy) with_cupy=1 ;;
     --with-numba) with_numba=1 ;;
+    --with-pycuda) with_pycuda=1 ;;
     -h | --help)
         sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
         exit 0
@@ -192,6 +229,76 @@ if [[ $with_numba == 1 ]]; then
     install_venv "$prefix/numba" "${NUMBA_WHEELS[@]}"
 fi
 
+# build_pycuda DIR: PyCUDA from its source release into DIR's environment
+# (stamped with the release once it imports).
+build_pycuda() {
+    local dir=$1 cu13="$prefix/cu13/nvidia/cu13"
+    local done="$dir/.fairgpu-pycuda"
+    [[ -f $done && $(cat "$done") == "$PYCUDA_BUILD" ]] && {
+        say "pycuda: PyCUDA $PYCUDA_VERSION already built"
+        return 0
+    }
+    local py="$dir/bin/python" src="$dir/src" wheels="$dir/lib/python3"*/site-packages/nvidia/cu13
+    "$py" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' ||
+        die "Python's headers (Python.h) are missing; install them (Debian: apt-get install python3-dev)"
+    command -v g++ >/dev/null 2>&1 || die "PyCUDA needs g++ to build (Debian: apt-get install g++)"
+    say "pycuda: building PyCUDA $PYCUDA_VERSION (about 5 minutes)"
+    rm -rf "$src" && mkdir -p "$src/stub"
+    "$py" - "$PYCUDA_SDIST" "$PYCUDA_SHA256" "$src/pycuda.tar.gz" <<'PY' || die "could not download PyCUDA's source release"
+import hashlib, sys, urllib.request
+url, want, out = sys.argv[1:]
+data = urllib.request.urlopen(url, timeout=120).read()
+got = hashlib.sha256(data).hexdigest()
+if got != want:
+    sys.exit(f"checksum mismatch: {got}")
+open(out, "wb").write(data)
+PY
+    tar -xzf "$src/pycuda.tar.gz" -C "$src" --strip-components=1
+    # The extension links against libcuda.so.1; at run time the loader
+    # finds the guest library. A stub with that soname is enough to link.
+    # It defines cuInit, which PyCUDA calls, so that the linker (which
+    # drops libraries nothing is taken from) records the dependency.
+    printf 'int cuInit(unsigned int flags) { (void)flags; return 3; }\n' >"$src/stub/stub.c"
+    gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$src/stub/libcuda.so" "$src/stub/stub.c"
+    # shellcheck disable=SC2086 # one match: the environment's site-packages
+    wheels=$(echo $wheels)
+    ln -sfn libcurand.so.10 "$wheels/lib/libcurand.so"
+    cat >"$src/siteconf.py" <<CONF
+BOOST_INC_DIR = []
+BOOST_LIB_DIR = []
+BOOST_COMPILER = 'gcc43'
+USE_SHIPPED_BOOST = True
+BOOST_PYTHON_LIBNAME = ['boost_python-py3']
+BOOST_THREAD_LIBNAME = ['boost_thread']
+CUDA_TRACE = False
+CUDA_ROOT = '$cu13'
+CUDA_ENABLE_GL = False
+CUDA_ENABLE_CURAND = True
+CUDADRV_LIB_DIR = ['$src/stub']
+CUDADRV_LIBNAME = ['cuda']
+CUDART_LIB_DIR = ['$cu13/lib']
+CUDART_LIBNAME = ['cudart']
+CURAND_LIB_DIR = ['$wheels/lib']
+CURAND_LIBNAME = ['curand']
+CXXFLAGS = ['-I$wheels/include', '-w']
+LDFLAGS = ['-Wl,-rpath,$wheels/lib']
+CONF
+    (cd "$src" && PATH="$cu13/bin:$PATH" PIP_ROOT_USER_ACTION=ignore "$py" -m pip install \
+        --quiet --disable-pip-version-check --no-input --no-build-isolation . >&2) ||
+        die "PyCUDA did not build in $src"
+    # (Its extensions load only with a libcuda.so.1 that has the driver's
+    # symbols, as the guest library does: found, not loaded, here.)
+    (cd / && "$py" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ("pycuda", "pycuda._driver", "pycuda.curandom")))') &&
+        nm -D "$dir/lib/python3"*/site-packages/pycuda/_driver.*.so | grep -q curandGetVersion &&
+        readelf -d "$dir/lib/python3"*/site-packages/pycuda/_driver.*.so | grep -q 'NEEDED.*libcuda\.so\.1' ||
+        die "PyCUDA does not import from $dir; remove it and retry"
+    echo "$PYCUDA_BUILD" >"$done"
+}
+if [[ $with_pycuda == 1 ]]; then
+    install_venv "$prefix/pycuda" "${PYCUDA_WHEELS[@]}"
+    build_pycuda "$prefix/pycuda"
+fi
+
 cu13="$prefix/cu13/nvidia/cu13"
 cu12="$prefix/cu12/nvidia/cuda_runtime"
 nvcc="$cu13/bin/nvcc"
@@ -234,6 +341,13 @@ if [[ -f $prefix/numba/.fairgpu-installed ]]; then
     "$prefix/numba/bin/python" -c 'import numba.cuda, numpy' 2>/dev/null ||
         die "Numba does not import from $prefix/numba; remove it and retry"
     env_text+=$'\n'"export NUMBA_PYTHON='$prefix/numba/bin/python'"
+fi
+if [[ -f $prefix/pycuda/.fairgpu-pycuda ]]; then
+    pycuda_lib=$(echo "$prefix/pycuda/lib/python3"*/site-packages/nvidia/cu13/lib)
+    env_text+=$'\n'"export PYCUDA_PYTHON='$prefix/pycuda/bin/python'"
+    env_text+=$'\n'"export PYCUDA_TESTS='$prefix/pycuda/src/test'"
+    env_text+=$'\n'"export PYCUDA_LIB='$pycuda_lib:$cu13/lib'"
+    env_text+=$'\n'"export PYCUDA_INCLUDE='${pycuda_lib%/lib}/include'"
 fi
 printf '%s\n' "$env_text" >"$prefix/env.sh.tmp"
 mv "$prefix/env.sh.tmp" "$prefix/env.sh"

@@ -139,10 +139,17 @@ export FAIRGPU_CUDA_PREFIX="${FAIRGPU_CUDA_PREFIX:-$PWD/target/cuda-toolchain}"
 # With Numba's CUDA target as well (a virtual environment of about 700 MB,
 # a fresh install in about 30 s): tests/tests/numba.rs runs
 # tests/numba/check.py the same way.
+# With PyCUDA as well, built from its source release against the CUDA 13
+# headers (a virtual environment of about 300 MB; the first build takes
+# about 5 minutes of one core, later runs find it in place; it needs
+# Python's headers): tests/tests/pycuda.rs runs PyCUDA's own test files.
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || apt_get_install python3-venv
-scripts/cuda-toolchain.sh --with-cupy --with-numba >/dev/null
+python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' ||
+    apt_get_install python3-dev
+scripts/cuda-toolchain.sh --with-cupy --with-numba --with-pycuda >/dev/null
 export FAIRGPU_REQUIRE_CUPY=1
 export FAIRGPU_REQUIRE_NUMBA=1
+export FAIRGPU_REQUIRE_PYCUDA=1
 
 # OpenCL: the ICD loader (ocl-icd), the Khronos headers and PoCL, a CPU
 # OpenCL platform, for tests/tests/opencl.rs: the workers run guests'

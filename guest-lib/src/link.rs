@@ -15,9 +15,12 @@
 //! kernel that uses a grid group) holds machine code only. Of it, fairgpu
 //! provides in PTX what cooperative groups call through it for a grid
 //! barrier ([`DEVICE_RUNTIME_PTX`]: `cudaCGGetIntrinsicHandle`,
-//! `cudaCGSynchronize`); it is linked in when the PTX inputs call those,
-//! and a link that needs anything else of the device runtime (dynamic
-//! parallelism's launches, for one) fails at `cuLinkComplete` with
+//! `cudaCGSynchronize`); it is linked in when the PTX inputs call those.
+//! Where the device executes PTX only (SimGpu), the functions SimGpu
+//! executes itself (dynamic parallelism's launches, streams, events, heap:
+//! `fairgpu_protocol::cuda::SIM_DEVICE_RUNTIME`) stay `.extern` in the
+//! linked PTX. A link that needs anything else of the device runtime, or
+//! dynamic parallelism on a GPU, fails at `cuLinkComplete` with
 //! CUDA_ERROR_NOT_SUPPORTED naming what is missing.
 //!
 //! Anything else (object files, other static libraries, NVVM IR, several

@@ -757,6 +757,28 @@ pub extern "C" fn cuKernelGetParamInfo(
     param_info(k, index, offset, size)
 }
 
+/// How many parameters a function or kernel takes (from the layout
+/// asked of the host at lookup).
+fn param_count(f: CUfunction, count: *mut usize) -> CUresult {
+    ffi_result(|| {
+        let func = function_ref(f)?;
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(count, func.params.len()) }
+    })
+}
+
+/// `cuFuncGetParamCount` (CUDA 13.2).
+#[no_mangle]
+pub extern "C" fn cuFuncGetParamCount(f: CUfunction, count: *mut usize) -> CUresult {
+    param_count(f, count)
+}
+
+/// `cuKernelGetParamCount` (CUDA 13.2).
+#[no_mangle]
+pub extern "C" fn cuKernelGetParamCount(k: CUkernel, count: *mut usize) -> CUresult {
+    param_count(k, count)
+}
+
 /// `cuFuncGetName`.
 #[no_mangle]
 pub extern "C" fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) -> CUresult {

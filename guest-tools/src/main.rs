@@ -32,9 +32,25 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Runs NVIDIA's nvcc, making PTX for the virtual architecture where
+    /// the arguments ask for a cubin of a real one (for programs that
+    /// compile kernels at run time, such as PyCUDA, on a device that
+    /// executes PTX only). Also what a link to this program named `nvcc`
+    /// does. NVIDIA's nvcc: FAIRGPU_REAL_NVCC, else the next on PATH.
+    Nvcc {
+        /// nvcc's arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
+    // Run through a link named `nvcc`: the compiler wrapper, no subcommand.
+    let mut argv = std::env::args();
+    let called = argv.next().unwrap_or_default();
+    if std::path::Path::new(&called).file_name() == Some("nvcc".as_ref()) {
+        return nvcc(&argv.collect::<Vec<_>>());
+    }
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
@@ -70,5 +86,28 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Some(_) => ExitCode::SUCCESS,
             })
         }
+        Command::Nvcc { args } => Ok(nvcc(&args)),
     }
+}
+
+/// Replaces this process with NVIDIA's nvcc, given `args` rewritten
+/// ([`fairgpu_guest_tools::nvcc`]); returns only on failure (127).
+fn nvcc(args: &[String]) -> ExitCode {
+    use fairgpu_guest_tools::nvcc::{find_real, rewrite, REAL_NVCC_ENV};
+    use std::os::unix::process::CommandExt;
+
+    let me = std::env::current_exe().unwrap_or_default();
+    let Some(real) = find_real(
+        std::env::var_os(REAL_NVCC_ENV),
+        std::env::var_os("PATH"),
+        &me,
+    ) else {
+        eprintln!(
+            "fairgpu-guest nvcc: NVIDIA's nvcc not found: no other nvcc on PATH; set {REAL_NVCC_ENV}"
+        );
+        return ExitCode::from(127);
+    };
+    let e = std::process::Command::new(&real).args(rewrite(args)).exec();
+    eprintln!("fairgpu-guest nvcc: running {}: {e}", real.display());
+    ExitCode::from(127)
 }

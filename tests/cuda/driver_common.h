@@ -55,8 +55,12 @@ static const char* err_name(CUresult r) {
         if (!(cond)) fail("line %d: " fmt, __LINE__, ##__VA_ARGS__);                          \
     } while (0)
 
+/* The driver library, for entry points a program looks up itself. */
+static void* driver_lib;
+
 static void load_driver(void) {
     void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    driver_lib = lib;
     if (lib == NULL) {
         printf("NODRIVER %s: dlopen(libcuda.so.1): %s\n", PROGRAM, dlerror());
         exit(3);

@@ -6,7 +6,8 @@
  * the function (cuFuncSetBlockShape, cuFuncSetSharedSize, cuParamSetSize,
  * cuParamSeti, cuParamSetf, cuParamSetv), then cuLaunchGrid,
  * cuLaunchGridAsync or cuLaunch runs it. And the context usage count
- * (cuCtxAttach, cuCtxDetach), which PyCUDA pairs with cuCtxCreate.
+ * (cuCtxAttach, cuCtxDetach), which PyCUDA pairs with cuCtxCreate, and
+ * CUDA 13.2's cuFuncGetParamCount where the driver has it.
  *
  * Every kernel's result is checked against the CPU; the values are chosen
  * so that float results are exact.
@@ -205,6 +206,19 @@ static void legacy_launches(void) {
            "a block of 0 threads was accepted");
     EXPECT(p_cuLaunchGrid(axpb, 0, 1) == CUDA_ERROR_INVALID_VALUE,
            "a grid of 0 blocks was accepted");
+
+    /* CUDA 13.2's parameter counts, where the driver has them (declared
+     * here: the headers this builds with are older). */
+    typedef CUresult (*param_count_fn)(CUfunction, size_t*);
+    param_count_fn count = (param_count_fn)dlsym(driver_lib, "cuFuncGetParamCount");
+    if (count != NULL) {
+        size_t n_axpb = 0, n_rev = 0;
+        CHECK(count(axpb, &n_axpb));
+        CHECK(count(rev, &n_rev));
+        EXPECT(n_axpb == 5 && n_rev == 1, "cuFuncGetParamCount: axpb %zu, rev %zu", n_axpb,
+               n_rev);
+        printf("PARAM_COUNTS %zu %zu\n", n_axpb, n_rev);
+    }
 
     CHECK(p_cuMemFree(d_in));
     CHECK(p_cuMemFree(d_out));

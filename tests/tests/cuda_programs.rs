@@ -291,6 +291,11 @@ fn legacy_api_program_launches_with_the_function_s_settings() {
         ["4"],
         "legacy_api: every legacy launch form ran:\n{stdout}"
     );
+    assert_eq!(
+        lines(&stdout, "PARAM_COUNTS "),
+        ["5 1"],
+        "legacy_api: the guest library counts parameters:\n{stdout}"
+    );
 }
 
 /// The programs that check what their kernels compute against the CPU.
