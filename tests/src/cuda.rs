@@ -51,6 +51,35 @@ pub struct Programs {
     pub list: Vec<PathBuf>,
 }
 
+/// What a test does when an outside client it runs (CuPy, Numba, PyCUDA)
+/// is not installed: says `SKIPPED: why` on stderr, unless the
+/// environment variable `require` is `1` (as `scripts/test.sh` sets it),
+/// in which case the test fails with `why`.
+pub fn missing(require: &str, why: &str) {
+    if std::env::var(require).is_ok_and(|v| v == "1") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+}
+
+/// After an outside client's run on `vm_name`: it was fairgpu's device
+/// that computed (more than `min_kernels` kernels, some GPU time), the VM
+/// got all its memory and channels back when the process exited, and its
+/// worker never restarted.
+pub fn assert_vm_ran_and_released(daemon: &crate::DaemonProcess, vm_name: &str, min_kernels: u64) {
+    let st = crate::wait_for_status(
+        daemon,
+        &format!("the {vm_name} VM to release its memory"),
+        |s| {
+            let v = crate::vm(s, vm_name);
+            v.channels_used == 0 && v.mem_used == 0
+        },
+    );
+    let v = crate::vm(&st, vm_name);
+    assert!(v.kernels > min_kernels && v.gpu_time_ns > 0, "{v:?}");
+    assert_eq!(crate::vm(&crate::status(daemon), vm_name).restarts, 0);
+}
+
 /// The CUDA toolchain: `FAIRGPU_CUDA_PREFIX`, else
 /// `target/cuda-toolchain` of the repository.
 pub fn toolchain_prefix() -> PathBuf {

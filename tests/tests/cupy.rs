@@ -18,10 +18,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use fairgpu_tests::cuda::{cupy_env, toolchain_prefix};
-use fairgpu_tests::{
-    guest_lib_dir, nvrtc_shim_dir, run_command, status, vm, wait_for_status, Setup, TempDir,
-};
+use fairgpu_tests::cuda::{assert_vm_ran_and_released, cupy_env, missing, toolchain_prefix};
+use fairgpu_tests::{guest_lib_dir, nvrtc_shim_dir, run_command, Setup, TempDir};
 
 /// How long the whole check may run (NVRTC compiles every kernel anew:
 /// about 40-70 s on two cores).
@@ -34,11 +32,7 @@ fn cupy_results_match_numpy() {
             "CuPy not installed in {} (run scripts/cuda-toolchain.sh --with-cupy)",
             toolchain_prefix().display()
         );
-        if std::env::var("FAIRGPU_REQUIRE_CUPY").is_ok_and(|v| v == "1") {
-            panic!("{why}");
-        }
-        eprintln!("SKIPPED: {why}");
-        return;
+        return missing("FAIRGPU_REQUIRE_CUPY", &why);
     };
     let setup = Setup::new("cupy", &[("cupy", 1, 4)]);
     let daemon = setup.start();
@@ -72,13 +66,5 @@ fn cupy_results_match_numpy() {
         String::from_utf8_lossy(&out.stderr),
         daemon.log()
     );
-    // It was fairgpu's device that computed: the VM ran the kernels, and
-    // got everything back when the process exited.
-    let st = wait_for_status(&daemon, "the cupy VM to release its memory", |s| {
-        let v = vm(s, "cupy");
-        v.channels_used == 0 && v.mem_used == 0
-    });
-    let v = vm(&st, "cupy");
-    assert!(v.kernels > 50 && v.gpu_time_ns > 0, "{v:?}");
-    assert_eq!(vm(&status(&daemon), "cupy").restarts, 0);
+    assert_vm_ran_and_released(&daemon, "cupy", 50);
 }

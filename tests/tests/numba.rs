@@ -18,8 +18,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use fairgpu_tests::cuda::toolchain_prefix;
-use fairgpu_tests::{guest_lib_dir, run_command, status, vm, wait_for_status, Setup, TempDir};
+use fairgpu_tests::cuda::{assert_vm_ran_and_released, missing, toolchain_prefix};
+use fairgpu_tests::{guest_lib_dir, run_command, Setup, TempDir};
 
 /// How long the whole check may run (NVVM compiles every kernel: about
 /// 15 s on two cores).
@@ -42,11 +42,7 @@ fn numba_results_match_numpy() {
             "Numba not installed in {} (run scripts/cuda-toolchain.sh --with-numba)",
             toolchain_prefix().display()
         );
-        if std::env::var("FAIRGPU_REQUIRE_NUMBA").is_ok_and(|v| v == "1") {
-            panic!("{why}");
-        }
-        eprintln!("SKIPPED: {why}");
-        return;
+        return missing("FAIRGPU_REQUIRE_NUMBA", &why);
     };
     let setup = Setup::new("numba", &[("numba", 1, 4)]);
     let daemon = setup.start();
@@ -69,13 +65,5 @@ fn numba_results_match_numpy() {
         String::from_utf8_lossy(&out.stderr),
         daemon.log()
     );
-    // It was fairgpu's device that computed: the VM ran the kernels, and
-    // got everything back when the process exited.
-    let st = wait_for_status(&daemon, "the numba VM to release its memory", |s| {
-        let v = vm(s, "numba");
-        v.channels_used == 0 && v.mem_used == 0
-    });
-    let v = vm(&st, "numba");
-    assert!(v.kernels > 30 && v.gpu_time_ns > 0, "{v:?}");
-    assert_eq!(vm(&status(&daemon), "numba").restarts, 0);
+    assert_vm_ran_and_released(&daemon, "numba", 30);
 }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use fairgpu_tests::cuda::{cupy_env, toolchain_prefix};
+use fairgpu_tests::cuda::{cupy_env, missing, toolchain_prefix};
 use fairgpu_tests::{
     guest_lib_dir, nvrtc_shim_dir, profile_dir, run_command, vm, wait_for_status, Setup,
 };
@@ -86,11 +86,7 @@ fn a_program_asking_nvrtc_for_a_cubin_runs_on_simgpu_through_the_shim() {
             "NVIDIA's NVRTC not installed in {} (run scripts/cuda-toolchain.sh --with-cupy)",
             toolchain_prefix().display()
         );
-        if std::env::var("FAIRGPU_REQUIRE_CUPY").is_ok_and(|v| v == "1") {
-            panic!("{why}");
-        }
-        eprintln!("SKIPPED: {why}");
-        return;
+        return missing("FAIRGPU_REQUIRE_CUPY", &why);
     };
     let nvrtc_lib = PathBuf::from(&env["CUPY_NVRTC_LIB"]);
     let prog = build(&nvrtc_lib);

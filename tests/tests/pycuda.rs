@@ -22,8 +22,8 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::time::Duration;
 
-use fairgpu_tests::cuda::toolchain_prefix;
-use fairgpu_tests::{guest_lib_dir, run_command, status, vm, wait_for_status, Setup, TempDir};
+use fairgpu_tests::cuda::{assert_vm_ran_and_released, missing, toolchain_prefix};
+use fairgpu_tests::{guest_lib_dir, run_command, Setup, TempDir};
 
 /// How long the test files may run (nvcc compiles some 150 kernels on
 /// the first run: about 4 minutes on two cores).
@@ -82,11 +82,7 @@ fn pycuda_s_own_tests_pass() {
             "PyCUDA not built in {} (run scripts/cuda-toolchain.sh --with-pycuda)",
             toolchain_prefix().display()
         );
-        if std::env::var("FAIRGPU_REQUIRE_PYCUDA").is_ok_and(|v| v == "1") {
-            panic!("{why}");
-        }
-        eprintln!("SKIPPED: {why}");
-        return;
+        return missing("FAIRGPU_REQUIRE_PYCUDA", &why);
     };
     let lib = guest_lib_dir();
     // `nvcc` is fairgpu's wrapper, NVIDIA's nvcc behind it on PATH.
@@ -145,15 +141,7 @@ fn pycuda_s_own_tests_pass() {
         String::from_utf8_lossy(&out.stderr),
         daemon.log()
     );
-    // It was fairgpu's device that computed, and the VM got everything
-    // back when the process exited.
-    let st = wait_for_status(&daemon, "the pycuda VM to release its memory", |s| {
-        let v = vm(s, "pycuda");
-        v.channels_used == 0 && v.mem_used == 0
-    });
-    let v = vm(&st, "pycuda");
-    assert!(v.kernels > 200 && v.gpu_time_ns > 0, "{v:?}");
-    assert_eq!(vm(&status(&daemon), "pycuda").restarts, 0);
+    assert_vm_ran_and_released(&daemon, "pycuda", 200);
 }
 
 #[test]
