@@ -66,7 +66,7 @@ pub fn profile_dir() -> PathBuf {
 
 /// `target/<profile>/NAME`, which `cargo build -p PACKAGE` builds; panics
 /// with that advice if it is missing.
-fn built_artifact(name: &str, package: &str) -> PathBuf {
+pub fn built_artifact(name: &str, package: &str) -> PathBuf {
     let path = profile_dir().join(name);
     assert!(
         path.is_file(),

@@ -23,7 +23,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use fairgpu_tests::cuda::{assert_vm_ran_and_released, missing, toolchain_prefix};
-use fairgpu_tests::{guest_lib_dir, run_command, Setup, TempDir};
+use fairgpu_tests::{built_artifact, guest_lib_dir, run_command, Setup, TempDir};
 
 /// How long the test files may run (nvcc compiles some 150 kernels on
 /// the first run: about 4 minutes on two cores).
@@ -86,15 +86,7 @@ fn pycuda_s_own_tests_pass() {
     };
     let lib = guest_lib_dir();
     // `nvcc` is fairgpu's wrapper, NVIDIA's nvcc behind it on PATH.
-    let tool = lib
-        .parent()
-        .expect("the guest library's profile directory")
-        .join("fairgpu-guest");
-    assert!(
-        tool.is_file(),
-        "{} not built (cargo build -p fairgpu-guest-tools)",
-        tool.display()
-    );
+    let tool = built_artifact("fairgpu-guest", "fairgpu-guest-tools");
     let bin = TempDir::new("pycuda-bin");
     std::os::unix::fs::symlink(&tool, bin.path().join("nvcc"))
         .expect("linking nvcc to fairgpu-guest");
