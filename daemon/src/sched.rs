@@ -344,6 +344,9 @@ struct Free {
     /// The policy asked for no next run: no VM joins, and once the drain
     /// is over the free run ends.
     closing: bool,
+    /// Requests each member keeps in flight while there are several
+    /// ([`FreeRun::turn`]; 0: [`FREE_RUN_QUEUE`] of device work).
+    turn: u32,
 }
 
 /// A backfill grant outstanding: `vm` may fill the idle gaps of `holder`'s
@@ -930,8 +933,10 @@ impl Scheduler {
                 .map(|i| self.handle.slots[i].device_ns())
                 .collect(),
             closing: false,
+            turn: run.turn,
         };
         self.join(core, &mut f, &run.ids, epoch, now);
+        self.set_turns(&f);
         tracing::debug!(members = ?f.members.keys().collect::<Vec<_>>(), until = ?run.until, "free run");
         f
     }
@@ -992,6 +997,7 @@ impl Scheduler {
             match next {
                 Some(run) => {
                     f.until = self.origin + run.until.as_duration();
+                    f.turn = run.turn;
                     let new: Vec<VgpuId> = run
                         .ids
                         .into_iter()
@@ -1018,8 +1024,20 @@ impl Scheduler {
                 }
             }
         }
+        self.set_turns(f);
         if f.closing && f.draining.is_empty() && f.members.is_empty() {
             *free = None;
+        }
+    }
+
+    /// Tells each member of free run `f` how many requests to keep in
+    /// flight: the run's turn while it has several members, about
+    /// [`FREE_RUN_QUEUE`] of device work while one runs alone (a turn of a
+    /// request or two would leave the device idle between them).
+    fn set_turns(&self, f: &Free) {
+        let turn = if f.members.len() > 1 { f.turn } else { 0 };
+        for &vm in f.members.keys() {
+            self.handle.slots[vm].set_turn(turn);
         }
     }
 

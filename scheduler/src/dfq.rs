@@ -69,6 +69,12 @@ use crate::time::Nanos;
 pub const SAMPLE_MAX: Nanos = Nanos::from_millis(5);
 /// A free run lasts this many engagements (NEON) or slices (LoGA).
 pub const FREE_RUN_FACTOR: u64 = 5;
+/// Requests each member of NEON's free run keeps in flight while it has
+/// several members ([`FreeRun::turn`]): the same number for every member,
+/// so a device that serves them first come first served serves them one
+/// request each in turn, the round robin its estimate assumes; two, so
+/// that a member's next request is queued before its last one ends.
+pub const NEON_TURN: u32 = 2;
 
 /// Which disengaged fair queueing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -465,6 +471,11 @@ impl Policy for DisengagedFq {
         Some(FreeRun {
             ids: members.into_iter().collect(),
             until: now + length,
+            turn: match self.variant {
+                DfqVariant::Neon => NEON_TURN,
+                // Measured, not estimated: no order to keep.
+                DfqVariant::Loga => 0,
+            },
         })
     }
 
@@ -650,6 +661,7 @@ mod tests {
         let run = p.free_run(ms(10)).unwrap();
         assert_eq!(run.ids, [A, B]);
         assert_eq!(run.until, ms(10) + ms(50), "five engagements of 10 ms");
+        assert_eq!(run.turn, NEON_TURN, "one request each in turn");
         assert_eq!(p.pick(ms(20)), None, "nothing alone during a free run");
         p.end_free_run(&[(A, ms(1)), (B, ms(1))], ms(60)).unwrap();
         // 50 ms split 4:1 by request size, the measured usage ignored.
@@ -667,6 +679,7 @@ mod tests {
         p.block(B, Nanos::ZERO).unwrap();
         let run = p.free_run(Nanos::ZERO).unwrap();
         assert_eq!(run.ids, [A]);
+        assert_eq!(run.turn, 0, "LoGA measures: no order to keep");
         p.end_free_run(&[(A, ms(30))], ms(30)).unwrap();
         p.free_run(ms(30)).unwrap();
         p.end_free_run(&[(A, ms(30))], ms(60)).unwrap();

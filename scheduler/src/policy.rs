@@ -248,6 +248,12 @@ pub struct FreeRun {
     pub ids: Vec<VgpuId>,
     /// When it ends.
     pub until: Nanos,
+    /// While it has several members, how many requests each keeps in
+    /// flight at most (0: as the driver sees fit). NEON's estimate assumes
+    /// a device that serves the members one request each in turn; a device
+    /// that serves first come first served does so when every member keeps
+    /// the same small number of requests queued.
+    pub turn: u32,
 }
 
 /// A TimeGraph reservation (Kato et al., ATC 2011, section 4.2): `budget`

@@ -942,10 +942,16 @@ impl Gate {
         });
     }
 
-    /// How many requests a lease holder may keep in flight: about one
-    /// slice of device work at the learned cost, at least one, at most
-    /// [`LEASE_QUEUE`]; one while no cost is known.
+    /// How many requests a lease holder may keep in flight: as many as a
+    /// free run's turn allows, if the daemon set one (see
+    /// [`GrantSlot::set_turn`]); else about one slice of device work at the
+    /// learned cost, at least one, at most [`LEASE_QUEUE`]; one while no
+    /// cost is known.
     fn lease_depth(&self) -> usize {
+        let turn = self.slot.turn();
+        if turn > 0 {
+            return (turn as usize).min(LEASE_QUEUE);
+        }
         let slice = self.holding.as_ref().map_or(1, |h| h.slice);
         match self.lease_cost {
             Some(cost) => (slice / cost.max(1)).clamp(1, LEASE_QUEUE as u64) as usize,
@@ -1947,6 +1953,34 @@ mod tests {
         r.s.inner().done = false;
         // The third request is still in flight.
         for i in 1..LEASE_QUEUE {
+            assert!(r.serve_async(Opcode::LaunchKernel), "request {i} held back");
+        }
+        assert!(!r.serve_async(Opcode::LaunchKernel));
+    }
+
+    /// A free run's turn (NEON) caps the lease's queue at that many
+    /// requests whatever they cost, and the cap follows the daemon's word.
+    #[test]
+    fn a_free_run_turn_caps_the_lease_queue_in_requests() {
+        let mut r = rig("lease-turn", Accounting::Sampled, IdleBehaviour::Block);
+        let d = r.file.slot(0).unwrap();
+        d.grant(6_000_000, true);
+        // 1 µs requests would fill a 6 ms slice 1,024 deep.
+        r.s.inner().done = true;
+        for _ in 0..3 {
+            assert!(r.serve_async(Opcode::LaunchKernel));
+        }
+        r.s.inner().done = false;
+        d.set_turn(2);
+        // The third request is still in flight: one more makes two.
+        assert!(r.serve_async(Opcode::LaunchKernel));
+        assert!(
+            !r.serve_async(Opcode::LaunchKernel),
+            "a third request in flight under a turn of two"
+        );
+        // Alone again (turn 0): the queue is by device time once more.
+        d.set_turn(0);
+        for i in 2..LEASE_QUEUE {
             assert!(r.serve_async(Opcode::LaunchKernel), "request {i} held back");
         }
         assert!(!r.serve_async(Opcode::LaunchKernel));

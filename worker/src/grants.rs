@@ -23,6 +23,9 @@
 //!       0x30 bf_max_ns u64  the longest request it may backfill, predicted
 //!       0x38 bf_wanted u32  1: the grant's holder announces its quiet
 //!                           periods (another VM could backfill them)
+//!       0x3c turn      u32  0, or the most requests a free run's lease
+//!                           keeps in flight (NEON's round robin; the
+//!                           daemon may change it during the lease)
 //!       ---- second cache line: written by the worker ----
 //!       0x40 release   u32  the grant sequence the worker released last
 //!       0x44 runnable  u32  1: the worker has GPU work it may not issue yet
@@ -120,6 +123,11 @@
 //!   nothing to issue: `bf_used`, `bf_requests` (Relaxed), then `bf_release
 //!   = seq` (Release; the daemon's Acquire load makes them visible), then
 //!   rings the bell. The daemon charges that time to it.
+//! - **Turn** (daemon): store `turn` (Relaxed) whenever a free run's
+//!   membership changes; the worker loads it (Relaxed) each time it decides
+//!   whether its lease's queue is full. It is a hint with no data behind
+//!   it: any value seen, old or new, keeps between one and `LEASE_QUEUE`
+//!   requests in flight, and the next load sees a newer one.
 //! - **Runnable** (worker): store `runnable` (Relaxed), then ring the bell
 //!   (Release). The scheduler loads the bell (Acquire) *before* it scans
 //!   the slots and futex-waits on the value it loaded, so a change made
@@ -137,7 +145,7 @@ use fairgpu_protocol::region::RegionView;
 /// `b"FGPUGRNT"` read as a little-endian u64.
 pub const GRANTS_MAGIC: u64 = u64::from_le_bytes(*b"FGPUGRNT");
 /// Layout version of the grant file.
-pub const GRANTS_VERSION: u64 = 4;
+pub const GRANTS_VERSION: u64 = 5;
 /// Where slot 0 starts.
 pub const SLOTS_OFF: usize = 0x40;
 /// Bytes per slot: three cache lines, the daemon's and two of the worker's.
@@ -153,6 +161,7 @@ const REVOKE: usize = 0x10;
 const AFTER: usize = 0x14;
 const AFTER_SEQ: usize = 0x18;
 const APRIORI: usize = 0x1c;
+const TURN: usize = 0x3c;
 const RELEASE: usize = 0x40;
 const RUNNABLE: usize = 0x44;
 const USED_NS: usize = 0x48;
@@ -178,7 +187,8 @@ const KERNEL_NS: usize = 0xa8;
 const _: () = assert!(
     KERNEL_NS + 8 <= SLOT_SIZE
         && BF_MAX_NS + 8 <= BF_WANTED
-        && BF_WANTED + 4 <= RELEASE
+        && BF_WANTED + 4 <= TURN
+        && TURN + 4 <= RELEASE
         && QUIET.is_multiple_of(64)
         && DEVICE_NS + 8 <= QUIET
         && COST_NS + 8 <= SLOT_SIZE
@@ -439,6 +449,7 @@ impl GrantSlot {
             .store(u32::from(apriori), Ordering::Relaxed);
         self.u32_at(LEASE)
             .store(u32::from(lease), Ordering::Relaxed);
+        self.u32_at(TURN).store(0, Ordering::Relaxed);
         let (vm, seq) = after.map_or((0, 0), |(vm, seq)| {
             (u32::try_from(vm + 1).unwrap_or(0), seq)
         });
@@ -457,6 +468,23 @@ impl GrantSlot {
         }
         futex::wake(self.u32_at(GRANT), i32::MAX);
         seq
+    }
+
+    /// Sets how many requests the current lease keeps in flight at most
+    /// (0: about its slice of device work, by its requests' cost). A free
+    /// run of several members sets a few, so that a device serving the
+    /// members' queues first come first served serves them one request
+    /// each in turn, as NEON's estimate assumes.
+    pub fn set_turn(&self, requests: u32) {
+        // Relaxed: a hint the worker reads again at each decision; see
+        // "Turn" in the module documentation.
+        self.u32_at(TURN).store(requests, Ordering::Relaxed);
+    }
+
+    /// The current lease's request limit (see [`GrantSlot::set_turn`]).
+    pub fn turn(&self) -> u32 {
+        // Relaxed: see "Turn" in the module documentation.
+        self.u32_at(TURN).load(Ordering::Relaxed)
     }
 
     /// Revokes lease `seq`: its holder drains and releases. The caller
