@@ -40,6 +40,9 @@ pub const POLICIES: [&str; 5] = ["fairgv", "credit-poll", "credit-hs", "strict",
 pub const NEON_POLICIES: [&str; 6] = ["neon-ts", "neon-dts", "neon-dfq", "loga", "fairgv", "none"];
 /// What `--policy all` runs in LoGA's experiment.
 pub const LOGA_POLICIES: [&str; 4] = ["neon-dfq", "loga", "fairgv", "none"];
+/// What `--policy all` runs in LoGA's accounting-overhead experiment:
+/// no accounting first, the reference of the others.
+pub const LOGA_ACCOUNTING_POLICIES: [&str; 3] = ["none", "neon-dfq", "loga"];
 /// What `--policy all` runs in TimeGraph's experiment.
 pub const TIMEGRAPH_POLICIES: [&str; 4] = ["timegraph-prt", "timegraph-ht", "fairgv", "none"];
 /// The policies `--experiment opencl --policy all` runs.
@@ -66,6 +69,7 @@ pub fn policies_for(experiment: &str) -> &'static [&'static str] {
     match experiment {
         "neon" => &NEON_POLICIES,
         "loga" => &LOGA_POLICIES,
+        "loga-accounting" => &LOGA_ACCOUNTING_POLICIES,
         "timegraph" => &TIMEGRAPH_POLICIES,
         "opencl" => &OPENCL_POLICIES,
         _ => &POLICIES,
@@ -95,10 +99,13 @@ pub struct FairnessArgs {
     /// against throughput VMs: deadlines met and response times; VMs with
     /// reservations: the budgets held), or loga (non-saturating VMs beside
     /// saturating ones: what sampling engagements cost them against
-    /// accounting that pauses no one), or opencl (OpenCL VMs at weights
+    /// accounting that pauses no one), or loga-accounting (LoGA's Fig. 7:
+    /// an application beside Throttles of 10 µs kernels sleeping 1 ms,
+    /// scheduling disabled (`accounting_only`), the application's
+    /// turnaround against no accounting), or opencl (OpenCL VMs at weights
     /// 1:2, and OpenCL beside CUDA: kernels on the host's OpenCL platform,
     /// PoCL without a GPU).
-    #[arg(long, default_value = "all", value_parser = ["fig8", "fig9", "fig10", "fig11", "long-kernels", "neon", "timegraph", "loga", "opencl", "all"])]
+    #[arg(long, default_value = "all", value_parser = ["fig8", "fig9", "fig10", "fig11", "long-kernels", "neon", "timegraph", "loga", "loga-accounting", "opencl", "all"])]
     pub experiment: String,
     /// Which scheduling policy: fairgv, credit-poll, credit-hs, strict,
     /// neon-ts, neon-dts, neon-dfq, loga, timegraph-prt, timegraph-ht, none
@@ -461,6 +468,7 @@ pub fn cases(experiment: &str, quick: bool) -> Vec<Case> {
         "long-kernels" => long_kernel_cases(quick),
         "neon" => neon_cases(),
         "loga" => loga_cases(),
+        "loga-accounting" => loga_accounting_cases(),
         "timegraph" => timegraph_cases(),
         "opencl" => opencl_cases(),
         _ => Vec::new(),
@@ -603,6 +611,111 @@ fn loga_cases() -> Vec<Case> {
             vec![0.2, 1.0, 1.0],
         ),
     ]
+}
+
+/// Throttles beside each application in LoGA's Fig. 7.
+pub const LOGA_THROTTLES: usize = 4;
+
+/// `fairgpu bench fairness --experiment loga-accounting` (LoGA, section
+/// 5.3, Fig. 7): one application beside [`LOGA_THROTTLES`] Throttles of
+/// 10 µs kernels that sleep 1 ms after each (about 1% of the device each),
+/// with scheduling disabled (`accounting_only = true`: every VM is charged,
+/// none is held back), so that the application's slowdown against no
+/// accounting at all (`--policy none`) is what the accounting costs it.
+/// The paper ran ten Throttles on a GPU; four keep this experiment's
+/// guests within a small host's CPUs.
+fn loga_accounting_cases() -> Vec<Case> {
+    let tiny = WorkloadSpec {
+        sleep_ratio: 1000.0 / 1010.0,
+        ..throttle(10.0)
+    };
+    ["MM", "BS"]
+        .into_iter()
+        .map(|app| {
+            let mut vms = vec![vm("app", 1, WorkloadSpec::profile(app))];
+            let mut demands = vec![1.0];
+            for i in 1..=LOGA_THROTTLES {
+                vms.push(vm(&format!("t{i}"), 1, tiny.clone()));
+                demands.push(1.0 - tiny.sleep_ratio);
+            }
+            Case {
+                experiment: "loga-accounting",
+                label: format!("{app} + {LOGA_THROTTLES} Throttles 10us/1ms"),
+                vms,
+                demands,
+                daemon: vec!["accounting_only = true".into()],
+            }
+        })
+        .collect()
+}
+
+/// LoGA's Fig. 7 measure: each VM's kernels per second over its rate in
+/// the same case without accounting (`--policy none`), for the runs of
+/// `experiment` in `runs` (1: the accounting cost it nothing).
+fn annotate_against_none(runs: &mut [RunResult], experiment: &str) {
+    let reference: Vec<(String, String, f64)> = runs
+        .iter()
+        .filter(|r| r.experiment == experiment && r.policy == "none" && r.status == RunStatus::Ok)
+        .flat_map(|r| {
+            r.vms
+                .iter()
+                .map(|v| (r.case.clone(), v.name.clone(), v.kernels_per_s))
+        })
+        .collect();
+    for r in runs.iter_mut().filter(|r| r.experiment == experiment) {
+        for v in &mut r.vms {
+            v.vs_none = reference
+                .iter()
+                .find(|(c, n, _)| *c == r.case && *n == v.name)
+                .filter(|(_, _, k)| *k > 0.0)
+                .map(|(_, _, k)| v.kernels_per_s / k);
+        }
+    }
+}
+
+/// The table of LoGA's Fig. 7: per case and policy, the application's
+/// kernels per second, its turnaround against no accounting (none's rate
+/// over its rate: above 1 the accounting slowed it), and the Throttles'.
+fn against_none_table(runs: &[RunResult], experiment: &str) -> String {
+    let mut rows = Vec::new();
+    for r in runs
+        .iter()
+        .filter(|r| r.experiment == experiment && r.status == RunStatus::Ok)
+    {
+        let Some(app) = r.vms.first() else { continue };
+        let others: Vec<&VmResult> = r.vms.iter().skip(1).collect();
+        let mean = |f: &dyn Fn(&VmResult) -> Option<f64>| -> Option<f64> {
+            let v: Vec<f64> = others.iter().filter_map(|v| f(v)).collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        rows.push(vec![
+            r.case.clone(),
+            r.policy.clone(),
+            format!("{:.0}", app.kernels_per_s),
+            app.vs_none
+                .filter(|x| *x > 0.0)
+                .map_or("-".into(), |x| format!("{:.3}", 1.0 / x)),
+            mean(&|v| Some(v.kernels_per_s)).map_or("-".into(), |k| format!("{k:.0}")),
+            mean(&|v| v.vs_none.filter(|x| *x > 0.0).map(|x| 1.0 / x))
+                .map_or("-".into(), |t| format!("{t:.3}")),
+            pct(r.utilization),
+        ]);
+    }
+    format!(
+        "LoGA Fig. 7: turnaround against no accounting (none's kernels/s over the policy's; 1.000: the accounting cost nothing)\n{}",
+        fairgpu_config::table::format_table(
+            &[
+                "CASE",
+                "POLICY",
+                "APP KERNELS/S",
+                "APP TURNAROUND",
+                "THROTTLE KERNELS/S",
+                "THROTTLE TURNAROUND",
+                "UTILIZATION",
+            ],
+            &rows,
+        )
+    )
 }
 
 /// TimeGraph's real-time task: ten 200 µs kernels (2 ms of device time)
@@ -753,6 +866,10 @@ pub struct VmResult {
     pub backfilled: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backfill_ms: Option<f64>,
+    /// Its kernels per second over its rate in the same case under
+    /// `--policy none` (LoGA's Fig. 7; the experiment loga-accounting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs_none: Option<f64>,
 }
 
 /// What happened to a run.
@@ -1152,6 +1269,7 @@ fn measure_inner(
                     .and_then(|l| l.sched.as_ref())
                     .map(|s| s.backfill_ns as f64 / 1e6)
                     .filter(|&ms| ms > 0.0),
+                vs_none: None,
             }
         })
         .collect();
@@ -1211,6 +1329,9 @@ pub fn describe(experiment: &str) -> &'static str {
         }
         "neon" => "NEON's Throttle: request sizes 19 us to 1.7 ms, equal weights",
         "loga" => "LoGA: non-saturating VMs beside saturating ones, equal weights",
+        "loga-accounting" => {
+            "LoGA Fig. 7: an application beside Throttles of 10 us kernels sleeping 1 ms, scheduling disabled"
+        }
         "timegraph" => {
             "TimeGraph: a periodic high-priority VM (2 ms every 20 ms) against throughput VMs; reservations"
         }
@@ -1646,6 +1767,10 @@ pub fn bench(a: &FairnessArgs) -> anyhow::Result<()> {
             writeln!(say, "\n{}", table(exp, p, &refs))?;
             runs.extend(these);
         }
+        if *exp == "loga-accounting" {
+            annotate_against_none(&mut runs, exp);
+            writeln!(say, "{}", against_none_table(&runs, exp))?;
+        }
     }
     let results = Results {
         command: std::env::args().collect::<Vec<_>>().join(" "),
@@ -1731,6 +1856,35 @@ mod tests {
         assert!(tg[3].vms[0].settings[0].contains("mode = \"ae\""));
     }
 
+    /// LoGA's Fig. 7: an application and four sleeping Throttles per
+    /// case, accounting only, no accounting first; each VM's rate is set
+    /// against none's for the same case and VM.
+    #[test]
+    fn loga_accounting_sets_each_vm_against_no_accounting() {
+        let cs = cases("loga-accounting", false);
+        assert_eq!(cs.len(), 2);
+        for c in &cs {
+            assert_eq!(c.vms.len(), 1 + LOGA_THROTTLES);
+            assert_eq!(c.daemon, ["accounting_only = true"]);
+            let t = &c.vms[1].workload;
+            assert_eq!(t.kernel_us, Some(10.0));
+            assert!((t.sleep_ratio / (1.0 - t.sleep_ratio) * 10.0 - 1000.0).abs() < 1e-6);
+        }
+        assert_eq!(policies_for("loga-accounting")[0], "none");
+        let mut runs = vec![
+            run("loga-accounting", "c", "none", 0.5),
+            run("loga-accounting", "c", "loga", 0.5),
+            run("loga-accounting", "other", "loga", 0.5),
+        ];
+        runs[1].vms[0].kernels_per_s = 80.0;
+        annotate_against_none(&mut runs, "loga-accounting");
+        assert_eq!(runs[0].vms[0].vs_none, Some(1.0));
+        assert_eq!(runs[1].vms[0].vs_none, Some(0.8));
+        assert_eq!(runs[2].vms[0].vs_none, None, "no reference for that case");
+        let t = against_none_table(&runs, "loga-accounting");
+        assert!(t.contains("1.250"), "turnaround 100/80: {t}");
+    }
+
     fn run(exp: &str, case: &str, policy: &str, mmr: f64) -> RunResult {
         RunResult {
             experiment: exp.into(),
@@ -1765,6 +1919,7 @@ mod tests {
                 longest_hold_ms: None,
                 backfilled: None,
                 backfill_ms: None,
+                vs_none: None,
                 runaways: None,
             }],
             mmr,

@@ -20,6 +20,7 @@
 //! backfill = true          # fairgv: other VMs' short kernels run in a holder's idle gaps
 //! backfill_max_us = 250    # ... predicted to take at most this long each
 //! work_conserving = true    # false: a holder keeps its whole slice
+//! accounting_only = false  # neon-dfq, loga: charge every VM but deny none (LoGA's Fig. 7)
 //! [sim]                    # the SimGpu cost model (executor::sim::SimConfig)
 //! [[vm]]
 //! name = "vm1"
@@ -268,6 +269,7 @@ struct RawDaemon {
     backfill: Option<bool>,
     backfill_max_us: Option<i64>,
     work_conserving: Option<bool>,
+    accounting_only: Option<bool>,
     interactive_calls: Option<i64>,
     interactive_window_ms: Option<f64>,
     slice_kernels: Option<bool>,
@@ -567,6 +569,12 @@ pub struct SchedConfig {
     /// whole slice, idle or not, and is charged at least the slice's
     /// wall-clock length; the reference FairGV's Fig. 10 compares with.
     pub work_conserving: bool,
+    /// Disengaged fair queueing without its scheduling
+    /// (`accounting_only = true`, `neon-dfq` and `loga`): every VM is
+    /// charged as usual (NEON still drains and samples at each engagement)
+    /// but none is denied a free run, so that what the accounting alone
+    /// costs the VMs shows, as LoGA's Figure 7 measures it.
+    pub accounting_only: bool,
     /// When a VM counts as CPU–GPU interactive, so that its grants wake
     /// its waiting guest threads (GPU-centric co-scheduling, under the
     /// policies that co-schedule: `fairgv` and the credit ones): more than
@@ -591,6 +599,7 @@ impl Default for SchedConfig {
             preemptive: false,
             backfill: Some(DEFAULT_BACKFILL_MAX),
             work_conserving: true,
+            accounting_only: false,
             interactivity: InteractivityConfig::default(),
         }
     }
@@ -814,6 +823,16 @@ fn validate_sched(raw: &RawDaemon) -> Result<SchedConfig, String> {
         }
         _ => Some(backfill_max),
     };
+    let accounting_only = raw.accounting_only.unwrap_or(defaults.accounting_only);
+    let disengaged = matches!(policy, Some(PolicyKind::NeonDfq | PolicyKind::Loga));
+    // Without a scheduler nothing is denied anyway (accepted, so that a
+    // comparison run may set it for all).
+    if accounting_only && !disengaged && policy.is_some() {
+        return Err(format!(
+            "accounting_only = true is disengaged fair queueing's (policy = \"neon-dfq\" or \"loga\"), not policy = {:?}'s",
+            policy_name(policy)
+        ));
+    }
     let interactivity = validate_interactivity(raw, policy, defaults.interactivity)?;
     Ok(SchedConfig {
         policy,
@@ -825,6 +844,7 @@ fn validate_sched(raw: &RawDaemon) -> Result<SchedConfig, String> {
         preemptive,
         backfill,
         work_conserving,
+        accounting_only: accounting_only && disengaged,
         interactivity,
     })
 }
@@ -1980,6 +2000,30 @@ region = "/dev/shm/fairgpu-vm1"
             let e = with(bad).expect_err(bad).to_string();
             assert!(e.contains("backfill"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn accounting_only_key() {
+        let with = |lines: &str| {
+            parse(&ONE_VM.replace("[daemon]", &format!("[daemon]\n{lines}")))
+                .map(|c| c.daemon.sched)
+        };
+        assert!(!with("policy = \"loga\"").unwrap().accounting_only);
+        for p in ["neon-dfq", "loga"] {
+            let c = with(&format!("policy = {p:?}\naccounting_only = true")).unwrap();
+            assert!(c.accounting_only, "{p}");
+        }
+        // Nothing to deny without a scheduler: accepted, and off.
+        let c = with("policy = \"none\"\naccounting_only = true").unwrap();
+        assert!(!c.accounting_only);
+        for bad in [
+            "accounting_only = true",
+            "policy = \"neon-ts\"\naccounting_only = true",
+        ] {
+            let e = with(bad).expect_err(bad).to_string();
+            assert!(e.contains("accounting_only"), "{bad}: {e}");
+        }
+        assert!(with("policy = \"loga\"\naccounting_only = 1").is_err());
     }
 
     #[test]

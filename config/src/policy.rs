@@ -48,8 +48,12 @@ pub fn build_policy(cfg: &SchedConfig) -> Option<Box<dyn Policy>> {
         }
         PolicyKind::TimeGraphPrt => Box::new(TimeGraph::new(PriorityMode::Prt, cfg.slice)),
         PolicyKind::TimeGraphHt => Box::new(TimeGraph::new(PriorityMode::Ht, cfg.slice)),
-        PolicyKind::NeonDfq => Box::new(DisengagedFq::new(DfqVariant::Neon, cfg.slice)),
-        PolicyKind::Loga => Box::new(DisengagedFq::new(DfqVariant::Loga, cfg.slice)),
+        PolicyKind::NeonDfq => Box::new(
+            DisengagedFq::new(DfqVariant::Neon, cfg.slice).accounting_only(cfg.accounting_only),
+        ),
+        PolicyKind::Loga => Box::new(
+            DisengagedFq::new(DfqVariant::Loga, cfg.slice).accounting_only(cfg.accounting_only),
+        ),
     };
     Some(policy)
 }

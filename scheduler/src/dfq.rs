@@ -131,6 +131,8 @@ pub struct DisengagedFq {
     holder: Option<VgpuId>,
     last_holder: Option<VgpuId>,
     clock: Monotonic,
+    /// Whether a vGPU ahead is denied free runs (false: accounting only).
+    deny: bool,
 }
 
 impl DisengagedFq {
@@ -150,7 +152,18 @@ impl DisengagedFq {
             holder: None,
             last_holder: None,
             clock: Monotonic::default(),
+            deny: true,
         }
+    }
+
+    /// With `on`, the scheduler only accounts: every vGPU is charged as
+    /// usual (NEON still drains and samples at each engagement) but none
+    /// is ever denied a free run. LoGA's Figure 7 measures what the
+    /// accounting alone costs the applications this way ("scheduling
+    /// disabled").
+    pub fn accounting_only(mut self, on: bool) -> Self {
+        self.deny = !on;
+        self
     }
 
     /// The variant.
@@ -199,14 +212,14 @@ impl DisengagedFq {
             self.sys = self.sys.max(vt);
         }
         let gap = slowest.map_or(VirtualTime::ZERO, |(_, w)| VirtualTime::charge(interval, w));
-        let sys = self.sys;
+        let (sys, deny) = (self.sys, self.deny);
         for e in self.vgpus.values_mut() {
             if !Self::active(e) {
                 e.vt = e.vt.max(sys);
                 e.denied = false;
                 continue;
             }
-            e.denied = e.vt.saturating_sub(sys) >= gap && gap > VirtualTime::ZERO;
+            e.denied = deny && e.vt.saturating_sub(sys) >= gap && gap > VirtualTime::ZERO;
             if e.denied {
                 e.denials += 1;
             }
@@ -640,6 +653,59 @@ mod tests {
                 _ => Vec::new(),
             }
         }
+    }
+
+    /// Accounting only (LoGA's Figure 7, "scheduling disabled"): the
+    /// over-user is charged as before but never sits a free run out; NEON
+    /// still engages (drains and samples) between free runs.
+    #[test]
+    fn accounting_only_charges_but_denies_no_one() {
+        let mut p =
+            DisengagedFq::new(DfqVariant::Loga, SliceConfig::default()).accounting_only(true);
+        for id in [A, B] {
+            p.add(id, 1).unwrap();
+            p.wake(id, Nanos::ZERO).unwrap();
+        }
+        let mut t = Nanos::ZERO;
+        p.free_run(t).unwrap();
+        for _ in 0..12 {
+            t += ms(30);
+            // A uses twice B's time in every run.
+            p.end_free_run(&[(A, ms(20)), (B, ms(10))], t).unwrap();
+            let run = p.free_run(t).unwrap();
+            assert_eq!(run.ids, [A, B], "a VM was denied");
+        }
+        assert_eq!((denials(&p, A), denials(&p, B)), (0, 0));
+        let (a, b) = (p.stats(A).unwrap().charged, p.stats(B).unwrap().charged);
+        assert_eq!((a, b), (ms(240), ms(120)), "charged as measured");
+
+        let mut p =
+            DisengagedFq::new(DfqVariant::Neon, SliceConfig::default()).accounting_only(true);
+        for id in [A, B] {
+            p.add(id, 1).unwrap();
+            p.wake(id, Nanos::ZERO).unwrap();
+        }
+        let mut t = Nanos::ZERO;
+        for _ in 0..6 {
+            // An engagement: each VM sampled alone, A's requests 4x B's.
+            for (id, cost) in [(A, ms(4)), (B, ms(1))] {
+                let g = p.pick(t).expect("a sampling grant");
+                assert_eq!(g.id, id);
+                p.observe_cost(id, cost).unwrap();
+                t += ms(5);
+                p.release(id, ms(5), t).unwrap();
+            }
+            let run = p.free_run(t).expect("a free run after sampling");
+            assert_eq!(run.ids, [A, B], "a VM was denied");
+            t = run.until;
+            p.end_free_run(&[], t).unwrap();
+        }
+        assert_eq!((denials(&p, A), denials(&p, B)), (0, 0));
+        let (a, b) = (p.stats(A).unwrap().charged, p.stats(B).unwrap().charged);
+        assert!(
+            a > b + ms(100),
+            "A, estimated at 4x B, charged {a} against {b}"
+        );
     }
 
     /// NEON: an engagement samples each VM alone, then a free run five
