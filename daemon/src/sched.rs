@@ -347,6 +347,10 @@ struct Free {
     /// Requests each member keeps in flight while there are several
     /// ([`FreeRun::turn`]; 0: [`FREE_RUN_QUEUE`] of device work).
     turn: u32,
+    /// Whether members park their leases while idle ([`FreeRun::park`]).
+    park: bool,
+    /// Members whose lease is parked (as last seen).
+    parked: std::collections::BTreeSet<usize>,
 }
 
 /// A backfill grant outstanding: `vm` may fill the idle gaps of `holder`'s
@@ -546,6 +550,7 @@ impl Scheduler {
                 }
                 if let Some(f) = free.as_mut() {
                     f.draining.remove(&i);
+                    f.parked.remove(&i);
                     if f.members.remove(&i).is_some() {
                         log_refusal(&self.names[i], core.policy.left_free_run(id, now));
                     }
@@ -722,7 +727,18 @@ impl Scheduler {
                     // issue) is runnable again, and blocked below if idle.
                     if f.members.get(&i).is_some_and(|&seq| slot.released() == seq) {
                         f.members.remove(&i);
+                        f.parked.remove(&i);
                         log_refusal(&self.names[i], core.policy.left_free_run(id, now));
+                    }
+                    // A member that parked its lease (nothing to issue) is
+                    // blocked but stays a member; it issues again on it.
+                    if let Some(&seq) = f.members.get(&i) {
+                        let parked = slot.parked() == seq;
+                        if parked && f.parked.insert(i) {
+                            log_refusal(&self.names[i], core.policy.member_parked(id, now));
+                        } else if !parked && f.parked.remove(&i) {
+                            log_refusal(&self.names[i], core.policy.member_resumed(id, now));
+                        }
                     }
                     if f.draining
                         .get(&i)
@@ -934,6 +950,8 @@ impl Scheduler {
                 .collect(),
             closing: false,
             turn: run.turn,
+            park: run.park,
+            parked: Default::default(),
         };
         self.join(core, &mut f, &run.ids, epoch, now);
         self.set_turns(&f);
@@ -988,6 +1006,7 @@ impl Scheduler {
                 if keep.contains(&vm) {
                     f.members.insert(vm, seq);
                 } else {
+                    f.parked.remove(&vm);
                     h.slots[vm].revoke(seq);
                     self.regions[vm].ring_host();
                     core.counters[vm].revoked += 1;
@@ -998,6 +1017,7 @@ impl Scheduler {
                 Some(run) => {
                     f.until = self.origin + run.until.as_duration();
                     f.turn = run.turn;
+                    f.park = run.park;
                     let new: Vec<VgpuId> = run
                         .ids
                         .into_iter()
@@ -1063,12 +1083,7 @@ impl Scheduler {
         // keeps FREE_RUN_QUEUE, so that on a device that serves its
         // queues first come first served the others' work never waits
         // behind more than that of each member.
-        let seq = slot.grant_full(
-            Nanos::from_duration(FREE_RUN_QUEUE).as_nanos(),
-            true,
-            None,
-            false,
-        );
+        let seq = slot.grant_free_run(Nanos::from_duration(FREE_RUN_QUEUE).as_nanos(), f.park);
         self.regions[vm].ring_host();
         f.members.insert(vm, seq);
     }

@@ -69,12 +69,14 @@ use crate::time::Nanos;
 pub const SAMPLE_MAX: Nanos = Nanos::from_millis(5);
 /// A free run lasts this many engagements (NEON) or slices (LoGA).
 pub const FREE_RUN_FACTOR: u64 = 5;
-/// Requests each member of NEON's free run keeps in flight while it has
+/// Requests each member of a free run keeps in flight while it has
 /// several members ([`FreeRun::turn`]): the same number for every member,
 /// so a device that serves them first come first served serves them one
-/// request each in turn, the round robin its estimate assumes; two, so
-/// that a member's next request is queued before its last one ends.
-pub const NEON_TURN: u32 = 2;
+/// request each in turn, as a GPU serves its channels (the round robin
+/// NEON's estimate assumes, and the device LoGA's applications submit to
+/// freely); two, so that a member's next request is queued before its
+/// last one ends.
+pub const FREE_RUN_TURN: u32 = 2;
 
 /// Which disengaged fair queueing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +135,9 @@ pub struct DisengagedFq {
     clock: Monotonic,
     /// Whether a vGPU ahead is denied free runs (false: accounting only).
     deny: bool,
+    /// Members of the free run (LoGA's) that keep their lease parked,
+    /// with nothing to issue: blocked, yet members into the next interval.
+    parked: BTreeSet<VgpuId>,
 }
 
 impl DisengagedFq {
@@ -153,6 +158,7 @@ impl DisengagedFq {
             last_holder: None,
             clock: Monotonic::default(),
             deny: true,
+            parked: BTreeSet::new(),
         }
     }
 
@@ -290,6 +296,7 @@ impl Policy for DisengagedFq {
                 *slot = None;
             }
         }
+        self.parked.remove(&id);
         match &mut self.phase {
             Phase::Sampling { queue, .. } => queue.retain(|&q| q != id),
             Phase::Free { members, .. } => {
@@ -460,17 +467,19 @@ impl Policy for DisengagedFq {
         };
         let length = self.interval(engagement);
         self.decide(length);
-        let members: BTreeSet<VgpuId> = self
+        let mut members: BTreeSet<VgpuId> = self
             .vgpus
             .iter()
             .filter(|(_, e)| e.state == VgpuState::Runnable && !e.denied)
             .map(|(&id, _)| id)
             .collect();
+        // Parked members keep their leases (blocked, they are never denied).
+        members.extend(self.parked.iter().copied());
         if members.is_empty() {
             self.phase = Phase::Due { engagement };
             return None;
         }
-        for id in &members {
+        for id in members.difference(&self.parked) {
             if let Some(e) = self.vgpus.get_mut(id) {
                 e.state = VgpuState::Running;
                 e.grants += 1;
@@ -484,11 +493,8 @@ impl Policy for DisengagedFq {
         Some(FreeRun {
             ids: members.into_iter().collect(),
             until: now + length,
-            turn: match self.variant {
-                DfqVariant::Neon => NEON_TURN,
-                // Measured, not estimated: no order to keep.
-                DfqVariant::Loga => 0,
-            },
+            turn: FREE_RUN_TURN,
+            park: self.variant == DfqVariant::Loga,
         })
     }
 
@@ -511,10 +517,42 @@ impl Policy for DisengagedFq {
 
     fn left_free_run(&mut self, id: VgpuId, now: Nanos) -> Result<(), SchedError> {
         self.clock.observe(now);
+        // A parked member whose lease ended stays blocked.
+        self.parked.remove(&id);
         let holder = self.holder;
         let e = self.entry_mut(id)?;
         if e.state == VgpuState::Running && holder != Some(id) {
             e.state = VgpuState::Runnable;
+        }
+        Ok(())
+    }
+
+    fn member_parked(&mut self, id: VgpuId, now: Nanos) -> Result<(), SchedError> {
+        self.clock.observe(now);
+        let member = matches!(&self.phase, Phase::Free { members, .. } if members.contains(&id));
+        let e = self.entry_mut(id)?;
+        if member && e.state == VgpuState::Running {
+            e.state = VgpuState::Blocked;
+            self.parked.insert(id);
+        }
+        Ok(())
+    }
+
+    fn member_resumed(&mut self, id: VgpuId, now: Nanos) -> Result<(), SchedError> {
+        self.clock.observe(now);
+        let sys = self.sys;
+        // Between two intervals it is runnable, and the next run takes it.
+        let member = matches!(&self.phase, Phase::Free { members, .. } if members.contains(&id));
+        let e = self.entry_mut(id)?;
+        if e.state == VgpuState::Blocked && self.parked.remove(&id) {
+            // Sleeping earns nothing.
+            let e = self.entry_mut(id)?;
+            e.vt = e.vt.max(sys);
+            e.state = if member {
+                VgpuState::Running
+            } else {
+                VgpuState::Runnable
+            };
         }
         Ok(())
     }
@@ -655,6 +693,49 @@ mod tests {
         }
     }
 
+    /// LoGA: a member with nothing to issue parks its lease: blocked (and
+    /// brought up to the system time when it issues again, sleeping earns
+    /// nothing), never denied, still a member of the next interval's run;
+    /// a parked member whose lease ends is merely blocked.
+    #[test]
+    fn loga_members_park_and_stay_members() {
+        let mut p = two(DfqVariant::Loga);
+        let mut t = Nanos::ZERO;
+        p.free_run(t).unwrap();
+        p.member_parked(B, ms(1)).unwrap();
+        assert_eq!(p.stats(B).unwrap().state, VgpuState::Blocked);
+        for _ in 0..6 {
+            t += ms(30);
+            // A uses the whole device; parked B nothing.
+            p.end_free_run(&[(A, ms(30))], t).unwrap();
+            let run = p.free_run(t).unwrap();
+            assert_eq!(run.ids, [A, B], "a member was dropped or denied");
+            assert_eq!(p.stats(B).unwrap().state, VgpuState::Blocked);
+        }
+        assert_eq!((denials(&p, A), denials(&p, B)), (0, 0));
+        p.member_resumed(B, t + ms(1)).unwrap();
+        assert_eq!(p.stats(B).unwrap().state, VgpuState::Running);
+        let vt = |p: &DisengagedFq, id| match p.stats(id).unwrap().standing {
+            Standing::Disengaged { vt, system, .. } => (vt, system),
+            other => panic!("{other:?}"),
+        };
+        assert!(vt(&p, B).0 >= vt(&p, B).1, "B earned time while parked");
+        // Parked again, then its lease ends: blocked, no longer parked.
+        p.member_parked(B, t + ms(2)).unwrap();
+        p.left_free_run(B, t + ms(3)).unwrap();
+        assert_eq!(p.stats(B).unwrap().state, VgpuState::Blocked);
+        p.member_resumed(B, t + ms(4)).unwrap();
+        assert_eq!(
+            p.stats(B).unwrap().state,
+            VgpuState::Blocked,
+            "not a parked member any more: it must ask again"
+        );
+        // NEON's members do not park.
+        let mut n = two(DfqVariant::Neon);
+        n.member_parked(A, Nanos::ZERO).unwrap();
+        assert_eq!(n.stats(A).unwrap().state, VgpuState::Runnable);
+    }
+
     /// Accounting only (LoGA's Figure 7, "scheduling disabled"): the
     /// over-user is charged as before but never sits a free run out; NEON
     /// still engages (drains and samples) between free runs.
@@ -727,7 +808,8 @@ mod tests {
         let run = p.free_run(ms(10)).unwrap();
         assert_eq!(run.ids, [A, B]);
         assert_eq!(run.until, ms(10) + ms(50), "five engagements of 10 ms");
-        assert_eq!(run.turn, NEON_TURN, "one request each in turn");
+        assert_eq!(run.turn, FREE_RUN_TURN, "one request each in turn");
+        assert!(!run.park, "NEON's members give their leases back");
         assert_eq!(p.pick(ms(20)), None, "nothing alone during a free run");
         p.end_free_run(&[(A, ms(1)), (B, ms(1))], ms(60)).unwrap();
         // 50 ms split 4:1 by request size, the measured usage ignored.
@@ -745,7 +827,8 @@ mod tests {
         p.block(B, Nanos::ZERO).unwrap();
         let run = p.free_run(Nanos::ZERO).unwrap();
         assert_eq!(run.ids, [A]);
-        assert_eq!(run.turn, 0, "LoGA measures: no order to keep");
+        assert_eq!(run.turn, FREE_RUN_TURN);
+        assert!(run.park, "LoGA's members keep their leases while idle");
         p.end_free_run(&[(A, ms(30))], ms(30)).unwrap();
         p.free_run(ms(30)).unwrap();
         p.end_free_run(&[(A, ms(30))], ms(60)).unwrap();

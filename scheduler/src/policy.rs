@@ -254,6 +254,11 @@ pub struct FreeRun {
     /// that serves first come first served does so when every member keeps
     /// the same small number of requests queued.
     pub turn: u32,
+    /// Whether a member with nothing to issue keeps its lease, parked
+    /// ([`Policy::member_parked`]), instead of giving it back: it then
+    /// issues again at once, without asking the driver (LoGA, where
+    /// every VM not over its share submits freely).
+    pub park: bool,
 }
 
 /// A TimeGraph reservation (Kato et al., ATC 2011, section 4.2): `budget`
@@ -567,6 +572,22 @@ pub trait Policy: fmt::Debug + Send {
     /// issue); it is runnable again, and blocked by the driver if it has no
     /// work.
     fn left_free_run(&mut self, id: VgpuId, now: Nanos) -> Result<(), SchedError> {
+        let _ = now;
+        self.stats(id).map(|_| ()).ok_or(SchedError::Unknown { id })
+    }
+
+    /// During a free run whose leases park ([`FreeRun::park`]): member `id`
+    /// has nothing to issue and keeps its lease, parked. It is blocked
+    /// (sleeping earns nothing) but stays a member. Nothing for every
+    /// other policy.
+    fn member_parked(&mut self, id: VgpuId, now: Nanos) -> Result<(), SchedError> {
+        let _ = now;
+        self.stats(id).map(|_| ()).ok_or(SchedError::Unknown { id })
+    }
+
+    /// Parked member `id` issues again, on the lease it kept: it is
+    /// running again.
+    fn member_resumed(&mut self, id: VgpuId, now: Nanos) -> Result<(), SchedError> {
         let _ = now;
         self.stats(id).map(|_| ()).ok_or(SchedError::Unknown { id })
     }

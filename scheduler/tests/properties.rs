@@ -480,16 +480,18 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
-    /// LoGA's free runs over random usage and random sleeps: the system
-    /// virtual time never goes back, a free run has a member whenever a VM
-    /// is runnable (the slowest is never denied), no member is blocked,
-    /// and every nanosecond reported is charged to its VM.
+    /// LoGA's free runs over random usage, random sleeps and members that
+    /// park their leases: the system virtual time never goes back, a free
+    /// run has a member whenever a VM is runnable or parked (the slowest is
+    /// never denied, a parked member keeps its lease), no member is blocked
+    /// unless parked, and every nanosecond reported is charged to its VM.
     #[test]
     fn loga_free_runs(
         weights in prop::collection::vec(1u32..=8, 2..=5),
-        steps in prop::collection::vec((prop::collection::vec(0u64..40_000, 5), 0usize..5, any::<bool>()), 1..60),
+        steps in prop::collection::vec((prop::collection::vec(0u64..40_000, 5), 0usize..5, any::<bool>(), any::<bool>()), 1..60),
     ) {
         use fairgpu_scheduler::{DfqVariant, DisengagedFq};
+        use std::collections::BTreeSet;
         let mut p = DisengagedFq::new(DfqVariant::Loga, SliceConfig::default());
         let ids: Vec<VgpuId> = (0..weights.len() as u32).map(VgpuId).collect();
         for (&id, &w) in ids.iter().zip(&weights) {
@@ -500,14 +502,28 @@ proptest! {
         let mut reported = vec![Nanos::ZERO; ids.len()];
         let mut sys = p.system_time();
         let mut run = p.free_run(now);
-        for (usage, who, sleep) in steps {
+        let mut parked: BTreeSet<VgpuId> = BTreeSet::new();
+        for (usage, who, sleep, park) in steps {
             let members: Vec<VgpuId> = run.as_ref().map(|r| r.ids.clone()).unwrap_or_default();
             let any_runnable = ids.iter().any(|&id| {
                 matches!(p.stats(id).unwrap().state, VgpuState::Runnable | VgpuState::Running)
             });
-            prop_assert_eq!(run.is_some(), any_runnable, "a free run iff someone is runnable");
+            prop_assert_eq!(
+                run.is_some(),
+                any_runnable || !parked.is_empty(),
+                "a free run iff someone is runnable or parked"
+            );
             for id in &members {
-                prop_assert!(p.stats(*id).unwrap().state != VgpuState::Blocked);
+                prop_assert!(
+                    parked.contains(id) || p.stats(*id).unwrap().state != VgpuState::Blocked
+                );
+            }
+            let id = ids[who % ids.len()];
+            // A member parks its lease during the run.
+            if park && members.contains(&id) && !parked.contains(&id) {
+                p.member_parked(id, now + Nanos::from_millis(1)).unwrap();
+                prop_assert_eq!(p.stats(id).unwrap().state, VgpuState::Blocked);
+                parked.insert(id);
             }
             now += Nanos::from_millis(30);
             let report: Vec<(VgpuId, Nanos)> = members
@@ -518,16 +534,25 @@ proptest! {
                 reported[id.0 as usize] += u;
             }
             p.end_free_run(&report, now).unwrap();
-            // A VM sleeps or wakes between runs.
-            let id = ids[who % ids.len()];
+            // A VM sleeps or wakes between runs; a parked one resumes.
             if sleep {
-                p.block(id, now).unwrap();
+                if !parked.contains(&id) {
+                    p.block(id, now).unwrap();
+                }
+            } else if parked.remove(&id) {
+                p.member_resumed(id, now).unwrap();
             } else {
                 p.wake(id, now).unwrap();
             }
             prop_assert!(p.system_time() >= sys);
             sys = p.system_time();
             run = p.free_run(now);
+            for id in &parked {
+                prop_assert!(
+                    run.as_ref().is_some_and(|r| r.ids.contains(id)),
+                    "a parked member lost its lease"
+                );
+            }
         }
         for (i, &id) in ids.iter().enumerate() {
             prop_assert_eq!(p.stats(id).unwrap().charged, reported[i]);

@@ -876,6 +876,52 @@ fn disengaged_fair_queueing_runs_vms_together() {
     }
 }
 
+/// LoGA: a VM that sleeps between its kernels keeps its free-run lease
+/// parked while it sleeps and issues again on it, without asking the
+/// daemon: its grants (a lease, or an interval of the free run it stays a
+/// member of) are far fewer than its kernels, each of which came after a
+/// sleep longer than the spin budget (which would end a lease that does
+/// not park). Its kernels are charged as measured.
+#[test]
+fn loga_members_park_their_leases_while_they_sleep() {
+    let _one = exclusive();
+    let rig = Rig::start(
+        "sched_loga_park",
+        &[("busy", 1), ("sleeper", 1)],
+        &format!("policy = \"loga\"\nslice_ms = {SLICE_MS}\nspin_us = 100"),
+    );
+    let barrier = Arc::new(Barrier::new(2));
+    let busy = spinner(rig.region(0), barrier.clone(), 200 * US);
+    let sleeper = Guest::spawn(rig.region(1), barrier, |cu, k, stop| {
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            cu.launch(k, ONE, ONE, 0, 0, &(50 * US).to_le_bytes())
+                .unwrap();
+            cu.ctx_synchronize().unwrap();
+            n += 1;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        n
+    });
+    wait_for_status(&rig.d, "the sleeper's kernels charged", |s| {
+        vm(s, "sleeper").gpu_time_ns >= 20_000 * US
+    });
+    let s = status(&rig.d);
+    let grants = vm(&s, "sleeper")
+        .sched
+        .as_ref()
+        .expect("scheduler state")
+        .grants;
+    let kernels = sleeper.stop();
+    assert!(busy.stop() > 0);
+    eprintln!("sleeper: {kernels} kernels, {grants} grants");
+    assert!(kernels >= 100, "only {kernels} kernels");
+    assert!(
+        grants * 2 < kernels,
+        "{grants} grants for {kernels} kernels: the sleeper asked again after its sleeps"
+    );
+}
+
 /// TimeGraph (HT): a VM of priority 10 with a reservation of 3 ms per
 /// 10 ms (posterior enforcement) beside a busy VM of priority 0. The
 /// reserved VM is held to its budget, at most 30% of the device's time

@@ -247,6 +247,13 @@ pub trait Meter {
     fn mark_elapsed_ns(&mut self, a: Mark, b: Mark) -> Option<i64>;
     /// Gives a mark's event back.
     fn unmark(&mut self, m: Mark);
+    /// How long until the device passes `m`, where the executor models it
+    /// (SimGpu); `None` where it cannot tell (a real GPU) or the mark is
+    /// void.
+    fn mark_pending(&mut self, m: Mark) -> Option<Duration> {
+        let _ = m;
+        None
+    }
     /// All device time the executor accounted to this VM's work so far, ns
     /// (what a disengaged policy's free run is charged from).
     fn device_time_ns(&mut self) -> u64 {
@@ -463,6 +470,10 @@ struct Holding {
     seq: u32,
     /// An uncontended lease (no slice, no measurement until revoked).
     lease: bool,
+    /// A free run's lease that parks while idle instead of being released.
+    parks: bool,
+    /// Parked: kept while the holder has nothing to issue.
+    parked: bool,
     /// Enforced a priori: issue no piece of work predicted to overrun the
     /// slice (TimeGraph's apriori enforcement).
     apriori: bool,
@@ -740,6 +751,33 @@ impl Gate {
         }
     }
 
+    /// Parks the held free-run lease: nothing to issue, nothing in flight.
+    /// Its device time is published first, so the daemon's charge at the
+    /// interval's end is whole.
+    fn park(&mut self, meter: &mut dyn Meter) {
+        let Some(h) = self.holding.as_mut().filter(|h| h.parks && !h.parked) else {
+            return;
+        };
+        h.parked = true;
+        let seq = h.seq;
+        if self.cfg.publish_device_time {
+            self.slot.set_device_ns(meter.device_time_ns());
+        }
+        self.slot.set_parked(seq);
+        self.bell.ring();
+        tracing::trace!(vm = %self.cfg.vm, seq, "lease parked");
+    }
+
+    /// The parked lease's holder issues again: it tells the daemon, and
+    /// does not wait for it.
+    fn unpark(&mut self) {
+        if let Some(h) = self.holding.as_mut().filter(|h| h.parked) {
+            h.parked = false;
+            self.slot.set_parked(0);
+            self.bell.ring();
+        }
+    }
+
     /// Takes a grant issued since the last look.
     fn try_take(&mut self, now: Instant) -> bool {
         let (seq, slice, lease) = self.slot.current_grant();
@@ -750,6 +788,7 @@ impl Gate {
         self.end_backfill();
         let behind = self.behind_previous_holder();
         let apriori = self.slot.current_apriori();
+        let parks = lease && self.slot.current_parks();
         let bf_wanted = self.slot.backfill_wanted();
         self.seen = seq;
         self.grants += 1;
@@ -757,6 +796,8 @@ impl Gate {
         self.holding = Some(Holding {
             seq,
             lease,
+            parks,
+            parked: false,
             apriori,
             slice: slice.max(1),
             since: now,
@@ -799,6 +840,9 @@ impl Gate {
         let Some(mut h) = self.holding.take() else {
             return;
         };
+        if h.parked {
+            self.slot.set_parked(0);
+        }
         let used = if h.lease {
             if self.cfg.accounting != Accounting::WallClock {
                 for ch in h.dirty.drain(..) {
@@ -967,6 +1011,17 @@ impl Gate {
         }
         self.collect_lease_marks(meter);
         self.lease_marks.len() >= self.lease_depth()
+    }
+
+    /// When a lease holder with a full queue looks again: when the oldest
+    /// of its requests in flight should end, where the executor models
+    /// that (so the next one is issued as it ends, not up to
+    /// [`LEASE_RECHECK`] later), at most [`LEASE_RECHECK`].
+    fn lease_recheck(&mut self, meter: &mut dyn Meter) -> Duration {
+        self.lease_marks
+            .front()
+            .and_then(|&m| meter.mark_pending(m))
+            .map_or(LEASE_RECHECK, |d| d.min(LEASE_RECHECK))
     }
 
     /// Forgets done lease marks from the front (oldest first), without
@@ -1459,6 +1514,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             gate.release(&mut self.inner, Why::Full);
         }
         if gate.holding.as_ref().is_some_and(|h| h.lease) {
+            gate.unpark();
             // Held back (not deferred to the scheduler) while the lease's
             // queue is full.
             return !gate.lease_full(&mut self.inner);
@@ -1534,11 +1590,13 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             // No slice and no wall-clock cap: the daemon revokes the lease
             // (ringing the doorbell) when another VM waits.
             if pass.deferred {
-                // Held back by a full queue: busy, not idle; look again soon.
+                // Held back by a full queue: busy, not idle; look again
+                // when its oldest request should end, or soon.
                 h.last_device = now;
-                return Some(LEASE_RECHECK);
+                return Some(gate.lease_recheck(&mut self.inner));
             }
             let quiet = now.duration_since(h.last_device);
+            let parks = h.parks;
             return match gate.cfg.idle {
                 IdleBehaviour::Poll => None,
                 IdleBehaviour::Block if quiet >= gate.cfg.spin => {
@@ -1547,7 +1605,13 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
                     // the worker could serve nothing meanwhile).
                     gate.trim_lease_marks(&mut self.inner);
                     if gate.lease_marks.is_empty() {
-                        gate.release(&mut self.inner, Why::Idle);
+                        if parks {
+                            // A free run's member keeps its lease: it
+                            // issues again without asking for it.
+                            gate.park(&mut self.inner);
+                        } else {
+                            gate.release(&mut self.inner, Why::Idle);
+                        }
                         None
                     } else {
                         Some(LEASE_IN_FLIGHT_RECHECK)
@@ -2016,6 +2080,33 @@ mod tests {
         assert!(r.serve(Opcode::MemcpyHtoD));
         assert_eq!(r.idle_pass(), None);
         assert_eq!((d.released(), d.runnable()), (seq, false));
+    }
+
+    /// A free run's parking lease (LoGA): idle with its work done, the
+    /// holder keeps the lease, parked, and issues again on it without a
+    /// new grant; a revocation still ends it.
+    #[test]
+    fn a_parking_lease_is_kept_while_idle_and_used_again() {
+        let mut r = rig("lease-park", Accounting::Events, IdleBehaviour::Block);
+        r.s.inner().done = true;
+        let d = r.file.slot(0).unwrap();
+        let seq = d.grant_free_run(300_000, true);
+        assert!(r.serve(Opcode::LaunchKernel));
+        assert_eq!(r.idle_pass(), None);
+        assert_ne!(d.released(), seq, "a parking lease was given back");
+        assert_eq!(d.parked(), seq);
+        assert!(r.serve(Opcode::LaunchKernel), "issued on the parked lease");
+        assert_eq!(d.parked(), 0, "unparked when it issues again");
+        r.idle_pass();
+        assert_eq!(d.parked(), seq);
+        d.revoke(seq);
+        r.idle_pass();
+        assert_eq!((d.released(), d.parked()), (seq, 0));
+        // A plain free-run lease (NEON's) is given back when idle.
+        let seq = d.grant_free_run(300_000, false);
+        assert!(r.serve(Opcode::LaunchKernel));
+        r.idle_pass();
+        assert_eq!((d.released(), d.parked()), (seq, 0));
     }
 
     #[test]

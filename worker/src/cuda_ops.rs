@@ -2639,6 +2639,21 @@ impl Meter for CudaOps {
         }
     }
 
+    fn mark_pending(&mut self, m: Mark) -> Option<std::time::Duration> {
+        if m.ctx.0 & CL_MARK != 0 {
+            return None;
+        }
+        let ctx = self.mark_ctx(m)?.ctx;
+        let mark = self.exec.sync_mark(ctx, SyncTarget::Event(m.event))?;
+        let pending = self.exec.sync_pending(ctx, &mark);
+        self.exec.sync_forget(ctx, mark);
+        match pending {
+            SyncPending::Done => Some(std::time::Duration::ZERO),
+            SyncPending::In(d) => Some(d),
+            SyncPending::Running => None,
+        }
+    }
+
     fn mark_elapsed_ns(&mut self, a: Mark, b: Mark) -> Option<i64> {
         if a.ch != b.ch || a.ctx != b.ctx {
             return None;

@@ -10,7 +10,8 @@
 //! 0x20  bell       u32  the scheduler's doorbell (futex word)
 //! 0x40  slot 0, SLOT_SIZE bytes:
 //!       0x00 grant     u32  grant sequence; the daemon bumps it to grant (futex word)
-//!       0x04 lease     u32  1: the grant is an uncontended lease (see below)
+//!       0x04 lease     u32  1: the grant is an uncontended lease (see below);
+//!                           2: a free run's lease, parked while idle
 //!       0x08 slice_ns  u64  the grant's slice, written before the bump
 //!       0x10 revoke    u32  the sequence of a lease the daemon revokes
 //!       0x14 after     u32  0, or 1 + the VM still draining when granted
@@ -49,6 +50,8 @@
 //!       0xa0 bf_requests u64 requests the released backfill grant issued
 //!       0xa8 kernel_ns u64  what one of its kernels takes, by its running
 //!                           average (0 unknown): whether it can backfill
+//!       0xb0 parked    u32  the lease (2) it keeps while it has nothing to
+//!                           issue (0: not parked)
 //!       slot 1 ...
 //! ```
 //!
@@ -123,6 +126,15 @@
 //!   nothing to issue: `bf_used`, `bf_requests` (Relaxed), then `bf_release
 //!   = seq` (Release; the daemon's Acquire load makes them visible), then
 //!   rings the bell. The daemon charges that time to it.
+//! - **Park** (worker): a holder of a lease granted with `lease = 2` that
+//!   has nothing to issue and no work in flight keeps the lease instead of
+//!   releasing it: it stores its device time into `device_ns` (Relaxed),
+//!   the lease's sequence into `parked` (Release), then rings the bell; it
+//!   stores 0 into `parked` (Release) and rings the bell again when it
+//!   issues anything, without waiting for the daemon. The daemon loads
+//!   `parked` (Acquire): equal to the member's lease means idle (and
+//!   `device_ns` is up to date). A revocation ends a parked lease as any
+//!   other (the worker is woken by the region's doorbell).
 //! - **Turn** (daemon): store `turn` (Relaxed) whenever a free run's
 //!   membership changes; the worker loads it (Relaxed) each time it decides
 //!   whether its lease's queue is full. It is a hint with no data behind
@@ -183,9 +195,11 @@ const BF_USED: usize = 0x90;
 const BF_END: usize = 0x98;
 const BF_REQUESTS: usize = 0xa0;
 const KERNEL_NS: usize = 0xa8;
+const PARKED: usize = 0xb0;
 
 const _: () = assert!(
-    KERNEL_NS + 8 <= SLOT_SIZE
+    KERNEL_NS + 8 <= PARKED
+        && PARKED + 4 <= SLOT_SIZE
         && BF_MAX_NS + 8 <= BF_WANTED
         && BF_WANTED + 4 <= TURN
         && TURN + 4 <= RELEASE
@@ -443,12 +457,28 @@ impl GrantSlot {
         after: Option<(usize, u32)>,
         apriori: bool,
     ) -> u32 {
+        self.grant_word(slice_ns, u32::from(lease), after, apriori)
+    }
+
+    /// Grants a free run's lease of `slice_ns` (its queue's depth); with
+    /// `parks` its holder keeps it while idle, parked (see "Park" in the
+    /// module documentation), until it is revoked.
+    pub fn grant_free_run(&self, slice_ns: u64, parks: bool) -> u32 {
+        self.grant_word(slice_ns, if parks { 2 } else { 1 }, None, false)
+    }
+
+    fn grant_word(
+        &self,
+        slice_ns: u64,
+        lease: u32,
+        after: Option<(usize, u32)>,
+        apriori: bool,
+    ) -> u32 {
         // Relaxed: published by the Release bump below.
         self.u64_at(SLICE_NS).store(slice_ns, Ordering::Relaxed);
         self.u32_at(APRIORI)
             .store(u32::from(apriori), Ordering::Relaxed);
-        self.u32_at(LEASE)
-            .store(u32::from(lease), Ordering::Relaxed);
+        self.u32_at(LEASE).store(lease, Ordering::Relaxed);
         self.u32_at(TURN).store(0, Ordering::Relaxed);
         let (vm, seq) = after.map_or((0, 0), |(vm, seq)| {
             (u32::try_from(vm + 1).unwrap_or(0), seq)
@@ -709,6 +739,28 @@ impl GrantSlot {
             self.u64_at(SLICE_NS).load(Ordering::Relaxed),
             self.u32_at(LEASE).load(Ordering::Relaxed) != 0,
         )
+    }
+
+    /// Whether the current grant is a free run's lease that parks while
+    /// idle. Read after [`GrantSlot::current_grant`], whose Acquire load
+    /// made it visible.
+    pub fn current_parks(&self) -> bool {
+        // Relaxed: published by the daemon's Release bump of `grant`.
+        self.u32_at(LEASE).load(Ordering::Relaxed) == 2
+    }
+
+    /// Parks lease `seq` (0: unparks), having published `device_ns`
+    /// first. The caller then rings the [`Bell`].
+    pub fn set_parked(&self, seq: u32) {
+        // Release: makes the device time stored before it visible to the
+        // daemon's Acquire load in `parked`.
+        self.u32_at(PARKED).store(seq, Ordering::Release);
+    }
+
+    /// The lease its holder keeps parked (0: none).
+    pub fn parked(&self) -> u32 {
+        // Acquire: pairs with the worker's Release store in `set_parked`.
+        self.u32_at(PARKED).load(Ordering::Acquire)
     }
 
     /// Whether the current grant is enforced a priori (its holder issues no
