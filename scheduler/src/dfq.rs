@@ -633,7 +633,11 @@ mod tests {
     }
 
     fn two(variant: DfqVariant) -> DisengagedFq {
-        let mut p = DisengagedFq::new(variant, SliceConfig::default());
+        with_two(DisengagedFq::new(variant, SliceConfig::default()))
+    }
+
+    /// `p` with A and B added and runnable.
+    fn with_two(mut p: DisengagedFq) -> DisengagedFq {
         for id in [A, B] {
             p.add(id, 1).unwrap();
             p.wake(id, Nanos::ZERO).unwrap();
@@ -741,12 +745,9 @@ mod tests {
     /// still engages (drains and samples) between free runs.
     #[test]
     fn accounting_only_charges_but_denies_no_one() {
-        let mut p =
-            DisengagedFq::new(DfqVariant::Loga, SliceConfig::default()).accounting_only(true);
-        for id in [A, B] {
-            p.add(id, 1).unwrap();
-            p.wake(id, Nanos::ZERO).unwrap();
-        }
+        let mut p = with_two(
+            DisengagedFq::new(DfqVariant::Loga, SliceConfig::default()).accounting_only(true),
+        );
         let mut t = Nanos::ZERO;
         p.free_run(t).unwrap();
         for _ in 0..12 {
@@ -760,12 +761,9 @@ mod tests {
         let (a, b) = (p.stats(A).unwrap().charged, p.stats(B).unwrap().charged);
         assert_eq!((a, b), (ms(240), ms(120)), "charged as measured");
 
-        let mut p =
-            DisengagedFq::new(DfqVariant::Neon, SliceConfig::default()).accounting_only(true);
-        for id in [A, B] {
-            p.add(id, 1).unwrap();
-            p.wake(id, Nanos::ZERO).unwrap();
-        }
+        let mut p = with_two(
+            DisengagedFq::new(DfqVariant::Neon, SliceConfig::default()).accounting_only(true),
+        );
         let mut t = Nanos::ZERO;
         for _ in 0..6 {
             // An engagement: each VM sampled alone, A's requests 4x B's.

@@ -2004,10 +2004,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_lease_of_short_requests_keeps_a_deep_queue() {
-        let mut r = rig("lease-short", Accounting::Sampled, IdleBehaviour::Block);
-        // 1 µs requests: a 6 ms slice holds 6,000, capped at LEASE_QUEUE.
+    /// A 6 ms lease that learned its requests take 1 µs (three done), the
+    /// third of them still in flight.
+    fn lease_of_short_requests(name: &str) -> (Rig, GrantSlot) {
+        let mut r = rig(name, Accounting::Sampled, IdleBehaviour::Block);
         let d = r.file.slot(0).unwrap();
         d.grant(6_000_000, true);
         r.s.inner().done = true;
@@ -2015,7 +2015,13 @@ mod tests {
             assert!(r.serve_async(Opcode::LaunchKernel));
         }
         r.s.inner().done = false;
-        // The third request is still in flight.
+        (r, d)
+    }
+
+    #[test]
+    fn a_lease_of_short_requests_keeps_a_deep_queue() {
+        // 1 µs requests: a 6 ms slice holds 6,000, capped at LEASE_QUEUE.
+        let (mut r, _d) = lease_of_short_requests("lease-short");
         for i in 1..LEASE_QUEUE {
             assert!(r.serve_async(Opcode::LaunchKernel), "request {i} held back");
         }
@@ -2026,15 +2032,8 @@ mod tests {
     /// requests whatever they cost, and the cap follows the daemon's word.
     #[test]
     fn a_free_run_turn_caps_the_lease_queue_in_requests() {
-        let mut r = rig("lease-turn", Accounting::Sampled, IdleBehaviour::Block);
-        let d = r.file.slot(0).unwrap();
-        d.grant(6_000_000, true);
         // 1 µs requests would fill a 6 ms slice 1,024 deep.
-        r.s.inner().done = true;
-        for _ in 0..3 {
-            assert!(r.serve_async(Opcode::LaunchKernel));
-        }
-        r.s.inner().done = false;
+        let (mut r, d) = lease_of_short_requests("lease-turn");
         d.set_turn(2);
         // The third request is still in flight: one more makes two.
         assert!(r.serve_async(Opcode::LaunchKernel));
