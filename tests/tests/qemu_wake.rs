@@ -95,10 +95,18 @@ impl VmHost {
             })
         };
         let stop = Arc::new(AtomicBool::new(false));
+        // The host sleeps as soon as it is idle, so that every no-op is
+        // answered after a wake-up (a doorbell, then the server's futex):
+        // a guest waiting with no spin then blocks, and the host's MSI-X
+        // vector ends the block, however fast the TCG guest runs. A host
+        // that spins could answer each call before the guest looked once
+        // (300 round trips, no block), as it once did in CI.
         let server = Server::new(
             region,
             TransportOps::default(),
-            ServeConfig::default(),
+            ServeConfig {
+                spin: Duration::ZERO,
+            },
             stop.clone(),
         )
         .with_guest_notifier(notifier);
