@@ -1503,6 +1503,17 @@ impl<'a> Launch<'a> {
         #[cfg(target_arch = "x86_64")]
         if self.wide && exec == lanes::FULL {
             match self.fast.get(pc as usize) {
+                Some(&Fast::FmaRnF32 {
+                    d,
+                    a: Src::Reg(a),
+                    b: Src::Reg(b),
+                    c: Src::Reg(c),
+                }) => {
+                    // SAFETY: `wide` is set only on a CPU with AVX2 and FMA
+                    // (`Launch::new`).
+                    unsafe { simd::fma_rn_f32_regs(&mut w.regs, d, a, b, c) };
+                    return Ok(Some(next));
+                }
                 Some(&Fast::FmaRnF32 { d, a, b, c }) => {
                     // The operands copied first (the destination may be
                     // one of them).
@@ -1510,6 +1521,23 @@ impl<'a> Launch<'a> {
                     // SAFETY: `wide` is set only on a CPU with AVX2 and FMA
                     // (`Launch::new`).
                     unsafe { simd::fma_rn_f32(&x, &y, &z, Self::dst(w, d)) };
+                    return Ok(Some(next));
+                }
+                Some(&Fast::LdShared {
+                    ty,
+                    d,
+                    addr:
+                        Addr {
+                            base: Some(base),
+                            off,
+                            narrow: true,
+                        },
+                }) if ty.bytes() == 4
+                    // SAFETY: `wide` is set only on a CPU with AVX2.
+                    && unsafe {
+                        simd::ld_shared_narrow4(&mut w.regs, d, base, off as u64, &self.shared, ty.is_signed())
+                    } =>
+                {
                     return Ok(Some(next));
                 }
                 Some(&Fast::LdShared { ty, d, addr }) => {
@@ -1906,6 +1934,17 @@ impl<'a> Launch<'a> {
                 c,
                 ..
             } => {
+                #[cfg(target_arch = "x86_64")]
+                if self.wide && here == lanes::FULL {
+                    if let (Src::Reg(a), Some(b), Some(c)) =
+                        (a, Self::uniform(w, b), Self::uniform(w, c))
+                    {
+                        // SAFETY: `wide` is set only on a CPU with AVX2
+                        // (`Launch::new`).
+                        unsafe { simd::shfl_uniform(&mut w.regs, mode, d, dp, a, b, c) };
+                        return Ok(());
+                    }
+                }
                 let vals = self.lanes(w, a).map(|v| v & 0xffff_ffff);
                 let (bs, cs) = (self.lanes(w, b), self.lanes(w, c));
                 // Every lane computed, branch-free; the lanes of `here`
@@ -2819,6 +2858,24 @@ impl<'a> Launch<'a> {
     /// Bytes of param scratch per thread.
     fn scratch_len(&self) -> usize {
         (u64::from(self.func.scratch_end).saturating_sub(PARAM_SCRATCH_BASE)) as usize
+    }
+
+    /// The low 32 bits of operand `s` if they are the same in every lane
+    /// (an immediate, or a register holding one value); None otherwise.
+    #[inline(always)]
+    fn uniform(w: &Warp, s: Src) -> Option<u32> {
+        match s {
+            Src::Imm(v) => Some(v as u32),
+            Src::Reg(r) => {
+                let b = r as usize * 32;
+                let v: &[u64; 32] = w.regs[b..b + 32].try_into().expect("32 lanes");
+                let first = v[0] as u32;
+                v.iter()
+                    .fold(true, |same, &x| same & (x as u32 == first))
+                    .then_some(first)
+            }
+            _ => None,
+        }
     }
 
     /// The address of `a` in each lane.

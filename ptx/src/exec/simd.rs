@@ -169,6 +169,211 @@ pub(super) fn fma_rn_f32(x: &[u64; 32], y: &[u64; 32], z: &[u64; 32], out: &mut 
     }
 }
 
+/// Register `r`'s 32 lanes: `regs[32r .. 32r + 32]` (a warp's register
+/// file is lane-major per register).
+#[inline(always)]
+fn reg(regs: &[u64], r: u32) -> &[u64; 32] {
+    let b = r as usize * 32;
+    regs[b..b + 32].try_into().expect("32 lanes")
+}
+
+/// [`reg`], to write.
+#[inline(always)]
+fn reg_mut(regs: &mut [u64], r: u32) -> &mut [u64; 32] {
+    let b = r as usize * 32;
+    (&mut regs[b..b + 32]).try_into().expect("32 lanes")
+}
+
+/// [`fma_rn_f32`] of three registers into register `d`, in the register
+/// file itself: each group of eight lanes reads its operands before it
+/// writes the same lanes of `d`, so `d` may be any of them. No copy of the
+/// operands (three times 256 bytes), which cost more than the product.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) fn fma_rn_f32_regs(regs: &mut [u64], d: u32, x: u32, y: u32, z: u32) {
+    let canonical = _mm256_castsi256_ps(_mm256_set1_epi32(crate::float::CANONICAL_NAN_F32 as i32));
+    for q in 0..4 {
+        let (a, b, c) = (
+            _mm256_castsi256_ps(low_halves(reg(regs, x), q)),
+            _mm256_castsi256_ps(low_halves(reg(regs, y), q)),
+            _mm256_castsi256_ps(low_halves(reg(regs, z), q)),
+        );
+        let r = _mm256_fmadd_ps(a, b, c);
+        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(r, r);
+        let r = _mm256_blendv_ps(r, canonical, nan);
+        widen::<false>(_mm256_castps_si256(r), reg_mut(regs, d), q);
+    }
+}
+
+/// A full warp's `ld.shared` of one 4-byte element into register `d`, at
+/// `[base + off]` with `base` a 32-bit register (the address is
+/// `base + off` modulo 2^32): addresses formed, checked and gathered
+/// eight lanes at a time in 32-bit arithmetic, without the 32 64-bit
+/// addresses of the general path. False, with nothing written, if any
+/// lane's element is misaligned or not inside `mem`: the caller takes its
+/// general path, which reports the first faulting lane.
+///
+/// # Safety
+/// The CPU must have AVX2 (the caller's `Launch::wide`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) unsafe fn ld_shared_narrow4(
+    regs: &mut [u64],
+    d: u32,
+    base: u32,
+    off: u64,
+    mem: &[u8],
+    signed32: bool,
+) -> bool {
+    // The last element's offset; every offset below 2^31 (gathers take
+    // signed 32-bit offsets).
+    let Some(last) = mem.len().checked_sub(4).filter(|&l| l <= i32::MAX as usize) else {
+        return false;
+    };
+    let last = _mm256_set1_epi32(last as i32);
+    let off = _mm256_set1_epi32(off as u32 as i32);
+    let three = _mm256_set1_epi32(3);
+    let mut at = [_mm256_setzero_si256(); 4];
+    let mut bad = _mm256_setzero_si256();
+    let b = reg(regs, base);
+    for (q, at) in at.iter_mut().enumerate() {
+        // The low 32 bits of `base + off` are those of the low halves'
+        // sum: the address modulo 2^32.
+        let a = _mm256_add_epi32(low_halves(b, q), off);
+        bad = _mm256_or_si256(bad, _mm256_and_si256(a, three));
+        // Above `last` (unsigned): max(a, last) is not `last`.
+        let inside = _mm256_cmpeq_epi32(_mm256_max_epu32(a, last), last);
+        bad = _mm256_or_si256(bad, _mm256_andnot_si256(inside, _mm256_set1_epi32(-1)));
+        *at = a;
+    }
+    if _mm256_testz_si256(bad, bad) == 0 {
+        return false;
+    }
+    let ptr = mem.as_ptr();
+    let out = reg_mut(regs, d);
+    for (q, &idx) in at.iter().enumerate() {
+        // SAFETY: AVX2 is enabled for this function (its caller checked
+        // the CPU); each of the eight offsets is a multiple of 4 at most
+        // `mem.len() - 4` (checked above, all lanes, before any read), so
+        // the gather reads only bytes of `mem`.
+        let w = unsafe { _mm256_i32gather_epi32::<1>(ptr.cast(), idx) };
+        if signed32 {
+            widen::<true>(w, out, q);
+        } else {
+            widen::<false>(w, out, q);
+        }
+    }
+    true
+}
+
+/// `shfl.sync` of a full warp whose lane operand `b` and clamp operand
+/// `c` are the same in every lane (as nvcc emits them: immediates, or
+/// registers set from constants): register `d` gets, in each lane, the
+/// low 32 bits of register `a` in its source lane (zero-extended), and
+/// `dp`, where given, whether that source was in range (1 or 0); a lane
+/// out of range reads its own value. The same rules as the general path
+/// (`Launch::warp_op`), computed eight lanes per vector: each mode's
+/// source lane and test, then the 32 values picked by four in-register
+/// permutes per group of eight.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn shfl_uniform(
+    regs: &mut [u64],
+    mode: crate::ir::ShflMode,
+    d: u32,
+    dp: Option<u32>,
+    a: u32,
+    b: u32,
+    c: u32,
+) {
+    use crate::ir::ShflMode;
+    let bv = (b & 31) as i32;
+    let cval = (c & 31) as i32;
+    let segmask = ((c >> 8) & 31) as i32;
+    let vals = reg(regs, a);
+    let v = [0, 1, 2, 3].map(|q| low_halves(vals, q));
+    let seg = _mm256_set1_epi32(segmask);
+    let not_seg = _mm256_set1_epi32(!segmask);
+    let cvv = _mm256_and_si256(_mm256_set1_epi32(cval), not_seg);
+    let bvv = _mm256_set1_epi32(bv);
+    let seven = _mm256_set1_epi32(7);
+    let mut out = [_mm256_setzero_si256(); 4];
+    let mut ok = [_mm256_setzero_si256(); 4];
+    for q in 0..4 {
+        let base = 8 * q as i32;
+        let lane = _mm256_setr_epi32(
+            base,
+            base + 1,
+            base + 2,
+            base + 3,
+            base + 4,
+            base + 5,
+            base + 6,
+            base + 7,
+        );
+        let max_lane = _mm256_or_si256(_mm256_and_si256(lane, seg), cvv);
+        let (j, pval) = match mode {
+            // j >= max_lane, signed: a negative j never is.
+            ShflMode::Up => {
+                let j = _mm256_sub_epi32(lane, bvv);
+                (
+                    j,
+                    _mm256_andnot_si256(_mm256_cmpgt_epi32(max_lane, j), _mm256_set1_epi32(-1)),
+                )
+            }
+            ShflMode::Down => {
+                let j = _mm256_add_epi32(lane, bvv);
+                (
+                    j,
+                    _mm256_andnot_si256(_mm256_cmpgt_epi32(j, max_lane), _mm256_set1_epi32(-1)),
+                )
+            }
+            ShflMode::Bfly => {
+                let j = _mm256_xor_si256(lane, bvv);
+                (
+                    j,
+                    _mm256_andnot_si256(_mm256_cmpgt_epi32(j, max_lane), _mm256_set1_epi32(-1)),
+                )
+            }
+            ShflMode::Idx => {
+                let j =
+                    _mm256_or_si256(_mm256_and_si256(lane, seg), _mm256_and_si256(bvv, not_seg));
+                (
+                    j,
+                    _mm256_andnot_si256(_mm256_cmpgt_epi32(j, max_lane), _mm256_set1_epi32(-1)),
+                )
+            }
+        };
+        // The source lane: j (in 0..32 wherever the test passed), else
+        // the lane itself.
+        let src = _mm256_blendv_epi8(lane, _mm256_and_si256(j, _mm256_set1_epi32(31)), pval);
+        // Its value: the permute of each group of eight, kept where the
+        // source lies in that group.
+        let group = _mm256_srli_epi32::<3>(src);
+        let at = _mm256_and_si256(src, seven);
+        let mut r = _mm256_setzero_si256();
+        for (g, &vg) in v.iter().enumerate() {
+            let from = _mm256_cmpeq_epi32(group, _mm256_set1_epi32(g as i32));
+            r = _mm256_blendv_epi8(r, _mm256_permutevar8x32_epi32(vg, at), from);
+        }
+        out[q] = r;
+        ok[q] = _mm256_srli_epi32::<31>(pval);
+    }
+    // Written after every lane was read (`d` may be `a`).
+    for (q, &r) in out.iter().enumerate() {
+        widen::<false>(r, reg_mut(regs, d), q);
+    }
+    if let Some(p) = dp {
+        for (q, &r) in ok.iter().enumerate() {
+            widen::<false>(r, reg_mut(regs, p), q);
+        }
+    }
+}
+
 /// Whether any of the 32 addresses `at` is misaligned (`a & align != 0`),
 /// above `last`, or inside one of `holes` (`lo <= a < lo + n` for a hole
 /// `(lo, n)`, without overflow: `a - lo < n` in wrapping arithmetic).
@@ -301,6 +506,184 @@ mod tests {
             };
             assert!(!done, "{bad}");
             assert_eq!(out, [7u64; 32]);
+        }
+    }
+
+    /// A xorshift generator for the tests below.
+    fn rng(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
+    #[test]
+    fn fma_in_the_register_file_is_the_fma_of_copies_whatever_aliases() {
+        if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")) {
+            return;
+        }
+        let mut next = rng(0x1234_5678_9abc_def1);
+        let specials = [
+            0x7fc0_0001u32,
+            0xff80_0000,
+            0x8000_0000,
+            0x0000_0001,
+            0x7f7f_ffff,
+        ];
+        for round in 0..500 {
+            // Four registers; high halves of the lanes hold garbage the
+            // operation must ignore.
+            let mut regs: Vec<u64> = (0..128)
+                .map(|i| {
+                    let lo = if i % 7 == 0 {
+                        specials[(i / 7) % specials.len()]
+                    } else {
+                        f32::from_bits(next() as u32 & 0x3fff_ffff | 0x3000_0000).to_bits()
+                    };
+                    (next() << 32) | u64::from(lo)
+                })
+                .collect();
+            let (d, x, y, z) = [(3, 0, 1, 2), (0, 0, 1, 2), (1, 0, 1, 1), (2, 2, 2, 2)][round % 4];
+            let copy = |r: u32, regs: &Vec<u64>| -> [u64; 32] {
+                regs[r as usize * 32..r as usize * 32 + 32]
+                    .try_into()
+                    .unwrap()
+            };
+            let (a, b, c) = (copy(x, &regs), copy(y, &regs), copy(z, &regs));
+            let mut want = [0u64; 32];
+            // SAFETY: AVX2 and FMA checked above.
+            unsafe { fma_rn_f32(&a, &b, &c, &mut want) };
+            // SAFETY: as above.
+            unsafe { fma_rn_f32_regs(&mut regs, d, x, y, z) };
+            assert_eq!(copy(d, &regs), want, "d{d} = x{x} * y{y} + z{z}");
+        }
+    }
+
+    #[test]
+    fn narrow_shared_loads_read_what_the_scalar_reads_read() {
+        if !std::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let mem: Vec<u8> = (0..1024u32).map(|i| (i * 37 + 11) as u8).collect();
+        let mut next = rng(0x0bad_cafe_f00d_1234);
+        for round in 0..400 {
+            let signed = round % 2 == 1;
+            // Register values whose 32-bit sum with the offset lands in
+            // `mem`, some through the 2^32 wrap (a negative term in the
+            // register, a positive one in the offset), with garbage above
+            // bit 31 that the 32-bit arithmetic drops.
+            let off: u64 = [0, 4, 64, 1020, 0xffff_fffc][round % 5];
+            let mut regs = vec![0u64; 64];
+            for l in 0..32 {
+                let at = (next() % 256) * 4;
+                regs[32 + l] = (next() << 32) | (at.wrapping_sub(off) & 0xffff_ffff);
+            }
+            let before = regs.clone();
+            // SAFETY: AVX2 checked above.
+            assert!(unsafe { ld_shared_narrow4(&mut regs, 0, 1, off, &mem, signed) });
+            for l in 0..32 {
+                let at = (before[32 + l].wrapping_add(off) & 0xffff_ffff) as usize;
+                let w = u32::from_le_bytes(mem[at..at + 4].try_into().unwrap());
+                let want = if signed {
+                    w as i32 as i64 as u64
+                } else {
+                    u64::from(w)
+                };
+                assert_eq!(regs[l], want, "lane {l}, offset {off:#x}");
+            }
+            assert_eq!(regs[32..], before[32..], "the address register is kept");
+            // The destination may be the address register itself.
+            let mut same = before.clone();
+            // SAFETY: AVX2 checked above.
+            assert!(unsafe { ld_shared_narrow4(&mut same, 1, 1, off, &mem, signed) });
+            assert_eq!(same[32..], regs[..32]);
+        }
+        // One lane past the end, misaligned, or far out (also past 2^31):
+        // refused, nothing written.
+        for bad in [1024u64, 1021, 1022, 0x8000_0000, 0xffff_fffc] {
+            let mut regs = vec![7u64; 64];
+            for l in 0..32 {
+                regs[32 + l] = l as u64 * 4;
+            }
+            regs[63] = bad;
+            let before = regs.clone();
+            // SAFETY: AVX2 checked above.
+            let done = unsafe { ld_shared_narrow4(&mut regs, 0, 1, 0, &mem, false) };
+            assert!(!done, "{bad:#x}");
+            assert_eq!(regs, before);
+        }
+        // A shared memory smaller than one element: refused.
+        let mut regs = vec![0u64; 64];
+        // SAFETY: AVX2 checked above.
+        assert!(!unsafe { ld_shared_narrow4(&mut regs, 0, 1, 0, &[0u8; 3], false) });
+    }
+
+    /// `shfl.sync`'s definition in the PTX ISA, for a full warp.
+    fn shfl_scalar(
+        mode: crate::ir::ShflMode,
+        vals: &[u64; 32],
+        b: u32,
+        c: u32,
+    ) -> ([u64; 32], [u64; 32]) {
+        use crate::ir::ShflMode;
+        let (bval, clamp, segmask) = ((b & 31) as i32, (c & 31) as i32, ((c >> 8) & 31) as i32);
+        let mut out = [0u64; 32];
+        let mut ok = [0u64; 32];
+        for lane in 0..32i32 {
+            let max_lane = (lane & segmask) | (clamp & !segmask);
+            let min_lane = lane & segmask;
+            let (j, pval) = match mode {
+                ShflMode::Up => (lane - bval, lane - bval >= max_lane),
+                ShflMode::Down => (lane + bval, lane + bval <= max_lane),
+                ShflMode::Bfly => (lane ^ bval, (lane ^ bval) <= max_lane),
+                ShflMode::Idx => {
+                    let j = min_lane | (bval & !segmask);
+                    (j, j <= max_lane)
+                }
+            };
+            let src = if pval { j } else { lane } as usize;
+            out[lane as usize] = vals[src] & 0xffff_ffff;
+            ok[lane as usize] = u64::from(pval);
+        }
+        (out, ok)
+    }
+
+    #[test]
+    fn uniform_shuffles_agree_with_the_ptx_definition() {
+        use crate::ir::ShflMode;
+        if !std::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let mut next = rng(0x5eed_0f5e_ed0f_5eed);
+        for mode in [ShflMode::Up, ShflMode::Down, ShflMode::Bfly, ShflMode::Idx] {
+            for width in [32u32, 16, 8, 4, 2, 1] {
+                // What `__shfl_*_sync(mask, v, b, width)` passes: the clamp
+                // (31 for up: 0) and the segment mask.
+                let clamp = if mode == ShflMode::Up { 0 } else { 31 };
+                for c in [
+                    ((32 - width) << 8) | clamp,
+                    (next() as u32) & 0x1f1f,
+                    next() as u32,
+                ] {
+                    for b in (0..34).chain([next() as u32]) {
+                        let mut regs: Vec<u64> = (0..96).map(|_| next()).collect();
+                        let vals: [u64; 32] = regs[32..64].try_into().unwrap();
+                        let (want, want_ok) = shfl_scalar(mode, &vals, b, c);
+                        // SAFETY: AVX2 checked above.
+                        unsafe { shfl_uniform(&mut regs, mode, 0, Some(2), 1, b, c) };
+                        assert_eq!(regs[..32], want, "{mode:?} b {b} c {c:#x}");
+                        assert_eq!(regs[64..], want_ok, "{mode:?} b {b} c {c:#x}: valid");
+                        // In place, without a predicate.
+                        let mut regs = regs.clone();
+                        regs[32..64].copy_from_slice(&vals);
+                        // SAFETY: AVX2 checked above.
+                        unsafe { shfl_uniform(&mut regs, mode, 1, None, 1, b, c) };
+                        assert_eq!(regs[32..64], want, "{mode:?} b {b} c {c:#x}: in place");
+                    }
+                }
+            }
         }
     }
 
