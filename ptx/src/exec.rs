@@ -1514,6 +1514,21 @@ impl<'a> Launch<'a> {
                     unsafe { simd::fma_rn_f32_regs(&mut w.regs, d, a, b, c) };
                     return Ok(Some(next));
                 }
+                Some(&Fast::FmaRnF32 { d, a, b, c })
+                    if [a, b, c]
+                        .iter()
+                        .all(|s| matches!(s, Src::Reg(_) | Src::Imm(_))) =>
+                {
+                    let f = |s: Src| match s {
+                        Src::Imm(v) => simd::F32Src::Imm(v as u32),
+                        Src::Reg(r) => simd::F32Src::Reg(r),
+                        _ => unreachable!("checked above"),
+                    };
+                    // SAFETY: `wide` is set only on a CPU with AVX2 and FMA
+                    // (`Launch::new`).
+                    unsafe { simd::fma_rn_f32_mixed(&mut w.regs, d, f(a), f(b), f(c)) };
+                    return Ok(Some(next));
+                }
                 Some(&Fast::FmaRnF32 { d, a, b, c }) => {
                     // The operands copied first (the destination may be
                     // one of them).

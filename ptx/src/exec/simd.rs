@@ -184,6 +184,27 @@ fn reg_mut(regs: &mut [u64], r: u32) -> &mut [u64; 32] {
     (&mut regs[b..b + 32]).try_into().expect("32 lanes")
 }
 
+/// An operand of [`fma_rn_f32_regs`]: a register, or an immediate (its
+/// low 32 bits, the f32).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum F32Src {
+    Reg(u32),
+    Imm(u32),
+}
+
+impl F32Src {
+    /// Lanes `8q .. 8q + 8` of the operand, as f32 (the low halves).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn eight(self, regs: &[u64], q: usize) -> __m256 {
+        match self {
+            F32Src::Reg(r) => _mm256_castsi256_ps(low_halves(reg(regs, r), q)),
+            F32Src::Imm(v) => _mm256_castsi256_ps(_mm256_set1_epi32(v as i32)),
+        }
+    }
+}
+
 /// [`fma_rn_f32`] of three registers into register `d`, in the register
 /// file itself: each group of eight lanes reads its operands before it
 /// writes the same lanes of `d`, so `d` may be any of them. No copy of the
@@ -192,18 +213,37 @@ fn reg_mut(regs: &mut [u64], r: u32) -> &mut [u64; 32] {
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 pub(super) fn fma_rn_f32_regs(regs: &mut [u64], d: u32, x: u32, y: u32, z: u32) {
-    let canonical = _mm256_castsi256_ps(_mm256_set1_epi32(crate::float::CANONICAL_NAN_F32 as i32));
     for q in 0..4 {
         let (a, b, c) = (
             _mm256_castsi256_ps(low_halves(reg(regs, x), q)),
             _mm256_castsi256_ps(low_halves(reg(regs, y), q)),
             _mm256_castsi256_ps(low_halves(reg(regs, z), q)),
         );
-        let r = _mm256_fmadd_ps(a, b, c);
-        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(r, r);
-        let r = _mm256_blendv_ps(r, canonical, nan);
-        widen::<false>(_mm256_castps_si256(r), reg_mut(regs, d), q);
+        widen::<false>(fma8(a, b, c), reg_mut(regs, d), q);
     }
+}
+
+/// [`fma_rn_f32_regs`] where some operands are immediates (the
+/// polynomial coefficients of `expf`, `erff` and the like).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) fn fma_rn_f32_mixed(regs: &mut [u64], d: u32, x: F32Src, y: F32Src, z: F32Src) {
+    for q in 0..4 {
+        let (a, b, c) = (x.eight(regs, q), y.eight(regs, q), z.eight(regs, q));
+        widen::<false>(fma8(a, b, c), reg_mut(regs, d), q);
+    }
+}
+
+/// `a * b + c` rounded once, a NaN made the canonical NaN, as 32-bit lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn fma8(a: __m256, b: __m256, c: __m256) -> __m256i {
+    let canonical = _mm256_castsi256_ps(_mm256_set1_epi32(crate::float::CANONICAL_NAN_F32 as i32));
+    let r = _mm256_fmadd_ps(a, b, c);
+    let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(r, r);
+    _mm256_castps_si256(_mm256_blendv_ps(r, canonical, nan))
 }
 
 /// A full warp's `ld.shared` of one 4-byte element into register `d`, at
@@ -551,13 +591,29 @@ mod tests {
                     .try_into()
                     .unwrap()
             };
-            let (a, b, c) = (copy(x, &regs), copy(y, &regs), copy(z, &regs));
+            // Each operand a register or, in some rounds, an immediate
+            // (high bits set: only the low 32 count).
+            let imm = next();
+            let pick = |r: u32, k: usize| {
+                if (round / 4 + k).is_multiple_of(4) {
+                    (F32Src::Imm(imm as u32), [imm & 0xffff_ffff; 32])
+                } else {
+                    (F32Src::Reg(r), copy(r, &regs))
+                }
+            };
+            let ((sx, a), (sy, b), (sz, c)) = (pick(x, 0), pick(y, 1), pick(z, 2));
             let mut want = [0u64; 32];
             // SAFETY: AVX2 and FMA checked above.
             unsafe { fma_rn_f32(&a, &b, &c, &mut want) };
-            // SAFETY: as above.
-            unsafe { fma_rn_f32_regs(&mut regs, d, x, y, z) };
-            assert_eq!(copy(d, &regs), want, "d{d} = x{x} * y{y} + z{z}");
+            match (sx, sy, sz) {
+                (F32Src::Reg(x), F32Src::Reg(y), F32Src::Reg(z)) => {
+                    // SAFETY: as above.
+                    unsafe { fma_rn_f32_regs(&mut regs, d, x, y, z) }
+                }
+                // SAFETY: as above.
+                _ => unsafe { fma_rn_f32_mixed(&mut regs, d, sx, sy, sz) },
+            }
+            assert_eq!(copy(d, &regs), want, "d{d} = {sx:?} * {sy:?} + {sz:?}");
         }
     }
 
