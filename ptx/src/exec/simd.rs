@@ -493,6 +493,17 @@ pub(super) fn set_pcs(pc: &mut [u32; 32], lanes: u32, to: u32) {
 mod tests {
     use super::*;
 
+    /// The 4-byte element at `at` of `mem` as a register value:
+    /// zero-extended, or sign-extended when `signed`.
+    fn element(mem: &[u8], at: usize, signed: bool) -> u64 {
+        let w = u32::from_le_bytes(mem[at..at + 4].try_into().unwrap());
+        if signed {
+            w as i32 as i64 as u64
+        } else {
+            u64::from(w)
+        }
+    }
+
     #[test]
     fn gathers_what_the_scalar_reads_read() {
         if !std::is_x86_feature_detected!("avx2") {
@@ -505,13 +516,7 @@ mod tests {
             // SAFETY: AVX2 checked above.
             assert!(unsafe { gather::<4>(&mem, &at, 4, signed, &mut out) });
             for l in 0..32 {
-                let o = at[l] as usize + 4;
-                let w = u32::from_le_bytes(mem[o..o + 4].try_into().unwrap());
-                let want = if signed {
-                    w as i32 as i64 as u64
-                } else {
-                    u64::from(w)
-                };
+                let want = element(&mem, at[l] as usize + 4, signed);
                 assert_eq!(out[l], want, "lane {l}");
             }
         }
@@ -641,12 +646,7 @@ mod tests {
             assert!(unsafe { ld_shared_narrow4(&mut regs, 0, 1, off, &mem, signed) });
             for l in 0..32 {
                 let at = (before[32 + l].wrapping_add(off) & 0xffff_ffff) as usize;
-                let w = u32::from_le_bytes(mem[at..at + 4].try_into().unwrap());
-                let want = if signed {
-                    w as i32 as i64 as u64
-                } else {
-                    u64::from(w)
-                };
+                let want = element(&mem, at, signed);
                 assert_eq!(regs[l], want, "lane {l}, offset {off:#x}");
             }
             assert_eq!(regs[32..], before[32..], "the address register is kept");
