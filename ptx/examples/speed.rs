@@ -4,6 +4,8 @@
 //! kernels, or those whose name starts with one of the NAMEs (`matmul`,
 //! `reduce_shfl`, `reduce_shared`), for profiling one at a time.
 //! `--baseline`: without the engine's AVX2/FMA copies (`Limits::host_simd`).
+//! `--repeat N`: each kernel launched N times, the fastest and the median
+//! reported.
 
 use std::time::Instant;
 
@@ -76,33 +78,67 @@ impl Memory for Flat {
 fn measure(name: &str, ptx: &str, kernel: &str, dims: Dims, params: Vec<u8>, mem: &mut Flat) {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let baseline = args.iter().any(|a| a == "--baseline");
-    let only: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    // Names: the arguments that are neither options nor `--repeat`'s count.
+    let only: Vec<&String> = args
+        .iter()
+        .enumerate()
+        .filter(|&(i, a)| !a.starts_with("--") && (i == 0 || args[i - 1] != "--repeat"))
+        .map(|(_, a)| a)
+        .collect();
     if !only.is_empty() && !only.iter().any(|o| name.starts_with(o.as_str())) {
         return;
     }
     let m = Module::parse(ptx).expect("parses");
     let mut g = m.globals();
-    let t = Instant::now();
-    let st = m
-        .run(
-            &mut g,
-            kernel,
-            &dims,
-            &params,
-            mem,
-            &Limits {
-                host_simd: !baseline,
-                ..Limits::default()
-            },
-        )
-        .expect("runs");
-    let s = t.elapsed().as_secs_f64();
-    println!(
-        "{name:<28} {:>12} thread-instructions in {:>7.3} s = {:>6.1} M/s",
-        st.instructions,
-        s,
-        st.instructions as f64 / s / 1e6
-    );
+    // Each launch timed on its own; with `--repeat N` the fastest and the
+    // median of N (a shared host's speed moves between launches).
+    let mut times = Vec::with_capacity(repeat());
+    let mut instructions = 0;
+    for _ in 0..repeat() {
+        let t = Instant::now();
+        let st = m
+            .run(
+                &mut g,
+                kernel,
+                &dims,
+                &params,
+                mem,
+                &Limits {
+                    host_simd: !baseline,
+                    ..Limits::default()
+                },
+            )
+            .expect("runs");
+        times.push(t.elapsed().as_secs_f64());
+        instructions = st.instructions;
+    }
+    times.sort_by(f64::total_cmp);
+    let rate = |s: f64| instructions as f64 / s / 1e6;
+    let (best, median) = (times[0], times[times.len() / 2]);
+    if times.len() == 1 {
+        println!(
+            "{name:<28} {instructions:>12} thread-instructions in {best:>7.3} s = {:>6.1} M/s",
+            rate(best)
+        );
+    } else {
+        println!(
+            "{name:<28} {instructions:>12} thread-instructions, {} launches: best {best:.3} s = {:.1} M/s, median {median:.3} s = {:.1} M/s",
+            times.len(),
+            rate(best),
+            rate(median)
+        );
+    }
+}
+
+/// `--repeat N`: launches per kernel (default 1).
+fn repeat() -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == "--repeat")
+        .and_then(|i| args.get(i + 1))
+        .map(|n| n.parse().expect("--repeat takes a count"))
+        .unwrap_or(1)
+        .max(1)
 }
 
 fn main() {
