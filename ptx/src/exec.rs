@@ -1514,22 +1514,16 @@ impl<'a> Launch<'a> {
                     unsafe { simd::fma_rn_f32_regs(&mut w.regs, d, a, b, c) };
                     return Ok(Some(next));
                 }
-                Some(&Fast::FmaRnF32 { d, a, b, c })
-                    if [a, b, c]
-                        .iter()
-                        .all(|s| matches!(s, Src::Reg(_) | Src::Imm(_))) =>
-                {
-                    let f = |s: Src| match s {
-                        Src::Imm(v) => simd::F32Src::Imm(v as u32),
-                        Src::Reg(r) => simd::F32Src::Reg(r),
-                        _ => unreachable!("checked above"),
-                    };
-                    // SAFETY: `wide` is set only on a CPU with AVX2 and FMA
-                    // (`Launch::new`).
-                    unsafe { simd::fma_rn_f32_mixed(&mut w.regs, d, f(a), f(b), f(c)) };
-                    return Ok(Some(next));
-                }
                 Some(&Fast::FmaRnF32 { d, a, b, c }) => {
+                    use simd::F32Src;
+                    if let (Some(x), Some(y), Some(z)) =
+                        (F32Src::of(a), F32Src::of(b), F32Src::of(c))
+                    {
+                        // SAFETY: `wide` is set only on a CPU with AVX2 and
+                        // FMA (`Launch::new`).
+                        unsafe { simd::fma_rn_f32_mixed(&mut w.regs, d, x, y, z) };
+                        return Ok(Some(next));
+                    }
                     // The operands copied first (the destination may be
                     // one of them).
                     let (x, y, z) = (self.lanes(w, a), self.lanes(w, b), self.lanes(w, c));
@@ -1538,24 +1532,25 @@ impl<'a> Launch<'a> {
                     unsafe { simd::fma_rn_f32(&x, &y, &z, Self::dst(w, d)) };
                     return Ok(Some(next));
                 }
-                Some(&Fast::LdShared {
-                    ty,
-                    d,
-                    addr:
-                        Addr {
-                            base: Some(base),
-                            off,
-                            narrow: true,
-                        },
-                }) if ty.bytes() == 4
-                    // SAFETY: `wide` is set only on a CPU with AVX2.
-                    && unsafe {
-                        simd::ld_shared_narrow4(&mut w.regs, d, base, off as u64, &self.shared, ty.is_signed())
-                    } =>
-                {
-                    return Ok(Some(next));
-                }
                 Some(&Fast::LdShared { ty, d, addr }) => {
+                    // `[%r + off]` with a 32-bit register: formed and
+                    // checked in 32-bit vectors, gathered from them.
+                    if let (Some(base), true, 4) = (addr.base, addr.narrow, ty.bytes()) {
+                        // SAFETY: `wide` is set only on a CPU with AVX2.
+                        let done = unsafe {
+                            simd::ld_shared_narrow4(
+                                &mut w.regs,
+                                d,
+                                base,
+                                addr.off as u64,
+                                &self.shared,
+                                ty.is_signed(),
+                            )
+                        };
+                        if done {
+                            return Ok(Some(next));
+                        }
+                    }
                     let at = self.addresses(w, addr);
                     if self.shared_gather(w, exec, ty, d, &at) {
                         return Ok(Some(next));

@@ -193,6 +193,15 @@ pub(super) enum F32Src {
 }
 
 impl F32Src {
+    /// A register or an immediate operand; None for any other.
+    pub(super) fn of(s: crate::ir::Src) -> Option<F32Src> {
+        match s {
+            crate::ir::Src::Reg(r) => Some(F32Src::Reg(r)),
+            crate::ir::Src::Imm(v) => Some(F32Src::Imm(v as u32)),
+            _ => None,
+        }
+    }
+
     /// Lanes `8q .. 8q + 8` of the operand, as f32 (the low halves).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
