@@ -155,17 +155,13 @@ fn widen<const SIGNED: bool>(v: __m256i, out: &mut [u64; 32], q: usize) {
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 pub(super) fn fma_rn_f32(x: &[u64; 32], y: &[u64; 32], z: &[u64; 32], out: &mut [u64; 32]) {
-    let canonical = _mm256_castsi256_ps(_mm256_set1_epi32(crate::float::CANONICAL_NAN_F32 as i32));
     for q in 0..4 {
         let (a, b, c) = (
             _mm256_castsi256_ps(low_halves(x, q)),
             _mm256_castsi256_ps(low_halves(y, q)),
             _mm256_castsi256_ps(low_halves(z, q)),
         );
-        let r = _mm256_fmadd_ps(a, b, c);
-        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(r, r);
-        let r = _mm256_blendv_ps(r, canonical, nan);
-        widen::<false>(_mm256_castps_si256(r), out, q);
+        widen::<false>(fma8(a, b, c), out, q);
     }
 }
 
