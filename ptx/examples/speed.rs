@@ -2,7 +2,7 @@
 //!
 //! `cargo run -p fairgpu-ptx --release --example speed [NAME...]`: all
 //! kernels, or those whose name starts with one of the NAMEs (`matmul`,
-//! `reduce_shfl`, `reduce_shared`), for profiling one at a time.
+//! `reduce_shfl`, `reduce_shared`, `options`), for profiling one at a time.
 //! `--baseline`: without the engine's AVX2/FMA copies (`Limits::host_simd`).
 //! `--repeat N`: each kernel launched N times, the fastest and the median
 //! reported.
@@ -76,18 +76,10 @@ impl Memory for Flat {
 }
 
 fn measure(name: &str, ptx: &str, kernel: &str, dims: Dims, params: Vec<u8>, mem: &mut Flat) {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let baseline = args.iter().any(|a| a == "--baseline");
-    // Names: the arguments that are neither options nor `--repeat`'s count.
-    let only: Vec<&String> = args
-        .iter()
-        .enumerate()
-        .filter(|&(i, a)| !a.starts_with("--") && (i == 0 || args[i - 1] != "--repeat"))
-        .map(|(_, a)| a)
-        .collect();
-    if !only.is_empty() && !only.iter().any(|o| name.starts_with(o.as_str())) {
+    if !selected(name) {
         return;
     }
+    let baseline = std::env::args().any(|a| a == "--baseline");
     let m = Module::parse(ptx).expect("parses");
     let mut g = m.globals();
     // Each launch timed on its own; with `--repeat N` the fastest and the
@@ -128,6 +120,20 @@ fn measure(name: &str, ptx: &str, kernel: &str, dims: Dims, params: Vec<u8>, mem
             rate(median)
         );
     }
+}
+
+/// Whether the kernel `name` is to be measured: no NAMEs given, or one
+/// that `name` starts with (the arguments that are neither options nor
+/// `--repeat`'s count).
+fn selected(name: &str) -> bool {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let only: Vec<&String> = args
+        .iter()
+        .enumerate()
+        .filter(|&(i, a)| !a.starts_with("--") && (i == 0 || args[i - 1] != "--repeat"))
+        .map(|(_, a)| a)
+        .collect();
+    only.is_empty() || only.iter().any(|o| name.starts_with(o.as_str()))
 }
 
 /// `--repeat N`: launches per kernel (default 1).
@@ -202,6 +208,53 @@ fn main() {
             grid: [(blocks / 2) as u32, 1, 1],
             block: [256, 1, 1],
             shared_bytes: 256 * 4,
+            part: None,
+            cooperative: None,
+        },
+        p,
+        &mut mem,
+    );
+
+    // Option pricing: float2 loads and stores, approximate transcendentals.
+    const OPTIONS: &str = "options 2M (float2)";
+    if !selected(OPTIONS) {
+        return;
+    }
+    let pairs = 1u64 << 20;
+    let bytes = pairs * 8;
+    let mut r = 0x2545_f491_4f6c_dd1du64;
+    let mut uniform = |lo: f32, hi: f32| {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        lo + (hi - lo) * (r >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let mut data = vec![0u8; (5 * bytes) as usize];
+    for (k, (lo, hi)) in [(5.0, 30.0), (1.0, 100.0), (0.25, 10.0)]
+        .into_iter()
+        .enumerate()
+    {
+        let at = ((2 + k as u64) * bytes) as usize;
+        for c in data[at..at + bytes as usize].chunks_exact_mut(4) {
+            c.copy_from_slice(&uniform(lo, hi).to_le_bytes());
+        }
+    }
+    let mut mem = Flat { base, bytes: data };
+    let mut p = Vec::new();
+    for k in 0..5 {
+        p.extend_from_slice(&(base + k * bytes).to_le_bytes());
+    }
+    p.extend_from_slice(&0.02f32.to_le_bytes());
+    p.extend_from_slice(&0.30f32.to_le_bytes());
+    p.extend_from_slice(&(pairs as u32).to_le_bytes());
+    measure(
+        OPTIONS,
+        include_str!("../tests/kernels/options.ptx"),
+        "options",
+        Dims {
+            grid: [(pairs / 128) as u32, 1, 1],
+            block: [128, 1, 1],
+            shared_bytes: 0,
             part: None,
             cooperative: None,
         },

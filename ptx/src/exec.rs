@@ -1581,8 +1581,34 @@ impl<'a> Launch<'a> {
                     return Ok(Some(next));
                 }
                 Some(&Fast::FBin { op, ty, m, d, a, b }) => {
-                    self.fbin_lanes(w, exec, op, ty, m, d, a, b);
+                    use simd::{F32Op, F32Src};
+                    let op32 = match op {
+                        FBin::Add => Some(F32Op::Add),
+                        FBin::Sub => Some(F32Op::Sub),
+                        FBin::Mul => Some(F32Op::Mul),
+                        FBin::Div => Some(F32Op::Div),
+                        _ => None,
+                    };
+                    // f32 arithmetic on registers and immediates: in the
+                    // register file, eight lanes per instruction.
+                    if let (Ty::F32, Some(op32), Some(x), Some(y)) =
+                        (ty, op32, F32Src::of(a), F32Src::of(b))
+                    {
+                        // SAFETY: `wide` is set only on a CPU with AVX2
+                        // (`Launch::new`).
+                        unsafe { simd::f32_bin(&mut w.regs, op32, m.ftz, d, x, y) };
+                    } else {
+                        self.fbin_lanes(w, exec, op, ty, m, d, a, b);
+                    }
                     return Ok(Some(next));
+                }
+                Some(&Fast::FUn32 { op, ftz, d, a }) => {
+                    if let Some(x) = simd::F32Src::of(a) {
+                        // SAFETY: `wide` is set only on a CPU with AVX2
+                        // and FMA (`Launch::new`).
+                        unsafe { simd::f32_un(&mut w.regs, op, ftz, d, x) };
+                        return Ok(Some(next));
+                    }
                 }
                 Some(&Fast::Selp { bits, d, a, b, c }) => {
                     self.selp_lanes(w, exec, bits, d, a, b, c);
@@ -3544,8 +3570,8 @@ fn fun(op: FUn, ty: Ty, m: FMode, x: u64) -> u64 {
         FUn::Rsqrt => 1.0 / a.sqrt(),
         FUn::Sin => a.sin(),
         FUn::Cos => a.cos(),
-        FUn::Lg2 => a.log2(),
-        FUn::Ex2 => a.exp2(),
+        FUn::Lg2 => crate::float::lg2_approx_f32(a),
+        FUn::Ex2 => crate::float::ex2_approx_f32(a),
         FUn::Tanh => a.tanh(),
         FUn::Tf32 if a.is_nan() => return 0x7fff_ffff,
         // Half of the dropped bits' weight, added to the magnitude, then

@@ -270,6 +270,104 @@ pub(crate) fn round_integral_f32(x: f32, rnd: Rnd) -> f32 {
     }
 }
 
+/// `2^r` for `|r| <= 1/2`: its Taylor series in `r ln 2` to degree 11
+/// (coefficients `(ln 2)^k / k!`, highest first), whose truncation error
+/// is below 1e-14 relative. Evaluated by Horner's rule with separate
+/// multiplications and additions, in this order, by [`ex2_approx_f32`]
+/// and the engine's vector copy (`exec::simd`), so both give the same bits.
+pub(crate) const EX2_POLY: [f64; 12] = [
+    4.4455382718708116e-10,
+    7.054911620801123e-09,
+    1.01780860092397e-07,
+    1.321548679014431e-06,
+    1.5252733804059841e-05,
+    0.0001540353039338161,
+    0.0013333558146428443,
+    0.009618129107628477,
+    0.05550410866482158,
+    0.24022650695910072,
+    std::f64::consts::LN_2,
+    1.0,
+];
+
+/// `ex2.approx.f32` (without `.ftz`): `2^a` computed in f64 and rounded
+/// once to f32. `a` is clamped to [-200, 200] (beyond, the f32 result is
+/// already 0 or infinity), split as `n + r` with `n` the nearest integer,
+/// and `2^r` ([`EX2_POLY`]) is scaled by `2^n` exactly; the f64 result is
+/// within about 1e-14 of `2^a`, so the f32 is correctly rounded but in
+/// rare near-midpoint cases, well inside the instruction's 2 ulp.
+/// Subnormal results are kept, as the instruction keeps them.
+pub(crate) fn ex2_approx_f32(a: f32) -> f32 {
+    if a.is_nan() {
+        return a;
+    }
+    let x = f64::from(a).clamp(-200.0, 200.0);
+    let n = x.round_ties_even();
+    let r = x - n;
+    let mut p = EX2_POLY[0];
+    for &c in &EX2_POLY[1..] {
+        p = p * r + c;
+    }
+    let scale = f64::from_bits(((n as i64 + 1023) as u64) << 52);
+    (p * scale) as f32
+}
+
+/// `log2((1 + s) / (1 - s)) / s` as a series in `z = s^2`: coefficients
+/// `2 / ((2k + 1) ln 2)`, highest first (k = 7 down to 0). For
+/// `|s| <= 0.172` the truncation error is below 1e-14 relative.
+pub(crate) const LG2_POLY: [f64; 8] = [
+    0.19235933878519512,
+    0.22195308321368667,
+    0.2623081892525388,
+    0.3205988979753252,
+    0.4121985831111324,
+    0.5770780163555853,
+    0.9617966939259756,
+    2.8853900817779268,
+];
+
+/// The mantissa bits of the f64 `sqrt(2)`.
+pub(crate) const SQRT2_MANTISSA: u64 = 0x6_a09e_667f_3bcd;
+
+/// `lg2.approx.f32` (without `.ftz`): `log2(a)` computed in f64 and
+/// rounded once to f32. `a` (subnormal or not, exact in f64) is split as
+/// `2^e * m` with `m` in [sqrt(2)/2, sqrt(2)]; then `log2(m)` is
+/// `s * P(s^2)` with `s = (m - 1) / (m + 1)` ([`LG2_POLY`]), and the
+/// result `e + log2(m)`, within about 1e-14 relative. NaN and negative
+/// `a` give NaN, zeros minus infinity, infinity infinity. The engine's
+/// vector copy (`exec::simd`) makes the same operations in the same
+/// order.
+pub(crate) fn lg2_approx_f32(a: f32) -> f32 {
+    if a.is_nan() || a < 0.0 {
+        return f32::NAN;
+    }
+    if a == 0.0 {
+        return f32::NEG_INFINITY;
+    }
+    if a == f32::INFINITY {
+        return a;
+    }
+    let bits = f64::from(a).to_bits();
+    let mantissa = bits & ((1 << 52) - 1);
+    let big = mantissa > SQRT2_MANTISSA;
+    // m's exponent field: 1023 (m in [1, sqrt 2]) or 1022 (m in
+    // [sqrt(2)/2, 1)), and the exponent field of `a` one more for it.
+    let (m_field, e_field) = if big {
+        (1022u64, (bits >> 52) + 1)
+    } else {
+        (1023, bits >> 52)
+    };
+    let m = f64::from_bits(mantissa | m_field << 52);
+    let e = e_field as f64 - 1023.0;
+    let s = (m - 1.0) / (m + 1.0);
+    let z = s * s;
+    let mut p = LG2_POLY[0];
+    for &c in &LG2_POLY[1..] {
+        p = p * z + c;
+    }
+    (e + s * p) as f32
+}
+
 /// Flushes an f32 subnormal to a zero of the same sign.
 pub(crate) fn ftz32(x: f32) -> f32 {
     if x.is_subnormal() {
@@ -995,5 +1093,74 @@ mod tests {
         assert_eq!(bf16_to_f32(0x3f80), 1.0);
         assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8000)), 0x3f80);
         assert_eq!(f32_to_bf16(f32::from_bits(0x3f81_8000)), 0x3f82);
+    }
+
+    /// Distance in units in the last place between two f32 of one sign.
+    fn ulps(a: f32, b: f32) -> u32 {
+        (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
+    }
+
+    /// Every 257th f32 (both signs, all exponents, subnormals included),
+    /// and the boundaries.
+    fn sweep() -> impl Iterator<Item = f32> {
+        (0..=u32::MAX)
+            .step_by(257)
+            .chain([0x0000_0001, 0x0080_0000, 0x3f80_0000, 0x7f7f_ffff])
+            .map(f32::from_bits)
+    }
+
+    #[test]
+    fn ex2_is_within_one_ulp_of_exact_and_mostly_exact() {
+        let (mut total, mut exact) = (0u64, 0u64);
+        for a in sweep().filter(|a| !a.is_nan()) {
+            let got = ex2_approx_f32(a);
+            // f64's exp2 rounded to f32: the correctly rounded value but
+            // for values within f64's error of a midpoint.
+            let want = f64::from(a).exp2() as f32;
+            assert!(ulps(got, want) <= 1, "2^{a:e}: {got:e}, want {want:e}");
+            total += 1;
+            exact += u64::from(got == want);
+        }
+        assert!(exact * 10_000 >= total * 9_999, "{exact} of {total} exact");
+        assert_eq!(ex2_approx_f32(0.0), 1.0);
+        assert_eq!(ex2_approx_f32(-0.0), 1.0);
+        assert_eq!(ex2_approx_f32(10.0), 1024.0);
+        assert_eq!(ex2_approx_f32(-3.0), 0.125);
+        assert_eq!(ex2_approx_f32(f32::INFINITY), f32::INFINITY);
+        assert_eq!(ex2_approx_f32(128.0), f32::INFINITY);
+        assert_eq!(ex2_approx_f32(f32::NEG_INFINITY), 0.0);
+        // The smallest subnormal, and the midpoint below it (to even: 0).
+        assert_eq!(ex2_approx_f32(-149.0).to_bits(), 1);
+        assert_eq!(ex2_approx_f32(-150.0), 0.0);
+        assert!(ex2_approx_f32(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn lg2_is_within_one_ulp_of_exact_and_mostly_exact() {
+        let (mut total, mut exact) = (0u64, 0u64);
+        for a in sweep().filter(|&a| a > 0.0 && a.is_finite()) {
+            let got = lg2_approx_f32(a);
+            let want = f64::from(a).log2() as f32;
+            let close = if want == 0.0 {
+                got == 0.0
+            } else {
+                got.signum() == want.signum() && ulps(got, want) <= 1
+            };
+            assert!(close, "log2({a:e}): {got:e}, want {want:e}");
+            total += 1;
+            exact += u64::from(got == want);
+        }
+        assert!(exact * 10_000 >= total * 9_999, "{exact} of {total} exact");
+        for k in -149..128 {
+            let a = f64::from(k).exp2() as f32;
+            assert_eq!(lg2_approx_f32(a), k as f32, "log2(2^{k})");
+        }
+        assert_eq!(lg2_approx_f32(1.0).to_bits(), 0);
+        assert_eq!(lg2_approx_f32(0.0), f32::NEG_INFINITY);
+        assert_eq!(lg2_approx_f32(-0.0), f32::NEG_INFINITY);
+        assert_eq!(lg2_approx_f32(f32::INFINITY), f32::INFINITY);
+        assert!(lg2_approx_f32(-1.0).is_nan());
+        assert!(lg2_approx_f32(f32::NEG_INFINITY).is_nan());
+        assert!(lg2_approx_f32(f32::NAN).is_nan());
     }
 }

@@ -1345,6 +1345,9 @@ pub(crate) enum Fast {
         a: Src,
         b: Src,
     },
+    /// A unary f32 operation of [`Fast::FUN_OPS`] (with or without
+    /// `.ftz`, no `.sat`; `rcp` and `sqrt` rounding to nearest).
+    FUn32 { op: FUn, ftz: bool, d: u32, a: Src },
     /// `selp`.
     Selp {
         bits: u32,
@@ -1382,6 +1385,18 @@ impl Fast {
         FBin::Div,
         FBin::Min,
         FBin::Max,
+    ];
+    /// The unary f32 operations with a fast form.
+    pub(crate) const FUN_OPS: [FUn; 9] = [
+        FUn::Abs,
+        FUn::Neg,
+        FUn::Rcp,
+        FUn::RcpApprox,
+        FUn::Sqrt,
+        FUn::SqrtApprox,
+        FUn::Rsqrt,
+        FUn::Ex2,
+        FUn::Lg2,
     ];
     /// The compared types with a fast form.
     pub(crate) const SETP_TYPES: [Ty; 5] = [Ty::S32, Ty::U32, Ty::S64, Ty::U64, Ty::F32];
@@ -1451,6 +1466,18 @@ impl Fast {
             {
                 Fast::FBin { op, ty, m, d, a, b }
             }
+            Op::FUn {
+                op,
+                ty: Ty::F32,
+                m,
+                d,
+                a,
+            } if Self::FUN_OPS.contains(&op) && !m.sat && m.rnd == Rnd::Rn => Fast::FUn32 {
+                op,
+                ftz: m.ftz,
+                d,
+                a,
+            },
             Op::Selp { bits, d, a, b, c } => Fast::Selp { bits, d, a, b, c },
             _ => Fast::None,
         }

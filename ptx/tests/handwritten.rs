@@ -176,6 +176,87 @@ add.s32 %r5, %r5, %r6;
     }
 }
 
+/// A full warp's vector accesses of consecutive vectors (`.v2`, `.v4`) are
+/// read and written whole, and taken apart into their registers; where the
+/// range leaves the allocation the access still fails at its first faulting
+/// lane, after the lanes before it.
+#[test]
+fn vector_accesses_of_a_warp_move_every_element_and_fault_at_their_first_lane() {
+    // Each thread reverses its four words: v4 load, v4 store.
+    let m = kernel_with(
+        "",
+        "mul.wide.u32 %rd4, %r1, 16;
+add.s64 %rd5, %rd1, %rd4;
+ld.global.v4.u32 {%r2, %r3, %r4, %r5}, [%rd5];
+st.global.v4.u32 [%rd5], {%r5, %r4, %r3, %r2};",
+    );
+    let words: Vec<u32> = (0..256).map(|i| i * 7 + 1).collect();
+    let out = run_words(&m, 64, &words);
+    for (i, c) in out.chunks(4).enumerate() {
+        let w = &words[4 * i..4 * i + 4];
+        assert_eq!(c, [w[3], w[2], w[1], w[0]], "thread {i}");
+    }
+    // Pairs of 16-bit halves and of 64-bit words, written element by
+    // element from the thread's index.
+    let m = kernel_with(
+        "",
+        "mul.wide.u32 %rd4, %r1, 4;
+add.s64 %rd5, %rd1, %rd4;
+cvt.u16.u32 %rs1, %r1;
+add.u16 %rs2, %rs1, 500;
+st.global.v2.u16 [%rd5], {%rs1, %rs2};
+mul.wide.u32 %rd6, %r1, 16;
+add.s64 %rd7, %rd1, %rd6;
+add.s64 %rd7, %rd7, 256;
+cvt.u64.u32 %rd8, %r1;
+add.s64 %rd9, %rd8, 77;
+st.global.v2.u64 [%rd7], {%rd8, %rd9};",
+    );
+    let out = run_words(&m, 32, &[0; 64 + 128]);
+    for l in 0..32u32 {
+        assert_eq!(out[l as usize], l | (l + 500) << 16, "u16 pair {l}");
+        let at = 64 + 4 * l as usize;
+        assert_eq!(out[at..at + 4], [l, 0, l + 77, 0], "u64 pair {l}");
+    }
+    // `out` holds 90 u32: the pair of thread 45 is the first past it.
+    let m = kernel_with(
+        "",
+        "mul.wide.u32 %rd4, %r1, 8;
+add.s64 %rd5, %rd1, %rd4;
+add.u32 %r2, %r1, 1000;
+st.global.v2.u32 [%rd5], {%r1, %r2};",
+    );
+    match run_k(&m, 64, 90) {
+        (
+            Err(Error::OutOfBounds {
+                space: "global",
+                addr,
+                len: 8,
+            }),
+            out,
+        ) => {
+            assert_eq!(addr % 8, 0, "{addr:#x}");
+            let want: Vec<u32> = (0..45).flat_map(|l| [l, l + 1000]).collect();
+            assert_eq!(out, want, "the pairs before the fault stored");
+        }
+        r => panic!("{r:?}"),
+    }
+    let m = kernel_with(
+        "",
+        "mul.wide.u32 %rd4, %r1, 8;
+add.s64 %rd5, %rd1, %rd4;
+ld.global.v2.u32 {%r2, %r3}, [%rd5];",
+    );
+    match run_k(&m, 64, 90).0 {
+        Err(Error::OutOfBounds {
+            space: "global",
+            addr,
+            len: 8,
+        }) => assert_eq!(addr % 8, 0, "{addr:#x}"),
+        r => panic!("{r:?}"),
+    }
+}
+
 /// A 32-bit address register wraps: nvcc keeps a negative term in the
 /// register and a positive one in the offset (`[%r4+68]` with `%r4` below
 /// the array, Rodinia's nw), and the hardware's 32-bit address arithmetic

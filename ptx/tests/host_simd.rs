@@ -177,6 +177,23 @@ fn float_kernels_compute_the_same_bits_with_and_without_host_simd() {
         &bufs,
     );
 
+    // Option pricing: float2 accesses, ex2/lg2/rsqrt/div.approx; the
+    // inputs any bits, so that every special value meets every function.
+    let m = kernel("options");
+    let pairs = n / 2;
+    let f2 = |r: &mut Rng| Buf(le32(&words32(r, 2 * pairs)));
+    let bufs = [
+        Buf(vec![0; 8 * pairs]),
+        Buf(vec![0; 8 * pairs]),
+        f2(&mut r),
+        f2(&mut r),
+        f2(&mut r),
+    ];
+    let mut tail = 0.02f32.to_le_bytes().to_vec();
+    tail.extend_from_slice(&0.3f32.to_le_bytes());
+    tail.extend_from_slice(&(pairs as u32).to_le_bytes());
+    same("options", both(&m, "options", d, &bufs, &tail), &bufs);
+
     let m = kernel("saxpy");
     // saxpy takes (n, a, x, y): the scalars come first.
     let (x, y) = (words32(&mut r, n), words32(&mut r, n));

@@ -63,6 +63,93 @@ fn saxpy_grid_stride() {
     }
 }
 
+/// European call and put by Black-Scholes-Merton in f64: what the
+/// kernel's approximations (`__expf`, `__logf`, `__fdividef`, `rsqrtf`, the
+/// polynomial normal CDF) must come close to.
+fn option_prices(s: f64, x: f64, t: f64, r: f64, v: f64) -> (f64, f64) {
+    let cdf = |d: f64| {
+        let k = 1.0 / (1.0 + 0.2316419 * d.abs());
+        let poly = k
+            * (0.319381530
+                + k * (-0.356563782 + k * (1.781477937 + k * (-1.821255978 + k * 1.330274429))));
+        let tail = 0.398942280 * (-0.5 * d * d).exp() * poly;
+        if d > 0.0 {
+            1.0 - tail
+        } else {
+            tail
+        }
+    };
+    let root_t = t.sqrt();
+    let d1 = ((s / x).ln() + (r + 0.5 * v * v) * t) / (v * root_t);
+    let d2 = d1 - v * root_t;
+    let discount = (-r * t).exp();
+    (
+        s * cdf(d1) - x * discount * cdf(d2),
+        x * discount * (1.0 - cdf(d2)) - s * (1.0 - cdf(d1)),
+    )
+}
+
+/// Option pricing over float2 arrays: vector loads and stores of a full
+/// warp, and `ex2`/`lg2`/`rsqrt`/`div.approx` (a partial last warp takes
+/// the general path for the same instructions).
+#[test]
+fn option_pricing_with_vector_accesses_and_fast_intrinsics() {
+    let m = kernel("options");
+    let pairs = 1000;
+    let mut r = Rng(11);
+    let mut uniform = |lo: f32, hi: f32| lo + (hi - lo) * (r.next() % 10_000) as f32 / 10_000.0;
+    let spot: Vec<f32> = (0..2 * pairs).map(|_| uniform(5.0, 30.0)).collect();
+    let strike: Vec<f32> = (0..2 * pairs).map(|_| uniform(1.0, 100.0)).collect();
+    let years: Vec<f32> = (0..2 * pairs).map(|_| uniform(0.25, 10.0)).collect();
+    let (rate, vol) = (0.02f32, 0.30f32);
+    for simd in [true, false] {
+        let mut mem = VecMemory::default();
+        let call = mem.alloc_f32(&vec![0.0; 2 * pairs]);
+        let put = mem.alloc_f32(&vec![0.0; 2 * pairs]);
+        let (ps, px, pt) = (
+            mem.alloc_f32(&spot),
+            mem.alloc_f32(&strike),
+            mem.alloc_f32(&years),
+        );
+        let p = Params::new()
+            .ptr(call)
+            .ptr(put)
+            .ptr(ps)
+            .ptr(px)
+            .ptr(pt)
+            .f32(rate)
+            .f32(vol)
+            .i32(pairs as i32);
+        let lim = Limits {
+            host_simd: simd,
+            ..Limits::default()
+        };
+        let d = dims([(pairs as u32).div_ceil(128), 1, 1], [128, 1, 1], 0);
+        m.run(&mut m.globals(), "options", &d, &p.0, &mut mem, &lim)
+            .unwrap();
+        let (c, q) = (mem.f32s(call), mem.f32s(put));
+        for i in 0..2 * pairs {
+            let (wc, wp) = option_prices(
+                f64::from(spot[i]),
+                f64::from(strike[i]),
+                f64::from(years[i]),
+                f64::from(rate),
+                f64::from(vol),
+            );
+            // The intrinsics' errors, amplified by prices that are
+            // differences of larger terms: within 1e-5 of the larger of
+            // spot and strike.
+            let tol = 1e-5 * f64::from(spot[i]).max(f64::from(strike[i]));
+            assert!(
+                (f64::from(c[i]) - wc).abs() <= tol && (f64::from(q[i]) - wp).abs() <= tol,
+                "option {i} (host_simd {simd}): call {} put {}, want {wc} {wp}",
+                c[i],
+                q[i]
+            );
+        }
+    }
+}
+
 #[test]
 fn tiled_matmul_with_shared_memory_and_barriers() {
     let m = kernel("matmul");

@@ -602,16 +602,30 @@ impl Launch<'_> {
         // one read of the whole range. Where it fails (the range leaves
         // one allocation), the lanes are read one by one below, which
         // names the failing lane as before.
-        if exec == FULL && ds.len() == 1 && e <= 8 && contiguous(at, e as u64) {
+        // A vector access (`.v2`, `.v4`) the same, its elements taken
+        // apart into their registers.
+        if exec == FULL && total <= MAX_ACCESS && contiguous(at, total as u64) {
             let flat = buf.as_flattened_mut();
-            let (lo, hi) = flat[..32 * e].split_at_mut(16 * e);
+            let (lo, hi) = flat[..32 * total].split_at_mut(16 * total);
             if self.mem.read(at[0], lo).is_ok() && self.mem.read(at[16], hi).is_ok() {
-                let out = Self::dst(w, ds[0]);
-                match e {
-                    1 => widen_all::<1>(out, flat, signed, bits),
-                    2 => widen_all::<2>(out, flat, signed, bits),
-                    4 => widen_all::<4>(out, flat, signed, bits),
-                    _ => widen_all::<8>(out, flat, signed, bits),
+                if let [d] = *ds {
+                    let out = Self::dst(w, d);
+                    match e {
+                        1 => widen_all::<1>(out, flat, signed, bits),
+                        2 => widen_all::<2>(out, flat, signed, bits),
+                        4 => widen_all::<4>(out, flat, signed, bits),
+                        _ => widen_all::<8>(out, flat, signed, bits),
+                    }
+                } else {
+                    for (k, &d) in ds.iter().enumerate() {
+                        let (out, at) = (Self::dst(w, d), &flat[k * e..]);
+                        match e {
+                            1 => widen_strided::<1>(out, at, total, signed, bits),
+                            2 => widen_strided::<2>(out, at, total, signed, bits),
+                            4 => widen_strided::<4>(out, at, total, signed, bits),
+                            _ => widen_strided::<8>(out, at, total, signed, bits),
+                        }
+                    }
                 }
                 self.lane_bytes = Some(buf);
                 return Ok(true);
@@ -687,6 +701,32 @@ impl Launch<'_> {
             }
         }
         let mut buf = self.lane_bytes.take().unwrap_or_else(new_lane_bytes);
+        // A vector store (`.v2`, `.v4`) of consecutive vectors the same,
+        // its elements put together first.
+        if sp != Space::Shared
+            && exec == FULL
+            && srcs.len() > 1
+            && total <= MAX_ACCESS
+            && contiguous(at, total as u64)
+        {
+            let flat = buf.as_flattened_mut();
+            for (k, &s) in srcs.iter().enumerate() {
+                let mut bv = [0u64; 32];
+                let v = self.operand(w, s, &mut bv);
+                let at = &mut flat[k * e..];
+                match e {
+                    1 => narrow_strided::<1>(at, v, total),
+                    2 => narrow_strided::<2>(at, v, total),
+                    4 => narrow_strided::<4>(at, v, total),
+                    _ => narrow_strided::<8>(at, v, total),
+                }
+            }
+            let (lo, hi) = flat[..32 * total].split_at(16 * total);
+            if self.mem.write(at[0], lo).is_ok() && self.mem.write(at[16], hi).is_ok() {
+                self.lane_bytes = Some(buf);
+                return Ok(true);
+            }
+        }
         for (k, &s) in srcs.iter().enumerate() {
             let mut bv = [0u64; 32];
             let v = self.operand(w, s, &mut bv);
@@ -734,11 +774,35 @@ fn widen_all<const E: usize>(out: &mut [u64; 32], flat: &[u8], signed: bool, bit
     }
 }
 
+/// As [`widen_all`], the lanes' elements `stride` bytes apart (one
+/// element of a vector access, `flat` starting at its first lane's).
+#[inline(always)]
+fn widen_strided<const E: usize>(
+    out: &mut [u64; 32],
+    flat: &[u8],
+    stride: usize,
+    signed: bool,
+    bits: u32,
+) {
+    for (l, o) in out.iter_mut().enumerate() {
+        *o = value(&flat[l * stride..l * stride + E], signed, bits);
+    }
+}
+
 /// The low `E` bytes of each lane's value, consecutive (lane 0 first).
 #[inline(always)]
 fn narrow_all<const E: usize>(flat: &mut [u8; 32 * 8], v: &[u64; 32]) {
     for (c, x) in flat[..32 * E].chunks_exact_mut(E).zip(v) {
         c.copy_from_slice(&x.to_le_bytes()[..E]);
+    }
+}
+
+/// As [`narrow_all`], the lanes' elements `stride` bytes apart (one
+/// element of a vector access).
+#[inline(always)]
+fn narrow_strided<const E: usize>(flat: &mut [u8], v: &[u64; 32], stride: usize) {
+    for (l, x) in v.iter().enumerate() {
+        flat[l * stride..l * stride + E].copy_from_slice(&x.to_le_bytes()[..E]);
     }
 }
 

@@ -198,33 +198,60 @@ impl F32Src {
         }
     }
 
-    /// Lanes `8q .. 8q + 8` of the operand, as f32 (the low halves).
+    /// Lanes `4k .. 4k + 4` of the operand as they are held, 64 bits
+    /// each: the f32 in the low half of each, whatever is in the high
+    /// half (computed on alongside and dropped by [`put4`]).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn eight(self, regs: &[u64], q: usize) -> __m256 {
+    fn four(self, regs: &[u64], k: usize) -> __m256 {
         match self {
-            F32Src::Reg(r) => _mm256_castsi256_ps(low_halves(reg(regs, r), q)),
-            F32Src::Imm(v) => _mm256_castsi256_ps(_mm256_set1_epi32(v as i32)),
+            F32Src::Reg(r) => _mm256_castsi256_ps(lanes4(reg(regs, r), k)),
+            F32Src::Imm(v) => _mm256_castsi256_ps(_mm256_set1_epi64x(i64::from(v))),
         }
     }
 }
 
+/// Lanes `4k .. 4k + 4` of `v`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn lanes4(v: &[u64; 32], k: usize) -> __m256i {
+    let src = v[4 * k..4 * k + 4].as_ptr().cast::<__m256i>();
+    // SAFETY: `src` points to `v[4k..4k + 4]`, four u64 (32 bytes) of a
+    // live array; the load is unaligned.
+    unsafe { _mm256_loadu_si256(src) }
+}
+
+/// Writes the f32 results in the low halves of `v`'s 64-bit lanes to
+/// lanes `4k .. 4k + 4` of `out`, zero-extended (the high halves, results
+/// of whatever the operands held there, dropped).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn put4(v: __m256i, out: &mut [u64; 32], k: usize) {
+    let v = _mm256_and_si256(v, _mm256_set1_epi64x(0xffff_ffff));
+    let dst = out[4 * k..4 * k + 4].as_mut_ptr().cast::<__m256i>();
+    // SAFETY: `dst` points to `out[4k..4k + 4]`, four u64 (32 bytes) of a
+    // live, exclusively borrowed array; the store is unaligned.
+    unsafe { _mm256_storeu_si256(dst, v) };
+}
+
 /// [`fma_rn_f32`] of three registers into register `d`, in the register
-/// file itself: each group of eight lanes reads its operands before it
+/// file itself: each group of four lanes reads its operands before it
 /// writes the same lanes of `d`, so `d` may be any of them. No copy of the
 /// operands (three times 256 bytes), which cost more than the product.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 pub(super) fn fma_rn_f32_regs(regs: &mut [u64], d: u32, x: u32, y: u32, z: u32) {
-    for q in 0..4 {
+    for k in 0..8 {
         let (a, b, c) = (
-            _mm256_castsi256_ps(low_halves(reg(regs, x), q)),
-            _mm256_castsi256_ps(low_halves(reg(regs, y), q)),
-            _mm256_castsi256_ps(low_halves(reg(regs, z), q)),
+            _mm256_castsi256_ps(lanes4(reg(regs, x), k)),
+            _mm256_castsi256_ps(lanes4(reg(regs, y), k)),
+            _mm256_castsi256_ps(lanes4(reg(regs, z), k)),
         );
-        widen::<false>(fma8(a, b, c), reg_mut(regs, d), q);
+        put4(fma8(a, b, c), reg_mut(regs, d), k);
     }
 }
 
@@ -234,10 +261,232 @@ pub(super) fn fma_rn_f32_regs(regs: &mut [u64], d: u32, x: u32, y: u32, z: u32) 
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 pub(super) fn fma_rn_f32_mixed(regs: &mut [u64], d: u32, x: F32Src, y: F32Src, z: F32Src) {
-    for q in 0..4 {
-        let (a, b, c) = (x.eight(regs, q), y.eight(regs, q), z.eight(regs, q));
-        widen::<false>(fma8(a, b, c), reg_mut(regs, d), q);
+    for k in 0..8 {
+        let (a, b, c) = (x.four(regs, k), y.four(regs, k), z.four(regs, k));
+        put4(fma8(a, b, c), reg_mut(regs, d), k);
     }
+}
+
+/// The f32 operations of [`f32_bin`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum F32Op {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+/// `add`, `sub`, `mul` or `div` of f32 rounding to nearest (`div.rn`,
+/// and `div.approx`/`div.full`, which the engine computes exactly), with or
+/// without `.ftz`, no `.sat`, for a full warp into register `d`, in the
+/// register file itself as [`fma_rn_f32_mixed`]. With `.ftz` subnormal
+/// operands and results become zeros of their sign; a NaN result becomes
+/// the canonical NaN; results are zero-extended: the bits of the scalar
+/// path (`exec::fbin`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn f32_bin(regs: &mut [u64], op: F32Op, ftz: bool, d: u32, x: F32Src, y: F32Src) {
+    match (op, ftz) {
+        (F32Op::Add, false) => f32_bin_as::<0, false>(regs, d, x, y),
+        (F32Op::Sub, false) => f32_bin_as::<1, false>(regs, d, x, y),
+        (F32Op::Mul, false) => f32_bin_as::<2, false>(regs, d, x, y),
+        (F32Op::Div, false) => f32_bin_as::<3, false>(regs, d, x, y),
+        (F32Op::Add, true) => f32_bin_as::<0, true>(regs, d, x, y),
+        (F32Op::Sub, true) => f32_bin_as::<1, true>(regs, d, x, y),
+        (F32Op::Mul, true) => f32_bin_as::<2, true>(regs, d, x, y),
+        (F32Op::Div, true) => f32_bin_as::<3, true>(regs, d, x, y),
+    }
+}
+
+/// [`f32_bin`] for one operation (0 add, 1 sub, 2 mul, 3 div) and `.ftz`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn f32_bin_as<const OP: u8, const FTZ: bool>(regs: &mut [u64], d: u32, x: F32Src, y: F32Src) {
+    let canonical = _mm256_castsi256_ps(_mm256_set1_epi32(crate::float::CANONICAL_NAN_F32 as i32));
+    for k in 0..8 {
+        let (mut a, mut b) = (x.four(regs, k), y.four(regs, k));
+        if FTZ {
+            (a, b) = (flush8(a), flush8(b));
+        }
+        let mut r = match OP {
+            0 => _mm256_add_ps(a, b),
+            1 => _mm256_sub_ps(a, b),
+            2 => _mm256_mul_ps(a, b),
+            _ => _mm256_div_ps(a, b),
+        };
+        if FTZ {
+            r = flush8(r);
+        }
+        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(r, r);
+        let r = _mm256_castps_si256(_mm256_blendv_ps(r, canonical, nan));
+        put4(r, reg_mut(regs, d), k);
+    }
+}
+
+/// A unary f32 operation of `Fast::FUN_OPS` (`.ftz` or not, no `.sat`)
+/// for a full warp into register `d`, in the register file itself as
+/// [`f32_bin`]: the bits of the scalar path (`exec::fun`). With `.ftz` a
+/// subnormal operand is a zero of its sign and so is a subnormal result;
+/// a NaN result is the canonical NaN, except for `neg`, which flips the
+/// sign of whatever it is given.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) fn f32_un(regs: &mut [u64], op: crate::ir::FUn, ftz: bool, d: u32, x: F32Src) {
+    use crate::ir::FUn;
+    match op {
+        FUn::Abs => f32_un_as::<0>(regs, ftz, d, x),
+        FUn::Neg => f32_un_as::<1>(regs, ftz, d, x),
+        FUn::Rcp | FUn::RcpApprox => f32_un_as::<2>(regs, ftz, d, x),
+        FUn::Sqrt | FUn::SqrtApprox => f32_un_as::<3>(regs, ftz, d, x),
+        FUn::Rsqrt => f32_un_as::<4>(regs, ftz, d, x),
+        FUn::Ex2 => f32_un_as::<5>(regs, ftz, d, x),
+        FUn::Lg2 => f32_un_as::<6>(regs, ftz, d, x),
+        // Not in `Fast::FUN_OPS`: never decoded to this form.
+        FUn::Sin | FUn::Cos | FUn::Tanh | FUn::Tf32 => {}
+    }
+}
+
+/// [`f32_un`] for one operation: 0 abs, 1 neg, 2 rcp, 3 sqrt, 4 rsqrt,
+/// 5 ex2, 6 lg2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn f32_un_as<const OP: u8>(regs: &mut [u64], ftz: bool, d: u32, x: F32Src) {
+    let canonical = _mm256_castsi256_ps(_mm256_set1_epi32(crate::float::CANONICAL_NAN_F32 as i32));
+    let sign = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
+    let one = _mm256_set1_ps(1.0);
+    for k in 0..8 {
+        let mut a = x.four(regs, k);
+        if ftz {
+            a = flush8(a);
+        }
+        let mut r = match OP {
+            0 => _mm256_andnot_ps(sign, a),
+            1 => _mm256_xor_ps(a, sign),
+            2 => _mm256_div_ps(one, a),
+            3 => _mm256_sqrt_ps(a),
+            4 => _mm256_div_ps(one, _mm256_sqrt_ps(a)),
+            5 => ex2_4(a),
+            _ => lg2_4(a),
+        };
+        if ftz {
+            r = flush8(r);
+        }
+        if OP != 1 {
+            let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(r, r);
+            r = _mm256_blendv_ps(r, canonical, nan);
+        }
+        put4(_mm256_castps_si256(r), reg_mut(regs, d), k);
+    }
+}
+
+/// The f32 in the low halves of `v`'s four 64-bit lanes, as f64.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn low_f32_as_f64(v: __m256) -> __m256d {
+    let pick = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    let packed = _mm256_permutevar8x32_ps(v, pick);
+    _mm256_cvtps_pd(_mm256_castps256_ps128(packed))
+}
+
+/// Four f64 rounded to f32, each in the low half of a 64-bit lane (the
+/// high half zero).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn f64_as_low_f32(v: __m256d) -> __m256 {
+    let packed = _mm256_castps_si256(_mm256_castps128_ps256(_mm256_cvtpd_ps(v)));
+    _mm256_castsi256_ps(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(packed)))
+}
+
+/// `float::ex2_approx_f32` of the f32 in the low halves of four 64-bit
+/// lanes, with the same f64 operations in the same order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn ex2_4(a: __m256) -> __m256 {
+    use crate::float::EX2_POLY;
+    let x = low_f32_as_f64(a);
+    let nan = _mm256_cmp_pd::<_CMP_UNORD_Q>(x, x);
+    let c = _mm256_min_pd(
+        _mm256_max_pd(x, _mm256_set1_pd(-200.0)),
+        _mm256_set1_pd(200.0),
+    );
+    let n = _mm256_round_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(c);
+    let r = _mm256_sub_pd(c, n);
+    let mut p = _mm256_set1_pd(EX2_POLY[0]);
+    for &k in &EX2_POLY[1..] {
+        p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(k));
+    }
+    let e = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n));
+    let e = _mm256_slli_epi64::<52>(_mm256_add_epi64(e, _mm256_set1_epi64x(1023)));
+    let v = _mm256_mul_pd(p, _mm256_castsi256_pd(e));
+    f64_as_low_f32(_mm256_blendv_pd(v, x, nan))
+}
+
+/// `float::lg2_approx_f32` of the f32 in the low halves of four 64-bit
+/// lanes, with the same f64 operations in the same order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn lg2_4(a: __m256) -> __m256 {
+    use crate::float::{LG2_POLY, SQRT2_MANTISSA};
+    let x = low_f32_as_f64(a);
+    let zero = _mm256_setzero_pd();
+    let nan = _mm256_or_pd(
+        _mm256_cmp_pd::<_CMP_UNORD_Q>(x, x),
+        _mm256_cmp_pd::<_CMP_LT_OQ>(x, zero),
+    );
+    let is_zero = _mm256_cmp_pd::<_CMP_EQ_OQ>(x, zero);
+    let inf = _mm256_set1_pd(f64::INFINITY);
+    let is_inf = _mm256_cmp_pd::<_CMP_EQ_OQ>(x, inf);
+    let bits = _mm256_castpd_si256(x);
+    let mantissa = _mm256_and_si256(bits, _mm256_set1_epi64x((1 << 52) - 1));
+    // All ones where the mantissa is above sqrt(2)'s.
+    let big = _mm256_cmpgt_epi64(mantissa, _mm256_set1_epi64x(SQRT2_MANTISSA as i64));
+    let m_field = _mm256_blendv_epi8(
+        _mm256_set1_epi64x(1023 << 52),
+        _mm256_set1_epi64x(1022 << 52),
+        big,
+    );
+    let m = _mm256_castsi256_pd(_mm256_or_si256(mantissa, m_field));
+    // The exponent field, one more where `big` (minus all ones), as an
+    // f64: 2^52 + field, less 2^52, exactly.
+    let e_field = _mm256_sub_epi64(_mm256_srli_epi64::<52>(bits), big);
+    let two52 = _mm256_set1_pd(4_503_599_627_370_496.0);
+    let e_field = _mm256_sub_pd(
+        _mm256_castsi256_pd(_mm256_or_si256(e_field, _mm256_castpd_si256(two52))),
+        two52,
+    );
+    let e = _mm256_sub_pd(e_field, _mm256_set1_pd(1023.0));
+    let one = _mm256_set1_pd(1.0);
+    let s = _mm256_div_pd(_mm256_sub_pd(m, one), _mm256_add_pd(m, one));
+    let z = _mm256_mul_pd(s, s);
+    let mut p = _mm256_set1_pd(LG2_POLY[0]);
+    for &k in &LG2_POLY[1..] {
+        p = _mm256_add_pd(_mm256_mul_pd(p, z), _mm256_set1_pd(k));
+    }
+    let v = _mm256_add_pd(e, _mm256_mul_pd(s, p));
+    let v = _mm256_blendv_pd(v, _mm256_set1_pd(f64::NEG_INFINITY), is_zero);
+    let v = _mm256_blendv_pd(v, inf, is_inf);
+    let v = _mm256_blendv_pd(v, _mm256_set1_pd(f64::NAN), nan);
+    f64_as_low_f32(v)
+}
+
+/// Subnormal f32 lanes of `v` made zeros of their sign (`.ftz`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn flush8(v: __m256) -> __m256 {
+    let bits = _mm256_castps_si256(v);
+    let exponent = _mm256_and_si256(bits, _mm256_set1_epi32(0x7f80_0000));
+    let tiny = _mm256_cmpeq_epi32(exponent, _mm256_setzero_si256());
+    let sign = _mm256_and_si256(bits, _mm256_set1_epi32(i32::MIN));
+    _mm256_castsi256_ps(_mm256_blendv_epi8(bits, sign, tiny))
 }
 
 /// `a * b + c` rounded once, a NaN made the canonical NaN, as 32-bit lanes.
@@ -829,6 +1078,171 @@ mod tests {
         assert_eq!(disagreements, 0);
         // Both answers occurred.
         assert!(outside > 1_000 && outside < 19_000, "{outside}");
+    }
+
+    #[test]
+    fn warp_f32_arithmetic_gives_the_bits_of_the_scalar_path() {
+        use crate::ir::{FBin, FMode, Rnd, Ty};
+        if !std::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        const SPECIAL: [u32; 12] = [
+            0x7fc0_0000,
+            0xffc0_0001,
+            0x7f80_0000,
+            0xff80_0000,
+            0x8000_0000,
+            0x0000_0000,
+            0x0000_0001,
+            0x807f_ffff,
+            0x0080_0000,
+            0x7f7f_ffff,
+            0x3f80_0001,
+            0x0040_0000,
+        ];
+        let mut next = rng(0x5151_2727_9393_4545);
+        let ops = [
+            (F32Op::Add, FBin::Add),
+            (F32Op::Sub, FBin::Sub),
+            (F32Op::Mul, FBin::Mul),
+            (F32Op::Div, FBin::Div),
+        ];
+        for round in 0..1_600 {
+            let (op, fb) = ops[round % 4];
+            let ftz = round / 4 % 2 == 1;
+            // Three registers, garbage above each lane's f32; products
+            // and quotients of small values land among the subnormals.
+            let mut regs: Vec<u64> = (0..96)
+                .map(|_| {
+                    let v = next();
+                    let f = match v % 4 {
+                        0 => SPECIAL[(v >> 8) as usize % SPECIAL.len()],
+                        1 => (v >> 32) as u32 & 0x80ff_ffff | 0x0080_0000,
+                        _ => (v >> 32) as u32,
+                    };
+                    (v & 0xffff_ffff_0000_0000) | u64::from(f)
+                })
+                .collect();
+            let imm = next();
+            // Destination aliasing one operand, both, or neither; an
+            // immediate in some rounds.
+            let (d, a, b) = [(2, 0, 1), (0, 0, 1), (1, 0, 1), (0, 0, 0)][round / 8 % 4];
+            let (sa, sb) = match round / 32 % 3 {
+                0 => (F32Src::Reg(a), F32Src::Reg(b)),
+                1 => (F32Src::Imm(imm as u32), F32Src::Reg(b)),
+                _ => (F32Src::Reg(a), F32Src::Imm(imm as u32)),
+            };
+            let value = |s: F32Src, regs: &[u64], l: usize| match s {
+                F32Src::Reg(r) => regs[r as usize * 32 + l],
+                F32Src::Imm(v) => u64::from(v),
+            };
+            let m = FMode {
+                rnd: Rnd::Rn,
+                ftz,
+                sat: false,
+            };
+            let want: Vec<u64> = (0..32)
+                .map(|l| {
+                    let (x, y) = (value(sa, &regs, l), value(sb, &regs, l));
+                    crate::exec::fbin(fb, Ty::F32, m, x, y)
+                })
+                .collect();
+            // SAFETY: AVX2 checked above.
+            unsafe { f32_bin(&mut regs, op, ftz, d, sa, sb) };
+            for l in 0..32 {
+                assert_eq!(
+                    regs[d as usize * 32 + l],
+                    want[l],
+                    "{op:?} ftz {ftz}, lane {l}: {sa:?} {sb:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn warp_f32_unary_operations_give_the_bits_of_the_scalar_path() {
+        use crate::ir::{FMode, FUn, Rnd, Ty};
+        if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")) {
+            return;
+        }
+        const SPECIAL: [u32; 14] = [
+            0x7fc0_0000,
+            0xffc0_0001,
+            0x7f80_0000,
+            0xff80_0000,
+            0x8000_0000,
+            0x0000_0000,
+            0x0000_0001,
+            0x807f_ffff,
+            0x0080_0000,
+            0x7f7f_ffff,
+            0x3f80_0000,
+            0x3f80_0001,
+            0xc300_0000,
+            0x4300_0000,
+        ];
+        let mut next = rng(0x0f0f_1e1e_2d2d_3c3c);
+        let ops = [
+            FUn::Abs,
+            FUn::Neg,
+            FUn::Rcp,
+            FUn::RcpApprox,
+            FUn::Sqrt,
+            FUn::SqrtApprox,
+            FUn::Rsqrt,
+            FUn::Ex2,
+            FUn::Lg2,
+        ];
+        for round in 0..1_800 {
+            let op = ops[round % ops.len()];
+            let ftz = round / ops.len() % 2 == 1;
+            // Two registers, garbage above each lane's f32: specials,
+            // subnormals, values around 1 and exponents up to +-2^8 (where
+            // ex2 overflows and underflows), and any bits.
+            let mut regs: Vec<u64> = (0..64)
+                .map(|_| {
+                    let v = next();
+                    let f = match v % 5 {
+                        0 => SPECIAL[(v >> 8) as usize % SPECIAL.len()],
+                        1 => (v >> 32) as u32 & 0x807f_ffff,
+                        2 => (v >> 32) as u32 & 0x807f_ffff | 0x3f00_0000,
+                        3 => (v >> 32) as u32 & 0x81ff_ffff | 0x4200_0000,
+                        _ => (v >> 32) as u32,
+                    };
+                    (v & 0xffff_ffff_0000_0000) | u64::from(f)
+                })
+                .collect();
+            let imm = next();
+            let (d, a) = [(1, 0), (0, 0)][round / 18 % 2];
+            let sa = if round / 36 % 4 == 3 {
+                F32Src::Imm(imm as u32)
+            } else {
+                F32Src::Reg(a)
+            };
+            let m = FMode {
+                rnd: Rnd::Rn,
+                ftz,
+                sat: false,
+            };
+            let want: Vec<u64> = (0..32)
+                .map(|l| {
+                    let x = match sa {
+                        F32Src::Reg(r) => regs[r as usize * 32 + l],
+                        F32Src::Imm(v) => u64::from(v),
+                    };
+                    crate::exec::fun(op, Ty::F32, m, x)
+                })
+                .collect();
+            // SAFETY: AVX2 and FMA checked above.
+            unsafe { f32_un(&mut regs, op, ftz, d, sa) };
+            for l in 0..32 {
+                assert_eq!(
+                    regs[d as usize * 32 + l],
+                    want[l],
+                    "{op:?} ftz {ftz}, lane {l}: {sa:?}"
+                );
+            }
+        }
     }
 
     #[test]
