@@ -604,7 +604,7 @@ impl Launch<'_> {
         // names the failing lane as before.
         // A vector access (`.v2`, `.v4`) the same, its elements taken
         // apart into their registers.
-        if exec == FULL && total <= MAX_ACCESS && contiguous(at, total as u64) {
+        if exec == FULL && e <= 8 && total <= MAX_ACCESS && contiguous(at, total as u64) {
             let flat = buf.as_flattened_mut();
             let (lo, hi) = flat[..32 * total].split_at_mut(16 * total);
             if self.mem.read(at[0], lo).is_ok() && self.mem.read(at[16], hi).is_ok() {
@@ -706,6 +706,7 @@ impl Launch<'_> {
         if sp != Space::Shared
             && exec == FULL
             && srcs.len() > 1
+            && e <= 8
             && total <= MAX_ACCESS
             && contiguous(at, total as u64)
         {
@@ -765,12 +766,19 @@ fn contiguous(at: &[u64; 32], e: u64) -> bool {
 }
 
 /// A warp's 32 consecutive `E`-byte elements (`flat`, lane 0 first) as
-/// register values, as [`value`] makes each; `E` known, the loop has no
-/// per-lane dispatch on the width.
+/// register values, as [`value`] makes each; `E` known and the extension
+/// chosen once for the warp, the loops have no per-lane dispatch.
 #[inline(always)]
 fn widen_all<const E: usize>(out: &mut [u64; 32], flat: &[u8], signed: bool, bits: u32) {
-    for (o, c) in out.iter_mut().zip(flat[..32 * E].chunks_exact(E)) {
-        *o = value(c, signed, bits);
+    let lanes = flat[..32 * E].chunks_exact(E);
+    if signed {
+        for (o, c) in out.iter_mut().zip(lanes) {
+            *o = super::sext(le::<E>(c), bits) as u64;
+        }
+    } else {
+        for (o, c) in out.iter_mut().zip(lanes) {
+            *o = le::<E>(c);
+        }
     }
 }
 
@@ -784,8 +792,26 @@ fn widen_strided<const E: usize>(
     signed: bool,
     bits: u32,
 ) {
-    for (l, o) in out.iter_mut().enumerate() {
-        *o = value(&flat[l * stride..l * stride + E], signed, bits);
+    if signed {
+        for (l, o) in out.iter_mut().enumerate() {
+            *o = super::sext(le::<E>(&flat[l * stride..l * stride + E]), bits) as u64;
+        }
+    } else {
+        for (l, o) in out.iter_mut().enumerate() {
+            *o = le::<E>(&flat[l * stride..l * stride + E]);
+        }
+    }
+}
+
+/// The `E`-byte little-endian value at the start of `b` (`E` 1, 2, 4 or
+/// 8), read at its width.
+#[inline(always)]
+fn le<const E: usize>(b: &[u8]) -> u64 {
+    match E {
+        1 => u64::from(b[0]),
+        2 => u64::from(u16::from_le_bytes(b[..2].try_into().expect("2 bytes"))),
+        4 => u64::from(u32::from_le_bytes(b[..4].try_into().expect("4 bytes"))),
+        _ => u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
     }
 }
 
