@@ -164,6 +164,17 @@ fn load(words: &[AtomicU32], off: usize, buf: &mut [u8]) {
 /// word as one atomic update of that word, so that the bytes around them,
 /// which another thread may be writing, stay as they are.
 fn store(words: &[AtomicU32], off: usize, data: &[u8]) {
+    // Whole words (a warp's coalesced half, a vector, an aligned scalar):
+    // one store each, without the per-byte bookkeeping below.
+    if off.is_multiple_of(4) && data.len().is_multiple_of(4) {
+        for (c, w) in data.chunks_exact(4).zip(&words[off / 4..]) {
+            w.store(
+                u32::from_ne_bytes(c.try_into().expect("4 bytes")),
+                Ordering::Relaxed,
+            );
+        }
+        return;
+    }
     let mut k = 0;
     while k < data.len() {
         let at = off + k;
@@ -234,9 +245,11 @@ mod tests {
             let mut w = [0u8; 8];
             v.read(0x1008, &mut w).unwrap();
             assert_eq!(w, [8, 9, 10, 11, 12, 13, 14, 15]);
-            // Unaligned and partial writes keep their neighbours.
+            // Unaligned and partial writes keep their neighbours; whole
+            // words are written whole.
             v.write(0x2001, &[0xaa, 0xbb, 0xcc, 0xdd, 0xee]).unwrap();
             v.write(0x2008, &[1, 2, 3, 4]).unwrap();
+            v.write(0x1030, &[9; 12]).unwrap();
             // Past the end: a fault; within the slack: zeros.
             assert!(v.write(0x100e + 0x32, &[0; 4]).is_err());
             assert!(v.read(0x2010, &mut [0; 4]).is_ok());
@@ -248,6 +261,9 @@ mod tests {
             allocs[&0x2000],
             [0, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0]
         );
+        let mut want: Vec<u8> = (0..64).collect();
+        want[0x30..0x3c].fill(9);
+        assert_eq!(allocs[&0x1000], want);
     }
 
     #[test]
