@@ -1581,24 +1581,23 @@ impl<'a> Launch<'a> {
                     return Ok(Some(next));
                 }
                 Some(&Fast::FBin { op, ty, m, d, a, b }) => {
-                    use simd::{F32Op, F32Src};
-                    let op32 = match op {
-                        FBin::Add => Some(F32Op::Add),
-                        FBin::Sub => Some(F32Op::Sub),
-                        FBin::Mul => Some(F32Op::Mul),
-                        FBin::Div => Some(F32Op::Div),
-                        _ => None,
-                    };
-                    // f32 arithmetic on registers and immediates: in the
-                    // register file, eight lanes per instruction.
-                    if let (Ty::F32, Some(op32), Some(x), Some(y)) =
-                        (ty, op32, F32Src::of(a), F32Src::of(b))
-                    {
+                    self.fbin_lanes(w, exec, op, ty, m, d, a, b);
+                    return Ok(Some(next));
+                }
+                Some(&Fast::F32Bin { op, ftz, d, a, b }) => {
+                    // On registers and immediates: in the register file,
+                    // four lanes per vector instruction.
+                    if let (Some(x), Some(y)) = (simd::F32Src::of(a), simd::F32Src::of(b)) {
                         // SAFETY: `wide` is set only on a CPU with AVX2
                         // (`Launch::new`).
-                        unsafe { simd::f32_bin(&mut w.regs, op32, m.ftz, d, x, y) };
+                        unsafe { simd::f32_bin(&mut w.regs, op, ftz, d, x, y) };
                     } else {
-                        self.fbin_lanes(w, exec, op, ty, m, d, a, b);
+                        let m = FMode {
+                            rnd: Rnd::Rn,
+                            ftz,
+                            sat: false,
+                        };
+                        self.fbin_lanes(w, exec, op, Ty::F32, m, d, a, b);
                     }
                     return Ok(Some(next));
                 }

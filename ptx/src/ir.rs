@@ -1345,6 +1345,15 @@ pub(crate) enum Fast {
         a: Src,
         b: Src,
     },
+    /// An f32 operation of [`Fast::F32_BIN_OPS`] rounding to nearest
+    /// (with or without `.ftz`, no `.sat`).
+    F32Bin {
+        op: FBin,
+        ftz: bool,
+        d: u32,
+        a: Src,
+        b: Src,
+    },
     /// A unary f32 operation of [`Fast::FUN_OPS`] (with or without
     /// `.ftz`, no `.sat`; `rcp` and `sqrt` rounding to nearest).
     FUn32 { op: FUn, ftz: bool, d: u32, a: Src },
@@ -1386,6 +1395,9 @@ impl Fast {
         FBin::Min,
         FBin::Max,
     ];
+    /// The f32 operations with a fast form of their own (computed in the
+    /// register file); the others of [`Fast::FBIN_OPS`] are [`Fast::FBin`].
+    pub(crate) const F32_BIN_OPS: [FBin; 4] = [FBin::Add, FBin::Sub, FBin::Mul, FBin::Div];
     /// The unary f32 operations with a fast form.
     pub(crate) const FUN_OPS: [FUn; 9] = [
         FUn::Abs,
@@ -1458,6 +1470,20 @@ impl Fast {
                 b,
             },
             Op::Mov { d, a, bits } => Fast::Mov { d, a, bits },
+            Op::FBin {
+                op,
+                ty: Ty::F32,
+                m,
+                d,
+                a,
+                b,
+            } if Self::F32_BIN_OPS.contains(&op) && m.rnd == Rnd::Rn && !m.sat => Fast::F32Bin {
+                op,
+                ftz: m.ftz,
+                d,
+                a,
+                b,
+            },
             Op::FBin { op, ty, m, d, a, b }
                 if Self::FBIN_OPS.contains(&op)
                     && matches!(ty, Ty::F32 | Ty::F64)

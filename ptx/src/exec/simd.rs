@@ -267,15 +267,6 @@ pub(super) fn fma_rn_f32_mixed(regs: &mut [u64], d: u32, x: F32Src, y: F32Src, z
     }
 }
 
-/// The f32 operations of [`f32_bin`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum F32Op {
-    Add,
-    Sub,
-    Mul,
-    Div,
-}
-
 /// `add`, `sub`, `mul` or `div` of f32 rounding to nearest (`div.rn`,
 /// and `div.approx`/`div.full`, which the engine computes exactly), with or
 /// without `.ftz`, no `.sat`, for a full warp into register `d`, in the
@@ -286,16 +277,26 @@ pub(super) enum F32Op {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[inline]
-pub(super) fn f32_bin(regs: &mut [u64], op: F32Op, ftz: bool, d: u32, x: F32Src, y: F32Src) {
+pub(super) fn f32_bin(
+    regs: &mut [u64],
+    op: crate::ir::FBin,
+    ftz: bool,
+    d: u32,
+    x: F32Src,
+    y: F32Src,
+) {
+    use crate::ir::FBin;
     match (op, ftz) {
-        (F32Op::Add, false) => f32_bin_as::<0, false>(regs, d, x, y),
-        (F32Op::Sub, false) => f32_bin_as::<1, false>(regs, d, x, y),
-        (F32Op::Mul, false) => f32_bin_as::<2, false>(regs, d, x, y),
-        (F32Op::Div, false) => f32_bin_as::<3, false>(regs, d, x, y),
-        (F32Op::Add, true) => f32_bin_as::<0, true>(regs, d, x, y),
-        (F32Op::Sub, true) => f32_bin_as::<1, true>(regs, d, x, y),
-        (F32Op::Mul, true) => f32_bin_as::<2, true>(regs, d, x, y),
-        (F32Op::Div, true) => f32_bin_as::<3, true>(regs, d, x, y),
+        (FBin::Add, false) => f32_bin_as::<0, false>(regs, d, x, y),
+        (FBin::Sub, false) => f32_bin_as::<1, false>(regs, d, x, y),
+        (FBin::Mul, false) => f32_bin_as::<2, false>(regs, d, x, y),
+        (FBin::Div, false) => f32_bin_as::<3, false>(regs, d, x, y),
+        (FBin::Add, true) => f32_bin_as::<0, true>(regs, d, x, y),
+        (FBin::Sub, true) => f32_bin_as::<1, true>(regs, d, x, y),
+        (FBin::Mul, true) => f32_bin_as::<2, true>(regs, d, x, y),
+        (FBin::Div, true) => f32_bin_as::<3, true>(regs, d, x, y),
+        // Not in `Fast::F32_BIN_OPS`: never decoded to this form.
+        _ => {}
     }
 }
 
@@ -1112,19 +1113,14 @@ mod tests {
 
     #[test]
     fn warp_f32_arithmetic_gives_the_bits_of_the_scalar_path() {
-        use crate::ir::{FBin, FMode, Rnd, Ty};
+        use crate::ir::{FMode, Rnd, Ty};
         if !std::is_x86_feature_detected!("avx2") {
             return;
         }
         let mut next = rng(0x5151_2727_9393_4545);
-        let ops = [
-            (F32Op::Add, FBin::Add),
-            (F32Op::Sub, FBin::Sub),
-            (F32Op::Mul, FBin::Mul),
-            (F32Op::Div, FBin::Div),
-        ];
+        let ops = crate::ir::Fast::F32_BIN_OPS;
         for round in 0..1_600 {
-            let (op, fb) = ops[round % 4];
+            let op = ops[round % 4];
             let ftz = round / 4 % 2 == 1;
             // Three registers, garbage above each lane's f32; products
             // and quotients of small values land among the subnormals.
@@ -1160,7 +1156,7 @@ mod tests {
             let want: Vec<u64> = (0..32)
                 .map(|l| {
                     let (x, y) = (value(sa, &regs, l), value(sb, &regs, l));
-                    crate::exec::fbin(fb, Ty::F32, m, x, y)
+                    crate::exec::fbin(op, Ty::F32, m, x, y)
                 })
                 .collect();
             // SAFETY: AVX2 checked above.
