@@ -2,7 +2,8 @@
 //!
 //! `cargo run -p fairgpu-ptx --release --example speed [NAME...]`: all
 //! kernels, or those whose name starts with one of the NAMEs (`matmul`,
-//! `reduce_shfl`, `reduce_shared`, `options`), for profiling one at a time.
+//! `reduce_shfl`, `reduce_shared`, `scan_padded`, `options`), for profiling
+//! one at a time.
 //! `--baseline`: without the engine's AVX2/FMA copies (`Limits::host_simd`).
 //! `--repeat N`: each kernel launched N times, the fastest and the median
 //! reported.
@@ -122,6 +123,9 @@ fn measure(name: &str, ptx: &str, kernel: &str, dims: Dims, params: Vec<u8>, mem
     }
 }
 
+/// The padded scan's label.
+const SCAN_NAME: &str = "scan_padded 1M u32 (256 per block)";
+
 /// Whether the kernel `name` is to be measured: no NAMEs given, or one
 /// that `name` starts with (the arguments that are neither options nor
 /// `--repeat`'s count).
@@ -215,6 +219,11 @@ fn main() {
         &mut mem,
     );
 
+    // A scan with two barriers per step: the barrier path.
+    if selected(SCAN_NAME) {
+        scan(base);
+    }
+
     // Option pricing: float2 loads and stores, approximate transcendentals.
     const OPTIONS: &str = "options 2M (float2)";
     if !selected(OPTIONS) {
@@ -255,6 +264,34 @@ fn main() {
             grid: [(pairs / 128) as u32, 1, 1],
             block: [128, 1, 1],
             shared_bytes: 0,
+            part: None,
+            cooperative: None,
+        },
+        p,
+        &mut mem,
+    );
+}
+
+/// The padded scan over 4,096 blocks of 256 threads.
+fn scan(base: u64) {
+    let (blocks, threads) = (4096u64, 256u64);
+    let mut mem = Flat {
+        base,
+        bytes: (0..2 * blocks * threads * 4)
+            .map(|i| (i % 5) as u8)
+            .collect(),
+    };
+    let mut p = Vec::new();
+    p.extend_from_slice(&base.to_le_bytes());
+    p.extend_from_slice(&(base + blocks * threads * 4).to_le_bytes());
+    measure(
+        SCAN_NAME,
+        include_str!("../tests/kernels/scan.ptx"),
+        "scan_padded",
+        Dims {
+            grid: [blocks as u32, 1, 1],
+            block: [threads as u32, 1, 1],
+            shared_bytes: (2 * threads * 4) as u32,
             part: None,
             cooperative: None,
         },

@@ -153,15 +153,19 @@ enum Lane {
 struct Warp {
     regs: Vec<u64>,
     pc: [u32; 32],
-    /// Each lane's state; written only through [`Warp::set`], which keeps
-    /// the masks below in step.
-    st: [Lane; 32],
+    /// Each lane's state is the mask below that holds it, written only
+    /// through [`Warp::set`] and [`Warp::set_all`]; for a lane in
+    /// [`Lane::Sync`], the PC it waits at is here.
+    sync_pc: [u32; 32],
     /// Lanes in [`Lane::Active`].
     active: u32,
     /// Lanes in [`Lane::Exited`].
     exited: u32,
     /// Lanes waiting at a block barrier ([`Lane::Bar`]).
     barred: u32,
+    /// Of those, the lanes whose PC is already past their `bar` (a plain
+    /// `bar.sync` of the whole group: they only wait to be released).
+    bar_advanced: u32,
     /// Of those, the lanes waiting at each barrier: counted and released
     /// by whole masks instead of lane by lane.
     bars: [u32; BARRIERS],
@@ -230,6 +234,7 @@ impl Warp {
             }
         }
         self.barred &= !lanes;
+        self.bar_advanced &= !lanes;
         self.synced &= !lanes;
         *match st {
             Lane::Active => &mut self.active,
@@ -238,15 +243,13 @@ impl Warp {
                 self.bars[id as usize] |= lanes;
                 &mut self.barred
             }
-            Lane::Sync(_) => &mut self.synced,
-        } |= lanes;
-        if lanes == u32::MAX {
-            self.st = [st; 32];
-        } else {
-            for l in bits_of(lanes) {
-                self.st[l] = st;
+            Lane::Sync(pc) => {
+                for l in bits_of(lanes) {
+                    self.sync_pc[l] = pc;
+                }
+                &mut self.synced
             }
-        }
+        } |= lanes;
     }
 
     #[inline]
@@ -254,10 +257,13 @@ impl Warp {
         let bit = 1u32 << l;
         self.active &= !bit;
         self.exited &= !bit;
-        if let Lane::Bar(id) = self.st[l] {
-            self.bars[id as usize] &= !bit;
+        if self.barred & bit != 0 {
+            for m in &mut self.bars {
+                *m &= !bit;
+            }
         }
         self.barred &= !bit;
+        self.bar_advanced &= !bit;
         self.synced &= !bit;
         match st {
             Lane::Active => self.active |= bit,
@@ -266,9 +272,16 @@ impl Warp {
                 self.barred |= bit;
                 self.bars[id as usize] |= bit;
             }
-            Lane::Sync(_) => self.synced |= bit,
+            Lane::Sync(pc) => {
+                self.synced |= bit;
+                self.sync_pc[l] = pc;
+            }
         }
-        self.st[l] = st;
+    }
+
+    /// Whether lane `l` waits at the warp-synchronous instruction at `pc`.
+    fn syncs_at(&self, l: usize, pc: u32) -> bool {
+        self.synced & (1 << l) != 0 && self.sync_pc[l] == pc
     }
 }
 
@@ -962,10 +975,11 @@ impl<'a> Launch<'a> {
             .map(|id| Warp {
                 regs: vec![0; f.nregs as usize * 32],
                 pc: [0; 32],
-                st: [Lane::Exited; 32],
+                sync_pc: [0; 32],
                 active: 0,
                 exited: u32::MAX,
                 barred: 0,
+                bar_advanced: 0,
                 bars: [0; BARRIERS],
                 synced: 0,
                 tid: std::array::from_fn(|l| {
@@ -1108,18 +1122,15 @@ impl<'a> Launch<'a> {
             w.frames.clear();
             w.carry = 0;
             w.favor_high = false;
-            w.exists = 0;
-            for l in 0..32u32 {
-                let t = w.id * 32 + l;
-                let i = l as usize;
-                w.pc[i] = 0;
-                if t < threads {
-                    w.exists |= 1 << l;
-                    w.set(i, Lane::Active);
-                } else {
-                    w.set(i, Lane::Exited);
-                }
-            }
+            // The warp's threads below `threads` exist.
+            let first = w.id * 32;
+            w.exists = match threads.saturating_sub(first) {
+                n if n >= 32 => u32::MAX,
+                n => (1u32 << n) - 1,
+            };
+            w.pc = [0; 32];
+            w.set_all(w.exists, Lane::Active);
+            w.set_all(!w.exists, Lane::Exited);
         }
     }
 
@@ -1146,6 +1157,11 @@ impl<'a> Launch<'a> {
     fn release_barriers(&mut self, warps: &mut [Warp], live: u32) -> bool {
         let mut waiting = [0u32; BARRIERS];
         for w in warps.iter().filter(|w| w.barred != 0) {
+            // Usually every waiting lane is at barrier 0.
+            if w.bars[0] == w.barred {
+                waiting[0] += w.barred.count_ones();
+                continue;
+            }
             for (n, m) in waiting.iter_mut().zip(&w.bars) {
                 *n += m.count_ones();
             }
@@ -1166,13 +1182,18 @@ impl<'a> Launch<'a> {
                     .map(|w| (w.bars[id] & w.redp).count_ones())
                     .sum();
                 for w in warps.iter_mut() {
-                    let lanes = w.bars[id];
+                    let all = w.bars[id];
+                    // Lanes that waited at a plain `bar.sync` are past it.
+                    let lanes = all & !w.bar_advanced;
                     if lanes == 0 {
+                        if all != 0 {
+                            w.set_all(all, Lane::Active);
+                        }
                         continue;
                     }
-                    // The lanes of a warp at a barrier are usually at one
-                    // `bar` without a reduction: each moves past it, in a
-                    // loop without a branch per lane.
+                    // The others are usually at one `bar` without a
+                    // reduction: each moves past it, in a loop without a
+                    // branch per lane.
                     let p0 = w.pc[lanes.trailing_zeros() as usize];
                     let one_pc =
                         w.pc.iter()
@@ -1184,7 +1205,7 @@ impl<'a> Launch<'a> {
                         for (p, bit) in w.pc.iter_mut().zip(BIT) {
                             *p += u32::from(lanes & bit != 0);
                         }
-                        w.set_all(lanes, Lane::Active);
+                        w.set_all(all, Lane::Active);
                         continue;
                     }
                     // Otherwise its instruction is looked up once per run
@@ -1216,7 +1237,7 @@ impl<'a> Launch<'a> {
                         }
                         w.pc[l] += 1;
                     }
-                    w.set_all(lanes, Lane::Active);
+                    w.set_all(all, Lane::Active);
                 }
             }
         }
@@ -1225,15 +1246,13 @@ impl<'a> Launch<'a> {
 
     fn stuck(&self, warps: &[Warp]) -> Error {
         for w in warps {
-            for l in bits_of(w.exists) {
-                if let Lane::Sync(pc) = w.st[l] {
-                    let line = self.func.insts[pc as usize].line;
-                    return Error::Unsupported {
-                        what: format!(
-                            "warp-synchronous instruction at line {line} whose member threads never reach it together"
-                        ),
-                    };
-                }
+            if let Some(l) = bits_of(w.exists & w.synced).next() {
+                let line = self.func.insts[w.sync_pc[l] as usize].line;
+                return Error::Unsupported {
+                    what: format!(
+                        "warp-synchronous instruction at line {line} whose member threads never reach it together"
+                    ),
+                };
             }
         }
         let [x, y, z] = self.ctaid;
@@ -1303,20 +1322,13 @@ impl<'a> Launch<'a> {
         if w.synced == 0 {
             return false;
         }
-        let mut pcs: Vec<u32> = (0..32)
-            .filter_map(|l| match w.st[l] {
-                Lane::Sync(p) => Some(p),
-                _ => None,
-            })
-            .collect();
+        let mut pcs: Vec<u32> = bits_of(w.synced).map(|l| w.sync_pc[l]).collect();
         pcs.sort_unstable();
         pcs.dedup();
-        let exited = (0..32)
-            .filter(|&l| w.st[l] == Lane::Exited)
-            .fold(0u32, |m, l| m | 1 << l);
+        let exited = w.exited;
         for pc in pcs {
             let group = (0..32)
-                .filter(|&l| w.st[l] == Lane::Sync(pc))
+                .filter(|&l| w.syncs_at(l, pc))
                 .fold(0u32, |m, l| m | 1 << l);
             let m = match &self.func.insts[pc as usize].op {
                 Op::Shfl { mask, .. }
@@ -1658,15 +1670,18 @@ impl<'a> Launch<'a> {
                 count,
                 red,
             } => {
-                w.set_pcs(mask & !exec, next);
-                // `bar.sync N` / `barrier.sync N`: the whole group waits.
+                // `bar.sync N` / `barrier.sync N`: the whole group waits,
+                // its PC already past the barrier (nothing is left to do
+                // at the release but to wake it).
                 if let (Src::Imm(idv), None, None, true) = (*id, count, red, *wait) {
                     if idv < BARRIERS as u64 {
+                        w.set_pcs(mask, next);
                         w.set_all(exec, Lane::Bar(idv as u8));
-                        w.set_pcs(exec, pc);
+                        w.bar_advanced |= exec;
                         return Ok(None);
                     }
                 }
+                w.set_pcs(mask & !exec, next);
                 for l in bits_of(exec) {
                     let idv = self.rd(w, *id, l) as u32;
                     if idv as usize >= BARRIERS {
@@ -1710,7 +1725,7 @@ impl<'a> Launch<'a> {
                 }
                 let mut waiting = 0u32;
                 for l in bits_of(w.synced) {
-                    if w.st[l] == Lane::Sync(pc) {
+                    if w.sync_pc[l] == pc {
                         waiting |= 1 << l;
                     }
                 }

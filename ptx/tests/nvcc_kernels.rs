@@ -414,6 +414,44 @@ fn hillis_steele_inclusive_scan() {
     assert_eq!(mem.i32s(pout), want);
 }
 
+/// A scan whose every step has two barriers and no divergent thread,
+/// over many blocks of several warps (the barrier path a warp takes
+/// most often), both engines, against the CPU block by block.
+#[test]
+fn padded_scan_of_many_blocks() {
+    let m = kernel("scan");
+    let (blocks, threads) = (37usize, 256usize);
+    let mut r = Rng(10);
+    let input: Vec<i32> = (0..blocks * threads).map(|_| r.next() as i32).collect();
+    let want: Vec<i32> = input
+        .chunks(threads)
+        .flat_map(|b| {
+            b.iter().scan(0i32, |s, &v| {
+                *s = s.wrapping_add(v);
+                Some(*s)
+            })
+        })
+        .collect();
+    for simd in [true, false] {
+        let mut mem = VecMemory::default();
+        let pin = mem.alloc_i32(&input);
+        let pout = mem.alloc_i32(&vec![0; input.len()]);
+        let lim = Limits {
+            host_simd: simd,
+            ..Limits::default()
+        };
+        let d = dims(
+            [blocks as u32, 1, 1],
+            [threads as u32, 1, 1],
+            2 * threads as u32 * 4,
+        );
+        let p = Params::new().ptr(pin).ptr(pout);
+        m.run(&mut m.globals(), "scan_padded", &d, &p.0, &mut mem, &lim)
+            .unwrap();
+        assert_eq!(mem.i32s(pout), want, "host_simd {simd}");
+    }
+}
+
 #[test]
 fn blelloch_exclusive_scan() {
     let m = kernel("scan");

@@ -52,3 +52,23 @@ extern "C" __global__ void scan_blelloch(const int *in, int *out, int n)
     out[2 * tid] = temp[2 * tid];
     out[2 * tid + 1] = temp[2 * tid + 1];
 }
+
+// Inclusive scan of each block's blockDim.x elements over a zero-padded,
+// volatile buffer: no thread diverges, and each step has two barriers
+// (read, then write), as many scans in the wild are written.
+extern "C" __global__ void scan_padded(const unsigned *in, unsigned *out)
+{
+    extern __shared__ unsigned padded[]; // 2 * blockDim.x
+    volatile unsigned *s = padded;
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned pos = blockDim.x + threadIdx.x;
+    s[threadIdx.x] = 0;
+    s[pos] = in[i];
+    for (unsigned off = 1; off < blockDim.x; off <<= 1) {
+        __syncthreads();
+        unsigned t = s[pos] + s[pos - off];
+        __syncthreads();
+        s[pos] = t;
+    }
+    out[i] = s[pos];
+}
