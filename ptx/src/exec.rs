@@ -1568,6 +1568,34 @@ impl<'a> Launch<'a> {
                         return Ok(Some(next));
                     }
                 }
+                Some(&Fast::StShared { ty, s, addr }) => {
+                    // `[%r + off]` with a 32-bit register, a register or
+                    // an immediate stored: formed and checked in 32-bit
+                    // vectors, written lane by lane.
+                    let src = match s {
+                        Src::Reg(r) => Some((Some(r), 0)),
+                        Src::Imm(v) => Some((None, v)),
+                        _ => None,
+                    };
+                    if let (Some(base), true, 4, Some((r, v))) =
+                        (addr.base, addr.narrow, ty.bytes(), src)
+                    {
+                        // SAFETY: `wide` is set only on a CPU with AVX2.
+                        let done = unsafe {
+                            simd::st_shared_narrow4(
+                                &w.regs,
+                                r,
+                                v,
+                                base,
+                                addr.off as u64,
+                                &mut self.shared,
+                            )
+                        };
+                        if done {
+                            return Ok(Some(next));
+                        }
+                    }
+                }
                 Some(&Fast::IBin { op, ty, d, a, b }) => {
                     self.ibin_lanes(w, exec, op, ty, d, a, b);
                     return Ok(Some(next));

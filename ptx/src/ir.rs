@@ -1305,6 +1305,8 @@ pub(crate) enum Fast {
     FmaRnF32 { d: u32, a: Src, b: Src, c: Src },
     /// `ld.shared` of one element into `d` from `addr`.
     LdShared { ty: Ty, d: u32, addr: Addr },
+    /// `st.shared` of one element from `s` at `addr`.
+    StShared { ty: Ty, s: Src, addr: Addr },
     /// An integer operation of [`Fast::IBIN_OPS`] on a type of
     /// [`Fast::INT_TYPES`].
     IBin {
@@ -1436,6 +1438,17 @@ impl Fast {
                 n: 1,
                 addr,
             } => Fast::LdShared { ty, d: ds[0], addr },
+            Op::St {
+                space: Space::Shared,
+                ty,
+                srcs,
+                n: 1,
+                addr,
+            } => Fast::StShared {
+                ty,
+                s: srcs[0],
+                addr,
+            },
             Op::IBin { op, ty, d, a, b }
                 if Self::IBIN_OPS.contains(&op) && Self::INT_TYPES.contains(&ty) =>
             {

@@ -299,6 +299,55 @@ ld.shared.u32 %r2, [%r6+65664];",
     }
 }
 
+/// A full warp's shared stores: lanes that share an address leave the
+/// highest lane's value, an immediate reaches every lane, and one lane
+/// outside the array or misaligned fails the store.
+#[test]
+fn a_warp_of_shared_stores_keeps_the_last_lane_and_fails_whole() {
+    let m = kernel_with(
+        ".shared .align 4 .b8 s[256];",
+        "mov.u32 %r3, s;
+shl.b32 %r4, %r1, 2;
+add.s32 %r5, %r3, %r4;
+st.shared.u32 [%r3], %r1;
+st.shared.u32 [%r5+128], 77;
+bar.sync 0;
+ld.shared.u32 %r6, [%r3];
+ld.shared.u32 %r7, [%r5+128];
+add.s32 %r8, %r6, %r7;
+st.global.u32 [%rd3], %r8;",
+    );
+    let (r, out) = run_k(&m, 32, 32);
+    r.expect("runs");
+    assert_eq!(out, vec![31 + 77; 32]);
+    for (inst, bad) in [
+        // Lane 31's element starts at byte 8 * 31 + 8 = 256 of 256.
+        ("st.shared.u32 [%r5+8], %r1;", "out of bounds"),
+        ("st.shared.u32 [%r5+2], %r1;", "misaligned"),
+        ("st.shared.u32 [%r5+2], 5;", "misaligned"),
+    ] {
+        let m = kernel_with(
+            ".shared .align 4 .b8 s[256];",
+            &format!("mov.u32 %r3, s;\nshl.b32 %r4, %r1, 3;\nadd.s32 %r5, %r3, %r4;\n{inst}"),
+        );
+        match (run_k(&m, 32, 32).0, bad) {
+            (
+                Err(Error::OutOfBounds {
+                    space: "shared", ..
+                }),
+                "out of bounds",
+            )
+            | (
+                Err(Error::Misaligned {
+                    space: "shared", ..
+                }),
+                "misaligned",
+            ) => {}
+            (r, _) => panic!("{inst}: {r:?}"),
+        }
+    }
+}
+
 #[test]
 fn out_of_bounds_and_misaligned_accesses_fail() {
     let cases = [

@@ -522,30 +522,9 @@ pub(super) unsafe fn ld_shared_narrow4(
     mem: &[u8],
     signed32: bool,
 ) -> bool {
-    // The last element's offset; every offset below 2^31 (gathers take
-    // signed 32-bit offsets).
-    let Some(last) = mem.len().checked_sub(4).filter(|&l| l <= i32::MAX as usize) else {
+    let Some(at) = narrow_offsets4(reg(regs, base), off, mem.len()) else {
         return false;
     };
-    let last = _mm256_set1_epi32(last as i32);
-    let off = _mm256_set1_epi32(off as u32 as i32);
-    let three = _mm256_set1_epi32(3);
-    let mut at = [_mm256_setzero_si256(); 4];
-    let mut bad = _mm256_setzero_si256();
-    let b = reg(regs, base);
-    for (q, at) in at.iter_mut().enumerate() {
-        // The low 32 bits of `base + off` are those of the low halves'
-        // sum: the address modulo 2^32.
-        let a = _mm256_add_epi32(low_halves(b, q), off);
-        bad = _mm256_or_si256(bad, _mm256_and_si256(a, three));
-        // Above `last` (unsigned): max(a, last) is not `last`.
-        let inside = _mm256_cmpeq_epi32(_mm256_max_epu32(a, last), last);
-        bad = _mm256_or_si256(bad, _mm256_andnot_si256(inside, _mm256_set1_epi32(-1)));
-        *at = a;
-    }
-    if _mm256_testz_si256(bad, bad) == 0 {
-        return false;
-    }
     let ptr = mem.as_ptr();
     let out = reg_mut(regs, d);
     for (q, &idx) in at.iter().enumerate() {
@@ -558,6 +537,89 @@ pub(super) unsafe fn ld_shared_narrow4(
             widen::<true>(w, out, q);
         } else {
             widen::<false>(w, out, q);
+        }
+    }
+    true
+}
+
+/// The offsets `base + off` (modulo 2^32) of a full warp's 4-byte
+/// elements in a memory of `len` bytes, eight lanes per vector, `base`
+/// being the lanes of a 32-bit register; None if any is misaligned or its
+/// element not inside (or `len` is 2^31 or more: gathers take signed
+/// 32-bit offsets).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn narrow_offsets4(base: &[u64; 32], off: u64, len: usize) -> Option<[__m256i; 4]> {
+    // The last element's offset.
+    let last = len.checked_sub(4).filter(|&l| l <= i32::MAX as usize)?;
+    let last = _mm256_set1_epi32(last as i32);
+    let off = _mm256_set1_epi32(off as u32 as i32);
+    let three = _mm256_set1_epi32(3);
+    let mut at = [_mm256_setzero_si256(); 4];
+    let mut bad = _mm256_setzero_si256();
+    for (q, at) in at.iter_mut().enumerate() {
+        // The low 32 bits of `base + off` are those of the low halves'
+        // sum: the address modulo 2^32.
+        let a = _mm256_add_epi32(low_halves(base, q), off);
+        bad = _mm256_or_si256(bad, _mm256_and_si256(a, three));
+        // Above `last` (unsigned): max(a, last) is not `last`.
+        let inside = _mm256_cmpeq_epi32(_mm256_max_epu32(a, last), last);
+        bad = _mm256_or_si256(bad, _mm256_andnot_si256(inside, _mm256_set1_epi32(-1)));
+        *at = a;
+    }
+    (_mm256_testz_si256(bad, bad) == 1).then_some(at)
+}
+
+/// A full warp's `st.shared` of one 4-byte element, the low 32 bits of
+/// register `src` or the immediate `imm` (when `src` is None), at
+/// `[base + off]` with `base` a 32-bit register: addresses formed and
+/// checked as [`ld_shared_narrow4`] forms them, then the elements written
+/// in lane order, so that where lanes share an address the highest one's
+/// value stays, as on the general path. False, with nothing written, if
+/// any lane's element is misaligned or not inside `mem`: the caller takes
+/// its general path, which reports the first faulting lane.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn st_shared_narrow4(
+    regs: &[u64],
+    src: Option<u32>,
+    imm: u64,
+    base: u32,
+    off: u64,
+    mem: &mut [u8],
+) -> bool {
+    let Some(at) = narrow_offsets4(reg(regs, base), off, mem.len()) else {
+        return false;
+    };
+    let mut offs = [0u32; 32];
+    for (q, &a) in at.iter().enumerate() {
+        let dst = offs[8 * q..8 * q + 8].as_mut_ptr().cast::<__m256i>();
+        // SAFETY: `dst` points to `offs[8q..8q + 8]`, eight u32 (32 bytes)
+        // of a live local array; the store is unaligned.
+        unsafe { _mm256_storeu_si256(dst, a) };
+    }
+    let ptr = mem.as_mut_ptr();
+    let put = |o: u32, v: u64| {
+        // SAFETY: every offset is at most `mem.len() - 4` (checked above,
+        // all lanes, before any write): the four bytes from it are bytes
+        // of `mem`.
+        let at = unsafe { ptr.add(o as usize) }.cast::<[u8; 4]>();
+        // SAFETY: `at` points to four bytes of `mem` (above), which is
+        // exclusively borrowed; the write is unaligned.
+        unsafe { at.write_unaligned((v as u32).to_le_bytes()) };
+    };
+    match src {
+        Some(r) => {
+            for (&o, &v) in offs.iter().zip(reg(regs, r)) {
+                put(o, v);
+            }
+        }
+        None => {
+            for &o in &offs {
+                put(o, imm);
+            }
         }
     }
     true
