@@ -279,9 +279,11 @@ impl Warp {
         }
     }
 
-    /// Whether lane `l` waits at the warp-synchronous instruction at `pc`.
-    fn syncs_at(&self, l: usize, pc: u32) -> bool {
-        self.synced & (1 << l) != 0 && self.sync_pc[l] == pc
+    /// The lanes waiting at the warp-synchronous instruction at `pc`.
+    fn synced_at(&self, pc: u32) -> u32 {
+        bits_of(self.synced)
+            .filter(|&l| self.sync_pc[l] == pc)
+            .fold(0, |m, l| m | 1 << l)
     }
 }
 
@@ -1325,11 +1327,8 @@ impl<'a> Launch<'a> {
         let mut pcs: Vec<u32> = bits_of(w.synced).map(|l| w.sync_pc[l]).collect();
         pcs.sort_unstable();
         pcs.dedup();
-        let exited = w.exited;
         for pc in pcs {
-            let group = (0..32)
-                .filter(|&l| w.syncs_at(l, pc))
-                .fold(0u32, |m, l| m | 1 << l);
+            let group = w.synced_at(pc);
             let m = match &self.func.insts[pc as usize].op {
                 Op::Shfl { mask, .. }
                 | Op::Vote { mask, .. }
@@ -1338,8 +1337,9 @@ impl<'a> Launch<'a> {
                 | Op::Match { mask, .. } => *mask,
                 _ => continue,
             };
-            let required =
-                bits_of(group).fold(0u32, |r, l| r | self.rd(w, m, l) as u32) & w.exists & !exited;
+            let required = bits_of(group).fold(0u32, |r, l| r | self.rd(w, m, l) as u32)
+                & w.exists
+                & !w.exited;
             if required & !group == 0 {
                 for l in bits_of(group) {
                     w.set(l, Lane::Active);
@@ -1569,23 +1569,14 @@ impl<'a> Launch<'a> {
                     }
                 }
                 Some(&Fast::StShared { ty, s, addr }) => {
-                    // `[%r + off]` with a 32-bit register, a register or
-                    // an immediate stored: formed and checked in 32-bit
-                    // vectors, written lane by lane.
-                    let src = match s {
-                        Src::Reg(r) => Some((Some(r), 0)),
-                        Src::Imm(v) => Some((None, v)),
-                        _ => None,
-                    };
-                    if let (Some(base), true, 4, Some((r, v))) =
-                        (addr.base, addr.narrow, ty.bytes(), src)
-                    {
+                    // `[%r + off]` with a 32-bit register: formed and
+                    // checked in 32-bit vectors, written lane by lane.
+                    if let (Some(base), true, 4) = (addr.base, addr.narrow, ty.bytes()) {
                         // SAFETY: `wide` is set only on a CPU with AVX2.
                         let done = unsafe {
                             simd::st_shared_narrow4(
                                 &w.regs,
-                                r,
-                                v,
+                                s,
                                 base,
                                 addr.off as u64,
                                 &mut self.shared,
@@ -1751,12 +1742,7 @@ impl<'a> Launch<'a> {
                 if exec == 0 {
                     return Ok(Some(next));
                 }
-                let mut waiting = 0u32;
-                for l in bits_of(w.synced) {
-                    if w.sync_pc[l] == pc {
-                        waiting |= 1 << l;
-                    }
-                }
+                let waiting = w.synced_at(pc);
                 let mut required = match *m {
                     Src::Imm(v) => v as u32,
                     Src::Reg(r) if exec == lanes::FULL => {

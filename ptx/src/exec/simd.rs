@@ -572,7 +572,7 @@ fn narrow_offsets4(base: &[u64; 32], off: u64, len: usize) -> Option<[__m256i; 4
 }
 
 /// A full warp's `st.shared` of one 4-byte element, the low 32 bits of
-/// register `src` or the immediate `imm` (when `src` is None), at
+/// `src` (a register or an immediate; any other is refused), at
 /// `[base + off]` with `base` a 32-bit register: addresses formed and
 /// checked as [`ld_shared_narrow4`] forms them, then the elements written
 /// in lane order, so that where lanes share an address the highest one's
@@ -584,8 +584,7 @@ fn narrow_offsets4(base: &[u64; 32], off: u64, len: usize) -> Option<[__m256i; 4
 #[inline]
 pub(super) fn st_shared_narrow4(
     regs: &[u64],
-    src: Option<u32>,
-    imm: u64,
+    src: crate::ir::Src,
     base: u32,
     off: u64,
     mem: &mut [u8],
@@ -611,16 +610,18 @@ pub(super) fn st_shared_narrow4(
         unsafe { at.write_unaligned((v as u32).to_le_bytes()) };
     };
     match src {
-        Some(r) => {
+        crate::ir::Src::Reg(r) => {
             for (&o, &v) in offs.iter().zip(reg(regs, r)) {
                 put(o, v);
             }
         }
-        None => {
+        crate::ir::Src::Imm(v) => {
             for &o in &offs {
-                put(o, imm);
+                put(o, v);
             }
         }
+        // Nothing written yet.
+        crate::ir::Src::NotPred(_) | crate::ir::Src::Sreg(_) => return false,
     }
     true
 }
