@@ -468,6 +468,12 @@ impl Cuda {
         self.call(Opcode::ContextJoin, &[token]).map(drop)
     }
 
+    /// `ContextDestroy`: this channel's own context is destroyed now (see
+    /// the opcode).
+    pub fn context_destroy(&mut self) -> Result<(), CallError> {
+        self.call(Opcode::ContextDestroy, &[]).map(drop)
+    }
+
     /// `cuEventRecord` answered once the host has recorded it (what
     /// follows it in other processes' streams may wait for it).
     pub fn event_record_sync(&mut self, e: u64, s: u64) -> Result<(), CallError> {

@@ -1,15 +1,23 @@
 //! Contexts, guest side.
 //!
-//! One guest process holds one channel, which is one context on the host.
-//! The primary context and any context `cuCtxCreate` makes are guest-side
-//! objects that all name that channel; what differs per thread is which one
-//! is current (a per-thread stack, as in the driver).
+//! The primary context is the process's host context: the process's
+//! channel and its threads' channels (`crate::state`). A context
+//! `cuCtxCreate` makes is a host context of its own: a channel claimed for
+//! it, which every thread that makes it current uses (taking turns), so its
+//! memory, modules, streams, events, limits and sticky errors are its own,
+//! and `cuCtxDestroy` hands the channel back, which frees them on the host.
+//! When the region has no channel to spare (one stays free for another
+//! process to start), the new context names the primary's host context
+//! instead, as before, and says so once. Which context is current is a
+//! per-thread stack, as in the driver; calls are sent to the host context
+//! of the current one ([`host_of_current`]).
 
 use std::cell::RefCell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 
+use fairgpu_frontend::cuda::Cuda;
 use fairgpu_protocol::cuda::limit as host_limit;
 
 use crate::types::{err, CUcontext, CUdevice, CUresult};
@@ -23,6 +31,20 @@ pub struct GuestContext {
     /// `cuCtxSetCacheConfig`'s `CUfunc_cache`: a preference the device may
     /// ignore, remembered so that `cuCtxGetCacheConfig` answers what was set.
     cache_config: AtomicU32,
+    /// Whether it is a host context of its own (`channel`); set once, when
+    /// it is made.
+    own: AtomicBool,
+    /// Its host context's channel while it lives (`own` contexts only).
+    pub channel: Mutex<Option<Cuda>>,
+    /// Kernels that can print were launched in it since its output was
+    /// last taken (`crate::state::flush_output`). Relaxed: a hint; the
+    /// output itself travels in order on the channel.
+    pub output_pending: AtomicBool,
+    /// A kernel ran in it since its managed memory was last pulled
+    /// (`crate::managed`); Relaxed as `output_pending`.
+    pub device_dirty: AtomicBool,
+    /// `cuCtxDestroy` ended it.
+    gone: AtomicBool,
 }
 
 impl GuestContext {
@@ -31,8 +53,65 @@ impl GuestContext {
             flags: AtomicU32::new(flags),
             retained: AtomicU32::new(retained),
             cache_config: AtomicU32::new(CACHE_PREFER_NONE),
+            own: AtomicBool::new(false),
+            channel: Mutex::new(None),
+            output_pending: AtomicBool::new(false),
+            device_dirty: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
         }
     }
+
+    /// Whether it is a host context of its own.
+    pub fn is_own(&self) -> bool {
+        // Relaxed: set before the context's handle is given out, which the
+        // program's own synchronization orders before any use in another
+        // thread.
+        self.own.load(Ordering::Relaxed)
+    }
+}
+
+/// Which host context a call goes to: the primary's (0), or a created
+/// context's own (its handle's value). Created contexts are never freed,
+/// so a key is never reused.
+pub type HostKey = usize;
+
+/// The primary context's host context.
+pub const PRIMARY_KEY: HostKey = 0;
+
+/// The context object behind `key` (none for [`PRIMARY_KEY`]).
+pub fn by_key(key: HostKey) -> Option<&'static GuestContext> {
+    if key == PRIMARY_KEY {
+        return None;
+    }
+    // SAFETY: keys other than PRIMARY_KEY are only made by
+    // `host_of_current`/`key_of` from created contexts, which are leaked
+    // boxes that live for the rest of the process.
+    Some(unsafe { &*(key as *const GuestContext) })
+}
+
+/// Whether host context `key` still lives (the primary's always does).
+pub fn alive(key: HostKey) -> bool {
+    // Relaxed: a hint for choosing a module; a call into a context that
+    // went meanwhile fails with CONTEXT_IS_DESTROYED.
+    by_key(key).is_none_or(|c| !c.gone.load(Ordering::Relaxed))
+}
+
+/// The host context of context `ctx` (null: the primary's).
+pub fn key_of(ctx: CUcontext) -> HostKey {
+    if ctx.is_null() || ctx == primary() {
+        return PRIMARY_KEY;
+    }
+    if object(ctx).is_own() {
+        ctx as HostKey
+    } else {
+        PRIMARY_KEY
+    }
+}
+
+/// The host context of the calling thread's current context (with none
+/// current, the primary's: libraries load before a context is bound).
+pub fn host_of_current() -> HostKey {
+    key_of(current())
 }
 
 /// `CU_FUNC_CACHE_PREFER_NONE`; the values run to `PREFER_EQUAL` (3).
@@ -49,6 +128,19 @@ static CREATED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 thread_local! {
     static STACK: RefCell<Vec<CUcontext>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The live created contexts that have host contexts of their own.
+pub fn created_own() -> Vec<&'static GuestContext> {
+    let created = match CREATED.try_lock() {
+        Ok(g) => g.clone(),
+        Err(_) => return Vec::new(),
+    };
+    created
+        .into_iter()
+        .map(|c| object(c as CUcontext))
+        .filter(|o| o.is_own())
+        .collect()
 }
 
 /// The primary context's handle.
@@ -68,8 +160,9 @@ fn object(ctx: CUcontext) -> &'static GuestContext {
     if ctx == primary() {
         return &PRIMARY;
     }
-    // SAFETY: `valid(ctx)` was checked by every caller; created contexts are
-    // leaked boxes that live for the rest of the process.
+    // SAFETY: `valid(ctx)` was checked by every caller, or `ctx` was on a
+    // thread's stack, where only valid contexts are pushed; created
+    // contexts are leaked boxes that live for the rest of the process.
     unsafe { &*(ctx as *const GuestContext) }
 }
 
@@ -271,7 +364,17 @@ pub extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
 fn ctx_create(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> CUresult {
     ffi_result(|| {
         check_device(dev)?;
+        if pctx.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
         let obj = Box::leak(Box::new(GuestContext::new(flags, 1)));
+        match state::claim_context_channel() {
+            Some(cu) => {
+                *obj.channel.lock().unwrap_or_else(|p| p.into_inner()) = Some(cu);
+                obj.own.store(true, Ordering::Relaxed);
+            }
+            None => shared_context_note(),
+        }
         let ctx = obj as *mut GuestContext as *mut c_void;
         CREATED.lock().map_err(|_| err::UNKNOWN)?.push(ctx as usize);
         // SAFETY: caller passes a writable slot (checked for null).
@@ -281,7 +384,55 @@ fn ctx_create(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> CUresult {
     })
 }
 
-/// `cuCtxCreate_v2`: a new context object on this process's channel.
+/// Says once that a context was made on the primary's host context.
+fn shared_context_note() {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    if crate::log_level() == crate::LogLevel::Off {
+        return;
+    }
+    SAID.call_once(|| {
+        eprintln!(
+            "fairgpu guest-lib: cuCtxCreate found no channel to spare in the region (one stays free \
+             for another process): the new context shares the primary context's host context, so \
+             its memory is freed only when the process exits and a sticky error in either is seen \
+             by both"
+        );
+    });
+}
+
+/// Ends a created context: its output is printed, its channel drained and
+/// handed back (the host frees what it held), and what this library keeps
+/// for it forgotten. A thread that still has it current gets
+/// CUDA_ERROR_CONTEXT_IS_DESTROYED.
+fn destroy(ctx: CUcontext) -> Result<(), CUresult> {
+    {
+        let mut created = CREATED.lock().map_err(|_| err::UNKNOWN)?;
+        let Some(i) = created.iter().position(|&c| c == ctx as usize) else {
+            return Err(err::INVALID_CONTEXT);
+        };
+        created.swap_remove(i);
+    }
+    let _ = STACK.try_with(|s| s.borrow_mut().retain(|c| *c != ctx));
+    crate::export_tables::context_destroyed(ctx);
+    let obj = object(ctx);
+    obj.gone.store(true, Ordering::Relaxed);
+    if obj.is_own() {
+        let key = ctx as HostKey;
+        state::flush_output_of(key);
+        crate::managed::forget_context(key);
+        crate::memory::forget_context(key);
+        let cu = obj.channel.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(mut cu) = cu {
+            // Freed now, as the driver's cuCtxDestroy frees (the host would
+            // also free it when the channel is handed back, a little later).
+            let _ = cu.context_destroy();
+            drop(cu);
+        }
+    }
+    Ok(())
+}
+
+/// `cuCtxCreate_v2`: a new context with a host context of its own.
 #[no_mangle]
 pub extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> CUresult {
     ctx_create(pctx, flags, dev)
@@ -310,17 +461,22 @@ pub extern "C" fn cuCtxCreate_v4(
     ctx_create(pctx, flags, dev)
 }
 
-/// `cuCtxDestroy_v2`: unbinds the context from this thread.
+/// `cuCtxDestroy_v2`: the context and everything made in it go (the
+/// primary context is only unbound from this thread: its host context is
+/// the process's).
 #[no_mangle]
 pub extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
     ffi_result(|| {
         state::device()?;
+        if ctx == primary() {
+            let _ = STACK.try_with(|s| s.borrow_mut().retain(|c| *c != ctx));
+            crate::export_tables::context_destroyed(ctx);
+            return Ok(());
+        }
         if !valid(ctx) {
             return Err(err::INVALID_CONTEXT);
         }
-        let _ = STACK.try_with(|s| s.borrow_mut().retain(|c| *c != ctx));
-        crate::export_tables::context_destroyed(ctx);
-        Ok(())
+        destroy(ctx)
     })
 }
 
@@ -358,11 +514,7 @@ pub extern "C" fn cuCtxDetach(ctx: CUcontext) -> CUresult {
                 crate::export_tables::context_destroyed(ctx);
                 Ok(())
             }
-            Ok(1) => {
-                let _ = STACK.try_with(|s| s.borrow_mut().retain(|c| *c != ctx));
-                crate::export_tables::context_destroyed(ctx);
-                Ok(())
-            }
+            Ok(1) => destroy(ctx),
             Ok(_) => Ok(()),
             Err(_) => Err(err::INVALID_CONTEXT),
         }
@@ -511,9 +663,18 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
 
 /// `cuCtxSynchronize_v2` (CUDA 13: names the context).
 #[no_mangle]
-pub extern "C" fn cuCtxSynchronize_v2(_ctx: CUcontext) -> CUresult {
+pub extern "C" fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
     ffi(|| match state::device() {
-        Ok(_) => ffi_result(|| state::with_sync(|cu| cu.ctx_synchronize())),
+        Ok(_) if ctx.is_null() || ctx == current() => {
+            ffi_result(|| state::with_sync(|cu| cu.ctx_synchronize()))
+        }
+        Ok(_) if !valid(ctx) => err::INVALID_CONTEXT,
+        Ok(_) => ffi_result(|| {
+            let key = key_of(ctx);
+            let r = state::with_in(key, |cu| cu.ctx_synchronize());
+            state::flush_output_of(key);
+            r
+        }),
         Err(e) => e,
     })
 }

@@ -234,9 +234,10 @@ pub(crate) fn launch_packed(
         let func = function_ref(f)?;
         check_options(func, grid, block, shared, &options)?;
         let stream = stream_handle(s);
+        let host = func.host_here()?;
         // Kernels see what the CPU wrote to managed and mapped memory.
         crate::managed::push()?;
-        state::with(|cu| cu.launch_with(func.host, grid, block, shared, stream, buf, options))?;
+        state::with(|cu| cu.launch_with(host, grid, block, shared, stream, buf, options))?;
         crate::managed::note_launch();
         if func.prints {
             state::note_printing_launch();
@@ -555,7 +556,10 @@ impl SmLimits {
 /// A kernel's static shared memory, as the host's code has it.
 fn static_smem(func: &GuestFunction) -> Result<u64, CUresult> {
     // CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES.
-    let v = state::with(|cu| cu.func_get_attribute(func.host, 1))?;
+    let v = {
+        let host = func.host_here()?;
+        state::with(|cu| cu.func_get_attribute(host, 1))
+    }?;
     Ok(u64::try_from(v).unwrap_or(0))
 }
 
@@ -593,7 +597,10 @@ fn potential_block_size(
         }
         let d = state::device()?;
         // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK.
-        let kernel_max = state::with(|cu| cu.func_get_attribute(func.host, 0))?;
+        let kernel_max = {
+            let host = func.host_here()?;
+            state::with(|cu| cu.func_get_attribute(host, 0))
+        }?;
         let mut max = kernel_max.min(d.attribute(1)?);
         if limit > 0 {
             max = max.min(limit);
@@ -696,7 +703,10 @@ pub extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
         let func = function_ref(f)?;
         let info = state::device()?;
         // CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, as the host's code has it.
-        let static_smem = state::with(|cu| cu.func_get_attribute(func.host, 1))?;
+        let static_smem = {
+            let host = func.host_here()?;
+            state::with(|cu| cu.func_get_attribute(host, 1))
+        }?;
         let n = available_dynamic_smem(
             info.attribute(81)?,
             info.attribute(97)?,

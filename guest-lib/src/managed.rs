@@ -41,7 +41,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use crate::context::{out, require_current};
+use crate::context::{self, out, require_current, HostKey};
 use crate::ffi_result;
 use crate::memory::{device_alloc, device_free, slice, slice_mut};
 use crate::state;
@@ -84,13 +84,26 @@ struct Mirror {
     alloc: u64,
     /// What the device holds, as far as this process knows.
     clean: Vec<u8>,
+    /// The host context whose memory holds it (the current one when it
+    /// was made): pushes and pulls go there.
+    ctx: HostKey,
 }
 
 static MIRRORS: Mutex<Vec<Mirror>> = Mutex::new(Vec::new());
 /// A kernel ran since the mirrors were last pulled. Relaxed: set after a
 /// launch request is sent and read by this process's later
 /// synchronizations, which the channel's lock orders.
+/// This is the primary's host context's; a created context has its own
+/// (`GuestContext::device_dirty`).
 static DEVICE_DIRTY: AtomicBool = AtomicBool::new(false);
+
+/// The flag of host context `key` ([`DEVICE_DIRTY`]).
+fn device_dirty(key: HostKey) -> &'static AtomicBool {
+    match context::by_key(key) {
+        Some(c) => &c.device_dirty,
+        None => &DEVICE_DIRTY,
+    }
+}
 /// Whether any mirror exists (a fast path for programs without any).
 static ANY: AtomicBool = AtomicBool::new(false);
 
@@ -139,14 +152,15 @@ pub fn is_cpu(p: usize, n: usize) -> bool {
     find_cpu(p, n).is_some()
 }
 
-/// Pushes what the CPU changed in every mirror since the device last saw
-/// it, before a kernel runs.
+/// Pushes what the CPU changed in every mirror of the current context
+/// since the device last saw it, before a kernel runs there.
 pub fn push() -> Result<(), CUresult> {
     if !ANY.load(Ordering::Relaxed) {
         return Ok(());
     }
+    let key = context::host_of_current();
     let mut ms = mirrors();
-    for m in ms.iter_mut() {
+    for m in ms.iter_mut().filter(|m| m.ctx == key) {
         // SAFETY: the mirror's CPU bytes are mapped (or registered by the
         // program) for its whole length while it exists.
         let cpu = slice(m.cpu as *const c_void, m.len)?;
@@ -178,7 +192,7 @@ pub fn push() -> Result<(), CUresult> {
 /// Records that a kernel was launched: the next synchronization pulls.
 pub fn note_launch() {
     if ANY.load(Ordering::Relaxed) {
-        DEVICE_DIRTY.store(true, Ordering::Relaxed);
+        device_dirty(context::host_of_current()).store(true, Ordering::Relaxed);
     }
 }
 
@@ -187,14 +201,17 @@ pub fn note_launch() {
 /// kernel's writes are in. A page the device did not change keeps the
 /// CPU's bytes. Errors are left for the program's own calls to report.
 pub fn pull() {
-    if !ANY.load(Ordering::Relaxed) || !DEVICE_DIRTY.swap(false, Ordering::Relaxed) {
+    if !ANY.load(Ordering::Relaxed)
+        || !device_dirty(context::host_of_current()).swap(false, Ordering::Relaxed)
+    {
         return;
     }
     if state::with(|cu| cu.ctx_synchronize()).is_err() {
         return;
     }
+    let key = context::host_of_current();
     let mut ms = mirrors();
-    for m in ms.iter_mut() {
+    for m in ms.iter_mut().filter(|m| m.ctx == key) {
         let mut dev = vec![0u8; m.len];
         if state::with(|cu| cu.memcpy_dtoh(&mut dev, m.dev, 0)).is_err() {
             continue;
@@ -337,6 +354,7 @@ pub extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, size: usize, flags: 
             len: size,
             alloc,
             clean: vec![0; size],
+            ctx: context::host_of_current(),
         });
         // SAFETY: non-null, writable per the API.
         unsafe { out(dptr, addr) }
@@ -375,6 +393,7 @@ pub fn host_alloc_mapped(size: usize, flags: u32) -> Result<*mut c_void, CUresul
         len: size,
         alloc,
         clean: vec![0; size],
+        ctx: context::host_of_current(),
     });
     Ok(addr as *mut c_void)
 }
@@ -394,6 +413,7 @@ pub fn register_mapped(p: *mut c_void, size: usize, flags: u32) -> Result<(), CU
         alloc: dev,
         // The device starts zeroed; the next push sends what differs.
         clean: vec![0; size],
+        ctx: context::host_of_current(),
     });
     Ok(())
 }
@@ -405,9 +425,11 @@ pub fn unregister(p: *mut c_void) -> Result<bool, CUresult> {
         return Ok(false);
     };
     // The device's last writes belong to the program's memory.
-    if DEVICE_DIRTY.load(Ordering::Relaxed) && state::with(|cu| cu.ctx_synchronize()).is_ok() {
+    if device_dirty(m.ctx).load(Ordering::Relaxed)
+        && state::with_in(m.ctx, |cu| cu.ctx_synchronize()).is_ok()
+    {
         let mut dev = vec![0u8; m.len];
-        if state::with(|cu| cu.memcpy_dtoh(&mut dev, m.dev, 0)).is_ok() {
+        if state::with_in(m.ctx, |cu| cu.memcpy_dtoh(&mut dev, m.dev, 0)).is_ok() {
             let cpu = slice_mut(p, m.len)?;
             for off in (0..m.len).step_by(PAGE) {
                 let end = (off + PAGE).min(m.len);
@@ -545,20 +567,44 @@ pub fn adopt_module_var(dev: u64, len: usize, module: usize) -> Result<(), CUres
         len,
         alloc: 0,
         clean: bytes,
+        ctx: context::host_of_current(),
     });
     Ok(())
+}
+
+/// Forgets the mirrors of a destroyed context, whose host context freed
+/// their device memory: what this library mapped for them is unmapped
+/// (the program's own registered memory stays the program's).
+pub fn forget_context(key: HostKey) {
+    while let Some(m) = remove(|m| m.ctx == key) {
+        match m.kind {
+            Kind::Managed | Kind::HostMapped { .. } => {
+                // SAFETY: the mapping `alloc_shared` made for this mirror,
+                // gone from the table: nothing of this library refers to it.
+                unsafe { libc::munmap(m.cpu as *mut c_void, m.len.next_multiple_of(PAGE)) };
+            }
+            Kind::ModuleVar { .. } => unmap_var_pages_of(&m),
+            Kind::Registered { .. } => {}
+        }
+    }
+}
+
+/// Unmaps the pages of a forgotten module variable that no other
+/// variable uses.
+fn unmap_var_pages_of(m: &Mirror) {
+    let first = m.cpu & !(PAGE - 1);
+    let end = (m.cpu + m.len).next_multiple_of(PAGE);
+    let pages: Vec<usize> = (first..end).step_by(PAGE).collect();
+    if let Ok(mut p) = VAR_PAGES.lock() {
+        unmap_var_pages_locked(&mut p, &pages);
+    }
 }
 
 /// Forgets the `__managed__` variables of an unloaded module and unmaps
 /// the pages no other variable uses.
 pub fn forget_module_vars(module: usize) {
     while let Some(m) = remove(|m| m.kind == Kind::ModuleVar { module }) {
-        let first = m.cpu & !(PAGE - 1);
-        let end = (m.cpu + m.len).next_multiple_of(PAGE);
-        let pages: Vec<usize> = (first..end).step_by(PAGE).collect();
-        if let Ok(mut p) = VAR_PAGES.lock() {
-            unmap_var_pages_locked(&mut p, &pages);
-        }
+        unmap_var_pages_of(&m);
     }
 }
 

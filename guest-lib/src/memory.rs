@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::Mutex;
 
+use crate::context::HostKey;
 use crate::context::{out, require_current};
 use crate::state;
 use crate::stream::{on_per_thread_stream, per_thread_default, stream_handle};
@@ -18,6 +19,44 @@ use crate::types::{err, CUcontext, CUdeviceptr, CUresult, CUstream};
 use crate::{context, ffi_result, managed};
 
 static DEVICE: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+/// The host context of each allocation in `DEVICE` (0: the primary's).
+static DEVICE_CTX: Mutex<BTreeMap<u64, HostKey>> = Mutex::new(BTreeMap::new());
+
+/// Forgets the allocations of a destroyed context (its host context freed
+/// them).
+pub fn forget_context(key: HostKey) {
+    let gone: Vec<u64> = match DEVICE_CTX.lock() {
+        Ok(mut m) => {
+            let gone = m
+                .iter()
+                .filter(|(_, k)| **k == key)
+                .map(|(p, _)| *p)
+                .collect();
+            m.retain(|_, k| *k != key);
+            gone
+        }
+        Err(_) => return,
+    };
+    if let Ok(mut d) = DEVICE.lock() {
+        for p in gone {
+            d.remove(&p);
+        }
+    }
+}
+
+/// The context whose allocation starts at `base` (the primary if unknown).
+fn owner(base: u64) -> CUcontext {
+    let key = DEVICE_CTX
+        .lock()
+        .ok()
+        .and_then(|m| m.get(&base).copied())
+        .unwrap_or(context::PRIMARY_KEY);
+    if key == context::PRIMARY_KEY {
+        context::primary()
+    } else {
+        key as CUcontext
+    }
+}
 /// Page-locked host memory: base → (size, flags).
 static HOST: Mutex<BTreeMap<usize, (usize, u32)>> = Mutex::new(BTreeMap::new());
 /// Module variables handed out by `cuModuleGetGlobal`: address → (size,
@@ -142,6 +181,10 @@ pub fn device_alloc(size: u64) -> Result<u64, CUresult> {
     }
     let p = state::with(|cu| cu.mem_alloc(size))?;
     DEVICE.lock().map_err(|_| err::UNKNOWN)?.insert(p, size);
+    DEVICE_CTX
+        .lock()
+        .map_err(|_| err::UNKNOWN)?
+        .insert(p, context::host_of_current());
     Ok(p)
 }
 
@@ -153,6 +196,7 @@ pub fn device_free(dptr: CUdeviceptr) -> Result<(), CUresult> {
     }
     state::with(|cu| cu.mem_free(dptr))?;
     DEVICE.lock().map_err(|_| err::UNKNOWN)?.remove(&dptr);
+    DEVICE_CTX.lock().map_err(|_| err::UNKNOWN)?.remove(&dptr);
     Ok(())
 }
 
@@ -704,7 +748,7 @@ unsafe fn pointer_attribute(
             ATTR_CONTEXT => out(
                 data.cast::<*mut c_void>(),
                 if known {
-                    context::primary()
+                    owner(base)
                 } else {
                     std::ptr::null_mut()
                 },

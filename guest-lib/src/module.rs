@@ -11,12 +11,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void, CStr, CString};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use fairgpu_protocol::cuda::{ParamInfo, MAX_MODULE_IMAGE};
 
-use crate::context::{out, require_current};
+use crate::context::{self, out, require_current, HostKey};
 use crate::ffi_result;
 use crate::state;
 use crate::types::{
@@ -27,6 +27,8 @@ use crate::types::{
 #[derive(Debug)]
 pub struct GuestModule {
     host: u64,
+    /// The host context it was loaded in, whose handle `host` is.
+    ctx: HostKey,
     functions: Mutex<HashMap<String, usize>>,
 }
 
@@ -41,6 +43,14 @@ pub struct GuestFunction {
     pub prints: bool,
     name: CString,
     module: usize,
+    /// Its module's host context.
+    ctx: HostKey,
+    /// The library whose kernel it is (`cuLibraryGetKernel`; 0 if none):
+    /// used in another context, the kernel is the same-named function of
+    /// the library's module there ([`GuestFunction::host_here`]).
+    library: AtomicUsize,
+    /// The attributes `cuFuncSetAttribute` set on it, as (attribute, value).
+    sets: Mutex<Vec<(i32, i32)>>,
     /// The host's MAX_DYNAMIC_SHARED_SIZE_BYTES, once asked (-1 before), so
     /// that a launch asking more fails at once, as on a driver.
     max_dynamic_shared: AtomicI64,
@@ -57,6 +67,36 @@ const MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
 const MAX_THREADS_PER_BLOCK: i32 = 0;
 
 impl GuestFunction {
+    /// Its host handle in the current context's host context: its own, or
+    /// for a library's kernel used in another context, that of the same
+    /// kernel in the library's module there (loaded on first use, as a
+    /// driver loads a library into each context that uses it). A function
+    /// of a module of another context keeps its handle, which that host
+    /// context refuses (CUDA_ERROR_INVALID_HANDLE).
+    pub fn host_here(&self) -> Result<u64, CUresult> {
+        let key = context::host_of_current();
+        // Relaxed: set once by `cuLibraryGetKernel` before the kernel is
+        // handed out; the program's synchronization orders any other use.
+        let lib = self.library.load(Ordering::Relaxed);
+        if key == self.ctx || lib == 0 {
+            return Ok(self.host);
+        }
+        let m = library_ref(lib as CUlibrary)?.module_here()?;
+        let f = get_function(m as CUmodule, self.name.as_ptr())?;
+        // SAFETY: `get_function` returns a registered, live function.
+        let here = unsafe { &*f };
+        if here.library.load(Ordering::Relaxed) == 0 {
+            // First use in this context: what was set on the kernel holds
+            // here too (two threads may both replay it; the values agree).
+            let sets = self.sets.lock().map_err(|_| err::UNKNOWN)?.clone();
+            for (a, v) in sets {
+                state::with(|cu| cu.func_set_attribute(here.host, a, v))?;
+            }
+            here.library.store(lib, Ordering::Relaxed);
+        }
+        Ok(here.host)
+    }
+
     /// The kernel's (mangled) name.
     pub fn name(&self) -> &CStr {
         &self.name
@@ -82,15 +122,41 @@ impl GuestFunction {
         if let Ok(v) = u32::try_from(known) {
             return Ok(v);
         }
-        let v = state::with(|cu| cu.func_get_attribute(self.host, attr))?;
+        let host = self.host_here()?;
+        let v = state::with(|cu| cu.func_get_attribute(host, attr))?;
         cache.store(i64::from(v.max(0)), Ordering::Relaxed);
         Ok(u32::try_from(v).unwrap_or(0))
     }
 }
 
+/// A loaded library: context-independent, as the driver's. Its module
+/// was loaded in the host context current at `cuLibraryLoadData`; another
+/// context that uses it gets a module of its own from the kept image.
 #[derive(Debug)]
 struct GuestLibrary {
     module: usize,
+    /// The image, as sent to the host.
+    image: Vec<u8>,
+    /// Its modules in other host contexts.
+    others: Mutex<Vec<(HostKey, usize)>>,
+}
+
+impl GuestLibrary {
+    /// The library's module in the current context's host context.
+    fn module_here(&self) -> Result<usize, CUresult> {
+        let key = context::host_of_current();
+        // SAFETY: a library's modules live until the library unloads.
+        if unsafe { &*(self.module as *const GuestModule) }.ctx == key {
+            return Ok(self.module);
+        }
+        let mut others = self.others.lock().map_err(|_| err::UNKNOWN)?;
+        if let Some(&(_, m)) = others.iter().find(|(k, _)| *k == key) {
+            return Ok(m);
+        }
+        let m = load_bytes(&self.image)? as usize;
+        others.push((key, m));
+        Ok(m)
+    }
 }
 
 static MODULES: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
@@ -242,7 +308,11 @@ pub fn load(image: *const c_void) -> Result<*mut GuestModule, CUresult> {
     let data = unsafe { image_bytes(image)? };
     // SAFETY: as above; `image_bytes` refused NULL.
     let linked = unsafe { crate::linked::relocatable_ptx(image)? };
-    let data = linked.as_deref().unwrap_or(data);
+    load_bytes(linked.as_deref().unwrap_or(data))
+}
+
+/// [`load`] of an image read already, in the current context.
+fn load_bytes(data: &[u8]) -> Result<*mut GuestModule, CUresult> {
     let host = state::with(|cu| cu.module_load(data)).inspect_err(|&e| {
         if e == err::INVALID_IMAGE && data.starts_with(b"\x7fELF") {
             cubin_refused();
@@ -250,6 +320,7 @@ pub fn load(image: *const c_void) -> Result<*mut GuestModule, CUresult> {
     })?;
     let m = Box::into_raw(Box::new(GuestModule {
         host,
+        ctx: context::host_of_current(),
         functions: Mutex::new(HashMap::new()),
     }));
     register(&MODULES, m as usize);
@@ -281,7 +352,16 @@ fn unload(m: CUmodule) -> Result<(), CUresult> {
     // Its `__managed__` variables go first: no push or pull may reach
     // them once the module is gone.
     crate::managed::forget_module_vars(m as usize);
-    state::with_sync(|cu| cu.module_unload(module.host))?;
+    if module.ctx == context::host_of_current() {
+        state::with_sync(|cu| cu.module_unload(module.host))?;
+    } else {
+        // A library's module in another context: unloaded there (if that
+        // context is gone, so is the module).
+        match state::with_in(module.ctx, |cu| cu.module_unload(module.host)) {
+            Ok(()) | Err(err::CONTEXT_IS_DESTROYED) => {}
+            Err(e) => return Err(e),
+        }
+    }
     forget(&MODULES, m as usize);
     crate::memory::forget_globals(m as usize);
     for f in module.functions.lock().map_err(|_| err::UNKNOWN)?.values() {
@@ -308,13 +388,16 @@ fn get_function(m: CUmodule, name: *const c_char) -> Result<*mut GuestFunction, 
     if let Some(f) = cache.get(&key) {
         return Ok(*f as *mut GuestFunction);
     }
-    let k = state::with(|cu| cu.module_get_function(module.host, &key))?;
+    let k = state::with_in(module.ctx, |cu| cu.module_get_function(module.host, &key))?;
     let f = Box::into_raw(Box::new(GuestFunction {
         host: k.handle,
         prints: k.prints,
         params: k.params,
         name: name.to_owned(),
         module: m as usize,
+        ctx: module.ctx,
+        library: AtomicUsize::new(0),
+        sets: Mutex::new(Vec::new()),
         max_dynamic_shared: AtomicI64::new(-1),
         max_threads: AtomicI64::new(-1),
         legacy: Mutex::new(Default::default()),
@@ -454,6 +537,11 @@ fn get_variable(
     if name.is_null() {
         return Err(err::INVALID_VALUE);
     }
+    if module.ctx != context::host_of_current() {
+        // Its variables are memory of another context, which copies and
+        // managed pulls made here would not reach.
+        return Err(err::INVALID_CONTEXT);
+    }
     // SAFETY: the name is a C string per the API.
     let name = unsafe { CStr::from_ptr(name) }
         .to_str()
@@ -519,8 +607,18 @@ pub extern "C" fn cuLibraryLoadData(
         if pl.is_null() {
             return Err(err::INVALID_VALUE);
         }
-        let m = load(code)?;
-        let l = Box::into_raw(Box::new(GuestLibrary { module: m as usize }));
+        state::device()?;
+        // SAFETY: `code` is what the application passed as an image.
+        let data = unsafe { image_bytes(code)? };
+        // SAFETY: as above; `image_bytes` refused NULL.
+        let linked = unsafe { crate::linked::relocatable_ptx(code)? };
+        let image = linked.unwrap_or_else(|| data.to_vec());
+        let m = load_bytes(&image)?;
+        let l = Box::into_raw(Box::new(GuestLibrary {
+            module: m as usize,
+            image,
+            others: Mutex::new(Vec::new()),
+        }));
         register(&LIBRARIES, l as usize);
         // SAFETY: non-null slot provided by the caller.
         unsafe { out(pl, l.cast()) }
@@ -579,7 +677,7 @@ pub extern "C" fn cuLibraryGetGlobal(
 ) -> CUresult {
     ffi_result(|| {
         let lib = library_ref(l)?;
-        get_global(dptr, bytes, lib.module as CUmodule, name)
+        get_global(dptr, bytes, lib.module_here()? as CUmodule, name)
     })
 }
 
@@ -595,7 +693,7 @@ pub extern "C" fn cuLibraryGetManaged(
 ) -> CUresult {
     ffi_result(|| {
         let lib = library_ref(l)?;
-        get_variable(dptr, bytes, lib.module as CUmodule, name, true)
+        get_variable(dptr, bytes, lib.module_here()? as CUmodule, name, true)
     })
 }
 
@@ -604,8 +702,9 @@ pub extern "C" fn cuLibraryGetManaged(
 pub extern "C" fn cuLibraryGetModule(pm: *mut CUmodule, l: CUlibrary) -> CUresult {
     ffi_result(|| {
         let lib = library_ref(l)?;
+        let m = lib.module_here()?;
         // SAFETY: caller passes a writable slot (checked for null).
-        unsafe { out(pm, lib.module as CUmodule) }
+        unsafe { out(pm, m as CUmodule) }
     })
 }
 
@@ -618,7 +717,20 @@ pub extern "C" fn cuLibraryGetKernel(
 ) -> CUresult {
     ffi_result(|| {
         let lib = library_ref(l)?;
-        let f = get_function(lib.module as CUmodule, name)?;
+        // The kernel object of the module it was loaded as, while that
+        // module's context lives (it then serves every other context, see
+        // `host_here`); else the module of the current context.
+        // SAFETY: a library's modules live until the library unloads.
+        let home = unsafe { &*(lib.module as *const GuestModule) };
+        let m = if context::alive(home.ctx) {
+            lib.module
+        } else {
+            lib.module_here()?
+        };
+        let f = get_function(m as CUmodule, name)?;
+        // Relaxed: see `GuestFunction::host_here`.
+        // SAFETY: `get_function` returns a registered, live function.
+        unsafe { &*f }.library.store(l as usize, Ordering::Relaxed);
         // SAFETY: caller passes a writable slot (checked for null).
         unsafe { out(pk, f.cast()) }
     })
@@ -631,6 +743,11 @@ pub extern "C" fn cuLibraryUnload(l: CUlibrary) -> CUresult {
         let lib = library_ref(l)?;
         unload(lib.module as CUmodule)?;
         forget(&LIBRARIES, l as usize);
+        // Its modules in other contexts (gone already with their context,
+        // or unloaded there now).
+        for (_, m) in lib.others.lock().map_err(|_| err::UNKNOWN)?.drain(..) {
+            let _ = unload(m as CUmodule);
+        }
         // SAFETY: the library was registered (checked) and is freed once.
         drop(unsafe { Box::from_raw(l as *mut GuestLibrary) });
         Ok(())
@@ -655,7 +772,8 @@ pub extern "C" fn cuFuncGetAttribute(v: *mut i32, a: i32, f: CUfunction) -> CUre
         if v.is_null() {
             return Err(err::INVALID_VALUE);
         }
-        let value = state::with(|cu| cu.func_get_attribute(func.host, a))?;
+        let host = func.host_here()?;
+        let value = state::with(|cu| cu.func_get_attribute(host, a))?;
         // SAFETY: caller passes a writable slot (checked for null).
         unsafe { out(v, value) }
     })
@@ -678,7 +796,14 @@ pub extern "C" fn cuKernelGetAttribute(
 pub extern "C" fn cuFuncSetAttribute(f: CUfunction, a: i32, v: i32) -> CUresult {
     ffi_result(|| {
         let func = function_ref(f)?;
-        state::with(|cu| cu.func_set_attribute(func.host, a, v))?;
+        let host = func.host_here()?;
+        state::with(|cu| cu.func_set_attribute(host, a, v))?;
+        if let Ok(mut sets) = func.sets.lock() {
+            // Replayed where the library's kernel is first used in another
+            // context (`host_here`); one entry per attribute.
+            sets.retain(|&(x, _)| x != a);
+            sets.push((a, v));
+        }
         if a == MAX_DYNAMIC_SHARED_SIZE_BYTES {
             // Relaxed: see `max_dynamic_shared`.
             func.max_dynamic_shared

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use fairgpu_frontend::cuda::Cuda;
 use fairgpu_frontend::{CallError, Channel, GuestRegion, WaitConfig};
 
+use crate::context::{self, HostKey};
 use crate::types::{err, CUresult};
 
 /// The driver version this library implements (the ABI it exports), as
@@ -178,6 +179,19 @@ fn own_channel() -> Option<usize> {
     }
 }
 
+/// A channel of its own for a context `cuCtxCreate` makes (a host context
+/// of its own, made at its first call); None if the region has fewer than
+/// two free channels (the last stays for another process to start) or the
+/// claim fails.
+pub fn claim_context_channel() -> Option<Cuda> {
+    let region = REGION.get()?.clone();
+    if Channel::free_channels(&region) < 2 {
+        return None;
+    }
+    let ch = Channel::claim(region, WaitConfig::from_env()).ok()?;
+    Some(Cuda::new(ch))
+}
+
 /// A new channel that names the process's host context.
 fn join_new_channel() -> Option<Cuda> {
     let region = REGION.get()?.clone();
@@ -230,9 +244,16 @@ fn connect() -> Result<DeviceInfo, CUresult> {
         // What kernels printed and no synchronization took yet is printed
         // now, as the driver does when the context goes.
         flush_output();
-        // Threads' channels first (each drains what its thread issued); a
-        // thread still inside a call keeps its channel, which the host
-        // reclaims when the process is gone.
+        // Created contexts' channels first (what each printed is written,
+        // what each issued runs), then threads' channels (each drains what
+        // its thread issued); a thread still inside a call keeps its
+        // channel, which the host reclaims when the process is gone.
+        for c in crate::context::created_own() {
+            flush_output_of(c as *const _ as usize);
+            if let Ok(mut g) = c.channel.try_lock() {
+                drop(g.take());
+            }
+        }
         for t in &THREADS {
             if let Ok(mut g) = t.try_lock() {
                 drop(g.take());
@@ -265,32 +286,43 @@ pub fn device() -> Result<&'static DeviceInfo, CUresult> {
     }
 }
 
-/// Kernels that can print were launched since their output was last
-/// taken. Relaxed: a hint within this process; the output itself travels
-/// in order on the channel, behind the launches that made it, and a flag
-/// set after a flush took it is seen by a later flush.
+/// Kernels that can print were launched in the primary's host context
+/// since its output was last taken (a created context has its own flag,
+/// `GuestContext::output_pending`). Relaxed: a hint within this process;
+/// the output itself travels in order on the channel, behind the launches
+/// that made it, and a flag set after a flush took it is seen by a later
+/// flush.
 static OUTPUT_PENDING: AtomicBool = AtomicBool::new(false);
 
-/// Records the launch of a kernel that can print.
-pub fn note_printing_launch() {
-    OUTPUT_PENDING.store(true, Ordering::Relaxed);
+/// The output flag of host context `key`.
+fn output_pending(key: HostKey) -> &'static AtomicBool {
+    match context::by_key(key) {
+        Some(c) => &c.output_pending,
+        None => &OUTPUT_PENDING,
+    }
 }
 
-/// Writes what the kernels printed to the program's stdout, as the driver
-/// does at synchronization points; nothing to do (no round trip) unless a
-/// kernel that can print was launched since the last flush.
+/// Records the launch of a kernel that can print (in the current context).
+pub fn note_printing_launch() {
+    output_pending(context::host_of_current()).store(true, Ordering::Relaxed);
+}
+
+/// Writes what the current context's kernels printed to the program's
+/// stdout, as the driver does at synchronization points; nothing to do (no
+/// round trip) unless a kernel that can print was launched since the last
+/// flush.
 pub fn flush_output() {
-    if !OUTPUT_PENDING.swap(false, Ordering::Relaxed) {
+    flush_output_of(context::host_of_current());
+}
+
+/// [`flush_output`] for host context `key`.
+pub fn flush_output_of(key: HostKey) {
+    if !output_pending(key).swap(false, Ordering::Relaxed) {
         return;
     }
     let mut out = Vec::new();
-    {
-        let mut g = CONN.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(cu) = g.as_mut() {
-            // An error leaves what came so far; the call that failed says why.
-            let _ = cu.take_output(&mut out);
-        }
-    }
+    // An error leaves what came so far; the call that failed says why.
+    let _ = with_in(key, |cu| cu.take_output(&mut out));
     write_output(&out);
 }
 
@@ -338,10 +370,26 @@ pub fn with_sync<T>(f: impl FnOnce(&mut Cuda) -> Result<T, CallError>) -> Result
     }
 }
 
-/// Runs `f` on the calling thread's channel (its own, else the
-/// process's); maps its error to a CUresult.
+/// Runs `f` on a channel of the current context's host context (for the
+/// primary's: the calling thread's own channel, else the process's); maps
+/// its error to a CUresult.
 pub fn with<T>(f: impl FnOnce(&mut Cuda) -> Result<T, CallError>) -> Result<T, CUresult> {
+    with_in(context::host_of_current(), f)
+}
+
+/// [`with`] on host context `key`, whichever context is current.
+pub fn with_in<T>(
+    key: HostKey,
+    f: impl FnOnce(&mut Cuda) -> Result<T, CallError>,
+) -> Result<T, CUresult> {
     device()?;
+    if let Some(c) = context::by_key(key) {
+        let g = c.channel.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            return Err(err::CONTEXT_IS_DESTROYED);
+        }
+        return run(g, f);
+    }
     match MINE.with(Cell::get) {
         Mine::Slot(i) => {
             let g = THREADS[i].lock().unwrap_or_else(|p| p.into_inner());

@@ -9,12 +9,12 @@
 //! use, with no flags (so it orders with the legacy NULL stream, and not
 //! with the other streams), and destroyed when the thread exits.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Mutex;
 
-use crate::context::{self, out, require_current};
+use crate::context::{self, out, require_current, HostKey};
 use crate::ffi_result;
 use crate::state;
 use crate::types::{err, CUcontext, CUevent, CUresult, CUstream};
@@ -25,43 +25,63 @@ const STREAM_LEGACY: usize = 0x1;
 const STREAM_PER_THREAD: usize = 0x2;
 
 static FLAGS: Mutex<Option<HashMap<u64, u32>>> = Mutex::new(None);
+/// The context each created stream was made in (`cuStreamGetCtx`).
+static OWNER: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
 
-/// The calling thread's per-thread default stream (its host handle, 0
-/// until made).
-struct PerThread(Cell<u64>);
+fn note_owner(h: u64) {
+    if let Ok(mut m) = OWNER.lock() {
+        m.get_or_insert_with(HashMap::new)
+            .insert(h, context::current() as usize);
+    }
+}
+
+fn forget_owner(h: u64) {
+    if let Ok(mut m) = OWNER.lock() {
+        m.get_or_insert_with(HashMap::new).remove(&h);
+    }
+}
+
+/// The calling thread's per-thread default streams: one per host context
+/// it used one in, as (context, host handle).
+struct PerThread(RefCell<Vec<(HostKey, u64)>>);
 
 impl Drop for PerThread {
     fn drop(&mut self) {
-        let h = self.0.get();
-        if h != 0 {
+        for (key, h) in self.0.take() {
             // Work queued on it still runs; the host frees the stream
-            // when it is done, as the driver does.
-            let _ = state::with(|cu| cu.stream_destroy(h));
+            // when it is done, as the driver does. A destroyed context
+            // took its streams with it.
+            let _ = state::with_in(key, |cu| cu.stream_destroy(h));
             if let Ok(mut m) = FLAGS.lock() {
                 m.get_or_insert_with(HashMap::new).remove(&h);
             }
+            forget_owner(h);
         }
     }
 }
 
 thread_local! {
-    static PER_THREAD: PerThread = const { PerThread(Cell::new(0)) };
+    static PER_THREAD: PerThread = const { PerThread(RefCell::new(Vec::new())) };
 }
 
-/// The calling thread's per-thread default stream, made at its first use;
-/// `None` if it cannot be made (no context, the host refused), in which
-/// case the legacy NULL stream stands in (it orders no less).
+/// The calling thread's per-thread default stream in the current context,
+/// made at its first use there; `None` if it cannot be made (no context,
+/// the host refused), in which case the legacy NULL stream stands in (it
+/// orders no less).
 fn per_thread_stream() -> Option<u64> {
+    let key = context::host_of_current();
     PER_THREAD
         .try_with(|p| {
-            if p.0.get() == 0 {
-                let h = state::with(|cu| cu.stream_create(0)).ok()?;
-                if let Ok(mut m) = FLAGS.lock() {
-                    m.get_or_insert_with(HashMap::new).insert(h, 0);
-                }
-                p.0.set(h);
+            if let Some(&(_, h)) = p.0.borrow().iter().find(|(k, _)| *k == key) {
+                return Some(h);
             }
-            Some(p.0.get())
+            let h = state::with(|cu| cu.stream_create(0)).ok()?;
+            if let Ok(mut m) = FLAGS.lock() {
+                m.get_or_insert_with(HashMap::new).insert(h, 0);
+            }
+            p.0.borrow_mut().push((key, h));
+            note_owner(h);
+            Some(h)
         })
         .ok()
         .flatten()
@@ -109,6 +129,7 @@ fn create(ps: *mut CUstream, flags: u32) -> CUresult {
         if let Ok(mut m) = FLAGS.lock() {
             m.get_or_insert_with(HashMap::new).insert(h, flags);
         }
+        note_owner(h);
         // SAFETY: non-null slot provided by the caller.
         unsafe { out(ps, h as usize as CUstream) }
     })
@@ -143,6 +164,7 @@ pub extern "C" fn cuStreamDestroy_v2(s: CUstream) -> CUresult {
         if let Ok(mut m) = FLAGS.lock() {
             m.get_or_insert_with(HashMap::new).remove(&h);
         }
+        forget_owner(h);
         Ok(())
     })
 }
@@ -346,13 +368,28 @@ pub extern "C" fn cuStreamGetPriority(_s: CUstream, priority: *mut i32) -> CUres
     ffi_result(|| unsafe { out(priority, 0) })
 }
 
-/// `cuStreamGetCtx`.
+/// `cuStreamGetCtx`: the context a stream was made in (the NULL stream's:
+/// the current context).
 #[no_mangle]
-pub extern "C" fn cuStreamGetCtx(_s: CUstream, pctx: *mut CUcontext) -> CUresult {
+pub extern "C" fn cuStreamGetCtx(s: CUstream, pctx: *mut CUcontext) -> CUresult {
+    let s = resolve(s);
     ffi_result(|| {
         state::device()?;
+        let h = stream_handle(s);
+        let ctx = if h == 0 {
+            require_current()?;
+            context::current()
+        } else {
+            let owner = OWNER
+                .lock()
+                .map_err(|_| err::UNKNOWN)?
+                .as_ref()
+                .and_then(|m| m.get(&h).copied())
+                .ok_or(err::INVALID_HANDLE)?;
+            owner as CUcontext
+        };
         // SAFETY: caller passes a writable slot (checked for null).
-        unsafe { out(pctx, context::primary()) }
+        unsafe { out(pctx, ctx) }
     })
 }
 

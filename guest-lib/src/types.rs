@@ -42,6 +42,8 @@ pub mod err {
     pub const INVALID_IMAGE: CUresult = 200;
     /// CUDA_ERROR_INVALID_CONTEXT.
     pub const INVALID_CONTEXT: CUresult = 201;
+    /// CUDA_ERROR_CONTEXT_IS_DESTROYED.
+    pub const CONTEXT_IS_DESTROYED: CUresult = 709;
     /// CUDA_ERROR_FILE_NOT_FOUND.
     pub const FILE_NOT_FOUND: CUresult = 301;
     /// CUDA_ERROR_INVALID_HANDLE.

@@ -195,6 +195,12 @@ pub enum Opcode {
     /// channel's context from now on; its requests are ordered with the
     /// other members' by their call ids (one counter per process).
     ContextJoin = 0x01a1,
+    /// The channel's own context (`cuCtxDestroy` of a context made with
+    /// `cuCtxCreate`, which has a channel of its own) is destroyed now:
+    /// its memory, modules, streams and events are freed and counted back
+    /// to the VM's quota; a later request makes a fresh one. A member of a
+    /// shared context: INVALID_CONTEXT. No context yet: nothing to do.
+    ContextDestroy = 0x01a2,
 
     // OpenCL; arguments and results are documented in `crate::opencl`.
     /// `clGetDeviceInfo(args[0] = param)` of the channel's host device → the
@@ -336,7 +342,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 102] = [
+    pub const ALL: [Opcode; 103] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -400,6 +406,7 @@ impl Opcode {
         Opcode::IpcOpenEventHandle,
         Opcode::ContextShare,
         Opcode::ContextJoin,
+        Opcode::ContextDestroy,
         Opcode::ClGetDeviceInfo,
         Opcode::ClGetPlatformInfo,
         Opcode::ClCreateQueue,

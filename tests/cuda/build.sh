@@ -7,8 +7,9 @@
 #                     (nvcc's default)
 #   NAME-cu13         nvcc 13 with the CUDA 13 headers, linked against
 #                     libcudart.so.13 (shared; rpath to the toolchain)
-#   driver_api        C with gcc against cuda.h (12.9) only; load
-#   legacy_api        libcuda.so.1 with dlopen (driver_common.h)
+#   driver_api,       C with gcc against cuda.h (12.9) only; they load
+#   legacy_api,       libcuda.so.1 with dlopen (driver_common.h)
+#   contexts
 #
 # for every NAME.cu beside this script. None links against libcuda: the
 # CUDA runtime and the C programs load libcuda.so.1 at run time, so whichever
@@ -124,7 +125,7 @@ for src in "$here"/*.cu; do
     printf '%s\n' "$out/$name-cu12" "$out/$name-cu12static" "$out/$name-cu13"
 done
 
-for name in driver_api legacy_api; do
+for name in driver_api legacy_api contexts; do
     if stale "$out/$name" "$here/$name.c" "$here/driver_common.h" "$here/build.sh" "$prefix/env.sh"; then
         run gcc -std=gnu11 -O1 -Wall -Wextra -Werror -I"$CUDA12_INCLUDE" "$here/$name.c" \
             -o "$out/$name" -ldl

@@ -543,15 +543,16 @@ fn bad_pointers_and_forged_handles_fail_cleanly_without_disturbing_anyone() {
             .unwrap();
         assert_eq!(other.ctx_synchronize(), Err(deferred(bad)));
     }
-    // The same handle value on another channel names that channel's own
-    // object: destroying B's stream leaves A's alone.
+    // The same slot on another channel's context is that context's own
+    // object, under another handle (each context tags its handles):
+    // destroying B's stream leaves A's alone.
     let sb = b.stream_create(0).unwrap();
-    assert_eq!(sb, s, "channels number their objects alike");
+    assert_ne!(sb, s, "contexts tag their handles");
     b.stream_destroy(sb).unwrap();
     assert_refused(b.stream_synchronize(sb), Status::INVALID_HANDLE);
     assert_eq!(cu.stream_query(s), Ok(true), "A's stream survives");
     let eb = b.event_create(0).unwrap();
-    assert_eq!(eb, e);
+    assert_ne!(eb, e);
     b.event_destroy(eb).unwrap();
     assert_refused(b.event_query(eb), Status::INVALID_HANDLE);
     assert_eq!(cu.event_query(e), Ok(true), "A's event survives");
@@ -1941,4 +1942,49 @@ fn one_thread_s_synchronization_does_not_hold_another_s_calls() {
     let mut y = waiter.join().unwrap();
     assert!(done.load(Ordering::SeqCst));
     still_works(&mut y, buf, 4);
+}
+
+/// Two contexts of one VM (two channels, as a process's two CUDA contexts
+/// are) give out handles that only their own context accepts: a stream,
+/// an event, a module or a function of one named in the other is refused,
+/// although the other holds objects in the same table slots.
+#[test]
+fn a_handle_of_one_context_is_refused_in_another_of_the_same_vm() {
+    let rig = Rig::start("cuda_context_handles");
+    let mut a = rig.cuda(0);
+    let mut b = rig.cuda(0);
+    let objects = |cu: &mut Cuda| {
+        let m = cu.module_load(KERNELS_PTX.as_bytes()).unwrap();
+        let k = spin_kernel(cu, m).handle;
+        let s = cu.stream_create(0).unwrap();
+        let e = cu.event_create(0).unwrap();
+        (m, k, s, e)
+    };
+    let (am, ak, as_, ae) = objects(&mut a);
+    let (bm, bk, bs, be) = objects(&mut b);
+    for (x, y) in [(am, bm), (ak, bk), (as_, bs), (ae, be)] {
+        assert_ne!(x, y, "the two contexts' handles differ");
+    }
+    let bad = Status::INVALID_HANDLE;
+    assert_refused(b.stream_synchronize(as_), bad);
+    assert_refused(b.stream_query(as_), bad);
+    assert_refused(b.event_query(ae), bad);
+    assert_refused(b.func_get_attribute(ak, 0), bad);
+    assert_refused(b.module_get_function(am, "fairgpu_spin"), bad);
+    assert_refused(b.module_unload(am), bad);
+    // Asynchronous calls naming a's objects in b fail too (at b's next
+    // call, as their errors are deferred).
+    b.event_record(ae, 0).unwrap();
+    assert_eq!(b.ctx_synchronize(), Err(deferred(bad)));
+    b.launch(ak, ONE, ONE, 0, bs, &MS.to_le_bytes()).unwrap();
+    assert_eq!(b.ctx_synchronize(), Err(deferred(bad)));
+    // Each context's own objects still work, in both.
+    for (cu, k, s, e) in [(&mut a, ak, as_, ae), (&mut b, bk, bs, be)] {
+        spin(cu, k, 1000, s);
+        cu.event_record(e, s).unwrap();
+        cu.stream_synchronize(s).unwrap();
+        assert!(cu.event_query(e).unwrap());
+    }
+    a.module_unload(am).unwrap();
+    b.module_unload(bm).unwrap();
 }

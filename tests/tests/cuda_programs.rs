@@ -81,12 +81,24 @@ impl Sim {
 
     /// [`Sim::run`] with more environment for the program.
     fn run_with(&self, program: &Path, vm_name: &str, env: &[(&str, &str)]) -> String {
+        self.run_full(program, vm_name, env, &[])
+    }
+
+    /// [`Sim::run_with`] with arguments for the program.
+    fn run_full(
+        &self,
+        program: &Path,
+        vm_name: &str,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> String {
         let name = program
             .file_name()
             .and_then(|n| n.to_str())
             .expect("a program name");
         let out = run_command(
             Command::new(program)
+                .args(args)
                 .env("LD_LIBRARY_PATH", guest_lib_dir())
                 .env("FAIRGPU_REGION", self.region(vm_name))
                 .env("FAIRGPU_CHECK_RESULTS", "1")
@@ -272,6 +284,34 @@ fn driver_api_program_loads_ptx_and_launches_both_ways() {
     let sim = Sim::start("cuda_driver_api");
     let stdout = sim.run(&dir.join("driver_api"), DRIVER_VM);
     sim.check_gpu_time(DRIVER_VM, &stdout, "driver_api");
+}
+
+/// Contexts made with `cuCtxCreate` are host contexts of their own: their
+/// memory (freed by `cuCtxDestroy` at once), modules, streams and sticky
+/// errors are theirs; a library's kernel and variable work in every
+/// context (each its own copy); handles name their context. The program
+/// checks every result against the CPU; here also that a fault in one
+/// created context leaves the others running.
+#[test]
+fn created_contexts_are_contexts_of_their_own() {
+    let Some(dir) = programs() else {
+        return;
+    };
+    guest_lib_dir();
+    let sim = Sim::start("cuda_contexts");
+    let plain = sim.run(&dir.join("contexts"), DRIVER_VM);
+    assert!(!plain.contains("STICKY_ISOLATED"), "{plain}");
+    let stdout = sim.run_full(&dir.join("contexts"), DRIVER_VM, &[], &["fault"]);
+    assert_eq!(
+        lines(&stdout, "STICKY_ISOLATED "),
+        ["1"],
+        "contexts: a fault in one created context stays there:\n{stdout}"
+    );
+    // Everything the program's contexts held is given back.
+    wait_for_status(&sim.daemon, "the contexts' memory and channels back", |s| {
+        let v = vm(s, DRIVER_VM);
+        v.mem_used == 0 && v.channels_used == 0
+    });
 }
 
 /// The deprecated execution-control API (block shape, shared size and

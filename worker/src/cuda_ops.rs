@@ -9,8 +9,9 @@
 //!
 //! Invariants:
 //! - every handle the guest sends is looked up in the channel's own tables
-//!   ([`HandleTable`]: index + generation); nothing of another channel or VM
-//!   is reachable;
+//!   ([`HandleTable`]: index + generation, and a tag per context, so that
+//!   a handle of one of the VM's contexts is refused in another); nothing
+//!   of another channel or VM is reachable;
 //! - every device pointer and length is checked to lie inside one of the
 //!   channel's own allocations before the executor sees it;
 //! - allocations count against the VM's device-memory quota, and memory
@@ -30,7 +31,7 @@ use fairgpu_protocol::cuda::{
     GRAPH_STEP_HEADER, MAX_DEVICE_NAME, MAX_IMAGE_CACHE, MAX_MODULE_IMAGE, MAX_NAME, MAX_OBJECTS,
     MAX_RESERVATION, VMM_GRANULARITY,
 };
-use fairgpu_protocol::handle::{Handle, HandleTable};
+use fairgpu_protocol::handle::{self, Handle, HandleTable};
 use fairgpu_protocol::wire::ValidRequest;
 use fairgpu_protocol::{Opcode, Status};
 use serde::Serialize;
@@ -279,17 +280,18 @@ fn growth_bound(req: &ValidRequest, arena: &ArenaSlice<'_>) -> u64 {
 }
 
 impl Context {
-    fn new(ctx: CtxId, held: HostCharge) -> Self {
+    /// A context whose handles carry `tag` ([`HandleTable::tagged`]).
+    fn new(ctx: CtxId, held: HostCharge, tag: u16) -> Self {
         Context {
             ctx,
             allocs: BTreeMap::new(),
             globals: BTreeMap::new(),
-            modules: HandleTable::new(MAX_OBJECTS),
-            functions: HandleTable::new(MAX_OBJECTS),
+            modules: HandleTable::tagged(MAX_OBJECTS, tag),
+            functions: HandleTable::tagged(MAX_OBJECTS, tag),
             function_of: HashMap::new(),
-            streams: HandleTable::new(MAX_OBJECTS),
-            events: HandleTable::new(MAX_OBJECTS),
-            arrays: HandleTable::new(MAX_OBJECTS),
+            streams: HandleTable::tagged(MAX_OBJECTS, tag),
+            events: HandleTable::tagged(MAX_OBJECTS, tag),
+            arrays: HandleTable::tagged(MAX_OBJECTS, tag),
             array_bytes: 0,
             heap_limit: limit::DEFAULT_HEAP,
             heap_charge: 0,
@@ -309,7 +311,7 @@ impl Context {
             ev_exported: HashMap::new(),
             ev_zombies: HashSet::new(),
             ev_imports: HashMap::new(),
-            vmem: HandleTable::new(MAX_OBJECTS),
+            vmem: HandleTable::tagged(MAX_OBJECTS, tag),
             vmem_bytes: 0,
             mappings: BTreeMap::new(),
             graphs: HashMap::new(),
@@ -567,6 +569,8 @@ pub struct CudaOps {
     /// The synchronization each channel has put aside, marked
     /// ([`Handler::sync_wait`]).
     marks: HashMap<u32, Marked>,
+    /// The tag of the context made last ([`Context::new`]).
+    next_tag: u16,
 }
 
 /// A synchronization put aside: the request (opcode and handle) and the
@@ -686,6 +690,7 @@ impl CudaOps {
             leader: Vec::new(),
             shares: HashMap::new(),
             marks: HashMap::new(),
+            next_tag: 0,
         }
     }
 
@@ -904,7 +909,11 @@ impl CudaOps {
                     return Err(e.status());
                 }
             };
-            self.contexts[i] = Some(Context::new(ctx, held));
+            // Each context of the VM gets the next tag, so that no two
+            // live contexts (and no context made soon after another)
+            // accept each other's handles.
+            self.next_tag = self.next_tag % handle::MAX_TAG + 1;
+            self.contexts[i] = Some(Context::new(ctx, held, self.next_tag));
         }
         Ok(self.contexts[i].as_mut().expect("created above"))
     }
@@ -1227,6 +1236,19 @@ impl CudaOps {
         }
         if req.op == Opcode::ContextJoin {
             return self.join(ch, a[0]).map(|_| Answer::default());
+        }
+        if req.op == Opcode::ContextDestroy {
+            // Only a context of its own: a member of a shared one leaves
+            // it by going.
+            if self.group(ch).is_some() {
+                return Err(Status::INVALID_CONTEXT);
+            }
+            if let Some(job) = self.jobs.get_mut(ch as usize) {
+                *job = None;
+            }
+            self.forget_mark(ch);
+            self.drop_context(ch);
+            return Ok(Answer::default());
         }
         if req.op == Opcode::ContextShare {
             // Made no context: a process asks at `cuInit`, before it may
@@ -2255,6 +2277,7 @@ impl CudaOps {
             Opcode::Nop
             | Opcode::ContextJoin
             | Opcode::ContextShare
+            | Opcode::ContextDestroy
             | Opcode::CopyIn
             | Opcode::CopyOut
             | Opcode::DriverGetVersion
@@ -2522,6 +2545,15 @@ impl Handler for CudaOps {
             self.leave(ch, slot, &members);
             return;
         }
+        self.drop_context(ch);
+    }
+}
+
+impl CudaOps {
+    /// Destroys channel `ch`'s own context (shared with no other channel),
+    /// if it has one: its memory, modules, streams and events go, and their
+    /// bytes count back to the VM's quota.
+    fn drop_context(&mut self, ch: u32) {
         self.shares.retain(|_, s| *s != ch);
         self.ipc_forget(ch);
         if let Some(cx) = self

@@ -109,7 +109,7 @@ pub(crate) use self::image::tests as image_tests;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
 use fairgpu_protocol::cuda::{limit, ParamInfo};
@@ -134,14 +134,17 @@ use fairgpu_protocol::array::ArrayKind;
 
 /// First device address an executor hands out.
 const BASE_ADDR: u64 = 0x7000_0000_0000;
-/// Where a context's module variables are (`cuModuleGetGlobal`): each
-/// module that has some gets a slot of [`VARS_SLOT`] bytes of addresses
-/// below [`BASE_ADDR`], reused once the module is unloaded.
+/// Where modules' variables are (`cuModuleGetGlobal`): each module that
+/// has some gets a slot of [`VARS_SLOT`] bytes of addresses below
+/// [`BASE_ADDR`], reused once the module is unloaded or its context
+/// destroyed. The slots are the executor's, shared by its contexts, so no
+/// two contexts' variables (nor allocations) share an address, as in one
+/// process's unified address space on a GPU.
 const VARS_BASE: u64 = 0x6000_0000_0000;
 /// Addresses per module's variables: more than `ptx::MAX_GLOBALS`.
 const VARS_SLOT: u64 = 1 << 28;
 const _: () = assert!(VARS_SLOT > fairgpu_ptx::MAX_GLOBALS as u64);
-/// How many modules with variables a context may hold at once.
+/// How many modules with variables the VM's contexts may hold at once.
 const MAX_VAR_SLOTS: u64 = (BASE_ADDR - VARS_BASE) / VARS_SLOT;
 // Allocations only grow upwards from BASE_ADDR, so they never meet the
 // interpreter's windows for shared, local, parameter and module memory.
@@ -377,7 +380,7 @@ impl Program {
     }
 }
 
-/// The slots of a context's module variables (see [`VARS_BASE`]).
+/// The slots of module variables (see [`VARS_BASE`]).
 #[derive(Default)]
 struct VarSlots {
     next: u64,
@@ -398,6 +401,25 @@ impl VarSlots {
 
     fn give(&mut self, base: DevPtr) {
         self.free.push(base);
+    }
+}
+
+/// The executor's variable slots, locked (by one thread at a time: the
+/// executor's; a poisoned lock still holds consistent slots).
+fn lock(slots: &Mutex<VarSlots>) -> std::sync::MutexGuard<'_, VarSlots> {
+    slots.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Drop for Context {
+    /// A context that goes (destroyed, or its VM's guest gone) gives its
+    /// modules' variable slots back to the executor.
+    fn drop(&mut self) {
+        let mut slots = lock(&self.var_slots);
+        for m in self.modules.values_mut() {
+            for p in m.programs.iter_mut().flatten() {
+                p.release(&mut self.allocs, &mut slots);
+            }
+        }
     }
 }
 
@@ -495,8 +517,8 @@ struct Context {
     /// time) on, the error is sticky. Before it the kernel still runs, as
     /// on a GPU, whose guard fires only when the limit has passed.
     timeout: Option<(u64, ExecError)>,
-    /// Addresses of its modules' variables.
-    var_slots: VarSlots,
+    /// Addresses of its modules' variables: the executor's slots.
+    var_slots: Arc<Mutex<VarSlots>>,
     /// What its kernels printed and the guest has not taken yet (at most
     /// [`PRINTF_FIFO`] bytes), and its charge to the VM's host memory.
     output: Vec<u8>,
@@ -846,6 +868,8 @@ pub struct SimGpu {
     contexts: HashMap<u64, Context>,
     next_id: u64,
     next_addr: u64,
+    /// The addresses of every context's module variables.
+    var_slots: Arc<Mutex<VarSlots>>,
     /// Bytes allocated across all contexts.
     used: u64,
     gpu_time_ns: u64,
@@ -1033,6 +1057,7 @@ impl SimGpu {
             contexts: HashMap::new(),
             next_id: 1,
             next_addr: BASE_ADDR,
+            var_slots: Arc::default(),
             used: 0,
             gpu_time_ns: 0,
             limits: ptx::Limits {
@@ -1354,7 +1379,7 @@ impl SimGpu {
             heap: c.heap.as_mut(),
             wrote: false,
         };
-        let slots = &mut c.var_slots;
+        let slots = &c.var_slots;
         let output = &mut c.output;
         let mut used_threads = 1usize;
         let printf_fifo = c.printf_fifo.unwrap_or(PRINTF_FIFO);
@@ -1371,7 +1396,7 @@ impl SimGpu {
                     MAX_KEPT_PTX_TOTAL >> 20
                 ),
             }),
-            Some(program) => match program.parsed(&budget, memory.allocs, slots) {
+            Some(program) => match program.parsed(&budget, memory.allocs, &mut lock(slots)) {
                 Err(ProgramError::Ptx(e)) => Err(e),
                 Err(ProgramError::HostMemory(e)) => {
                     tracing::debug!(kernel = %name, error = %e, "launch refused");
@@ -1769,7 +1794,9 @@ impl GpuExecutor for SimGpu {
             return Err(e.clone());
         }
         let id = self.id();
-        self.contexts.insert(id, Context::default());
+        let mut c = Context::default();
+        c.var_slots = self.var_slots.clone();
+        self.contexts.insert(id, c);
         Ok(CtxId(id))
     }
 
@@ -2207,7 +2234,7 @@ impl GpuExecutor for SimGpu {
             .remove(&module.0)
             .ok_or(ExecError::Invalid("module"))?;
         for p in m.programs.iter_mut().flatten() {
-            p.release(&mut c.allocs, &mut c.var_slots);
+            p.release(&mut c.allocs, &mut lock(&c.var_slots));
         }
         c.functions.retain(|_, f| f.module != module.0);
         c.function_ids.retain(|(m, _), _| *m != module.0);
@@ -2338,7 +2365,7 @@ impl GpuExecutor for SimGpu {
         // The variables of the (first) PTX text that declares `name`: a
         // module's kernels normally all run from one text.
         for p in m.programs.iter_mut().flatten() {
-            match p.parsed(&budget, &mut c.allocs, &mut c.var_slots) {
+            match p.parsed(&budget, &mut c.allocs, &mut lock(&c.var_slots)) {
                 Ok((_, globals, base)) => {
                     if let (Some((addr, size)), Some(base)) = (globals.symbol(name), base) {
                         return Ok((base + (addr - ptx::GLOBALS_BASE), size));
@@ -2367,7 +2394,7 @@ impl GpuExecutor for SimGpu {
             return false;
         };
         for p in m.programs.iter_mut().flatten() {
-            if let Ok((_, globals, _)) = p.parsed(&budget, &mut c.allocs, &mut c.var_slots) {
+            if let Ok((_, globals, _)) = p.parsed(&budget, &mut c.allocs, &mut lock(&c.var_slots)) {
                 if globals.symbol(name).is_some() {
                     return globals.is_managed(name);
                 }
@@ -3670,6 +3697,39 @@ mod tests {
         assert_eq!(again, addr);
         g.memcpy_dtoh(ctx, &mut b, again, None).unwrap();
         assert_eq!(u64::from_le_bytes(b[..8].try_into().unwrap()), 11);
+    }
+
+    /// Two contexts' module variables never share an address (one address
+    /// space for the VM, as UVA gives a process), and a destroyed
+    /// context's slots serve later modules.
+    #[test]
+    fn module_variables_of_two_contexts_have_distinct_addresses() {
+        let ptx = ".version 8.0\n.target sm_80\n.address_size 64\n\
+            .global .align 8 .u64 var = 5;\n\
+            .visible .entry k()\n{\nret;\n}\n";
+        let mut g = gpu(&SimDevice::private());
+        let a = g.create_context().unwrap();
+        let b = g.create_context().unwrap();
+        let ma = g.module_load(a, ptx.as_bytes()).unwrap();
+        let mb = g.module_load(b, ptx.as_bytes()).unwrap();
+        let (va, _) = g.module_global(a, ma, "var").unwrap();
+        let (vb, _) = g.module_global(b, mb, "var").unwrap();
+        assert_ne!(va, vb, "each context's variable at its own address");
+        g.memcpy_htod(a, va, &9u64.to_le_bytes(), None).unwrap();
+        let mut bytes = [0u8; 8];
+        g.memcpy_dtoh(b, &mut bytes, vb, None).unwrap();
+        assert_eq!(u64::from_le_bytes(bytes), 5, "b's variable is b's");
+        assert!(
+            g.memcpy_dtoh(b, &mut bytes, va, None).is_err(),
+            "a's variable is not b's memory"
+        );
+        g.destroy_context(a);
+        let c = g.create_context().unwrap();
+        let mc = g.module_load(c, ptx.as_bytes()).unwrap();
+        let (vc, _) = g.module_global(c, mc, "var").unwrap();
+        assert_eq!(vc, va, "the destroyed context's slot is used again");
+        g.memcpy_dtoh(c, &mut bytes, vc, None).unwrap();
+        assert_eq!(u64::from_le_bytes(bytes), 5, "fresh variables");
     }
 
     /// Launches are held to MAX_DYNAMIC_SHARED_SIZE_BYTES: 48 KiB less the
