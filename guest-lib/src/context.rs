@@ -14,7 +14,7 @@
 
 use std::cell::RefCell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use fairgpu_frontend::cuda::Cuda;
@@ -70,42 +70,61 @@ impl GuestContext {
     }
 }
 
-/// Which host context a call goes to: the primary's (0), or a created
-/// context's own (its handle's value). Created contexts are never freed,
-/// so a key is never reused.
+/// Which host context a call goes to: the primary's, numbered from 0 by
+/// its resets (`cuDevicePrimaryCtxReset` ends one and the next call makes
+/// the next), or a created context's own (its handle's value, far above
+/// any such number). Created contexts are never freed, so no key is ever
+/// reused.
 pub type HostKey = usize;
 
-/// The primary context's host context.
-pub const PRIMARY_KEY: HostKey = 0;
+/// Keys below this are the primary's; a created context's is the address
+/// of a heap object, which is never this low.
+const FIRST_CREATED_KEY: HostKey = 1 << 20;
 
-/// The context object behind `key` (none for [`PRIMARY_KEY`]).
+/// How many times the primary context was reset: its key now.
+static PRIMARY_GENERATION: AtomicUsize = AtomicUsize::new(0);
+
+/// The primary context's host context now.
+pub fn primary_key() -> HostKey {
+    // Relaxed: a reset is ordered with the calls of other threads only by
+    // the program's own synchronization, as on the driver.
+    PRIMARY_GENERATION.load(Ordering::Relaxed)
+}
+
+/// Whether `key` is one of the primary's (the present one or an earlier).
+pub fn is_primary_key(key: HostKey) -> bool {
+    key < FIRST_CREATED_KEY
+}
+
+/// The context object behind `key` (none for the primary's keys).
 pub fn by_key(key: HostKey) -> Option<&'static GuestContext> {
-    if key == PRIMARY_KEY {
+    if is_primary_key(key) {
         return None;
     }
-    // SAFETY: keys other than PRIMARY_KEY are only made by
-    // `host_of_current`/`key_of` from created contexts, which are leaked
-    // boxes that live for the rest of the process.
+    // SAFETY: keys at or above FIRST_CREATED_KEY are only made by `key_of`
+    // from created contexts, which are leaked boxes that live for the rest
+    // of the process.
     Some(unsafe { &*(key as *const GuestContext) })
 }
 
-/// Whether host context `key` still lives (the primary's always does).
+/// Whether host context `key` still lives.
 pub fn alive(key: HostKey) -> bool {
-    // Relaxed: a hint for choosing a module; a call into a context that
-    // went meanwhile fails with CONTEXT_IS_DESTROYED.
-    by_key(key).is_none_or(|c| !c.gone.load(Ordering::Relaxed))
+    match by_key(key) {
+        None => key == primary_key(),
+        // Relaxed: a hint for choosing a module; a call into a context that
+        // went meanwhile fails with CONTEXT_IS_DESTROYED.
+        Some(c) => !c.gone.load(Ordering::Relaxed),
+    }
 }
 
 /// The host context of context `ctx` (null: the primary's).
 pub fn key_of(ctx: CUcontext) -> HostKey {
-    if ctx.is_null() || ctx == primary() {
-        return PRIMARY_KEY;
+    if ctx.is_null() || ctx == primary() || !object(ctx).is_own() {
+        return primary_key();
     }
-    if object(ctx).is_own() {
-        ctx as HostKey
-    } else {
-        PRIMARY_KEY
-    }
+    let key = ctx as HostKey;
+    debug_assert!(key >= FIRST_CREATED_KEY);
+    key
 }
 
 /// The host context of the calling thread's current context (with none
@@ -283,9 +302,22 @@ pub extern "C" fn cuDevicePrimaryCtxGetState(
     })
 }
 
+/// `cuDevicePrimaryCtxReset`: the primary context's host context is
+/// destroyed with everything made in it (`ContextDestroy`, for every
+/// channel of the process that names it); the next call makes a fresh one.
+/// Libraries load into it again at their next use; modules, memory,
+/// streams and events of the old one are gone, as on the driver.
 fn primary_reset(dev: CUdevice) -> CUresult {
     ffi_result(|| {
         check_device(dev)?;
+        let old = primary_key();
+        state::flush_output_of(old);
+        crate::managed::forget_context(old);
+        crate::memory::forget_context(old);
+        // A host that cannot destroy it (an older one) keeps it: what was
+        // made in it stays until the process exits, as before.
+        let _ = state::with_in(old, |cu| cu.context_destroy());
+        PRIMARY_GENERATION.fetch_add(1, Ordering::Relaxed);
         crate::export_tables::context_destroyed(primary());
         Ok(())
     })

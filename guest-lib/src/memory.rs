@@ -50,8 +50,8 @@ fn owner(base: u64) -> CUcontext {
         .lock()
         .ok()
         .and_then(|m| m.get(&base).copied())
-        .unwrap_or(context::PRIMARY_KEY);
-    if key == context::PRIMARY_KEY {
+        .unwrap_or(0);
+    if context::is_primary_key(key) {
         context::primary()
     } else {
         key as CUcontext

@@ -390,6 +390,10 @@ pub fn with_in<T>(
         }
         return run(g, f);
     }
+    if key != context::primary_key() {
+        // The primary's host context before a reset.
+        return Err(err::CONTEXT_IS_DESTROYED);
+    }
     match MINE.with(Cell::get) {
         Mine::Slot(i) => {
             let g = THREADS[i].lock().unwrap_or_else(|p| p.into_inner());

@@ -195,11 +195,12 @@ pub enum Opcode {
     /// channel's context from now on; its requests are ordered with the
     /// other members' by their call ids (one counter per process).
     ContextJoin = 0x01a1,
-    /// The channel's own context (`cuCtxDestroy` of a context made with
-    /// `cuCtxCreate`, which has a channel of its own) is destroyed now:
-    /// its memory, modules, streams and events are freed and counted back
-    /// to the VM's quota; a later request makes a fresh one. A member of a
-    /// shared context: INVALID_CONTEXT. No context yet: nothing to do.
+    /// The channel's context is destroyed now (`cuCtxDestroy` of a context
+    /// made with `cuCtxCreate`, which has a channel of its own;
+    /// `cuDevicePrimaryCtxReset` on the process's channel, for every
+    /// channel that joined it): its memory, modules, streams and events are
+    /// freed and counted back to the VM's quota; a later request of any of
+    /// its channels makes a fresh one. No context yet: nothing to do.
     ContextDestroy = 0x01a2,
 
     // OpenCL; arguments and results are documented in `crate::opencl`.

@@ -314,6 +314,33 @@ fn created_contexts_are_contexts_of_their_own() {
     });
 }
 
+/// `cudaDeviceReset` ends the primary context with what was made in it
+/// (its memory is free again when the call returns) and the program goes
+/// on in a fresh one, with every build of libcudart (which loads its
+/// kernels again there); on SimGpu a sticky error ends with it.
+#[test]
+fn a_device_reset_frees_the_context_and_the_program_goes_on() {
+    let Some(dir) = programs() else {
+        return;
+    };
+    guest_lib_dir();
+    let sim = Sim::start("cuda_device_reset");
+    for v in VARIANTS {
+        let program = dir.join(format!("device_reset-{v}"));
+        let plain = sim.run(&program, v);
+        assert!(!plain.contains("RESET_RECOVERED"), "{v}: {plain}");
+        let stdout = sim.run_full(&program, v, &[], &["fault"]);
+        assert_eq!(
+            lines(&stdout, "RESET_RECOVERED "),
+            ["1"],
+            "device_reset-{v}: the work after a reset runs:\n{stdout}"
+        );
+        wait_for_status(&sim.daemon, "the program's memory back", |s| {
+            vm(s, v).mem_used == 0
+        });
+    }
+}
+
 /// The deprecated execution-control API (block shape, shared size and
 /// parameters set on the function, then `cuLaunchGrid`/`cuLaunch`) and the
 /// context usage count, as PyCUDA calls them: every kernel's output is

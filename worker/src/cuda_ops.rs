@@ -1238,16 +1238,17 @@ impl CudaOps {
             return self.join(ch, a[0]).map(|_| Answer::default());
         }
         if req.op == Opcode::ContextDestroy {
-            // Only a context of its own: a member of a shared one leaves
-            // it by going.
-            if self.group(ch).is_some() {
-                return Err(Status::INVALID_CONTEXT);
+            // The context goes for every channel that names it (a shared
+            // context's members keep naming its slot, where their next
+            // request makes a fresh one), with what they had in progress.
+            let slot = self.slot(ch);
+            for m in self.members(slot) {
+                if let Some(job) = self.jobs.get_mut(m as usize) {
+                    *job = None;
+                }
+                self.forget_mark(m);
             }
-            if let Some(job) = self.jobs.get_mut(ch as usize) {
-                *job = None;
-            }
-            self.forget_mark(ch);
-            self.drop_context(ch);
+            self.drop_context(slot as u32);
             return Ok(Answer::default());
         }
         if req.op == Opcode::ContextShare {
@@ -2545,16 +2546,17 @@ impl Handler for CudaOps {
             self.leave(ch, slot, &members);
             return;
         }
+        self.shares.retain(|_, s| *s != ch);
         self.drop_context(ch);
     }
 }
 
 impl CudaOps {
-    /// Destroys channel `ch`'s own context (shared with no other channel),
-    /// if it has one: its memory, modules, streams and events go, and their
-    /// bytes count back to the VM's quota.
+    /// Destroys the context channel `ch` names, if it has made one: its
+    /// memory, modules, streams and events go, its exports end and its
+    /// imports close, and their bytes count back to the VM's quota. For a
+    /// shared context, `ch` is its slot (whose own channel is a member).
     fn drop_context(&mut self, ch: u32) {
-        self.shares.retain(|_, s| *s != ch);
         self.ipc_forget(ch);
         if let Some(cx) = self
             .contexts
