@@ -419,16 +419,11 @@ fn ctx_create(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> CUresult {
 /// Says once that a context was made on the primary's host context.
 fn shared_context_note() {
     static SAID: std::sync::Once = std::sync::Once::new();
-    if crate::log_level() == crate::LogLevel::Off {
-        return;
-    }
-    SAID.call_once(|| {
-        eprintln!(
-            "fairgpu guest-lib: cuCtxCreate found no channel to spare in the region (one stays free \
-             for another process): the new context shares the primary context's host context, so \
-             its memory is freed only when the process exits and a sticky error in either is seen \
-             by both"
-        );
+    crate::say_once(&SAID, || {
+        "cuCtxCreate found no channel to spare in the region (one stays free for another \
+         process): the new context shares the primary context's host context, so its memory is \
+         freed only when the process exits and a sticky error in either is seen by both"
+            .to_owned()
     });
 }
 

@@ -86,6 +86,15 @@ pub(crate) fn ffi(f: impl FnOnce() -> CUresult) -> CUresult {
     r
 }
 
+/// Prints `message` on stderr once per `said`, unless the log is off
+/// (`FAIRGPU_GUEST_LOG=0`).
+pub(crate) fn say_once(said: &std::sync::Once, message: impl FnOnce() -> String) {
+    if log_level() == LogLevel::Off {
+        return;
+    }
+    said.call_once(|| eprintln!("fairgpu guest-lib: {}", message()));
+}
+
 /// What the library reports on stderr (`FAIRGPU_GUEST_LOG`).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub(crate) enum LogLevel {

@@ -142,11 +142,28 @@ struct GuestLibrary {
 }
 
 impl GuestLibrary {
+    /// The host context of the module it was loaded as.
+    fn home(&self) -> HostKey {
+        // SAFETY: a library's modules live until the library unloads.
+        unsafe { &*(self.module as *const GuestModule) }.ctx
+    }
+
+    /// Where `cuLibraryGetKernel` takes its kernel objects: the module it
+    /// was loaded as, while that module's context lives (a kernel then
+    /// serves every other context, see `GuestFunction::host_here`); else
+    /// the current context's.
+    fn kernel_module(&self) -> Result<usize, CUresult> {
+        if context::alive(self.home()) {
+            Ok(self.module)
+        } else {
+            self.module_here()
+        }
+    }
+
     /// The library's module in the current context's host context.
     fn module_here(&self) -> Result<usize, CUresult> {
         let key = context::host_of_current();
-        // SAFETY: a library's modules live until the library unloads.
-        if unsafe { &*(self.module as *const GuestModule) }.ctx == key {
+        if self.home() == key {
             return Ok(self.module);
         }
         let mut others = self.others.lock().map_err(|_| err::UNKNOWN)?;
@@ -331,18 +348,14 @@ fn load_bytes(data: &[u8]) -> Result<*mut GuestModule, CUresult> {
 /// executes PTX, and a cubin holds only one architecture's machine code.
 fn cubin_refused() {
     static SAID: std::sync::Once = std::sync::Once::new();
-    if crate::log_level() == crate::LogLevel::Off {
-        return;
-    }
-    SAID.call_once(|| {
-        eprintln!(
-            "fairgpu guest-lib: the host refused a cubin (machine code for one GPU architecture, \
-             no PTX). SimGpu executes PTX: ask for PTX instead (NVRTC: nvrtcGetPTX with \
-             --gpu-architecture=compute_90, or install fairgpu's NVRTC shim as libnvrtc.so.12/13 \
-             beside this library, which does that for programs asking NVRTC for a cubin; nvcc: \
-             -gencode arch=compute_90,code=compute_90); on a GPU, build the cubin for the host's \
-             architecture"
-        );
+    crate::say_once(&SAID, || {
+        "the host refused a cubin (machine code for one GPU architecture, no PTX). SimGpu \
+         executes PTX: ask for PTX instead (NVRTC: nvrtcGetPTX with \
+         --gpu-architecture=compute_90, or install fairgpu's NVRTC shim as libnvrtc.so.12/13 \
+         beside this library, which does that for programs asking NVRTC for a cubin; nvcc: \
+         -gencode arch=compute_90,code=compute_90); on a GPU, build the cubin for the host's \
+         architecture"
+            .to_owned()
     });
 }
 
@@ -717,17 +730,7 @@ pub extern "C" fn cuLibraryGetKernel(
 ) -> CUresult {
     ffi_result(|| {
         let lib = library_ref(l)?;
-        // The kernel object of the module it was loaded as, while that
-        // module's context lives (it then serves every other context, see
-        // `host_here`); else the module of the current context.
-        // SAFETY: a library's modules live until the library unloads.
-        let home = unsafe { &*(lib.module as *const GuestModule) };
-        let m = if context::alive(home.ctx) {
-            lib.module
-        } else {
-            lib.module_here()?
-        };
-        let f = get_function(m as CUmodule, name)?;
+        let f = get_function(lib.kernel_module()? as CUmodule, name)?;
         // Relaxed: see `GuestFunction::host_here`.
         // SAFETY: `get_function` returns a registered, live function.
         unsafe { &*f }.library.store(l as usize, Ordering::Relaxed);
