@@ -311,6 +311,17 @@ fn primary_reset(dev: CUdevice) -> CUresult {
     ffi_result(|| {
         check_device(dev)?;
         let old = primary_key();
+        if old + 1 >= FIRST_CREATED_KEY {
+            // The primary's keys would run into the created contexts'.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            crate::say_once(&SAID, || {
+                format!(
+                    "cuDevicePrimaryCtxReset: the primary context was reset {old} times, the \
+                     most a process may; this reset and later ones fail"
+                )
+            });
+            return Err(err::OUT_OF_MEMORY);
+        }
         state::flush_output_of(old);
         crate::managed::forget_context(old);
         crate::memory::forget_context(old);

@@ -22,9 +22,13 @@ static DEVICE: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
 /// The host context of each allocation in `DEVICE` (0: the primary's).
 static DEVICE_CTX: Mutex<BTreeMap<u64, HostKey>> = Mutex::new(BTreeMap::new());
 
-/// Forgets the allocations of a destroyed context (its host context freed
-/// them).
+/// Forgets the allocations and module variables of a destroyed context
+/// (its host context freed them, and the host may place another
+/// context's variables there).
 pub fn forget_context(key: HostKey) {
+    if let Ok(mut g) = GLOBALS.lock() {
+        g.retain(|_, (_, _, k)| *k != key);
+    }
     let gone: Vec<u64> = match DEVICE_CTX.lock() {
         Ok(mut m) => {
             let gone = m
@@ -60,9 +64,9 @@ fn owner(base: u64) -> CUcontext {
 /// Page-locked host memory: base → (size, flags).
 static HOST: Mutex<BTreeMap<usize, (usize, u32)>> = Mutex::new(BTreeMap::new());
 /// Module variables handed out by `cuModuleGetGlobal`: address → (size,
-/// module). Device memory for attributes and copies, never freed by
-/// `cuMemFree`; gone with their module.
-static GLOBALS: Mutex<BTreeMap<u64, (u64, usize)>> = Mutex::new(BTreeMap::new());
+/// module, its host context). Device memory for attributes and copies,
+/// never freed by `cuMemFree`; gone with their module or its context.
+static GLOBALS: Mutex<BTreeMap<u64, (u64, usize, HostKey)>> = Mutex::new(BTreeMap::new());
 
 /// Mappings of the virtual-memory API: address -> size (`vmm.rs`).
 static MAPPED: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
@@ -82,25 +86,26 @@ pub fn forget_mapping(ptr: u64) {
     }
 }
 
-/// Records a module variable the host placed at `ptr`.
-pub fn register_global(ptr: u64, size: u64, module: usize) -> Result<(), CUresult> {
+/// Records a variable the host placed at `ptr`, of a module loaded in
+/// host context `ctx`.
+pub fn register_global(ptr: u64, size: u64, module: usize, ctx: HostKey) -> Result<(), CUresult> {
     GLOBALS
         .lock()
         .map_err(|_| err::UNKNOWN)?
-        .insert(ptr, (size, module));
+        .insert(ptr, (size, module, ctx));
     Ok(())
 }
 
 /// Forgets the variables of an unloaded module.
 pub fn forget_globals(module: usize) {
     if let Ok(mut g) = GLOBALS.lock() {
-        g.retain(|_, (_, m)| *m != module);
+        g.retain(|_, (_, m, _)| *m != module);
     }
 }
 
 fn find_global(ptr: u64) -> Option<(u64, u64)> {
     let m = GLOBALS.lock().ok()?;
-    let (&base, &(size, _)) = m.range(..=ptr).next_back()?;
+    let (&base, &(size, _, _)) = m.range(..=ptr).next_back()?;
     (ptr < base + size.max(1)).then_some((base, size))
 }
 

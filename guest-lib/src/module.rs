@@ -563,7 +563,7 @@ fn get_variable(
     if managed_only && !managed {
         return Err(err::NOT_FOUND);
     }
-    crate::memory::register_global(ptr, size, m as usize)?;
+    crate::memory::register_global(ptr, size, m as usize, module.ctx)?;
     if managed {
         // A `__managed__` variable: cudart hands the program this address
         // for its CPU code to use.

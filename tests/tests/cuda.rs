@@ -1644,6 +1644,58 @@ fn ipc_tokens_open_only_within_their_vm_and_memory_outlives_the_exporters_free()
     assert_eq!(b.mem_get_info().unwrap().0, VM_QUOTA);
 }
 
+/// An importer that destroys its context (`cuCtxDestroy`, or
+/// `cudaDeviceReset` without closing what it opened) closes its imports:
+/// the exporter's memory and events stay the exporter's, with their bytes,
+/// and its free gives the quota back.
+#[test]
+fn an_importers_context_destroy_leaves_the_exporters_memory() {
+    let rig = Rig::start("cuda_ipc_destroy");
+    let mut a = rig.cuda(0);
+    let mut b = rig.cuda(0);
+    let p = a.mem_alloc(4096).unwrap();
+    let data = pattern(4096, 3);
+    a.memcpy_htod(p, &data).unwrap();
+    let (token, _, _) = a.ipc_get_mem_handle(p).unwrap();
+    let e = a.event_create(6).unwrap();
+    let t = a.ipc_get_event_handle(e).unwrap();
+    assert_eq!(b.ipc_open_mem_handle(token).unwrap(), (p, 4096));
+    b.ipc_open_event_handle(t).unwrap();
+    assert_bytes_eq(&read(&mut b, p, 4096), &data, "the importer's view");
+    b.context_destroy().unwrap();
+
+    assert_bytes_eq(&read(&mut a, p, 4096), &data, "the exporter's bytes");
+    a.memcpy_htod(p, &[9; 16]).unwrap();
+    a.event_record_sync(e, 0).unwrap();
+    assert_eq!(a.event_query(e), Ok(true));
+    a.event_destroy(e).unwrap();
+    a.mem_free(p).unwrap();
+    assert_eq!(
+        a.mem_get_info().unwrap().0,
+        VM_QUOTA,
+        "the exporter's free gave the quota back"
+    );
+}
+
+/// Context tags are not reused while their context lives: a channel that
+/// destroys and remakes its context more times than there are tags never
+/// gets the tag of another channel's live context, so neither accepts the
+/// other's handles.
+#[test]
+fn a_remade_context_never_takes_a_live_contexts_tag() {
+    let rig = Rig::start("cuda_ctx_tags");
+    let mut a = rig.cuda(0);
+    let mut b = rig.cuda(0);
+    let s = a.stream_create(0).unwrap();
+    for round in 0..=u32::from(fairgpu_protocol::handle::MAX_TAG) {
+        let sb = b.stream_create(0).unwrap();
+        assert_ne!(sb, s, "round {round}: another context's handle");
+        assert_refused(b.stream_synchronize(s), Status::INVALID_HANDLE);
+        b.context_destroy().unwrap();
+    }
+    assert_eq!(a.stream_query(s), Ok(true), "A's stream survives");
+}
+
 /// A graph launch (`GraphLaunch`): the asynchronous requests gathered
 /// between `begin_batch` and `end_batch` cross as one request, and the
 /// host runs them in order, each checked as the request it stands for; a

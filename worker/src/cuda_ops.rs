@@ -85,6 +85,8 @@ struct Function {
 #[derive(Debug)]
 struct Context {
     ctx: CtxId,
+    /// The tag its handles carry (1 to `handle::MAX_TAG`).
+    tag: u16,
     /// Allocation base → size.
     allocs: BTreeMap<DevPtr, u64>,
     /// Module variables the guest asked for: address → (size, module).
@@ -284,6 +286,7 @@ impl Context {
     fn new(ctx: CtxId, held: HostCharge, tag: u16) -> Self {
         Context {
             ctx,
+            tag,
             allocs: BTreeMap::new(),
             globals: BTreeMap::new(),
             modules: HandleTable::tagged(MAX_OBJECTS, tag),
@@ -909,10 +912,18 @@ impl CudaOps {
                     return Err(e.status());
                 }
             };
-            // Each context of the VM gets the next tag, so that no two
-            // live contexts (and no context made soon after another)
-            // accept each other's handles.
-            self.next_tag = self.next_tag % handle::MAX_TAG + 1;
+            // Each context of the VM gets the next tag no live context
+            // holds, so that no two live contexts (and no context made soon
+            // after another) accept each other's handles. A VM has at most
+            // MAX_CHANNELS contexts, far fewer than the tags: one is free.
+            const _: () = assert!(fairgpu_protocol::limits::MAX_CHANNELS < handle::MAX_TAG as u32);
+            let live: HashSet<u16> = self.contexts.iter().flatten().map(|c| c.tag).collect();
+            loop {
+                self.next_tag = self.next_tag % handle::MAX_TAG + 1;
+                if !live.contains(&self.next_tag) {
+                    break;
+                }
+            }
             self.contexts[i] = Some(Context::new(ctx, held, self.next_tag));
         }
         Ok(self.contexts[i].as_mut().expect("created above"))
@@ -2342,7 +2353,10 @@ impl CudaOps {
         req: &ValidRequest,
         arena: &ArenaSlice<'_>,
     ) -> Result<Answer, Status> {
-        // IPC's own requests change what is lent: they run without.
+        // IPC's own requests change what is lent: they run without. So do
+        // the requests that destroy or rename the channel's context: what
+        // is lent is the exporter's, and must not go with the borrower's
+        // context.
         let r = if matches!(
             req.op,
             Opcode::IpcGetMemHandle
@@ -2351,6 +2365,9 @@ impl CudaOps {
                 | Opcode::IpcGetEventHandle
                 | Opcode::IpcOpenEventHandle
                 | Opcode::EventDestroy
+                | Opcode::ContextDestroy
+                | Opcode::ContextJoin
+                | Opcode::ContextShare
         ) {
             self.cuda(ch, req, arena)
         } else {
