@@ -6,8 +6,10 @@
 # libcuda.so.1 and fairgpu's NVRTC shim as libnvrtc.so.12 (CuPy then
 # compiles its kernels to PTX, which SimGpu executes), with
 # CUPY_TEST_GPU_LIMIT=1 (CuPy's own setting: the vGPU is one device, so the
-# tests that need two are skipped). Every test compares CuPy's result with
-# NumPy's on the CPU, as CuPy's suite does on a GPU.
+# tests that need two are skipped) and NVCC naming the toolchain's nvcc
+# (the files that test CuPy's nvcc backend ask for it). Every test
+# compares CuPy's result with NumPy's on the CPU, as CuPy's suite does on
+# a GPU.
 #
 # Usage: scripts/cupy-suite.sh [options] CUPY_TESTS OUT [FILE...]
 #   CUPY_TESTS   the tests/ folder of a CuPy source tree of the wheel's
@@ -174,7 +176,7 @@ for f in "${files[@]}"; do
     rc=0
     (cd "$tests" && env PYTHONPATH="$CUPY_PYTHONPATH:$out/pytest" CUDA_PATH="$CUPY_CUDA_PATH" \
         LD_LIBRARY_PATH="$out/lib:$CUPY_NVRTC_LIB" FAIRGPU_REGION="$region" \
-        CUPY_CACHE_DIR="$out/kernel-cache" CUPY_TEST_GPU_LIMIT=1 \
+        CUPY_CACHE_DIR="$out/kernel-cache" CUPY_TEST_GPU_LIMIT=1 NVCC="${CUDA_NVCC:-nvcc}" \
         timeout -k 10 "$timeout_s" python3 -m pytest -v -p no:cacheprovider -o addopts= \
         --timeout "$test_timeout" --durations 10 --junitxml="$xml" "${kargs[@]}" "$f" </dev/null >"$log" 2>&1) || rc=$?
     secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
