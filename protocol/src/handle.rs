@@ -109,6 +109,11 @@ impl<T> HandleTable<T> {
         t
     }
 
+    /// The tag its handles carry (0: untagged).
+    pub fn tag(&self) -> u16 {
+        self.tag
+    }
+
     /// Number of live objects.
     pub fn len(&self) -> usize {
         self.len

@@ -85,8 +85,6 @@ struct Function {
 #[derive(Debug)]
 struct Context {
     ctx: CtxId,
-    /// The tag its handles carry (1 to `handle::MAX_TAG`).
-    tag: u16,
     /// Allocation base → size.
     allocs: BTreeMap<DevPtr, u64>,
     /// Module variables the guest asked for: address → (size, module).
@@ -286,7 +284,6 @@ impl Context {
     fn new(ctx: CtxId, held: HostCharge, tag: u16) -> Self {
         Context {
             ctx,
-            tag,
             allocs: BTreeMap::new(),
             globals: BTreeMap::new(),
             modules: HandleTable::tagged(MAX_OBJECTS, tag),
@@ -917,7 +914,12 @@ impl CudaOps {
             // after another) accept each other's handles. A VM has at most
             // MAX_CHANNELS contexts, far fewer than the tags: one is free.
             const _: () = assert!(fairgpu_protocol::limits::MAX_CHANNELS < handle::MAX_TAG as u32);
-            let live: HashSet<u16> = self.contexts.iter().flatten().map(|c| c.tag).collect();
+            let live: HashSet<u16> = self
+                .contexts
+                .iter()
+                .flatten()
+                .map(|c| c.streams.tag())
+                .collect();
             loop {
                 self.next_tag = self.next_tag % handle::MAX_TAG + 1;
                 if !live.contains(&self.next_tag) {
