@@ -5,9 +5,10 @@
 //! keeps one PC per thread and executes, at each step, the group of active
 //! threads at the lowest PC together (the lowest-PC reconvergence heuristic:
 //! in the structured code nvcc emits, threads that went ahead wait at the
-//! join point until the others arrive). A warp that stays diverged for a
-//! whole turn runs its highest group first on its next turn, so that no
-//! group starves behind threads spinning at lower PCs.
+//! join point until the others arrive). A warp that stays diverged for
+//! [`PATIENCE`] whole turns in a row runs its highest group first on every
+//! other turn, so that no group starves behind threads spinning at lower
+//! PCs.
 //!
 //! Threads wait in three ways: at a block barrier (`bar.sync`), which
 //! completes when every thread of the block that has not exited (or the
@@ -107,6 +108,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Instructions a warp runs before the next warp of its block gets a turn.
 const QUANTUM: u32 = 4096;
+/// Whole turns a warp stays diverged before its highest-PC threads get
+/// turns of their own (see `run_warp_body`).
+const PATIENCE: u32 = 4;
 /// Most bytes of shared memory (static and dynamic) of one block.
 pub const MAX_SHARED_BYTES: u64 = 228 << 10;
 /// Most bytes of registers of one block's threads together.
@@ -180,6 +184,8 @@ struct Warp {
     redp: u32,
     /// Whether this turn runs the highest-PC group first.
     favor_high: bool,
+    /// Whole turns in a row the warp ran diverged throughout.
+    diverged_turns: u32,
     /// The launch's [`Launch::wide`], for the warp's own updates.
     wide: bool,
     id: u32,
@@ -993,6 +999,7 @@ impl<'a> Launch<'a> {
                 carry: 0,
                 redp: 0,
                 favor_high: false,
+                diverged_turns: 0,
                 wide: self.wide,
                 id,
                 frames: Vec::new(),
@@ -1124,6 +1131,7 @@ impl<'a> Launch<'a> {
             w.frames.clear();
             w.carry = 0;
             w.favor_high = false;
+            w.diverged_turns = 0;
             // The warp's threads below `threads` exist.
             let first = w.id * 32;
             w.exists = match threads.saturating_sub(first) {
@@ -1275,7 +1283,8 @@ impl<'a> Launch<'a> {
         // PC of the warp's other active threads (`u32::MAX`: none), is
         // still the lowest group. Its threads' `w.pc` stay stale meanwhile.
         let mut known: Option<(u32, u32, u32)> = None;
-        let mut diverged = false;
+        // Whether the warp ran converged at any step of this turn.
+        let mut converged = false;
         while n < QUANTUM {
             let (pc, mask, bound) = if let Some(k) = known.take() {
                 k
@@ -1299,7 +1308,7 @@ impl<'a> Launch<'a> {
                 break;
             }
             n += 1;
-            diverged = bound != u32::MAX;
+            converged |= bound == u32::MAX;
             match self.step(w, pc, mask)? {
                 Some(p) if p < bound => known = Some((p, mask, bound)),
                 Some(p) => w.set_pcs(mask, p),
@@ -1309,11 +1318,20 @@ impl<'a> Launch<'a> {
         if let Some((p, mask, _)) = known {
             w.set_pcs(mask, p);
         }
-        // A warp that stays diverged for a whole turn alternates between
-        // running its lowest and its highest group, so that threads that
-        // went ahead (a lock's holder) progress while others spin, as with
-        // independent thread scheduling.
-        w.favor_high = n == QUANTUM && diverged && !w.favor_high;
+        // A warp that stays diverged for [`PATIENCE`] whole turns in a row
+        // alternates between running its lowest and its highest group, so
+        // that threads that went ahead (a lock's holder) progress while
+        // others spin, as with independent thread scheduling. Only then:
+        // warp-synchronous code written for lockstep warps (CuPy's
+        // partition) needs the threads that went ahead to wait at the join
+        // point, as a GPU's reconvergence makes them, and a turn that ends
+        // inside an ordinary branch must not let them run on.
+        w.diverged_turns = if n == QUANTUM && !converged {
+            w.diverged_turns.saturating_add(1)
+        } else {
+            0
+        };
+        w.favor_high = w.diverged_turns >= PATIENCE && !w.favor_high;
         Ok(n > 0)
     }
 

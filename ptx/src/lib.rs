@@ -166,10 +166,12 @@
 //!
 //! Blocks run one after another; a block's warps (32 threads) take turns.
 //! A warp executes the threads at its lowest PC together, which reconverges
-//! nvcc's structured code where a GPU would; a warp that stays diverged for
-//! a whole turn alternates with running its highest-PC threads, so that a
-//! lock's holder progresses while the warp's other threads spin (as with
-//! Volta's independent thread scheduling). `bar.sync` waits for every
+//! nvcc's structured code where a GPU would (code written for lockstep
+//! warps, with no `__syncwarp` between its steps, sees its warp in
+//! lockstep); a warp that stays diverged for four whole turns in a row
+//! alternates with running its highest-PC threads, so that a lock's holder
+//! progresses while the warp's other threads spin (as with Volta's
+//! independent thread scheduling). `bar.sync` waits for every
 //! thread of the block that has not exited (exited threads count as
 //! arrived, as on Volta and later) or for its thread count; shuffles and
 //! votes wait for the non-exited threads of their member mask. Threads that

@@ -1216,3 +1216,35 @@ fn a_failed_assert_prints_and_stops_the_launch() {
     );
     assert_eq!(text.lines().count(), 1, "{text}");
 }
+
+#[test]
+fn warp_synchronous_code_sees_its_warp_in_lockstep() {
+    // No __syncwarp between the network's steps: the threads that skip a
+    // swap must wait at the branch's join for the threads that take it,
+    // wherever a warp's turn ends. Many segments, so that turns end inside
+    // many of the swaps.
+    let m = kernel("lockstep");
+    let mut g = m.globals();
+    let (blocks, threads, segments) = (2usize, 64usize, 3000usize);
+    let mut r = Rng(11);
+    let keys: Vec<i32> = (0..segments * 64)
+        .map(|_| (r.next() % 100_000) as i32 - 50_000)
+        .collect();
+    let mut mem = VecMemory::default();
+    let p = mem.alloc_i32(&keys);
+    launch(
+        &m,
+        &mut g,
+        "warp_bitonic",
+        dims([blocks as u32, 1, 1], [threads as u32, 1, 1], 0),
+        Params::new().ptr(p).i32(segments as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let got = mem.i32s(p);
+    for (s, (got, keys)) in got.chunks(64).zip(keys.chunks(64)).enumerate() {
+        let mut want = keys.to_vec();
+        want.sort_unstable();
+        assert_eq!(got, &want[..], "segment {s}'s keys");
+    }
+}
