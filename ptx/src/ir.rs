@@ -1531,38 +1531,42 @@ impl Func {
     }
 }
 
-impl Src {
-    fn shift(&mut self, k: u32) {
-        if let Src::Reg(r) | Src::NotPred(r) = self {
-            *r += k;
-        }
+/// Calls `on` on the register `x` names, if it names one.
+fn src_reg(x: &mut Src, on: &mut dyn FnMut(&mut u32)) {
+    if let Src::Reg(r) | Src::NotPred(r) = x {
+        on(r);
     }
 }
 
 impl Op {
     /// Renumbers every register by `+k` (for inlining).
     pub(crate) fn shift_regs(&mut self, k: u32) {
-        let s = |x: &mut Src| x.shift(k);
+        self.each_reg(&mut |r| *r += k);
+    }
+
+    /// Calls `on` on every register the instruction names, sources and
+    /// destinations (the guard is the [`Inst`]'s).
+    pub(crate) fn each_reg(&mut self, on: &mut dyn FnMut(&mut u32)) {
         match self {
             Op::Mov { d, a, .. } => {
-                *d += k;
-                s(a);
+                on(d);
+                src_reg(a, on);
             }
             Op::Pack { d, parts, .. } => {
-                *d += k;
-                parts.iter_mut().for_each(s);
+                on(d);
+                parts.iter_mut().for_each(|x| src_reg(x, on));
             }
             Op::Unpack { ds, a, .. } => {
-                ds.iter_mut().for_each(|d| *d += k);
-                s(a);
+                ds.iter_mut().for_each(&mut *on);
+                src_reg(a, on);
             }
             Op::IBin { d, a, b, .. }
             | Op::MulWide { d, a, b, .. }
             | Op::FBin { d, a, b, .. }
             | Op::PredBin { d, a, b, .. } => {
-                *d += k;
-                s(a);
-                s(b);
+                on(d);
+                src_reg(a, on);
+                src_reg(b, on);
             }
             Op::Mad { d, a, b, c, .. }
             | Op::Half { d, a, b, c, .. }
@@ -1574,17 +1578,17 @@ impl Op {
             | Op::Fma { d, a, b, c, .. }
             | Op::Selp { d, a, b, c, .. }
             | Op::Slct { d, a, b, c, .. } => {
-                *d += k;
-                s(a);
-                s(b);
-                s(c);
+                on(d);
+                src_reg(a, on);
+                src_reg(b, on);
+                src_reg(c, on);
             }
             Op::Carry { d, a, b, mul, .. } => {
-                *d += k;
-                s(a);
-                s(b);
+                on(d);
+                src_reg(a, on);
+                src_reg(b, on);
                 if let Some((m, _)) = mul {
-                    s(m);
+                    src_reg(m, on);
                 }
             }
             Op::IUn { d, a, .. }
@@ -1593,86 +1597,86 @@ impl Op {
             | Op::Cvt { d, a, .. }
             | Op::Cvta { d, a, .. }
             | Op::Isspacep { d, a, .. } => {
-                *d += k;
-                s(a);
+                on(d);
+                src_reg(a, on);
             }
             Op::Bfi {
                 d, f, b, c, len, ..
             } => {
-                *d += k;
-                s(f);
-                s(b);
-                s(c);
-                s(len);
+                on(d);
+                src_reg(f, on);
+                src_reg(b, on);
+                src_reg(c, on);
+                src_reg(len, on);
             }
             Op::Lop3 { d, a, b, c, lut } => {
-                *d += k;
-                s(a);
-                s(b);
-                s(c);
-                s(lut);
+                on(d);
+                src_reg(a, on);
+                src_reg(b, on);
+                src_reg(c, on);
+                src_reg(lut, on);
             }
             Op::Set { d, a, b, comb, .. } => {
-                *d += k;
-                s(a);
-                s(b);
+                on(d);
+                src_reg(a, on);
+                src_reg(b, on);
                 if let Some((_, c)) = comb {
-                    s(c);
+                    src_reg(c, on);
                 }
             }
             Op::CvtHalf { d, a, b, .. } | Op::CvtF8 { d, a, b, .. } => {
-                *d += k;
-                s(a);
+                on(d);
+                src_reg(a, on);
                 if let Some(b) = b {
-                    s(b);
+                    src_reg(b, on);
                 }
             }
             Op::Setp {
                 d, dn, a, b, comb, ..
             } => {
-                *d += k;
+                on(d);
                 if let Some(q) = dn {
-                    *q += k;
+                    on(q);
                 }
-                s(a);
-                s(b);
+                src_reg(a, on);
+                src_reg(b, on);
                 if let Some((_, c)) = comb {
-                    s(c);
+                    src_reg(c, on);
                 }
             }
             Op::Ld { ds, addr, .. } => {
-                ds.iter_mut().for_each(|d| *d += k);
+                ds.iter_mut().for_each(&mut *on);
                 if let Some(b) = &mut addr.base {
-                    *b += k;
+                    on(b);
                 }
             }
             Op::St { srcs, addr, .. } => {
-                srcs.iter_mut().for_each(s);
+                srcs.iter_mut().for_each(|x| src_reg(x, on));
                 if let Some(b) = &mut addr.base {
-                    *b += k;
+                    on(b);
                 }
             }
             Op::Atom { d, addr, b, c, .. } => {
                 if let Some(d) = d {
-                    *d += k;
+                    on(d);
                 }
                 if let Some(r) = &mut addr.base {
-                    *r += k;
+                    on(r);
                 }
-                s(b);
-                s(c);
+                src_reg(b, on);
+                src_reg(c, on);
             }
             Op::Bar { id, count, red, .. } => {
-                s(id);
+                src_reg(id, on);
                 if let Some(c) = count {
-                    s(c);
+                    src_reg(c, on);
                 }
                 if let Some((_, d, p)) = red {
-                    *d += k;
-                    s(p);
+                    on(d);
+                    src_reg(p, on);
                 }
             }
-            Op::WarpSync { mask } => s(mask),
+            Op::WarpSync { mask } => src_reg(mask, on),
             Op::Shfl {
                 d,
                 dp,
@@ -1682,104 +1686,104 @@ impl Op {
                 mask,
                 ..
             } => {
-                *d += k;
+                on(d);
                 if let Some(p) = dp {
-                    *p += k;
+                    on(p);
                 }
-                s(a);
-                s(b);
-                s(c);
-                s(mask);
+                src_reg(a, on);
+                src_reg(b, on);
+                src_reg(c, on);
+                src_reg(mask, on);
             }
             Op::Vote { d, a, mask, .. } | Op::Redux { d, a, mask, .. } => {
-                *d += k;
-                s(a);
-                s(mask);
+                on(d);
+                src_reg(a, on);
+                src_reg(mask, on);
             }
             Op::Match { d, dp, a, mask, .. } => {
-                *d += k;
+                on(d);
                 if let Some(p) = dp {
-                    *p += k;
+                    on(p);
                 }
-                s(a);
-                s(mask);
+                src_reg(a, on);
+                src_reg(mask, on);
             }
-            Op::Activemask { d } => *d += k,
+            Op::Activemask { d } => on(d),
             Op::Tex(t) => {
-                t.ds.iter_mut().for_each(|d| *d += k);
+                t.ds.iter_mut().for_each(&mut *on);
                 if let Some(p) = &mut t.dp {
-                    *p += k;
+                    on(p);
                 }
-                s(&mut t.handle);
-                t.coords.iter_mut().for_each(s);
+                src_reg(&mut t.handle, on);
+                t.coords.iter_mut().for_each(|x| src_reg(x, on));
             }
             Op::Surf(x) => {
                 match &mut x.data {
-                    SurfData::Load(ds) => ds.iter_mut().for_each(|d| *d += k),
-                    SurfData::Store(vs) => vs.iter_mut().for_each(s),
+                    SurfData::Load(ds) => ds.iter_mut().for_each(&mut *on),
+                    SurfData::Store(vs) => vs.iter_mut().for_each(|x| src_reg(x, on)),
                 }
-                s(&mut x.handle);
-                x.coords.iter_mut().for_each(s);
+                src_reg(&mut x.handle, on);
+                x.coords.iter_mut().for_each(|x| src_reg(x, on));
             }
             Op::Query { d, handle, .. } => {
-                *d += k;
-                s(handle);
+                on(d);
+                src_reg(handle, on);
             }
             Op::CpAsync {
                 dst, src, src_size, ..
             } => {
                 for a in [dst, src] {
                     if let Some(b) = &mut a.base {
-                        *b += k;
+                        on(b);
                     }
                 }
                 if let Some(x) = src_size {
-                    s(x);
+                    src_reg(x, on);
                 }
             }
-            Op::Dispatch { target, .. } => *target += k,
+            Op::Dispatch { target, .. } => on(target),
             Op::BulkCopy(x) => {
                 for a in [&mut x.dst, &mut x.src].into_iter().chain(x.mbar.as_mut()) {
                     if let Some(b) = &mut a.base {
-                        *b += k;
+                        on(b);
                     }
                 }
-                s(&mut x.size);
+                src_reg(&mut x.size, on);
             }
             Op::Wmma(x) => {
                 let regs: &mut [Vec<u32>] = match &mut x.op {
                     WmmaOp::Load { d, addr, .. } => {
                         if let Some(b) = &mut addr.base {
-                            *b += k;
+                            on(b);
                         }
                         std::slice::from_mut(d)
                     }
                     WmmaOp::Store { v, addr, .. } => {
                         if let Some(b) = &mut addr.base {
-                            *b += k;
+                            on(b);
                         }
                         std::slice::from_mut(v)
                     }
                     WmmaOp::Mma { d, a, b, c, .. } => {
                         for v in [a, b, c] {
-                            v.iter_mut().for_each(|r| *r += k);
+                            v.iter_mut().for_each(&mut *on);
                         }
                         std::slice::from_mut(d)
                     }
                     WmmaOp::LdMatrix { d, addr, .. } => {
                         if let Some(b) = &mut addr.base {
-                            *b += k;
+                            on(b);
                         }
                         std::slice::from_mut(d)
                     }
                     WmmaOp::StMatrix { v, addr, .. } => {
                         if let Some(b) = &mut addr.base {
-                            *b += k;
+                            on(b);
                         }
                         std::slice::from_mut(v)
                     }
                 };
-                regs.iter_mut().flatten().for_each(|r| *r += k);
+                regs.iter_mut().flatten().for_each(&mut *on);
                 if let WmmaOp::Load {
                     stride: Some(st), ..
                 }
@@ -1787,21 +1791,21 @@ impl Op {
                     stride: Some(st), ..
                 } = &mut x.op
                 {
-                    s(st);
+                    src_reg(st, on);
                 }
             }
             Op::Mbarrier(x) => {
                 if let Some(d) = &mut x.d {
-                    *d += k;
+                    on(d);
                 }
                 if let Some(b) = &mut x.addr.base {
-                    *b += k;
+                    on(b);
                 }
                 if let Some(a) = &mut x.a {
-                    s(a);
+                    src_reg(a, on);
                 }
             }
-            Op::CallIndirect(c) => c.target += k,
+            Op::CallIndirect(c) => on(&mut c.target),
             // The saved registers are the callee's, placed when the call is
             // made a frame: nothing to move.
             Op::Bra { .. }

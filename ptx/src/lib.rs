@@ -184,6 +184,10 @@
 //! barriers (cooperative groups' `grid.sync()`, or a counter in global
 //! memory) complete.
 //!
+//! Float `mul` and `add`/`sub` written with no rounding modifier are
+//! contracted into `fma.rn` where the product has one use, as ptxas
+//! contracts them (`parse/contract.rs`).
+//!
 //! # Addresses
 //!
 //! Global addresses are the caller's [`Memory`] addresses, except the

@@ -14,6 +14,7 @@ use crate::{Error, GLOBALS_BASE};
 
 /// Instruction operands and modifiers into `ir::Op`s: the parser's
 /// instruction half.
+mod contract;
 mod decode;
 
 /// Longest PTX text accepted.
@@ -848,6 +849,9 @@ pub(crate) struct FuncParser<'m> {
     reserved_smem: std::cell::Cell<bool>,
     /// `name: .callprototype (rets) _ (params);`: the sizes of each.
     protos: HashMap<String, (Vec<u32>, Vec<u32>)>,
+    /// The float `add`, `sub` and `mul` written with no rounding modifier,
+    /// which ptxas may contract (see [`contract`]).
+    loose: Vec<usize>,
 }
 
 impl<'m> FuncParser<'m> {
@@ -928,6 +932,7 @@ impl<'m> FuncParser<'m> {
             body_params,
             reserved_smem: std::cell::Cell::new(false),
             protos: HashMap::new(),
+            loose: Vec::new(),
         })
     }
 
@@ -1009,6 +1014,14 @@ impl<'m> FuncParser<'m> {
                 *t = target;
             }
         }
+        let n = self.f.insts.len();
+        let mut loose = vec![false; n];
+        self.loose.iter().for_each(|&i| loose[i] = true);
+        let mut starts = vec![false; n];
+        self.labels
+            .values()
+            .for_each(|&at| starts[at as usize] = true);
+        contract::contract(&mut self.f.insts, &loose, &starts);
         self.f.local_bytes = self.local as u32;
         self.f.scratch_end = self.body_params as u32;
         // Its own variables: from where the module's stood when it began.
@@ -1280,6 +1293,19 @@ impl<'m> FuncParser<'m> {
             Err(Error::Unsupported { what }) => unsupported(&what),
             Err(e) => return Err(e),
         };
+        if matches!(
+            op,
+            Op::FBin {
+                op: FBin::Add | FBin::Sub | FBin::Mul,
+                ty: Ty::F32 | Ty::F64,
+                ..
+            }
+        ) && !opcode
+            .split('.')
+            .any(|m| matches!(m, "rn" | "rz" | "rm" | "rp"))
+        {
+            self.loose.push(self.f.insts.len());
+        }
         if let Op::Bra { .. } = op {
             let Some(Opnd::Name(l)) = ops.first() else {
                 return Err(perr(line, "bra needs a label"));

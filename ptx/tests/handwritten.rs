@@ -1722,3 +1722,31 @@ fn graph_set_conditional_stores_to_the_handles_slot() {
     assert!(r.is_err(), "a handle outside memory is an illegal store");
     assert_eq!(words, vec![7, 7]);
 }
+
+#[test]
+fn a_product_used_once_fuses_with_its_add_as_ptxas_fuses_it() {
+    // a = 1 + 2^-12: a*a = 1 + 2^-11 + 2^-24 rounds to 1 + 2^-11 alone,
+    // so a*a - (1 + 2^-11) is 2^-24 fused and 0 unfused.
+    let m = kernel_with(
+        "",
+        "mov.f32 %f1, 0f3F800800;\nmov.f32 %f2, 0fBF801000;\n\
+         mul.f32 %f3, %f1, %f1;\nadd.f32 %f4, %f3, %f2;\nst.global.f32 [%rd3], %f4;\n\
+         mul.f32 %f5, %f1, %f1;\nadd.f32 %f6, %f5, %f2;\nst.global.f32 [%rd3+4], %f6;\n\
+         st.global.f32 [%rd3+8], %f5;\n\
+         mul.f32 %f7, %f1, %f1;\nJOIN:\nadd.f32 %f8, %f7, %f2;\nst.global.f32 [%rd3+12], %f8;\n\
+         mul.rn.f32 %f9, %f1, %f1;\nadd.f32 %f10, %f9, %f2;\nst.global.f32 [%rd3+16], %f10;\n\
+         mul.f32 %f11, %f1, %f1;\nmov.f32 %f12, 0f3F801000;\nsub.f32 %f13, %f11, %f12;\n\
+         st.global.f32 [%rd3+20], %f13;\n\
+         mul.f32 %f14, %f1, %f1;\nsub.f32 %f15, %f12, %f14;\nst.global.f32 [%rd3+24], %f15;",
+    );
+    let (r, out) = run_k(&m, 1, 7);
+    r.unwrap();
+    let tiny = (2f32).powi(-24).to_bits();
+    assert_eq!(out[0], tiny, "a*a + c: fused");
+    assert_eq!(out[1], 0, "a product with a second use: not fused");
+    assert_eq!(out[2], 0x3F801000, "the product itself");
+    assert_eq!(out[3], 0, "a label between: not fused");
+    assert_eq!(out[4], 0, "mul.rn: not fused");
+    assert_eq!(out[5], tiny, "a*a - c, c set in between: fused");
+    assert_eq!(out[6], (-(2f32).powi(-24)).to_bits(), "c - a*a: fused");
+}

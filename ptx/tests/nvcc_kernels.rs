@@ -1248,3 +1248,74 @@ fn warp_synchronous_code_sees_its_warp_in_lockstep() {
         assert_eq!(got, &want[..], "segment {s}'s keys");
     }
 }
+
+#[test]
+fn products_used_once_by_a_subtraction_are_fused_as_ptxas_fuses_them() {
+    // `x - floor(x / y) * y` and `x * z - y` as one rounding (ptxas's
+    // FMA), and through the `_rn` intrinsics as two. For 5.5 and 1.1 the
+    // fused difference is just below zero (CuPy then adds 1.1, NumPy's
+    // remainder), the unfused one zero.
+    let m = kernel("contract");
+    let mut g = m.globals();
+    let mut r = Rng(5);
+    let mut x: Vec<f64> = vec![5.5, 1e10 + 0.3, -255.6];
+    let mut y: Vec<f64> = vec![1.1, 0.9, 1.2];
+    for _ in 0..61 {
+        x.push(f64::from(r.f32()) * 1.37 + 0.1);
+        y.push(f64::from(r.f32()).abs() * 0.31 + 0.07);
+    }
+    let n = x.len();
+    let z: Vec<f64> = (0..n).map(|i| 1.0 + i as f64 / 7.0).collect();
+    let fx: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+    let fy: Vec<f32> = y.iter().map(|&v| v as f32).collect();
+    let mut mem = VecMemory::default();
+    let (px, py, pz) = (mem.alloc_f64(&x), mem.alloc_f64(&y), mem.alloc_f64(&z));
+    let out = mem.alloc_f64(&vec![0.0; 4 * n]);
+    let (pfx, pfy) = (mem.alloc_f32(&fx), mem.alloc_f32(&fy));
+    let fout = mem.alloc_f32(&vec![0.0; 2 * n]);
+    launch(
+        &m,
+        &mut g,
+        "remainders",
+        dims([1, 1, 1], [64, 1, 1], 0),
+        Params::new()
+            .ptr(px)
+            .ptr(py)
+            .ptr(pz)
+            .ptr(out)
+            .ptr(pfx)
+            .ptr(pfy)
+            .ptr(fout)
+            .i32(n as i32),
+        &mut mem,
+    )
+    .unwrap();
+    let (got, fgot) = (mem.f64s(out), mem.f32s(fout));
+    for i in 0..n {
+        let q = (x[i] / y[i]).floor();
+        let want = [
+            (-q).mul_add(y[i], x[i]),
+            x[i] - q * y[i],
+            x[i].mul_add(z[i], -y[i]),
+            x[i] * z[i] - y[i],
+        ];
+        for (c, w) in want.iter().enumerate() {
+            assert_eq!(
+                got[4 * i + c].to_bits(),
+                w.to_bits(),
+                "element {i}, form {c}"
+            );
+        }
+        let fq = (fx[i] / fy[i]).floor();
+        let fwant = [(-fq).mul_add(fy[i], fx[i]), fx[i] - fq * fy[i]];
+        for (c, w) in fwant.iter().enumerate() {
+            assert_eq!(
+                fgot[2 * i + c].to_bits(),
+                w.to_bits(),
+                "f32 element {i}, form {c}"
+            );
+        }
+    }
+    assert!(got[0] < 0.0, "5.5 mod 1.1 fused: {}", got[0]);
+    assert_eq!(got[1], 0.0, "5.5 mod 1.1 unfused");
+}
