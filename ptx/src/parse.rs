@@ -1021,7 +1021,7 @@ impl<'m> FuncParser<'m> {
         self.labels
             .values()
             .for_each(|&at| starts[at as usize] = true);
-        contract::contract(&mut self.f.insts, &loose, &starts);
+        contract::contract(&mut self.f.insts, loose, &starts);
         self.f.local_bytes = self.local as u32;
         self.f.scratch_end = self.body_params as u32;
         // Its own variables: from where the module's stood when it began.

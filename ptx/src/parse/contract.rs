@@ -28,7 +28,7 @@ const WINDOW: usize = 64;
 /// Contracts the pairs of `insts`. `loose[i]`: instruction `i` is a float
 /// `add`, `sub` or `mul` written with no rounding modifier; `starts[i]`: a
 /// label names instruction `i` (a basic block begins there).
-pub(crate) fn contract(insts: &mut [Inst], loose: &[bool], starts: &[bool]) {
+pub(crate) fn contract(insts: &mut [Inst], mut loose: Vec<bool>, starts: &[bool]) {
     // How many times each register is named, guards included.
     let mut named: Vec<u32> = Vec::new();
     for inst in insts.iter_mut() {
@@ -45,7 +45,6 @@ pub(crate) fn contract(insts: &mut [Inst], loose: &[bool], starts: &[bool]) {
         }
     }
     let once = |r: u32| named.get(r as usize) == Some(&2);
-    let mut loose = loose.to_vec();
     let mut j = 0;
     while j < insts.len() {
         let Some((k, op)) = pair(insts, &loose, starts, j, &once) else {
