@@ -246,6 +246,10 @@ pub struct VmSchedStatus {
     /// NEON: turns skipped to pay for overuse.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<u64>,
+    /// NEON: what its last release left of its slice, added to its next
+    /// one, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credit_ns: Option<u64>,
     /// Disengaged fair queueing: how far its virtual time is ahead of the
     /// system's, in weighted ns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -275,6 +279,7 @@ pub fn sched_standing(revoked: u64, standing: fairgpu_scheduler::Standing) -> Vm
         throttled: None,
         overuse_ns: None,
         skipped: None,
+        credit_ns: None,
         ahead_ns: None,
         denials: None,
     };
@@ -297,9 +302,14 @@ pub fn sched_standing(revoked: u64, standing: fairgpu_scheduler::Standing) -> Vm
             s.budget_ns = budget;
             s.throttled = Some(throttled);
         }
-        Standing::Timeslice { overuse, skipped } => {
+        Standing::Timeslice {
+            overuse,
+            skipped,
+            credit,
+        } => {
             s.overuse_ns = Some(overuse.as_nanos());
             s.skipped = Some(skipped);
+            s.credit_ns = Some(credit.as_nanos());
         }
         Standing::Disengaged {
             vt,
@@ -337,6 +347,9 @@ impl VmSchedStatus {
         }
         if let Some(s) = self.skipped.filter(|&s| s > 0) {
             parts.push(format!("{s} turns skipped"));
+        }
+        if let Some(c) = self.credit_ns.filter(|&c| c > 0) {
+            parts.push(format!("credit {:.3} ms", c as f64 / 1e6));
         }
         if let Some(a) = self.ahead_ns {
             parts.push(format!(
@@ -884,6 +897,7 @@ mod tests {
                 throttled: Some(3),
                 overuse_ns: None,
                 skipped: None,
+                credit_ns: None,
                 ahead_ns: None,
                 denials: None,
             }),

@@ -150,6 +150,8 @@ pub enum Standing {
         overuse: Nanos,
         /// Turns skipped to pay for overuse.
         skipped: u64,
+        /// What its last release left of its slice, added to its next one.
+        credit: Nanos,
     },
     /// TimeGraph's priority and reservation.
     TimeGraph {

@@ -431,11 +431,17 @@ proptest! {
         check_protocol(&mut p, &ops, None, |p| {
             for id in p.ids() {
                 let s = p.stats(id).unwrap();
-                let Standing::Timeslice { overuse, .. } = s.standing else {
+                let Standing::Timeslice { overuse, credit, .. } = s.standing else {
                     return Err(TestCaseError::fail("not a timeslice standing"));
                 };
                 let bounded = overuse <= s.charged;
                 prop_assert!(bounded, "overuse {} beyond charged {}", overuse, s.charged);
+                // At most the slice it was left of (weights may have
+                // changed the slice since; a grant clamps it again).
+                prop_assert!(credit <= SliceConfig::MAX, "credit {}", credit);
+                if s.state == VgpuState::Blocked || s.state == VgpuState::Running {
+                    prop_assert_eq!(credit, Nanos::ZERO, "{:?} keeps credit", s.state);
+                }
             }
             Ok(())
         })?;

@@ -134,6 +134,9 @@ pub struct SchedView {
     /// NEON: turns skipped.
     #[serde(default)]
     pub skipped: Option<u64>,
+    /// NEON: the rest of its last slice, added to its next, ns.
+    #[serde(default)]
+    pub credit_ns: Option<u64>,
     /// Disengaged fair queueing: virtual time ahead of the system's.
     #[serde(default)]
     pub ahead_ns: Option<u64>,
@@ -162,6 +165,7 @@ impl SchedView {
             throttled: self.throttled,
             overuse_ns: self.overuse_ns,
             skipped: self.skipped,
+            credit_ns: self.credit_ns,
             ahead_ns: self.ahead_ns,
             denials: self.denials,
         }
