@@ -216,6 +216,14 @@ pub enum IdleBehaviour {
     /// [`ExecutionMode`] says. The GPU idles meanwhile. `block` leaves such a
     /// vGPU runnable.
     Poll,
+    /// NEON's timeslice: a holder that has issued work under its grant
+    /// keeps it to the end of its slice's wall-clock time (a lease: until
+    /// it is revoked) even while it has nothing to issue, and the GPU idles
+    /// meanwhile, as NEON's token holder keeps the token for its whole
+    /// slice; a holder that issued nothing in its grant is not active: it
+    /// releases after the spin budget and blocks, as under `Block`. `block`
+    /// blocks.
+    Hold,
 }
 
 /// How the holder runs during its grant and what it reports at release.

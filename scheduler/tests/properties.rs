@@ -264,7 +264,9 @@ fn check_protocol<P: Policy>(
                     prop_assert!(r.is_ok());
                     let s = p.stats(id).unwrap().state;
                     match p.idle_behaviour() {
-                        IdleBehaviour::Block => prop_assert_eq!(s, VgpuState::Blocked),
+                        IdleBehaviour::Block | IdleBehaviour::Hold => {
+                            prop_assert_eq!(s, VgpuState::Blocked)
+                        }
                         IdleBehaviour::Poll => {
                             let was = before.iter().find(|b| b.0 == id).unwrap().2;
                             prop_assert_eq!(s, was);

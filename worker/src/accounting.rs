@@ -480,6 +480,8 @@ struct Holding {
     slice: u64,
     since: Instant,
     last_device: Instant,
+    /// It issued a request under this grant ([`IdleBehaviour::Hold`]).
+    issued: bool,
     /// Measured so far (sampled, every), ns.
     used: u64,
     /// `events`: the grant's estimate reached the slice; it issues nothing
@@ -802,6 +804,7 @@ impl Gate {
             slice: slice.max(1),
             since: now,
             last_device: now,
+            issued: false,
             used: 0,
             closing: false,
             behind,
@@ -929,6 +932,7 @@ impl Gate {
             return;
         };
         h.last_device = Instant::now();
+        h.issued = true;
         if !h.dirty.contains(&ch) {
             h.dirty.push(ch);
         }
@@ -1202,6 +1206,7 @@ impl Gate {
         };
         let now = Instant::now();
         h.last_device = now;
+        h.issued = true;
         let full = match self.cfg.accounting {
             Accounting::Every => {
                 let end = meter.sync_channel(ch);
@@ -1306,6 +1311,7 @@ impl Gate {
         let now = Instant::now();
         let first = h.last_device == h.since;
         h.last_device = now;
+        h.issued = true;
         let (since, slice, seq) = (h.since, h.slice, h.seq);
         if first {
             self.events.start_grant(seq);
@@ -1563,7 +1569,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             }
             // Nothing waits for the GPU: yield (marked blocked) unless the
             // policy polls, whose vGPUs never block.
-            if gate.cfg.idle == IdleBehaviour::Block {
+            if gate.cfg.idle != IdleBehaviour::Poll {
                 gate.publish_runnable(false);
             }
             // A grant given meanwhile is taken, to be released unused after
@@ -1599,7 +1605,9 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             let parks = h.parks;
             return match gate.cfg.idle {
                 IdleBehaviour::Poll => None,
-                IdleBehaviour::Block if quiet >= gate.cfg.spin => {
+                // Active in its slice: kept until the daemon revokes it.
+                IdleBehaviour::Hold if h.issued => None,
+                IdleBehaviour::Block | IdleBehaviour::Hold if quiet >= gate.cfg.spin => {
                     // Nothing to issue; but work still in flight keeps the
                     // holder busy (releasing would mean draining it, and
                     // the worker could serve nothing meanwhile).
@@ -1617,7 +1625,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
                         Some(LEASE_IN_FLIGHT_RECHECK)
                     }
                 }
-                IdleBehaviour::Block => Some(gate.cfg.spin - quiet),
+                IdleBehaviour::Block | IdleBehaviour::Hold => Some(gate.cfg.spin - quiet),
             };
         }
         if !pass.served && gate.finish_sample(&mut self.inner) {
@@ -1643,7 +1651,12 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         if h.closing {
             return (!gate.close_events_grant(&mut self.inner)).then_some(CLOSING_RECHECK);
         }
-        match gate.cfg.idle {
+        let idle = match gate.cfg.idle {
+            IdleBehaviour::Hold if h.issued => IdleBehaviour::Poll,
+            IdleBehaviour::Hold => IdleBehaviour::Block,
+            other => other,
+        };
+        match idle {
             IdleBehaviour::Poll => {
                 if held >= lease {
                     gate.release(&mut self.inner, Why::Full);
@@ -1652,7 +1665,8 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
                     Some(lease - held)
                 }
             }
-            IdleBehaviour::Block => {
+            // (`Hold` is mapped to one of the other two above.)
+            IdleBehaviour::Block | IdleBehaviour::Hold => {
                 if gate.cfg.accounting == Accounting::WallClock && held >= lease {
                     gate.release(&mut self.inner, Why::Full);
                     return None;
@@ -2111,6 +2125,45 @@ mod tests {
         assert!(r.serve(Opcode::LaunchKernel));
         r.idle_pass();
         assert_eq!((d.released(), d.parked()), (seq, 0));
+    }
+
+    /// NEON's timeslice: a holder that has issued keeps its grant through
+    /// idle gaps to the slice's end and stays runnable; one that issued
+    /// nothing gives it back at the spin budget and blocks; a lease that
+    /// issued is kept until revoked.
+    #[test]
+    fn a_holder_that_has_issued_keeps_its_slice_through_idle_gaps() {
+        let mut r = rig("hold", Accounting::Events, IdleBehaviour::Hold);
+        r.s.inner().done = true;
+        let d = r.file.slot(0).unwrap();
+        let seq = d.grant(50_000_000, false);
+        r.idle_pass();
+        assert_eq!(d.released(), seq, "an inactive holder keeps the token");
+        assert!(!d.runnable());
+
+        let slice = Duration::from_millis(20);
+        let seq = d.grant(slice.as_nanos() as u64, false);
+        let granted = Instant::now();
+        assert!(r.serve(Opcode::LaunchKernel));
+        assert!(r.idle_pass().is_some());
+        r.idle_pass();
+        assert_ne!(d.released(), seq, "gave its slice back at an idle gap");
+        assert!(r.serve(Opcode::LaunchKernel), "issues again on the grant");
+        while granted.elapsed() < slice {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        r.idle_pass();
+        assert_eq!(d.released(), seq);
+        assert!(d.runnable(), "active in its slice: still runnable");
+
+        let seq = d.grant(6_000_000, true);
+        assert!(r.serve(Opcode::LaunchKernel));
+        r.idle_pass();
+        r.idle_pass();
+        assert_ne!(d.released(), seq, "gave its lease back at an idle gap");
+        d.revoke(seq);
+        r.idle_pass();
+        assert_eq!(d.released(), seq);
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //!   the measured usage. With nothing to issue it spins for `spin` (GPU idle)
 //!   and then, under [`IdleBehaviour::Block`], releases and blocks; under
 //!   [`IdleBehaviour::Poll`] it keeps the grant until the slice's wall-clock
-//!   end.
+//!   end; under [`IdleBehaviour::Hold`] it keeps it so once it has issued a
+//!   kernel in the grant, and otherwise spins and blocks.
 //! - Time-shared policies ([`ExecutionMode::TimeShared`]): the grant is a
 //!   wall-clock lease of one slice. The holder keeps the device's hardware
 //!   queue (`hw_queue` entries, shared by everyone, FIFO) full of its kernels
@@ -493,6 +494,11 @@ impl Sim<'_> {
                     continue;
                 }
                 let next = vg.demand.next_work(t);
+                let idle = match idle {
+                    IdleBehaviour::Hold if used > Nanos::ZERO => IdleBehaviour::Poll,
+                    IdleBehaviour::Hold => IdleBehaviour::Block,
+                    other => other,
+                };
                 match idle {
                     // Hybrid spinning: wait up to the budget, then yield.
                     IdleBehaviour::Block => match next {
@@ -504,7 +510,7 @@ impl Sim<'_> {
                         }
                     },
                     // Polling: hold the grant until its wall-clock end.
-                    IdleBehaviour::Poll => match next {
+                    IdleBehaviour::Poll | IdleBehaviour::Hold => match next {
                         Some(w) if w < lease_end => t = w,
                         _ => {
                             t = t.max(lease_end);
