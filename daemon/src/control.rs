@@ -949,6 +949,27 @@ mod tests {
     }
 
     #[test]
+    fn a_timeslice_standing_says_overuse_skips_and_credit() {
+        use fairgpu_scheduler::{Nanos, Standing};
+        let s = sched_standing(
+            0,
+            Standing::Timeslice {
+                overuse: Nanos::from_micros(1_500),
+                skipped: 2,
+                credit: Nanos::from_micros(700),
+            },
+        );
+        assert_eq!(
+            (s.overuse_ns, s.skipped, s.credit_ns),
+            (Some(1_500_000), Some(2), Some(700_000))
+        );
+        let text = s.standing_text().unwrap();
+        for part in ["overuse 1.500 ms", "2 turns skipped", "credit 0.700 ms"] {
+            assert!(text.contains(part), "{text:?} lacks {part:?}");
+        }
+    }
+
+    #[test]
     fn a_stale_socket_is_replaced_and_a_file_is_not() {
         let path = sock("stale");
         drop(std::fs::remove_file(&path));
