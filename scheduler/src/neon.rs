@@ -52,12 +52,14 @@
 //! - A holder keeps the token for its whole slice, as NEON's does ("not
 //!   work-conserving"), once it has issued work in it
 //!   ([`IdleBehaviour::Hold`]): a VM that sleeps between its requests
-//!   keeps its turn and the GPU idles meanwhile. Passing the token at the
-//!   spin budget instead (as FairGV's holders do) left a Throttle that
-//!   sleeps half its time 14 % of the device beside a busy VM, 3.2 times
-//!   slower than alone, where NEON's fairness criterion is at most 2
-//!   times. A holder that issued nothing in its grant is not active: it
-//!   passes the token after the spin budget and blocks.
+//!   keeps its turn and the GPU idles meanwhile. Passing the token after
+//!   the spin budget instead (as FairGV's holders do) leaves a VM whose
+//!   gaps outlast the budget one request per turn (in the scheduler's
+//!   model, 1 % of the device against 25 % held for a VM busy half its
+//!   time beside a busy one, where NEON's criterion of fairness is a
+//!   slowdown of at most about 2). A holder that issued nothing in its
+//!   grant is not active: it passes the token after the spin budget and
+//!   blocks.
 //!
 //! # Invariants
 //!
