@@ -226,6 +226,19 @@ pub enum IdleBehaviour {
     Hold,
 }
 
+impl IdleBehaviour {
+    /// What a holder with nothing to issue does now, having `issued`
+    /// under its grant or not: `Hold` is `Poll` for an active holder and
+    /// `Block` for one that is not; the others are themselves.
+    pub fn while_idle(self, issued: bool) -> IdleBehaviour {
+        match self {
+            IdleBehaviour::Hold if issued => IdleBehaviour::Poll,
+            IdleBehaviour::Hold => IdleBehaviour::Block,
+            other => other,
+        }
+    }
+}
+
 /// How the holder runs during its grant and what it reports at release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExecutionMode {

@@ -1603,10 +1603,9 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
             }
             let quiet = now.duration_since(h.last_device);
             let parks = h.parks;
-            return match gate.cfg.idle {
+            // An active `Hold` lease is kept until the daemon revokes it.
+            return match gate.cfg.idle.while_idle(h.issued) {
                 IdleBehaviour::Poll => None,
-                // Active in its slice: kept until the daemon revokes it.
-                IdleBehaviour::Hold if h.issued => None,
                 IdleBehaviour::Block | IdleBehaviour::Hold if quiet >= gate.cfg.spin => {
                     // Nothing to issue; but work still in flight keeps the
                     // holder busy (releasing would mean draining it, and
@@ -1651,12 +1650,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
         if h.closing {
             return (!gate.close_events_grant(&mut self.inner)).then_some(CLOSING_RECHECK);
         }
-        let idle = match gate.cfg.idle {
-            IdleBehaviour::Hold if h.issued => IdleBehaviour::Poll,
-            IdleBehaviour::Hold => IdleBehaviour::Block,
-            other => other,
-        };
-        match idle {
+        match gate.cfg.idle.while_idle(h.issued) {
             IdleBehaviour::Poll => {
                 if held >= lease {
                     gate.release(&mut self.inner, Why::Full);
@@ -1665,7 +1659,7 @@ impl<H: Handler + Meter> Handler for Scheduled<H> {
                     Some(lease - held)
                 }
             }
-            // (`Hold` is mapped to one of the other two above.)
+            // (`while_idle` never answers `Hold`.)
             IdleBehaviour::Block | IdleBehaviour::Hold => {
                 if gate.cfg.accounting == Accounting::WallClock && held >= lease {
                     gate.release(&mut self.inner, Why::Full);

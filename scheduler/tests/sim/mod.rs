@@ -494,12 +494,7 @@ impl Sim<'_> {
                     continue;
                 }
                 let next = vg.demand.next_work(t);
-                let idle = match idle {
-                    IdleBehaviour::Hold if used > Nanos::ZERO => IdleBehaviour::Poll,
-                    IdleBehaviour::Hold => IdleBehaviour::Block,
-                    other => other,
-                };
-                match idle {
+                match idle.while_idle(used > Nanos::ZERO) {
                     // Hybrid spinning: wait up to the budget, then yield.
                     IdleBehaviour::Block => match next {
                         Some(w) if w <= t + spin => t = w,
