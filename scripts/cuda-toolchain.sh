@@ -10,8 +10,8 @@
 #   cu12/   the CUDA 12.9 runtime (nvidia-cuda-runtime-cu12): libcudart.so.12,
 #           libcudart_static.a, 12.9 headers (cuda.h, cuda_runtime.h, ...),
 #           and CCCL 12.9 (nvidia-cuda-cccl-cu12)
-#   cupy/   with --with-cupy: CuPy for CUDA 12 and NVRTC 12.9 (PyPI), for
-#           tests/cupy/check.py (about 600 MB)
+#   cupy/   with --with-cupy: CuPy for CUDA 12, NVRTC 12.9 and cuRAND (PyPI),
+#           for tests/cupy/check.py (about 800 MB)
 #   numba/  with --with-numba: a Python virtual environment with Numba's
 #           CUDA target (numba-cuda) and the CUDA 12.9 NVVM, runtime and
 #           NVRTC it compiles with, for tests/numba/check.py (about 700 MB;
@@ -37,6 +37,7 @@
 #   CUPY_PYTHONPATH      CuPy and NumPy (for PYTHONPATH)
 #   CUPY_CUDA_PATH       the CUDA 12.9 headers' root (CuPy's CUDA_PATH)
 #   CUPY_NVRTC_LIB       libnvrtc.so.12 (for LD_LIBRARY_PATH)
+#   CUPY_CURAND_LIB      libcurand.so.10 (for LD_LIBRARY_PATH)
 #   with --with-numba:
 #   NUMBA_PYTHON         the environment's python, with Numba importable
 #   with --with-pycuda:
@@ -78,9 +79,12 @@ CUDA12_WHEELS=(
 )
 # CuPy compiles its kernels at run time with NVRTC; the NVRTC of the CUDA
 # 12 runtime above. NumPy is left to pip (its wheels follow the Python).
+# cuRAND for CuPy's random module (cupy.random draws through it; SimGpu
+# executes the PTX its fatbins carry).
 CUPY_WHEELS=(
     "cupy-cuda12x==14.2.0"
     "nvidia-cuda-nvrtc-cu12==12.9.86"
+    "nvidia-curand-cu12==10.3.10.19"
     "numpy>=2"
 )
 
@@ -336,6 +340,10 @@ if [[ -f $prefix/cupy/.fairgpu-installed ]]; then
     env_text+=$'\n'"export CUPY_PYTHONPATH='$prefix/cupy'"
     env_text+=$'\n'"export CUPY_CUDA_PATH='$cu12'"
     env_text+=$'\n'"export CUPY_NVRTC_LIB='$nvrtc'"
+    curand="$prefix/cupy/nvidia/curand/lib"
+    [[ -e $curand/libcurand.so.10 ]] ||
+        die "cuRAND missing from $prefix/cupy; remove it and retry"
+    env_text+=$'\n'"export CUPY_CURAND_LIB='$curand'"
 fi
 if [[ -f $prefix/numba/.fairgpu-installed ]]; then
     "$prefix/numba/bin/python" -c 'import numba.cuda, numpy' 2>/dev/null ||

@@ -49,7 +49,8 @@
 #   --region PATH         the daemon VM's region [/dev/shm/fairgpu-cupy-PID]
 #   -h, --help            this text
 #
-# CuPy comes from scripts/cuda-toolchain.sh --with-cupy, found through
+# CuPy (and cuRAND, for CuPy's random module: its kernels run as the PTX
+# its fatbins carry) comes from scripts/cuda-toolchain.sh --with-cupy, found through
 # FAIRGPU_CUDA_PREFIX (default target/cuda-toolchain of this repository);
 # pytest and pytest-timeout are installed from PyPI into OUT/pytest on
 # the first run.
@@ -175,7 +176,7 @@ for f in "${files[@]}"; do
     start=$(date +%s.%N)
     rc=0
     (cd "$tests" && env PYTHONPATH="$CUPY_PYTHONPATH:$out/pytest" CUDA_PATH="$CUPY_CUDA_PATH" \
-        LD_LIBRARY_PATH="$out/lib:$CUPY_NVRTC_LIB" FAIRGPU_REGION="$region" \
+        LD_LIBRARY_PATH="$out/lib:$CUPY_NVRTC_LIB${CUPY_CURAND_LIB:+:$CUPY_CURAND_LIB}" FAIRGPU_REGION="$region" \
         CUPY_CACHE_DIR="$out/kernel-cache" CUPY_TEST_GPU_LIMIT=1 NVCC="${CUDA_NVCC:-nvcc}" \
         timeout -k 10 "$timeout_s" python3 -m pytest -v -p no:cacheprovider -o addopts= \
         --timeout "$test_timeout" --durations 10 --junitxml="$xml" "${kargs[@]}" "$f" </dev/null >"$log" 2>&1) || rc=$?

@@ -750,6 +750,18 @@ pub trait GpuExecutor: Send {
 
     /// Creates a stream.
     fn stream_create(&mut self, ctx: CtxId, flags: u32) -> ExecResult<StreamId>;
+    /// `cuCtxGetStreamPriorityRange` of the context: (least, greatest),
+    /// greatest ≤ least (lower numbers are higher priorities); (0, 0) for
+    /// a device without stream priorities.
+    fn stream_priority_range(&mut self, ctx: CtxId) -> ExecResult<(i32, i32)>;
+    /// Creates a stream of `priority`, which the caller has clamped to
+    /// [`GpuExecutor::stream_priority_range`].
+    fn stream_create_with_priority(
+        &mut self,
+        ctx: CtxId,
+        flags: u32,
+        priority: i32,
+    ) -> ExecResult<StreamId>;
     /// Destroys a stream (pending work still completes).
     fn stream_destroy(&mut self, ctx: CtxId, s: StreamId) -> ExecResult<()>;
     /// Waits for the stream's work.

@@ -690,7 +690,27 @@ impl Cuda {
 
     /// `cuStreamCreate`.
     pub fn stream_create(&mut self, flags: u32) -> Result<u64, CallError> {
-        Ok(self.call(Opcode::StreamCreate, &[u64::from(flags)])?[0])
+        self.stream_create_with_priority(flags, 0).map(|(s, _)| s)
+    }
+
+    /// `cuStreamCreateWithPriority`: the stream, and the priority it got
+    /// (the host clamps it to the context's range).
+    pub fn stream_create_with_priority(
+        &mut self,
+        flags: u32,
+        priority: i32,
+    ) -> Result<(u64, i32), CallError> {
+        let v = self.call(
+            Opcode::StreamCreate,
+            &[u64::from(flags), u64::from(priority as u32)],
+        )?;
+        Ok((v[0], v[1] as u32 as i32))
+    }
+
+    /// `cuCtxGetStreamPriorityRange`: (least, greatest).
+    pub fn stream_priority_range(&mut self) -> Result<(i32, i32), CallError> {
+        let v = self.call(Opcode::StreamPriorityRange, &[])?;
+        Ok((v[0] as u32 as i32, v[1] as u32 as i32))
     }
 
     /// `cuStreamDestroy`.

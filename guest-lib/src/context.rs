@@ -617,18 +617,20 @@ pub extern "C" fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut u32) -> CUres
     })
 }
 
-/// `cuCtxGetStreamPriorityRange`: no stream priorities (0, 0).
+/// `cuCtxGetStreamPriorityRange`: the current context's, from the host
+/// (a GPU's driver's range; SimGpu's 0 to -5).
 #[no_mangle]
 pub extern "C" fn cuCtxGetStreamPriorityRange(least: *mut i32, greatest: *mut i32) -> CUresult {
     ffi_result(|| {
-        state::device()?;
+        require_current()?;
+        let (l, g) = state::with(|cu| cu.stream_priority_range())?;
         // SAFETY: null slots are allowed by the API; non-null ones are writable.
         unsafe {
             if !least.is_null() {
-                out(least, 0)?;
+                out(least, l)?;
             }
             if !greatest.is_null() {
-                out(greatest, 0)?;
+                out(greatest, g)?;
             }
         }
         Ok(())

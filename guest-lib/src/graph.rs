@@ -53,9 +53,17 @@ pub use nodes::{captured_alloc, captured_free};
 pub const CAPTURE_UNSUPPORTED: CUresult = 900;
 /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`.
 const CAPTURE_INVALIDATED: CUresult = 901;
-/// `CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD` stands in for ending a capture
-/// on a stream that did not begin it.
+/// `CUDA_ERROR_STREAM_CAPTURE_UNMATCHED`: ending a capture on a stream
+/// that joined it rather than began it.
 const CAPTURE_UNMATCHED: CUresult = 903;
+/// `CUDA_ERROR_STREAM_CAPTURE_UNJOINED`: a stream that joined a capture
+/// has work the stream that began it never waited for.
+const CAPTURE_UNJOINED: CUresult = 904;
+/// `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`: the legacy NULL stream, which
+/// would wait for a blocking stream that is capturing.
+const CAPTURE_IMPLICIT: CUresult = 906;
+/// `CUDA_ERROR_ILLEGAL_STATE`: ending a capture on a stream not capturing.
+const ILLEGAL_STATE: CUresult = 401;
 /// `CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE`.
 const EXEC_UPDATE_FAILURE: CUresult = 910;
 
@@ -277,6 +285,40 @@ struct Capture {
     owned: bool,
 }
 
+impl Table {
+    /// Marks capture `id` invalidated, in every stream that joined it.
+    fn invalidate(&mut self, id: u64) {
+        for c in self.captures.values_mut().filter(|c| c.id == id) {
+            c.invalid = true;
+        }
+    }
+
+    /// Whether every stream that joined capture `c` (its origin's) ends in
+    /// nodes the origin's next node would follow: each of their last nodes
+    /// is one of the origin's last or an ancestor of one.
+    fn joined(&self, c: &Capture) -> bool {
+        let Some(g) = self.graphs.get(&c.graph) else {
+            return true;
+        };
+        let deps: HashMap<u64, &[u64]> = g
+            .nodes
+            .iter()
+            .map(|n| (n.handle, n.deps.as_slice()))
+            .collect();
+        let mut seen: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        let mut todo: Vec<u64> = c.last.clone();
+        while let Some(n) = todo.pop() {
+            if seen.insert(n) {
+                todo.extend(deps.get(&n).copied().unwrap_or_default());
+            }
+        }
+        self.captures
+            .values()
+            .filter(|x| x.id == c.id)
+            .all(|x| x.last.iter().all(|n| seen.contains(n)))
+    }
+}
+
 #[derive(Default)]
 struct Table {
     next: u64,
@@ -475,9 +517,12 @@ pub fn refuse_if_capturing(s: u64) -> Result<(), CUresult> {
         return Ok(());
     }
     let mut t = TABLE.lock().map_err(|_| err::UNKNOWN)?;
-    match t.as_mut().and_then(|t| t.captures.get_mut(&s)) {
-        Some(c) => {
-            c.invalid = true;
+    let Some(t) = t.as_mut() else {
+        return Ok(());
+    };
+    match t.captures.get(&s).map(|c| c.id) {
+        Some(id) => {
+            t.invalidate(id);
             Err(CAPTURE_UNSUPPORTED)
         }
         None => Ok(()),
@@ -1696,9 +1741,11 @@ pub extern "C" fn cuStreamBeginCapture_v2_ptsz(s: CUstream, _mode: u32) -> CUres
 fn end_capture(s: CUstream, graph: *mut CUgraph) -> CUresult {
     ffi_result(|| {
         let h = stream_handle(s);
-        let (g, invalid) = with(|t| {
-            let c = t.captures.get(&h).ok_or(err::INVALID_VALUE)?.clone();
+        let (g, invalid, unjoined) = with(|t| {
+            let c = t.captures.get(&h).ok_or(ILLEGAL_STATE)?.clone();
             if c.origin != h {
+                // The capture stays, invalidated, for its origin to end.
+                t.invalidate(c.id);
                 return Err(CAPTURE_UNMATCHED);
             }
             // A capture into the application's graph may leave the graph
@@ -1707,6 +1754,11 @@ fn end_capture(s: CUstream, graph: *mut CUgraph) -> CUresult {
             if graph.is_null() && c.owned {
                 return Err(err::INVALID_VALUE);
             }
+            let unjoined = !c.invalid && !t.joined(&c);
+            let c = Capture {
+                invalid: c.invalid || unjoined,
+                ..c
+            };
             // Every stream that joined leaves the capture with it.
             t.captures.retain(|_, x| x.id != c.id);
             t.events.retain(|_, (id, _)| *id != c.id);
@@ -1717,13 +1769,17 @@ fn end_capture(s: CUstream, graph: *mut CUgraph) -> CUresult {
                     }
                 }
             }
-            Ok((c.graph, c.invalid))
+            Ok((c.graph, c.invalid, unjoined))
         })?;
         if invalid {
             if !graph.is_null() {
                 put(graph, std::ptr::null_mut())?;
             }
-            return Err(CAPTURE_INVALIDATED);
+            return Err(if unjoined {
+                CAPTURE_UNJOINED
+            } else {
+                CAPTURE_INVALIDATED
+            });
         }
         if graph.is_null() {
             return Ok(());
@@ -1757,9 +1813,27 @@ fn capture_of(s: CUstream) -> Result<Option<CaptureState>, CUresult> {
     })
 }
 
+/// The legacy NULL stream waits for every blocking stream of its context:
+/// asking about it while one of them captures is
+/// `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT` (the capture goes on).
+fn refuse_implicit(s: CUstream) -> Result<(), CUresult> {
+    if stream_handle(s) != 0 {
+        return Ok(());
+    }
+    let capturing: Vec<u64> = with(|t| Ok(t.captures.keys().copied().collect()))?;
+    if capturing
+        .into_iter()
+        .any(crate::stream::blocking_in_current_context)
+    {
+        return Err(CAPTURE_IMPLICIT);
+    }
+    Ok(())
+}
+
 fn is_capturing(s: CUstream, status: *mut u32) -> CUresult {
     ffi_result(|| {
         crate::state::device()?;
+        refuse_implicit(s)?;
         let st = capture_of(s)?.map_or(0, |c| c.0);
         put(status, st)
     })
@@ -1796,6 +1870,7 @@ fn capture_info(
 ) -> CUresult {
     ffi_result(|| {
         crate::state::device()?;
+        refuse_implicit(s)?;
         let c = capture_of(s)?;
         put(status, c.as_ref().map_or(0, |c| c.0))?;
         let Some((_, cid, g, last)) = c else {

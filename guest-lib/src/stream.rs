@@ -25,6 +25,8 @@ const STREAM_LEGACY: usize = 0x1;
 const STREAM_PER_THREAD: usize = 0x2;
 
 static FLAGS: Mutex<Option<HashMap<u64, u32>>> = Mutex::new(None);
+/// Created streams whose priority is not 0 (the host's clamp applied).
+static PRIORITY: Mutex<Option<HashMap<u64, i32>>> = Mutex::new(None);
 /// The context each created stream was made in (`cuStreamGetCtx`).
 static OWNER: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
 
@@ -33,6 +35,24 @@ fn note_owner(h: u64) {
         m.get_or_insert_with(HashMap::new)
             .insert(h, context::current() as usize);
     }
+}
+
+/// `CU_STREAM_NON_BLOCKING`.
+const STREAM_NON_BLOCKING: u32 = 0x1;
+
+/// Whether created stream `h` is a blocking one (ordered with the legacy
+/// NULL stream) of the current context.
+pub fn blocking_in_current_context(h: u64) -> bool {
+    let flags = FLAGS
+        .lock()
+        .ok()
+        .and_then(|m| m.as_ref().and_then(|m| m.get(&h).copied()));
+    let owner = OWNER
+        .lock()
+        .ok()
+        .and_then(|m| m.as_ref().and_then(|m| m.get(&h).copied()));
+    flags.is_some_and(|f| f & STREAM_NON_BLOCKING == 0)
+        && owner == Some(context::current() as usize)
 }
 
 fn forget_owner(h: u64) {
@@ -119,15 +139,20 @@ pub fn stream_handle(s: CUstream) -> u64 {
     }
 }
 
-fn create(ps: *mut CUstream, flags: u32) -> CUresult {
+fn create(ps: *mut CUstream, flags: u32, priority: i32) -> CUresult {
     ffi_result(|| {
         require_current()?;
         if ps.is_null() {
             return Err(err::INVALID_VALUE);
         }
-        let h = state::with(|cu| cu.stream_create(flags))?;
+        let (h, got) = state::with(|cu| cu.stream_create_with_priority(flags, priority))?;
         if let Ok(mut m) = FLAGS.lock() {
             m.get_or_insert_with(HashMap::new).insert(h, flags);
+        }
+        if got != 0 {
+            if let Ok(mut m) = PRIORITY.lock() {
+                m.get_or_insert_with(HashMap::new).insert(h, got);
+            }
         }
         note_owner(h);
         // SAFETY: non-null slot provided by the caller.
@@ -138,17 +163,18 @@ fn create(ps: *mut CUstream, flags: u32) -> CUresult {
 /// `cuStreamCreate`.
 #[no_mangle]
 pub extern "C" fn cuStreamCreate(ps: *mut CUstream, flags: u32) -> CUresult {
-    create(ps, flags)
+    create(ps, flags, 0)
 }
 
-/// `cuStreamCreateWithPriority` (priorities are not modelled).
+/// `cuStreamCreateWithPriority`: the host clamps `priority` to the
+/// context's range (`cuCtxGetStreamPriorityRange`), as the driver does.
 #[no_mangle]
 pub extern "C" fn cuStreamCreateWithPriority(
     ps: *mut CUstream,
     flags: u32,
-    _priority: i32,
+    priority: i32,
 ) -> CUresult {
-    create(ps, flags)
+    create(ps, flags, priority)
 }
 
 /// `cuStreamDestroy_v2`.
@@ -162,6 +188,9 @@ pub extern "C" fn cuStreamDestroy_v2(s: CUstream) -> CUresult {
         }
         state::with(|cu| cu.stream_destroy(h))?;
         if let Ok(mut m) = FLAGS.lock() {
+            m.get_or_insert_with(HashMap::new).remove(&h);
+        }
+        if let Ok(mut m) = PRIORITY.lock() {
             m.get_or_insert_with(HashMap::new).remove(&h);
         }
         forget_owner(h);
@@ -196,6 +225,8 @@ fn synchronize(s: CUstream) -> CUresult {
 fn query(s: CUstream) -> CUresult {
     ffi_result(|| {
         require_current()?;
+        // Not while capturing: it invalidates the capture, as the driver's.
+        crate::graph::refuse_if_capturing(stream_handle(s))?;
         match state::with(|cu| cu.stream_query(stream_handle(s)))? {
             true => {
                 crate::managed::pull();
@@ -361,11 +392,21 @@ pub extern "C" fn cuStreamGetDevice_ptsz(s: CUstream, dev: *mut i32) -> CUresult
     cuStreamGetDevice(s, dev)
 }
 
-/// `cuStreamGetPriority`: always 0.
+/// `cuStreamGetPriority`: what the stream was created with, clamped
+/// (0 for the NULL stream, per-thread streams and `cuStreamCreate`'s).
 #[no_mangle]
-pub extern "C" fn cuStreamGetPriority(_s: CUstream, priority: *mut i32) -> CUresult {
-    // SAFETY: caller passes a writable slot (checked for null).
-    ffi_result(|| unsafe { out(priority, 0) })
+pub extern "C" fn cuStreamGetPriority(s: CUstream, priority: *mut i32) -> CUresult {
+    let s = resolve(s);
+    ffi_result(|| {
+        let h = stream_handle(s);
+        let p = PRIORITY
+            .lock()
+            .ok()
+            .and_then(|m| m.as_ref().and_then(|m| m.get(&h).copied()))
+            .unwrap_or(0);
+        // SAFETY: caller passes a writable slot (checked for null).
+        unsafe { out(priority, p) }
+    })
 }
 
 /// `cuStreamGetCtx`: the context a stream was made in (the NULL stream's:

@@ -101,7 +101,9 @@ pub enum Opcode {
     /// queued them; each then runs as its own piece of device work, in
     /// order, before the channel's next request.
     GraphLaunch = 0x0141,
-    /// `cuStreamCreate(args[0] = flags)` → `vals[0]` = stream.
+    /// `cuStreamCreateWithPriority(args[0] = flags, args[1] = priority,
+    /// an i32, clamped by the host to the context's range)` → `vals[0]` =
+    /// stream, `vals[1]` = the priority it has (i32).
     StreamCreate = 0x0150,
     /// `cuStreamDestroy(args[0] = stream)`.
     StreamDestroy = 0x0151,
@@ -111,6 +113,10 @@ pub enum Opcode {
     StreamQuery = 0x0153,
     /// `cuStreamWaitEvent(args[0] = stream, args[1] = event)`.
     StreamWaitEvent = 0x0154,
+    /// `cuCtxGetStreamPriorityRange` of the channel's context → `vals[0]` =
+    /// least priority, `vals[1]` = greatest (i32 each; both 0 where the
+    /// executor has no priorities).
+    StreamPriorityRange = 0x0155,
     /// `cuEventCreate(args[0] = flags)` → `vals[0]` = event.
     EventCreate = 0x0160,
     /// `cuEventDestroy(args[0] = event)`.
@@ -343,7 +349,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 103] = [
+    pub const ALL: [Opcode; 104] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -380,6 +386,7 @@ impl Opcode {
         Opcode::StreamSynchronize,
         Opcode::StreamQuery,
         Opcode::StreamWaitEvent,
+        Opcode::StreamPriorityRange,
         Opcode::EventCreate,
         Opcode::EventDestroy,
         Opcode::EventRecord,

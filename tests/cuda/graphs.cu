@@ -11,6 +11,10 @@
 #define PROGRAM "graphs"
 #include "common.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
 #include <vector>
 
 __global__ void iota_scaled(int* x, int n, int k) {
@@ -134,6 +138,24 @@ static void explicit_graph() {
     for (int* p : {x, y, z, out}) CHECK(cudaFree(p));
 }
 
+// What cudaGraphDebugDotPrint writes for `g`.
+static std::string dot_text(cudaGraph_t g, unsigned flags) {
+    char path[] = "/tmp/fairgpu-dot-XXXXXX";
+    int fd = mkstemp(path);
+    EXPECT(fd >= 0, "mkstemp");
+    close(fd);
+    CHECK(cudaGraphDebugDotPrint(g, path, flags));
+    std::string text;
+    if (FILE* f = std::fopen(path, "r")) {
+        char buf[4096];
+        size_t got;
+        while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, got);
+        std::fclose(f);
+    }
+    unlink(path);
+    return text;
+}
+
 static void captured_graph() {
     int *x, *y, *out;
     CHECK(cudaMalloc(&x, N * sizeof(int)));
@@ -172,6 +194,11 @@ static void captured_graph() {
     size_t count = 0;
     CHECK(cudaGraphGetNodes(g, nullptr, &count));
     EXPECT(count == 6, "captured %zu nodes, want 6", count);
+    // Its DOT text, plain and verbose: the verbose one says more.
+    std::string plain = dot_text(g, 0), verbose = dot_text(g, cudaGraphDebugDotFlagsVerbose);
+    EXPECT(plain.find("digraph") != std::string::npos && plain.find("->") != std::string::npos,
+           "DOT text: %s", plain.c_str());
+    EXPECT(verbose.size() > plain.size(), "the verbose DOT text says no more: %s", verbose.c_str());
 
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, g, 0));
@@ -205,6 +232,84 @@ static void captured_graph() {
     CHECK(cudaStreamDestroy(s1));
     CHECK(cudaStreamDestroy(s2));
     for (int* p : {x, y, out}) CHECK(cudaFree(p));
+}
+
+// What a capture refuses, as the driver does: ending one on a stream not
+// capturing, or on a stream that only joined it (which invalidates it); a
+// fork never joined back; a stream query inside it (invalidates it); the
+// legacy NULL stream asked about while a blocking stream captures (the
+// capture goes on).
+static void capture_errors() {
+    int* x;
+    CHECK(cudaMalloc(&x, N * sizeof(int)));
+    cudaStream_t s1, s2, blocking;
+    CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    CHECK(cudaStreamCreate(&blocking));
+    cudaEvent_t e;
+    CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    cudaGraph_t g = nullptr;
+    cudaStreamCaptureStatus st;
+
+    EXPECT_ERR(cudaStreamEndCapture(s2, &g), cudaErrorIllegalState);
+    (void)cudaGetLastError();
+
+    // s2 joins s1's capture; ending it on s2 is unmatched, and s1's end
+    // then finds the capture invalidated.
+    CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeRelaxed));
+    CHECK(cudaEventRecord(e, s1));
+    CHECK(cudaStreamWaitEvent(s2, e, 0));
+    add_const<<<B, T, 0, s2>>>(x, x, N, 1);
+    EXPECT_ERR(cudaStreamEndCapture(s2, &g), cudaErrorStreamCaptureUnmatched);
+    (void)cudaGetLastError();
+    EXPECT_ERR(cudaStreamEndCapture(s1, &g), cudaErrorStreamCaptureInvalidated);
+    (void)cudaGetLastError();
+    CHECK(cudaStreamIsCapturing(s1, &st));
+    EXPECT(st == cudaStreamCaptureStatusNone, "s1 still capturing: %d", (int)st);
+    CHECK(cudaStreamIsCapturing(s2, &st));
+    EXPECT(st == cudaStreamCaptureStatusNone, "s2 still capturing: %d", (int)st);
+
+    // A fork with work of its own that s1 never waits for: unjoined.
+    CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeRelaxed));
+    CHECK(cudaEventRecord(e, s1));
+    CHECK(cudaStreamWaitEvent(s2, e, 0));
+    add_const<<<B, T, 0, s2>>>(x, x, N, 1);
+    add_const<<<B, T, 0, s1>>>(x, x, N, 2);
+    EXPECT_ERR(cudaStreamEndCapture(s1, &g), cudaErrorStreamCaptureUnjoined);
+    (void)cudaGetLastError();
+    CHECK(cudaStreamIsCapturing(s2, &st));
+    EXPECT(st == cudaStreamCaptureStatusNone, "s2 still capturing: %d", (int)st);
+
+    // Querying a capturing stream invalidates its capture.
+    CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeRelaxed));
+    add_const<<<B, T, 0, s1>>>(x, x, N, 1);
+    EXPECT(cudaStreamQuery(s1) == cudaErrorStreamCaptureUnsupported,
+           "a query of a capturing stream was not refused");
+    (void)cudaGetLastError();
+    EXPECT_ERR(cudaStreamEndCapture(s1, &g), cudaErrorStreamCaptureInvalidated);
+    (void)cudaGetLastError();
+
+    // The legacy stream, asked while a blocking stream captures.
+    CHECK(cudaStreamBeginCapture(blocking, cudaStreamCaptureModeRelaxed));
+    add_const<<<B, T, 0, blocking>>>(x, x, N, 1);
+    EXPECT_ERR(cudaStreamIsCapturing(cudaStreamLegacy, &st), cudaErrorStreamCaptureImplicit);
+    (void)cudaGetLastError();
+    CHECK(cudaStreamEndCapture(blocking, &g));
+    CHECK(cudaStreamIsCapturing(cudaStreamLegacy, &st));
+    EXPECT(st == cudaStreamCaptureStatusNone, "the legacy stream captures: %d", (int)st);
+    size_t count = 0;
+    CHECK(cudaGraphGetNodes(g, nullptr, &count));
+    EXPECT(count == 1, "captured %zu nodes past the refused query, want 1", count);
+    CHECK(cudaGraphDestroy(g));
+
+    // Every stream works afterwards.
+    for (cudaStream_t s : {s1, s2, blocking}) {
+        add_const<<<B, T, 0, s>>>(x, x, N, 1);
+        CHECK(cudaStreamSynchronize(s));
+    }
+    CHECK(cudaEventDestroy(e));
+    for (cudaStream_t s : {s1, s2, blocking}) CHECK(cudaStreamDestroy(s));
+    CHECK(cudaFree(x));
 }
 
 static const int CHAIN = 256, CHAIN_LAUNCHES = 8;
@@ -262,6 +367,7 @@ int main() {
     first_call(cudaFree(nullptr), "cudaFree(0)");
     explicit_graph();
     captured_graph();
+    capture_errors();
     kernel_chain();
     CHECK(cudaDeviceSynchronize());
     pass();

@@ -1,7 +1,7 @@
 // Streams and events: kernel timing with events, cudaStreamQuery and
 // cudaEventQuery while a kernel runs, cross-stream ordering with
-// cudaStreamWaitEvent, the legacy default stream, and several host threads
-// each driving its own stream.
+// cudaStreamWaitEvent, the legacy default stream, several host threads
+// each driving its own stream, and stream priorities.
 //
 // The only kernel is `spin(ns)`, which SimGpu models as `ns` of device time.
 // Prints "GPU_NS <total>": the modelled time of every kernel launched, for
@@ -217,6 +217,58 @@ static void stream_attributes() {
     CHECK(cudaStreamDestroy(s));
 }
 
+// Stream priorities: the range the device reports, each priority in it
+// kept, one outside it clamped to its end (as CUDA documents), and work
+// on a high-priority stream done in its order with a low one's.
+static void priorities() {
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    int least = 1, greatest = 1;
+    CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    if (!prop.streamPrioritiesSupported) {
+        EXPECT(least == 0 && greatest == 0, "no priorities, yet a range of %d to %d", least, greatest);
+        return;
+    }
+    EXPECT(least == 0 && greatest < 0, "priorities supported, range %d to %d", least, greatest);
+    const int next = least - 1 > greatest ? least - 1 : greatest;  // one step up
+    const struct {
+        int asked, want;
+    } cases[] = {{0, 0}, {greatest, greatest}, {next, next}, {greatest - 7, greatest}, {least + 3, least}};
+    cudaStream_t s[5];
+    for (int i = 0; i < 5; i++) {
+        CHECK(cudaStreamCreateWithPriority(&s[i], cudaStreamNonBlocking, cases[i].asked));
+        int got = 99;
+        CHECK(cudaStreamGetPriority(s[i], &got));
+        EXPECT(got == cases[i].want, "priority %d asked in %d..%d: got %d, want %d", cases[i].asked,
+               least, greatest, got, cases[i].want);
+        unsigned int flags = 0;
+        CHECK(cudaStreamGetFlags(s[i], &flags));
+        EXPECT(flags == cudaStreamNonBlocking, "a priority stream's flags %u", flags);
+    }
+    int plain = 99;
+    cudaStream_t p;
+    CHECK(cudaStreamCreate(&p));
+    CHECK(cudaStreamGetPriority(p, &plain));
+    EXPECT(plain == 0, "cudaStreamCreate's stream has priority %d", plain);
+    // A high-priority stream waits for a low one's event, then its own
+    // kernel runs: both done, in that order.
+    cudaEvent_t low_done, high_done;
+    CHECK(cudaEventCreate(&low_done));
+    CHECK(cudaEventCreate(&high_done));
+    launch_spin(2 * MS, p);
+    CHECK(cudaEventRecord(low_done, p));
+    CHECK(cudaStreamWaitEvent(s[1], low_done, 0));
+    launch_spin(1 * MS, s[1]);
+    CHECK(cudaEventRecord(high_done, s[1]));
+    CHECK(cudaEventSynchronize(high_done));
+    EXPECT(cudaEventQuery(low_done) == cudaSuccess, "the awaited low-priority work is not done");
+    EXPECT(elapsed_ms(low_done, high_done) >= 1.0f - 1e-3f, "the high-priority kernel ran before its wait");
+    CHECK(cudaEventDestroy(low_done));
+    CHECK(cudaEventDestroy(high_done));
+    CHECK(cudaStreamDestroy(p));
+    for (auto& x : s) CHECK(cudaStreamDestroy(x));
+}
+
 int main() {
     int count = 0;
     first_call(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
@@ -226,6 +278,7 @@ int main() {
     default_stream();
     threads();
     stream_attributes();
+    priorities();
     CHECK(cudaDeviceSynchronize());
     std::printf("GPU_NS %llu\n", (unsigned long long)gpu_ns);
     pass();

@@ -191,6 +191,78 @@ def fancy_indexing():
     same(cp.bincount(cp.asarray(h)), np.bincount(h))
 
 
+def _curand():
+    """NVIDIA's cuRAND, as CuPy loaded it (by its soname, already mapped)."""
+    import ctypes
+
+    from cupy_backends.cuda.libs import curand  # noqa: F401 - loads libcurand
+
+    lib = ctypes.CDLL("libcurand.so.10")
+
+    def call(name, *args):
+        status = getattr(lib, name)(*args)
+        assert status == 0, f"{name}: curandStatus {status}"
+
+    return ctypes, lib, call
+
+
+@check
+def random_numbers():
+    """cuRAND's device generators (their kernels run on the vGPU) against
+    cuRAND's host generators (the same algorithms on the CPU) from the same
+    seed: raw bits and uniforms exactly, normals to the last bits (the
+    device computes them with its approximate transcendentals)."""
+    ctypes, lib, call = _curand()
+    n = 4096
+    kinds = {"XORWOW": 101, "MRG32K3A": 121, "PHILOX4_32_10": 161, "SOBOL32": 201}
+    for name, kind in kinds.items():
+        for dist in ("bits", "uniform", "normal"):
+            out = []
+            for host in (True, False):
+                g = ctypes.c_void_p()
+                create = lib.curandCreateGeneratorHost if host else lib.curandCreateGenerator
+                status = create(ctypes.byref(g), kind)
+                assert status == 0, f"{name}: create (host={host}): curandStatus {status}"
+                if name.startswith("SOBOL"):
+                    call("curandSetQuasiRandomGeneratorDimensions", g, 2)
+                else:
+                    call("curandSetPseudoRandomGeneratorSeed", g, ctypes.c_ulonglong(20261202))
+                dt = np.uint32 if dist == "bits" else np.float32
+                if host:
+                    buf = np.zeros(n, dt)
+                    ptr = buf.ctypes.data
+                else:
+                    dbuf = cp.zeros(n, dt)
+                    ptr = dbuf.data.ptr
+                p = ctypes.c_void_p(ptr)
+                if dist == "bits":
+                    call("curandGenerate", g, p, ctypes.c_size_t(n))
+                elif dist == "uniform":
+                    call("curandGenerateUniform", g, p, ctypes.c_size_t(n))
+                else:
+                    call("curandGenerateNormal", g, p, ctypes.c_size_t(n),
+                         ctypes.c_float(1.0), ctypes.c_float(2.0))
+                out.append(buf if host else cp.asnumpy(dbuf))
+                call("curandDestroyGenerator", g)
+            want, got = out
+            if dist == "normal":
+                assert np.allclose(got, want, rtol=1e-5, atol=1e-5), \
+                    f"{name} normal: max difference {np.abs(got - want).max()}"
+            else:
+                assert np.array_equal(got, want), \
+                    f"{name} {dist}: {(got != want).sum()} of {n} differ: {got[:4]} vs {want[:4]}"
+    # And CuPy's own random module, which draws through cuRAND: a seeded
+    # stream repeats, and its numbers look uniform and normal.
+    cp.random.seed(7)
+    a = cp.random.rand(10_000)
+    cp.random.seed(7)
+    same(cp.random.rand(10_000), cp.asnumpy(a))
+    h = cp.asnumpy(a)
+    assert 0 <= h.min() and h.max() < 1 and abs(h.mean() - 0.5) < 0.02, (h.min(), h.max(), h.mean())
+    z = cp.asnumpy(cp.random.standard_normal(10_000))
+    assert abs(z.mean()) < 0.05 and abs(z.std() - 1) < 0.05, (z.mean(), z.std())
+
+
 def main():
     want = set(sys.argv[1:])
     failed = 0

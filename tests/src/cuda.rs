@@ -101,10 +101,15 @@ pub fn cupy_env() -> Option<std::collections::HashMap<String, String>> {
         .filter(|(k, _)| k.starts_with("CUPY_"))
         .map(|(k, v)| (k.to_owned(), v.trim_matches('\'').to_owned()))
         .collect();
-    ["CUPY_PYTHONPATH", "CUPY_CUDA_PATH", "CUPY_NVRTC_LIB"]
-        .iter()
-        .all(|k| vars.contains_key(*k))
-        .then_some(vars)
+    [
+        "CUPY_PYTHONPATH",
+        "CUPY_CUDA_PATH",
+        "CUPY_NVRTC_LIB",
+        "CUPY_CURAND_LIB",
+    ]
+    .iter()
+    .all(|k| vars.contains_key(*k))
+    .then_some(vars)
 }
 
 /// The built programs; `None` if the toolchain is missing and

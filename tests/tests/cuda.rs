@@ -24,7 +24,7 @@ use fairgpu_protocol::array::{
     RESOURCE_ARRAY, RESOURCE_LINEAR,
 };
 use fairgpu_protocol::cuda::{LaunchOptions, ParamInfo};
-use fairgpu_protocol::Status;
+use fairgpu_protocol::{Opcode, Status};
 use fairgpu_tests::{
     assert_bytes_eq, child_setup, claim, fairgpu_bin, is_child, pattern, run_command, status, vm,
     wait_config, wait_for_published, wait_for_status, DaemonProcess, GuestChild, Setup, VM_ARENA,
@@ -842,6 +842,23 @@ fn streams_and_events_order_kernels_on_the_modelled_device_timeline() {
     assert_eq!(cu.stream_query(s), Ok(true));
     let ms = cu.event_elapsed_ms(e2, e3).unwrap();
     assert!(ms >= 5.0, "elapsed {ms} ms around 2 + 3 ms of kernels");
+
+    // Priorities: the host's range, kept within it, clamped outside it;
+    // a bad word is refused.
+    let (least, greatest) = cu.stream_priority_range().unwrap();
+    assert_eq!((least, greatest), (0, -5), "SimGpu's range");
+    for (asked, want) in [(0, 0), (-1, -1), (-5, -5), (-6, -5), (i32::MIN, -5), (7, 0)] {
+        let (hp, got) = cu.stream_create_with_priority(1, asked).unwrap();
+        assert_eq!(got, want, "priority {asked}");
+        spin(&mut cu, k, MS, hp);
+        cu.stream_synchronize(hp).unwrap();
+        cu.stream_destroy(hp).unwrap();
+    }
+    assert_refused(
+        cu.channel()
+            .call(Opcode::StreamCreate, [0, 1 << 32, 0, 0, 0]),
+        Status::INVALID_VALUE,
+    );
 
     // stream_wait_event: stream b's later work follows stream a's kernel.
     // (b is non-blocking, so nothing else orders it after a.)

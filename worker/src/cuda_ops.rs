@@ -2099,15 +2099,30 @@ impl CudaOps {
                 if cx.streams.len() >= MAX_OBJECTS {
                     return Err(Status::OUT_OF_MEMORY);
                 }
-                let s = self.exec.stream_create(ctx, flags).map_err(exec_err)?;
+                // An i32 in the low word; the driver clamps priorities to
+                // the context's range, and so does the host.
+                let asked = u32::try_from(a[1]).map_err(|_| Status::INVALID_VALUE)? as i32;
+                let (s, priority) = if asked == 0 {
+                    (self.exec.stream_create(ctx, flags).map_err(exec_err)?, 0)
+                } else {
+                    let (least, greatest) =
+                        self.exec.stream_priority_range(ctx).map_err(exec_err)?;
+                    let p = asked.clamp(greatest.min(least), least.max(greatest));
+                    let s = self
+                        .exec
+                        .stream_create_with_priority(ctx, flags, p)
+                        .map_err(exec_err)?;
+                    (s, p)
+                };
                 let cx = self.contexts[slot_of(&self.leader, ch)]
                     .as_mut()
                     .expect("context exists");
-                Ok(vals(&[cx
-                    .streams
-                    .insert(s)
-                    .map_err(|_| Status::OUT_OF_MEMORY)?
-                    .0]))
+                let h = cx.streams.insert(s).map_err(|_| Status::OUT_OF_MEMORY)?;
+                Ok(vals(&[h.0, u64::from(priority as u32)]))
+            }
+            Opcode::StreamPriorityRange => {
+                let (least, greatest) = self.exec.stream_priority_range(ctx).map_err(exec_err)?;
+                Ok(vals(&[u64::from(least as u32), u64::from(greatest as u32)]))
             }
             Opcode::StreamDestroy => {
                 let s = cx

@@ -271,6 +271,7 @@ driver_api! {
     cuCtxSetCurrent(CUcontext);
     cuCtxSynchronize();
     cuCtxSetLimit(c_int, usize);
+    cuCtxGetStreamPriorityRange(*mut c_int, *mut c_int);
     cuMemGetInfo_v2(*mut usize, *mut usize);
     cuMemAlloc_v2(*mut CUdeviceptr, usize);
     cuMemFree_v2(CUdeviceptr);
@@ -321,6 +322,7 @@ driver_api! {
         *mut *mut c_void
     );
     cuStreamCreate(*mut CUstream, c_uint);
+    cuStreamCreateWithPriority(*mut CUstream, c_uint, c_int);
     cuStreamDestroy_v2(CUstream);
     cuStreamSynchronize(CUstream);
     cuStreamQuery(CUstream);

@@ -95,6 +95,8 @@ pub(super) struct State {
     /// Module -> the address of its `fake_global`.
     pub globals: HashMap<usize, u64>,
     pub streams: HashMap<usize, usize>,
+    /// Each stream's priority (the driver's clamp applied).
+    pub stream_priorities: HashMap<usize, c_int>,
     pub events: HashMap<usize, Event>,
     /// Module images as received (up to their NUL).
     pub images: Vec<String>,
@@ -924,6 +926,47 @@ unsafe extern "C" fn stream_create(st: *mut CUstream, flags: c_uint) -> CuResult
     })
 }
 
+/// The fake's stream priorities: 0 (least) to [`GREATEST_PRIORITY`].
+pub(super) const GREATEST_PRIORITY: c_int = -2;
+
+/// `cuCtxGetStreamPriorityRange` of the current context.
+unsafe extern "C" fn ctx_get_stream_priority_range(
+    least: *mut c_int,
+    greatest: *mut c_int,
+) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuCtxGetStreamPriorityRange", true) {
+            return r;
+        }
+        out(least, 0);
+        out(greatest, GREATEST_PRIORITY);
+        0
+    })
+}
+
+/// `cuStreamCreateWithPriority`: clamps the priority as the driver does.
+unsafe extern "C" fn stream_create_with_priority(
+    st: *mut CUstream,
+    flags: c_uint,
+    priority: c_int,
+) -> CuResult {
+    with(|s| {
+        if let Some(r) = s.begin("cuStreamCreateWithPriority", true) {
+            return r;
+        }
+        if flags > 1 {
+            return INVALID_VALUE;
+        }
+        let h = s.new_handle();
+        let ctx = s.current;
+        s.streams.insert(h, ctx);
+        s.stream_priorities
+            .insert(h, priority.clamp(GREATEST_PRIORITY, 0));
+        out(st, handle(h));
+        0
+    })
+}
+
 unsafe extern "C" fn stream_destroy(st: CUstream) -> CuResult {
     with(|s| {
         if let Some(r) = s.begin("cuStreamDestroy_v2", true) {
@@ -1522,6 +1565,7 @@ pub(super) fn api() -> &'static Api {
         cuCtxSetCurrent: ctx_set_current,
         cuCtxSynchronize: ctx_synchronize,
         cuCtxSetLimit: ctx_set_limit,
+        cuCtxGetStreamPriorityRange: ctx_get_stream_priority_range,
         cuMemGetInfo_v2: mem_get_info,
         cuMemAlloc_v2: mem_alloc,
         cuMemFree_v2: mem_free,
@@ -1555,6 +1599,7 @@ pub(super) fn api() -> &'static Api {
         cuLaunchKernel: launch_kernel,
         cuLaunchKernelEx: launch_kernel_ex,
         cuStreamCreate: stream_create,
+        cuStreamCreateWithPriority: stream_create_with_priority,
         cuStreamDestroy_v2: stream_destroy,
         cuStreamSynchronize: stream_synchronize,
         cuStreamQuery: stream_query,

@@ -2163,6 +2163,36 @@ impl GpuExecutor for CudaExecutor {
         Ok(StreamId(id))
     }
 
+    fn stream_priority_range(&mut self, ctx: CtxId) -> ExecResult<(i32, i32)> {
+        let api = self.api;
+        self.enter(ctx)?;
+        let (mut least, mut greatest): (c_int, c_int) = (0, 0);
+        // SAFETY: both are valid out-pointers; the context is current.
+        check("cuCtxGetStreamPriorityRange", unsafe {
+            (api.cuCtxGetStreamPriorityRange)(&mut least, &mut greatest)
+        })?;
+        Ok((least, greatest))
+    }
+
+    fn stream_create_with_priority(
+        &mut self,
+        ctx: CtxId,
+        flags: u32,
+        priority: i32,
+    ) -> ExecResult<StreamId> {
+        let id = self.fresh_id();
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        let mut raw: CUstream = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the context is current; the
+        // driver checks `flags` and clamps `priority`.
+        check("cuStreamCreateWithPriority", unsafe {
+            (api.cuStreamCreateWithPriority)(&mut raw, flags, priority)
+        })?;
+        c.streams.insert(id, raw);
+        Ok(StreamId(id))
+    }
+
     fn stream_destroy(&mut self, ctx: CtxId, s: StreamId) -> ExecResult<()> {
         let api = self.api;
         let c = self.enter(ctx)?;

@@ -435,6 +435,32 @@ fn device_time_is_collected_without_blocking() {
 }
 
 #[test]
+fn stream_priorities_are_the_drivers() {
+    let mut e = exec();
+    let (ctx, _buf, _f) = setup(&mut e, 4);
+    assert_eq!(
+        e.stream_priority_range(ctx),
+        Ok((0, fake::GREATEST_PRIORITY))
+    );
+    let s = e
+        .stream_create_with_priority(ctx, 1, fake::GREATEST_PRIORITY)
+        .unwrap();
+    let plain = e.stream_create(ctx, 0).unwrap();
+    fake::with(|f| {
+        assert!(f.calls.contains(&"cuStreamCreateWithPriority"));
+        let mut prios: Vec<_> = f.stream_priorities.values().copied().collect();
+        prios.sort_unstable();
+        assert_eq!(
+            prios,
+            [fake::GREATEST_PRIORITY],
+            "one stream with a priority"
+        );
+    });
+    e.stream_destroy(ctx, s).unwrap();
+    e.stream_destroy(ctx, plain).unwrap();
+}
+
+#[test]
 fn every_synchronize_collects_device_time() {
     let mut e = exec();
     let (ctx, buf, f) = setup(&mut e, 4);

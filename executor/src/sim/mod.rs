@@ -481,6 +481,10 @@ impl PtxTexts {
     }
 }
 
+/// The greatest (numerically lowest) stream priority SimGpu accepts; the
+/// least is 0: six levels, 0 to -5 (on a GPU the range is its driver's).
+pub const SIM_GREATEST_STREAM_PRIORITY: i32 = -5;
+
 struct Stream {
     /// Device time at which all work issued to the stream is done.
     ready: u64,
@@ -2818,6 +2822,26 @@ impl GpuExecutor for SimGpu {
         Ok(StreamId(id))
     }
 
+    fn stream_priority_range(&mut self, ctx: CtxId) -> ExecResult<(i32, i32)> {
+        self.ctx(ctx)?;
+        Ok((0, SIM_GREATEST_STREAM_PRIORITY))
+    }
+
+    fn stream_create_with_priority(
+        &mut self,
+        ctx: CtxId,
+        flags: u32,
+        priority: i32,
+    ) -> ExecResult<StreamId> {
+        if !(SIM_GREATEST_STREAM_PRIORITY..=0).contains(&priority) {
+            return Err(ExecError::Invalid("stream priority"));
+        }
+        // A hint, as CUDA defines it ("no functional guarantee on
+        // execution order"): the device model serves work in the order it
+        // is reserved, whatever the stream's priority.
+        self.stream_create(ctx, flags)
+    }
+
     fn stream_destroy(&mut self, ctx: CtxId, s: StreamId) -> ExecResult<()> {
         // Its reservations stay on the device timeline: pending work
         // completes.
@@ -3338,6 +3362,29 @@ mod tests {
         g.event_record(ctx, nt, Some(s)).expect("record");
         assert_eq!(g.event_elapsed_ms(ctx, e0, nt), no_timing);
         assert!(g.event_create(ctx, 0x100).is_err());
+    }
+
+    #[test]
+    fn stream_priorities_are_taken_within_the_range() {
+        let dev = SimDevice::private_virtual(0);
+        let mut g = gpu(&dev);
+        let (ctx, f) = spin_ctx(&mut g);
+        assert_eq!(
+            g.stream_priority_range(ctx),
+            Ok((0, SIM_GREATEST_STREAM_PRIORITY))
+        );
+        assert!(g.stream_priority_range(CtxId(9999)).is_err());
+        for p in SIM_GREATEST_STREAM_PRIORITY..=0 {
+            let s = g
+                .stream_create_with_priority(ctx, STREAM_NON_BLOCKING, p)
+                .expect("in range");
+            spin(&mut g, ctx, f, MS, Some(s));
+            g.stream_synchronize(ctx, Some(s)).expect("sync");
+        }
+        // Outside it (the caller clamps) or with bad flags: refused.
+        for (flags, p) in [(0, 1), (0, SIM_GREATEST_STREAM_PRIORITY - 1), (0x4, -1)] {
+            assert!(g.stream_create_with_priority(ctx, flags, p).is_err());
+        }
     }
 
     #[test]

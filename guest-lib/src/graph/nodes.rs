@@ -879,14 +879,20 @@ pub extern "C" fn cuGraphExecHostNodeSetParams(
 /// `CUDA_ERROR_OPERATING_SYSTEM`.
 const OPERATING_SYSTEM: CUresult = 304;
 
+/// `CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE`.
+const DOT_VERBOSE: u32 = 1;
+
 /// `cuGraphDebugDotPrint`: the graph in Graphviz's DOT language, one
 /// vertex per node labelled with its type (and a kernel's name), one edge
-/// per dependency; child graphs as clusters of their own nodes.
+/// per dependency; child graphs as clusters of their own nodes. With
+/// `CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE` (or any flag asking for a node
+/// type's parameters) the labels also give each node's parameters:
+/// launch geometry, addresses and sizes.
 #[no_mangle]
 pub extern "C" fn cuGraphDebugDotPrint(
     graph: CUgraph,
     path: *const std::ffi::c_char,
-    _flags: u32,
+    flags: u32,
 ) -> CUresult {
     ffi_result(|| {
         if path.is_null() {
@@ -904,26 +910,64 @@ pub extern "C" fn cuGraphDebugDotPrint(
                 .ok_or(err::INVALID_VALUE)
         })?;
         let mut text = String::from("digraph fairgpu_graph {\n");
-        dot(&g, "", &mut text);
+        // VERBOSE, or a flag asking for some node type's parameters
+        // (KERNEL_NODE_PARAMS, 1 << 2, to CONDITIONAL_NODE_PARAMS, 1 << 15;
+        // RUNTIME_TYPES, 1 << 1, names none).
+        let verbose = flags & (DOT_VERBOSE | 0xfffc) != 0;
+        dot(&g, "", verbose, &mut text);
         text.push_str("}\n");
         std::fs::write(&path, text).map_err(|_| OPERATING_SYSTEM)
     })
 }
 
-/// Appends the DOT vertices and edges of `g`, names prefixed by `prefix`.
-fn dot(g: &super::Graph, prefix: &str, text: &mut String) {
+/// Appends the DOT vertices and edges of `g`, names prefixed by `prefix`;
+/// `verbose`: with each node's parameters.
+fn dot(g: &super::Graph, prefix: &str, verbose: bool, text: &mut String) {
     use std::fmt::Write;
     for n in &g.nodes {
         let id = format!("{prefix}n{:x}", n.handle);
         let label = match &n.work {
-            Work::Kernel { f, .. } => {
+            Work::Kernel {
+                f,
+                grid,
+                block,
+                shared,
+                params,
+                ..
+            } => {
                 let name = crate::module::function_ref(*f as CUfunction)
                     .ok()
                     .and_then(|f| f.name().to_str().ok().map(str::to_owned))
                     .unwrap_or_default();
-                format!("KERNEL\\n{name}")
+                if verbose {
+                    format!(
+                        "KERNEL\\n{name}\\ngrid ({}, {}, {}) block ({}, {}, {})\\nshared {shared} B, parameters {} B",
+                        grid[0],
+                        grid[1],
+                        grid[2],
+                        block[0],
+                        block[1],
+                        block[2],
+                        params.len()
+                    )
+                } else {
+                    format!("KERNEL\\n{name}")
+                }
+            }
+            Work::Copy { dst, src, n } if verbose => {
+                format!("MEMCPY\\n{src:#x} -> {dst:#x}, {n} B")
             }
             Work::Copy3D(_) | Work::Copy { .. } => "MEMCPY".to_owned(),
+            Work::Memset {
+                dst,
+                value,
+                elem,
+                width,
+                height,
+                ..
+            } if verbose => {
+                format!("MEMSET\\n{dst:#x}, {width} x {height} of {elem} B, value {value:#x}")
+            }
             Work::Memset { .. } => "MEMSET".to_owned(),
             Work::Host { .. } => "HOST".to_owned(),
             Work::EventRecord(_) => "EVENT_RECORD".to_owned(),
@@ -940,7 +984,7 @@ fn dot(g: &super::Graph, prefix: &str, text: &mut String) {
             Work::CondRun { .. } => "CONDITIONAL".to_owned(),
             Work::Child(c) => {
                 let _ = writeln!(text, "subgraph cluster_{id} {{ label=\"GRAPH\";");
-                dot(c, &format!("{id}_"), text);
+                dot(c, &format!("{id}_"), verbose, text);
                 let _ = writeln!(text, "}}");
                 "GRAPH".to_owned()
             }
