@@ -1273,6 +1273,10 @@ pub(crate) struct Func {
     /// after their own. Without, the shared window ends with the kernel's
     /// own memory, so an access past it is out of bounds.
     pub reserved_smem: bool,
+    /// It (or a function inlined into it) reads `%envreg1`/`%envreg2`,
+    /// the address of the launch's grid workspace: it synchronizes the
+    /// whole grid (cooperative groups' `grid.sync()`).
+    pub grid_workspace: bool,
     /// End of the `.local` variables of this function and its inlined
     /// callees: the local memory a thread needs. Every function's locals
     /// have their own module-wide offsets, so inlined code needs no

@@ -106,7 +106,7 @@
 //!   `mbarrier`, shared to global in bulk groups; done at once; not the
 //!   tensor form).
 //!   atom and red on global, shared and generic addresses: add (integer,
-//!   f32, f64), min, max, inc, dec, cas, exch, and, or, xor.
+//!   f32, f64), min, max, inc, dec, cas (16, 32 and 64 bits), exch, and, or, xor.
 //! - **Control and threads**: bra, ret, exit, bar.sync/barrier.sync (with
 //!   ids and thread counts), bar.arrive, bar.red (popc, and, or),
 //!   bar.warp.sync, membar/fence (no-ops
@@ -513,6 +513,9 @@ pub struct KernelInfo {
     /// launches with CUDA_ERROR_INVALID_VALUE.
     pub max_threads: Option<u32>,
     pub reqntid: Option<[u32; 3]>,
+    /// Whether it reads the grid workspace's address (`%envreg1`/`2`):
+    /// it synchronizes the whole grid, which needs every block resident.
+    pub syncs_grid: bool,
 }
 
 /// A parsed PTX module.
@@ -683,6 +686,7 @@ impl Module {
             }),
             max_threads: f.max_threads,
             reqntid: f.reqntid,
+            syncs_grid: f.grid_workspace,
         })
     }
 

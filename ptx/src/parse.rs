@@ -847,6 +847,8 @@ pub(crate) struct FuncParser<'m> {
     body_params: u64,
     /// A `%reserved_smem_offset_*` register was read.
     reserved_smem: std::cell::Cell<bool>,
+    /// `%envreg1` or `%envreg2` (the grid workspace's address) was read.
+    grid_workspace: std::cell::Cell<bool>,
     /// `name: .callprototype (rets) _ (params);`: the sizes of each.
     protos: HashMap<String, (Vec<u32>, Vec<u32>)>,
     /// The float `add`, `sub` and `mul` written with no rounding modifier,
@@ -912,6 +914,7 @@ impl<'m> FuncParser<'m> {
                 static_shared: 0,
                 dyn_shared_base: 0,
                 reserved_smem: false,
+                grid_workspace: false,
                 local_bytes: 0,
                 scratch_end: 0,
                 frame_local: Vec::new(),
@@ -931,6 +934,7 @@ impl<'m> FuncParser<'m> {
             local: m.local_top,
             body_params,
             reserved_smem: std::cell::Cell::new(false),
+            grid_workspace: std::cell::Cell::new(false),
             protos: HashMap::new(),
             loose: Vec::new(),
         })
@@ -1030,6 +1034,7 @@ impl<'m> FuncParser<'m> {
         self.f.frame_local = vec![(local_start, self.f.local_bytes)];
         self.f.frame_scratch = vec![(scratch_start, self.f.scratch_end)];
         self.f.reserved_smem = self.reserved_smem.get();
+        self.f.grid_workspace = self.grid_workspace.get();
         Ok(self.f)
     }
 
@@ -1479,6 +1484,9 @@ impl<'m> FuncParser<'m> {
                     ) {
                         self.reserved_smem.set(true);
                     }
+                    if matches!(s, Sreg::EnvReg(1 | 2)) {
+                        self.grid_workspace.set(true);
+                    }
                     return Ok(Src::Sreg(s));
                 }
                 // The one predefined constant name PTX has.
@@ -1780,6 +1788,7 @@ fn link_frames(
         f.local_bytes = f.local_bytes.max(c.local_bytes);
         f.scratch_end = f.scratch_end.max(c.scratch_end);
         f.reserved_smem |= c.reserved_smem;
+        f.grid_workspace |= c.grid_workspace;
     }
     for x in &mut f.insts {
         let Op::CallRec { func, rets, args } = &x.op else {
@@ -2185,6 +2194,7 @@ fn inline_body(
     f.local_bytes = f.local_bytes.max(c.local_bytes);
     f.scratch_end = f.scratch_end.max(c.scratch_end);
     f.reserved_smem |= c.reserved_smem;
+    f.grid_workspace |= c.grid_workspace;
     for r in &c.frame_local {
         if !f.frame_local.contains(r) {
             f.frame_local.push(*r);

@@ -882,6 +882,24 @@ fn call_chains_inline_up_to_a_depth() {
 }
 
 #[test]
+fn sixteen_bit_compare_and_swap() {
+    // Four threads, each on its own 16-bit slot of the first two words:
+    // the even ones compare equal and swap, the odd ones do not; each
+    // stores the old value it read into a word after them.
+    let m = kernel_with(
+        "",
+        "mul.wide.u32 %rd4, %r1, 2;\nadd.s64 %rd5, %rd1, %rd4;\nand.b32 %r5, %r1, 1;\n\
+         setp.eq.u32 %p1, %r5, 0;\nadd.u32 %r6, %r1, 1;\nselp.u32 %r7, %r6, 99, %p1;\n\
+         cvt.u16.u32 %rs1, %r7;\nadd.u32 %r8, %r1, 0x7000;\ncvt.u16.u32 %rs2, %r8;\n\
+         atom.global.cas.b16 %rs3, [%rd5], %rs1, %rs2;\ncvt.u32.u16 %r9, %rs3;\n\
+         add.u32 %r10, %r1, 2;\nmul.wide.u32 %rd6, %r10, 4;\nadd.s64 %rd7, %rd1, %rd6;\n\
+         st.global.u32 [%rd7], %r9;",
+    );
+    let out = run_words(&m, 4, &[0x0002_0001, 0x0004_0003, 0, 0, 0, 0]);
+    assert_eq!(out, [0x0002_7000, 0x0004_7002, 1, 2, 3, 4]);
+}
+
+#[test]
 fn spin_locks_within_a_warp_make_progress() {
     // Every thread takes a lock, increments a counter, and releases it.
     let m = kernel_with(

@@ -5,7 +5,7 @@
 // wmma, f16 inputs into f32, and tf32), a producer/consumer pipeline over
 // libcu++'s cuda::barrier with cuda::memcpy_async, and cooperative groups'
 // grid.sync() in a cooperative launch (where the device reports
-// COOPERATIVE_LAUNCH).
+// COOPERATIVE_LAUNCH) and in a plain launch of a grid resident at once.
 #define PROGRAM "sm80_features"
 #include "common.h"
 
@@ -181,6 +181,19 @@ static void grid_sync() {
     for (int b = 0; b < blocks; b++) {
         int n = (b + 1) % blocks;
         EXPECT(got[b] == n * n + 11, "block %d read %d, want %d", b, got[b], n * n + 11);
+    }
+    // Launched without the cooperative flag (as CuPy's JIT does), a grid
+    // small enough to be resident at once: the driver gives every launch
+    // a grid workspace, and the barrier holds.
+    const int few = 2;
+    CHECK(cudaMemset(pub, 0, blocks * sizeof(int)));
+    CHECK(cudaMemset(out, 0, blocks * sizeof(int)));
+    grid_ring<<<few, 64>>>(pub, out);
+    CHECK(cudaGetLastError());
+    CHECK(cudaMemcpy(got.data(), out, few * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int b = 0; b < few; b++) {
+        int n = (b + 1) % few;
+        EXPECT(got[b] == n * n + 11, "plain launch: block %d read %d, want %d", b, got[b], n * n + 11);
     }
     CHECK(cudaFree(pub));
     CHECK(cudaFree(out));

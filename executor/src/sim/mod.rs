@@ -2532,7 +2532,9 @@ impl GpuExecutor for SimGpu {
             ));
         }
         // The kernel's launch bounds, as the driver enforces them.
+        let mut syncs_grid = false;
         if let Ok(info) = self.kernel_info(ctx, f) {
+            syncs_grid = info.syncs_grid;
             let threads = cfg.block.iter().map(|&d| u64::from(d)).product::<u64>();
             if info.max_threads.is_some_and(|m| threads > u64::from(m)) {
                 return Err(ExecError::Invalid(
@@ -2544,6 +2546,16 @@ impl GpuExecutor for SimGpu {
                     "block shape other than the kernel requires (.reqntid)",
                 ));
             }
+        }
+        // A kernel that synchronizes the grid, launched without the
+        // cooperative flag: a GPU's driver gives every launch a grid
+        // workspace, so its barrier works when all the blocks happen to be
+        // resident at once. SimGpu then runs it as a cooperative launch
+        // (blocks interleaved); one that cannot be resident finds no
+        // workspace and traps, where a GPU would wait forever.
+        let mut run = *cfg;
+        if syncs_grid && cfg.part.is_none() && self.check_resident(ctx, f, cfg).is_ok() {
+            run.options.cooperative = true;
         }
         let c = self.ctx_mut(ctx)?;
         let func = c
@@ -2575,7 +2587,7 @@ impl GpuExecutor for SimGpu {
         let configured = configured.map(|ns| share_of(ns, blocks, cfg.blocks()));
         let duration = match (model.execute, configured) {
             (true, configured) => {
-                let stats = self.execute(ctx, f, cfg, params)?;
+                let stats = self.execute(ctx, f, &run, params)?;
                 configured.unwrap_or_else(|| self.costs.executed_duration_ns(stats.instructions))
             }
             (false, Some(ns)) => ns,

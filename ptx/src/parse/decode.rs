@@ -1697,9 +1697,14 @@ impl FuncParser<'_> {
                         matches!(ty, Ty::U32 | Ty::U64 | Ty::S32 | Ty::S64)
                     }
                     AtomOp::Inc | AtomOp::Dec => ty == Ty::U32,
-                    AtomOp::Cas | AtomOp::Exch => matches!(
+                    AtomOp::Exch => matches!(
                         ty,
                         Ty::B32 | Ty::B64 | Ty::U32 | Ty::U64 | Ty::S32 | Ty::S64
+                    ),
+                    // 16-bit compare-and-swap: sm_70 and later.
+                    AtomOp::Cas => matches!(
+                        ty,
+                        Ty::B16 | Ty::B32 | Ty::B64 | Ty::U32 | Ty::U64 | Ty::S32 | Ty::S64
                     ),
                     AtomOp::And | AtomOp::Or | AtomOp::Xor => matches!(ty, Ty::B32 | Ty::B64),
                 };
