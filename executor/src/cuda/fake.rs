@@ -911,8 +911,18 @@ unsafe extern "C" fn launch_kernel(
 }
 
 unsafe extern "C" fn stream_create(st: *mut CUstream, flags: c_uint) -> CuResult {
+    new_stream("cuStreamCreate", st, flags, None)
+}
+
+/// A stream of the current context (`priority`: the driver clamps it).
+fn new_stream(
+    call: &'static str,
+    st: *mut CUstream,
+    flags: c_uint,
+    priority: Option<c_int>,
+) -> CuResult {
     with(|s| {
-        if let Some(r) = s.begin("cuStreamCreate", true) {
+        if let Some(r) = s.begin(call, true) {
             return r;
         }
         if flags > 1 {
@@ -921,6 +931,9 @@ unsafe extern "C" fn stream_create(st: *mut CUstream, flags: c_uint) -> CuResult
         let h = s.new_handle();
         let ctx = s.current;
         s.streams.insert(h, ctx);
+        if let Some(p) = priority {
+            s.stream_priorities.insert(h, p.clamp(GREATEST_PRIORITY, 0));
+        }
         out(st, handle(h));
         0
     })
@@ -950,21 +963,7 @@ unsafe extern "C" fn stream_create_with_priority(
     flags: c_uint,
     priority: c_int,
 ) -> CuResult {
-    with(|s| {
-        if let Some(r) = s.begin("cuStreamCreateWithPriority", true) {
-            return r;
-        }
-        if flags > 1 {
-            return INVALID_VALUE;
-        }
-        let h = s.new_handle();
-        let ctx = s.current;
-        s.streams.insert(h, ctx);
-        s.stream_priorities
-            .insert(h, priority.clamp(GREATEST_PRIORITY, 0));
-        out(st, handle(h));
-        0
-    })
+    new_stream("cuStreamCreateWithPriority", st, flags, Some(priority))
 }
 
 unsafe extern "C" fn stream_destroy(st: CUstream) -> CuResult {
