@@ -989,6 +989,23 @@ impl CudaExecutor {
         }
     }
 
+    /// A stream of context `ctx` that `create` makes through the driver
+    /// (`call` names it in errors), kept in the context's table.
+    fn new_stream(
+        &mut self,
+        ctx: CtxId,
+        call: &'static str,
+        create: impl FnOnce(&Api, *mut CUstream) -> api::CuResult,
+    ) -> ExecResult<StreamId> {
+        let id = self.fresh_id();
+        let api = self.api;
+        let c = self.enter(ctx)?;
+        let mut raw: CUstream = ptr::null_mut();
+        check(call, create(api, &mut raw))?;
+        c.streams.insert(id, raw);
+        Ok(StreamId(id))
+    }
+
     /// The retained primary context (retaining it on first use).
     fn primary_context(&mut self) -> ExecResult<CUcontext> {
         if let Some(raw) = self.primary {
@@ -2150,17 +2167,11 @@ impl GpuExecutor for CudaExecutor {
     }
 
     fn stream_create(&mut self, ctx: CtxId, flags: u32) -> ExecResult<StreamId> {
-        let id = self.fresh_id();
-        let api = self.api;
-        let c = self.enter(ctx)?;
-        let mut raw: CUstream = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the context is current; the
-        // driver checks `flags`.
-        check("cuStreamCreate", unsafe {
-            (api.cuStreamCreate)(&mut raw, flags)
-        })?;
-        c.streams.insert(id, raw);
-        Ok(StreamId(id))
+        self.new_stream(ctx, "cuStreamCreate", |api, raw| {
+            // SAFETY: `raw` is a valid out-pointer; the context is current;
+            // the driver checks `flags`.
+            unsafe { (api.cuStreamCreate)(raw, flags) }
+        })
     }
 
     fn stream_priority_range(&mut self, ctx: CtxId) -> ExecResult<(i32, i32)> {
@@ -2180,17 +2191,11 @@ impl GpuExecutor for CudaExecutor {
         flags: u32,
         priority: i32,
     ) -> ExecResult<StreamId> {
-        let id = self.fresh_id();
-        let api = self.api;
-        let c = self.enter(ctx)?;
-        let mut raw: CUstream = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the context is current; the
-        // driver checks `flags` and clamps `priority`.
-        check("cuStreamCreateWithPriority", unsafe {
-            (api.cuStreamCreateWithPriority)(&mut raw, flags, priority)
-        })?;
-        c.streams.insert(id, raw);
-        Ok(StreamId(id))
+        self.new_stream(ctx, "cuStreamCreateWithPriority", |api, raw| {
+            // SAFETY: `raw` is a valid out-pointer; the context is current;
+            // the driver checks `flags` and clamps `priority`.
+            unsafe { (api.cuStreamCreateWithPriority)(raw, flags, priority) }
+        })
     }
 
     fn stream_destroy(&mut self, ctx: CtxId, s: StreamId) -> ExecResult<()> {
