@@ -691,7 +691,9 @@ pub extern "C" fn cuCtxSetLimit(limit: u32, value: usize) -> CUresult {
 fn synchronize() -> CUresult {
     ffi_result(|| {
         require_current()?;
-        state::with_sync(|cu| cu.ctx_synchronize())
+        state::with_sync(|cu| cu.ctx_synchronize())?;
+        crate::pool::synchronized(None);
+        Ok(())
     })
 }
 
@@ -705,9 +707,7 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
 #[no_mangle]
 pub extern "C" fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
     ffi(|| match state::device() {
-        Ok(_) if ctx.is_null() || ctx == current() => {
-            ffi_result(|| state::with_sync(|cu| cu.ctx_synchronize()))
-        }
+        Ok(_) if ctx.is_null() || ctx == current() => synchronize(),
         Ok(_) if !valid(ctx) => err::INVALID_CONTEXT,
         Ok(_) => ffi_result(|| {
             let key = key_of(ctx);

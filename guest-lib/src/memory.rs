@@ -26,6 +26,7 @@ static DEVICE_CTX: Mutex<BTreeMap<u64, HostKey>> = Mutex::new(BTreeMap::new());
 /// (its host context freed them, and the host may place another
 /// context's variables there).
 pub fn forget_context(key: HostKey) {
+    crate::pool::forget_context(key);
     if let Ok(mut g) = GLOBALS.lock() {
         g.retain(|_, (_, _, k)| *k != key);
     }
@@ -261,6 +262,10 @@ pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
         }
         // Another process's pool pointer, imported: closed.
         if let Some(r) = crate::pool::free_imported(dptr) {
+            return r;
+        }
+        // A piece of a pool's chunk: back to its pool.
+        if let Some(r) = crate::pool::free_piece_now(dptr) {
             return r;
         }
         device_free(dptr)?;

@@ -1,23 +1,40 @@
 //! Stream-ordered allocation: `cuMemAllocAsync`, `cuMemFreeAsync` and
 //! memory pools.
 //!
-//! A pool's memory is ordinary device memory of the VM, allocated and
-//! freed through the channel like `cuMemAlloc`'s and counted against the
-//! same quota. Nothing is cached: a pool keeps no memory reserved beyond
-//! what is allocated from it (its RESERVED counters equal its USED ones,
-//! `cuMemPoolTrimTo` has nothing to release), so a VM's quota is never held
-//! by freed memory.
+//! A pool's memory is ordinary device memory of the VM, allocated through
+//! the channel like `cuMemAlloc`'s and counted against the same quota. As
+//! the driver's pools do, a pool reserves memory in chunks (at least
+//! [`CHUNK`], 2 MiB) and hands out pieces of them, so most allocations and
+//! frees cross no channel at all; its RESERVED counters are the chunks it
+//! holds, its USED ones what is allocated from them.
 //!
-//! Stream order: an allocation exists from the moment `cuMemAllocAsync`
-//! returns, which is no later than the stream reaches it. A free waits for
-//! the work already in its stream before the memory goes back, so kernels
-//! and copies queued before `cuMemFreeAsync` still see it.
+//! Reuse and release, as the driver documents them:
+//! - A piece freed with `cuMemFreeAsync` is free *in that stream's order*:
+//!   the next allocation on the same stream may reuse it at once (the work
+//!   before the free runs first), another stream only after a
+//!   synchronization shows the free done (`cuCtxSynchronize`, or
+//!   `cuStreamSynchronize` of the freeing stream). No reuse follows event
+//!   dependencies (`REUSE_FOLLOW_EVENT_DEPENDENCIES` is kept, not acted on):
+//!   such an allocation gets other memory, never memory still in use.
+//! - Memory is handed back to the VM's quota at a synchronization
+//!   (`cuCtxSynchronize`, `cuStreamSynchronize`, `cuEventSynchronize`):
+//!   then each pool releases its wholly free chunks while it holds more
+//!   than its release threshold (0 by default: everything free). Until then
+//!   freed memory stays reserved and `cuMemAlloc` cannot have it, as on a
+//!   GPU. `cuMemPoolTrimTo` releases wholly free chunks down to its bound.
+//! - A pool allocation that finds the quota full first synchronizes the
+//!   context and releases the pool's free chunks, then tries once more.
 //!
 //! Pools are process objects, like the driver's: handles are boxes of
-//! this library, checked on every call. Only device 0 exists.
+//! this library, checked on every call. Only device 0 exists. A chunk
+//! belongs to the context current when it was reserved, and serves
+//! allocations made in that context only.
 //!
 //! IPC (where the host supports IPC of memory, see `ipc.rs`): a pool made
-//! with `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR` exports as a file
+//! with `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR` reserves nothing ahead
+//! (each allocation is its own, so that it has an IPC token of its own, and
+//! a free returns it once the stream's work before it is done). It exports
+//! as a file
 //! descriptor (a memfd naming this library's pool), which another process
 //! of the VM imports as a pool of its own; a pointer from the exported
 //! pool exports as the 64 bytes of `cuMemPoolExportPointer`, carrying the
@@ -25,11 +42,11 @@
 //! it. Freeing an imported pointer (`cuMemFreeAsync`, `cuMemFree`) closes
 //! it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::c_void;
 use std::sync::Mutex;
 
-use crate::context::out;
+use crate::context::{out, require_current, HostKey};
 use crate::memory::{device_alloc, device_free};
 use crate::stream::stream_handle;
 use crate::types::{err, CUdevice, CUdeviceptr, CUresult, CUstream};
@@ -47,6 +64,9 @@ struct Pool {
     release_threshold: u64,
     used: u64,
     used_high: u64,
+    /// Bytes of the chunks it holds (for a pool that reserves nothing
+    /// ahead, what is allocated).
+    reserved: u64,
     reserved_high: u64,
     /// Made with POSIX file-descriptor handles: it and its pointers export.
     exportable: bool,
@@ -61,6 +81,101 @@ impl Pool {
             ..Pool::default()
         }
     }
+
+    /// Whether it reserves chunks and hands out pieces of them.
+    fn suballocates(&self) -> bool {
+        !self.exportable && !self.imported
+    }
+}
+
+/// Smallest chunk a pool reserves, and the granularity of larger ones (the
+/// driver's pools grow by 2 MiB as well).
+pub const CHUNK: u64 = 2 << 20;
+/// Alignment of a piece inside its chunk (at least what `cuMemAlloc`
+/// promises, 256 bytes).
+const ALIGN: u64 = 512;
+
+/// A free range of a chunk: its length and, while it was freed in one
+/// stream's order and no synchronization has shown that done, that stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FreeRange {
+    len: u64,
+    pending: Option<usize>,
+}
+
+/// Device memory a pool reserved: one allocation of the VM.
+#[derive(Debug)]
+struct Chunk {
+    /// The pool's handle (a destroyed pool's chunks are released once free).
+    pool: usize,
+    /// The host context it was allocated in.
+    ctx: HostKey,
+    size: u64,
+    /// Offset → free range, disjoint, neighbours with the same `pending`
+    /// merged.
+    free: BTreeMap<u64, FreeRange>,
+}
+
+impl Chunk {
+    /// Whether nothing in it is allocated or waiting for its stream.
+    fn wholly_free(&self) -> bool {
+        self.free.len() == 1
+            && self.free.get(&0)
+                == Some(&FreeRange {
+                    len: self.size,
+                    pending: None,
+                })
+    }
+
+    /// Takes `need` bytes from the lowest range that may serve `stream`.
+    fn take(&mut self, need: u64, stream: usize) -> Option<u64> {
+        let (&off, &r) = self
+            .free
+            .iter()
+            .find(|(_, r)| r.len >= need && r.pending.is_none_or(|s| s == stream))?;
+        self.free.remove(&off);
+        if r.len > need {
+            self.free.insert(
+                off + need,
+                FreeRange {
+                    len: r.len - need,
+                    pending: r.pending,
+                },
+            );
+        }
+        Some(off)
+    }
+
+    /// Returns `off..off + len`, free in `pending`'s order.
+    fn give(&mut self, off: u64, len: u64, pending: Option<usize>) {
+        self.free.insert(off, FreeRange { len, pending });
+        self.merge();
+    }
+
+    /// Marks what was pending in `stream` (every stream: `None`) free for
+    /// all.
+    fn settle(&mut self, stream: Option<usize>) {
+        for r in self.free.values_mut() {
+            if r.pending.is_some() && (stream.is_none() || r.pending == stream) {
+                r.pending = None;
+            }
+        }
+        self.merge();
+    }
+
+    fn merge(&mut self) {
+        let mut merged: BTreeMap<u64, FreeRange> = BTreeMap::new();
+        for (off, r) in std::mem::take(&mut self.free) {
+            if let Some((&prev, last)) = merged.iter_mut().next_back() {
+                if prev + last.len == off && last.pending == r.pending {
+                    last.len += r.len;
+                    continue;
+                }
+            }
+            merged.insert(off, r);
+        }
+        self.free = merged;
+    }
 }
 
 struct Pools {
@@ -72,6 +187,8 @@ struct Pools {
     current: Option<usize>,
     /// Allocations from pools: address → (pool, bytes).
     allocs: HashMap<u64, (usize, u64)>,
+    /// Chunks of suballocating pools by base address.
+    chunks: BTreeMap<u64, Chunk>,
     /// Pointers imported from other processes: address → the opened
     /// allocation's base.
     imports: HashMap<u64, u64>,
@@ -96,6 +213,180 @@ impl Pools {
         self.created.insert(h);
         h
     }
+
+    /// A piece of `need` bytes for `size` requested from one of `pool`'s
+    /// chunks in context `ctx`, reusable by `stream`; counted as used.
+    fn take_piece(
+        &mut self,
+        pool: usize,
+        ctx: HostKey,
+        stream: usize,
+        need: u64,
+        size: u64,
+    ) -> Option<u64> {
+        let (base, off) = self
+            .chunks
+            .iter_mut()
+            .filter(|(_, c)| c.pool == pool && c.ctx == ctx)
+            .find_map(|(&base, c)| c.take(need, stream).map(|off| (base, off)))?;
+        let ptr = base + off;
+        self.count_alloc(pool, ptr, size);
+        Some(ptr)
+    }
+
+    fn count_alloc(&mut self, pool: usize, ptr: u64, size: u64) {
+        if let Some(pl) = self.pools.get_mut(&pool) {
+            pl.used = pl.used.saturating_add(size);
+            pl.used_high = pl.used_high.max(pl.used);
+            pl.reserved_high = pl.reserved_high.max(pl.reserved);
+        }
+        self.allocs.insert(ptr, (pool, size));
+    }
+
+    /// The chunk holding `ptr`, by its base.
+    fn chunk_of(&self, ptr: u64) -> Option<u64> {
+        let (&base, c) = self.chunks.range(..=ptr).next_back()?;
+        (ptr < base + c.size).then_some(base)
+    }
+
+    /// Gives a piece back to its chunk, free in `stream`'s order (`None`:
+    /// free for all); `None` if `ptr` is not a piece of a chunk.
+    fn give_back(&mut self, ptr: u64, stream: Option<usize>) -> Option<Result<(), CUresult>> {
+        let base = self.chunk_of(ptr)?;
+        let Some((pool, bytes)) = self.allocs.remove(&ptr) else {
+            // Inside a chunk but not a live piece: freed already, or not
+            // an address an allocation returned.
+            return Some(Err(err::INVALID_VALUE));
+        };
+        if let Some(pl) = self.pools.get_mut(&pool) {
+            pl.used = pl.used.saturating_sub(bytes);
+        }
+        let c = self.chunks.get_mut(&base).expect("chunk_of found it");
+        c.give(ptr - base, piece_len(bytes), stream);
+        Some(Ok(()))
+    }
+
+    /// After a synchronization of `stream` (every stream: `None`) in
+    /// `ctx`: what was freed in its order is free for every stream.
+    fn settle(&mut self, ctx: HostKey, stream: Option<usize>) {
+        for c in self.chunks.values_mut().filter(|c| c.ctx == ctx) {
+            c.settle(stream);
+        }
+    }
+
+    /// Takes out of the books the wholly free chunks to hand back to the
+    /// VM and returns their bases: those of `bound`'s pool while it holds
+    /// more than `bound`'s bytes, or (no `bound`) of every pool above its
+    /// release threshold; and those of destroyed pools.
+    fn release(&mut self, bound: Option<(usize, u64)>) -> Vec<u64> {
+        let free: Vec<(u64, usize, u64)> = self
+            .chunks
+            .iter()
+            .filter(|(_, c)| c.wholly_free() && bound.is_none_or(|(h, _)| h == c.pool))
+            .map(|(&b, c)| (b, c.pool, c.size))
+            .collect();
+        let mut gone = Vec::new();
+        for (base, h, size) in free {
+            let release = self.pools.get(&h).is_none_or(|pl| {
+                pl.reserved > bound.map_or(pl.release_threshold, |(_, keep)| keep)
+            });
+            if release {
+                self.chunks.remove(&base);
+                if let Some(pl) = self.pools.get_mut(&h) {
+                    pl.reserved = pl.reserved.saturating_sub(size);
+                }
+                gone.push(base);
+            }
+        }
+        gone
+    }
+
+    /// Whether `pool` holds any chunk in `ctx` with free room.
+    fn has_room(&self, pool: usize, ctx: HostKey) -> bool {
+        self.chunks
+            .values()
+            .any(|c| c.pool == pool && c.ctx == ctx && !c.free.is_empty())
+    }
+}
+
+/// Bytes a piece of `size` requested takes in its chunk.
+fn piece_len(size: u64) -> u64 {
+    size.max(1).div_ceil(ALIGN).saturating_mul(ALIGN)
+}
+
+/// Hands chunks back to the VM (their bookkeeping is gone already).
+fn free_chunks(bases: Vec<u64>) {
+    for b in bases {
+        // A failure here (the channel gone, the context's memory freed
+        // with it) leaves nothing of ours to clean up.
+        let _ = device_free(b);
+    }
+}
+
+/// After a synchronization of `stream` (`None`: the whole context) in the
+/// current context: what was freed in it is free for every stream, and
+/// pools above their release threshold hand their wholly free chunks
+/// back.
+pub fn synchronized(stream: Option<CUstream>) {
+    let ctx = crate::context::host_of_current();
+    let gone = with(|p| {
+        p.settle(ctx, stream.map(|s| s as usize));
+        Ok(p.release(None))
+    });
+    if let Ok(g) = gone {
+        free_chunks(g);
+    }
+}
+
+/// After a synchronization that settles no stream (`cuEventSynchronize`):
+/// pools above their release threshold hand their wholly free chunks back.
+pub fn released() {
+    if let Ok(g) = with(|p| Ok(p.release(None))) {
+        free_chunks(g);
+    }
+}
+
+/// Forgets the chunks and pieces of a destroyed context (its host context
+/// freed the memory).
+pub fn forget_context(key: HostKey) {
+    let _ = with(|p| {
+        let gone: Vec<(u64, usize, u64)> = p
+            .chunks
+            .iter()
+            .filter(|(_, c)| c.ctx == key)
+            .map(|(&b, c)| (b, c.pool, c.size))
+            .collect();
+        for (base, pool, size) in gone {
+            p.chunks.remove(&base);
+            if let Some(pl) = p.pools.get_mut(&pool) {
+                pl.reserved = pl.reserved.saturating_sub(size);
+            }
+            let inside: Vec<u64> = p
+                .allocs
+                .keys()
+                .copied()
+                .filter(|&a| a >= base && a < base + size)
+                .collect();
+            for a in inside {
+                release(p, a);
+            }
+        }
+        Ok(())
+    });
+}
+
+/// `cuMemFree` of a piece of a pool's chunk: after the context's work
+/// (which may still use it), free for every stream. `None` if `ptr` is
+/// not such a piece.
+pub fn free_piece_now(ptr: CUdeviceptr) -> Option<Result<(), CUresult>> {
+    let inside = with(|p| Ok(p.chunk_of(ptr).is_some())).unwrap_or(false);
+    if !inside {
+        return None;
+    }
+    if let Err(e) = state::with_sync(|cu| cu.ctx_synchronize()) {
+        return Some(Err(e));
+    }
+    with(|p| Ok(p.give_back(ptr, None))).ok().flatten()
 }
 
 static POOLS: Mutex<Option<Pools>> = Mutex::new(None);
@@ -118,6 +409,7 @@ fn with<T>(f: impl FnOnce(&mut Pools) -> Result<T, CUresult>) -> Result<T, CUres
             created: HashSet::new(),
             current: None,
             allocs: HashMap::new(),
+            chunks: BTreeMap::new(),
             imports: HashMap::new(),
             next: 0,
         }
@@ -142,37 +434,135 @@ pub fn forget(ptr: CUdeviceptr) {
     });
 }
 
+/// Takes an allocation of its own (or a piece whose chunk is gone) out of
+/// the books.
 fn release(p: &mut Pools, ptr: CUdeviceptr) {
     if let Some((pool, bytes)) = p.allocs.remove(&ptr) {
         if let Some(pool) = p.pools.get_mut(&pool) {
             pool.used = pool.used.saturating_sub(bytes);
+            if !pool.suballocates() {
+                pool.reserved = pool.reserved.saturating_sub(bytes);
+            }
         }
     }
 }
 
-fn alloc_from(pool: usize, dptr: *mut CUdeviceptr, size: usize) -> Result<(), CUresult> {
+fn alloc_from(
+    pool: usize,
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    stream: CUstream,
+) -> Result<(), CUresult> {
     if dptr.is_null() {
         return Err(err::INVALID_VALUE);
     }
-    known(pool)?;
-    let ptr = device_alloc(size as u64)?;
+    let suballocates = with(|p| {
+        p.pools
+            .get(&pool)
+            .map(Pool::suballocates)
+            .ok_or(err::INVALID_VALUE)
+    })?;
+    let ptr = if suballocates {
+        piece(pool, size as u64, stream as usize)?
+    } else {
+        own_allocation(pool, size as u64)?
+    };
+    // SAFETY: non-null slot provided by the caller.
+    unsafe { out(dptr, ptr) }
+}
+
+/// An allocation of its own for a pool that reserves nothing ahead.
+fn own_allocation(pool: usize, size: u64) -> Result<u64, CUresult> {
+    let ptr = device_alloc(size)?;
     let recorded = with(|p| {
         let Some(pl) = p.pools.get_mut(&pool) else {
             // Destroyed meanwhile by another thread.
             return Err(err::INVALID_VALUE);
         };
-        pl.used = pl.used.saturating_add(size as u64);
-        pl.used_high = pl.used_high.max(pl.used);
-        pl.reserved_high = pl.reserved_high.max(pl.used);
-        p.allocs.insert(ptr, (pool, size as u64));
+        pl.reserved = pl.reserved.saturating_add(size);
+        p.count_alloc(pool, ptr, size);
         Ok(())
     });
     if let Err(e) = recorded {
         let _ = device_free(ptr);
         return Err(e);
     }
-    // SAFETY: non-null slot provided by the caller.
-    unsafe { out(dptr, ptr) }
+    Ok(ptr)
+}
+
+/// A piece of one of `pool`'s chunks, reserving a new chunk if none has
+/// room; if the VM's quota is full, the pool's free chunks are handed back
+/// first (after synchronizing the context) and the reservation tried once
+/// more.
+fn piece(pool: usize, size: u64, stream: usize) -> Result<u64, CUresult> {
+    require_current()?;
+    if size == 0 {
+        return Err(err::INVALID_VALUE);
+    }
+    let need = piece_len(size);
+    let ctx = crate::context::host_of_current();
+    if let Some(ptr) = with(|p| Ok(p.take_piece(pool, ctx, stream, need, size)))? {
+        return Ok(ptr);
+    }
+    let chunk = need.div_ceil(CHUNK).saturating_mul(CHUNK);
+    let (base, got) = match reserve(chunk, need) {
+        Err(err::OUT_OF_MEMORY) if with(|p| Ok(p.has_room(pool, ctx)))? => {
+            state::with_sync(|cu| cu.ctx_synchronize())?;
+            let gone = with(|p| {
+                p.settle(ctx, None);
+                Ok(p.release(Some((pool, 0))))
+            })?;
+            free_chunks(gone);
+            if let Some(ptr) = with(|p| Ok(p.take_piece(pool, ctx, stream, need, size)))? {
+                return Ok(ptr);
+            }
+            reserve(chunk, need)?
+        }
+        r => r?,
+    };
+    let placed = with(|p| {
+        let Some(pl) = p.pools.get_mut(&pool) else {
+            // Destroyed meanwhile by another thread.
+            return Err(err::INVALID_VALUE);
+        };
+        pl.reserved = pl.reserved.saturating_add(got);
+        let mut free = BTreeMap::new();
+        if got > need {
+            free.insert(
+                need,
+                FreeRange {
+                    len: got - need,
+                    pending: None,
+                },
+            );
+        }
+        p.chunks.insert(
+            base,
+            Chunk {
+                pool,
+                ctx,
+                size: got,
+                free,
+            },
+        );
+        p.count_alloc(pool, base, size);
+        Ok(())
+    });
+    if let Err(e) = placed {
+        let _ = device_free(base);
+        return Err(e);
+    }
+    Ok(base)
+}
+
+/// Reserves a chunk of `chunk` bytes, or of just `need` if the quota has
+/// no room for the rounded size; its base and size.
+fn reserve(chunk: u64, need: u64) -> Result<(u64, u64), CUresult> {
+    match device_alloc(chunk) {
+        Ok(b) => Ok((b, chunk)),
+        Err(err::OUT_OF_MEMORY) if chunk > need => device_alloc(need).map(|b| (b, need)),
+        Err(e) => Err(e),
+    }
 }
 
 /// INVALID_VALUE unless `pool` is a live pool's handle.
@@ -198,7 +588,7 @@ pub extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, s: CUstre
     if let Some(r) = crate::graph::captured_alloc(s, size, dptr) {
         return r;
     }
-    ffi_result(|| alloc_from(current_pool()?, dptr, size))
+    ffi_result(|| alloc_from(current_pool()?, dptr, size, s))
 }
 
 /// `cuMemAllocAsync_ptsz`.
@@ -224,7 +614,7 @@ pub extern "C" fn cuMemAllocFromPoolAsync(
     if let Some(r) = crate::graph::captured_alloc(s, size, dptr) {
         return r;
     }
-    ffi_result(|| alloc_from(pool as usize, dptr, size))
+    ffi_result(|| alloc_from(pool as usize, dptr, size, s))
 }
 
 /// `cuMemAllocFromPoolAsync_ptsz`.
@@ -263,6 +653,10 @@ pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, s: CUstream) -> CUresult {
                 err::SUCCESS => Ok(()),
                 e => Err(e),
             };
+        }
+        // A piece of a chunk: free in the stream's order, no round trip.
+        if let Some(r) = with(|p| Ok(p.give_back(dptr, Some(s as usize))))? {
+            return r;
         }
         state::with(|cu| cu.stream_synchronize(stream_handle(s)))?;
         if let Some(r) = free_imported(dptr) {
@@ -384,17 +778,26 @@ pub extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
             if p.current == Some(h) {
                 p.current = None;
             }
-            Ok(())
+            // Its wholly free chunks go now, the others once their pieces
+            // are freed and a synchronization shows it.
+            Ok(p.release(Some((h, 0))))
         })
+        .map(free_chunks)
     })
 }
 
-/// `cuMemPoolTrimTo`: nothing is kept beyond what is allocated.
+/// `cuMemPoolTrimTo`: hands wholly free chunks back while the pool holds
+/// more than `keep` bytes. Memory freed in a stream's order that no
+/// synchronization has shown done stays.
 #[no_mangle]
-pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, _keep: usize) -> CUresult {
+pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) -> CUresult {
     ffi_result(|| {
         state::device()?;
-        known(pool as usize)
+        known(pool as usize)?;
+        let h = pool as usize;
+        let gone = with(|p| Ok(p.release(Some((h, keep as u64)))))?;
+        free_chunks(gone);
+        Ok(())
     })
 }
 
@@ -447,7 +850,7 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
                     if a == attr::USED_MEM_HIGH {
                         pl.used_high = pl.used;
                     } else {
-                        pl.reserved_high = pl.used;
+                        pl.reserved_high = pl.reserved;
                     }
                 }
                 _ => return Err(err::INVALID_VALUE),
@@ -481,7 +884,8 @@ pub unsafe extern "C" fn cuMemPoolGetAttribute(
                 return unsafe { out(value.cast::<i32>(), pl.reuse[(a - 1) as usize]) };
             }
             attr::RELEASE_THRESHOLD => pl.release_threshold,
-            attr::RESERVED_MEM_CURRENT | attr::USED_MEM_CURRENT => pl.used,
+            attr::RESERVED_MEM_CURRENT => pl.reserved,
+            attr::USED_MEM_CURRENT => pl.used,
             attr::RESERVED_MEM_HIGH => pl.reserved_high,
             attr::USED_MEM_HIGH => pl.used_high,
             _ => return Err(err::INVALID_VALUE),
@@ -718,4 +1122,165 @@ pub extern "C" fn cuMemPoolImportPointer(
         // SAFETY: non-null slot provided by the caller.
         unsafe { out(ptr_out, ptr) }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(size: u64) -> Chunk {
+        let mut free = BTreeMap::new();
+        free.insert(
+            0,
+            FreeRange {
+                len: size,
+                pending: None,
+            },
+        );
+        Chunk {
+            pool: 1,
+            ctx: 0,
+            size,
+            free,
+        }
+    }
+
+    fn pools_with(pool: Pool) -> (Pools, usize) {
+        let mut p = Pools {
+            pools: HashMap::new(),
+            created: HashSet::new(),
+            current: None,
+            allocs: HashMap::new(),
+            chunks: BTreeMap::new(),
+            imports: HashMap::new(),
+            next: 0,
+        };
+        let h = p.add(pool);
+        (p, h)
+    }
+
+    #[test]
+    fn a_piece_freed_in_a_streams_order_serves_that_stream_only_until_settled() {
+        let mut c = chunk(4096);
+        assert_eq!(c.take(1024, 7), Some(0));
+        assert_eq!(c.take(1024, 7), Some(1024));
+        c.give(0, 1024, Some(7));
+        // Stream 8 may not have it: stream 7's work before the free may
+        // still use it.
+        assert_eq!(c.take(1024, 8), Some(2048));
+        // Stream 7 may.
+        assert_eq!(c.take(1024, 7), Some(0));
+        c.give(0, 1024, Some(7));
+        c.settle(Some(9));
+        assert_eq!(c.free.get(&0).map(|r| r.pending), Some(Some(7)));
+        c.settle(Some(7));
+        assert_eq!(c.take(1024, 8), Some(0));
+    }
+
+    #[test]
+    fn freed_neighbours_merge_and_a_chunk_is_wholly_free_only_when_settled() {
+        let mut c = chunk(4096);
+        let a = c.take(2048, 1).unwrap();
+        let b = c.take(2048, 1).unwrap();
+        assert!(c.free.is_empty());
+        c.give(b, 2048, Some(1));
+        c.give(a, 2048, Some(2));
+        // Different streams: two ranges, not one, and not wholly free.
+        assert_eq!(c.free.len(), 2);
+        assert!(!c.wholly_free());
+        c.settle(None);
+        assert_eq!(c.free.len(), 1);
+        assert!(c.wholly_free());
+        assert_eq!(c.take(4096, 5), Some(0));
+        assert_eq!(c.take(1, 5), None);
+    }
+
+    #[test]
+    fn pieces_are_aligned_and_counted_as_requested() {
+        assert_eq!(piece_len(1), ALIGN);
+        assert_eq!(piece_len(ALIGN), ALIGN);
+        assert_eq!(piece_len(ALIGN + 1), 2 * ALIGN);
+        let (mut p, h) = pools_with(Pool::new());
+        p.chunks.insert(
+            1 << 32,
+            Chunk {
+                pool: h,
+                ..chunk(CHUNK)
+            },
+        );
+        p.pools.get_mut(&h).unwrap().reserved = CHUNK;
+        let x = p.take_piece(h, 0, 3, piece_len(100), 100).unwrap();
+        let y = p.take_piece(h, 0, 3, piece_len(100), 100).unwrap();
+        assert_eq!((x, y), (1 << 32, (1 << 32) + ALIGN));
+        assert_eq!(p.pools[&h].used, 200);
+        // Another context's allocation does not come from this chunk.
+        assert_eq!(p.take_piece(h, 1, 3, 512, 512), None);
+        assert_eq!(p.give_back(x, Some(3)), Some(Ok(())));
+        // Twice, or an address inside a piece: refused, nothing changes.
+        assert_eq!(p.give_back(x, Some(3)), Some(Err(err::INVALID_VALUE)));
+        assert_eq!(p.give_back(y + 8, Some(3)), Some(Err(err::INVALID_VALUE)));
+        assert_eq!(p.pools[&h].used, 100);
+        // Not a chunk's address at all: not ours to answer.
+        assert_eq!(p.give_back(5, None), None);
+    }
+
+    #[test]
+    fn a_synchronization_releases_wholly_free_chunks_above_the_threshold_only() {
+        let (mut p, h) = pools_with(Pool::new());
+        for i in 0..3u64 {
+            p.chunks.insert(
+                (i + 1) << 32,
+                Chunk {
+                    pool: h,
+                    ..chunk(CHUNK)
+                },
+            );
+        }
+        p.pools.get_mut(&h).unwrap().reserved = 3 * CHUNK;
+        let busy = p.take_piece(h, 0, 1, 512, 512).unwrap();
+        let pending = p.take_piece(h, 0, 1, CHUNK, CHUNK).unwrap();
+        let pending_chunk = p.chunk_of(pending).unwrap();
+        assert_ne!(p.chunk_of(busy), Some(pending_chunk));
+        p.give_back(pending, Some(1)).unwrap().unwrap();
+        // Threshold: keep one chunk's worth.
+        p.pools.get_mut(&h).unwrap().release_threshold = CHUNK;
+        // Before the freeing stream is settled, only the untouched chunk
+        // is wholly free.
+        let gone = p.release(None);
+        assert_eq!(gone.len(), 1);
+        assert_ne!(gone[0], pending_chunk);
+        assert_eq!(p.pools[&h].reserved, 2 * CHUNK);
+        p.settle(0, Some(1));
+        // Now the freed chunk is too, but the pool holds no more than
+        // its threshold beyond it: one goes, the busy one stays.
+        assert_eq!(p.release(None), vec![pending_chunk]);
+        assert_eq!(p.pools[&h].reserved, CHUNK);
+        assert!(p.chunk_of(busy).is_some());
+        // Trimming to 0 cannot take a chunk with a live piece.
+        assert!(p.release(Some((h, 0))).is_empty());
+        p.give_back(busy, None).unwrap().unwrap();
+        assert_eq!(p.release(Some((h, 0))).len(), 1);
+        assert_eq!(p.pools[&h].reserved, 0);
+    }
+
+    #[test]
+    fn a_destroyed_pools_chunks_go_once_wholly_free() {
+        let (mut p, h) = pools_with(Pool::new());
+        p.chunks.insert(
+            1 << 32,
+            Chunk {
+                pool: h,
+                ..chunk(CHUNK)
+            },
+        );
+        p.pools.get_mut(&h).unwrap().reserved = CHUNK;
+        p.pools.get_mut(&h).unwrap().release_threshold = u64::MAX;
+        let x = p.take_piece(h, 0, 1, 512, 512).unwrap();
+        p.pools.remove(&h);
+        assert!(p.release(None).is_empty());
+        p.give_back(x, Some(1)).unwrap().unwrap();
+        assert!(p.release(None).is_empty());
+        p.settle(0, None);
+        assert_eq!(p.release(None), vec![1 << 32]);
+    }
 }

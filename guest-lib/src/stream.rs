@@ -218,7 +218,9 @@ fn synchronize(s: CUstream) -> CUresult {
     ffi_result(|| {
         require_current()?;
         crate::graph::refuse_if_capturing(stream_handle(s))?;
-        state::with_sync(|cu| cu.stream_synchronize(stream_handle(s)))
+        state::with_sync(|cu| cu.stream_synchronize(stream_handle(s)))?;
+        crate::pool::synchronized(Some(s));
+        Ok(())
     })
 }
 
@@ -630,7 +632,11 @@ pub extern "C" fn cuEventSynchronize(e: CUevent) -> CUresult {
         if crate::graph::recorded_in_capture(e as usize) {
             return Err(err::INVALID_VALUE);
         }
-        state::with_sync(|cu| cu.event_synchronize(e as u64))
+        state::with_sync(|cu| cu.event_synchronize(e as u64))?;
+        // Which frees the event follows is not tracked here: only pools
+        // above their threshold hand wholly free chunks back.
+        crate::pool::released();
+        Ok(())
     })
 }
 

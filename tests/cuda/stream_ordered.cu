@@ -2,8 +2,10 @@
 // around kernels and copies that use the memory, the default memory pool's
 // attributes (release threshold, used-memory counters and their reset),
 // a pool of one's own (cudaMemPoolCreate, cudaMallocFromPoolAsync, trim,
-// access, destroy) and cudaDeviceSetMemPool. Kernel results are checked
-// against the CPU.
+// access, destroy), cudaDeviceSetMemPool, and a pool's reserve: what is
+// freed in stream order stays reserved until a synchronization, serves the
+// freeing stream, and goes back at a synchronization or a trim. Kernel
+// results are checked against the CPU.
 #define PROGRAM "stream_ordered"
 #include "common.h"
 
@@ -125,6 +127,64 @@ int main() {
     CHECK(cudaStreamSynchronize(s));
     CHECK(cudaDeviceSetMemPool(0, pool));
     CHECK(cudaMemPoolDestroy(mine));
+
+    // A pool keeps what is freed in stream order reserved until a
+    // synchronization, serves the freeing stream from it, and then hands
+    // back what is above its release threshold (0 by default).
+    cudaMemPool_t cache;
+    CHECK(cudaMemPoolCreate(&cache, &props));
+    EXPECT(pool_attr(cache, cudaMemPoolAttrReleaseThreshold) == 0, "release threshold %llu",
+           (unsigned long long)pool_attr(cache, cudaMemPoolAttrReleaseThreshold));
+    const size_t big = 1 << 20;
+    const int bn = (int)(big / sizeof(unsigned));
+    std::vector<unsigned> bhost(bn, 0);
+    unsigned* x = nullptr;
+    CHECK(cudaMallocFromPoolAsync(&x, big, cache, s));
+    const uint64_t reserved = pool_attr(cache, cudaMemPoolAttrReservedMemCurrent);
+    EXPECT(reserved >= big, "reserved %llu for a 1 MiB allocation", (unsigned long long)reserved);
+    iota3<<<(bn + 255) / 256, 256, 0, s>>>(x, bn);
+    CHECK(cudaFreeAsync(x, s));
+    EXPECT(pool_attr(cache, cudaMemPoolAttrUsedMemCurrent) == 0, "used after the free");
+    EXPECT(pool_attr(cache, cudaMemPoolAttrReservedMemCurrent) == reserved,
+           "reserved %llu after a free without synchronization, %llu before",
+           (unsigned long long)pool_attr(cache, cudaMemPoolAttrReservedMemCurrent),
+           (unsigned long long)reserved);
+    // The same stream again: served from what the pool holds, and the
+    // kernel's writes are this allocation's.
+    unsigned* y = nullptr;
+    CHECK(cudaMallocFromPoolAsync(&y, big, cache, s));
+    EXPECT(pool_attr(cache, cudaMemPoolAttrReservedMemCurrent) == reserved,
+           "reserved grew to %llu for a second 1 MiB on the freeing stream",
+           (unsigned long long)pool_attr(cache, cudaMemPoolAttrReservedMemCurrent));
+    iota3<<<(bn + 255) / 256, 256, 0, s>>>(y, bn);
+    add_into<<<(bn + 255) / 256, 256, 0, s>>>(y, y, bn);
+    CHECK(cudaMemcpyAsync(bhost.data(), y, big, cudaMemcpyDeviceToHost, s));
+    CHECK(cudaFreeAsync(y, s));
+    CHECK(cudaStreamSynchronize(s));
+    if (check_results())
+        for (int i = 0; i < bn; i++)
+            EXPECT(bhost[i] == 2u * (3u * (unsigned)i + 1u), "y[%d] = %u", i, bhost[i]);
+    EXPECT(pool_attr(cache, cudaMemPoolAttrReservedMemCurrent) == 0,
+           "reserved %llu after a synchronization, release threshold 0",
+           (unsigned long long)pool_attr(cache, cudaMemPoolAttrReservedMemCurrent));
+    // With a threshold above what it holds, it keeps it; a trim hands it
+    // back.
+    CHECK(cudaMemPoolSetAttribute(cache, cudaMemPoolAttrReleaseThreshold, &threshold));
+    CHECK(cudaMallocFromPoolAsync(&x, big, cache, s));
+    CHECK(cudaFreeAsync(x, s));
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(pool_attr(cache, cudaMemPoolAttrReservedMemCurrent) >= big,
+           "reserved %llu with the threshold at its maximum",
+           (unsigned long long)pool_attr(cache, cudaMemPoolAttrReservedMemCurrent));
+    CHECK(cudaMemPoolTrimTo(cache, 0));
+    EXPECT(pool_attr(cache, cudaMemPoolAttrReservedMemCurrent) == 0, "reserved %llu after a trim",
+           (unsigned long long)pool_attr(cache, cudaMemPoolAttrReservedMemCurrent));
+    // cudaFree of a pool's allocation gives it back to the pool.
+    CHECK(cudaMallocFromPoolAsync(&x, 4096, cache, s));
+    iota3<<<4, 256, 0, s>>>(x, 1024);
+    CHECK(cudaFree(x));
+    EXPECT(pool_attr(cache, cudaMemPoolAttrUsedMemCurrent) == 0, "used after cudaFree");
+    CHECK(cudaMemPoolDestroy(cache));
     CHECK(cudaStreamDestroy(s));
     pass();
     return 0;
