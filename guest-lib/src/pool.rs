@@ -103,6 +103,11 @@ struct FreeRange {
     pending: Option<usize>,
 }
 
+/// The `pending` stream of ranges freed in a destroyed stream's order: no
+/// stream has it (a handle is an address or a host handle, never all ones),
+/// and only a synchronization of the whole context settles it.
+const RETIRED: usize = usize::MAX;
+
 /// Device memory a pool reserved: one allocation of the VM.
 #[derive(Debug)]
 struct Chunk {
@@ -158,6 +163,17 @@ impl Chunk {
         for r in self.free.values_mut() {
             if r.pending.is_some() && (stream.is_none() || r.pending == stream) {
                 r.pending = None;
+            }
+        }
+        self.merge();
+    }
+
+    /// What is pending in `stream`'s order waits for a synchronization of
+    /// the whole context instead.
+    fn retire(&mut self, stream: usize) {
+        for r in self.free.values_mut() {
+            if r.pending == Some(stream) {
+                r.pending = Some(RETIRED);
             }
         }
         self.merge();
@@ -336,6 +352,19 @@ pub fn synchronized(stream: Option<CUstream>) {
     if let Ok(g) = gone {
         free_chunks(g);
     }
+}
+
+/// After `cuStreamDestroy`: what was freed in that stream's order and not
+/// yet shown done waits for a synchronization of the whole context, so
+/// that a later stream given the same handle cannot take it while the
+/// destroyed stream's work may still use it.
+pub fn stream_destroyed(s: CUstream) {
+    let _ = with(|p| {
+        for c in p.chunks.values_mut() {
+            c.retire(s as usize);
+        }
+        Ok(())
+    });
 }
 
 /// After a synchronization that settles no stream (`cuEventSynchronize`):
@@ -1175,6 +1204,21 @@ mod tests {
         assert_eq!(c.free.get(&0).map(|r| r.pending), Some(Some(7)));
         c.settle(Some(7));
         assert_eq!(c.take(1024, 8), Some(0));
+    }
+
+    #[test]
+    fn what_a_destroyed_stream_freed_waits_for_a_whole_synchronization() {
+        let mut c = chunk(2048);
+        assert_eq!(c.take(2048, 7), Some(0));
+        c.give(0, 2048, Some(7));
+        c.retire(7);
+        // A new stream with the destroyed one's handle does not get it,
+        // nor does a synchronization of that handle settle it.
+        assert_eq!(c.take(1024, 7), None);
+        c.settle(Some(7));
+        assert_eq!(c.take(1024, 7), None);
+        c.settle(None);
+        assert_eq!(c.take(1024, 7), Some(0));
     }
 
     #[test]

@@ -187,6 +187,7 @@ pub extern "C" fn cuStreamDestroy_v2(s: CUstream) -> CUresult {
             return Err(err::INVALID_HANDLE);
         }
         state::with(|cu| cu.stream_destroy(h))?;
+        crate::pool::stream_destroyed(s);
         if let Ok(mut m) = FLAGS.lock() {
             m.get_or_insert_with(HashMap::new).remove(&h);
         }
