@@ -214,6 +214,19 @@ struct Pools {
 }
 
 impl Pools {
+    /// No pools, not even the default one.
+    fn empty() -> Pools {
+        Pools {
+            pools: HashMap::new(),
+            created: HashSet::new(),
+            current: None,
+            allocs: HashMap::new(),
+            chunks: BTreeMap::new(),
+            imports: HashMap::new(),
+            next: 0,
+        }
+    }
+
     /// Adds a created (or imported) pool; returns its handle: an odd
     /// number from a counter, never the default pool's (a static's
     /// address) nor a live pool's.
@@ -431,17 +444,9 @@ fn default_pool() -> usize {
 fn with<T>(f: impl FnOnce(&mut Pools) -> Result<T, CUresult>) -> Result<T, CUresult> {
     let mut g = POOLS.lock().map_err(|_| err::UNKNOWN)?;
     let p = g.get_or_insert_with(|| {
-        let mut pools = HashMap::new();
-        pools.insert(default_pool(), Pool::new());
-        Pools {
-            pools,
-            created: HashSet::new(),
-            current: None,
-            allocs: HashMap::new(),
-            chunks: BTreeMap::new(),
-            imports: HashMap::new(),
-            next: 0,
-        }
+        let mut p = Pools::empty();
+        p.pools.insert(default_pool(), Pool::new());
+        p
     });
     f(p)
 }
@@ -503,20 +508,29 @@ fn alloc_from(
 /// An allocation of its own for a pool that reserves nothing ahead.
 fn own_allocation(pool: usize, size: u64) -> Result<u64, CUresult> {
     let ptr = device_alloc(size)?;
-    let recorded = with(|p| {
-        let Some(pl) = p.pools.get_mut(&pool) else {
-            // Destroyed meanwhile by another thread.
-            return Err(err::INVALID_VALUE);
-        };
-        pl.reserved = pl.reserved.saturating_add(size);
-        p.count_alloc(pool, ptr, size);
+    book(pool, ptr, size, |p| p.count_alloc(pool, ptr, size))
+}
+
+/// Books `bytes` of device memory just allocated at `base` as reserved by
+/// `pool`, with what `place` records; frees it again if the pool was
+/// destroyed meanwhile by another thread.
+fn book(
+    pool: usize,
+    base: u64,
+    bytes: u64,
+    place: impl FnOnce(&mut Pools),
+) -> Result<u64, CUresult> {
+    let booked = with(|p| {
+        let pl = p.pools.get_mut(&pool).ok_or(err::INVALID_VALUE)?;
+        pl.reserved = pl.reserved.saturating_add(bytes);
+        place(p);
         Ok(())
     });
-    if let Err(e) = recorded {
-        let _ = device_free(ptr);
+    if let Err(e) = booked {
+        let _ = device_free(base);
         return Err(e);
     }
-    Ok(ptr)
+    Ok(base)
 }
 
 /// A piece of one of `pool`'s chunks, reserving a new chunk if none has
@@ -549,12 +563,7 @@ fn piece(pool: usize, size: u64, stream: usize) -> Result<u64, CUresult> {
         }
         r => r?,
     };
-    let placed = with(|p| {
-        let Some(pl) = p.pools.get_mut(&pool) else {
-            // Destroyed meanwhile by another thread.
-            return Err(err::INVALID_VALUE);
-        };
-        pl.reserved = pl.reserved.saturating_add(got);
+    book(pool, base, got, |p| {
         let mut free = BTreeMap::new();
         if got > need {
             free.insert(
@@ -575,13 +584,7 @@ fn piece(pool: usize, size: u64, stream: usize) -> Result<u64, CUresult> {
             },
         );
         p.count_alloc(pool, base, size);
-        Ok(())
-    });
-    if let Err(e) = placed {
-        let _ = device_free(base);
-        return Err(e);
-    }
-    Ok(base)
+    })
 }
 
 /// Reserves a chunk of `chunk` bytes, or of just `need` if the quota has
@@ -1175,16 +1178,25 @@ mod tests {
     }
 
     fn pools_with(pool: Pool) -> (Pools, usize) {
-        let mut p = Pools {
-            pools: HashMap::new(),
-            created: HashSet::new(),
-            current: None,
-            allocs: HashMap::new(),
-            chunks: BTreeMap::new(),
-            imports: HashMap::new(),
-            next: 0,
-        };
+        let mut p = Pools::empty();
         let h = p.add(pool);
+        (p, h)
+    }
+
+    /// A pool with `n` wholly free chunks of [`CHUNK`] bytes at 4 GiB,
+    /// 8 GiB, ...
+    fn pool_with_chunks(n: u64) -> (Pools, usize) {
+        let (mut p, h) = pools_with(Pool::new());
+        for i in 0..n {
+            p.chunks.insert(
+                (i + 1) << 32,
+                Chunk {
+                    pool: h,
+                    ..chunk(CHUNK)
+                },
+            );
+        }
+        p.pools.get_mut(&h).unwrap().reserved = n * CHUNK;
         (p, h)
     }
 
@@ -1244,15 +1256,7 @@ mod tests {
         assert_eq!(piece_len(1), ALIGN);
         assert_eq!(piece_len(ALIGN), ALIGN);
         assert_eq!(piece_len(ALIGN + 1), 2 * ALIGN);
-        let (mut p, h) = pools_with(Pool::new());
-        p.chunks.insert(
-            1 << 32,
-            Chunk {
-                pool: h,
-                ..chunk(CHUNK)
-            },
-        );
-        p.pools.get_mut(&h).unwrap().reserved = CHUNK;
+        let (mut p, h) = pool_with_chunks(1);
         let x = p.take_piece(h, 0, 3, piece_len(100), 100).unwrap();
         let y = p.take_piece(h, 0, 3, piece_len(100), 100).unwrap();
         assert_eq!((x, y), (1 << 32, (1 << 32) + ALIGN));
@@ -1270,17 +1274,7 @@ mod tests {
 
     #[test]
     fn a_synchronization_releases_wholly_free_chunks_above_the_threshold_only() {
-        let (mut p, h) = pools_with(Pool::new());
-        for i in 0..3u64 {
-            p.chunks.insert(
-                (i + 1) << 32,
-                Chunk {
-                    pool: h,
-                    ..chunk(CHUNK)
-                },
-            );
-        }
-        p.pools.get_mut(&h).unwrap().reserved = 3 * CHUNK;
+        let (mut p, h) = pool_with_chunks(3);
         let busy = p.take_piece(h, 0, 1, 512, 512).unwrap();
         let pending = p.take_piece(h, 0, 1, CHUNK, CHUNK).unwrap();
         let pending_chunk = p.chunk_of(pending).unwrap();
@@ -1309,15 +1303,7 @@ mod tests {
 
     #[test]
     fn a_destroyed_pools_chunks_go_once_wholly_free() {
-        let (mut p, h) = pools_with(Pool::new());
-        p.chunks.insert(
-            1 << 32,
-            Chunk {
-                pool: h,
-                ..chunk(CHUNK)
-            },
-        );
-        p.pools.get_mut(&h).unwrap().reserved = CHUNK;
+        let (mut p, h) = pool_with_chunks(1);
         p.pools.get_mut(&h).unwrap().release_threshold = u64::MAX;
         let x = p.take_piece(h, 0, 1, 512, 512).unwrap();
         p.pools.remove(&h);
