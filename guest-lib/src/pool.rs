@@ -12,10 +12,12 @@
 //! - A piece freed with `cuMemFreeAsync` is free *in that stream's order*:
 //!   the next allocation on the same stream may reuse it at once (the work
 //!   before the free runs first), another stream only after a
-//!   synchronization shows the free done (`cuCtxSynchronize`, or
-//!   `cuStreamSynchronize` of the freeing stream). No reuse follows event
-//!   dependencies (`REUSE_FOLLOW_EVENT_DEPENDENCIES` is kept, not acted on):
-//!   such an allocation gets other memory, never memory still in use.
+//!   synchronization shows the free done (`cuCtxSynchronize`,
+//!   `cuStreamSynchronize` of the freeing stream, or `cuEventSynchronize`
+//!   or a successful `cuEventQuery` of an event recorded on it after the
+//!   free). No reuse follows a stream's wait for an event
+//!   (`REUSE_FOLLOW_EVENT_DEPENDENCIES` is kept, not acted on): such an
+//!   allocation gets other memory, never memory still in use.
 //! - Memory is handed back to the VM's quota at a synchronization
 //!   (`cuCtxSynchronize`, `cuStreamSynchronize`, `cuEventSynchronize`):
 //!   then each pool releases its wholly free chunks while it holds more
@@ -100,7 +102,16 @@ const ALIGN: u64 = 512;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FreeRange {
     len: u64,
-    pending: Option<usize>,
+    pending: Option<Pending>,
+}
+
+/// Where a free is in stream order: its stream, and the number of the
+/// latest free in the range (frees are numbered in the order they are
+/// made), so that an event recorded after them shows them done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pending {
+    stream: usize,
+    seq: u64,
 }
 
 /// The `pending` stream of ranges freed in a destroyed stream's order: no
@@ -137,7 +148,7 @@ impl Chunk {
         let (&off, &r) = self
             .free
             .iter()
-            .find(|(_, r)| r.len >= need && r.pending.is_none_or(|s| s == stream))?;
+            .find(|(_, r)| r.len >= need && r.pending.is_none_or(|p| p.stream == stream))?;
         self.free.remove(&off);
         if r.len > need {
             self.free.insert(
@@ -152,16 +163,18 @@ impl Chunk {
     }
 
     /// Returns `off..off + len`, free in `pending`'s order.
-    fn give(&mut self, off: u64, len: u64, pending: Option<usize>) {
+    fn give(&mut self, off: u64, len: u64, pending: Option<Pending>) {
         self.free.insert(off, FreeRange { len, pending });
         self.merge();
     }
 
     /// Marks what was pending in `stream` (every stream: `None`) free for
-    /// all.
-    fn settle(&mut self, stream: Option<usize>) {
+    /// all, if freed no later than free number `upto`.
+    fn settle(&mut self, stream: Option<usize>, upto: u64) {
         for r in self.free.values_mut() {
-            if r.pending.is_some() && (stream.is_none() || r.pending == stream) {
+            if r.pending
+                .is_some_and(|p| stream.is_none_or(|s| s == p.stream) && p.seq <= upto)
+            {
                 r.pending = None;
             }
         }
@@ -171,9 +184,9 @@ impl Chunk {
     /// What is pending in `stream`'s order waits for a synchronization of
     /// the whole context instead.
     fn retire(&mut self, stream: usize) {
-        for r in self.free.values_mut() {
-            if r.pending == Some(stream) {
-                r.pending = Some(RETIRED);
+        for p in self.free.values_mut().filter_map(|r| r.pending.as_mut()) {
+            if p.stream == stream {
+                p.stream = RETIRED;
             }
         }
         self.merge();
@@ -183,8 +196,17 @@ impl Chunk {
         let mut merged: BTreeMap<u64, FreeRange> = BTreeMap::new();
         for (off, r) in std::mem::take(&mut self.free) {
             if let Some((&prev, last)) = merged.iter_mut().next_back() {
-                if prev + last.len == off && last.pending == r.pending {
+                let same = match (last.pending, r.pending) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => a.stream == b.stream,
+                    _ => false,
+                };
+                if prev + last.len == off && same {
                     last.len += r.len;
+                    last.pending = last.pending.zip(r.pending).map(|(a, b)| Pending {
+                        stream: a.stream,
+                        seq: a.seq.max(b.seq),
+                    });
                     continue;
                 }
             }
@@ -205,6 +227,12 @@ struct Pools {
     allocs: HashMap<u64, (usize, u64)>,
     /// Chunks of suballocating pools by base address.
     chunks: BTreeMap<u64, Chunk>,
+    /// The number of the latest free in stream order.
+    frees: u64,
+    /// Events recorded outside captures: event → (its stream, the number
+    /// of the latest free then), for `cuEventSynchronize` and
+    /// `cuEventQuery` to show those frees done.
+    events: HashMap<usize, (usize, u64)>,
     /// Pointers imported from other processes: address → the opened
     /// allocation's base.
     imports: HashMap<u64, u64>,
@@ -222,6 +250,8 @@ impl Pools {
             current: None,
             allocs: HashMap::new(),
             chunks: BTreeMap::new(),
+            frees: 0,
+            events: HashMap::new(),
             imports: HashMap::new(),
             next: 0,
         }
@@ -290,8 +320,13 @@ impl Pools {
         if let Some(pl) = self.pools.get_mut(&pool) {
             pl.used = pl.used.saturating_sub(bytes);
         }
+        self.frees += 1;
+        let pending = stream.map(|stream| Pending {
+            stream,
+            seq: self.frees,
+        });
         let c = self.chunks.get_mut(&base).expect("chunk_of found it");
-        c.give(ptr - base, piece_len(bytes), stream);
+        c.give(ptr - base, piece_len(bytes), pending);
         Some(Ok(()))
     }
 
@@ -299,7 +334,7 @@ impl Pools {
     /// `ctx`: what was freed in its order is free for every stream.
     fn settle(&mut self, ctx: HostKey, stream: Option<usize>) {
         for c in self.chunks.values_mut().filter(|c| c.ctx == ctx) {
-            c.settle(stream);
+            c.settle(stream, u64::MAX);
         }
     }
 
@@ -380,10 +415,35 @@ pub fn stream_destroyed(s: CUstream) {
     });
 }
 
-/// After a synchronization that settles no stream (`cuEventSynchronize`):
-/// pools above their release threshold hand their wholly free chunks back.
-pub fn released() {
-    if let Ok(g) = with(|p| Ok(p.release(None))) {
+/// `cuEventRecord` of `e` on stream `s` (outside a capture): the frees in
+/// `s`'s order made so far are done once `e` is.
+pub fn event_recorded(e: usize, s: CUstream) {
+    let _ = with(|p| {
+        let upto = p.frees;
+        p.events.insert(e, (s as usize, upto));
+        Ok(())
+    });
+}
+
+/// `cuEventDestroy`.
+pub fn event_destroyed(e: usize) {
+    let _ = with(|p| Ok(p.events.remove(&e)));
+}
+
+/// After `cuEventSynchronize` of `e`, or `cuEventQuery` finding it done:
+/// what its stream freed before it was recorded is free for every stream,
+/// and pools above their release threshold hand wholly free chunks back.
+pub fn event_done(e: usize) {
+    let ctx = crate::context::host_of_current();
+    let gone = with(|p| {
+        if let Some(&(stream, upto)) = p.events.get(&e) {
+            for c in p.chunks.values_mut().filter(|c| c.ctx == ctx) {
+                c.settle(Some(stream), upto);
+            }
+        }
+        Ok(p.release(None))
+    });
+    if let Ok(g) = gone {
         free_chunks(g);
     }
 }
@@ -1160,6 +1220,11 @@ pub extern "C" fn cuMemPoolImportPointer(
 mod tests {
     use super::*;
 
+    /// Pending in `stream`'s order, as free number `seq`.
+    fn at(stream: usize, seq: u64) -> Option<Pending> {
+        Some(Pending { stream, seq })
+    }
+
     fn chunk(size: u64) -> Chunk {
         let mut free = BTreeMap::new();
         free.insert(
@@ -1205,31 +1270,49 @@ mod tests {
         let mut c = chunk(4096);
         assert_eq!(c.take(1024, 7), Some(0));
         assert_eq!(c.take(1024, 7), Some(1024));
-        c.give(0, 1024, Some(7));
+        c.give(0, 1024, at(7, 1));
         // Stream 8 may not have it: stream 7's work before the free may
         // still use it.
         assert_eq!(c.take(1024, 8), Some(2048));
         // Stream 7 may.
         assert_eq!(c.take(1024, 7), Some(0));
-        c.give(0, 1024, Some(7));
-        c.settle(Some(9));
-        assert_eq!(c.free.get(&0).map(|r| r.pending), Some(Some(7)));
-        c.settle(Some(7));
+        c.give(0, 1024, at(7, 1));
+        c.settle(Some(9), u64::MAX);
+        assert_eq!(c.free.get(&0).map(|r| r.pending), Some(at(7, 1)));
+        c.settle(Some(7), u64::MAX);
         assert_eq!(c.take(1024, 8), Some(0));
+    }
+
+    #[test]
+    fn an_event_shows_done_only_the_frees_made_before_it_was_recorded() {
+        let (mut p, h) = pool_with_chunks(1);
+        let half = CHUNK / 2;
+        let a = p.take_piece(h, 0, 4, half, half).unwrap();
+        let b = p.take_piece(h, 0, 4, half, half).unwrap();
+        p.give_back(a, Some(4)).unwrap().unwrap();
+        let upto = p.frees;
+        p.give_back(b, Some(4)).unwrap().unwrap();
+        let c = p.chunks.values_mut().next().unwrap();
+        // Merged into one range, it is as late as its latest free.
+        c.settle(Some(4), upto);
+        assert!(!c.wholly_free());
+        assert_eq!(c.take(1024, 5), None);
+        c.settle(Some(4), upto + 1);
+        assert!(c.wholly_free());
     }
 
     #[test]
     fn what_a_destroyed_stream_freed_waits_for_a_whole_synchronization() {
         let mut c = chunk(2048);
         assert_eq!(c.take(2048, 7), Some(0));
-        c.give(0, 2048, Some(7));
+        c.give(0, 2048, at(7, 1));
         c.retire(7);
         // A new stream with the destroyed one's handle does not get it,
         // nor does a synchronization of that handle settle it.
         assert_eq!(c.take(1024, 7), None);
-        c.settle(Some(7));
+        c.settle(Some(7), u64::MAX);
         assert_eq!(c.take(1024, 7), None);
-        c.settle(None);
+        c.settle(None, u64::MAX);
         assert_eq!(c.take(1024, 7), Some(0));
     }
 
@@ -1239,12 +1322,12 @@ mod tests {
         let a = c.take(2048, 1).unwrap();
         let b = c.take(2048, 1).unwrap();
         assert!(c.free.is_empty());
-        c.give(b, 2048, Some(1));
-        c.give(a, 2048, Some(2));
+        c.give(b, 2048, at(1, 1));
+        c.give(a, 2048, at(2, 1));
         // Different streams: two ranges, not one, and not wholly free.
         assert_eq!(c.free.len(), 2);
         assert!(!c.wholly_free());
-        c.settle(None);
+        c.settle(None, u64::MAX);
         assert_eq!(c.free.len(), 1);
         assert!(c.wholly_free());
         assert_eq!(c.take(4096, 5), Some(0));

@@ -541,6 +541,7 @@ pub extern "C" fn cuEventDestroy_v2(e: CUevent) -> CUresult {
         require_current()?;
         state::with(|cu| cu.event_destroy(e as u64))?;
         crate::ipc::event_destroyed(e as u64);
+        crate::pool::event_destroyed(e as usize);
         crate::graph::event_recorded_outside(e as usize);
         Ok(())
     })
@@ -559,9 +560,12 @@ fn record(e: CUevent, s: CUstream) -> CUresult {
     ffi_result(|| {
         require_current()?;
         if crate::ipc::is_shared_event(e as u64) {
-            return state::with(|cu| cu.event_record_sync(e as u64, stream_handle(s)));
+            state::with(|cu| cu.event_record_sync(e as u64, stream_handle(s)))?;
+        } else {
+            state::with(|cu| cu.event_record(e as u64, stream_handle(s)))?;
         }
-        state::with(|cu| cu.event_record(e as u64, stream_handle(s)))
+        crate::pool::event_recorded(e as usize, s);
+        Ok(())
     })
 }
 
@@ -618,6 +622,7 @@ pub extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
         match state::with(|cu| cu.event_query(e as u64))? {
             true => {
                 crate::managed::pull();
+                crate::pool::event_done(e as usize);
                 crate::managed::conflict()
             }
             false => Err(fairgpu_protocol::Status::NOT_READY.0),
@@ -634,9 +639,7 @@ pub extern "C" fn cuEventSynchronize(e: CUevent) -> CUresult {
             return Err(err::INVALID_VALUE);
         }
         state::with_sync(|cu| cu.event_synchronize(e as u64))?;
-        // Which frees the event follows is not tracked here: only pools
-        // above their threshold hand wholly free chunks back.
-        crate::pool::released();
+        crate::pool::event_done(e as usize);
         Ok(())
     })
 }

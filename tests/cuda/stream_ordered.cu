@@ -167,6 +167,19 @@ int main() {
     EXPECT(pool_attr(cache, cudaMemPoolAttrReservedMemCurrent) == 0,
            "reserved %llu after a synchronization, release threshold 0",
            (unsigned long long)pool_attr(cache, cudaMemPoolAttrReservedMemCurrent));
+    // An event recorded after the free: its synchronization shows the
+    // free done and hands the memory back too.
+    cudaEvent_t after;
+    CHECK(cudaEventCreateWithFlags(&after, cudaEventDisableTiming));
+    CHECK(cudaMallocFromPoolAsync(&x, big, cache, s));
+    iota3<<<(bn + 255) / 256, 256, 0, s>>>(x, bn);
+    CHECK(cudaFreeAsync(x, s));
+    CHECK(cudaEventRecord(after, s));
+    CHECK(cudaEventSynchronize(after));
+    EXPECT(pool_attr(cache, cudaMemPoolAttrReservedMemCurrent) == 0,
+           "reserved %llu after an event synchronization, release threshold 0",
+           (unsigned long long)pool_attr(cache, cudaMemPoolAttrReservedMemCurrent));
+    CHECK(cudaEventDestroy(after));
     // With a threshold above what it holds, it keeps it; a trim hands it
     // back.
     CHECK(cudaMemPoolSetAttribute(cache, cudaMemPoolAttrReleaseThreshold, &threshold));
