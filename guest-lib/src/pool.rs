@@ -331,10 +331,11 @@ impl Pools {
     }
 
     /// After a synchronization of `stream` (every stream: `None`) in
-    /// `ctx`: what was freed in its order is free for every stream.
-    fn settle(&mut self, ctx: HostKey, stream: Option<usize>) {
+    /// `ctx`: what was freed in its order, up to free number `upto`, is
+    /// free for every stream.
+    fn settle(&mut self, ctx: HostKey, stream: Option<usize>, upto: u64) {
         for c in self.chunks.values_mut().filter(|c| c.ctx == ctx) {
-            c.settle(stream, u64::MAX);
+            c.settle(stream, upto);
         }
     }
 
@@ -394,7 +395,7 @@ fn free_chunks(bases: Vec<u64>) {
 pub fn synchronized(stream: Option<CUstream>) {
     let ctx = crate::context::host_of_current();
     let gone = with(|p| {
-        p.settle(ctx, stream.map(|s| s as usize));
+        p.settle(ctx, stream.map(|s| s as usize), u64::MAX);
         Ok(p.release(None))
     });
     if let Ok(g) = gone {
@@ -437,9 +438,7 @@ pub fn event_done(e: usize) {
     let ctx = crate::context::host_of_current();
     let gone = with(|p| {
         if let Some(&(stream, upto)) = p.events.get(&e) {
-            for c in p.chunks.values_mut().filter(|c| c.ctx == ctx) {
-                c.settle(Some(stream), upto);
-            }
+            p.settle(ctx, Some(stream), upto);
         }
         Ok(p.release(None))
     });
@@ -612,7 +611,7 @@ fn piece(pool: usize, size: u64, stream: usize) -> Result<u64, CUresult> {
         Err(err::OUT_OF_MEMORY) if with(|p| Ok(p.has_room(pool, ctx)))? => {
             state::with_sync(|cu| cu.ctx_synchronize())?;
             let gone = with(|p| {
-                p.settle(ctx, None);
+                p.settle(ctx, None, u64::MAX);
                 Ok(p.release(Some((pool, 0))))
             })?;
             free_chunks(gone);
@@ -1371,7 +1370,7 @@ mod tests {
         assert_eq!(gone.len(), 1);
         assert_ne!(gone[0], pending_chunk);
         assert_eq!(p.pools[&h].reserved, 2 * CHUNK);
-        p.settle(0, Some(1));
+        p.settle(0, Some(1), u64::MAX);
         // Now the freed chunk is too, but the pool holds no more than
         // its threshold beyond it: one goes, the busy one stays.
         assert_eq!(p.release(None), vec![pending_chunk]);
@@ -1393,7 +1392,7 @@ mod tests {
         assert!(p.release(None).is_empty());
         p.give_back(x, Some(1)).unwrap().unwrap();
         assert!(p.release(None).is_empty());
-        p.settle(0, None);
+        p.settle(0, None, u64::MAX);
         assert_eq!(p.release(None), vec![1 << 32]);
     }
 }
