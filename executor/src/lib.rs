@@ -209,7 +209,6 @@ pub const UNREMOTED_FEATURES: &[(i32, &str)] = &[
     (96, "COOPERATIVE_MULTI_DEVICE_LAUNCH"),
     (100, "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES"),
     (101, "DIRECT_MANAGED_MEM_ACCESS_FROM_HOST"),
-    (103, "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED"),
     (104, "HANDLE_TYPE_WIN32_HANDLE_SUPPORTED"),
     (105, "HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED"),
     (110, "GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED"),
@@ -553,6 +552,16 @@ pub trait GpuExecutor: Send {
     /// Frees memory made by `phys_create` that is mapped nowhere.
     fn phys_release(&mut self, _ctx: CtxId, _mem: PhysId) -> ExecResult<()> {
         Err(ExecError::Unsupported("the virtual-memory API"))
+    }
+    /// Moves memory `mem` that `phys_create` made from context `from`'s
+    /// table to `to`'s, unchanged (same handle, same bytes), so that `to`
+    /// may map and release it: a shareable handle another process of the
+    /// VM imported (`cuMemImportFromShareableHandle`). The request layer
+    /// keeps which context holds it.
+    fn phys_move(&mut self, _from: CtxId, _to: CtxId, _mem: PhysId) -> ExecResult<()> {
+        Err(ExecError::Unsupported(
+            "memory of the virtual-memory API moving between contexts (shareable handles)",
+        ))
     }
     /// Maps `bytes` of memory `mem` from `offset` at `addr`.
     fn map(

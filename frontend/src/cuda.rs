@@ -431,6 +431,19 @@ impl Cuda {
             .map(|_| ())
     }
 
+    /// `cuMemExportToShareableHandle`: a token naming memory `handle` for
+    /// the VM's other processes.
+    pub fn mem_export(&mut self, handle: u64) -> Result<u64, CallError> {
+        Ok(self.call(Opcode::MemExport, &[handle])?[0])
+    }
+
+    /// `cuMemImportFromShareableHandle`: another process's exported memory
+    /// → (a memory handle of this channel, its size).
+    pub fn mem_import(&mut self, token: u64) -> Result<(u64, u64), CallError> {
+        let v = self.call(Opcode::MemImport, &[token])?;
+        Ok((v[0], v[1]))
+    }
+
     /// `cuIpcGetMemHandle`: exports the allocation holding `ptr` to the
     /// VM's other processes → (token, base, size).
     pub fn ipc_get_mem_handle(&mut self, ptr: u64) -> Result<(u64, u64, u64), CallError> {

@@ -47,6 +47,7 @@ mod link;
 mod linked;
 mod managed;
 mod md2;
+mod memfd;
 mod memory;
 mod module;
 mod pool;

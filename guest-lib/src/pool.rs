@@ -1091,19 +1091,7 @@ pub extern "C" fn cuMemPoolExportToShareableHandle(
         text[..8].copy_from_slice(&POOL_MAGIC);
         text[8..16].copy_from_slice(&(pool as u64).to_le_bytes());
         text[16..24].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
-        // SAFETY: a NUL-terminated name; memfd_create returns a new
-        // descriptor or -1.
-        let fd = unsafe { libc::memfd_create(c"fairgpu-mempool".as_ptr(), 0) };
-        if fd < 0 {
-            return Err(err::OUT_OF_MEMORY);
-        }
-        // SAFETY: `fd` is the descriptor just made; `text` is readable.
-        let n = unsafe { libc::pwrite(fd, text.as_ptr().cast(), text.len(), 0) };
-        if n != text.len() as isize {
-            // SAFETY: closing the descriptor made above.
-            unsafe { libc::close(fd) };
-            return Err(err::OUT_OF_MEMORY);
-        }
+        let fd = crate::memfd::with_bytes(c"fairgpu-mempool", &text).ok_or(err::OUT_OF_MEMORY)?;
         // SAFETY: the caller passes room for an `int` (POSIX handle type).
         unsafe { handle.cast::<i32>().write(fd) };
         Ok(())
@@ -1126,10 +1114,7 @@ pub extern "C" fn cuMemPoolImportFromShareableHandle(
         }
         let fd = i32::try_from(handle as usize).map_err(|_| err::INVALID_VALUE)?;
         let mut text = [0u8; 24];
-        // SAFETY: reads at most `text.len()` bytes into `text` from a
-        // descriptor number the caller gave (a bad one fails the read).
-        let n = unsafe { libc::pread(fd, text.as_mut_ptr().cast(), text.len(), 0) };
-        if n != text.len() as isize || text[..8] != POOL_MAGIC {
+        if !crate::memfd::read_at(fd, &mut text) || text[..8] != POOL_MAGIC {
             return Err(err::INVALID_VALUE);
         }
         let h = with(|p| {

@@ -15,7 +15,20 @@
 //! allocation is mapped once at a time (what vectorAddMMAP-style code and
 //! PyTorch's expandable segments do); other mappings fail with
 //! CUDA_ERROR_NOT_SUPPORTED. A copy or memset must lie inside one mapping.
-//! Shareable handles (IPC between processes) are not supported.
+//!
+//! As with the driver, handles, reservations and mappings are the
+//! process's, not a context's: each call goes to the host context that
+//! made what it names (`cuMemCreate` and `cuMemAddressReserve` need no
+//! current context; with none, the primary's host context serves them).
+//! Memory mapped into a reservation of another host context crosses as
+//! the host's shareable memory does. What a destroyed context held went
+//! with it on the host; unmapping or freeing it afterwards succeeds.
+//!
+//! Shareable handles of `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`
+//! (`cuMemExportToShareableHandle`) are file descriptors of a memfd that
+//! names the memory by the host's token; another process of the VM that
+//! receives the descriptor imports a handle of its own from it, and the
+//! memory lives until the last handle and mapping of any process is gone.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
@@ -23,7 +36,7 @@ use std::sync::Mutex;
 
 use fairgpu_protocol::cuda::VMM_GRANULARITY;
 
-use crate::context::{out, require_current};
+use crate::context::{self, out, require_current, HostKey};
 use crate::types::{err, CUdeviceptr, CUresult};
 use crate::{ffi_result, state};
 
@@ -67,6 +80,12 @@ const COMP_GENERIC: u8 = 1;
 const PROT_NONE: u32 = 0;
 const PROT_READ: u32 = 1;
 const PROT_READWRITE: u32 = 3;
+/// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`.
+const HANDLE_POSIX_FD: u32 = 1;
+/// What this library's shareable descriptors hold: a magic, the host's
+/// token, the size, and whether the memory is compressible.
+const SHARE_MAGIC: [u8; 8] = *b"fgpuvmem";
+const SHARE_LEN: usize = 25;
 
 #[derive(Debug)]
 struct Memory {
@@ -74,6 +93,11 @@ struct Memory {
     compressed: bool,
     /// `cuMemCreate` and each `cuMemRetainAllocationHandle`.
     refs: u32,
+    /// The shareable handle types asked for at `cuMemCreate` (or the one
+    /// it was imported from).
+    handle_types: u32,
+    /// The host context that holds the handle.
+    key: HostKey,
 }
 
 #[derive(Debug)]
@@ -81,12 +105,24 @@ struct Mapping {
     bytes: u64,
     handle: u64,
     prot: u32,
+    /// The host context of the reservation it lies in.
+    key: HostKey,
 }
 
 #[derive(Debug, Default)]
 struct Table {
     memory: HashMap<u64, Memory>,
     mappings: BTreeMap<u64, Mapping>,
+    /// Reservations: base -> (bytes, the host context that made it).
+    reservations: BTreeMap<u64, (u64, HostKey)>,
+}
+
+impl Table {
+    /// The host context of the reservation holding `ptr`, if known.
+    fn reservation_key(&self, ptr: u64) -> Option<HostKey> {
+        let (&b, &(n, key)) = self.reservations.range(..=ptr).next_back()?;
+        (ptr < b.saturating_add(n)).then_some(key)
+    }
 }
 
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
@@ -96,8 +132,8 @@ fn with<R>(f: impl FnOnce(&mut Table) -> Result<R, CUresult>) -> Result<R, CUres
     f(t.get_or_insert_with(Table::default))
 }
 
-/// Checks an allocation's properties: pinned memory of device 0; shareable
-/// handles are not supported.
+/// Checks an allocation's properties: pinned memory of device 0, with
+/// POSIX file descriptors as the only shareable handles.
 fn check_prop(prop: *const AllocationProp) -> Result<AllocationProp, CUresult> {
     if prop.is_null() {
         return Err(err::INVALID_VALUE);
@@ -110,9 +146,9 @@ fn check_prop(prop: *const AllocationProp) -> Result<AllocationProp, CUresult> {
     if p.location_id != 0 {
         return Err(err::INVALID_DEVICE);
     }
-    if p.handle_types != 0 {
+    if p.handle_types & !HANDLE_POSIX_FD != 0 {
         return Err(crate::unsupported(
-            "cuMemCreate with shareable handle types (IPC)",
+            "cuMemCreate with shareable handle types other than POSIX file descriptors",
         ));
     }
     Ok(p)
@@ -144,11 +180,18 @@ pub extern "C" fn cuMemAddressReserve(
     flags: u64,
 ) -> CUresult {
     ffi_result(|| {
-        require_current()?;
+        state::device()?;
         if ptr.is_null() || flags != 0 {
             return Err(err::INVALID_VALUE);
         }
-        let base = state::with(|cu| cu.mem_address_reserve(size as u64, alignment as u64))?;
+        let key = context::host_of_current();
+        let base = state::with_in(key, |cu| {
+            cu.mem_address_reserve(size as u64, alignment as u64)
+        })?;
+        with(|t| {
+            t.reservations.insert(base, (size as u64, key));
+            Ok(())
+        })?;
         // SAFETY: non-null slot provided by the caller.
         unsafe { out(ptr, base) }
     })
@@ -158,8 +201,18 @@ pub extern "C" fn cuMemAddressReserve(
 #[no_mangle]
 pub extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
     ffi_result(|| {
-        require_current()?;
-        state::with(|cu| cu.mem_address_free(ptr, size as u64))
+        state::device()?;
+        let key = with(|t| Ok(t.reservations.get(&ptr).map(|&(_, k)| k)))?;
+        let key = key.unwrap_or_else(context::host_of_current);
+        match state::with_in(key, |cu| cu.mem_address_free(ptr, size as u64)) {
+            // The reservation went with its context.
+            Ok(()) | Err(err::CONTEXT_IS_DESTROYED) => {}
+            Err(e) => return Err(e),
+        }
+        with(|t| {
+            t.reservations.remove(&ptr);
+            Ok(())
+        })
     })
 }
 
@@ -172,19 +225,23 @@ pub extern "C" fn cuMemCreate(
     flags: u64,
 ) -> CUresult {
     ffi_result(|| {
-        require_current()?;
+        state::device()?;
         let p = check_prop(prop)?;
         if handle.is_null() || flags != 0 || p.flags[0] > COMP_GENERIC {
             return Err(err::INVALID_VALUE);
         }
-        let (h, compressed) =
-            state::with(|cu| cu.mem_create_compressible(size as u64, p.flags[0] == COMP_GENERIC))?;
+        let key = context::host_of_current();
+        let (h, compressed) = state::with_in(key, |cu| {
+            cu.mem_create_compressible(size as u64, p.flags[0] == COMP_GENERIC)
+        })?;
         with(|t| {
             t.memory.insert(
                 h,
                 Memory {
                     compressed,
                     refs: 1,
+                    handle_types: p.handle_types,
+                    key,
                 },
             );
             Ok(())
@@ -199,16 +256,20 @@ pub extern "C" fn cuMemCreate(
 #[no_mangle]
 pub extern "C" fn cuMemRelease(handle: u64) -> CUresult {
     ffi_result(|| {
-        require_current()?;
-        let last = with(|t| {
+        state::device()?;
+        let (last, key) = with(|t| {
             let m = t.memory.get_mut(&handle).ok_or(err::INVALID_VALUE)?;
             m.refs -= 1;
-            Ok(m.refs == 0)
+            Ok((m.refs == 0, m.key))
         })?;
         if !last {
             return Ok(());
         }
-        let r = state::with(|cu| cu.mem_release(handle));
+        let r = match state::with_in(key, |cu| cu.mem_release(handle)) {
+            // It went with its context.
+            Err(err::CONTEXT_IS_DESTROYED) => Ok(()),
+            r => r,
+        };
         with(|t| {
             match r {
                 Ok(()) => {
@@ -236,11 +297,34 @@ pub extern "C" fn cuMemMap(
     flags: u64,
 ) -> CUresult {
     ffi_result(|| {
-        require_current()?;
+        state::device()?;
         if flags != 0 {
             return Err(err::INVALID_VALUE);
         }
-        state::with(|cu| cu.mem_map(ptr, size as u64, offset as u64, handle))?;
+        let (key, mem_key) = with(|t| {
+            let mem_key = t.memory.get(&handle).map(|m| m.key);
+            let key = t.reservation_key(ptr);
+            Ok((
+                key.or(mem_key).unwrap_or_else(context::host_of_current),
+                mem_key,
+            ))
+        })?;
+        match mem_key {
+            Some(mk) if mk != key => {
+                // Memory of another host context than the reservation's:
+                // it crosses as shared memory does, through a handle of
+                // the reservation's context released at once (the host
+                // keeps the memory while the mapping lasts).
+                let token = state::with_in(mk, |cu| cu.mem_export(handle))?;
+                let (h, _) = state::with_in(key, |cu| cu.mem_import(token))?;
+                let r = state::with_in(key, |cu| cu.mem_map(ptr, size as u64, offset as u64, h));
+                let _ = state::with_in(key, |cu| cu.mem_release(h));
+                r?;
+            }
+            _ => state::with_in(key, |cu| {
+                cu.mem_map(ptr, size as u64, offset as u64, handle)
+            })?,
+        }
         with(|t| {
             t.mappings.insert(
                 ptr,
@@ -248,6 +332,7 @@ pub extern "C" fn cuMemMap(
                     bytes: size as u64,
                     handle,
                     prot: PROT_NONE,
+                    key,
                 },
             );
             Ok(())
@@ -261,10 +346,17 @@ pub extern "C" fn cuMemMap(
 #[no_mangle]
 pub extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     ffi_result(|| {
-        require_current()?;
+        state::device()?;
+        let key = with(|t| Ok(t.mappings.get(&ptr).map(|m| m.key)))?;
+        let key = key.unwrap_or_else(context::host_of_current);
         // Kernels queued on the mapping finish first, as the driver waits.
-        state::with_sync(|cu| cu.ctx_synchronize())?;
-        state::with(|cu| cu.mem_unmap(ptr, size as u64))?;
+        let r = state::with_in(key, |cu| cu.ctx_synchronize())
+            .and_then(|()| state::with_in(key, |cu| cu.mem_unmap(ptr, size as u64)));
+        match r {
+            // The mapping went with its context.
+            Ok(()) | Err(err::CONTEXT_IS_DESTROYED) => {}
+            Err(e) => return Err(e),
+        }
         let end = ptr.saturating_add(size as u64);
         let gone: Vec<u64> = with(|t| {
             let gone: Vec<u64> = t.mappings.range(ptr..end).map(|(&a, _)| a).collect();
@@ -311,7 +403,11 @@ pub extern "C" fn cuMemSetAccess(
             prot = Some(d.flags);
         }
         let prot = prot.ok_or(err::INVALID_VALUE)?;
-        state::with(|cu| cu.mem_set_access(ptr, size as u64, u64::from(prot)))?;
+        let key = with(|t| Ok(t.mappings.get(&ptr).map(|m| m.key)))?;
+        let key = key.unwrap_or_else(context::host_of_current);
+        state::with_in(key, |cu| {
+            cu.mem_set_access(ptr, size as u64, u64::from(prot))
+        })?;
         let end = ptr.saturating_add(size as u64);
         with(|t| {
             for (_, m) in t.mappings.range_mut(ptr..end) {
@@ -388,10 +484,10 @@ pub extern "C" fn cuMemGetAllocationPropertiesFromHandle(
 ) -> CUresult {
     ffi_result(|| {
         state::device()?;
-        let compressed = with(|t| {
+        let (compressed, handle_types) = with(|t| {
             t.memory
                 .get(&handle)
-                .map(|m| m.compressed)
+                .map(|m| (m.compressed, m.handle_types))
                 .ok_or(err::INVALID_VALUE)
         })?;
         let mut flags = [0u8; 8];
@@ -402,7 +498,7 @@ pub extern "C" fn cuMemGetAllocationPropertiesFromHandle(
                 prop,
                 AllocationProp {
                     alloc_type: ALLOCATION_PINNED,
-                    handle_types: 0,
+                    handle_types,
                     location_type: LOCATION_DEVICE,
                     location_id: 0,
                     win32_metadata: std::ptr::null_mut(),
@@ -410,5 +506,89 @@ pub extern "C" fn cuMemGetAllocationPropertiesFromHandle(
                 },
             )
         }
+    })
+}
+
+/// `cuMemExportToShareableHandle`: a file descriptor (a memfd naming the
+/// memory by the host's token) for another process of the VM, of memory
+/// made to be shared that way.
+#[no_mangle]
+pub extern "C" fn cuMemExportToShareableHandle(
+    shareable: *mut c_void,
+    handle: u64,
+    kind: u32,
+    flags: u64,
+) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if shareable.is_null() || flags != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        if kind != HANDLE_POSIX_FD {
+            return Err(crate::unsupported(
+                "cuMemExportToShareableHandle of a handle type other than POSIX file descriptors",
+            ));
+        }
+        let (key, compressed, types) = with(|t| {
+            let m = t.memory.get(&handle).ok_or(err::INVALID_VALUE)?;
+            Ok((m.key, m.compressed, m.handle_types))
+        })?;
+        if types & HANDLE_POSIX_FD == 0 {
+            // As the driver: only the types asked for at cuMemCreate.
+            return Err(err::INVALID_VALUE);
+        }
+        let token = state::with_in(key, |cu| cu.mem_export(handle))?;
+        let mut text = [0u8; SHARE_LEN];
+        text[..8].copy_from_slice(&SHARE_MAGIC);
+        text[8..16].copy_from_slice(&token.to_le_bytes());
+        text[24] = u8::from(compressed);
+        let fd = crate::memfd::with_bytes(c"fairgpu-vmem", &text).ok_or(err::OUT_OF_MEMORY)?;
+        // SAFETY: the caller passes room for an `int` (POSIX handle type).
+        unsafe { shareable.cast::<i32>().write(fd) };
+        Ok(())
+    })
+}
+
+/// `cuMemImportFromShareableHandle`: a handle of this process naming the
+/// memory another process of the VM exported (the descriptor it passed
+/// on, given as the pointer-sized value itself, as with the driver).
+#[no_mangle]
+pub extern "C" fn cuMemImportFromShareableHandle(
+    handle: *mut u64,
+    os_handle: *mut c_void,
+    kind: u32,
+) -> CUresult {
+    ffi_result(|| {
+        state::device()?;
+        if handle.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        if kind != HANDLE_POSIX_FD {
+            return Err(crate::unsupported(
+                "cuMemImportFromShareableHandle of a handle type other than POSIX file descriptors",
+            ));
+        }
+        let fd = i32::try_from(os_handle as usize).map_err(|_| err::INVALID_VALUE)?;
+        let mut text = [0u8; SHARE_LEN];
+        if !crate::memfd::read_at(fd, &mut text) || text[..8] != SHARE_MAGIC {
+            return Err(err::INVALID_VALUE);
+        }
+        let token = u64::from_le_bytes(text[8..16].try_into().expect("8 bytes"));
+        let key = context::host_of_current();
+        let (h, _bytes) = state::with_in(key, |cu| cu.mem_import(token))?;
+        with(|t| {
+            t.memory.insert(
+                h,
+                Memory {
+                    compressed: text[24] == 1,
+                    refs: 1,
+                    handle_types: HANDLE_POSIX_FD,
+                    key,
+                },
+            );
+            Ok(())
+        })?;
+        // SAFETY: non-null slot provided by the caller.
+        unsafe { out(handle, h) }
     })
 }

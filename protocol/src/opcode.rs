@@ -171,6 +171,14 @@ pub enum Opcode {
     /// `cuMemSetAccess(args[0] = address, args[1] = bytes, args[2] = 3
     /// read-write, 1 read-only, 0 none)`: whole mappings.
     MemSetAccess = 0x0186,
+    /// `cuMemExportToShareableHandle(args[0] = memory handle)` →
+    /// `vals[0]` = a token naming the memory, for another process of the
+    /// VM (the same token for the same memory).
+    MemExport = 0x0187,
+    /// `cuMemImportFromShareableHandle(args[0] = token)` → `vals[0]` = a
+    /// memory handle of this channel naming the exporter's memory,
+    /// `vals[1]` = its size.
+    MemImport = 0x0188,
 
     // CUDA IPC between processes of one VM (one worker serves them all).
     /// `cuIpcGetMemHandle(args[0] = a device pointer inside an allocation
@@ -349,7 +357,7 @@ impl TryFrom<u16> for Opcode {
 
 impl Opcode {
     /// Every opcode, for exhaustive tests and documentation.
-    pub const ALL: [Opcode; 104] = [
+    pub const ALL: [Opcode; 106] = [
         Opcode::Nop,
         Opcode::CopyIn,
         Opcode::CopyOut,
@@ -407,6 +415,8 @@ impl Opcode {
         Opcode::MemMap,
         Opcode::MemUnmap,
         Opcode::MemSetAccess,
+        Opcode::MemExport,
+        Opcode::MemImport,
         Opcode::IpcGetMemHandle,
         Opcode::IpcOpenMemHandle,
         Opcode::IpcCloseMemHandle,

@@ -3,10 +3,22 @@
 // vectorAddMMAP and PyTorch's expandable segments use it: buffers made of
 // memory mapped into reserved ranges, kernels across two mappings side by
 // side, memory that keeps its bytes when mapped elsewhere, and the errors
-// of misplaced calls. Results are checked against the CPU when
-// FAIRGPU_CHECK_RESULTS=1.
+// of misplaced calls. Memory exported as a POSIX file descriptor
+// (cuMemExportToShareableHandle), imported by a child process (this
+// program again, the descriptors inherited through exec) that maps it
+// beside other memory, reads what the parent wrote and writes what the
+// parent then reads; the memory lives until the last handle of either
+// process goes. Handles, reservations and mappings are the process's,
+// not a context's: made with no context current, mapped in a context of
+// its own, unmapped after that context is destroyed. Results are checked
+// against the CPU when FAIRGPU_CHECK_RESULTS=1.
 #define PROGRAM "vmm"
 #include <cuda.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
 
 #include "common.h"
 
@@ -20,11 +32,20 @@ __global__ void iota(unsigned* p, unsigned n) {
     if (i < n) p[i] = i * 2654435761u;
 }
 
+// b[i] = a[i] + by, a[i] += 1.
+__global__ void bump(unsigned* a, unsigned* b, unsigned n, unsigned by) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        b[i] = a[i] + by;
+        a[i] += 1;
+    }
+}
+
 template <typename F>
-static F entry(const char* name) {
+static F entry(const char* name, unsigned version = 12000) {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q;
-    CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q));
+    CHECK(cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q));
     EXPECT(q == cudaDriverEntryPointSuccess && fn != nullptr, "no driver entry point %s", name);
     return reinterpret_cast<F>(fn);
 }
@@ -52,6 +73,16 @@ struct Vmm {
         entry<decltype(&cuMemRetainAllocationHandle)>("cuMemRetainAllocationHandle");
     decltype(&cuMemGetAllocationPropertiesFromHandle) props =
         entry<decltype(&cuMemGetAllocationPropertiesFromHandle)>("cuMemGetAllocationPropertiesFromHandle");
+    decltype(&cuMemExportToShareableHandle) export_handle =
+        entry<decltype(&cuMemExportToShareableHandle)>("cuMemExportToShareableHandle");
+    decltype(&cuMemImportFromShareableHandle) import_handle =
+        entry<decltype(&cuMemImportFromShareableHandle)>("cuMemImportFromShareableHandle");
+    decltype(&cuCtxGetCurrent) get_current = entry<decltype(&cuCtxGetCurrent)>("cuCtxGetCurrent");
+    decltype(&cuCtxSetCurrent) set_current = entry<decltype(&cuCtxSetCurrent)>("cuCtxSetCurrent");
+    // cuCtxCreate as of CUDA 11.0 (flags, device).
+    CUresult (*ctx_create)(CUcontext*, unsigned, CUdevice) =
+        entry<CUresult (*)(CUcontext*, unsigned, CUdevice)>("cuCtxCreate", 11000);
+    decltype(&cuCtxDestroy) ctx_destroy = entry<decltype(&cuCtxDestroy)>("cuCtxDestroy");
 };
 
 static CUmemAllocationProp prop() {
@@ -96,7 +127,171 @@ static void unmake(const Vmm& v, const Buffer& b) {
     DRV(v.address_free(b.ptr, b.bytes));
 }
 
-int main() {
+static const unsigned SHARED_WORDS = 1 << 16;
+
+// The child: imports the parent's two descriptors, maps them side by side
+// (a third piece of its own after them), checks that the first holds the
+// parent's iota, and runs `bump` from the first into the second; it
+// releases its handles once mapped, and unmaps at the end. Then it maps
+// the first again in a context of its own, destroys that context, and
+// unmaps and frees what the context held.
+static int child(int fd0, int fd1, size_t gran) {
+    first_call(cudaSetDevice(0), "cudaSetDevice");
+    CHECK(cudaFree(nullptr));
+    Vmm v;
+    CUmemAllocationProp p = prop();
+    CUmemGenericAllocationHandle m[3];
+    DRV(v.import_handle(&m[0], (void*)(intptr_t)fd0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    DRV(v.import_handle(&m[1], (void*)(intptr_t)fd1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    DRV(v.create(&m[2], gran, &p, 0));
+    CUmemAllocationProp got;
+    std::memset(&got, 0, sizeof got);
+    DRV(v.props(&got, m[0]));
+    EXPECT(got.requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+           "an imported handle's requested types: %d", (int)got.requestedHandleTypes);
+    CUdeviceptr base = 0;
+    DRV(v.reserve(&base, 3 * gran, 0, 0, 0));
+    for (int i = 0; i < 3; i++) {
+        DRV(v.map(base + i * gran, gran, 0, m[i], 0));
+        DRV(v.release(m[i]));
+    }
+    read_write(v, base, 3 * gran);
+    unsigned* h = (unsigned*)std::malloc(gran);
+    CHECK(cudaMemcpy(h, (void*)base, gran, cudaMemcpyDeviceToHost));
+    if (check_results())
+        for (unsigned i = 0; i < SHARED_WORDS; i++)
+            EXPECT(h[i] == i * 2654435761u, "the child reads word %u: %u, want %u", i, h[i], i * 2654435761u);
+    bump<<<SHARED_WORDS / 256, 256>>>((unsigned*)base, (unsigned*)(base + gran), SHARED_WORDS, 7);
+    LAUNCHED("bump");
+    CHECK(cudaDeviceSynchronize());
+    DRV(v.unmap(base, 3 * gran));
+    DRV(v.address_free(base, 3 * gran));
+
+    // A context of its own, destroyed before its mapping is unmapped.
+    CUmemGenericAllocationHandle again;
+    DRV(v.import_handle(&again, (void*)(intptr_t)fd0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    CUcontext primary = nullptr, own = nullptr;
+    DRV(v.get_current(&primary));
+    DRV(v.ctx_create(&own, 0, 0));
+    CUdeviceptr at = 0;
+    DRV(v.reserve(&at, gran, 0, 0, 0));
+    DRV(v.map(at, gran, 0, again, 0));
+    DRV(v.release(again));
+    read_write(v, at, gran);
+    CHECK(cudaMemcpy(h, (void*)at, gran, cudaMemcpyDeviceToHost));
+    if (check_results())
+        for (unsigned i = 0; i < SHARED_WORDS; i++)
+            EXPECT(h[i] == i * 2654435761u + 1, "in a context of its own, word %u: %u", i, h[i]);
+    DRV(v.ctx_destroy(own));
+    DRV(v.unmap(at, gran));
+    DRV(v.address_free(at, gran));
+    DRV(v.set_current(primary));
+    std::free(h);
+    close(fd0);
+    close(fd1);
+    return 0;
+}
+
+// 4. Shareable handles between two processes (see the top of the file).
+static void shareable(const Vmm& v, size_t gran) {
+    int posix = 0;
+    CHECK(cudaDeviceGetAttribute(&posix, (cudaDeviceAttr)103 /* HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED */, 0));
+    EXPECT(posix == 1, "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is %d", posix);
+    CUmemAllocationProp p = prop();
+    p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    size_t free0 = 0, total = 0;
+    CHECK(cudaMemGetInfo(&free0, &total));
+
+    // Made with no context current: the handles are the process's.
+    CUcontext primary = nullptr;
+    DRV(v.get_current(&primary));
+    DRV(v.set_current(nullptr));
+    CUmemGenericAllocationHandle m[2];
+    for (auto& h : m) DRV(v.create(&h, gran, &p, 0));
+    DRV(v.set_current(primary));
+    CUmemAllocationProp got;
+    std::memset(&got, 0, sizeof got);
+    DRV(v.props(&got, m[0]));
+    EXPECT(got.requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, "requested handle types %d",
+           (int)got.requestedHandleTypes);
+
+    // Memory made without the handle type does not export.
+    CUmemAllocationProp plain = prop();
+    CUmemGenericAllocationHandle unshared;
+    DRV(v.create(&unshared, gran, &plain, 0));
+    int fd = -1;
+    EXPECT(v.export_handle(&fd, unshared, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) != CUDA_SUCCESS,
+           "memory made without a shareable handle type was exported");
+    DRV(v.release(unshared));
+
+    // The parent writes the first piece, then unmaps it.
+    CUdeviceptr at = 0;
+    DRV(v.reserve(&at, gran, 0, 0, 0));
+    DRV(v.map(at, gran, 0, m[0], 0));
+    read_write(v, at, gran);
+    iota<<<SHARED_WORDS / 256, 256>>>((unsigned*)at, SHARED_WORDS);
+    LAUNCHED("iota");
+    CHECK(cudaDeviceSynchronize());
+    DRV(v.unmap(at, gran));
+
+    int fds[2];
+    for (int i = 0; i < 2; i++)
+        DRV(v.export_handle(&fds[i], m[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+
+    // A descriptor this library did not make names nothing.
+    int bogus = memfd_create("not-a-handle", 0);
+    EXPECT(bogus >= 0, "memfd_create");
+    char junk[32] = "fgpuvmem, but not a real token";
+    EXPECT(write(bogus, junk, sizeof junk) == (ssize_t)sizeof junk, "write");
+    CUmemGenericAllocationHandle none;
+    EXPECT(v.import_handle(&none, (void*)(intptr_t)bogus, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != CUDA_SUCCESS,
+           "a forged descriptor was imported");
+    close(bogus);
+
+    pid_t pid = fork();
+    EXPECT(pid >= 0, "fork");
+    if (pid == 0) {
+        std::string a = std::to_string(fds[0]), b = std::to_string(fds[1]), g = std::to_string(gran);
+        execl("/proc/self/exe", "vmm", "child", a.c_str(), b.c_str(), g.c_str(), (char*)nullptr);
+        _exit(127);
+    }
+    int status = 0;
+    EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "the child failed (status %#x)", status);
+    close(fds[0]);
+    close(fds[1]);
+
+    // What the child wrote, through the parent's own handles.
+    CUdeviceptr both = 0;
+    DRV(v.reserve(&both, 2 * gran, 0, 0, 0));
+    DRV(v.map(both, gran, 0, m[0], 0));
+    DRV(v.map(both + gran, gran, 0, m[1], 0));
+    read_write(v, both, 2 * gran);
+    unsigned* h = (unsigned*)std::malloc(2 * gran);
+    CHECK(cudaMemcpy(h, (void*)both, 2 * gran, cudaMemcpyDeviceToHost));
+    if (check_results())
+        for (unsigned i = 0; i < SHARED_WORDS; i++) {
+            unsigned want = i * 2654435761u;
+            EXPECT(h[i] == want + 1, "after the child, word %u: %u, want %u", i, h[i], want + 1);
+            unsigned* b = h + gran / sizeof(unsigned);
+            EXPECT(b[i] == want + 7, "the child's output word %u: %u, want %u", i, b[i], want + 7);
+        }
+    std::free(h);
+    size_t held = 0;
+    CHECK(cudaMemGetInfo(&held, &total));
+    DRV(v.unmap(both, 2 * gran));
+    for (auto& x : m) DRV(v.release(x));
+    DRV(v.address_free(both, 2 * gran));
+    DRV(v.address_free(at, gran));
+    size_t after = 0;
+    CHECK(cudaMemGetInfo(&after, &total));
+    EXPECT(after >= held + 2 * gran, "released shared memory came back: %zu free while held, %zu after", held, after);
+    (void)free0;
+}
+
+int main(int argc, char** argv) {
+    if (argc == 5 && std::strcmp(argv[1], "child") == 0)
+        return child(atoi(argv[2]), atoi(argv[3]), (size_t)std::strtoull(argv[4], nullptr, 10));
     first_call(cudaSetDevice(0), "cudaSetDevice");
     CHECK(cudaFree(nullptr));  // the primary context, current
     int supported = 0;
@@ -241,6 +436,7 @@ int main() {
         DRV(v.release(m));
         DRV(v.address_free(at, gran));
     }
+    shareable(v, gran);
     CHECK(cudaDeviceSynchronize());
     pass();
     return 0;

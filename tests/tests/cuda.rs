@@ -1578,6 +1578,107 @@ fn virtual_memory_is_checked_on_the_host_and_charged_to_the_vm() {
     still_works(&mut a, scratch, 3);
 }
 
+/// Memory of the virtual-memory API shared between the channels of one VM
+/// (`MemExport`/`MemImport`, what shareable handles carry): a token names
+/// it in another channel of the exporting VM only, never in another VM's
+/// or once forged; the importer's handle maps it (the exporter's bytes)
+/// once the exporter has it mapped nowhere; the memory is charged once,
+/// and goes with the last handle of either channel, even when the
+/// exporter goes first.
+#[test]
+fn shared_virtual_memory_lives_until_the_last_handle_of_any_channel() {
+    const G: u64 = fairgpu_protocol::cuda::VMM_GRANULARITY;
+    let rig = Rig::start("cuda_vmm_shared");
+    let mut a = rig.cuda(0);
+    let mut b = rig.cuda(0);
+    let mut other_vm = rig.cuda(1);
+    let inval = Status::INVALID_VALUE;
+    let m = a.mem_create(G).unwrap();
+    let ra = a.mem_address_reserve(G, 0).unwrap();
+    a.mem_map(ra, G, 0, m).unwrap();
+    a.mem_set_access(ra, G, 3).unwrap();
+    let data = pattern(8192, 5);
+    a.memcpy_htod(ra + G - 8192, &data).unwrap();
+    let token = a.mem_export(m).unwrap();
+    assert_eq!(a.mem_export(m).unwrap(), token, "one token per memory");
+    assert_refused(a.mem_export(FORGED), inval);
+    assert_refused(other_vm.mem_import(token), inval);
+    assert_refused(b.mem_import(token ^ 1), inval);
+    let (mb, bytes) = b.mem_import(token).unwrap();
+    assert_eq!(bytes, G);
+    let rb = b.mem_address_reserve(G, 0).unwrap();
+    // Mapped by the exporter still: SimGpu maps memory once at a time.
+    assert_refused(b.mem_map(rb, G, 0, mb), Status::NOT_SUPPORTED);
+    a.mem_unmap(ra, G).unwrap();
+    b.mem_map(rb, G, 0, mb).unwrap();
+    b.mem_set_access(rb, G, 3).unwrap();
+    assert_bytes_eq(
+        &read(&mut b, rb + G - 8192, 8192),
+        &data,
+        "the importer's view",
+    );
+    b.memcpy_htod(rb, &[0x5a; 64]).unwrap();
+    // Charged once, to the VM.
+    assert_eq!(a.mem_get_info(), Ok((VM_QUOTA - G, VM_QUOTA)));
+    // The exporter's handle goes, and then the exporter: the importer's
+    // mapping keeps the memory.
+    a.mem_release(m).unwrap();
+    assert_refused(a.mem_export(m), inval);
+    drop(a);
+    wait_for_status(&rig.d, "the exporter's context to go", |s| {
+        vm(s, "vm1").contexts == 1
+    });
+    assert_eq!(read(&mut b, rb, 4), vec![0x5a; 4]);
+    assert_eq!(b.mem_get_info(), Ok((VM_QUOTA - G, VM_QUOTA)));
+    // Unmapped, the importer's handle still holds it; a second import
+    // of the same token, in the same channel, is a handle of its own.
+    b.mem_unmap(rb, G).unwrap();
+    let (mb2, _) = b.mem_import(token).unwrap();
+    assert_ne!(mb2, mb);
+    b.mem_release(mb).unwrap();
+    assert_eq!(b.mem_get_info(), Ok((VM_QUOTA - G, VM_QUOTA)));
+    b.mem_map(rb, G, 0, mb2).unwrap();
+    b.mem_set_access(rb, G, 3).unwrap();
+    assert_bytes_eq(&read(&mut b, rb + G - 8192, 8192), &data, "mapped again");
+    b.mem_release(mb2).unwrap();
+    b.mem_unmap(rb, G).unwrap();
+    assert_eq!(
+        b.mem_get_info(),
+        Ok((VM_QUOTA, VM_QUOTA)),
+        "freed with the last handle and mapping"
+    );
+    assert_refused(b.mem_import(token), inval);
+    b.mem_address_free(rb, G).unwrap();
+
+    // A channel that exits with its import mapped: the exporter keeps it.
+    let mut c = rig.cuda(0);
+    let mut d = rig.cuda(0);
+    let m = c.mem_create(G).unwrap();
+    let token = c.mem_export(m).unwrap();
+    let (md, _) = d.mem_import(token).unwrap();
+    let rd = d.mem_address_reserve(G, 0).unwrap();
+    d.mem_map(rd, G, 0, md).unwrap();
+    d.mem_set_access(rd, G, 3).unwrap();
+    d.memcpy_htod(rd + 4096, &data).unwrap();
+    drop(d);
+    wait_for_status(&rig.d, "the importer's context to go", |s| {
+        vm(s, "vm1").contexts == 2
+    });
+    let rc = c.mem_address_reserve(G, 0).unwrap();
+    c.mem_map(rc, G, 0, m).unwrap();
+    c.mem_set_access(rc, G, 3).unwrap();
+    assert_bytes_eq(
+        &read(&mut c, rc + 4096, 8192),
+        &data,
+        "what the importer wrote",
+    );
+    c.mem_unmap(rc, G).unwrap();
+    c.mem_release(m).unwrap();
+    assert_eq!(c.mem_get_info(), Ok((VM_QUOTA, VM_QUOTA)));
+    let scratch = b.mem_alloc(4096).unwrap();
+    still_works(&mut b, scratch, 4);
+}
+
 /// CUDA IPC is between the processes of one VM: a token opens in another
 /// channel of the exporting VM (the same address, the exporter's bytes;
 /// an event recorded in either process),

@@ -692,6 +692,7 @@ fn every_program_passes_through_cuda_executor_and_a_second_daemon() {
         "device_heap",
         "sm80_features",
         "batch_copy",
+        "vmm",
     ] {
         for v in VARIANTS {
             runs.push((format!("{p}-{v}"), v));

@@ -208,6 +208,24 @@ struct VMem {
     /// `MemRelease` came while it was mapped: it goes with its last
     /// mapping.
     released: bool,
+    /// The token of [`CudaOps::vmem_shared`] naming it, once exported or
+    /// when imported: then the memory is the VM's, not this context's,
+    /// and goes with the last handle of any context.
+    shared: Option<u64>,
+}
+
+/// Memory of the virtual-memory API that a channel exported
+/// (`MemExport`): each context that imported it has a handle of its own
+/// naming it.
+#[derive(Debug)]
+struct SharedVMem {
+    id: PhysId,
+    bytes: u64,
+    /// The context whose executor table holds the memory now (slot,
+    /// context): it moves to a context that maps it.
+    home: (u32, CtxId),
+    /// The contexts with a handle of it, once per handle.
+    holders: Vec<(u32, CtxId)>,
 }
 
 /// An allocation a channel exported for CUDA IPC.
@@ -557,6 +575,8 @@ pub struct CudaOps {
     /// tokens (a key of this process's random hasher over a counter).
     ipc: HashMap<u64, Export>,
     ipc_events: HashMap<u64, EventExport>,
+    /// Exported memory of the virtual-memory API, by token.
+    vmem_shared: HashMap<u64, SharedVMem>,
     ipc_keys: std::collections::hash_map::RandomState,
     ipc_next: u64,
     /// Channels that share another channel's context (`ContextJoin`):
@@ -685,6 +705,7 @@ impl CudaOps {
             vm,
             ipc: HashMap::new(),
             ipc_events: HashMap::new(),
+            vmem_shared: HashMap::new(),
             ipc_keys: std::collections::hash_map::RandomState::new(),
             ipc_next: 0,
             leader: Vec::new(),
@@ -1068,6 +1089,7 @@ impl CudaOps {
             if t != 0
                 && !self.ipc.contains_key(&t)
                 && !self.ipc_events.contains_key(&t)
+                && !self.vmem_shared.contains_key(&t)
                 && !self.shares.contains_key(&t)
             {
                 return t;
@@ -1444,6 +1466,7 @@ impl CudaOps {
                     bytes,
                     mapped: 0,
                     released: false,
+                    shared: None,
                 }) {
                     Ok(h) => h,
                     Err(_) => {
@@ -1466,14 +1489,7 @@ impl CudaOps {
                     m.released = true;
                     return Ok(Answer::default());
                 }
-                let (id, bytes) = (m.id, m.bytes);
-                self.exec.phys_release(ctx, id).map_err(exec_err)?;
-                let cx = self.contexts[slot_of(&self.leader, ch)]
-                    .as_mut()
-                    .expect("context exists");
-                let _ = cx.vmem.remove(h);
-                cx.vmem_bytes -= bytes;
-                self.mem_used -= bytes;
+                self.vmem_free(self.slot(ch), ctx, h)?;
                 Ok(Answer::default())
             }
             Opcode::MemMap => {
@@ -1505,7 +1521,14 @@ impl CudaOps {
                 {
                     return Err(Status::INVALID_VALUE);
                 }
-                let id = m.id;
+                let (id, shared) = (m.id, m.shared);
+                let here = (self.slot(ch) as u32, ctx);
+                if let Some(s) = shared.and_then(|t| self.vmem_shared.get_mut(&t)) {
+                    if s.home != here {
+                        self.exec.phys_move(s.home.1, ctx, id).map_err(exec_err)?;
+                        s.home = here;
+                    }
+                }
                 self.exec
                     .map(ctx, addr, bytes, offset, id)
                     .map_err(exec_err)?;
@@ -1538,14 +1561,70 @@ impl CudaOps {
                     };
                     m.mapped -= 1;
                     if m.released && m.mapped == 0 {
-                        let (id, bytes) = (m.id, m.bytes);
-                        let _ = cx.vmem.remove(map.mem);
-                        cx.vmem_bytes -= bytes;
-                        self.mem_used -= bytes;
-                        self.exec.phys_release(ctx, id).map_err(exec_err)?;
+                        self.vmem_free(self.slot(ch), ctx, map.mem)?;
                     }
                 }
                 Ok(Answer::default())
+            }
+            Opcode::MemExport => {
+                let h = Handle(a[0]);
+                let m = cx.vmem.get(h).map_err(|_| Status::INVALID_VALUE)?;
+                if m.released {
+                    return Err(Status::INVALID_VALUE);
+                }
+                if let Some(t) = m.shared {
+                    return Ok(vals(&[t]));
+                }
+                let (id, bytes) = (m.id, m.bytes);
+                if self.vmem_shared.len() >= MAX_OBJECTS {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let token = self.ipc_token();
+                let here = (self.slot(ch) as u32, ctx);
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
+                if let Ok(m) = cx.vmem.get_mut(h) {
+                    m.shared = Some(token);
+                }
+                // The VM's from now on: its charge goes with the last handle.
+                cx.vmem_bytes -= bytes;
+                self.vmem_shared.insert(
+                    token,
+                    SharedVMem {
+                        id,
+                        bytes,
+                        home: here,
+                        holders: vec![here],
+                    },
+                );
+                Ok(vals(&[token]))
+            }
+            Opcode::MemImport => {
+                let token = a[0];
+                let s = self.vmem_shared.get(&token).ok_or(Status::INVALID_VALUE)?;
+                let (id, bytes) = (s.id, s.bytes);
+                if s.holders.len() >= MAX_OBJECTS {
+                    return Err(Status::OUT_OF_MEMORY);
+                }
+                let cx = self.contexts[slot_of(&self.leader, ch)]
+                    .as_mut()
+                    .expect("context exists");
+                let h = cx
+                    .vmem
+                    .insert(VMem {
+                        id,
+                        bytes,
+                        mapped: 0,
+                        released: false,
+                        shared: Some(token),
+                    })
+                    .map_err(|_| Status::OUT_OF_MEMORY)?;
+                let here = (self.slot(ch) as u32, ctx);
+                if let Some(s) = self.vmem_shared.get_mut(&token) {
+                    s.holders.push(here);
+                }
+                Ok(vals(&[h.0, bytes]))
             }
             Opcode::IpcGetMemHandle => {
                 let found = cx.allocs.range(..=a[0]).next_back().map(|(&b, &n)| (b, n));
@@ -2586,12 +2665,105 @@ impl Handler for CudaOps {
 }
 
 impl CudaOps {
+    /// Memory handle `h` of the context in `slot` (`ctx`) goes, released
+    /// and mapped nowhere by it. Memory of its own is freed; exported
+    /// memory is freed with the last handle of any context. An executor
+    /// that refuses the free (a sticky context) leaves everything as it
+    /// was, still counted.
+    fn vmem_free(&mut self, slot: usize, ctx: CtxId, h: Handle) -> Result<(), Status> {
+        let cx = self.contexts[slot].as_mut().expect("context exists");
+        let m = cx.vmem.get(h).map_err(|_| Status::INVALID_VALUE)?;
+        let (id, bytes, shared) = (m.id, m.bytes, m.shared);
+        let Some(token) = shared else {
+            self.exec.phys_release(ctx, id).map_err(exec_err)?;
+            let cx = self.contexts[slot].as_mut().expect("context exists");
+            let _ = cx.vmem.remove(h);
+            cx.vmem_bytes -= bytes;
+            self.mem_used -= bytes;
+            return Ok(());
+        };
+        let here = (slot as u32, ctx);
+        let Some(s) = self.vmem_shared.get_mut(&token) else {
+            // Its memory went with another context.
+            let cx = self.contexts[slot].as_mut().expect("context exists");
+            let _ = cx.vmem.remove(h);
+            return Ok(());
+        };
+        if s.holders.len() == 1 {
+            self.exec.phys_release(s.home.1, id).map_err(exec_err)?;
+            self.vmem_shared.remove(&token);
+            self.mem_used -= bytes;
+        } else if let Some(i) = s.holders.iter().position(|&x| x == here) {
+            s.holders.swap_remove(i);
+        }
+        let cx = self.contexts[slot].as_mut().expect("context exists");
+        let _ = cx.vmem.remove(h);
+        Ok(())
+    }
+
+    /// The context in `slot` goes: its handles of exported memory go, and
+    /// memory still held elsewhere that its table holds moves to a
+    /// context that has a handle of it (unmapped here first, so that its
+    /// bytes go with it).
+    fn vmem_forget(&mut self, slot: usize) {
+        let Some(cx) = self.contexts.get(slot).and_then(Option::as_ref) else {
+            return;
+        };
+        let ctx = cx.ctx;
+        let here = (slot as u32, ctx);
+        let mine: Vec<(DevPtr, u64)> = cx
+            .mappings
+            .iter()
+            .filter(|(_, m)| cx.vmem.get(m.mem).is_ok_and(|v| v.shared.is_some()))
+            .map(|(&a, m)| (a, m.bytes))
+            .collect();
+        for (addr, bytes) in mine {
+            let _ = self.exec.unmap(ctx, addr, bytes);
+        }
+        let tokens: Vec<u64> = self
+            .vmem_shared
+            .iter()
+            .filter(|(_, s)| s.holders.contains(&here) || s.home == here)
+            .map(|(&t, _)| t)
+            .collect();
+        for t in tokens {
+            let Some(s) = self.vmem_shared.get_mut(&t) else {
+                continue;
+            };
+            s.holders.retain(|&x| x != here);
+            if s.home != here {
+                continue;
+            }
+            let (id, bytes) = (s.id, s.bytes);
+            let next = s.holders.first().copied();
+            let moved = next.is_some_and(|to| self.exec.phys_move(ctx, to.1, id).is_ok());
+            match (moved, next) {
+                (true, Some(to)) => {
+                    if let Some(s) = self.vmem_shared.get_mut(&t) {
+                        s.home = to;
+                    }
+                }
+                _ => {
+                    // The last handle, or memory that cannot move: it goes
+                    // with this context (other handles of it then name
+                    // nothing: mapping them fails, releasing them works).
+                    if next.is_some() {
+                        tracing::warn!(vm = %self.vm, "shared memory of a context that went could not move to another holder");
+                    }
+                    self.vmem_shared.remove(&t);
+                    self.mem_used -= bytes;
+                }
+            }
+        }
+    }
+
     /// Destroys the context channel `ch` names, if it has made one: its
     /// memory, modules, streams and events go, its exports end and its
     /// imports close, and their bytes count back to the VM's quota. For a
     /// shared context, `ch` is its slot (whose own channel is a member).
     fn drop_context(&mut self, ch: u32) {
         self.ipc_forget(ch);
+        self.vmem_forget(slot_of(&self.leader, ch));
         if let Some(cx) = self
             .contexts
             .get_mut(slot_of(&self.leader, ch))

@@ -1443,6 +1443,27 @@ impl GpuExecutor for CudaExecutor {
         check("cuMemRelease", unsafe { (api.cuMemRelease)(h) })
     }
 
+    fn phys_move(&mut self, from: CtxId, to: CtxId, mem: PhysId) -> ExecResult<()> {
+        // The driver's allocation handles belong to the process, not to a
+        // context: only which context's table releases it changes.
+        if !self.contexts.contains_key(&to.0) {
+            return Err(ExecError::Invalid("context"));
+        }
+        let h = self
+            .contexts
+            .get_mut(&from.0)
+            .ok_or(ExecError::Invalid("context"))?
+            .phys
+            .remove(&mem.0)
+            .ok_or(ExecError::Invalid("memory handle"))?;
+        self.contexts
+            .get_mut(&to.0)
+            .expect("checked")
+            .phys
+            .insert(mem.0, h);
+        Ok(())
+    }
+
     fn map(
         &mut self,
         ctx: CtxId,

@@ -1033,6 +1033,7 @@ fn attributes(sm_count: u32) -> Vec<(i32, i32)> {
         (102, 1),           // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED (whole-memory mappings)
         (107, 1),           // GENERIC_COMPRESSION_SUPPORTED (cuMemCreate's, a no-op here)
         (119, 1),           // MEMPOOL_SUPPORTED_HANDLE_TYPES: POSIX descriptors (IPC in a VM)
+        (103, 1),           // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED (cuMemCreate's, in a VM)
         (69, 1 << 28),      // MAXIMUM_TEXTURE1D_LINEAR_WIDTH (an H100's)
         // The interpreter stores a conditional's value at its handle.
         (fairgpu_protocol::cuda::ATTR_GUEST_GRAPH_CONDITIONALS, 1),
@@ -2018,6 +2019,27 @@ impl GpuExecutor for SimGpu {
         }
         let p = c.phys.remove(&mem.0).expect("checked");
         self.used = self.used.saturating_sub(p.size);
+        Ok(())
+    }
+
+    fn phys_move(&mut self, from: CtxId, to: CtxId, mem: PhysId) -> ExecResult<()> {
+        // Bookkeeping, as `mem_move`. Memory moves only while mapped
+        // nowhere: its bytes are then its own, not a mapping's.
+        if !self.contexts.contains_key(&to.0) {
+            return Err(ExecError::Invalid("context"));
+        }
+        let c = self.ctx_mut(from)?;
+        match c.phys.get(&mem.0) {
+            Some(p) if p.mapped_at.is_none() => {}
+            Some(_) => {
+                return Err(ExecError::Unsupported(
+                    "on SimGpu, a second mapping of a cuMemCreate allocation (one process maps it while another has it mapped)",
+                ))
+            }
+            None => return Err(ExecError::Invalid("memory handle")),
+        }
+        let p = c.phys.remove(&mem.0).expect("checked");
+        self.ctx_mut(to)?.phys.insert(mem.0, p);
         Ok(())
     }
 
