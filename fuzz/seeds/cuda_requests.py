@@ -4,8 +4,10 @@ comment for the record format) into fuzz/seeds/cuda_requests/: a guest's
 ordinary session (allocate, fill, load fairgpu's kernels, look one up,
 launch it, copy the result back, free), so that mutations start from
 sequences that reach module loading and kernel execution; a graph
-launch of copies, memsets and event work after it; and channels that
-join one context, work in it, and leave it (the first to go held it).
+launch of copies, memsets and event work after it; channels that
+join one context, work in it, and leave it (the first to go held it);
+and memory of the virtual-memory API one channel exports and another
+imports and maps.
 
 Run from the repository root: python3 fuzz/seeds/cuda_requests.py
 """
@@ -104,4 +106,19 @@ out.mkdir(parents=True, exist_ok=True)
     + bytes([0x81])
     + session(2)
     + session(0))
+# Memory of the virtual-memory API that channel 0 exports and channel 1
+# imports and maps; 0 goes while 1 has it mapped, then 1 writes it and
+# goes too (every byte must come back).
+G = 2 << 20
+(out / "shared-vmem").write_bytes(
+    record(0, "MemCreate", [lit(G)])
+    + record(0, "MemExport", [earlier(0)])
+    + record(1, "MemImport", [earlier(0)])
+    + record(1, "MemAddressReserve", [lit(G), lit(0)])
+    + record(1, "MemMap", [earlier(0), lit(G), lit(0), earlier(1)])
+    + record(1, "MemSetAccess", [earlier(1), lit(G), lit(3)])
+    + bytes([0x80])
+    + record(1, "MemsetD8", [earlier(2), lit(5), lit(4096), lit(0)])
+    + record(0, "MemImport", [earlier(4)])
+    + bytes([0x81]))
 print(f"wrote {len(list(out.iterdir()))} seeds to {out.relative_to(root)}")
