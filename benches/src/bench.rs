@@ -64,6 +64,13 @@ pub struct TransportReport {
     pub blocking_rtt_p50_ns: u64,
     /// Same, 99th percentile, ns.
     pub blocking_rtt_p99_ns: u64,
+    /// The floor under the blocking round trip on this host: two bare
+    /// threads on the same two CPUs, each asleep on a futex when the other
+    /// wakes it, one wake each way, paced as the blocking round trips are;
+    /// median, ns.
+    pub futex_floor_p50_ns: u64,
+    /// Same, 99th percentile, ns.
+    pub futex_floor_p99_ns: u64,
     /// 64-byte request and reply over a Unix stream socket, both processes
     /// on one CPU (the socket's best case: no cross-CPU wake-up), median, ns.
     pub socket_rtt_p50_ns: u64,
@@ -154,6 +161,10 @@ pub fn transport(a: &TransportArgs) -> anyhow::Result<()> {
             r.blocking_rtt_p50_ns, r.blocking_rtt_p99_ns
         );
         println!(
+            "  futex floor        p50 {:>8} ns   p99 {:>8} ns   (two bare threads, one wake each way)",
+            r.futex_floor_p50_ns, r.futex_floor_p99_ns
+        );
+        println!(
             "  unix socket        p50 {:>8} ns   p99 {:>8} ns   (baseline, one CPU; across CPUs p50 {} ns)",
             r.socket_rtt_p50_ns, r.socket_rtt_p99_ns, r.socket_cross_cpu_rtt_p50_ns
         );
@@ -236,6 +247,7 @@ pub fn measure(a: &TransportArgs) -> anyhow::Result<TransportReport> {
     blocking.sort_unstable();
     drop(ch);
     drop(host);
+    let floor = futex_floor(a.samples.clamp(1, 2_000), pinned)?;
 
     let socket_samples = a.samples.clamp(1, 50_000);
     let (socket_p50, socket_p99) = socket_baseline(socket_samples, Some(0))?;
@@ -250,6 +262,8 @@ pub fn measure(a: &TransportArgs) -> anyhow::Result<TransportReport> {
         bulk_out_gb_s: bulk_out,
         blocking_rtt_p50_ns: percentile(&blocking, 50.0),
         blocking_rtt_p99_ns: percentile(&blocking, 99.0),
+        futex_floor_p50_ns: percentile(&floor, 50.0),
+        futex_floor_p99_ns: percentile(&floor, 99.0),
         socket_rtt_p50_ns: socket_p50,
         socket_rtt_p99_ns: socket_p99,
         socket_cross_cpu_rtt_p50_ns: cross_p50,
@@ -287,6 +301,51 @@ fn start_host(pinned: bool, spin: Duration) -> anyhow::Result<(Reaped, Channel)>
         host_timeout: Some(Duration::from_secs(10)),
     };
     Ok((host, Channel::claim(region, cfg)?))
+}
+
+/// Round trips between this thread and a bare peer thread (on CPU 1 when
+/// pinned: the host process's CPU), each asleep on a futex word until the
+/// other wakes it, paced 300 µs apart as the blocking round trips are:
+/// what two wake-ups cost on this host with no transport at all. Sorted,
+/// ns.
+fn futex_floor(samples: u32, pinned: bool) -> anyhow::Result<Vec<u64>> {
+    use fairgpu_frontend::futex;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    // `ask` counts requests, `done` replies. Each side publishes its
+    // counter (Release) before waking the other, which reads it (Acquire)
+    // after waking: the counter is the whole message.
+    let words = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+    let peer_words = Arc::clone(&words);
+    let peer = std::thread::spawn(move || {
+        if pinned {
+            let _ = pin_to_cpu(1);
+        }
+        let [ask, done] = &*peer_words;
+        for i in 1..=samples {
+            while ask.load(Ordering::Acquire) < i {
+                futex::wait(ask, i - 1, Duration::from_secs(1));
+            }
+            done.store(i, Ordering::Release);
+            futex::wake(done, 1);
+        }
+    });
+    let [ask, done] = &*words;
+    let mut out = Vec::with_capacity(samples as usize);
+    for i in 1..=samples {
+        std::thread::sleep(Duration::from_micros(300));
+        let t = Instant::now();
+        ask.store(i, Ordering::Release);
+        futex::wake(ask, 1);
+        while done.load(Ordering::Acquire) < i {
+            futex::wait(done, i - 1, Duration::from_secs(1));
+        }
+        out.push(t.elapsed().as_nanos() as u64);
+    }
+    peer.join()
+        .map_err(|_| anyhow::anyhow!("the futex peer thread panicked"))?;
+    out.sort_unstable();
+    Ok(out)
 }
 
 /// Round trips over a Unix socket to an echo peer pinned to `peer_cpu`.
