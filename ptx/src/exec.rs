@@ -202,13 +202,34 @@ struct Frame {
     call: u32,
     /// The callee's registers in this lane.
     regs: Box<[u64]>,
-    /// Its local ranges, then its param-scratch ranges, in this lane.
-    bytes: Box<[u8]>,
+    /// Its local ranges, then its param-scratch ranges, in this lane: the
+    /// caller's values of them, which a generic pointer the caller made
+    /// into its own locals reaches while the callee runs
+    /// ([`ACTIVATION_STRIDE`]).
+    bytes: std::cell::RefCell<Box<[u8]>>,
+}
+
+/// Generic addresses of local memory that a lane makes while `d` calls of
+/// recursive functions deep are `LOCAL_WINDOW + d * ACTIVATION_STRIDE +
+/// offset`: every activation's locals have addresses of their own, as on
+/// a GPU's stack, although they share the lane's local memory (the
+/// caller's values wait in the callee's [`Frame`]). A pointer into an
+/// outer activation's locals (Numba returns every value that way) then
+/// reads and writes that activation's values where they wait. Used while
+/// the kernel's local memory is at most this large, and to depths the
+/// window holds.
+const ACTIVATION_STRIDE: u64 = 1 << 26;
+
+/// Where a local address is ([`Launch::outer_local`]).
+enum Outer {
+    Live(u64),
+    Saved(usize, usize),
+    Gone,
 }
 
 impl Frame {
     fn size(&self) -> u64 {
-        (self.regs.len() * 8 + self.bytes.len() + std::mem::size_of::<Frame>()) as u64
+        (self.regs.len() * 8 + self.bytes.borrow().len() + std::mem::size_of::<Frame>()) as u64
     }
 }
 
@@ -1850,6 +1871,56 @@ impl<'a> Launch<'a> {
         (slot * lb, lb, slot * sb, sb)
     }
 
+    /// What [`ACTIVATION_STRIDE`] adds to the generic addresses of local
+    /// memory lane `l` makes now: 0 outside recursive calls, and where the
+    /// kernel's locals or the depth do not fit the scheme.
+    fn activation_tag(&self, w: &Warp, l: usize) -> u64 {
+        let depth = w.frames.get(l).map_or(0, Vec::len) as u64;
+        if u64::from(self.func.local_bytes) > ACTIVATION_STRIDE
+            || depth >= crate::WINDOW_SIZE / ACTIVATION_STRIDE
+        {
+            return 0;
+        }
+        depth * ACTIVATION_STRIDE
+    }
+
+    /// Where lane `l`'s local address `off` (of `len` bytes) is: an
+    /// address its present activation made ([`Outer::Live`]), or one an
+    /// outer activation made, whose value waits in the first frame saved
+    /// since that holds it ([`Outer::Saved`]: frame, byte offset), or lives
+    /// on where no frame saved it; an activation that has returned is
+    /// [`Outer::Gone`]. A local-space address below the stride is the
+    /// present activation's (`ld.local` of its own depot); a generic one
+    /// carries the depth it was made at, 0 outside recursive calls.
+    fn outer_local(&self, w: &Warp, l: usize, off: u64, len: u64, generic: bool) -> Outer {
+        if off < ACTIVATION_STRIDE && (!generic || w.frames.is_empty()) {
+            return Outer::Live(off);
+        }
+        let (depth, x) = (off / ACTIVATION_STRIDE, off % ACTIVATION_STRIDE);
+        let frames = match w.frames.get(l) {
+            Some(f) => f,
+            None => return Outer::Gone,
+        };
+        let now = frames.len() as u64;
+        if depth > now {
+            return Outer::Gone;
+        }
+        for (k, frame) in frames.iter().enumerate().skip(depth as usize) {
+            let Op::CallFrame(cf) = &self.func.insts[frame.call as usize].op else {
+                continue;
+            };
+            let mut at = 0u64;
+            for &(a, b) in &cf.local {
+                let (a, b) = (u64::from(a), u64::from(b));
+                if x >= a && x + len <= b {
+                    return Outer::Saved(k, (at + x - a) as usize);
+                }
+                at += b.saturating_sub(a);
+            }
+        }
+        Outer::Live(x)
+    }
+
     /// Lane `l` calls a recursive function ([`Op::CallFrame`] at `pc`):
     /// saves what the callee's activation uses, then copies the arguments.
     fn push_frame(&mut self, w: &mut Warp, l: usize, pc: u32, cf: &CallFrame) -> Result<(), Error> {
@@ -1877,7 +1948,7 @@ impl<'a> Launch<'a> {
         let frame = Frame {
             call: pc,
             regs,
-            bytes: bytes.into_boxed_slice(),
+            bytes: std::cell::RefCell::new(bytes.into_boxed_slice()),
         };
         let size = frame.size();
         if self.stack_bytes + size > crate::MAX_STACK_BYTES {
@@ -1931,11 +2002,12 @@ impl<'a> Launch<'a> {
             w.regs[(r0 + k) * 32 + l] = *v;
         }
         let mut at = 0;
+        let bytes = frame.bytes.borrow();
         for &(a, b) in &cf.local {
             let n = b.saturating_sub(a) as usize;
             let o = lo + a as usize;
             if a as usize + n <= lb {
-                self.local[o..o + n].copy_from_slice(&frame.bytes[at..at + n]);
+                self.local[o..o + n].copy_from_slice(&bytes[at..at + n]);
             }
             at += n;
         }
@@ -1943,10 +2015,11 @@ impl<'a> Launch<'a> {
             let n = b.saturating_sub(a) as usize;
             let o = u64::from(a).wrapping_sub(PARAM_SCRATCH_BASE) as usize;
             if o + n <= sb {
-                self.pscratch[so + o..so + o + n].copy_from_slice(&frame.bytes[at..at + n]);
+                self.pscratch[so + o..so + o + n].copy_from_slice(&bytes[at..at + n]);
             }
             at += n;
         }
+        drop(bytes);
         for (&(_, to, len), v) in cf.rets.iter().zip(rets) {
             let r = range(
                 u64::from(to).wrapping_sub(PARAM_SCRATCH_BASE),
@@ -2697,6 +2770,14 @@ impl<'a> Launch<'a> {
                 let m = mask_of(bits);
                 if to {
                     self.map1(w, exec, d, a, |x| x.wrapping_sub(base) & m);
+                } else if space == Space::Local && !w.frames.is_empty() {
+                    // Inside recursive calls: each activation's own
+                    // addresses.
+                    for l in bits_of(exec) {
+                        let x = self.rd(w, a, l);
+                        let tag = self.activation_tag(w, l);
+                        Self::wr(w, d, l, x.wrapping_add(base).wrapping_add(tag) & m);
+                    }
                 } else {
                     self.map1(w, exec, d, a, |x| x.wrapping_add(base) & m);
                 }
@@ -3069,6 +3150,15 @@ impl<'a> Launch<'a> {
             }
             Space::Local => {
                 let lb = self.func.local_bytes as usize;
+                let off = match self.outer_local(w, l, off, len, space == Space::Generic) {
+                    Outer::Live(off) => off,
+                    Outer::Saved(k, at) => {
+                        let bytes = w.frames[l][k].bytes.borrow();
+                        copy(buf, &bytes[at..at + len as usize]);
+                        return Ok(());
+                    }
+                    Outer::Gone => return Err(oob()),
+                };
                 let r = range(off, len, lb).ok_or_else(oob)?;
                 let base = slot * lb;
                 copy(buf, &self.local[base + r.start..base + r.end]);
@@ -3130,6 +3220,15 @@ impl<'a> Launch<'a> {
             }
             Space::Local => {
                 let lb = self.func.local_bytes as usize;
+                let off = match self.outer_local(w, l, off, len, space == Space::Generic) {
+                    Outer::Live(off) => off,
+                    Outer::Saved(k, at) => {
+                        let mut bytes = w.frames[l][k].bytes.borrow_mut();
+                        copy(&mut bytes[at..at + len as usize], data);
+                        return Ok(());
+                    }
+                    Outer::Gone => return Err(oob()),
+                };
                 let r = range(off, len, lb).ok_or_else(oob)?;
                 let base = slot * lb;
                 copy(&mut self.local[base + r.start..base + r.end], data);

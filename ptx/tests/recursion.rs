@@ -121,3 +121,110 @@ fn deep_recursion_runs_and_endless_recursion_overflows_the_call_stack() {
     let (r, _) = run(1 << 30);
     assert!(matches!(r, Err(Error::StackOverflow(_))), "{r:?}");
 }
+
+/// Numba's ABI: a device function returns its value through a pointer to
+/// the caller's local memory, which a recursive function passes down to
+/// its own deeper activations (each writes its result into its caller's
+/// locals). Every activation's locals need addresses of their own for
+/// that; lanes at different depths. Hand-written after Numba's PTX of
+/// `fib(n) = n if n < 2 else fib(n - 1) + fib(n - 2)`.
+#[test]
+fn results_returned_through_pointers_into_the_callers_locals_reach_it() {
+    const PTX: &str = r#"
+.version 8.0
+.target sm_90
+.address_size 64
+.func (.param .b32 rv) fib(.param .b64 out, .param .b64 n);
+.visible .entry k(.param .u64 res)
+{
+    .local .align 8 .b8 depot[8];
+    .reg .b64 %SP, %SPL, %rd<8>;
+    .reg .b32 %r<3>;
+    mov.u64 %SPL, depot;
+    cvta.local.u64 %SP, %SPL;
+    mov.u32 %r1, %tid.x;
+    and.b32 %r2, %r1, 15;
+    cvt.u64.u32 %rd1, %r2;
+    mov.u64 %rd2, 77;
+    st.local.u64 [%SPL], %rd2;
+    {
+    .param .b64 p0;
+    st.param.b64 [p0], %SP;
+    .param .b64 p1;
+    st.param.b64 [p1], %rd1;
+    .param .b32 r0;
+    call.uni (r0), fib, (p0, p1);
+    }
+    ld.local.u64 %rd3, [%SPL];
+    ld.param.u64 %rd4, [res];
+    cvta.to.global.u64 %rd5, %rd4;
+    mul.wide.u32 %rd6, %r1, 8;
+    add.s64 %rd7, %rd5, %rd6;
+    st.global.u64 [%rd7], %rd3;
+    ret;
+}
+.func (.param .b32 rv) fib(.param .b64 out, .param .b64 n)
+{
+    .local .align 8 .b8 depot[16];
+    .reg .b64 %SP, %SPL, %rd<16>;
+    .reg .pred %p1;
+    .reg .b32 %r1;
+    mov.u64 %SPL, depot;
+    cvta.local.u64 %SP, %SPL;
+    ld.param.u64 %rd3, [out];
+    ld.param.u64 %rd4, [n];
+    add.u64 %rd5, %SP, 0;
+    add.u64 %rd7, %SP, 8;
+    mov.u64 %rd6, 0;
+    st.local.u64 [%SPL], %rd6;
+    st.local.u64 [%SPL+8], %rd6;
+    setp.lt.s64 %p1, %rd4, 2;
+    @%p1 bra SMALL;
+    add.s64 %rd8, %rd4, -1;
+    {
+    .param .b64 p0;
+    st.param.b64 [p0], %rd5;
+    .param .b64 p1;
+    st.param.b64 [p1], %rd8;
+    .param .b32 r0;
+    call.uni (r0), fib, (p0, p1);
+    }
+    add.s64 %rd12, %rd4, -2;
+    {
+    .param .b64 p0;
+    st.param.b64 [p0], %rd7;
+    .param .b64 p1;
+    st.param.b64 [p1], %rd12;
+    .param .b32 r0;
+    call.uni (r0), fib, (p0, p1);
+    }
+    ld.local.u64 %rd11, [%SPL];
+    ld.u64 %rd14, [%rd7];
+    add.s64 %rd15, %rd14, %rd11;
+    st.u64 [%rd3], %rd15;
+    bra.uni DONE;
+SMALL:
+    st.u64 [%rd3], %rd4;
+DONE:
+    mov.u32 %r1, 0;
+    st.param.b32 [rv], %r1;
+    ret;
+}
+"#;
+    let m = fairgpu_ptx::Module::parse(PTX).expect("parses");
+    let mut mem = VecMemory::default();
+    let res = mem.alloc(vec![0; 8 * 64]);
+    launch(
+        &m,
+        &mut m.globals(),
+        "k",
+        dims([1, 1, 1], [64, 1, 1], 0),
+        Params::new().ptr(res),
+        &mut mem,
+    )
+    .expect("runs");
+    let got = mem.u64s(res);
+    for (t, &v) in got.iter().enumerate() {
+        assert_eq!(v, u64::from(fib(t as u32 % 16)), "thread {t}");
+    }
+}
