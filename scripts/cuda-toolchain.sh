@@ -95,12 +95,14 @@ CUPY_WHEELS=(
 # GPU's driver compiles). Installed into a virtual environment: numba-cuda
 # takes over `numba.cuda` through a .pth file, and cuda-pathfinder finds the
 # NVIDIA libraries in site-packages, neither of which a --target install
-# gives.
+# gives. cuda-bindings 12.9.7, the last 12.9 release whose CUipcMemHandle
+# has the `reserved` field numba-cuda 0.30.4 pickles IPC handles through
+# (12.9.8 and later lack it, and Numba's IPC fails before any driver call).
 NUMBA_WHEELS=(
     "numba-cuda==0.30.4"
     "numba==0.68.1"
     "llvmlite==0.50.0"
-    "cuda-bindings==12.9.10"
+    "cuda-bindings==12.9.7"
     "cuda-core==1.2.2"
     "cuda-pathfinder==1.9.1"
     "nvidia-cuda-nvcc-cu12==12.9.86"

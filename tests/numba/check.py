@@ -536,6 +536,81 @@ def cooperative_grid_sync():
     assert grid_phases.overloads[grid_phases.signatures[0]].cooperative
 
 
+@cuda.jit("i8(i8)", device=True)
+def fib(n):
+    if n < 2:
+        return n
+    return fib(n - 1) + fib(n - 2)
+
+
+@cuda.jit
+def fibs(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = fib(i % 18)
+
+
+@check
+def recursive_device_functions():
+    # Numba returns a device function's value through a pointer into its
+    # caller's local memory, which a recursion passes down to deeper
+    # activations of itself; lanes of a warp at different depths.
+    out = cuda.device_array(96, dtype=np.int64)
+    fibs[3, 32](out)
+
+    def fib_cpu(n):
+        a, b = 0, 1
+        for _ in range(n):
+            a, b = b, a + b
+        return a
+
+    same(out, np.array([fib_cpu(i % 18) for i in range(96)], dtype=np.int64))
+
+
+@cuda.jit
+def add_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1
+
+
+def ipc_child(handle, q):
+    # A process of its own (spawned: a fresh interpreter, a fresh CUDA
+    # context) opens the parent's allocation, reads it and adds 1 on the
+    # device.
+    try:
+        with handle as arr:
+            got = arr.copy_to_host()
+            add_one[(arr.size + 127) // 128, 128](arr)
+            cuda.synchronize()
+        q.put(("ok", got))
+    except Exception as e:
+        q.put(("error", f"{type(e).__name__}: {e}"))
+
+
+@check
+def ipc_between_processes():
+    # Numba's IPC: the handle pickles to another process of the same VM,
+    # which opens the same device memory (cuIpcOpenMemHandle).
+    import multiprocessing as mp
+
+    x = rng.integers(0, 1 << 20, 5000).astype(np.int32)
+    d = cuda.to_device(x)
+    handle = d.get_ipc_handle()
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=ipc_child, args=(handle, q))
+    p.start()
+    try:
+        status, got = q.get(timeout=120)
+    finally:
+        p.join(120)
+    assert status == "ok", got
+    assert p.exitcode == 0, f"the child exited with {p.exitcode}"
+    same(got, x)
+    same(d, x + 1)
+
+
 @check
 def device_queries():
     dev = cuda.get_current_device()
