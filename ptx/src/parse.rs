@@ -1799,7 +1799,7 @@ fn link_frames(
             .zip(funcs.get(*func as usize).and_then(Option::as_ref));
         x.op = match resolved {
             Some((&(target, shift), c))
-                if c.params.len() == args.len() && c.rets.len() == rets.len() =>
+                if c.params.len() == args.len() && rets_match(c.rets.len(), rets.len()) =>
             {
                 Op::CallFrame(Box::new(CallFrame {
                     target,
@@ -1930,7 +1930,7 @@ fn splice(
                     Some(c)
                         if state[*func as usize] == 2
                             && c.params.len() == args.len()
-                            && c.rets.len() == rets.len()
+                            && rets_match(c.rets.len(), rets.len())
                             && c.static_shared <= room =>
                     {
                         Plan::Inline(c)
@@ -1962,7 +1962,8 @@ fn splice(
         let guard = usize::from(inst.guard.is_some());
         total += match (&p, &inst.op) {
             (Plan::Inline(c), Op::Call { rets, args, .. }) => {
-                guard + args.len() + c.insts.len() + rets.len()
+                // inline_body copies out the return values the callee has.
+                guard + args.len() + c.insts.len() + rets.len().min(c.rets.len())
             }
             (Plan::Indirect(cs), Op::CallIndirect(ci)) => {
                 let copies: usize = cs
@@ -2144,6 +2145,14 @@ fn grow_regs(f: &mut Func, n: u32, line: u32) -> Result<u32, Error> {
             )
         })?;
     Ok(shift)
+}
+
+/// Whether a call's return variables fit its callee's: as many, or a
+/// callee that returns nothing (Numba declares a C function returning
+/// `void` or a pointer with a return value it ignores; the variable keeps
+/// whatever it held, as a register the callee never wrote would).
+fn rets_match(callee: usize, call: usize) -> bool {
+    callee == call || callee == 0
 }
 
 /// Appends a copy of `c`'s body to `out`, its registers moved up by

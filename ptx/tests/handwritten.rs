@@ -1768,3 +1768,53 @@ fn a_product_used_once_fuses_with_its_add_as_ptxas_fuses_it() {
     assert_eq!(out[5], tiny, "a*a - c, c set in between: fused");
     assert_eq!(out[6], (-(2f32).powi(-24)).to_bits(), "c - a*a: fused");
 }
+
+/// A call that names a return variable of a function that returns nothing
+/// (what Numba emits for a C function returning `void` it declares with
+/// `abi="c"`) runs the function; the variable keeps what it held.
+#[test]
+fn a_call_with_a_return_variable_of_a_void_function_runs_it() {
+    const PTX: &str = r#"
+.version 8.0
+.target sm_90
+.address_size 64
+.func (.param .b32 rv) consume(.param .b64 p);
+.visible .entry k(.param .u64 out)
+{
+    .reg .b64 %rd<3>;
+    .reg .b32 %r<2>;
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd2, %rd1;
+    {
+    .param .b64 p0;
+    st.param.b64 [p0], %rd2;
+    .param .b32 r0;
+    call.uni (r0), consume, (p0);
+    ld.param.b32 %r1, [r0];
+    }
+    ret;
+}
+.func consume(.param .b64 p)
+{
+    .reg .b64 %rd1;
+    .reg .b32 %r1;
+    ld.param.u64 %rd1, [p];
+    mov.u32 %r1, 42;
+    st.global.u32 [%rd1], %r1;
+    ret;
+}
+"#;
+    let m = Module::parse(PTX).expect("parses");
+    let mut mem = VecMemory::default();
+    let out = mem.alloc(vec![0; 4]);
+    launch(
+        &m,
+        &mut m.globals(),
+        "k",
+        dims([1, 1, 1], [1, 1, 1], 0),
+        Params::new().ptr(out),
+        &mut mem,
+    )
+    .expect("runs");
+    assert_eq!(mem.u32s(out), vec![42]);
+}
