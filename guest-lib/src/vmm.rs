@@ -83,9 +83,9 @@ const PROT_READWRITE: u32 = 3;
 /// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`.
 const HANDLE_POSIX_FD: u32 = 1;
 /// What this library's shareable descriptors hold: a magic, the host's
-/// token, the size, and whether the memory is compressible.
+/// token, and whether the memory is compressible.
 const SHARE_MAGIC: [u8; 8] = *b"fgpuvmem";
-const SHARE_LEN: usize = 25;
+const SHARE_LEN: usize = 17;
 
 #[derive(Debug)]
 struct Memory {
@@ -541,7 +541,7 @@ pub extern "C" fn cuMemExportToShareableHandle(
         let mut text = [0u8; SHARE_LEN];
         text[..8].copy_from_slice(&SHARE_MAGIC);
         text[8..16].copy_from_slice(&token.to_le_bytes());
-        text[24] = u8::from(compressed);
+        text[16] = u8::from(compressed);
         let fd = crate::memfd::with_bytes(c"fairgpu-vmem", &text).ok_or(err::OUT_OF_MEMORY)?;
         // SAFETY: the caller passes room for an `int` (POSIX handle type).
         unsafe { shareable.cast::<i32>().write(fd) };
@@ -580,7 +580,7 @@ pub extern "C" fn cuMemImportFromShareableHandle(
             t.memory.insert(
                 h,
                 Memory {
-                    compressed: text[24] == 1,
+                    compressed: text[16] == 1,
                     refs: 1,
                     handle_types: HANDLE_POSIX_FD,
                     key,
