@@ -52,8 +52,9 @@
 # of symlinks (so data/ and the kernel files are found as the samples look
 # for them), with stdin from /dev/null, the arguments test_args.json gives
 # (the first of its "runs"), LD_LIBRARY_PATH holding the guest library as
-# libcuda.so.1, fairgpu's NVRTC shim as libnvrtc.so.12/13 where it was
-# built beside the guest library (and the --extra-lib folders), FAIRGPU_REGION set, stdout
+# libcuda.so.1, fairgpu's NVRTC and nvJitLink shims as libnvrtc.so.12/13 and
+# libnvJitLink.so.12/13 where they were built beside the guest library (and
+# the --extra-lib folders), FAIRGPU_REGION set, stdout
 # and stderr line-buffered (stdbuf, so a timed-out sample's last line is
 # kept), and a timeout (default 300 s, then SIGTERM, 10 s later SIGKILL).
 # NVRTC samples also get the headers their CMake file copies beside them
@@ -243,14 +244,20 @@ ln -sfn libcuda.so.1 "$out/lib/libcuda.so"
 # libnvrtc.so.N is in an --extra-lib folder: NVRTC samples ask for a cubin
 # of the device's architecture, which the shim answers with PTX on SimGpu
 # (NVIDIA's library does the compiling).
+# The same for fairgpu's nvJitLink shim (-p fairgpu-guest-nvjitlink12 -p
+# fairgpu-guest-nvjitlink13): jitLto links LTO-IR for the device's
+# architecture, which the shim answers with PTX on SimGpu.
 for v in 12 13; do
-    rm -f "$out/lib/libnvrtc.so.$v"
-    shim="$(cd "$(dirname "$guest_lib")" && pwd)/libfairgpu_nvrtc$v.so"
-    for d in "${extra_lib[@]}"; do
-        if [[ -f $shim && -e $d/libnvrtc.so.$v ]]; then
-            ln -sfn "$shim" "$out/lib/libnvrtc.so.$v"
-            break
-        fi
+    for pair in libnvrtc:libfairgpu_nvrtc libnvJitLink:libfairgpu_nvjitlink; do
+        name=${pair%%:*}
+        rm -f "$out/lib/$name.so.$v"
+        shim="$(cd "$(dirname "$guest_lib")" && pwd)/${pair#*:}$v.so"
+        for d in "${extra_lib[@]}"; do
+            if [[ -f $shim && -e $d/$name.so.$v ]]; then
+                ln -sfn "$shim" "$out/lib/$name.so.$v"
+                break
+            fi
+        done
     done
 done
 ln -sfn "$tree/Common" "$out/run/Common"

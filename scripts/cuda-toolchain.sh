@@ -38,6 +38,7 @@
 #   CUPY_CUDA_PATH       the CUDA 12.9 headers' root (CuPy's CUDA_PATH)
 #   CUPY_NVRTC_LIB       libnvrtc.so.12 (for LD_LIBRARY_PATH)
 #   CUPY_CURAND_LIB      libcurand.so.10 (for LD_LIBRARY_PATH)
+#   CUPY_NVJITLINK_LIB   libnvJitLink.so.12 and its header in ../include
 #   with --with-numba:
 #   NUMBA_PYTHON         the environment's python, with Numba importable
 #   with --with-pycuda:
@@ -80,10 +81,12 @@ CUDA12_WHEELS=(
 # CuPy compiles its kernels at run time with NVRTC; the NVRTC of the CUDA
 # 12 runtime above. NumPy is left to pip (its wheels follow the Python).
 # cuRAND for CuPy's random module (cupy.random draws through it; SimGpu
-# executes the PTX its fatbins carry).
+# executes the PTX its fatbins carry). nvJitLink of the same release, which
+# links NVRTC's LTO-IR (tests/cuda/jit_lto.cpp, through fairgpu's shim).
 CUPY_WHEELS=(
     "cupy-cuda12x==14.2.0"
     "nvidia-cuda-nvrtc-cu12==12.9.86"
+    "nvidia-nvjitlink-cu12==12.9.86"
     "nvidia-curand-cu12==10.3.10.19"
     "numpy>=2"
 )
@@ -346,6 +349,10 @@ if [[ -f $prefix/cupy/.fairgpu-installed ]]; then
     [[ -e $curand/libcurand.so.10 ]] ||
         die "cuRAND missing from $prefix/cupy; remove it and retry"
     env_text+=$'\n'"export CUPY_CURAND_LIB='$curand'"
+    nvjitlink="$prefix/cupy/nvidia/nvjitlink/lib"
+    [[ -e $nvjitlink/libnvJitLink.so.12 ]] ||
+        die "nvJitLink missing from $prefix/cupy; remove it and retry"
+    env_text+=$'\n'"export CUPY_NVJITLINK_LIB='$nvjitlink'"
 fi
 if [[ -f $prefix/numba/.fairgpu-installed ]]; then
     "$prefix/numba/bin/python" -c 'import numba.cuda, numpy' 2>/dev/null ||

@@ -352,9 +352,11 @@ fn cubin_refused() {
         "the host refused a cubin (machine code for one GPU architecture, no PTX). SimGpu \
          executes PTX: ask for PTX instead (NVRTC: nvrtcGetPTX with \
          --gpu-architecture=compute_90, or install fairgpu's NVRTC shim as libnvrtc.so.12/13 \
-         beside this library, which does that for programs asking NVRTC for a cubin; nvcc: \
-         -gencode arch=compute_90,code=compute_90); on a GPU, build the cubin for the host's \
-         architecture"
+         beside this library, which does that for programs asking NVRTC for a cubin; \
+         nvJitLink: link LTO-IR with -lto -ptx and load nvJitLinkGetLinkedPtx, or install \
+         fairgpu's nvJitLink shim as libnvJitLink.so.12/13, which does that for -lto links; \
+         nvcc: -gencode arch=compute_90,code=compute_90); on a GPU, build the cubin for the \
+         host's architecture"
             .to_owned()
     });
 }

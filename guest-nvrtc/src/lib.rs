@@ -38,6 +38,7 @@ use std::sync::{Mutex, OnceLock};
 pub use fairgpu_protocol::cuda::ATTR_EXECUTES_PTX_ONLY;
 
 mod dl;
+pub mod jitlink;
 pub mod options;
 
 /// `nvrtcResult`.
@@ -167,24 +168,34 @@ fn real(major: u32) -> Option<&'static Entries> {
 }
 
 fn open_real(major: u32) -> Result<dl::Library, String> {
-    if let Some(p) = std::env::var_os("FAIRGPU_NVRTC_LIBRARY") {
+    open_nvidia(
+        "FAIRGPU_NVRTC_LIBRARY",
+        &format!("libnvrtc.so.{major}"),
+        c"fairgpu_nvrtc_shim",
+    )
+}
+
+/// NVIDIA's library `file`: the path in the environment variable `setting`
+/// if set, else the first `file` in [`search_dirs`] that is neither this
+/// shim nor another copy of a fairgpu shim (one that defines `marker`).
+fn open_nvidia(setting: &str, file: &str, marker: &std::ffi::CStr) -> Result<dl::Library, String> {
+    if let Some(p) = std::env::var_os(setting) {
         let p = PathBuf::from(p);
-        let c = dl::c_path(&p).ok_or("FAIRGPU_NVRTC_LIBRARY holds a NUL byte")?;
+        let c = dl::c_path(&p).ok_or_else(|| format!("{setting} holds a NUL byte"))?;
         return dl::Library::open(&c)
             .ok_or_else(|| format!("cannot open {}: {}", p.display(), dl::error()));
     }
     let me = dl::own_file();
-    let file = format!("libnvrtc.so.{major}");
     let mut looked = Vec::new();
     for dir in search_dirs() {
-        let p = dir.join(&file);
+        let p = dir.join(file);
         if !p.is_file() || me.as_ref().is_some_and(|m| dl::same_file(m, &p)) {
             continue;
         }
         let Some(c) = dl::c_path(&p) else { continue };
         match dl::Library::open(&c) {
             // Another copy of a fairgpu shim is not NVIDIA's library.
-            Some(lib) if lib.symbol(c"fairgpu_nvrtc_shim").is_none() => return Ok(lib),
+            Some(lib) if lib.symbol(marker).is_none() => return Ok(lib),
             Some(_) => looked.push(format!("{} (a fairgpu shim)", p.display())),
             None => looked.push(format!("{} ({})", p.display(), dl::error())),
         }

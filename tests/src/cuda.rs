@@ -106,6 +106,7 @@ pub fn cupy_env() -> Option<std::collections::HashMap<String, String>> {
         "CUPY_CUDA_PATH",
         "CUPY_NVRTC_LIB",
         "CUPY_CURAND_LIB",
+        "CUPY_NVJITLINK_LIB",
     ]
     .iter()
     .all(|k| vars.contains_key(*k))

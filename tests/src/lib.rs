@@ -968,6 +968,21 @@ pub fn nvrtc_shim_dir(major: u32) -> PathBuf {
     dir
 }
 
+/// A directory holding fairgpu's nvJitLink shim of CUDA `major` under
+/// NVIDIA's name (`libnvJitLink.so.<major>`), for `LD_LIBRARY_PATH`.
+pub fn nvjitlink_shim_dir(major: u32) -> PathBuf {
+    let lib = format!("libfairgpu_nvjitlink{major}.so");
+    built_artifact(&lib, &format!("fairgpu-guest-nvjitlink{major}"));
+    let dir = profile_dir().join(format!("nvjitlink-shim-{major}"));
+    std::fs::create_dir_all(&dir).expect("creating target/<profile>/nvjitlink-shim-N");
+    link_into(
+        &dir,
+        &format!("libnvJitLink.so.{major}"),
+        &Path::new("..").join(lib),
+    );
+    dir
+}
+
 /// Makes `dir/name` a symlink to `target` (atomically, as tests run in
 /// parallel), unless it already is one.
 fn link_into(dir: &Path, name: &str, target: &Path) {

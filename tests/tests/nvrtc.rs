@@ -1,14 +1,20 @@
-//! A program that compiles its kernels with NVIDIA's NVRTC for the device's
-//! own architecture and loads the cubin (`tests/cuda/nvrtc_cubin.cpp`, the
-//! way NVIDIA's samples and CuPy do it), through fairgpu's NVRTC shim and
-//! guest library against a daemon on SimGpu: with the shim installed it
-//! runs and its results match the CPU; without it SimGpu refuses the
-//! machine code; with the shim but no NVIDIA library behind it every call
-//! fails with a message naming `FAIRGPU_NVRTC_LIBRARY`.
+//! Programs that compile their kernels with NVIDIA's NVRTC for the device's
+//! own architecture and load the machine code, through fairgpu's NVRTC and
+//! nvJitLink shims and guest library against a daemon on SimGpu:
 //!
-//! NVIDIA's NVRTC 12 and its header come from `scripts/cuda-toolchain.sh
-//! --with-cupy`; without them the test skips, unless
-//! `FAIRGPU_REQUIRE_CUPY=1` (as `scripts/test.sh` sets it).
+//! - `tests/cuda/nvrtc_cubin.cpp` asks NVRTC for a cubin (the way NVIDIA's
+//!   samples and CuPy do it);
+//! - `tests/cuda/jit_lto.cpp` compiles two units to LTO-IR and links them
+//!   with nvJitLink for `sm_XY` (the way NVIDIA's jitLto sample does it).
+//!
+//! With the shims installed they run and their results match the CPU;
+//! without them SimGpu refuses the machine code; with a shim but no NVIDIA
+//! library behind it every call fails with a message naming the setting
+//! that says where it is.
+//!
+//! NVIDIA's NVRTC 12 and nvJitLink 12 and their headers come from
+//! `scripts/cuda-toolchain.sh --with-cupy`; without them the tests skip,
+//! unless `FAIRGPU_REQUIRE_CUPY=1` (as `scripts/test.sh` sets it).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -16,14 +22,16 @@ use std::time::Duration;
 
 use fairgpu_tests::cuda::{cupy_env, missing, toolchain_prefix};
 use fairgpu_tests::{
-    guest_lib_dir, nvrtc_shim_dir, profile_dir, run_command, vm, wait_for_status, Setup,
+    guest_lib_dir, nvjitlink_shim_dir, nvrtc_shim_dir, profile_dir, run_command, vm,
+    wait_for_status, Setup,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The test program, built with g++ against cuda.h (12.9) and nvrtc.h,
-/// linked to `libcuda.so.1` and `libnvrtc.so.12` by soname.
-fn build(nvrtc_lib: &Path) -> PathBuf {
+/// A test program of `tests/cuda/`, built with g++ against cuda.h (12.9)
+/// and the headers in `../include` of each of `libs` (directories of
+/// NVIDIA's libraries), linked to `libcuda.so.1` and `sonames` by soname.
+fn build(source: &str, libs: &[&Path], sonames: &[&str]) -> PathBuf {
     let prefix = toolchain_prefix();
     let env = std::fs::read_to_string(prefix.join("env.sh")).expect("toolchain env.sh");
     let cuda_include = env
@@ -31,25 +39,27 @@ fn build(nvrtc_lib: &Path) -> PathBuf {
         .find_map(|l| l.strip_prefix("export CUDA12_INCLUDE="))
         .map(|v| v.trim_matches('\''))
         .expect("CUDA12_INCLUDE in env.sh");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda/nvrtc_cubin.cpp");
-    let out = profile_dir().join("nvrtc-test").join("nvrtc_cubin");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("cuda")
+        .join(source);
+    let name = source.split('.').next().expect("a file name");
+    let out = profile_dir().join("nvrtc-test").join(name);
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-    let built = run_command(
-        Command::new("g++")
-            .args(["-O1", "-std=c++17", "-I"])
-            .arg(cuda_include)
-            .arg("-I")
-            .arg(nvrtc_lib.join("../include"))
-            .arg(&src)
-            .arg("-o")
-            .arg(&out)
-            .arg("-L")
-            .arg(guest_lib_dir())
-            .arg("-L")
-            .arg(nvrtc_lib)
-            .args(["-l:libcuda.so.1", "-l:libnvrtc.so.12"]),
-        TIMEOUT,
-    );
+    let mut cmd = Command::new("g++");
+    cmd.args(["-O1", "-std=c++17", "-I"]).arg(cuda_include);
+    for lib in libs {
+        cmd.arg("-I").arg(lib.join("../include"));
+    }
+    cmd.arg(&src).arg("-o").arg(&out);
+    cmd.arg("-L").arg(guest_lib_dir());
+    for lib in libs {
+        cmd.arg("-L").arg(lib);
+    }
+    cmd.arg("-l:libcuda.so.1");
+    for so in sonames {
+        cmd.arg(format!("-l:{so}"));
+    }
+    let built = run_command(&mut cmd, TIMEOUT);
     assert!(
         built.status.success(),
         "g++ failed:\n{}",
@@ -58,12 +68,20 @@ fn build(nvrtc_lib: &Path) -> PathBuf {
     out
 }
 
+/// `dirs` joined for `LD_LIBRARY_PATH`.
+fn lib_path(dirs: &[&Path]) -> String {
+    let v: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    v.join(":")
+}
+
 fn run(prog: &Path, region: &Path, lib_path: String, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(prog);
     cmd.env("LD_LIBRARY_PATH", lib_path)
         .env("FAIRGPU_REGION", region)
         .env_remove("FAIRGPU_NVRTC_LIBRARY")
-        .env_remove("FAIRGPU_NVRTC_PTX");
+        .env_remove("FAIRGPU_NVRTC_PTX")
+        .env_remove("FAIRGPU_NVJITLINK_LIBRARY")
+        .env_remove("FAIRGPU_NVJITLINK_PTX");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -89,7 +107,7 @@ fn a_program_asking_nvrtc_for_a_cubin_runs_on_simgpu_through_the_shim() {
         return missing("FAIRGPU_REQUIRE_CUPY", &why);
     };
     let nvrtc_lib = PathBuf::from(&env["CUPY_NVRTC_LIB"]);
-    let prog = build(&nvrtc_lib);
+    let prog = build("nvrtc_cubin.cpp", &[&nvrtc_lib], &["libnvrtc.so.12"]);
     let setup = Setup::new("nvrtc", &[("rtc", 1, 2)]);
     let daemon = setup.start();
     let region = &setup.regions[0];
@@ -159,6 +177,97 @@ fn a_program_asking_nvrtc_for_a_cubin_runs_on_simgpu_through_the_shim() {
         o.status.code() == Some(1)
             && stderr.contains("FAIRGPU_NVRTC_LIBRARY")
             && stderr.contains("NVRTC_ERROR_INTERNAL_ERROR"),
+        "no NVIDIA library: {}",
+        show(&o)
+    );
+}
+
+#[test]
+fn a_program_linking_lto_ir_with_nvjitlink_runs_on_simgpu_through_the_shim() {
+    let Some(env) = cupy_env() else {
+        let why = format!(
+            "NVIDIA's NVRTC and nvJitLink not installed in {} (run scripts/cuda-toolchain.sh --with-cupy)",
+            toolchain_prefix().display()
+        );
+        return missing("FAIRGPU_REQUIRE_CUPY", &why);
+    };
+    let nvrtc_lib = PathBuf::from(&env["CUPY_NVRTC_LIB"]);
+    let jit_lib = PathBuf::from(&env["CUPY_NVJITLINK_LIB"]);
+    let prog = build(
+        "jit_lto.cpp",
+        &[&nvrtc_lib, &jit_lib],
+        &["libnvrtc.so.12", "libnvJitLink.so.12"],
+    );
+    let setup = Setup::new("nvjitlink", &[("lto", 1, 2)]);
+    let daemon = setup.start();
+    let region = &setup.regions[0];
+    let guest = guest_lib_dir();
+    let shim = nvjitlink_shim_dir(12);
+
+    // The shim ahead of NVIDIA's library: the LTO link emits PTX, which
+    // runs; the program checks every element and the counter the two
+    // units share.
+    let with_shim = lib_path(&[&shim, &guest, &nvrtc_lib, &jit_lib]);
+    let o = run(&prog, region, with_shim.clone(), &[]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && stdout.contains("match the CPU") && stdout.contains("PASSED"),
+        "with the shim: {}\n--- daemon ---\n{}",
+        show(&o),
+        daemon.log()
+    );
+    let st = wait_for_status(&daemon, "the program's channel to be released", |s| {
+        vm(s, "lto").channels_used == 0
+    });
+    assert!(vm(&st, "lto").kernels >= 1, "{:?}", vm(&st, "lto"));
+
+    // NVIDIA's nvJitLink alone: machine code, which SimGpu refuses, saying
+    // what to do about it.
+    let o = run(
+        &prog,
+        region,
+        lib_path(&[&guest, &nvrtc_lib, &jit_lib]),
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && stderr.contains("refused a cubin")
+            && stderr.contains("nvJitLink shim")
+            && stderr.contains("CUDA_ERROR_INVALID_IMAGE"),
+        "without the shim: {}",
+        show(&o)
+    );
+
+    // The shim told not to rewrite: the same refusal.
+    let o = run(
+        &prog,
+        region,
+        with_shim.clone(),
+        &[("FAIRGPU_NVJITLINK_PTX", "0")],
+    );
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("refused a cubin"),
+        "FAIRGPU_NVJITLINK_PTX=0: {}",
+        show(&o)
+    );
+
+    // The shim with no NVIDIA library behind it: the program's first call
+    // fails with NVJITLINK_ERROR_INTERNAL and a message naming the setting.
+    let o = run(
+        &prog,
+        region,
+        with_shim,
+        &[(
+            "FAIRGPU_NVJITLINK_LIBRARY",
+            "/nonexistent/libnvJitLink.so.12",
+        )],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(1)
+            && stderr.contains("FAIRGPU_NVJITLINK_LIBRARY")
+            && stderr.contains("nvJitLink error 6"),
         "no NVIDIA library: {}",
         show(&o)
     );
