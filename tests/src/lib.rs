@@ -956,28 +956,26 @@ pub fn claim(region: &Path, cfg: WaitConfig) -> Channel {
 /// `target/<profile>/libfairgpu_nvrtc<major>.so`. Panics if it has not
 /// been built.
 pub fn nvrtc_shim_dir(major: u32) -> PathBuf {
-    let lib = format!("libfairgpu_nvrtc{major}.so");
-    built_artifact(&lib, &format!("fairgpu-guest-nvrtc{major}"));
-    let dir = profile_dir().join(format!("nvrtc-shim-{major}"));
-    std::fs::create_dir_all(&dir).expect("creating target/<profile>/nvrtc-shim-N");
-    link_into(
-        &dir,
-        &format!("libnvrtc.so.{major}"),
-        &Path::new("..").join(lib),
-    );
-    dir
+    shim_dir("nvrtc", "libnvrtc", major)
 }
 
-/// A directory holding fairgpu's nvJitLink shim of CUDA `major` under
-/// NVIDIA's name (`libnvJitLink.so.<major>`), for `LD_LIBRARY_PATH`.
+/// The same for fairgpu's nvJitLink shim: `libnvJitLink.so.<major>` in
+/// `target/<profile>/nvjitlink-shim-<major>/`.
 pub fn nvjitlink_shim_dir(major: u32) -> PathBuf {
-    let lib = format!("libfairgpu_nvjitlink{major}.so");
-    built_artifact(&lib, &format!("fairgpu-guest-nvjitlink{major}"));
-    let dir = profile_dir().join(format!("nvjitlink-shim-{major}"));
-    std::fs::create_dir_all(&dir).expect("creating target/<profile>/nvjitlink-shim-N");
+    shim_dir("nvjitlink", "libnvJitLink", major)
+}
+
+/// `target/<profile>/<shim>-shim-<major>/<nvidia>.so.<major>`, a symlink
+/// to the built `libfairgpu_<shim><major>.so` (package
+/// `fairgpu-guest-<shim><major>`).
+fn shim_dir(shim: &str, nvidia: &str, major: u32) -> PathBuf {
+    let lib = format!("libfairgpu_{shim}{major}.so");
+    built_artifact(&lib, &format!("fairgpu-guest-{shim}{major}"));
+    let dir = profile_dir().join(format!("{shim}-shim-{major}"));
+    std::fs::create_dir_all(&dir).expect("creating target/<profile>/<shim>-shim-N");
     link_into(
         &dir,
-        &format!("libnvJitLink.so.{major}"),
+        &format!("{nvidia}.so.{major}"),
         &Path::new("..").join(lib),
     );
     dir

@@ -116,12 +116,7 @@ fn a_program_asking_nvrtc_for_a_cubin_runs_on_simgpu_through_the_shim() {
 
     // The shim ahead of NVIDIA's library: the three compilations run and
     // match the CPU (the program checks every element and the sum).
-    let with_shim = format!(
-        "{}:{}:{}",
-        shim.display(),
-        guest.display(),
-        nvrtc_lib.display()
-    );
+    let with_shim = lib_path(&[&shim, &guest, &nvrtc_lib]);
     let o = run(&prog, region, with_shim.clone(), &[]);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -135,50 +130,18 @@ fn a_program_asking_nvrtc_for_a_cubin_runs_on_simgpu_through_the_shim() {
     });
     assert!(vm(&st, "rtc").kernels >= 6, "{:?}", vm(&st, "rtc"));
 
-    // NVIDIA's NVRTC alone: machine code, which SimGpu refuses, saying so.
-    let o = run(
+    refusals(
         &prog,
         region,
-        format!("{}:{}", guest.display(), nvrtc_lib.display()),
-        &[],
-    );
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success()
-            && stderr.contains("refused a cubin")
-            && stderr.contains("CUDA_ERROR_INVALID_IMAGE"),
-        "without the shim: {}",
-        show(&o)
-    );
-
-    // The shim told not to rewrite: the same refusal.
-    let o = run(
-        &prog,
-        region,
-        with_shim.clone(),
-        &[("FAIRGPU_NVRTC_PTX", "0")],
-    );
-    assert!(
-        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("refused a cubin"),
-        "FAIRGPU_NVRTC_PTX=0: {}",
-        show(&o)
-    );
-
-    // The shim with no NVIDIA library behind it: an error naming the
-    // setting, not a crash.
-    let o = run(
-        &prog,
-        region,
-        with_shim,
-        &[("FAIRGPU_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so.12")],
-    );
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        o.status.code() == Some(1)
-            && stderr.contains("FAIRGPU_NVRTC_LIBRARY")
-            && stderr.contains("NVRTC_ERROR_INTERNAL_ERROR"),
-        "no NVIDIA library: {}",
-        show(&o)
+        &lib_path(&[&guest, &nvrtc_lib]),
+        &with_shim,
+        Shim {
+            says: "NVRTC shim",
+            ptx_setting: "FAIRGPU_NVRTC_PTX",
+            library_setting: "FAIRGPU_NVRTC_LIBRARY",
+            missing: "/nonexistent/libnvrtc.so.12",
+            error: "NVRTC_ERROR_INTERNAL_ERROR",
+        },
     );
 }
 
@@ -221,53 +184,78 @@ fn a_program_linking_lto_ir_with_nvjitlink_runs_on_simgpu_through_the_shim() {
     });
     assert!(vm(&st, "lto").kernels >= 1, "{:?}", vm(&st, "lto"));
 
-    // NVIDIA's nvJitLink alone: machine code, which SimGpu refuses, saying
-    // what to do about it.
-    let o = run(
+    refusals(
         &prog,
         region,
-        lib_path(&[&guest, &nvrtc_lib, &jit_lib]),
-        &[],
+        &lib_path(&[&guest, &nvrtc_lib, &jit_lib]),
+        &with_shim,
+        Shim {
+            says: "nvJitLink shim",
+            ptx_setting: "FAIRGPU_NVJITLINK_PTX",
+            library_setting: "FAIRGPU_NVJITLINK_LIBRARY",
+            missing: "/nonexistent/libnvJitLink.so.12",
+            // The program prints nvJitLink's status as a number:
+            // NVJITLINK_ERROR_INTERNAL.
+            error: "nvJitLink error 6",
+        },
     );
+}
+
+/// What a shim's failure paths say.
+struct Shim {
+    /// Part of the guest library's advice when SimGpu refuses a cubin.
+    says: &'static str,
+    /// The setting that turns the rewriting off.
+    ptx_setting: &'static str,
+    /// The setting naming NVIDIA's library.
+    library_setting: &'static str,
+    /// A path where no library is.
+    missing: &'static str,
+    /// What the program prints for the shim's status without NVIDIA's
+    /// library.
+    error: &'static str,
+}
+
+/// The program fails, saying why, without the shim (`without`: NVIDIA's
+/// library alone, machine code SimGpu refuses), with the shim told not to
+/// rewrite, and with the shim but no NVIDIA library behind it (an error
+/// naming the setting, not a crash).
+fn refusals(prog: &Path, region: &Path, without: &str, with_shim: &str, shim: Shim) {
+    let o = run(prog, region, without.to_owned(), &[]);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success()
             && stderr.contains("refused a cubin")
-            && stderr.contains("nvJitLink shim")
+            && stderr.contains(shim.says)
             && stderr.contains("CUDA_ERROR_INVALID_IMAGE"),
         "without the shim: {}",
         show(&o)
     );
 
-    // The shim told not to rewrite: the same refusal.
     let o = run(
-        &prog,
+        prog,
         region,
-        with_shim.clone(),
-        &[("FAIRGPU_NVJITLINK_PTX", "0")],
+        with_shim.to_owned(),
+        &[(shim.ptx_setting, "0")],
     );
     assert!(
         !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("refused a cubin"),
-        "FAIRGPU_NVJITLINK_PTX=0: {}",
+        "{}=0: {}",
+        shim.ptx_setting,
         show(&o)
     );
 
-    // The shim with no NVIDIA library behind it: the program's first call
-    // fails with NVJITLINK_ERROR_INTERNAL and a message naming the setting.
     let o = run(
-        &prog,
+        prog,
         region,
-        with_shim,
-        &[(
-            "FAIRGPU_NVJITLINK_LIBRARY",
-            "/nonexistent/libnvJitLink.so.12",
-        )],
+        with_shim.to_owned(),
+        &[(shim.library_setting, shim.missing)],
     );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
         o.status.code() == Some(1)
-            && stderr.contains("FAIRGPU_NVJITLINK_LIBRARY")
-            && stderr.contains("nvJitLink error 6"),
+            && stderr.contains(shim.library_setting)
+            && stderr.contains(shim.error),
         "no NVIDIA library: {}",
         show(&o)
     );
