@@ -1675,8 +1675,75 @@ fn shared_virtual_memory_lives_until_the_last_handle_of_any_channel() {
     c.mem_unmap(rc, G).unwrap();
     c.mem_release(m).unwrap();
     assert_eq!(c.mem_get_info(), Ok((VM_QUOTA, VM_QUOTA)));
+
+    // The exporter releases its handle unmapped, and then the importer,
+    // the last holder, exits: the memory goes, though the exporter's
+    // context (whose table held it) lives on.
+    let mut e = rig.cuda(0);
+    let m = c.mem_create(G).unwrap();
+    let token = c.mem_export(m).unwrap();
+    e.mem_import(token).unwrap();
+    c.mem_release(m).unwrap();
+    assert_eq!(c.mem_get_info(), Ok((VM_QUOTA - G, VM_QUOTA)));
+    drop(e);
+    wait_for_status(&rig.d, "the last holder's memory to go", |s| {
+        vm(s, "vm1").contexts == 2 && vm(s, "vm1").mem_used == 0
+    });
+    assert_refused(c.mem_import(token), inval);
     let scratch = b.mem_alloc(4096).unwrap();
     still_works(&mut b, scratch, 4);
+}
+
+/// Shared virtual memory of a context that threads share (channels joined
+/// into it) survives the channel that made the context: the context moves
+/// to another channel of it, and the memory, exported, still reaches an
+/// importer in another process after the whole context has gone.
+#[test]
+fn shared_virtual_memory_follows_its_context_to_another_thread() {
+    const G: u64 = fairgpu_protocol::cuda::VMM_GRANULARITY;
+    let rig = Rig::start("cuda_vmm_shared_joined");
+    let mut x = rig.cuda(0);
+    let mut y = rig.cuda(0);
+    let ids = Arc::new(std::sync::atomic::AtomicU64::new(1));
+    for cu in [&mut x, &mut y] {
+        cu.channel().share_call_ids(ids.clone());
+    }
+    y.context_join(x.context_share().unwrap()).unwrap();
+    let m = x.mem_create(G).unwrap();
+    let r = x.mem_address_reserve(G, 0).unwrap();
+    x.mem_map(r, G, 0, m).unwrap();
+    x.mem_set_access(r, G, 3).unwrap();
+    let data = pattern(8192, 9);
+    x.memcpy_htod(r + 4096, &data).unwrap();
+    x.mem_unmap(r, G).unwrap();
+    let token = x.mem_export(m).unwrap();
+    // The thread that made the context goes; the other keeps it.
+    drop(x);
+    wait_for_status(&rig.d, "the first thread's channel to go", |s| {
+        vm(s, "vm1").channels_used == 1
+    });
+    let mut w = rig.cuda(0);
+    let (mw, bytes) = w.mem_import(token).unwrap();
+    assert_eq!(bytes, G);
+    // The context goes with its last thread; the importer's handle keeps
+    // the memory and its bytes.
+    drop(y);
+    wait_for_status(&rig.d, "the shared context to go", |s| {
+        vm(s, "vm1").contexts == 1
+    });
+    assert_eq!(w.mem_get_info(), Ok((VM_QUOTA - G, VM_QUOTA)));
+    let rw = w.mem_address_reserve(G, 0).unwrap();
+    w.mem_map(rw, G, 0, mw).unwrap();
+    w.mem_set_access(rw, G, 3).unwrap();
+    assert_bytes_eq(&read(&mut w, rw + 4096, 8192), &data, "the importer's view");
+    w.mem_unmap(rw, G).unwrap();
+    w.mem_release(mw).unwrap();
+    assert_eq!(
+        w.mem_get_info(),
+        Ok((VM_QUOTA, VM_QUOTA)),
+        "freed with the last handle"
+    );
+    w.mem_address_free(rw, G).unwrap();
 }
 
 /// CUDA IPC is between the processes of one VM: a token opens in another

@@ -1018,6 +1018,14 @@ impl CudaOps {
             for s in self.shares.values_mut().filter(|s| **s == slot as u32) {
                 *s = at;
             }
+            // Shared virtual memory names its holders and home by slot.
+            for s in self.vmem_shared.values_mut() {
+                for h in s.holders.iter_mut().chain(std::iter::once(&mut s.home)) {
+                    if h.0 == slot as u32 {
+                        h.0 = at;
+                    }
+                }
+            }
         }
         if let [last] = rest[..] {
             // Alone again: the context lives in its own slot (`at == last`).
@@ -2732,6 +2740,17 @@ impl CudaOps {
             };
             s.holders.retain(|&x| x != here);
             if s.home != here {
+                if s.holders.is_empty() {
+                    // This context held the last handle and another
+                    // context's table holds the memory: it goes now. If
+                    // that context refuses the free (sticky), the memory
+                    // stays counted and goes with it.
+                    let (home, id, bytes) = (s.home.1, s.id, s.bytes);
+                    if self.exec.phys_release(home, id).is_ok() {
+                        self.vmem_shared.remove(&t);
+                        self.mem_used -= bytes;
+                    }
+                }
                 continue;
             }
             let (id, bytes) = (s.id, s.bytes);

@@ -2023,12 +2023,17 @@ impl GpuExecutor for SimGpu {
     }
 
     fn phys_move(&mut self, from: CtxId, to: CtxId, mem: PhysId) -> ExecResult<()> {
-        // Bookkeeping, as `mem_move`. Memory moves only while mapped
-        // nowhere: its bytes are then its own, not a mapping's.
+        // Bookkeeping, as `mem_move`: it works between contexts a fault
+        // made sticky too, so that memory other contexts hold is never
+        // lost with one of them. Memory moves only while mapped nowhere:
+        // its bytes are then its own, not a mapping's.
         if !self.contexts.contains_key(&to.0) {
             return Err(ExecError::Invalid("context"));
         }
-        let c = self.ctx_mut(from)?;
+        let c = self
+            .contexts
+            .get_mut(&from.0)
+            .ok_or(ExecError::Invalid("context"))?;
         match c.phys.get(&mem.0) {
             Some(p) if p.mapped_at.is_none() => {}
             Some(_) => {
@@ -2039,7 +2044,11 @@ impl GpuExecutor for SimGpu {
             None => return Err(ExecError::Invalid("memory handle")),
         }
         let p = c.phys.remove(&mem.0).expect("checked");
-        self.ctx_mut(to)?.phys.insert(mem.0, p);
+        self.contexts
+            .get_mut(&to.0)
+            .expect("checked above")
+            .phys
+            .insert(mem.0, p);
         Ok(())
     }
 
@@ -3234,6 +3243,35 @@ mod tests {
         g.memcpy_dtoh(a, &mut back, p, None).expect("read");
         assert_eq!((back[9], back[10], back[11]), (7, 9, 7));
         g.mem_free(a, p).expect("free");
+    }
+
+    #[test]
+    fn virtual_memory_moves_between_contexts_sticky_or_not_and_never_while_mapped() {
+        let mut g = gpu(&SimDevice::private());
+        let (a, b) = (
+            g.create_context().expect("context"),
+            g.create_context().expect("context"),
+        );
+        let bytes = fairgpu_protocol::cuda::VMM_GRANULARITY;
+        let m = g.phys_create(a, bytes).expect("create");
+        // Into a sticky context and out again: the memory is never lost.
+        g.set_sticky(b, &ExecError::Invalid("a fault"));
+        g.phys_move(a, b, m).expect("into a sticky context");
+        assert!(g.phys_move(a, b, m).is_err(), "no longer the first's");
+        g.phys_move(b, a, m).expect("out of a sticky context");
+        assert!(
+            g.phys_move(a, CtxId(u64::MAX), m).is_err(),
+            "no such context"
+        );
+        let addr = g.va_reserve(a, bytes, bytes).expect("reserve");
+        g.map(a, addr, bytes, 0, m).expect("map");
+        assert!(
+            matches!(g.phys_move(a, b, m), Err(ExecError::Unsupported(_))),
+            "mapped"
+        );
+        g.unmap(a, addr, bytes).expect("unmap");
+        g.phys_release(a, m).expect("release where it is");
+        assert!(g.phys_release(a, m).is_err(), "released once");
     }
 
     #[test]
