@@ -23,7 +23,7 @@ use std::time::Duration;
 use fairgpu_tests::cuda::{cupy_env, missing, toolchain_prefix};
 use fairgpu_tests::{
     guest_lib_dir, nvjitlink_shim_dir, nvrtc_shim_dir, profile_dir, run_command, vm,
-    wait_for_status, Setup,
+    wait_for_published, wait_for_status, Setup,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(300);
@@ -125,9 +125,10 @@ fn a_program_asking_nvrtc_for_a_cubin_runs_on_simgpu_through_the_shim() {
         show(&o),
         daemon.log()
     );
-    let st = wait_for_status(&daemon, "the program's channel to be released", |s| {
+    wait_for_status(&daemon, "the program's channel to be released", |s| {
         vm(s, "rtc").channels_used == 0
     });
+    let st = wait_for_published(&daemon, "rtc");
     assert!(vm(&st, "rtc").kernels >= 6, "{:?}", vm(&st, "rtc"));
 
     refusals(
@@ -179,9 +180,10 @@ fn a_program_linking_lto_ir_with_nvjitlink_runs_on_simgpu_through_the_shim() {
         show(&o),
         daemon.log()
     );
-    let st = wait_for_status(&daemon, "the program's channel to be released", |s| {
+    wait_for_status(&daemon, "the program's channel to be released", |s| {
         vm(s, "lto").channels_used == 0
     });
+    let st = wait_for_published(&daemon, "lto");
     assert!(vm(&st, "lto").kernels >= 1, "{:?}", vm(&st, "lto"));
 
     refusals(
