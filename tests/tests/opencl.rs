@@ -26,7 +26,8 @@ use fairgpu_frontend::{CallError, Channel};
 use fairgpu_protocol::opencl::*;
 use fairgpu_protocol::Opcode;
 use fairgpu_tests::{
-    claim, profile_dir, run_command, status, vm, wait_config, wait_for_status, Setup, TempDir,
+    claim, profile_dir, run_command, status, vm, wait_config, wait_for_published, wait_for_status,
+    Setup, TempDir,
 };
 
 /// How long one program may run.
@@ -910,7 +911,7 @@ fn opencl_work_is_charged_under_every_accounting_mode() {
             v.channels_used == 0 && v.sched.as_ref().is_some_and(|s| s.charged_ns > 0)
         });
         assert!(
-            vm(&status(&daemon), "acct").gpu_time_ns > 0,
+            vm(&wait_for_published(&daemon, "acct"), "acct").gpu_time_ns > 0,
             "{mode}: the VM's device time counts its OpenCL commands"
         );
     }
